@@ -1,0 +1,268 @@
+//! Identifier newtypes. Each validates on construction, so a value of the type
+//! is always well formed; the wire form is the plain string.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::Timestamp;
+
+/// Why a string is not a valid identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} `{value}` is invalid: {rule}")]
+pub struct IdError {
+    pub kind: &'static str,
+    pub value: String,
+    pub rule: &'static str,
+}
+
+/// Lowercase slug: 1..=40 of `[a-z0-9-]`, starting with a letter, not ending in `-`.
+fn check_slug(kind: &'static str, s: &str) -> Result<(), IdError> {
+    let ok = !s.is_empty()
+        && s.len() <= 40
+        && s.as_bytes()[0].is_ascii_lowercase()
+        && !s.ends_with('-')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError {
+            kind,
+            value: s.chars().take(64).collect(),
+            rule: "use 1 to 40 lowercase letters, digits or '-', starting with a letter",
+        })
+    }
+}
+
+/// Generated identifier: `prefix` + 26 Crockford base32 characters (48-bit
+/// millisecond time, 80 bits of entropy), so identifiers sort by creation time.
+fn check_generated(kind: &'static str, prefix: &'static str, s: &str) -> Result<(), IdError> {
+    let body = s.strip_prefix(prefix);
+    let ok = body.is_some_and(|b| b.len() == 26 && b.bytes().all(|c| CROCKFORD.contains(&c)));
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError { kind, value: s.chars().take(64).collect(), rule: "not an identifier this platform issued" })
+    }
+}
+
+const CROCKFORD: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+
+/// Encodes time and entropy as 26 Crockford base32 characters.
+fn encode_sortable(now: Timestamp, entropy: [u8; 10]) -> String {
+    let ms = u128::try_from(now.as_millis()).unwrap_or(0) & ((1u128 << 48) - 1);
+    let mut value = ms << 80;
+    for (i, b) in entropy.iter().enumerate() {
+        value |= u128::from(*b) << (8 * (9 - i));
+    }
+    let mut out = [0u8; 26];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let shift = 5 * (25 - i);
+        *slot = CROCKFORD[((value >> shift) & 31) as usize];
+    }
+    out.iter().map(|&b| b as char).collect()
+}
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn parse(s: &str) -> Result<Self, IdError> {
+                let check: fn(&str) -> Result<(), IdError> = $check;
+                check(s)?;
+                Ok($name(s.to_owned()))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                $name::parse(s)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                $name::parse(&s).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .description(Some($kind))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+    };
+}
+
+string_id!(
+    /// A tenant (organisation): a lowercase slug, immutable.
+    TenantId, "tenant id (lowercase slug)", |s| check_slug("tenant id", s)
+);
+string_id!(
+    /// A project inside a tenant: a lowercase slug.
+    ProjectId, "project id (lowercase slug)", |s| check_slug("project id", s)
+);
+string_id!(
+    /// A run, issued by the platform (`run_…`).
+    RunId, "run id", |s| check_generated("run id", "run_", s)
+);
+string_id!(
+    /// An uploaded dataset, issued by the platform (`ds_…`).
+    DatasetId, "dataset id", |s| check_generated("dataset id", "ds_", s)
+);
+string_id!(
+    /// A person or service principal: a lower-case e-mail address.
+    UserId, "user (e-mail address)", check_email
+);
+string_id!(
+    /// The secret, unguessable identity of one attempt's execution: 32 lowercase hex characters.
+    Nonce, "attempt nonce", check_nonce
+);
+
+fn check_email(s: &str) -> Result<(), IdError> {
+    let ok = s.len() <= 254
+        && s.split_once('@').is_some_and(|(l, d)| !l.is_empty() && d.contains('.') && !d.starts_with('.'))
+        && s.bytes().all(|b| b.is_ascii_graphic() && !b.is_ascii_uppercase());
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError { kind: "user", value: s.chars().take(64).collect(), rule: "use a lower-case e-mail address" })
+    }
+}
+
+fn check_nonce(s: &str) -> Result<(), IdError> {
+    if s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        Ok(())
+    } else {
+        Err(IdError { kind: "nonce", value: String::new(), rule: "32 lowercase hex characters" })
+    }
+}
+
+impl RunId {
+    /// A new run id from the time and 80 bits of entropy.
+    pub fn generate(now: Timestamp, entropy: [u8; 10]) -> Self {
+        RunId(format!("run_{}", encode_sortable(now, entropy)))
+    }
+}
+
+impl DatasetId {
+    pub fn generate(now: Timestamp, entropy: [u8; 10]) -> Self {
+        DatasetId(format!("ds_{}", encode_sortable(now, entropy)))
+    }
+}
+
+impl Nonce {
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        let mut s = String::with_capacity(32);
+        for b in bytes {
+            s.push_str(&format!("{b:02x}"));
+        }
+        Nonce(s)
+    }
+
+    /// The nonce of task `index` of a fan-out execution whose execution nonce
+    /// is `self` (the seed's `task_nonce`). Task 0 keeps the execution nonce,
+    /// so a single-task execution has one nonce throughout.
+    pub fn for_task(&self, index: u32) -> Nonce {
+        if index == 0 {
+            return self.clone();
+        }
+        // Mix the index into the last 8 hex digits; still 32 hex characters,
+        // still unguessable without the execution nonce.
+        let head = &self.0[..24];
+        let tail = u32::from_str_radix(&self.0[24..], 16).unwrap_or(0);
+        Nonce(format!("{head}{:08x}", tail ^ index.wrapping_mul(0x9e37_79b9)))
+    }
+}
+
+/// An attempt number, 1-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(transparent)]
+pub struct AttemptNo(pub u32);
+
+impl AttemptNo {
+    pub const FIRST: AttemptNo = AttemptNo(1);
+
+    pub fn next(self) -> AttemptNo {
+        AttemptNo(self.0 + 1)
+    }
+}
+
+impl fmt::Display for AttemptNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_are_validated() {
+        assert!(TenantId::parse("acme").is_ok());
+        assert!(TenantId::parse("acme-eu-2").is_ok());
+        for bad in ["", "Acme", "1acme", "acme-", "ac me", "acme/x", &"a".repeat(41)] {
+            assert!(TenantId::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn generated_ids_sort_by_time_and_round_trip() {
+        let a = RunId::generate(Timestamp::from_secs(1_000), [0xff; 10]);
+        let b = RunId::generate(Timestamp::from_secs(1_001), [0; 10]);
+        assert!(a < b);
+        assert_eq!(RunId::parse(a.as_str()).ok(), Some(a.clone()));
+        assert!(RunId::parse("run_../../etc").is_err());
+        assert!(RunId::parse(&a.as_str().replace("run_", "ds_")).is_err());
+    }
+
+    #[test]
+    fn task_nonces_differ_per_task_and_keep_task_zero() {
+        let n = Nonce::from_bytes([7; 16]);
+        assert_eq!(n.for_task(0), n);
+        let all: std::collections::BTreeSet<_> = (0..256).map(|i| n.for_task(i)).collect();
+        assert_eq!(all.len(), 256);
+        assert!(all.iter().all(|t| Nonce::parse(t.as_str()).is_ok()));
+    }
+
+    #[test]
+    fn emails_must_be_lower_case() {
+        assert!(UserId::parse("dev@dev.local").is_ok());
+        assert!(UserId::parse("Dev@dev.local").is_err());
+        assert!(UserId::parse("nobody").is_err());
+    }
+}

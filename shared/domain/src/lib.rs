@@ -1,0 +1,19 @@
+//! The platform's vocabulary, shared by every function, the worker and the CLI.
+//!
+//! Architecture invariant: this crate does no I/O. Identifiers are generated
+//! from a timestamp and entropy handed in by the caller, and every wire string
+//! (run states, reasons, classes) is parsed into an enum here, once.
+
+pub mod class;
+pub mod ids;
+pub mod outcome;
+pub mod run;
+pub mod spec;
+pub mod timestamp;
+
+pub use class::ResourceClass;
+pub use ids::{AttemptNo, DatasetId, IdError, Nonce, ProjectId, RunId, TenantId, UserId};
+pub use outcome::{AttemptFacts, AttemptOutcome, ExecutionStatus, RetryPolicy, Verdict, classify, decide, exit};
+pub use run::{ErrorCode, Reason, RunError, RunState, Transition, TransitionError};
+pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};
+pub use timestamp::Timestamp;
