@@ -43,7 +43,11 @@ fn check_generated(kind: &'static str, prefix: &'static str, s: &str) -> Result<
     if ok {
         Ok(())
     } else {
-        Err(IdError { kind, value: s.chars().take(64).collect(), rule: "not an identifier this platform issued" })
+        Err(IdError {
+            kind,
+            value: s.chars().take(64).collect(),
+            rule: "not an identifier this platform issued",
+        })
     }
 }
 
@@ -159,7 +163,11 @@ fn check_email(s: &str) -> Result<(), IdError> {
     if ok {
         Ok(())
     } else {
-        Err(IdError { kind: "user", value: s.chars().take(64).collect(), rule: "use a lower-case e-mail address" })
+        Err(IdError {
+            kind: "user",
+            value: s.chars().take(64).collect(),
+            rule: "use a lower-case e-mail address",
+        })
     }
 }
 
@@ -209,7 +217,9 @@ impl Nonce {
 }
 
 /// An attempt number, 1-based.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(transparent)]
 pub struct AttemptNo(pub u32);
 

@@ -13,7 +13,9 @@ pub mod timestamp;
 
 pub use class::ResourceClass;
 pub use ids::{AttemptNo, DatasetId, IdError, Nonce, ProjectId, RunId, TenantId, UserId};
-pub use outcome::{AttemptFacts, AttemptOutcome, ExecutionStatus, RetryPolicy, Verdict, classify, decide, exit};
+pub use outcome::{
+    AttemptFacts, AttemptOutcome, ExecutionStatus, RetryPolicy, Verdict, classify, decide, exit,
+};
 pub use run::{ErrorCode, Reason, RunError, RunState, Transition, TransitionError};
 pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};
 pub use timestamp::Timestamp;

@@ -52,7 +52,10 @@ pub enum AttemptOutcome {
     /// Not found: confirmed gone.
     Lost,
     /// Any other exit: the infrastructure or the supervisor failed.
-    Crashed { exit_code: Option<i32>, signal: Option<i32> },
+    Crashed {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 /// Classifies a finished execution. `None` while it runs.
@@ -60,7 +63,9 @@ pub fn classify(status: &ExecutionStatus) -> Option<AttemptOutcome> {
     Some(match status {
         ExecutionStatus::Running => return None,
         ExecutionStatus::Succeeded => AttemptOutcome::Succeeded,
-        ExecutionStatus::Cancelled { exit_code: Some(exit::CHECKPOINTED) } => AttemptOutcome::CheckpointFlushed,
+        ExecutionStatus::Cancelled { exit_code: Some(exit::CHECKPOINTED) } => {
+            AttemptOutcome::CheckpointFlushed
+        }
         ExecutionStatus::Cancelled { .. } => AttemptOutcome::Cancelled,
         ExecutionStatus::NotFound => AttemptOutcome::Lost,
         ExecutionStatus::Failed { exit_code, signal, message } => match (exit_code, signal) {
@@ -110,7 +115,11 @@ pub enum Verdict {
 }
 
 fn failed(reason: Reason, code: ErrorCode, message: impl Into<String>) -> Verdict {
-    Verdict::Finalize { state: RunState::Failed, reason, error: Some(RunError { code, message: message.into() }) }
+    Verdict::Finalize {
+        state: RunState::Failed,
+        reason,
+        error: Some(RunError { code, message: message.into() }),
+    }
 }
 
 /// Decides the run's next step (the right column of the seed's table).
@@ -151,7 +160,9 @@ pub fn decide(outcome: &AttemptOutcome, facts: &AttemptFacts, policy: RetryPolic
                 format!("the attempt ran out of memory on class {}", facts.class),
             ),
         },
-        AttemptOutcome::TimedOut => failed(Reason::Timeout, ErrorCode::Timeout, "the run exceeded its timeout"),
+        AttemptOutcome::TimedOut => {
+            failed(Reason::Timeout, ErrorCode::Timeout, "the run exceeded its timeout")
+        }
         AttemptOutcome::MethodFailed => failed(
             Reason::MethodError,
             ErrorCode::MethodError,
@@ -224,7 +235,11 @@ mod tests {
         let again = AttemptFacts { class: ResourceClass::M, oom_retried: true, ..facts() };
         assert!(matches!(
             decide(&oom, &again, POLICY),
-            Verdict::Finalize { state: RunState::Failed, error: Some(RunError { code: ErrorCode::ResourceExhausted, .. }), .. }
+            Verdict::Finalize {
+                state: RunState::Failed,
+                error: Some(RunError { code: ErrorCode::ResourceExhausted, .. }),
+                ..
+            }
         ));
         let on_l = AttemptFacts { class: ResourceClass::L, ..facts() };
         assert!(matches!(decide(&oom, &on_l, POLICY), Verdict::Finalize { state: RunState::Failed, .. }));
@@ -237,15 +252,25 @@ mod tests {
         let over = AttemptFacts { event_grace_over: true, ..waiting };
         assert!(matches!(
             decide(&AttemptOutcome::Succeeded, &over, POLICY),
-            Verdict::Finalize { state: RunState::Failed, error: Some(RunError { code: ErrorCode::InfraError, .. }), .. }
+            Verdict::Finalize {
+                state: RunState::Failed,
+                error: Some(RunError { code: ErrorCode::InfraError, .. }),
+                ..
+            }
         ));
     }
 
     #[test]
     fn lost_executions_spend_infra_retries_until_none_are_left() {
         let spent = AttemptFacts { infra_retries: 2, ..facts() };
-        assert!(matches!(decide(&AttemptOutcome::Lost, &facts(), POLICY), Verdict::Retry { infra: true, .. }));
-        assert!(matches!(decide(&AttemptOutcome::Lost, &spent, POLICY), Verdict::Finalize { state: RunState::Failed, .. }));
+        assert!(matches!(
+            decide(&AttemptOutcome::Lost, &facts(), POLICY),
+            Verdict::Retry { infra: true, .. }
+        ));
+        assert!(matches!(
+            decide(&AttemptOutcome::Lost, &spent, POLICY),
+            Verdict::Finalize { state: RunState::Failed, .. }
+        ));
         let cancelling = AttemptFacts { cancel_requested: true, ..facts() };
         assert!(matches!(
             decide(&AttemptOutcome::Lost, &cancelling, POLICY),

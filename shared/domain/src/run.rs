@@ -163,7 +163,11 @@ pub const TRANSITIONS: &[(RunState, RunState, &[Reason])] = {
         (S::Dispatching, S::Failed, &[R::PlacementRefused, R::InfrastructureFailure]),
         (S::Dispatching, S::Cancelling, &[R::CancelRequested]),
         (S::Running, S::Succeeded, &[R::Completed]),
-        (S::Running, S::Failed, &[R::MethodError, R::Timeout, R::ResourceExhausted, R::InfrastructureFailure]),
+        (
+            S::Running,
+            S::Failed,
+            &[R::MethodError, R::Timeout, R::ResourceExhausted, R::InfrastructureFailure],
+        ),
         (S::Running, S::Partial, &[R::CheckpointFlushed]),
         (S::Running, S::Queued, &[R::ResourceExhausted, R::InfrastructureFailure]),
         (S::Running, S::Cancelling, &[R::CancelRequested]),
@@ -173,14 +177,19 @@ pub const TRANSITIONS: &[(RunState, RunState, &[Reason])] = {
         (S::Cancelling, S::Cancelled, &[R::CancelConfirmed]),
         (S::Cancelling, S::Partial, &[R::CheckpointFlushed]),
         (S::Cancelling, S::Succeeded, &[R::Completed]),
-        (S::Cancelling, S::Failed, &[R::MethodError, R::Timeout, R::ResourceExhausted, R::InfrastructureFailure]),
+        (
+            S::Cancelling,
+            S::Failed,
+            &[R::MethodError, R::Timeout, R::ResourceExhausted, R::InfrastructureFailure],
+        ),
     ]
 };
 
 impl RunState {
     /// Checks one transition against [`TRANSITIONS`].
     pub fn check(self, to: RunState, reason: Reason) -> Result<(), TransitionError> {
-        let legal = TRANSITIONS.iter().any(|(f, t, reasons)| *f == self && *t == to && reasons.contains(&reason));
+        let legal =
+            TRANSITIONS.iter().any(|(f, t, reasons)| *f == self && *t == to && reasons.contains(&reason));
         if legal { Ok(()) } else { Err(TransitionError { from: self, to, reason }) }
     }
 }

@@ -66,10 +66,9 @@ mod tests {
 
     #[test]
     fn defaults_and_unknown_fields() {
-        let ok: RunSpecInput = serde_json::from_str(
-            r#"{"method":"describe","dataset":"ds_01arz3ndektsv4rrffq69g5fav"}"#,
-        )
-        .expect("valid spec");
+        let ok: RunSpecInput =
+            serde_json::from_str(r#"{"method":"describe","dataset":"ds_01arz3ndektsv4rrffq69g5fav"}"#)
+                .expect("valid spec");
         assert_eq!((ok.class, ok.timeout_s), (ResourceClass::S, DEFAULT_TIMEOUT_S));
         let unknown = serde_json::from_str::<RunSpecInput>(
             r#"{"method":"describe","dataset":"ds_01arz3ndektsv4rrffq69g5fav","clas":"M"}"#,

@@ -38,16 +38,6 @@ impl Timestamp {
         self.0.div_euclid(1_000_000)
     }
 
-    /// `self + d`, saturating.
-    pub fn add(self, d: Duration) -> Self {
-        Timestamp(self.0.saturating_add(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)))
-    }
-
-    /// `self - d`, saturating.
-    pub fn sub(self, d: Duration) -> Self {
-        Timestamp(self.0.saturating_sub(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)))
-    }
-
     /// The time from `earlier` to `self`, zero if `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> Duration {
         Duration::from_micros(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
@@ -74,6 +64,24 @@ impl Timestamp {
     }
 }
 
+impl std::ops::Add<Duration> for Timestamp {
+    type Output = Timestamp;
+
+    /// `self + d`, saturating.
+    fn add(self, d: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_add(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)))
+    }
+}
+
+impl std::ops::Sub<Duration> for Timestamp {
+    type Output = Timestamp;
+
+    /// `self - d`, saturating.
+    fn sub(self, d: Duration) -> Timestamp {
+        Timestamp(self.0.saturating_sub(i64::try_from(d.as_micros()).unwrap_or(i64::MAX)))
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_rfc3339())
@@ -97,9 +105,7 @@ impl utoipa::PartialSchema for Timestamp {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::String)
-            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
-                utoipa::openapi::KnownFormat::DateTime,
-            )))
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::DateTime)))
             .into()
     }
 }

@@ -1,0 +1,614 @@
+//! The method registry: every method the worker can run, its parameters and
+//! output files described as data (for validation and generated docs), and
+//! the checks that turn a submitted params object into validated [`Params`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// `describe`: summary statistics of numeric columns.
+pub const DESCRIBE: &str = "describe";
+/// `tabular.linear`: ordinary least squares.
+pub const LINEAR: &str = "tabular.linear";
+/// `diag.sleep`: sleeps, checkpointing and honouring stop requests.
+pub const DIAG_SLEEP: &str = "diag.sleep";
+/// `diag.fail`: fails with an input error.
+pub const DIAG_FAIL: &str = "diag.fail";
+/// `diag.alloc`: allocates and holds memory.
+pub const DIAG_ALLOC: &str = "diag.alloc";
+
+/// The JSON shape a parameter takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamKind {
+    /// One column name (a JSON string).
+    Column,
+    /// A non-empty array of distinct column names.
+    Columns,
+    /// A finite JSON number.
+    Number,
+    /// An integral JSON number (`3` or `3.0`).
+    Integer,
+    /// `true` or `false`.
+    Boolean,
+    /// A JSON string.
+    Text,
+}
+
+impl ParamKind {
+    /// What a value of this kind looks like, as used in error messages.
+    pub fn expected(self) -> &'static str {
+        match self {
+            ParamKind::Column => "a column name (a string)",
+            ParamKind::Columns => "an array of column names",
+            ParamKind::Number => "a number",
+            ParamKind::Integer => "an integer",
+            ParamKind::Boolean => "true or false",
+            ParamKind::Text => "a string",
+        }
+    }
+}
+
+/// One parameter of a method.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ParamSpec {
+    pub name: &'static str,
+    pub kind: ParamKind,
+    pub required: bool,
+    /// The value used when the parameter is absent (or null), as a JSON literal.
+    pub default: Option<&'static str>,
+    /// Inclusive lower bound for `Number` and `Integer`.
+    pub min: Option<f64>,
+    /// Inclusive upper bound for `Number` and `Integer`.
+    pub max: Option<f64>,
+    pub doc: &'static str,
+}
+
+/// One file a method writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OutputSpec {
+    /// The file name, e.g. `model.json`.
+    pub name: &'static str,
+    pub media_type: &'static str,
+    pub doc: &'static str,
+}
+
+/// A method the worker can run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MethodSpec {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub params: &'static [ParamSpec],
+    pub outputs: &'static [OutputSpec],
+    /// Example params, as a JSON object.
+    pub example: &'static str,
+}
+
+impl MethodSpec {
+    /// The parameter called `name`, if the method has one.
+    pub fn param(&self, name: &str) -> Option<&'static ParamSpec> {
+        self.params.iter().find(|p| p.name == name)
+    }
+}
+
+const JSON: &str = "application/json";
+
+const fn param(name: &'static str, kind: ParamKind, doc: &'static str) -> ParamSpec {
+    ParamSpec { name, kind, required: false, default: None, min: None, max: None, doc }
+}
+
+static METHODS: [MethodSpec; 5] = [
+    MethodSpec {
+        name: DESCRIBE,
+        summary: "Summary statistics (count, missing, mean, standard deviation, quartiles) of numeric columns.",
+        params: &[param(
+            "columns",
+            ParamKind::Columns,
+            "Numeric columns to summarise. Default: every numeric column.",
+        )],
+        outputs: &[OutputSpec {
+            name: "summary.json",
+            media_type: JSON,
+            doc: "`rows`, one entry per summarised column in `columns` (count, missing, mean, std, min, \
+                  q25, median, q75, max; quartiles interpolate linearly, like numpy and R type 7), and \
+                  the names of the text columns in `text_columns`.",
+        }],
+        example: r#"{"columns": ["height", "weight"]}"#,
+    },
+    MethodSpec {
+        name: LINEAR,
+        summary: "Ordinary least squares regression (Householder QR) with standard errors, t tests, R² and F.",
+        params: &[
+            ParamSpec { required: true, ..param("y", ParamKind::Column, "The response column.") },
+            param(
+                "x",
+                ParamKind::Columns,
+                "Predictor columns. Default: every numeric column other than `y`.",
+            ),
+            ParamSpec {
+                default: Some("true"),
+                ..param("intercept", ParamKind::Boolean, "Whether to fit an intercept.")
+            },
+        ],
+        outputs: &[OutputSpec {
+            name: "model.json",
+            media_type: JSON,
+            doc: "Coefficients with standard errors, t values and two-sided p-values; R², adjusted R², \
+                  residual standard error and degrees of freedom; the F statistic and its p-value; rows \
+                  used and rows dropped for missing values.",
+        }],
+        example: r#"{"y": "Employed", "x": ["GNP", "Population"], "intercept": true}"#,
+    },
+    MethodSpec {
+        name: DIAG_SLEEP,
+        summary: "Diagnostic: sleeps, reporting progress, optionally checkpointing, and stops when asked.",
+        params: &[
+            ParamSpec {
+                required: true,
+                min: Some(0.0),
+                max: Some(86_400.0),
+                ..param("seconds", ParamKind::Number, "Total time to sleep, across attempts.")
+            },
+            ParamSpec {
+                min: Some(0.001),
+                max: Some(86_400.0),
+                ..param(
+                    "checkpoint_every_s",
+                    ParamKind::Number,
+                    "When set, checkpoint the elapsed time at this interval and when asked to stop, \
+                     and resume from the last checkpoint on a later attempt.",
+                )
+            },
+            ParamSpec {
+                default: Some("0.5"),
+                min: Some(0.0),
+                max: Some(86_400.0),
+                ..param(
+                    "progress_every_s",
+                    ParamKind::Number,
+                    "Interval between progress reports (0 = every 50 ms tick).",
+                )
+            },
+        ],
+        outputs: &[OutputSpec {
+            name: "result.json",
+            media_type: JSON,
+            doc: "`slept_s` (the total across attempts), `resumed_from_s` (0 on a first attempt) and \
+                  `this_attempt_s`.",
+        }],
+        example: r#"{"seconds": 5, "checkpoint_every_s": 1}"#,
+    },
+    MethodSpec {
+        name: DIAG_FAIL,
+        summary: "Diagnostic: reports progress once, then fails with an input error.",
+        params: &[ParamSpec {
+            default: Some(r#""diag.fail was asked to fail""#),
+            ..param("message", ParamKind::Text, "The error message to fail with.")
+        }],
+        outputs: &[],
+        example: r#"{"message": "expected failure"}"#,
+    },
+    MethodSpec {
+        name: DIAG_ALLOC,
+        summary: "Diagnostic: allocates memory (every page touched), holds it, then releases it.",
+        params: &[
+            ParamSpec {
+                required: true,
+                min: Some(1.0),
+                max: Some(65_536.0),
+                ..param("mib", ParamKind::Integer, "MiB to allocate, in 1 MiB chunks.")
+            },
+            ParamSpec {
+                default: Some("1"),
+                min: Some(0.0),
+                max: Some(3_600.0),
+                ..param("hold_s", ParamKind::Number, "Seconds to hold the memory before finishing.")
+            },
+        ],
+        outputs: &[OutputSpec {
+            name: "result.json",
+            media_type: JSON,
+            doc: "`allocated_mib` and `pages_touched` (4 KiB pages written and read back).",
+        }],
+        example: r#"{"mib": 64, "hold_s": 2}"#,
+    },
+];
+
+/// Every registered method.
+pub fn all() -> &'static [MethodSpec] {
+    &METHODS
+}
+
+/// The method called `name`.
+pub fn find(name: &str) -> Option<&'static MethodSpec> {
+    METHODS.iter().find(|m| m.name == name)
+}
+
+/// Validated params of one method, with defaults filled in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Params(BTreeMap<String, Value>);
+
+impl Params {
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name)
+    }
+
+    pub fn get_f64(&self, name: &str) -> Option<f64> {
+        self.get(name).and_then(Value::as_f64)
+    }
+
+    pub fn get_i64(&self, name: &str) -> Option<i64> {
+        self.get(name).and_then(Value::as_i64)
+    }
+
+    pub fn get_bool(&self, name: &str) -> Option<bool> {
+        self.get(name).and_then(Value::as_bool)
+    }
+
+    pub fn get_str(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(Value::as_str)
+    }
+
+    /// A `Columns` param as names; `None` when absent.
+    pub fn get_columns(&self, name: &str) -> Option<Vec<String>> {
+        let items = self.get(name)?.as_array()?;
+        items.iter().map(|v| v.as_str().map(str::to_string)).collect()
+    }
+
+    /// The validated params as a JSON map, e.g. to store with the run.
+    pub fn as_map(&self) -> &BTreeMap<String, Value> {
+        &self.0
+    }
+
+    pub fn into_map(self) -> BTreeMap<String, Value> {
+        self.0
+    }
+}
+
+/// Params that do not fit a method. Each message says what to fix.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    #[error("unknown parameter `{name}` for method `{method}`: known parameters are {known}")]
+    Unknown { method: &'static str, name: String, known: String },
+    #[error("parameter `{name}` is required by method `{method}`")]
+    Missing { method: &'static str, name: &'static str },
+    #[error("parameter `{name}` must be {expected}, not {got}")]
+    WrongType { name: &'static str, expected: &'static str, got: String },
+    #[error("parameter `{name}` is {value} but must be {allowed}")]
+    OutOfRange { name: &'static str, value: f64, allowed: String },
+    #[error("parameter `{name}` must name at least one column")]
+    NoColumns { name: &'static str },
+    #[error("parameter `{name}` names column `{column}` twice: list each column once")]
+    RepeatedColumn { name: &'static str, column: String },
+    #[error(
+        "column `{column}` (parameter `{name}`) is not in the dataset: available columns are {available}"
+    )]
+    UnknownColumn { name: &'static str, column: String, available: String },
+    #[error(
+        "column `{column}` (parameter `{name}`) is not numeric: every non-missing cell must be a number \
+         (missing cells may be empty, NA, NaN or null)"
+    )]
+    TextColumn { name: &'static str, column: String },
+}
+
+/// Checks `params` against `spec` and fills in defaults. A JSON `null` counts
+/// as absent. Integers given as `3.0` are stored as `3`.
+pub fn validate(spec: &MethodSpec, params: &BTreeMap<String, Value>) -> Result<Params, ParamError> {
+    if let Some(name) = params.keys().find(|k| spec.param(k).is_none()) {
+        let known = if spec.params.is_empty() {
+            "none".to_string()
+        } else {
+            quoted_list(spec.params.iter().map(|p| p.name))
+        };
+        return Err(ParamError::Unknown { method: spec.name, name: name.clone(), known });
+    }
+    let mut out = BTreeMap::new();
+    for p in spec.params {
+        let value = match (params.get(p.name).filter(|v| !v.is_null()), p.default) {
+            (Some(v), _) => v.clone(),
+            (None, Some(literal)) => serde_json::from_str(literal)
+                .expect("registry defaults are JSON literals (checked by the registry tests)"),
+            (None, None) if p.required => {
+                return Err(ParamError::Missing { method: spec.name, name: p.name });
+            }
+            (None, None) => continue,
+        };
+        out.insert(p.name.to_string(), check_value(p, value)?);
+    }
+    Ok(Params(out))
+}
+
+fn check_value(p: &ParamSpec, value: Value) -> Result<Value, ParamError> {
+    let wrong = |got: String| ParamError::WrongType { name: p.name, expected: p.kind.expected(), got };
+    match p.kind {
+        ParamKind::Column | ParamKind::Text => match value {
+            Value::String(_) => Ok(value),
+            other => Err(wrong(json_type(&other))),
+        },
+        ParamKind::Boolean => match value {
+            Value::Bool(_) => Ok(value),
+            other => Err(wrong(json_type(&other))),
+        },
+        ParamKind::Columns => {
+            let Value::Array(items) = &value else { return Err(wrong(json_type(&value))) };
+            if items.is_empty() {
+                return Err(ParamError::NoColumns { name: p.name });
+            }
+            let mut seen = BTreeSet::new();
+            for item in items {
+                let Value::String(column) = item else {
+                    return Err(wrong(format!("an array holding {}", json_type(item))));
+                };
+                if !seen.insert(column) {
+                    return Err(ParamError::RepeatedColumn { name: p.name, column: column.clone() });
+                }
+            }
+            Ok(value)
+        }
+        ParamKind::Number => {
+            let Some(x) = value.as_f64() else {
+                return Err(wrong(json_type(&value)));
+            };
+            check_range(p, x)?;
+            Ok(value)
+        }
+        ParamKind::Integer => {
+            let Some(x) = value.as_f64() else {
+                return Err(wrong(json_type(&value)));
+            };
+            if x.fract() != 0.0 {
+                return Err(wrong(format!("{x}")));
+            }
+            check_range(p, x)?;
+            match value.as_i64() {
+                Some(i) => Ok(Value::from(i)),
+                // Integral floats are exact up to 2^53.
+                None if x.abs() <= 9_007_199_254_740_992.0 => Ok(Value::from(x as i64)),
+                None => Err(wrong(format!("{x}, which is too large"))),
+            }
+        }
+    }
+}
+
+fn check_range(p: &ParamSpec, x: f64) -> Result<(), ParamError> {
+    let allowed = match (p.min, p.max) {
+        (Some(min), Some(max)) => format!("between {min} and {max}"),
+        (Some(min), None) => format!("at least {min}"),
+        (None, Some(max)) => format!("at most {max}"),
+        (None, None) => return Ok(()),
+    };
+    if p.min.is_some_and(|min| x < min) || p.max.is_some_and(|max| x > max) {
+        return Err(ParamError::OutOfRange { name: p.name, value: x, allowed });
+    }
+    Ok(())
+}
+
+fn json_type(value: &Value) -> String {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+    .to_string()
+}
+
+/// `` `a`, `b`, `c` ``, cut after 20 names.
+fn quoted_list<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    const SHOWN: usize = 20;
+    let total = names.len();
+    let mut list = names.take(SHOWN).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+    if total > SHOWN {
+        list.push_str(&format!(" and {} more", total - SHOWN));
+    }
+    list
+}
+
+/// Checks that every `Column`/`Columns` param names a column of the dataset,
+/// and a numeric one (`numeric` says which are).
+pub fn check_columns(
+    spec: &MethodSpec,
+    params: &Params,
+    table_columns: &[String],
+    numeric: &dyn Fn(&str) -> bool,
+) -> Result<(), ParamError> {
+    for p in spec.params {
+        let named = match p.kind {
+            ParamKind::Column => params.get_str(p.name).map(|c| vec![c.to_string()]),
+            ParamKind::Columns => params.get_columns(p.name),
+            _ => None,
+        };
+        for column in named.unwrap_or_default() {
+            if !table_columns.contains(&column) {
+                let available = if table_columns.is_empty() {
+                    "none".to_string()
+                } else {
+                    quoted_list(table_columns.iter().map(String::as_str))
+                };
+                return Err(ParamError::UnknownColumn { name: p.name, column, available });
+            }
+            if !numeric(&column) {
+                return Err(ParamError::TextColumn { name: p.name, column });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn map(value: Value) -> BTreeMap<String, Value> {
+        serde_json::from_value(value).expect("a JSON object")
+    }
+
+    fn spec(name: &str) -> &'static MethodSpec {
+        find(name).expect("registered method")
+    }
+
+    fn check(name: &str, params: Value) -> Result<Params, ParamError> {
+        validate(spec(name), &map(params))
+    }
+
+    #[test]
+    fn registry_is_well_formed() {
+        let names: Vec<_> = all().iter().map(|m| m.name).collect();
+        assert_eq!(names, [DESCRIBE, LINEAR, DIAG_SLEEP, DIAG_FAIL, DIAG_ALLOC]);
+        for m in all() {
+            assert!(!m.summary.is_empty(), "{}", m.name);
+            let params: BTreeSet<_> = m.params.iter().map(|p| p.name).collect();
+            assert_eq!(params.len(), m.params.len(), "{}: duplicate param", m.name);
+            let outputs: BTreeSet<_> = m.outputs.iter().map(|o| o.name).collect();
+            assert_eq!(outputs.len(), m.outputs.len(), "{}: duplicate output", m.name);
+            for o in m.outputs {
+                assert!(o.name.contains('.') && !o.name.contains('/'), "{}: {}", m.name, o.name);
+                assert!(!o.media_type.is_empty() && !o.doc.is_empty(), "{}: {}", m.name, o.name);
+            }
+            for p in m.params {
+                let ctx = format!("{}.{}", m.name, p.name);
+                assert!(p.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{ctx}");
+                assert!(!p.doc.is_empty(), "{ctx}");
+                assert!(!(p.required && p.default.is_some()), "{ctx}: required with a default");
+                if let (Some(min), Some(max)) = (p.min, p.max) {
+                    assert!(min <= max, "{ctx}");
+                }
+                if p.min.is_some() || p.max.is_some() {
+                    assert!(matches!(p.kind, ParamKind::Number | ParamKind::Integer), "{ctx}");
+                }
+                if let Some(literal) = p.default {
+                    let value: Value = serde_json::from_str(literal).expect("default is a JSON literal");
+                    assert_eq!(check_value(p, value.clone()), Ok(value), "{ctx}: default fits its kind");
+                }
+            }
+            let example = map(serde_json::from_str(m.example).expect("example is JSON"));
+            let validated = validate(m, &example).expect("example validates");
+            for p in m.params.iter().filter(|p| p.default.is_some()) {
+                assert!(validated.get(p.name).is_some(), "{}.{}: default filled", m.name, p.name);
+            }
+        }
+        assert!(find("tabular.nope").is_none());
+        let docs = serde_json::to_value(all()).expect("specs serialize");
+        assert_eq!(docs[1]["params"][0]["kind"], "column");
+    }
+
+    #[test]
+    fn defaults_are_filled_and_values_kept() {
+        let p = check(LINEAR, json!({"y": "a", "x": ["b", "c"]})).expect("valid");
+        assert_eq!(p.get_str("y"), Some("a"));
+        assert_eq!(p.get_columns("x"), Some(vec!["b".to_string(), "c".to_string()]));
+        assert_eq!(p.get_bool("intercept"), Some(true));
+        let p = check(DIAG_ALLOC, json!({"mib": 2.0, "hold_s": null})).expect("valid");
+        assert_eq!(p.get_i64("mib"), Some(2));
+        assert_eq!(p.get("mib"), Some(&json!(2)));
+        assert_eq!(p.get_f64("hold_s"), Some(1.0));
+        let p = check(DIAG_FAIL, json!({})).expect("valid");
+        assert_eq!(p.get_str("message"), Some("diag.fail was asked to fail"));
+        let p = check(DESCRIBE, json!({})).expect("valid");
+        assert_eq!(p.get_columns("columns"), None);
+        assert_eq!(p.as_map().len(), 0);
+        // Validation is idempotent: the worker re-validates stored params.
+        let once = check(DIAG_SLEEP, json!({"seconds": 1})).expect("valid");
+        assert_eq!(validate(spec(DIAG_SLEEP), once.as_map()), Ok(once.clone()));
+        assert_eq!(
+            serde_json::to_value(&once).expect("serializes"),
+            json!({"seconds": 1, "progress_every_s": 0.5})
+        );
+    }
+
+    #[test]
+    fn unknown_and_missing_params() {
+        let err = check(LINEAR, json!({"y": "a", "intercpt": false})).expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            "unknown parameter `intercpt` for method `tabular.linear`: known parameters are `y`, `x`, `intercept`"
+        );
+        let err = check(LINEAR, json!({"x": ["a"]})).expect_err("missing");
+        assert_eq!(err, ParamError::Missing { method: LINEAR, name: "y" });
+        assert_eq!(err.to_string(), "parameter `y` is required by method `tabular.linear`");
+        let err = check(DIAG_SLEEP, json!({"seconds": null})).expect_err("null is absent");
+        assert!(matches!(err, ParamError::Missing { name: "seconds", .. }));
+    }
+
+    #[test]
+    fn wrong_types() {
+        let cases = [
+            (LINEAR, json!({"y": 3}), "parameter `y` must be a column name (a string), not a number"),
+            (
+                LINEAR,
+                json!({"y": "a", "x": "b"}),
+                "parameter `x` must be an array of column names, not a string",
+            ),
+            (
+                LINEAR,
+                json!({"y": "a", "x": ["b", 1]}),
+                "parameter `x` must be an array of column names, not an array holding a number",
+            ),
+            (
+                LINEAR,
+                json!({"y": "a", "intercept": "yes"}),
+                "parameter `intercept` must be true or false, not a string",
+            ),
+            (DIAG_SLEEP, json!({"seconds": "5"}), "parameter `seconds` must be a number, not a string"),
+            (DIAG_ALLOC, json!({"mib": 1.5}), "parameter `mib` must be an integer, not 1.5"),
+            (DIAG_ALLOC, json!({"mib": true}), "parameter `mib` must be an integer, not a boolean"),
+            (DIAG_FAIL, json!({"message": ["x"]}), "parameter `message` must be a string, not an array"),
+            (LINEAR, json!({"y": "a", "x": []}), "parameter `x` must name at least one column"),
+            (
+                DESCRIBE,
+                json!({"columns": ["a", "b", "a"]}),
+                "parameter `columns` names column `a` twice: list each column once",
+            ),
+        ];
+        for (method, params, message) in cases {
+            let err = check(method, params.clone()).expect_err("refused");
+            assert_eq!(err.to_string(), message, "{method} {params}");
+        }
+    }
+
+    #[test]
+    fn ranges_are_inclusive() {
+        assert!(check(DIAG_SLEEP, json!({"seconds": 0})).is_ok());
+        assert!(check(DIAG_SLEEP, json!({"seconds": 86400})).is_ok());
+        let err = check(DIAG_SLEEP, json!({"seconds": 86400.5})).expect_err("too long");
+        assert_eq!(err.to_string(), "parameter `seconds` is 86400.5 but must be between 0 and 86400");
+        let err = check(DIAG_SLEEP, json!({"seconds": -1})).expect_err("negative");
+        assert!(matches!(err, ParamError::OutOfRange { name: "seconds", .. }));
+        let err =
+            check(DIAG_SLEEP, json!({"seconds": 1, "checkpoint_every_s": 0})).expect_err("zero interval");
+        assert!(matches!(err, ParamError::OutOfRange { name: "checkpoint_every_s", .. }));
+        let err = check(DIAG_ALLOC, json!({"mib": 0})).expect_err("zero");
+        assert_eq!(err.to_string(), "parameter `mib` is 0 but must be between 1 and 65536");
+        assert!(check(DIAG_ALLOC, json!({"mib": 65537})).is_err());
+        assert!(check(DIAG_ALLOC, json!({"mib": 65536, "hold_s": 0})).is_ok());
+        assert!(check(DIAG_ALLOC, json!({"mib": 1u64 << 63})).is_err());
+    }
+
+    #[test]
+    fn columns_must_exist_and_be_numeric() {
+        let columns = ["a".to_string(), "b".to_string(), "name".to_string()];
+        let numeric = |c: &str| c != "name";
+        let linear = spec(LINEAR);
+        let ok = check(LINEAR, json!({"y": "a", "x": ["b"]})).expect("valid");
+        assert_eq!(check_columns(linear, &ok, &columns, &numeric), Ok(()));
+        let missing = check(LINEAR, json!({"y": "a", "x": ["b", "c"]})).expect("valid");
+        let err = check_columns(linear, &missing, &columns, &numeric).expect_err("no column c");
+        assert_eq!(
+            err.to_string(),
+            "column `c` (parameter `x`) is not in the dataset: available columns are `a`, `b`, `name`"
+        );
+        let text = check(LINEAR, json!({"y": "name"})).expect("valid");
+        let err = check_columns(linear, &text, &columns, &numeric).expect_err("text column");
+        assert_eq!(err, ParamError::TextColumn { name: "y", column: "name".into() });
+        assert!(err.to_string().starts_with("column `name` (parameter `y`) is not numeric"));
+        let many: Vec<String> = (0..25).map(|i| format!("c{i}")).collect();
+        let err = check_columns(linear, &ok, &many, &numeric).expect_err("no column a");
+        assert!(err.to_string().ends_with("`c19` and 5 more"), "{err}");
+    }
+}

@@ -1,0 +1,36 @@
+//! The Store's error type, the same for every adapter.
+
+use crate::DocKey;
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A write required the document to exist.
+    #[error("document {0} not found")]
+    NotFound(DocKey),
+    /// A create found the document already there.
+    #[error("document {0} already exists")]
+    AlreadyExists(DocKey),
+    /// A write's version precondition did not hold.
+    #[error("document {0} changed since it was read")]
+    FailedPrecondition(DocKey),
+    /// A transaction conflicted with another and wrote nothing: retry it.
+    #[error("transaction aborted by a concurrent change")]
+    Aborted,
+    /// The request itself is malformed (key, query, transaction use).
+    #[error("invalid store request: {0}")]
+    InvalidArgument(String),
+    /// The backend is unreachable or overloaded: retry later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else; the message is for logs.
+    #[error("store internal error: {0}")]
+    Internal(String),
+}
+
+impl StoreError {
+    /// Errors after which the same request may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Aborted | StoreError::Unavailable(_))
+    }
+}

@@ -1,0 +1,155 @@
+//! Queries: equality, range and `in` filters on fields, ordered, limited, and
+//! paged by cursor, with Firestore's semantics:
+//!
+//! - a document lacking a filtered or ordered field is not returned;
+//! - results are ordered by the `order_by` fields, then by document id in the
+//!   direction of the last `order_by` (ascending when there is none);
+//! - a cursor continues strictly after the document it was taken from.
+
+use serde_json::Value;
+
+use crate::{Document, StoreError};
+
+/// A comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// The field equals one of the values of an array (at most 30, as Firestore).
+    In,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    Asc,
+    Desc,
+}
+
+/// A filter on one field (a dotted path such as `usage.vcpu_s`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filter {
+    pub field: String,
+    pub op: Op,
+    pub value: Value,
+}
+
+/// The position after which a page starts: the values of the `order_by`
+/// fields of the last document of the previous page, and its id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cursor {
+    pub values: Vec<Value>,
+    pub id: String,
+}
+
+/// A query on one collection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Query {
+    pub collection: String,
+    pub filters: Vec<Filter>,
+    pub order_by: Vec<(String, Direction)>,
+    pub limit: Option<u32>,
+    pub start_after: Option<Cursor>,
+}
+
+/// A composite index a query needs. The list of indexes lives with the
+/// collections that need them; the SQLite adapter creates them at open, the
+/// Firestore deploy step applies the same list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Index {
+    pub collection: &'static str,
+    pub fields: &'static [(&'static str, Direction)],
+}
+
+impl Query {
+    pub fn new(collection: &str) -> Query {
+        Query {
+            collection: collection.to_owned(),
+            filters: vec![],
+            order_by: vec![],
+            limit: None,
+            start_after: None,
+        }
+    }
+
+    pub fn filter(mut self, field: &str, op: Op, value: impl Into<Value>) -> Query {
+        self.filters.push(Filter { field: field.to_owned(), op, value: value.into() });
+        self
+    }
+
+    pub fn order_by(mut self, field: &str, direction: Direction) -> Query {
+        self.order_by.push((field.to_owned(), direction));
+        self
+    }
+
+    pub fn limit(mut self, n: u32) -> Query {
+        self.limit = Some(n);
+        self
+    }
+
+    pub fn start_after(mut self, cursor: Cursor) -> Query {
+        self.start_after = Some(cursor);
+        self
+    }
+
+    /// The cursor that continues this query after `doc`.
+    pub fn cursor_after(&self, doc: &Document) -> Cursor {
+        let values = self
+            .order_by
+            .iter()
+            .map(|(f, _)| field_value(&doc.fields, f).cloned().unwrap_or(Value::Null))
+            .collect();
+        Cursor { values, id: doc.key.id().to_owned() }
+    }
+
+    /// Checks the query is well formed: field paths, value types, cursor shape.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let bad = |m: String| Err(StoreError::InvalidArgument(m));
+        for f in &self.filters {
+            check_field_path(&f.field)?;
+            match (&f.op, &f.value) {
+                (Op::In, Value::Array(vs))
+                    if !vs.is_empty() && vs.len() <= 30 && vs.iter().all(is_scalar) => {}
+                (Op::In, _) => return bad(format!("`in` on {} needs an array of 1 to 30 scalars", f.field)),
+                (_, v) if is_scalar(v) => {}
+                _ => return bad(format!("filter on {} compares with an array or object", f.field)),
+            }
+        }
+        for (f, _) in &self.order_by {
+            check_field_path(f)?;
+        }
+        if let Some(c) = &self.start_after
+            && c.values.len() != self.order_by.len()
+        {
+            return bad("the cursor does not match the query's order".to_owned());
+        }
+        Ok(())
+    }
+}
+
+fn is_scalar(v: &Value) -> bool {
+    !matches!(v, Value::Array(_) | Value::Object(_))
+}
+
+/// Field paths are dot-separated identifiers: `[A-Za-z_][A-Za-z0-9_]*`.
+pub(crate) fn check_field_path(path: &str) -> Result<(), StoreError> {
+    let ok = !path.is_empty()
+        && path.split('.').all(|seg| {
+            let mut b = seg.bytes();
+            b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+                && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        });
+    if ok { Ok(()) } else { Err(StoreError::InvalidArgument(format!("invalid field path `{path}`"))) }
+}
+
+/// The value at a dotted path.
+pub fn field_value<'a>(fields: &'a crate::Fields, path: &str) -> Option<&'a Value> {
+    let mut parts = path.split('.');
+    let mut v = fields.get(parts.next()?)?;
+    for p in parts {
+        v = v.as_object()?.get(p)?;
+    }
+    Some(v)
+}
