@@ -4,6 +4,7 @@
 //! from a timestamp and entropy handed in by the caller, and every wire string
 //! (run states, reasons, classes) is parsed into an enum here, once.
 
+pub mod bootstrap;
 pub mod class;
 pub mod ids;
 pub mod outcome;
@@ -11,6 +12,7 @@ pub mod run;
 pub mod spec;
 pub mod timestamp;
 
+pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap};
 pub use class::ResourceClass;
 pub use ids::{AttemptNo, DatasetId, IdError, Nonce, ProjectId, RunId, TenantId, UserId};
 pub use outcome::{

@@ -65,15 +65,27 @@ pub struct ListPage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SignedMethod {
     Get,
-    /// An upload that succeeds only if the object does not exist yet.
+    /// An upload that replaces whatever is there (checkpoints).
+    Put,
+    /// An upload that succeeds only if the object does not exist yet (outputs).
     PutCreateOnly,
 }
 
 impl SignedMethod {
+    /// The name the signature covers.
     pub fn as_str(self) -> &'static str {
         match self {
             SignedMethod::Get => "GET",
-            SignedMethod::PutCreateOnly => "PUT",
+            SignedMethod::Put => "PUT",
+            SignedMethod::PutCreateOnly => "PUT-CREATE",
+        }
+    }
+
+    /// The HTTP method the URL is used with.
+    pub fn http_method(self) -> &'static str {
+        match self {
+            SignedMethod::Get => "GET",
+            SignedMethod::Put | SignedMethod::PutCreateOnly => "PUT",
         }
     }
 }

@@ -224,16 +224,22 @@ async fn put_object(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (store, key) = match s.authorize(&bucket, &key, SignedMethod::PutCreateOnly, &p, false) {
+    let method = if p.method.as_deref() == Some(SignedMethod::Put.as_str()) {
+        SignedMethod::Put
+    } else {
+        SignedMethod::PutCreateOnly
+    };
+    let (store, key) = match s.authorize(&bucket, &key, method, &p, false) {
         Ok(x) => x,
         Err(r) => return respond(r),
     };
+    let precondition = if method == SignedMethod::Put { IfGeneration::Any } else { IfGeneration::ABSENT };
     let content_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/octet-stream")
         .to_owned();
-    match store.put(&key, body, &content_type, IfGeneration::ABSENT).await {
+    match store.put(&key, body, &content_type, precondition).await {
         Ok(meta) => (StatusCode::OK, [("x-goog-generation", meta.generation.0.to_string())]).into_response(),
         Err(e) => respond(object_error(e)),
     }
@@ -350,6 +356,12 @@ mod tests {
         assert_eq!(second.status(), 412, "a signed upload cannot overwrite");
         let (meta, bytes) = env.data.get(&key("t/a/out.json"), None).await.expect("stored");
         assert_eq!((&bytes[..], meta.content_type.as_str()), (&b"{}"[..], "application/json"));
+        let ckpt = env.data.signed_url(SignedMethod::Put, &key("t/a/ckpt.json"), Duration::from_secs(60)).await.expect("sign");
+        for body in ["{\"n\":1}", "{\"n\":2}"] {
+            assert_eq!(http.put(&ckpt).body(body).send().await.expect("put").status(), 200, "PUT may overwrite");
+        }
+        let widened = put.replace("method=PUT-CREATE", "method=PUT");
+        assert_eq!(http.put(&widened).body("x").send().await.expect("put").status(), 403, "create-only cannot be widened");
         let moved = http.put(put.replace("out.json", "moved")).body("{}").send().await.expect("put");
         assert_eq!(moved.status(), 403, "the signature covers the key");
         let big = env

@@ -1,0 +1,146 @@
+//! What compute costs. A [`PriceTable`] is versioned data: every estimate
+//! and every ledger entry names the table it used, so a price change never
+//! rewrites history. Amounts are integer micros of the table's currency;
+//! prices are held in nano-units per resource-second so list prices such as
+//! $0.0001867 per accelerator-second stay exact.
+//!
+//! Architecture invariant: no floating point touches money. Arithmetic is in
+//! `i128` nano-units and milliseconds, rounded once, half up, to micros.
+
+use std::time::Duration;
+
+use mapi_domain::ResourceClass;
+use serde::{Deserialize, Serialize};
+
+/// Nano-units of currency per resource-second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rates {
+    pub vcpu_second_nanos: i64,
+    pub gib_second_nanos: i64,
+    pub accelerator_second_nanos: i64,
+}
+
+/// A versioned price list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PriceTable {
+    pub version: &'static str,
+    pub currency: &'static str,
+    pub source: &'static str,
+    pub rates: Rates,
+}
+
+/// The current table: Cloud Run (jobs, instance-based billing) list prices,
+/// Tier 1 regions, as published on cloud.google.com/run/pricing: $0.000018
+/// per vCPU-second, $0.000002 per GiB-second, and an NVIDIA L4 without zonal
+/// redundancy at $0.0001867 per second. Estimates at list prices.
+pub const CLOUD_RUN_2026_11: PriceTable = PriceTable {
+    version: "cloudrun-tier1-2026-11",
+    currency: "USD",
+    source: "Cloud Run list prices, Tier 1, instance-based billing",
+    rates: Rates { vcpu_second_nanos: 18_000, gib_second_nanos: 2_000, accelerator_second_nanos: 186_700 },
+};
+
+/// The table in force.
+pub const CURRENT: PriceTable = CLOUD_RUN_2026_11;
+
+/// Every table ever used, so a ledger entry's table can always be found.
+pub const TABLES: &[PriceTable] = &[CLOUD_RUN_2026_11];
+
+pub fn table(version: &str) -> Option<&'static PriceTable> {
+    TABLES.iter().find(|t| t.version == version)
+}
+
+/// Resources used and what they cost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Charge {
+    pub class: ResourceClass,
+    pub tasks: u32,
+    /// Wall time of the attempt in milliseconds.
+    pub wall_ms: u64,
+    /// vCPU-milliseconds: vCPUs × tasks × wall time.
+    pub vcpu_ms: u64,
+    /// GiB-milliseconds.
+    pub gib_ms: u64,
+    /// Accelerator-milliseconds.
+    pub accelerator_ms: u64,
+    pub amount_micros: i64,
+    pub currency: String,
+    pub price_table: String,
+}
+
+impl PriceTable {
+    /// The charge for `tasks` tasks of `class` running for `wall`.
+    pub fn charge(&self, class: ResourceClass, tasks: u32, wall: Duration) -> Charge {
+        let wall_ms = u64::try_from(wall.as_millis()).unwrap_or(u64::MAX);
+        let per_task = |units: u32| u64::from(units).saturating_mul(u64::from(tasks)).saturating_mul(wall_ms);
+        let (vcpu_ms, gib_ms, accelerator_ms) =
+            (per_task(class.vcpu()), per_task(class.memory_gib()), per_task(class.gpus()));
+        let nanos_x_ms = i128::from(vcpu_ms) * i128::from(self.rates.vcpu_second_nanos)
+            + i128::from(gib_ms) * i128::from(self.rates.gib_second_nanos)
+            + i128::from(accelerator_ms) * i128::from(self.rates.accelerator_second_nanos);
+        // nano-units × ms → micros: divide by 1000 (ms→s) and by 1000 (nano→micro), half up.
+        let micros = (nanos_x_ms + 500_000) / 1_000_000;
+        Charge {
+            class,
+            tasks,
+            wall_ms,
+            vcpu_ms,
+            gib_ms,
+            accelerator_ms,
+            amount_micros: i64::try_from(micros).unwrap_or(i64::MAX),
+            currency: self.currency.to_owned(),
+            price_table: self.version.to_owned(),
+        }
+    }
+
+    /// The most a run can cost on one attempt: its class for its whole timeout.
+    pub fn estimate(&self, class: ResourceClass, tasks: u32, timeout: Duration) -> Charge {
+        self.charge(class, tasks, timeout)
+    }
+}
+
+/// Formats micros as a decimal amount, e.g. `0.043200 USD`.
+pub fn format_micros(micros: i64, currency: &str) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let m = micros.unsigned_abs();
+    format!("{sign}{}.{:06} {currency}", m / 1_000_000, m % 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_hour_of_class_s_at_list_price() {
+        // 2 vCPU × 3600 s × $0.000018 = $0.1296; 8 GiB × 3600 s × $0.000002 = $0.0576.
+        let c = CURRENT.charge(ResourceClass::S, 1, Duration::from_secs(3600));
+        assert_eq!(c.amount_micros, 187_200);
+        assert_eq!((c.vcpu_ms, c.gib_ms, c.accelerator_ms), (7_200_000, 28_800_000, 0));
+        assert_eq!(format_micros(c.amount_micros, "USD"), "0.187200 USD");
+    }
+
+    #[test]
+    fn gpu_adds_accelerator_seconds() {
+        // 8 vCPU × 10 s × 18 µ$ + 32 GiB × 10 s × 2 µ$ + 10 s × 186.7 µ$ = 1440 + 640 + 1867.
+        let c = CURRENT.charge(ResourceClass::GPU, 1, Duration::from_secs(10));
+        assert_eq!(c.amount_micros, 3_947);
+        assert_eq!(c.accelerator_ms, 10_000);
+    }
+
+    #[test]
+    fn rounding_is_half_up_once_and_tasks_multiply() {
+        // S for 1 ms: 2×18000 + 8×2000 = 52000 nano×ms → 0.052 µ$ → 0.
+        assert_eq!(CURRENT.charge(ResourceClass::S, 1, Duration::from_millis(1)).amount_micros, 0);
+        // 10 ms → 0.52 µ$ → 1 (half up).
+        assert_eq!(CURRENT.charge(ResourceClass::S, 1, Duration::from_millis(10)).amount_micros, 1);
+        let one = CURRENT.charge(ResourceClass::M, 1, Duration::from_secs(100)).amount_micros;
+        let four = CURRENT.charge(ResourceClass::M, 4, Duration::from_secs(100)).amount_micros;
+        assert_eq!(four, 4 * one);
+    }
+
+    #[test]
+    fn every_table_is_findable_by_version() {
+        assert_eq!(table(CURRENT.version), Some(&CURRENT));
+        assert!(table("nope").is_none());
+    }
+}

@@ -1,0 +1,189 @@
+//! The Executor conformance suite. Each case drives an executor through a
+//! [`Harness`] that can make the worker do something specific (the harness
+//! prepares each attempt's bootstrap), and checks what the executor reports.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mapi_domain::{AttemptNo, ExecutionStatus, Nonce, ResourceClass, RunId, Timestamp, exit};
+
+use crate::{AttemptSubmit, ExecutionHandle, ExecutionInfo, Executor, adopt};
+
+/// What the worker of a prepared attempt should do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Behaviour {
+    /// Finish at once, successfully.
+    Succeed,
+    /// Fail with a method error.
+    Fail,
+    /// Sleep this long, checkpointing if asked.
+    Sleep { seconds: f64, checkpoint: bool },
+    /// Allocate this many MiB and hold them.
+    Allocate { mib: u64 },
+}
+
+/// Connects the suite to one executor and the platform side it needs.
+#[async_trait]
+pub trait Harness: Send + Sync {
+    fn executor(&self) -> &dyn Executor;
+    /// Makes the attempt's worker behave as asked (writes its bootstrap).
+    async fn prepare(&self, submit: &AttemptSubmit, behaviour: Behaviour);
+    /// The smallest memory limit, in MiB, the executor applies to class S.
+    fn class_s_memory_mib(&self) -> u64;
+    fn now(&self) -> Timestamp;
+}
+
+/// A fresh attempt to submit.
+pub fn attempt(n: u8, timeout: Duration, task_count: u32) -> AttemptSubmit {
+    let nonce = Nonce::from_bytes([n; 16]);
+    let run = RunId::generate(Timestamp::from_secs(1_800_000_000), [n; 10]);
+    let mut env = std::collections::BTreeMap::new();
+    env.insert("MAPI_RUN_ID".to_owned(), run.to_string());
+    env.insert("MAPI_NONCE".to_owned(), nonce.to_string());
+    AttemptSubmit {
+        run,
+        attempt: AttemptNo::FIRST,
+        nonce,
+        class: ResourceClass::S,
+        method: "diag.sleep".to_owned(),
+        timeout,
+        task_count,
+        env,
+    }
+}
+
+/// Polls until the execution is no longer running (bounded: 60 s).
+pub async fn wait_done(h: &dyn Harness, handle: &ExecutionHandle) -> ExecutionInfo {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = h.executor().status(handle).await.expect("status");
+        if info.status != ExecutionStatus::Running {
+            return info;
+        }
+        assert!(std::time::Instant::now() < deadline, "execution {handle} did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn submit_runs_to_success(h: &dyn Harness) {
+    let a = attempt(1, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Succeed).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    let info = wait_done(h, &handle).await;
+    assert_eq!(info.status, ExecutionStatus::Succeeded);
+    assert_eq!(info.nonce.as_ref(), Some(&a.nonce));
+    assert!(info.started.is_some() && info.finished.is_some());
+    assert!(info.finished >= info.started);
+}
+
+pub async fn method_failure_is_reported(h: &dyn Harness) {
+    let a = attempt(2, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Fail).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    match wait_done(h, &handle).await.status {
+        ExecutionStatus::Failed { exit_code, .. } => assert_eq!(exit_code, Some(exit::METHOD_ERROR)),
+        s => panic!("expected a failure, got {s:?}"),
+    }
+}
+
+pub async fn adoption_finds_the_execution_by_nonce(h: &dyn Harness) {
+    let since = h.now();
+    let a = attempt(3, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Sleep { seconds: 0.5, checkpoint: false }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    let found = adopt(h.executor(), &a.nonce, since).await.expect("adopt").expect("found by nonce");
+    assert_eq!(found.handle, handle);
+    let other = Nonce::from_bytes([99; 16]);
+    assert!(adopt(h.executor(), &other, since).await.expect("adopt").is_none());
+    wait_done(h, &handle).await;
+}
+
+pub async fn duplicate_submits_are_reduced_to_the_oldest(h: &dyn Harness) {
+    let since = h.now();
+    let a = attempt(4, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Sleep { seconds: 2.0, checkpoint: false }).await;
+    let first = h.executor().submit(&a).await.expect("submit");
+    let second = h.executor().submit(&a).await.expect("duplicate submit");
+    assert_ne!(first, second);
+    let kept = adopt(h.executor(), &a.nonce, since).await.expect("adopt").expect("found");
+    assert_eq!(kept.handle, first, "the oldest execution is kept");
+    let dup = wait_done(h, &second).await;
+    assert!(
+        matches!(dup.status, ExecutionStatus::Cancelled { .. } | ExecutionStatus::Succeeded),
+        "the duplicate is cancelled or found no bootstrap and did nothing: {:?}",
+        dup.status
+    );
+    assert_eq!(wait_done(h, &first).await.status, ExecutionStatus::Succeeded);
+}
+
+pub async fn cancel_stops_a_running_execution(h: &dyn Harness) {
+    let a = attempt(5, Duration::from_secs(60), 1);
+    h.prepare(&a, Behaviour::Sleep { seconds: 30.0, checkpoint: false }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    h.executor().cancel(&handle).await.expect("cancel");
+    h.executor().cancel(&handle).await.expect("cancel is idempotent");
+    assert!(matches!(wait_done(h, &handle).await.status, ExecutionStatus::Cancelled { .. }));
+}
+
+pub async fn cancel_after_a_checkpoint_reports_exit_16(h: &dyn Harness) {
+    let a = attempt(6, Duration::from_secs(60), 1);
+    h.prepare(&a, Behaviour::Sleep { seconds: 30.0, checkpoint: true }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    h.executor().cancel(&handle).await.expect("cancel");
+    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Cancelled { exit_code: Some(exit::CHECKPOINTED) });
+}
+
+pub async fn timeout_is_enforced(h: &dyn Harness) {
+    let a = attempt(7, Duration::from_secs(1), 1);
+    h.prepare(&a, Behaviour::Sleep { seconds: 30.0, checkpoint: false }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    match wait_done(h, &handle).await.status {
+        ExecutionStatus::Failed { exit_code, .. } => assert_eq!(exit_code, Some(exit::SIGTERM)),
+        s => panic!("expected a timeout, got {s:?}"),
+    }
+}
+
+pub async fn memory_limit_kills_with_137(h: &dyn Harness) {
+    let a = attempt(8, Duration::from_secs(60), 1);
+    h.prepare(&a, Behaviour::Allocate { mib: h.class_s_memory_mib() * 2 }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    let status = wait_done(h, &handle).await.status;
+    let outcome = mapi_domain::classify(&status);
+    assert_eq!(outcome, Some(mapi_domain::AttemptOutcome::OutOfMemory), "{status:?}");
+}
+
+pub async fn fan_out_runs_every_task(h: &dyn Harness) {
+    let a = attempt(9, Duration::from_secs(30), 3);
+    h.prepare(&a, Behaviour::Succeed).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    let info = wait_done(h, &handle).await;
+    assert_eq!((info.task_count, info.status), (3, ExecutionStatus::Succeeded));
+}
+
+pub async fn unknown_executions_are_not_found(h: &dyn Harness) {
+    let info = h.executor().status(&ExecutionHandle("exec-0-00000000".to_owned())).await.expect("status");
+    assert_eq!(info.status, ExecutionStatus::NotFound);
+    h.executor().cancel(&ExecutionHandle("exec-0-00000000".to_owned())).await.expect("cancel of unknown succeeds");
+}
+
+/// Expands to one test per case; `$make` is an async expression evaluating
+/// to a value that implements [`Harness`].
+#[macro_export]
+macro_rules! executor_conformance_suite {
+    ($make:expr) => {
+        $crate::executor_conformance_suite!(@cases $make; submit_runs_to_success, method_failure_is_reported,
+            adoption_finds_the_execution_by_nonce, duplicate_submits_are_reduced_to_the_oldest,
+            cancel_stops_a_running_execution, cancel_after_a_checkpoint_reports_exit_16, timeout_is_enforced,
+            memory_limit_kills_with_137, fan_out_runs_every_task, unknown_executions_are_not_found);
+    };
+    (@cases $make:expr; $($case:ident),+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $make;
+                $crate::conformance::$case(&harness).await;
+            }
+        )+
+    };
+}

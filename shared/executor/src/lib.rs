@@ -1,0 +1,155 @@
+//! The Executor port: one attempt of a run becomes one execution of a
+//! fixed job, shaped after Cloud Run Jobs (`jobs.run` with env and task
+//! count overrides, `executions.get/list/cancel`). The executor reports
+//! what happened; what it means for the run is decided in `mapi-domain`'s
+//! outcome table, never here.
+//!
+//! Failure: `submit` distinguishes "nothing was made" (`Throttled`,
+//! `Unavailable`, `Refused`) from "something may have been made"
+//! (`Ambiguous`): after an ambiguous submit the caller must [`adopt`] by
+//! nonce before it submits again. Cancellation: dropping a `submit` future
+//! after the request left makes the outcome ambiguous in the same way.
+
+pub mod local;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mapi_domain::{AttemptNo, ExecutionStatus, Nonce, ResourceClass, RunId, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// What to start: one attempt of one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptSubmit {
+    pub run: RunId,
+    pub attempt: AttemptNo,
+    pub nonce: Nonce,
+    pub class: ResourceClass,
+    /// The method, whose namespace selects the base image.
+    pub method: String,
+    /// The run's timeout; the executor's own backstop adds its margin.
+    pub timeout: Duration,
+    pub task_count: u32,
+    /// Environment overrides. Only `MAPI_RUN_ID` and `MAPI_NONCE` are set by
+    /// the platform: everything else reaches the worker through its bootstrap.
+    pub env: BTreeMap<String, String>,
+}
+
+/// The executor's name for an execution (Cloud Run's execution name).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(transparent)]
+pub struct ExecutionHandle(pub String);
+
+impl std::fmt::Display for ExecutionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the executor knows about one execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionInfo {
+    pub handle: ExecutionHandle,
+    pub nonce: Option<Nonce>,
+    pub run: Option<RunId>,
+    pub created: Timestamp,
+    pub started: Option<Timestamp>,
+    pub finished: Option<Timestamp>,
+    pub task_count: u32,
+    pub status: ExecutionStatus,
+}
+
+/// Isolation an executor gives one attempt, weakest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    Process,
+    Gvisor,
+    MicroVm,
+}
+
+/// What an executor offers (`GET /v1/admin/executors`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Capabilities {
+    pub executor: String,
+    pub isolation: Isolation,
+    pub classes: Vec<ResourceClass>,
+    pub enforces_memory_limit: bool,
+    pub egress_enforced: bool,
+    pub dns_enforced: bool,
+    pub remote_control_api: bool,
+    pub max_task_count: u32,
+}
+
+/// Why a submit did not produce a handle.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// Answered 429: nothing was made. Retry after the delay.
+    #[error("executor throttled the submit")]
+    Throttled { retry_after: Option<Duration> },
+    /// Something may have been made: adopt by nonce before submitting again.
+    #[error("the submit may or may not have created an execution: {0}")]
+    Ambiguous(String),
+    /// Placement refused the attempt; retrying will not help.
+    #[error("{0}")]
+    Refused(String),
+    /// Nothing was made; retry later.
+    #[error("executor unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Why a status, list or cancel call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("executor unavailable: {0}")]
+    Unavailable(String),
+    #[error("executor internal error: {0}")]
+    Internal(String),
+}
+
+/// The Executor port.
+#[async_trait]
+pub trait Executor: Send + Sync + Debug {
+    fn capabilities(&self) -> Capabilities;
+
+    /// Refuses attempts this executor must not take, with the sentence the
+    /// run's error will carry.
+    fn check_placement(&self, class: ResourceClass, method: &str) -> Result<(), String>;
+
+    async fn submit(&self, attempt: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError>;
+
+    /// The execution's state; `ExecutionStatus::NotFound` when it is unknown.
+    async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError>;
+
+    /// Executions created at or after `since`, for adoption by nonce.
+    async fn list_recent(&self, since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError>;
+
+    /// Asks the execution to stop (SIGTERM, then SIGKILL after a grace
+    /// period). Idempotent; cancelling an unknown execution succeeds.
+    async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError>;
+}
+
+/// Finds the execution of `nonce` made at or after `since` (the seed's
+/// `adopt(nonce)`). When several have the nonce, keeps the oldest and
+/// cancels the others: their duplicate workers find no bootstrap anyway.
+pub async fn adopt(
+    executor: &dyn Executor,
+    nonce: &Nonce,
+    since: Timestamp,
+) -> Result<Option<ExecutionInfo>, ExecutorError> {
+    let mut found: Vec<ExecutionInfo> =
+        executor.list_recent(since).await?.into_iter().filter(|e| e.nonce.as_ref() == Some(nonce)).collect();
+    found.sort_by(|a, b| (a.created, &a.handle).cmp(&(b.created, &b.handle)));
+    let mut found = found.into_iter();
+    let keep = found.next();
+    for dup in found {
+        tracing::warn!(handle = %dup.handle, nonce = %nonce, "cancelling a duplicate execution");
+        executor.cancel(&dup.handle).await?;
+    }
+    Ok(keep)
+}

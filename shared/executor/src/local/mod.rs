@@ -1,0 +1,244 @@
+//! The local-process executor: each execution is a host process (see
+//! [`host`]) that runs the worker as child processes on this machine.
+//! Executions live in `$MAPI_HOME/executions/<handle>/` (see [`layout`]),
+//! so they and their outcomes survive a restart of the platform.
+//!
+//! Isolation is only a process: this executor is for one machine and
+//! trusted code, and reports `Isolation::Process`.
+
+pub mod host;
+pub mod layout;
+mod proc;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mapi_clock::Clock;
+use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
+
+use crate::{
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation, SubmitError,
+};
+use layout::{Command, ExecSpec, HostRecord, StatusFile};
+
+/// Settings of the local-process executor.
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// Where executions live: `$MAPI_HOME/executions`.
+    pub dir: PathBuf,
+    /// How to start a host; `local-exec --dir <dir>` is appended.
+    pub host: Command,
+    /// The worker each task runs.
+    pub task: Command,
+    /// The job's static environment (e.g. `MAPI_BOOTSTRAP_URL`).
+    pub static_env: BTreeMap<String, String>,
+    /// The backstop after the run's timeout.
+    pub timeout_margin: Duration,
+    /// SIGTERM to SIGKILL.
+    pub grace: Duration,
+    /// Memory limits in MiB per class, replacing the class's own.
+    pub memory_mib: BTreeMap<ResourceClass, u64>,
+}
+
+/// The local-process adapter of the Executor port.
+#[derive(Clone, Debug)]
+pub struct LocalProcessExecutor {
+    config: Arc<LocalConfig>,
+    clock: Arc<dyn Clock>,
+}
+
+const CLASSES: [ResourceClass; 4] = [ResourceClass::S, ResourceClass::M, ResourceClass::L, ResourceClass::XL];
+
+fn internal(e: impl std::fmt::Display) -> ExecutorError {
+    ExecutorError::Internal(e.to_string())
+}
+
+fn not_found(handle: &ExecutionHandle) -> ExecutionInfo {
+    ExecutionInfo {
+        handle: handle.clone(),
+        nonce: None,
+        run: None,
+        created: Timestamp::EPOCH,
+        started: None,
+        finished: None,
+        task_count: 0,
+        status: ExecutionStatus::NotFound,
+    }
+}
+
+impl LocalProcessExecutor {
+    pub fn new(config: LocalConfig, clock: Arc<dyn Clock>) -> Result<Self, ExecutorError> {
+        std::fs::create_dir_all(&config.dir).map_err(internal)?;
+        Ok(LocalProcessExecutor { config: Arc::new(config), clock })
+    }
+
+    /// Where the execution's files are.
+    pub fn exec_dir(&self, handle: &ExecutionHandle) -> Option<PathBuf> {
+        let ok = !handle.0.is_empty()
+            && handle.0.len() <= 100
+            && handle.0.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        ok.then(|| self.config.dir.join(&handle.0))
+    }
+
+    /// The executions directory.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    fn memory_limit_mib(&self, class: ResourceClass) -> u64 {
+        self.config.memory_mib.get(&class).copied().unwrap_or(u64::from(class.memory_gib()) * 1024)
+    }
+
+    fn info(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
+        let Some(dir) = self.exec_dir(handle) else { return Ok(not_found(handle)) };
+        let Some(spec) = layout::read_json::<ExecSpec>(&dir, layout::SPEC).map_err(internal)? else {
+            return Ok(not_found(handle));
+        };
+        let mut info = ExecutionInfo {
+            handle: handle.clone(),
+            nonce: Some(spec.nonce.clone()),
+            run: Some(spec.run.clone()),
+            created: spec.created,
+            started: None,
+            finished: None,
+            task_count: spec.task_count,
+            status: ExecutionStatus::Running,
+        };
+        if let Some(done) = layout::read_json::<StatusFile>(&dir, layout::STATUS).map_err(internal)? {
+            info.started = Some(done.started);
+            info.finished = Some(done.finished);
+            info.status = done.status;
+            return Ok(info);
+        }
+        let alive = layout::read_json::<HostRecord>(&dir, layout::HOST)
+            .map_err(internal)?
+            .is_some_and(|h| proc::is_same_process(h.pid, h.start_ticks));
+        if alive {
+            info.started = Some(spec.created);
+        } else {
+            // The host died without an outcome (killed, or the machine
+            // restarted): the execution is gone.
+            info.status = ExecutionStatus::NotFound;
+        }
+        Ok(info)
+    }
+
+    fn new_handle(&self) -> Result<ExecutionHandle, SubmitError> {
+        let mut entropy = [0u8; 4];
+        getrandom::fill(&mut entropy).map_err(|e| SubmitError::Unavailable(e.to_string()))?;
+        Ok(ExecutionHandle(format!("exec-{}-{}", self.clock.now().as_millis(), hex::encode(entropy))))
+    }
+}
+
+#[async_trait]
+impl Executor for LocalProcessExecutor {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            executor: "local-process".to_owned(),
+            isolation: Isolation::Process,
+            classes: CLASSES.to_vec(),
+            enforces_memory_limit: true,
+            egress_enforced: false,
+            dns_enforced: false,
+            remote_control_api: false,
+            max_task_count: 64,
+        }
+    }
+
+    fn check_placement(&self, class: ResourceClass, _method: &str) -> Result<(), String> {
+        if CLASSES.contains(&class) {
+            Ok(())
+        } else {
+            Err(format!("the local-process executor does not offer class {class}: use S, M, L or XL"))
+        }
+    }
+
+    async fn submit(&self, a: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError> {
+        self.check_placement(a.class, &a.method).map_err(SubmitError::Refused)?;
+        if a.task_count == 0 || a.task_count > self.capabilities().max_task_count {
+            return Err(SubmitError::Refused(format!("task count {} is out of range 1 to 64", a.task_count)));
+        }
+        let handle = self.new_handle()?;
+        let dir = self.config.dir.join(&handle.0);
+        let unavailable = |e: std::io::Error| SubmitError::Unavailable(e.to_string());
+        std::fs::create_dir_all(&dir).map_err(unavailable)?;
+        let mut env = self.config.static_env.clone();
+        env.extend(a.env.clone());
+        let spec = ExecSpec {
+            handle: handle.0.clone(),
+            job: format!("local-{}", a.class.as_str().to_ascii_lowercase()),
+            run: a.run.clone(),
+            attempt: a.attempt,
+            nonce: a.nonce.clone(),
+            class: a.class,
+            task_count: a.task_count,
+            created: self.clock.now(),
+            task_timeout_ms: u64::try_from((a.timeout + self.config.timeout_margin).as_millis()).unwrap_or(u64::MAX),
+            grace_ms: u64::try_from(self.config.grace.as_millis()).unwrap_or(u64::MAX),
+            memory_limit_mib: self.memory_limit_mib(a.class),
+            task: self.config.task.clone(),
+            env,
+        };
+        layout::write_json(&dir, layout::SPEC, &spec).map_err(unavailable)?;
+        let log = std::fs::File::create(dir.join("host.log")).map_err(unavailable)?;
+        let log2 = log.try_clone().map_err(unavailable)?;
+        let mut child = tokio::process::Command::new(&self.config.host.program)
+            .args(&self.config.host.args)
+            .arg("local-exec")
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| SubmitError::Unavailable(format!("cannot start the execution host: {e}")))?;
+        let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+        let record = HostRecord { pid, start_ticks: proc::start_ticks(pid).unwrap_or(0) };
+        layout::write_json(&dir, layout::HOST, &record).map_err(unavailable)?;
+        // Reap the host when it exits, so it leaves no zombie while we live.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        tracing::info!(handle = %handle, run = %a.run, attempt = %a.attempt, class = %a.class, "execution started");
+        Ok(handle)
+    }
+
+    async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
+        let (this, handle) = (self.clone(), handle.clone());
+        tokio::task::spawn_blocking(move || this.info(&handle)).await.map_err(internal)?
+    }
+
+    async fn list_recent(&self, since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for entry in std::fs::read_dir(&this.config.dir).map_err(internal)?.flatten() {
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+                let info = this.info(&ExecutionHandle(name))?;
+                if info.status != ExecutionStatus::NotFound || info.nonce.is_some() {
+                    if info.created >= since {
+                        out.push(info);
+                    }
+                }
+            }
+            out.sort_by(|a, b| (a.created, &a.handle).cmp(&(b.created, &b.handle)));
+            Ok(out)
+        })
+        .await
+        .map_err(internal)?
+    }
+
+    async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
+        let Some(dir) = self.exec_dir(handle) else { return Ok(()) };
+        if dir.join(layout::SPEC).exists() {
+            layout::write_json(&dir, layout::CANCEL, &serde_json::json!({"at": self.clock.now()}))
+                .map_err(internal)?;
+        }
+        Ok(())
+    }
+}

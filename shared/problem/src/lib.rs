@@ -1,0 +1,229 @@
+//! The API's error type. Every handler of every function returns
+//! `Result<_, ApiError>`; every error leaves as `application/problem+json`
+//! (RFC 9457) with a stable `code` a program can switch on and a `detail`
+//! that tells a person what to fix. Internal errors are logged with their
+//! context and answered with a generic detail: nothing internal is echoed.
+
+mod extract;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+pub use extract::{Json, Path, Query, fallback_not_found};
+
+mapi_domain::wire_enum!(
+    /// Stable problem codes. Never renamed: clients switch on them.
+    ProblemCode {
+        /// 400: the request is malformed or a value is out of range.
+        InvalidArgument => "INVALID_ARGUMENT",
+        /// 401: no valid credentials.
+        Unauthenticated => "UNAUTHENTICATED",
+        /// 403: the caller may not do this.
+        Forbidden => "FORBIDDEN",
+        /// 404: no such resource (or the caller may not know it exists).
+        NotFound => "NOT_FOUND",
+        /// 405: the route exists but not with this method.
+        MethodNotAllowed => "METHOD_NOT_ALLOWED",
+        /// 409: the resource exists already.
+        AlreadyExists => "ALREADY_EXISTS",
+        /// 409: the resource's state does not allow this now.
+        FailedPrecondition => "FAILED_PRECONDITION",
+        /// 413: the body is too large.
+        PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+        /// 415: the body has the wrong media type.
+        UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+        /// 429: a quota would be exceeded.
+        QuotaExceeded => "QUOTA_EXCEEDED",
+        /// 429: too many requests in the window.
+        RateLimited => "RATE_LIMITED",
+        /// 503: a dependency is unavailable; retry.
+        Unavailable => "UNAVAILABLE",
+        /// 500: a fault of the platform.
+        Internal => "INTERNAL",
+    }
+);
+
+impl ProblemCode {
+    pub fn status(self) -> StatusCode {
+        match self {
+            ProblemCode::InvalidArgument => StatusCode::BAD_REQUEST,
+            ProblemCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ProblemCode::Forbidden => StatusCode::FORBIDDEN,
+            ProblemCode::NotFound => StatusCode::NOT_FOUND,
+            ProblemCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ProblemCode::AlreadyExists | ProblemCode::FailedPrecondition => StatusCode::CONFLICT,
+            ProblemCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ProblemCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ProblemCode::QuotaExceeded | ProblemCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ProblemCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ProblemCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn title(self) -> &'static str {
+        self.status().canonical_reason().unwrap_or("Error")
+    }
+}
+
+/// The body of every error response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URI naming the problem type: `urn:mapi:problem:<code>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub code: ProblemCode,
+    /// What went wrong and what to do about it.
+    pub detail: String,
+    /// Seconds to wait before retrying, when the answer is 429 or 503.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+}
+
+/// The error every handler returns.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A problem to show the caller as it is.
+    #[error("{code}: {detail}")]
+    Problem { code: ProblemCode, detail: String, retry_after_s: Option<u64> },
+    /// A fault of ours: the message is logged, the caller sees a generic detail.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn new(code: ProblemCode, detail: impl Into<String>) -> ApiError {
+        ApiError::Problem { code, detail: detail.into(), retry_after_s: None }
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> ApiError {
+        ApiError::new(ProblemCode::InvalidArgument, detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> ApiError {
+        ApiError::new(ProblemCode::NotFound, detail)
+    }
+
+    pub fn forbidden(detail: impl Into<String>) -> ApiError {
+        ApiError::new(ProblemCode::Forbidden, detail)
+    }
+
+    pub fn unauthenticated(detail: impl Into<String>) -> ApiError {
+        ApiError::new(ProblemCode::Unauthenticated, detail)
+    }
+
+    pub fn precondition(detail: impl Into<String>) -> ApiError {
+        ApiError::new(ProblemCode::FailedPrecondition, detail)
+    }
+
+    /// 503 with a Retry-After.
+    pub fn unavailable(detail: impl Into<String>, retry_after_s: u64) -> ApiError {
+        ApiError::Problem { code: ProblemCode::Unavailable, detail: detail.into(), retry_after_s: Some(retry_after_s) }
+    }
+
+    pub fn internal(context: impl Into<String>) -> ApiError {
+        ApiError::Internal(context.into())
+    }
+
+    pub fn code(&self) -> ProblemCode {
+        match self {
+            ApiError::Problem { code, .. } => *code,
+            ApiError::Internal(_) => ProblemCode::Internal,
+        }
+    }
+
+    /// The body this error is answered with.
+    pub fn problem(&self) -> Problem {
+        let (code, detail, retry_after_s) = match self {
+            ApiError::Problem { code, detail, retry_after_s } => (*code, detail.clone(), *retry_after_s),
+            ApiError::Internal(_) => (
+                ProblemCode::Internal,
+                "the platform failed to handle the request; it has been logged, retry later".to_owned(),
+                None,
+            ),
+        };
+        Problem {
+            kind: format!("urn:mapi:problem:{}", code.as_str().to_ascii_lowercase().replace('_', "-")),
+            title: code.title().to_owned(),
+            status: code.status().as_u16(),
+            code,
+            detail,
+            retry_after_s,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(context) = &self {
+            tracing::error!(error = %context, "request failed");
+        }
+        let problem = self.problem();
+        let status = problem.code.status();
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut resp = (status, body).into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Some(s) = problem.retry_after_s {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if problem.code == ProblemCode::Unauthenticated {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+impl From<mapi_domain::IdError> for ApiError {
+    fn from(e: mapi_domain::IdError) -> Self {
+        ApiError::invalid(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hand-written expectations for every code: status and wire name.
+    #[test]
+    fn codes_have_their_documented_status() {
+        let spec = [
+            ("INVALID_ARGUMENT", 400),
+            ("UNAUTHENTICATED", 401),
+            ("FORBIDDEN", 403),
+            ("NOT_FOUND", 404),
+            ("METHOD_NOT_ALLOWED", 405),
+            ("ALREADY_EXISTS", 409),
+            ("FAILED_PRECONDITION", 409),
+            ("PAYLOAD_TOO_LARGE", 413),
+            ("UNSUPPORTED_MEDIA_TYPE", 415),
+            ("QUOTA_EXCEEDED", 429),
+            ("RATE_LIMITED", 429),
+            ("UNAVAILABLE", 503),
+            ("INTERNAL", 500),
+        ];
+        assert_eq!(spec.len(), ProblemCode::ALL.len());
+        for (name, status) in spec {
+            let code: ProblemCode = name.parse().expect("known code");
+            assert_eq!(code.status().as_u16(), status, "{name}");
+        }
+    }
+
+    #[test]
+    fn internal_errors_do_not_echo_their_context() {
+        let p = ApiError::internal("sqlite: disk I/O error at /secret/path").problem();
+        assert_eq!(p.code, ProblemCode::Internal);
+        assert!(!p.detail.contains("secret"));
+    }
+
+    #[test]
+    fn problems_serialize_as_rfc9457() {
+        let p = ApiError::unavailable("the queue is busy", 5).problem();
+        let v = serde_json::to_value(&p).expect("json");
+        assert_eq!(v["type"], "urn:mapi:problem:unavailable");
+        assert_eq!(v["status"], 503);
+        assert_eq!(v["code"], "UNAVAILABLE");
+        assert_eq!(v["retry_after_s"], 5);
+    }
+}
