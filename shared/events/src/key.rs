@@ -102,7 +102,7 @@ mod tests {
         let back: AttemptKey = serde_json::from_str(&json).expect("deserializes");
         assert_eq!(back.to_hex(), HEX);
         let secretish = format!("\"{}\"", &HEX[..63]);
-        let err = serde_json::from_str::<AttemptKey>(&secretish).err().expect("refused").to_string();
+        let err = serde_json::from_str::<AttemptKey>(&secretish).expect_err("refused").to_string();
         assert!(!err.contains(&HEX[..63]), "error must not echo the key text: {err}");
     }
 }

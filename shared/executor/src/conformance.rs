@@ -131,7 +131,10 @@ pub async fn cancel_after_a_checkpoint_reports_exit_16(h: &dyn Harness) {
     let handle = h.executor().submit(&a).await.expect("submit");
     tokio::time::sleep(Duration::from_millis(700)).await;
     h.executor().cancel(&handle).await.expect("cancel");
-    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Cancelled { exit_code: Some(exit::CHECKPOINTED) });
+    assert_eq!(
+        wait_done(h, &handle).await.status,
+        ExecutionStatus::Cancelled { exit_code: Some(exit::CHECKPOINTED) }
+    );
 }
 
 pub async fn timeout_is_enforced(h: &dyn Harness) {
@@ -164,7 +167,10 @@ pub async fn fan_out_runs_every_task(h: &dyn Harness) {
 pub async fn unknown_executions_are_not_found(h: &dyn Harness) {
     let info = h.executor().status(&ExecutionHandle("exec-0-00000000".to_owned())).await.expect("status");
     assert_eq!(info.status, ExecutionStatus::NotFound);
-    h.executor().cancel(&ExecutionHandle("exec-0-00000000".to_owned())).await.expect("cancel of unknown succeeds");
+    h.executor()
+        .cancel(&ExecutionHandle("exec-0-00000000".to_owned()))
+        .await
+        .expect("cancel of unknown succeeds");
 }
 
 /// Expands to one test per case; `$make` is an async expression evaluating

@@ -142,7 +142,11 @@ impl Metrics {
     /// Counts one run transition.
     pub fn transition(&self, from: &str, to: &str, reason: &str) {
         self.run_transitions
-            .get_or_create(&TransitionLabels { from: from.to_owned(), to: to.to_owned(), reason: reason.to_owned() })
+            .get_or_create(&TransitionLabels {
+                from: from.to_owned(),
+                to: to.to_owned(),
+                reason: reason.to_owned(),
+            })
             .inc();
     }
 

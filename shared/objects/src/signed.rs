@@ -356,12 +356,24 @@ mod tests {
         assert_eq!(second.status(), 412, "a signed upload cannot overwrite");
         let (meta, bytes) = env.data.get(&key("t/a/out.json"), None).await.expect("stored");
         assert_eq!((&bytes[..], meta.content_type.as_str()), (&b"{}"[..], "application/json"));
-        let ckpt = env.data.signed_url(SignedMethod::Put, &key("t/a/ckpt.json"), Duration::from_secs(60)).await.expect("sign");
+        let ckpt = env
+            .data
+            .signed_url(SignedMethod::Put, &key("t/a/ckpt.json"), Duration::from_secs(60))
+            .await
+            .expect("sign");
         for body in ["{\"n\":1}", "{\"n\":2}"] {
-            assert_eq!(http.put(&ckpt).body(body).send().await.expect("put").status(), 200, "PUT may overwrite");
+            assert_eq!(
+                http.put(&ckpt).body(body).send().await.expect("put").status(),
+                200,
+                "PUT may overwrite"
+            );
         }
         let widened = put.replace("method=PUT-CREATE", "method=PUT");
-        assert_eq!(http.put(&widened).body("x").send().await.expect("put").status(), 403, "create-only cannot be widened");
+        assert_eq!(
+            http.put(&widened).body("x").send().await.expect("put").status(),
+            403,
+            "create-only cannot be widened"
+        );
         let moved = http.put(put.replace("out.json", "moved")).body("{}").send().await.expect("put");
         assert_eq!(moved.status(), 403, "the signature covers the key");
         let big = env

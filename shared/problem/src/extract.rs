@@ -32,9 +32,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
             }
             Err(JsonRejection::JsonDataError(e)) => Err(ApiError::invalid(format!(
                 "the body does not match the expected shape: {}",
-                e.body_text().trim_start_matches("Failed to deserialize the JSON body into the target type: ")
+                e.body_text()
+                    .trim_start_matches("Failed to deserialize the JSON body into the target type: ")
             ))),
-            Err(JsonRejection::BytesRejection(e)) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(JsonRejection::BytesRejection(e))
+                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
+            {
                 Err(ApiError::new(ProblemCode::PayloadTooLarge, "the body is larger than this route accepts"))
             }
             Err(e) => Err(ApiError::invalid(e.body_text())),
@@ -45,6 +48,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
 impl<T: Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
+    }
+}
+
+/// A raw body; a body over the route's limit is `PAYLOAD_TOO_LARGE`.
+#[derive(Debug, Clone, Default)]
+pub struct RawBody(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        axum::body::Bytes::from_request(req, state).await.map(RawBody).map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(ProblemCode::PayloadTooLarge, "the body is larger than this route accepts")
+            } else {
+                ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
+            }
+        })
     }
 }
 
@@ -71,10 +92,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|q| Query(q.0))
-            .map_err(|e: QueryRejection| ApiError::invalid(format!("invalid query string: {}", e.body_text())))
+        axum::extract::Query::<T>::from_request_parts(parts, state).await.map(|q| Query(q.0)).map_err(
+            |e: QueryRejection| ApiError::invalid(format!("invalid query string: {}", e.body_text())),
+        )
     }
 }
 
@@ -109,12 +129,16 @@ mod tests {
     }
 
     async fn call(content_type: Option<&str>, body: &str) -> (u16, Option<Problem>) {
-        let app = Router::new().route("/", post(handler)).layer(DefaultBodyLimit::max(64)).fallback(fallback_not_found);
+        let app = Router::new()
+            .route("/", post(handler))
+            .layer(DefaultBodyLimit::max(64))
+            .fallback(fallback_not_found);
         let mut req = axum::http::Request::post("/");
         if let Some(ct) = content_type {
             req = req.header("content-type", ct);
         }
-        let resp = app.oneshot(req.body(Body::from(body.to_owned())).expect("request")).await.expect("response");
+        let resp =
+            app.oneshot(req.body(Body::from(body.to_owned())).expect("request")).await.expect("response");
         let status = resp.status().as_u16();
         let is_problem = resp.headers().get("content-type").is_some_and(|v| v == "application/problem+json");
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();

@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-pub use extract::{Json, Path, Query, fallback_not_found};
+pub use extract::{Json, Path, Query, RawBody, fallback_not_found};
 
 mapi_domain::wire_enum!(
     /// Stable problem codes. Never renamed: clients switch on them.
@@ -120,7 +120,11 @@ impl ApiError {
 
     /// 503 with a Retry-After.
     pub fn unavailable(detail: impl Into<String>, retry_after_s: u64) -> ApiError {
-        ApiError::Problem { code: ProblemCode::Unavailable, detail: detail.into(), retry_after_s: Some(retry_after_s) }
+        ApiError::Problem {
+            code: ProblemCode::Unavailable,
+            detail: detail.into(),
+            retry_after_s: Some(retry_after_s),
+        }
     }
 
     pub fn internal(context: impl Into<String>) -> ApiError {
@@ -172,6 +176,38 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp
+    }
+}
+
+impl From<mapi_store::StoreError> for ApiError {
+    fn from(e: mapi_store::StoreError) -> Self {
+        use mapi_store::StoreError as E;
+        match e {
+            E::Aborted | E::Unavailable(_) => ApiError::unavailable("the store is busy: retry shortly", 1),
+            other => ApiError::internal(format!("store: {other}")),
+        }
+    }
+}
+
+impl From<mapi_objects::ObjectError> for ApiError {
+    fn from(e: mapi_objects::ObjectError) -> Self {
+        match e {
+            mapi_objects::ObjectError::Unavailable(_) => {
+                ApiError::unavailable("the object store is busy: retry shortly", 1)
+            }
+            other => ApiError::internal(format!("objects: {other}")),
+        }
+    }
+}
+
+impl From<mapi_queue::QueueError> for ApiError {
+    fn from(e: mapi_queue::QueueError) -> Self {
+        match e {
+            mapi_queue::QueueError::Unavailable(_) => {
+                ApiError::unavailable("the queue is busy: retry shortly", 1)
+            }
+            other => ApiError::internal(format!("queue: {other}")),
+        }
     }
 }
 

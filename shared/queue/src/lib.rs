@@ -170,9 +170,7 @@ impl NewTask {
         if let Some(t) = self.schedule_time
             && t > now + MAX_SCHEDULE_AHEAD
         {
-            return Err(QueueError::InvalidArgument(format!(
-                "schedule time {t} is more than 30 days ahead"
-            )));
+            return Err(QueueError::InvalidArgument(format!("schedule time {t} is more than 30 days ahead")));
         }
         Ok(())
     }
@@ -187,7 +185,8 @@ pub struct TaskInfo {
     pub created: Timestamp,
 }
 
-/// The TaskQueue port.
+/// The TaskQueue port. A queue the adapter does not serve is an
+/// `InvalidArgument` in every method.
 #[async_trait]
 pub trait TaskQueue: Send + Sync + Debug {
     /// Enqueues a task. `AlreadyExists` if its name is pending or was used
@@ -363,7 +362,11 @@ mod tests {
         let zero = QueueConfig { max_concurrent_dispatches: 0, ..c.clone() };
         assert!(zero.validate().is_err());
         let inverted = QueueConfig {
-            retry: RetryConfig { min_backoff: Duration::from_secs(10), max_backoff: Duration::from_secs(1), ..c.retry },
+            retry: RetryConfig {
+                min_backoff: Duration::from_secs(10),
+                max_backoff: Duration::from_secs(1),
+                ..c.retry
+            },
             ..c
         };
         assert!(inverted.validate().is_err());

@@ -20,7 +20,6 @@
 mod deliverer;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -119,18 +118,8 @@ struct Lease {
     deadline: Duration,
 }
 
-impl fmt::Debug for Lease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease")
-            .field("queue", &self.queue)
-            .field("name", &self.name)
-            .field("token", &self.token)
-            .finish_non_exhaustive()
-    }
-}
-
 /// What one delivery came to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum Outcome {
     Delivered,
     Failed { status: String, retry_after: Option<Duration> },
@@ -164,7 +153,11 @@ fn stored_name(s: String) -> Result<TaskName, QueueError> {
 impl SqliteQueue {
     /// Opens (creating if needed) the queue tables in the SQLite file at
     /// `path`, serving the given queues.
-    pub fn open(path: &Path, clock: Arc<dyn Clock>, queues: Vec<QueueConfig>) -> Result<SqliteQueue, QueueError> {
+    pub fn open(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        queues: Vec<QueueConfig>,
+    ) -> Result<SqliteQueue, QueueError> {
         let mut configs = BTreeMap::new();
         for q in queues {
             q.validate()?;
@@ -180,7 +173,9 @@ impl SqliteQueue {
         }
         let conn = Connection::open_with_flags(
             path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(sql_err)?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(sql_err)?;
@@ -188,12 +183,7 @@ impl SqliteQueue {
         conn.pragma_update(None, "synchronous", "FULL").map_err(sql_err)?;
         conn.execute_batch(SCHEMA).map_err(sql_err)?;
         Ok(SqliteQueue {
-            inner: Arc::new(Inner {
-                conn: Mutex::new(conn),
-                clock,
-                queues: configs,
-                created: Notify::new(),
-            }),
+            inner: Arc::new(Inner { conn: Mutex::new(conn), clock, queues: configs, created: Notify::new() }),
         })
     }
 
@@ -335,7 +325,8 @@ impl SqliteQueue {
                     .map_err(sql_err)?;
                 }
                 Outcome::Failed { status, retry_after } if cfg.retry.allows_another(attempts) => {
-                    let wait = cfg.retry.backoff(attempts.saturating_sub(1)).max(retry_after.unwrap_or_default());
+                    let wait =
+                        cfg.retry.backoff(attempts.saturating_sub(1)).max(retry_after.unwrap_or_default());
                     tracing::debug!(
                         queue = %lease.queue, task = %lease.name, attempts, %status, retry_in = ?wait,
                         "task delivery failed"
@@ -471,9 +462,11 @@ fn lease_queue(
     let lease_until = now + cfg.dispatch_deadline + LEASE_MARGIN;
     for (rowid, name, path, body, eta, attempts) in due {
         let token: i64 = tx
-            .query_row("UPDATE queue_meta SET value = value + 1 WHERE name = 'lease_seq' RETURNING value", [], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "UPDATE queue_meta SET value = value + 1 WHERE name = 'lease_seq' RETURNING value",
+                [],
+                |r| r.get(0),
+            )
             .map_err(sql_err)?;
         tx.execute(
             "UPDATE queue_tasks SET state = ?2, lease_token = ?3, lease_until = ?4, attempts = attempts + 1
@@ -529,7 +522,9 @@ fn claim(tx: &Transaction<'_>, queue: &QueueName, name: &TaskName, now: Timestam
         .map_err(sql_err)?;
     match row {
         None => Ok(()),
-        Some((state, _)) if state == PENDING || state == LEASED => Err(QueueError::AlreadyExists(name.clone())),
+        Some((state, _)) if state == PENDING || state == LEASED => {
+            Err(QueueError::AlreadyExists(name.clone()))
+        }
         Some((_, Some(until))) if until > micros(now) => Err(QueueError::AlreadyExists(name.clone())),
         Some(_) => {
             tx.execute(
@@ -547,9 +542,11 @@ fn claim(tx: &Transaction<'_>, queue: &QueueName, name: &TaskName, now: Timestam
 fn generate_name(tx: &Transaction<'_>, queue: &QueueName) -> Result<TaskName, QueueError> {
     loop {
         let seq: i64 = tx
-            .query_row("UPDATE queue_meta SET value = value + 1 WHERE name = 'name_seq' RETURNING value", [], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "UPDATE queue_meta SET value = value + 1 WHERE name = 'name_seq' RETURNING value",
+                [],
+                |r| r.get(0),
+            )
             .map_err(sql_err)?;
         let name = TaskName::new(format!("t-{seq:020}"))?;
         let taken: bool = tx
@@ -612,7 +609,13 @@ impl TaskQueue for SqliteQueue {
                     "UPDATE queue_tasks SET state = ?3, body = x'', finished = ?4, reserved_until = ?5,
                          lease_token = NULL, lease_until = NULL
                      WHERE queue = ?1 AND name = ?2 AND state IN ('pending', 'leased')",
-                    params![queue.as_str(), name.as_str(), DELETED, micros(now), micros(now + cfg.dedup_window)],
+                    params![
+                        queue.as_str(),
+                        name.as_str(),
+                        DELETED,
+                        micros(now),
+                        micros(now + cfg.dedup_window)
+                    ],
                 )
                 .map_err(sql_err)?;
             if changed == 0 { Err(QueueError::NotFound(name)) } else { Ok(()) }

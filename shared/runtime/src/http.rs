@@ -162,7 +162,16 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::logging::tests::capture;
+    use crate::logging::tests::{Buf, capture};
+
+    /// Captures this thread's logs. Every test here installs one: tracing caches
+    /// per call site whether anyone listens, and a test thread without a
+    /// subscriber registering the access-log call site could cache "no one"
+    /// while another test's subscriber is the only one registered.
+    fn capture_logs(project: Option<&str>) -> (tracing::subscriber::DefaultGuard, Buf) {
+        let (subscriber, buf) = capture(project);
+        (tracing::subscriber::set_default(subscriber), buf)
+    }
 
     fn build() -> BuildInfo {
         BuildInfo {
@@ -194,6 +203,7 @@ mod tests {
 
     #[tokio::test]
     async fn health_is_ok() {
+        let _logs = capture_logs(None);
         let app = app(&Metrics::new());
         let (status, _, body) = get_path(&app, "/health").await;
         assert_eq!(status, StatusCode::OK);
@@ -202,6 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn build_info_shape() {
+        let _logs = capture_logs(None);
         let app = app(&Metrics::new());
         let (status, _, body) = get_path(&app, "/build-info").await;
         assert_eq!(status, StatusCode::OK);
@@ -213,6 +224,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_count_requests_by_route_template() {
+        let _logs = capture_logs(None);
         let metrics = Metrics::new();
         let app = app(&metrics);
         get_path(&app, "/health").await;
@@ -240,8 +252,7 @@ mod tests {
 
     #[tokio::test]
     async fn access_log_carries_http_request_and_trace() {
-        let (subscriber, logs) = capture(Some("mapi-prod"));
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (_default, logs) = capture_logs(Some("mapi-prod"));
         let app = app(&Metrics::new());
         let request = axum::http::Request::get("/things/42?verbose=1")
             .header("x-cloud-trace-context", "105445aa7843bc8bf206b12000100000/1;o=1")
@@ -282,8 +293,7 @@ mod tests {
 
     #[tokio::test]
     async fn traceparent_is_used_without_cloud_trace_header_and_5xx_logs_error() {
-        let (subscriber, logs) = capture(None);
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (_default, logs) = capture_logs(None);
         let app = app(&Metrics::new());
         let request = axum::http::Request::get("/boom")
             .header("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
@@ -304,8 +314,7 @@ mod tests {
 
     #[tokio::test]
     async fn handler_logs_inside_the_request_carry_its_trace() {
-        let (subscriber, logs) = capture(None);
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (_default, logs) = capture_logs(None);
         let app = instrument(
             Router::new().route(
                 "/work",
@@ -328,5 +337,29 @@ mod tests {
         assert_eq!(lines[0]["route"], "/work");
         assert_eq!(lines[0]["logging.googleapis.com/trace"], "105445aa7843bc8bf206b12000100000");
         assert!(!lines[0].contains_key("logging.googleapis.com/spanId"));
+    }
+
+    #[tokio::test]
+    async fn remote_ip_falls_back_to_the_peer_address() {
+        let (_default, logs) = capture_logs(None);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = app(&Metrics::new());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(crate::serve(
+            listener,
+            app,
+            async move {
+                let _ = stop_rx.await;
+            },
+            std::time::Duration::from_secs(5),
+        ));
+        let body = reqwest::get(format!("http://{addr}/things/7")).await.expect("response").text().await;
+        assert_eq!(body.expect("body"), "7");
+        stop_tx.send(()).expect("server is listening for shutdown");
+        server.await.expect("serve task").expect("serve result");
+        let access: Vec<_> = logs.lines().into_iter().filter(|l| l.contains_key("httpRequest")).collect();
+        assert_eq!(access.len(), 1, "{access:?}");
+        assert_eq!(access[0]["httpRequest"]["remoteIp"], "127.0.0.1");
     }
 }

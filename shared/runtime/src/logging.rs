@@ -38,8 +38,7 @@ const SPAN_KEY: &str = "logging.googleapis.com/spanId";
 const SAMPLED_KEY: &str = "logging.googleapis.com/trace_sampled";
 /// Keys the formatter writes itself; event or span fields with these names
 /// are written as `fields.<name>` instead.
-const RESERVED: [&str; 8] =
-    ["severity", "message", "time", "target", "service", TRACE_KEY, SPAN_KEY, SAMPLED_KEY];
+const RESERVED: [&str; 7] = ["severity", "time", "target", "service", TRACE_KEY, SPAN_KEY, SAMPLED_KEY];
 
 static INIT: Once = Once::new();
 

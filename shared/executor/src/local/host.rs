@@ -160,7 +160,11 @@ pub fn summarize(tasks: &[TaskResult], limit_mib: u64) -> ExecutionStatus {
     }
     if stopped(StopReason::Timeout) && tasks.iter().any(|t| t.exit_code != Some(0)) {
         let code = if flushed { exit::CHECKPOINTED } else { exit::SIGTERM };
-        return ExecutionStatus::Failed { exit_code: Some(code), signal: None, message: "task timed out".to_owned() };
+        return ExecutionStatus::Failed {
+            exit_code: Some(code),
+            signal: None,
+            message: "task timed out".to_owned(),
+        };
     }
     match tasks.iter().find(|t| t.exit_code != Some(0)) {
         None => ExecutionStatus::Succeeded,
@@ -212,11 +216,17 @@ mod tests {
 
     #[test]
     fn tasks_get_cloud_run_variables_and_a_clean_environment() {
-        let s = spec("echo \"$GREETING $CLOUD_RUN_TASK_INDEX/$CLOUD_RUN_TASK_COUNT ${MAPI_TOKEN_PEPPER:-none}\"", 2, 10_000, 512);
+        let s = spec(
+            "echo \"$GREETING $CLOUD_RUN_TASK_INDEX/$CLOUD_RUN_TASK_COUNT ${MAPI_TOKEN_PEPPER:-none}\"",
+            2,
+            10_000,
+            512,
+        );
         let (dir, status) = host(&s);
         assert_eq!(status.status, ExecutionStatus::Succeeded);
         for i in 0..2 {
-            let out = std::fs::read_to_string(layout::task_dir(dir.path(), i).join("stdout.log")).expect("log");
+            let out =
+                std::fs::read_to_string(layout::task_dir(dir.path(), i).join("stdout.log")).expect("log");
             assert_eq!(out.trim(), format!("hi {i}/2 none"));
         }
         let again = run(dir.path()).expect("rerun");
@@ -290,7 +300,10 @@ mod tests {
         };
         let oom = summarize(&[t(None, Some(9), Some(StopReason::MemoryLimit))], 64);
         assert!(matches!(oom, ExecutionStatus::Failed { exit_code: Some(137), .. }));
-        assert_eq!(summarize(&[t(Some(0), None, None), t(Some(0), None, None)], 64), ExecutionStatus::Succeeded);
+        assert_eq!(
+            summarize(&[t(Some(0), None, None), t(Some(0), None, None)], 64),
+            ExecutionStatus::Succeeded
+        );
         assert_eq!(
             summarize(&[t(Some(16), None, Some(StopReason::Cancelled))], 64),
             ExecutionStatus::Cancelled { exit_code: Some(16) }

@@ -6,6 +6,7 @@
 //! Isolation is only a process: this executor is for one machine and
 //! trusted code, and reports `Isolation::Process`.
 
+pub mod forward;
 pub mod host;
 pub mod layout;
 mod proc;
@@ -21,7 +22,8 @@ use mapi_clock::Clock;
 use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
 
 use crate::{
-    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation, SubmitError,
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation,
+    SubmitError,
 };
 use layout::{Command, ExecSpec, HostRecord, StatusFile};
 
@@ -177,7 +179,8 @@ impl Executor for LocalProcessExecutor {
             class: a.class,
             task_count: a.task_count,
             created: self.clock.now(),
-            task_timeout_ms: u64::try_from((a.timeout + self.config.timeout_margin).as_millis()).unwrap_or(u64::MAX),
+            task_timeout_ms: u64::try_from((a.timeout + self.config.timeout_margin).as_millis())
+                .unwrap_or(u64::MAX),
             grace_ms: u64::try_from(self.config.grace.as_millis()).unwrap_or(u64::MAX),
             memory_limit_mib: self.memory_limit_mib(a.class),
             task: self.config.task.clone(),

@@ -96,8 +96,11 @@ impl Deliverer {
             match self.shared.queue.lease_due().await {
                 Ok(due) => {
                     for lease in due {
-                        let key =
-                            LeaseKey { queue: lease.queue.clone(), name: lease.name.clone(), token: lease.token };
+                        let key = LeaseKey {
+                            queue: lease.queue.clone(),
+                            name: lease.name.clone(),
+                            token: lease.token,
+                        };
                         let handle = in_flight.spawn(attempt(self.shared.clone(), lease));
                         leases.insert(handle.id(), key);
                     }
@@ -193,16 +196,17 @@ async fn post(shared: &Shared, lease: &Lease) -> Outcome {
         Ok(response) if response.status().is_success() => Outcome::Delivered,
         Ok(response) => {
             let status = response.status();
-            let retry_after = if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
-                response
-                    .headers()
-                    .get(RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs)
-            } else {
-                None
-            };
+            let retry_after =
+                if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+                    response
+                        .headers()
+                        .get(RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map(Duration::from_secs)
+                } else {
+                    None
+                };
             Outcome::Failed { status: format!("HTTP {}", status.as_u16()), retry_after }
         }
         Err(e) if e.is_timeout() => {

@@ -1,0 +1,68 @@
+//! A small typed client of the platform's HTTP API, used by the commands.
+
+use std::time::Duration;
+
+use mapi_problem::Problem;
+use serde::de::DeserializeOwned;
+
+/// Why a command's request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The platform answered with a problem.
+    #[error("{} ({}): {}", .0.code, .0.status, .0.detail)]
+    Problem(Box<Problem>),
+    #[error("cannot reach the platform at {url}: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    #[error("unexpected answer {status}: {body}")]
+    Unexpected { status: u16, body: String },
+}
+
+/// The platform at `url`, as `token`.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub url: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(url: &str, token: &str) -> Client {
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap_or_default();
+        Client { url: url.trim_end_matches('/').to_owned(), token: token.to_owned(), http }
+    }
+
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token)
+    }
+
+    /// Sends and decodes a JSON answer; problems become [`ClientError::Problem`].
+    pub async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, ClientError> {
+        let resp =
+            req.send().await.map_err(|source| ClientError::Unreachable { url: self.url.clone(), source })?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|source| ClientError::Unreachable { url: self.url.clone(), source })?;
+        if (200..300).contains(&status) {
+            return serde_json::from_slice(&bytes).map_err(|e| ClientError::Unexpected {
+                status,
+                body: format!(
+                    "{e}: {}",
+                    String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>()
+                ),
+            });
+        }
+        match serde_json::from_slice::<Problem>(&bytes) {
+            Ok(p) => Err(ClientError::Problem(Box::new(p))),
+            Err(_) => Err(ClientError::Unexpected {
+                status,
+                body: String::from_utf8_lossy(&bytes).chars().take(500).collect(),
+            }),
+        }
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.send(self.request(reqwest::Method::GET, path)).await
+    }
+}

@@ -1,0 +1,493 @@
+//! Command-line parsing and the commands.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use mapi_domain::{ResourceClass, RunState};
+use mapi_runs::views::{DatasetPage, DatasetView, RunPage, RunView};
+use reqwest::Method;
+
+use crate::client::{Client, ClientError};
+use crate::dev::{Credentials, DevPlatform};
+
+#[derive(Debug, Parser)]
+#[command(name = "mapi", version, about = "The mapi model API platform")]
+struct Cli {
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    /// The platform's URL (default: the one `mapi dev` wrote).
+    #[arg(long, global = true, env = "MAPI_URL")]
+    url: Option<String>,
+    /// The API token (default: the one `mapi dev` wrote).
+    #[arg(long, global = true, env = "MAPI_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the whole platform on this machine (embedded store, queue, objects, executor).
+    Dev,
+    /// Show who the token belongs to.
+    Whoami,
+    /// Upload and list datasets.
+    #[command(subcommand)]
+    Datasets(DatasetsCmd),
+    /// Submit, watch and cancel runs.
+    #[command(subcommand)]
+    Runs(RunsCmd),
+    /// The execution entry point (what `mapi-worker` runs).
+    #[command(hide = true)]
+    Worker {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Scope {
+    /// Tenant (default: from the credentials, or MAPI_TENANT).
+    #[arg(long, env = "MAPI_TENANT")]
+    tenant: Option<String>,
+    /// Project (default: from the credentials, or MAPI_PROJECT).
+    #[arg(long, env = "MAPI_PROJECT")]
+    project: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum DatasetsCmd {
+    /// Upload a CSV file.
+    Upload {
+        file: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// List datasets, newest first.
+    Ls {
+        #[command(flatten)]
+        scope: Scope,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCmd {
+    /// Submit a run.
+    Submit {
+        /// The method, e.g. tabular.linear.
+        #[arg(long)]
+        method: String,
+        /// The dataset id (ds_…).
+        #[arg(long)]
+        dataset: String,
+        /// A parameter, `name=value`; the value is read as JSON when it parses, else as a string.
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        #[arg(long, default_value = "S")]
+        class: ResourceClass,
+        /// Timeout in seconds (1 to 86400).
+        #[arg(long, default_value_t = 3600)]
+        timeout: u32,
+        /// Submitting again with the same key returns the same run.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Watch the run until it ends.
+        #[arg(long)]
+        watch: bool,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Show a run.
+    Get { id: String },
+    /// List runs, newest first.
+    Ls {
+        #[arg(long)]
+        state: Option<RunState>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Cancel a run.
+    Cancel { id: String },
+    /// Follow a run until it ends: progress, then state, outputs and cost.
+    Watch { id: String },
+    /// Print one output file of a finished run.
+    Output { id: String, name: String },
+}
+
+/// Runs the command line; the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Worker { args } = cli.command {
+        return ExitCode::from(u8::try_from(mapi_worker::main_with_args(args)).unwrap_or(1));
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn credentials() -> Option<Credentials> {
+    let home = std::env::var("MAPI_HOME").unwrap_or_else(|_| "./.mapi".into());
+    let bytes = std::fs::read(PathBuf::from(home).join("credentials.json")).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+struct Ctx {
+    client: Client,
+    creds: Option<Credentials>,
+    json: bool,
+}
+
+impl Ctx {
+    fn scope(&self, s: &Scope) -> Result<(String, String)> {
+        let tenant = s.tenant.clone().or_else(|| self.creds.as_ref().map(|c| c.tenant.to_string()));
+        let project = s.project.clone().or_else(|| self.creds.as_ref().map(|c| c.project.to_string()));
+        match (tenant, project) {
+            (Some(t), Some(p)) => Ok((t, p)),
+            _ => Err("give --tenant and --project (or run `mapi dev`, which writes defaults)".into()),
+        }
+    }
+
+    fn print<T: serde::Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(value)?);
+        } else {
+            print!("{}", human());
+        }
+        Ok(())
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    if let Command::Dev = cli.command {
+        return dev().await;
+    }
+    let creds = credentials();
+    let url = cli.url.or_else(|| creds.as_ref().map(|c| c.url.clone()));
+    let token = cli.token.or_else(|| creds.as_ref().map(|c| c.token.clone()));
+    let (Some(url), Some(token)) = (url, token) else {
+        return Err("no platform to talk to: start `mapi dev`, or set MAPI_URL and MAPI_TOKEN".into());
+    };
+    let ctx = Ctx { client: Client::new(&url, &token), creds, json: cli.json };
+    match cli.command {
+        Command::Dev | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
+        Command::Whoami => {
+            let me: serde_json::Value = ctx.client.get("/v1/whoami").await?;
+            ctx.print(&me, || {
+                format!(
+                    "{} in tenant {}\n",
+                    me["user"].as_str().unwrap_or("?"),
+                    me["tenant"].as_str().unwrap_or("?")
+                )
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Datasets(cmd) => datasets(&ctx, cmd).await,
+        Command::Runs(cmd) => runs(&ctx, cmd).await,
+    }
+}
+
+async fn dev() -> Result<ExitCode> {
+    let config = mapi_platform::Config::from_env()?;
+    let filter = std::env::var("MAPI_LOG").unwrap_or_else(|_| "info".into());
+    mapi_runtime::init_logging("mapi-dev", None, &filter);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await.map_err(|e| {
+        format!("cannot listen on 127.0.0.1:{}: {e} (set PORT to use another port)", config.port)
+    })?;
+    let worker = mapi_platform::worker_command(config.worker_bin.as_deref(), true);
+    let home = config.home.clone();
+    let platform = DevPlatform::start(config, listener, worker).await?;
+    eprintln!("mapi dev: the platform is up at {}", platform.url);
+    eprintln!(
+        "  state in {}; CLI credentials in {}",
+        home.display(),
+        home.join("credentials.json").display()
+    );
+    eprintln!(
+        "  try: mapi datasets upload data.csv; mapi runs submit --method describe --dataset ds_… --watch"
+    );
+    println!("{}", platform.url);
+    mapi_runtime::shutdown_signal().await;
+    eprintln!("mapi dev: stopping (executions keep running and are found at the next start)");
+    platform.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dataset_row(d: &DatasetView) -> String {
+    format!(
+        "{:<30} {:<24} {:>8} {:>10}  {}\n",
+        d.id,
+        truncate(&d.name, 24),
+        d.rows,
+        d.size,
+        d.columns.join(",")
+    )
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}
+
+async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
+    match cmd {
+        DatasetsCmd::Upload { file, name, scope } => {
+            let (t, p) = ctx.scope(&scope)?;
+            let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let name = name.unwrap_or_else(|| {
+                file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            });
+            let req = ctx
+                .client
+                .request(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/datasets"))
+                .query(&[("name", name)])
+                .header("content-type", "text/csv")
+                .body(bytes);
+            let d: DatasetView = ctx.client.send(req).await?;
+            ctx.print(&d, || {
+                format!("uploaded {} ({} rows, columns {})\n", d.id, d.rows, d.columns.join(", "))
+            })?;
+        }
+        DatasetsCmd::Ls { scope } => {
+            let (t, p) = ctx.scope(&scope)?;
+            let page: DatasetPage = ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/datasets")).await?;
+            ctx.print(&page, || {
+                let mut out = format!("{:<30} {:<24} {:>8} {:>10}  COLUMNS\n", "ID", "NAME", "ROWS", "BYTES");
+                page.datasets.iter().for_each(|d| out.push_str(&dataset_row(d)));
+                out
+            })?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_params(raw: &[String]) -> Result<BTreeMap<String, serde_json::Value>> {
+    let mut out = BTreeMap::new();
+    for p in raw {
+        let (k, v) = p.split_once('=').ok_or_else(|| format!("--param `{p}`: write NAME=VALUE"))?;
+        let value = serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_owned()));
+        out.insert(k.to_owned(), value);
+    }
+    Ok(out)
+}
+
+fn money(micros: i64, currency: &str) -> String {
+    mapi_cost::format_micros(micros, currency)
+}
+
+/// A run as a person reads it.
+pub fn describe_run(r: &RunView) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("run       {}\n", r.id));
+    out.push_str(&format!(
+        "state     {}{}\n",
+        r.state,
+        if r.stalled { " (stalled: no events lately)" } else { "" }
+    ));
+    out.push_str(&format!(
+        "method    {} on {} (class {}, timeout {} s)\n",
+        r.method, r.dataset, r.class, r.timeout_s
+    ));
+    if let Some(p) = &r.progress {
+        out.push_str(&format!(
+            "progress  {:.0}% {}\n",
+            p.fraction * 100.0,
+            p.message.clone().unwrap_or_default()
+        ));
+    }
+    if let Some(e) = &r.error {
+        out.push_str(&format!("error     {}: {}\n", e.code, e.message));
+    }
+    out.push_str(&format!(
+        "cost      {} charged; estimate {} ({})\n",
+        money(r.cost.charged_micros, &r.cost.currency),
+        money(r.cost.estimate_micros, &r.cost.currency),
+        r.cost.note
+    ));
+    out.push_str("history\n");
+    for t in &r.history {
+        let from = t.from.map_or("·".to_owned(), |s| s.to_string());
+        out.push_str(&format!("  {}  {from} → {}  ({}, attempt {})\n", t.at, t.to, t.reason, t.attempt));
+    }
+    if !r.attempts.is_empty() {
+        out.push_str("attempts\n");
+        for a in &r.attempts {
+            let charge = a.charge.as_ref().map_or("-".to_owned(), |c| money(c.amount_micros, &c.currency));
+            let exec = a.execution.as_ref().map_or("-".to_owned(), |h| h.to_string());
+            out.push_str(&format!("  {}  class {}  {}  {}\n", a.attempt, a.class, exec, charge));
+        }
+    }
+    if !r.outputs.is_empty() {
+        out.push_str("outputs\n");
+        for o in &r.outputs {
+            out.push_str(&format!("  {} ({} bytes): mapi runs output {} {}\n", o.name, o.size, r.id, o.name));
+        }
+    }
+    out
+}
+
+async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
+    use std::io::Write;
+    let mut last_line = String::new();
+    loop {
+        let r: RunView = ctx.client.get(&format!("/v1/runs/{id}")).await?;
+        if r.state.is_terminal() {
+            if !ctx.json && !last_line.is_empty() {
+                eprintln!();
+            }
+            return Ok(r);
+        }
+        if !ctx.json {
+            let fraction = r.progress.as_ref().map_or(0.0, |p| p.fraction).clamp(0.0, 1.0);
+            let filled = (fraction * 30.0).round() as usize;
+            let message = r.progress.as_ref().and_then(|p| p.message.clone()).unwrap_or_default();
+            let line = format!(
+                "\r[{}{}] {:>3.0}% {:<11} {}",
+                "#".repeat(filled),
+                ".".repeat(30 - filled),
+                fraction * 100.0,
+                r.state.as_str(),
+                truncate(&message, 40)
+            );
+            if line != last_line {
+                eprint!("{line:<90}");
+                let _ = std::io::stderr().flush();
+                last_line = line;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn exit_for(r: &RunView) -> ExitCode {
+    if r.state == RunState::Succeeded { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
+    match cmd {
+        RunsCmd::Submit {
+            method,
+            dataset,
+            params,
+            class,
+            timeout,
+            idempotency_key,
+            watch: follow,
+            scope,
+        } => {
+            let (t, p) = ctx.scope(&scope)?;
+            let body = serde_json::json!({
+                "method": method, "dataset": dataset, "params": parse_params(&params)?,
+                "class": class, "timeout_s": timeout,
+            });
+            let mut req =
+                ctx.client.request(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/runs")).json(&body);
+            if let Some(k) = idempotency_key {
+                req = req.header("idempotency-key", k);
+            }
+            let r: RunView = ctx.client.send(req).await?;
+            if !follow {
+                ctx.print(&r, || {
+                    format!(
+                        "submitted {} ({}); estimate {} at list prices\n",
+                        r.id,
+                        r.state,
+                        money(r.cost.estimate_micros, &r.cost.currency)
+                    )
+                })?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if !ctx.json {
+                eprintln!("submitted {}", r.id);
+            }
+            let done = watch(ctx, r.id.as_str()).await?;
+            ctx.print(&done, || describe_run(&done))?;
+            Ok(exit_for(&done))
+        }
+        RunsCmd::Get { id } => {
+            let r: RunView = ctx.client.get(&format!("/v1/runs/{id}")).await?;
+            ctx.print(&r, || describe_run(&r))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCmd::Ls { state, limit, scope } => {
+            let (t, p) = ctx.scope(&scope)?;
+            let mut req = ctx
+                .client
+                .request(Method::GET, &format!("/v1/tenants/{t}/projects/{p}/runs"))
+                .query(&[("page_size", limit.to_string())]);
+            if let Some(s) = state {
+                req = req.query(&[("state", s.as_str())]);
+            }
+            let page: RunPage = ctx.client.send(req).await?;
+            ctx.print(&page, || {
+                let mut out = format!(
+                    "{:<31} {:<16} {:<11} {:<5} {:>3} {:<28} {:>16}\n",
+                    "ID", "METHOD", "STATE", "CLASS", "ATT", "CREATED", "CHARGED"
+                );
+                for r in &page.runs {
+                    out.push_str(&format!(
+                        "{:<31} {:<16} {:<11} {:<5} {:>3} {:<28} {:>16}\n",
+                        r.id,
+                        truncate(&r.method, 16),
+                        r.state.as_str(),
+                        r.class.as_str(),
+                        r.attempt.0,
+                        r.created_at.to_string(),
+                        money(r.charged_micros, "USD")
+                    ));
+                }
+                out
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCmd::Cancel { id } => {
+            let r: RunView =
+                ctx.client.send(ctx.client.request(Method::POST, &format!("/v1/runs/{id}/cancel"))).await?;
+            ctx.print(&r, || format!("{} is {}\n", r.id, r.state))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCmd::Watch { id } => {
+            let done = watch(ctx, &id).await?;
+            ctx.print(&done, || describe_run(&done))?;
+            Ok(exit_for(&done))
+        }
+        RunsCmd::Output { id, name } => {
+            let r: RunView = ctx.client.get(&format!("/v1/runs/{id}")).await?;
+            let Some(out) = r.outputs.iter().find(|o| o.name == name) else {
+                let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
+                return Err(format!("run {id} has no output `{name}` (it has: {})", names.join(", ")).into());
+            };
+            let bytes = reqwest::get(&out.url)
+                .await
+                .map_err(|source| ClientError::Unreachable { url: out.url.clone(), source })?
+                .bytes()
+                .await?;
+            use std::io::Write;
+            std::io::stdout().write_all(&bytes)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

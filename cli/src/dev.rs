@@ -1,0 +1,259 @@
+//! `mapi dev`: the whole platform in one process on one port, on the
+//! embedded adapters. It serves all five functions' routes and the local
+//! object routes, and runs what Google runs in the cloud: the queue's
+//! deliverer (Cloud Tasks), the executor's log forwarder (Cloud Logging
+//! sink + Pub/Sub push) and the reconcile tick (Cloud Scheduler). All three
+//! reach the platform over HTTP, like their cloud counterparts, so the
+//! handlers are the same in both worlds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use mapi_clock::{Clock, SystemClock};
+use mapi_domain::{ProjectId, TenantId, UserId};
+use mapi_executor::local::forward::LogForwarder;
+use mapi_executor::local::layout::Command;
+use mapi_identity::new_token;
+use mapi_objects::ObjectStore;
+use mapi_objects::signed::{self, Access};
+use mapi_platform::{AppState, Config, Platform, StartError};
+use mapi_queue::sqlite::Deliverer;
+use mapi_runs::{Doc, ProjectDoc, TenantDoc, TokenDoc};
+use mapi_store::{Precondition, StoreError, StoreExt};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use utoipa::OpenApi;
+
+/// The seeded tenant, project and user.
+pub const DEV_TENANT: &str = "dev";
+pub const DEV_PROJECT: &str = "default";
+pub const DEV_USER: &str = "dev@dev.local";
+
+/// What `mapi dev` writes for the CLI: `$MAPI_HOME/credentials.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Credentials {
+    pub url: String,
+    pub token: String,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+}
+
+/// A running platform.
+#[derive(Debug)]
+pub struct DevPlatform {
+    pub url: String,
+    pub credentials: Credentials,
+    pub state: AppState,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Why `mapi dev` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("cannot seed the development tenant: {0}")]
+    Seed(#[from] StoreError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The merged OpenAPI document of every function.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = mapi_submit::ApiDoc::openapi();
+    doc.merge(mapi_admin::ApiDoc::openapi());
+    doc.info.title = "mapi".to_owned();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    doc.info.description = Some("The mapi model API platform.".to_owned());
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        utoipa::openapi::security::SecurityScheme::Http(utoipa::openapi::security::Http::new(
+            utoipa::openapi::security::HttpAuthScheme::Bearer,
+        )),
+    );
+    doc
+}
+
+/// Every route of the platform, as `mapi dev` serves them.
+pub fn router(state: &AppState) -> Router {
+    let mut app = Router::new()
+        .merge(mapi_submit::router(state.clone()))
+        .merge(mapi_push_events::router(state.clone()))
+        .merge(mapi_reconcile_tick::router(state.clone()))
+        .merge(mapi_meter::router(state.clone()))
+        .merge(mapi_admin::router(state.clone()));
+    if let Some(local) = &state.local {
+        let data: Arc<dyn ObjectStore> = Arc::new(local.objects.clone());
+        let boot: Arc<dyn ObjectStore> = Arc::new(local.bootstrap.clone());
+        app = app.merge(signed::router(
+            vec![(data, Access::Signed), (boot, Access::SecretNames)],
+            local.signer.clone(),
+            state.clock.clone(),
+            state.config.max_dataset_bytes,
+        ));
+    }
+    let doc = Arc::new(openapi());
+    app.route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }))
+        .fallback(mapi_problem::fallback_not_found)
+}
+
+/// Seeds the tenant `dev`, the project `default` and the user's token, and
+/// writes the CLI's credentials. A token that is still valid is kept.
+async fn seed(platform: &Platform, url: &str) -> Result<Credentials, DevError> {
+    let now = platform.clock.now();
+    let tenant = TenantId::parse(DEV_TENANT).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+    let project = ProjectId::parse(DEV_PROJECT).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+    let user = UserId::parse(DEV_USER).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+    let store = &*platform.store;
+    let t = TenantDoc { id: tenant.clone(), name: "Development".into(), created_at: now };
+    let p = ProjectDoc {
+        tenant: tenant.clone(),
+        project: project.clone(),
+        name: "Default".into(),
+        created_at: now,
+    };
+    for (key, fields) in [(t.key()?, mapi_store::encode(&t)?), (p.key()?, mapi_store::encode(&p)?)] {
+        match store.put(&key, fields, Precondition::Absent).await {
+            Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let path = platform.credentials_path();
+    let existing: Option<Credentials> =
+        std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let token = match existing {
+        Some(c)
+            if store
+                .get_one(&mapi_runs::key::<TokenDoc>(&platform.pepper.hash(&c.token))?)
+                .await?
+                .is_some() =>
+        {
+            c.token
+        }
+        _ => {
+            let token = new_token().map_err(|e| std::io::Error::other(e.to_string()))?;
+            let doc = TokenDoc {
+                hash: platform.pepper.hash(&token),
+                tenant: tenant.clone(),
+                user,
+                name: "mapi dev".into(),
+                created_at: now,
+                expires_at: None,
+            };
+            store.create(&doc.key()?, mapi_store::encode(&doc)?).await?;
+            token
+        }
+    };
+    let creds = Credentials { url: url.to_owned(), token, tenant, project };
+    write_private(&path, &serde_json::to_vec_pretty(&creds).map_err(std::io::Error::other)?)?;
+    Ok(creds)
+}
+
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(tmp, path)
+}
+
+impl DevPlatform {
+    /// Starts the platform on `listener` with `config` and `worker`.
+    pub async fn start(
+        mut config: Config,
+        listener: TcpListener,
+        worker: Command,
+    ) -> Result<DevPlatform, DevError> {
+        let addr = listener.local_addr()?;
+        if !config.public_url_set {
+            config.public_url = format!("http://{addr}");
+        }
+        let url = config.public_url.clone();
+        let drain = Duration::from_secs(5);
+        let tick = config.tick_interval;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let platform = Platform::embedded(config, clock.clone(), worker)?;
+        let credentials = seed(&platform, &url).await?;
+        let state = AppState(Arc::new(platform));
+        let metrics = state.metrics.clone();
+        let build = mapi_runtime::BuildInfo::new(mapi_runtime::ServiceInfo {
+            name: "mapi-dev",
+            version: env!("CARGO_PKG_VERSION"),
+        });
+        let app = mapi_runtime::instrument(
+            router(&state).merge(mapi_runtime::common_routes(build, metrics.clone())),
+            metrics.clone(),
+        );
+
+        let (stop, stopped) = watch::channel(false);
+        let until_stop = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn({
+            let shutdown = until_stop(stopped.clone());
+            async move {
+                if let Err(e) = mapi_runtime::serve(listener, app, shutdown, drain).await {
+                    tracing::error!(error = %e, "the server failed");
+                }
+            }
+        }));
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(std::io::Error::other)?;
+        let internal = state.config.secrets.internal_token.clone();
+        if let Some(local) = &state.local {
+            let deliverer = Deliverer::new(
+                local.queue.clone(),
+                http.clone(),
+                url.clone(),
+                Some(internal.clone()),
+                metrics.clone(),
+            );
+            tasks.push(tokio::spawn(deliverer.run(until_stop(stopped.clone()))));
+            let forwarder = LogForwarder::new(
+                local.executor.dir(),
+                http.clone(),
+                format!("{url}{}", mapi_push_events::EVENTS_PATH),
+                internal.clone(),
+                clock.clone(),
+            );
+            tasks.push(tokio::spawn(forwarder.run(until_stop(stopped.clone()))));
+        }
+        tasks.push(tokio::spawn({
+            let (http, url, mut rx) =
+                (http, format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped.clone());
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = rx.wait_for(|s| *s) => return,
+                        _ = tokio::time::sleep(tick) => {}
+                    }
+                    match http.post(&url).bearer_auth(&internal).send().await {
+                        Ok(r) if r.status().is_success() => {}
+                        Ok(r) => tracing::warn!(status = %r.status(), "the reconcile tick failed"),
+                        Err(e) => tracing::warn!(error = %e, "the reconcile tick failed"),
+                    }
+                }
+            }
+        }));
+        Ok(DevPlatform { url, credentials, state, stop, tasks })
+    }
+
+    /// Stops accepting requests, drains, and stops the background work.
+    /// Executions keep running: a later start finds them.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}

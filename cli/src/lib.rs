@@ -1,0 +1,16 @@
+//! The `mapi` command.
+//!
+//! - `mapi dev`: the whole platform on one machine (see [`dev`]).
+//! - `mapi datasets upload|ls`, `mapi runs submit|get|ls|cancel|watch`,
+//!   `mapi whoami`: talk to a platform over HTTP, as the token in
+//!   `MAPI_TOKEN` (or the one `mapi dev` wrote to
+//!   `$MAPI_HOME/credentials.json`). Human tables by default, `--json` for
+//!   programs.
+//! - `mapi worker`: the execution entry point (`mapi-worker`), embedded so
+//!   `mapi dev` needs no second binary.
+
+pub mod client;
+mod commands;
+pub mod dev;
+
+pub use commands::main;

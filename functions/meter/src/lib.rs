@@ -1,0 +1,160 @@
+//! `meter`: `POST /internal/tasks/finalize`, pushed by the reconciler when an
+//! attempt's execution has ended. In one transaction it
+//!
+//! - writes the attempt's ledger entry (`ledger/{run}:{attempt}`, created
+//!   once: a repeated finalization writes nothing twice), charging the
+//!   class's vCPU-seconds and GiB-seconds for the execution's wall time at
+//!   the current price table, in integer micros;
+//! - marks the intent row finalized (later events for it are refused);
+//! - applies the outcome table's verdict to the run: a final state, or a new
+//!   attempt (the next class after running out of memory, the same class
+//!   after a lost execution).
+//!
+//! Then it pushes the next attempt's dispatch, if there is one.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use mapi_domain::{RunState, Transition, Verdict, classify, decide};
+use mapi_identity::InternalCaller;
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json};
+use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask, push_dispatch};
+use mapi_runs::{AttemptDoc, LedgerEntry, ProgressDoc, RunDoc, attempt_facts, tx_create, tx_get, tx_put};
+use mapi_store::transact;
+use serde::Serialize;
+
+pub fn router(state: AppState) -> Router {
+    Router::new().route(FINALIZE_PATH, post(finalize)).with_state(state)
+}
+
+#[derive(Debug, Serialize)]
+pub struct Finalized {
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<RunState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amount_micros: Option<i64>,
+}
+
+enum Done {
+    Already,
+    Waiting,
+    Applied { transition: Option<Transition>, next: Option<RunDoc>, amount: i64, state: RunState },
+}
+
+async fn finalize(
+    State(state): State<AppState>,
+    _caller: InternalCaller,
+    Json(task): Json<FinalizeTask>,
+) -> Result<(StatusCode, Json<Finalized>), ApiError> {
+    let now = state.clock.now();
+    let grace = state.config.event_grace;
+    let policy = mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries };
+    let task = &task;
+    let done = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let id = AttemptDoc::id_of(&task.run, task.attempt);
+        let mut run = tx_get::<RunDoc>(&mut tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
+        let mut attempt = tx_get::<AttemptDoc>(&mut tx, &id).await?.ok_or_else(|| ApiError::not_found("no such attempt"))?;
+        let progress = tx_get::<ProgressDoc>(&mut tx, &id).await?;
+        let ledger_seen = tx_get::<LedgerEntry>(&mut tx, &id).await?.is_some();
+        if attempt.finalized {
+            return Ok(tx.finish(Done::Already));
+        }
+        let info = &task.execution;
+        let Some(outcome) = classify(&info.status) else { return Ok(tx.finish(Done::Waiting)) };
+        let verdict = decide(&outcome, &attempt_facts(&run, &attempt, progress.as_ref(), now, grace), policy);
+        if verdict == Verdict::Wait {
+            return Ok(tx.finish(Done::Waiting));
+        }
+        let wall = match (info.started, info.finished) {
+            (Some(s), Some(f)) => f.since(s),
+            _ => Duration::ZERO,
+        };
+        let charge = mapi_cost::CURRENT.charge(attempt.class, attempt.task_count, wall);
+        let amount = charge.amount_micros;
+        if !ledger_seen {
+            let entry = LedgerEntry {
+                tenant: run.tenant.clone(),
+                project: run.project.clone(),
+                run: run.id.clone(),
+                attempt: attempt.attempt,
+                charge,
+                at: now,
+            };
+            tx_create(&mut tx, &entry)?;
+            run.charged_micros += amount;
+        }
+        attempt.finalized = true;
+        attempt.status = Some(info.status.clone());
+        attempt.started = info.started;
+        attempt.finished = info.finished;
+        tx_put(&mut tx, &attempt)?;
+        let mut next = None;
+        let transition = if run.attempt != attempt.attempt || run.state.is_terminal() {
+            tracing::warn!(run = %run.id, attempt = %attempt.attempt, state = %run.state, "finalized an attempt the run has moved past");
+            None
+        } else {
+            let step = match &verdict {
+                Verdict::Finalize { state: to, reason, error } => {
+                    let t = run.transition(*to, *reason, now);
+                    if t.is_ok() {
+                        run.error = error.clone();
+                    }
+                    t
+                }
+                Verdict::Retry { class, reason, infra } => {
+                    let t = run.transition(RunState::Queued, *reason, now);
+                    if t.is_ok() {
+                        run.attempt = run.attempt.next();
+                        run.class = *class;
+                        if *infra { run.infra_retries += 1 } else { run.oom_retried = true }
+                        next = Some(run.clone());
+                    }
+                    t
+                }
+                Verdict::Wait => unreachable!("handled above"),
+            };
+            match step {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::error!(run = %run.id, error = %e, "the verdict is not a legal transition; the run is left as it is");
+                    None
+                }
+            }
+        };
+        tx_put(&mut tx, &run)?;
+        let state_now = run.state;
+        Ok(tx.finish(Done::Applied { transition, next, amount, state: state_now }))
+    })
+    .await?;
+    match done {
+        Done::Already => Ok((
+            StatusCode::OK,
+            Json(Finalized { outcome: "already finalized", state: None, amount_micros: None }),
+        )),
+        Done::Waiting => {
+            Err(ApiError::unavailable("the attempt has no verdict yet (waiting for its complete event)", 10))
+        }
+        Done::Applied { transition, next, amount, state: run_state } => {
+            if let Some(t) = &transition {
+                state.metrics.transition(
+                    t.from.map_or("none", |s| s.as_str()),
+                    t.to.as_str(),
+                    t.reason.as_str(),
+                );
+                tracing::info!(run = %task.run, attempt = %task.attempt, to = %t.to, reason = %t.reason, amount_micros = amount, "attempt finalized");
+            }
+            if let Some(run) = next {
+                push_dispatch(&*state.queue, &run.id, run.attempt, None, None).await?;
+            }
+            Ok((
+                StatusCode::OK,
+                Json(Finalized { outcome: "finalized", state: Some(run_state), amount_micros: Some(amount) }),
+            ))
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! `push-events`: `POST /internal/events`, where Pub/Sub pushes the event
+//! lines that running containers print (locally, the executor's log
+//! forwarder pushes them in the same envelope).
+//!
+//! The order of checks: the caller (internal token here; OIDC push
+//! authentication comes with the cloud deployment), then the envelope,
+//! then the event's HMAC under its attempt's key, then deduplication on
+//! (run, attempt, seq) together with the merge, in one transaction.
+//!
+//! Every answer to a well-authenticated push is 200, including for events
+//! that are malformed, forged, replayed or late: Pub/Sub redelivers any
+//! other answer, and a poison message must not loop. Such events change
+//! nothing, are counted on `/metrics`, and logged.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use mapi_events::progress::Progress;
+use mapi_events::pubsub;
+use mapi_identity::InternalCaller;
+use mapi_metrics::Metrics;
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, RawBody};
+use mapi_runs::{AttemptDoc, EventSeenDoc, ProgressDoc, tx_create, tx_get, tx_put};
+use mapi_store::{StoreExt, transact};
+use serde::Serialize;
+
+/// The route Pub/Sub pushes to.
+pub const EVENTS_PATH: &str = "/internal/events";
+
+pub fn router(state: AppState) -> Router {
+    Router::new().route(EVENTS_PATH, post(push)).with_state(state)
+}
+
+/// What happened to a pushed event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    Applied,
+    Duplicate,
+    Malformed,
+    UnknownAttempt,
+    BadSignature,
+    WrongExecution,
+    AttemptEnded,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Ack {
+    pub disposition: Disposition,
+}
+
+fn ack(metrics: &Metrics, d: Disposition, detail: &str) -> Json<Ack> {
+    match d {
+        Disposition::Applied => {
+            metrics.events_applied.inc();
+        }
+        Disposition::Duplicate => {
+            metrics.events_duplicate.inc();
+        }
+        Disposition::Malformed => {
+            Metrics::count(&metrics.push_rejected, "malformed");
+            tracing::warn!(detail, "malformed push acknowledged unread");
+        }
+        Disposition::UnknownAttempt
+        | Disposition::BadSignature
+        | Disposition::WrongExecution
+        | Disposition::AttemptEnded => {
+            let kind =
+                serde_json::to_value(d).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+            Metrics::count(&metrics.sandbox_violations, &kind);
+            tracing::warn!(kind, detail, "sandbox violation: event ignored");
+        }
+    };
+    Json(Ack { disposition: d })
+}
+
+async fn push(
+    State(state): State<AppState>,
+    _caller: InternalCaller,
+    RawBody(body): RawBody,
+) -> Result<Json<Ack>, ApiError> {
+    let m = &state.metrics;
+    let delivered = match pubsub::decode(&body) {
+        Ok(d) => d,
+        Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
+    };
+    let (run, attempt_no, _task, seq) = match mapi_events::peek_ids(&delivered.event) {
+        Ok(ids) => ids,
+        Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
+    };
+    let attempt_id = AttemptDoc::id_of(&run, attempt_no);
+    let attempt: Option<AttemptDoc> = state
+        .store
+        .get_one(&mapi_runs::key::<AttemptDoc>(&attempt_id)?)
+        .await?
+        .map(|d| d.decode())
+        .transpose()?;
+    let Some(attempt) = attempt else {
+        return Ok(ack(m, Disposition::UnknownAttempt, &attempt_id));
+    };
+    let key = mapi_events::AttemptKey::from_hex(&attempt.event_key)
+        .map_err(|e| ApiError::internal(format!("attempt {attempt_id} has a bad key: {e}")))?;
+    let event = match mapi_events::verify(&delivered.event, &key) {
+        Ok(e) => e,
+        Err(e) => return Ok(ack(m, Disposition::BadSignature, &format!("{attempt_id}: {e}"))),
+    };
+    if let (Some(label), Some(handle)) = (&delivered.execution_name, &attempt.handle) {
+        if label != &handle.0 {
+            return Ok(ack(m, Disposition::WrongExecution, &format!("{attempt_id}: from {label}")));
+        }
+    }
+    if attempt.finalized {
+        return Ok(ack(m, Disposition::AttemptEnded, &attempt_id));
+    }
+    let now = state.clock.now();
+    let seen = EventSeenDoc {
+        run: run.clone(),
+        tenant: attempt.tenant.clone(),
+        project: attempt.project.clone(),
+        attempt: attempt_no,
+        seq,
+        at: now,
+    };
+    let (seen, attempt, event) = (&seen, &attempt, &event);
+    let disposition = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let seen_key = mapi_runs::key::<EventSeenDoc>(&mapi_runs::Doc::doc_id(seen))?;
+        if tx.get(&seen_key).await?.is_some() {
+            return Ok(tx.finish(Disposition::Duplicate));
+        }
+        // Re-read in the transaction: the meter may have finalized meanwhile.
+        let current =
+            tx_get::<AttemptDoc>(&mut tx, &AttemptDoc::id_of(&attempt.run, attempt.attempt)).await?;
+        if current.is_none_or(|a| a.finalized) {
+            return Ok(tx.finish(Disposition::AttemptEnded));
+        }
+        let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+        let mut progress = tx_get::<ProgressDoc>(&mut tx, &id).await?.unwrap_or_else(|| ProgressDoc {
+            run: attempt.run.clone(),
+            tenant: attempt.tenant.clone(),
+            project: attempt.project.clone(),
+            attempt: attempt.attempt,
+            progress: Progress::new(attempt.task_count),
+            updated_at: now,
+        });
+        progress.progress.apply(event);
+        progress.updated_at = now;
+        tx_put(&mut tx, &progress)?;
+        tx_create(&mut tx, seen)?;
+        Ok(tx.finish(Disposition::Applied))
+    })
+    .await?;
+    Ok(ack(m, disposition, &attempt_id))
+}

@@ -1,0 +1,152 @@
+//! Dataset upload and listing.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use mapi_domain::{DatasetId, ProjectId, TenantId};
+use mapi_identity::Caller;
+use mapi_methods::table::Table;
+use mapi_objects::{IfGeneration, ObjectKey};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody};
+use mapi_runs::views::{DatasetPage, DatasetView};
+use mapi_runs::{DatasetDoc, Doc, ProjectDoc, layout};
+use mapi_store::{Direction, Op, StoreExt};
+use serde::Deserialize;
+
+use crate::page;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct UploadQuery {
+    /// A name for the dataset (1 to 200 characters); `dataset` when absent.
+    name: Option<String>,
+}
+
+/// Checks the caller may use the project and that it exists.
+pub async fn require_project(
+    state: &AppState,
+    caller: &Caller,
+    tenant: &TenantId,
+    project: &ProjectId,
+) -> Result<(), ApiError> {
+    caller.require_project(tenant, project)?;
+    let key = mapi_runs::key::<ProjectDoc>(&ProjectDoc::id_of(tenant, project))?;
+    match state.store.get_one(&key).await? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::not_found(format!("project {tenant}/{project} not found"))),
+    }
+}
+
+/// 80 bits of entropy for a new identifier.
+pub fn entropy() -> Result<[u8; 10], ApiError> {
+    let mut e = [0u8; 10];
+    getrandom::fill(&mut e).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
+    Ok(e)
+}
+
+/// Upload a CSV dataset.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant}/projects/{project}/datasets",
+    tag = "datasets",
+    params(("tenant" = String, Path), ("project" = String, Path), UploadQuery),
+    request_body(content = String, content_type = "text/csv", description = "A CSV file with a header row"),
+    responses(
+        (status = 201, body = DatasetView, description = "Stored"),
+        (status = 400, body = mapi_problem::Problem, description = "Not a valid CSV"),
+        (status = 413, body = mapi_problem::Problem, description = "Larger than MAPI_MAX_DATASET_BYTES"),
+        (status = 415, body = mapi_problem::Problem, description = "Not sent as text/csv"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn upload(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Query(q): Query<UploadQuery>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
+    require_project(&state, &caller, &tenant, &project).await?;
+    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if !matches!(essence.as_str(), "text/csv" | "application/csv" | "text/plain") {
+        return Err(ApiError::new(
+            ProblemCode::UnsupportedMediaType,
+            format!("send the dataset as `content-type: text/csv`, not `{content_type}`"),
+        ));
+    }
+    let name = q.name.unwrap_or_else(|| "dataset".to_owned());
+    if name.trim().is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid("name must be 1 to 200 printable characters"));
+    }
+    let table = Table::from_csv(&body)
+        .map_err(|e| ApiError::invalid(format!("the dataset is not a valid CSV: {e}")))?;
+    let now = state.clock.now();
+    let id = DatasetId::generate(now, entropy()?);
+    let object = layout::dataset(&tenant, &project, &id);
+    let key = ObjectKey::parse(&object)?;
+    let size = body.len() as u64;
+    let meta = state.objects.put(&key, body, "text/csv", IfGeneration::ABSENT).await?;
+    let doc = DatasetDoc {
+        id,
+        tenant,
+        project,
+        name,
+        object,
+        generation: meta.generation.0,
+        size,
+        rows: table.rows(),
+        columns: table.column_names().to_vec(),
+        numeric_columns: table.numeric_columns().into_iter().map(str::to_owned).collect(),
+        created_at: now,
+        created_by: caller.user,
+    };
+    state.store.create(&doc.key()?, mapi_store::encode(&doc)?).await?;
+    tracing::info!(dataset = %doc.id, rows = doc.rows, size, "dataset uploaded");
+    Ok((StatusCode::CREATED, Json(DatasetView::from(&doc))))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// 1 to 200; 50 when absent.
+    page_size: Option<u32>,
+    page_token: Option<String>,
+}
+
+/// List a project's datasets, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/projects/{project}/datasets",
+    tag = "datasets",
+    params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
+    responses((status = 200, body = DatasetPage)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<DatasetPage>, ApiError> {
+    require_project(&state, &caller, &tenant, &project).await?;
+    let size = page::size(q.page_size)?;
+    let base = mapi_store::Query::new(DatasetDoc::COLLECTION)
+        .filter("tenant", Op::Eq, tenant.as_str())
+        .filter("project", Op::Eq, project.as_str())
+        .order_by("created_at", Direction::Desc);
+    let mut query = base.clone().limit(size + 1);
+    if let Some(t) = &q.page_token {
+        query = query.start_after(page::decode(t)?);
+    }
+    let mut docs = state.store.query(&query, None).await?;
+    let more = docs.len() > size as usize;
+    docs.truncate(size as usize);
+    let next_page_token = if more { docs.last().map(|d| page::encode(&base.cursor_after(d))) } else { None };
+    let datasets = docs
+        .iter()
+        .map(|d| d.decode::<DatasetDoc>().map(|d| DatasetView::from(&d)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(DatasetPage { datasets, next_page_token }))
+}

@@ -1,0 +1,385 @@
+//! The dispatch task: start one attempt of a run (the seed's attempt
+//! sequence, steps 1 to 3).
+//!
+//! 1. In one transaction: write the intent row (attempt, nonce, event key,
+//!    lease) and move the run to `dispatching`. A redelivered task finds the
+//!    row: with a handle it does nothing; with a live lease it answers 503
+//!    (another dispatcher is at work); with an expired lease it takes the
+//!    lease and, because an earlier submit may have made an execution,
+//!    adopts by nonce before it submits again.
+//! 2. Write the bootstrap object of each task (create-only).
+//! 3. Submit to the executor and keep the execution name as the handle.
+//!
+//! Answers 2xx when the task is done (including "nothing to do") and 503
+//! when the queue should deliver it again later.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use bytes::Bytes;
+use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ErrorCode, Nonce, Reason, RunError, RunState};
+use mapi_events::AttemptKey;
+use mapi_executor::{AttemptSubmit, ExecutionHandle, SubmitError};
+use mapi_identity::InternalCaller;
+use mapi_metrics::ExecutorLabels;
+use mapi_objects::{IfGeneration, ObjectError, ObjectKey, SignedMethod};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json};
+use mapi_runs::tasks::DispatchTask;
+use mapi_runs::{AttemptDoc, DatasetDoc, RunDoc, layout, tx_get, tx_put};
+use mapi_store::{StoreExt, transact};
+use serde::Serialize;
+
+/// What the handler did, for the queue's logs and the tests.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution: Option<ExecutionHandle>,
+}
+
+fn done(outcome: &'static str) -> Json<Outcome> {
+    Json(Outcome { outcome, execution: None })
+}
+
+enum Claim {
+    Nothing(&'static str),
+    Busy(Duration),
+    /// The intent row; `fresh` when this delivery wrote it.
+    Mine {
+        run: Box<RunDoc>,
+        attempt: Box<AttemptDoc>,
+        fresh: bool,
+    },
+}
+
+fn metric(state: &AppState, result: &str) {
+    let labels =
+        ExecutorLabels { executor: state.executor.capabilities().executor, result: result.to_owned() };
+    state.metrics.executor_submits.get_or_create(&labels).inc();
+}
+
+pub async fn handle(
+    State(state): State<AppState>,
+    _internal: InternalCaller,
+    Json(task): Json<DispatchTask>,
+) -> Result<(StatusCode, Json<Outcome>), ApiError> {
+    let now = state.clock.now();
+    let lease = state.config.dispatch_lease;
+    // Generated outside the transaction, which may run more than once.
+    let mut nonce_bytes = [0u8; 16];
+    let mut key_bytes = [0u8; 32];
+    getrandom::fill(&mut nonce_bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+    getrandom::fill(&mut key_bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+    let nonce = Nonce::from_bytes(nonce_bytes);
+    let event_key = AttemptKey::from_bytes(key_bytes).to_hex();
+    let (task_ref, nonce_ref, key_ref) = (&task, &nonce, &event_key);
+
+    let claim = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let attempt_id = AttemptDoc::id_of(&task_ref.run, task_ref.attempt);
+        let Some(mut run) = tx_get::<RunDoc>(&mut tx, task_ref.run.as_str()).await? else {
+            return Ok(tx.finish(Claim::Nothing("no such run")));
+        };
+        if run.state.is_terminal() || run.attempt != task_ref.attempt {
+            return Ok(tx.finish(Claim::Nothing("the run is past this attempt")));
+        }
+        match tx_get::<AttemptDoc>(&mut tx, &attempt_id).await? {
+            Some(a) if a.handle.is_some() => {
+                Ok(tx.finish(Claim::Nothing("the attempt already has an execution")))
+            }
+            Some(a) if a.lease_until > now => Ok(tx.finish(Claim::Busy(a.lease_until.since(now)))),
+            Some(mut a) => {
+                a.lease_until = now + lease;
+                tx_put(&mut tx, &a)?;
+                Ok(tx.finish(Claim::Mine { run: Box::new(run), attempt: Box::new(a), fresh: false }))
+            }
+            None if run.state != RunState::Queued => Ok(tx.finish(Claim::Nothing("the run is not queued"))),
+            None => {
+                let a = AttemptDoc {
+                    run: run.id.clone(),
+                    tenant: run.tenant.clone(),
+                    project: run.project.clone(),
+                    attempt: run.attempt,
+                    nonce: nonce_ref.clone(),
+                    class: run.class,
+                    task_count: run.task_count,
+                    event_key: key_ref.clone(),
+                    created_at: now,
+                    lease_until: now + lease,
+                    handle: None,
+                    submitted_at: None,
+                    finished_seen_at: None,
+                    started: None,
+                    finished: None,
+                    status: None,
+                    finalized: false,
+                };
+                run.transition(RunState::Dispatching, Reason::IntentWritten, now)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                tx_put(&mut tx, &run)?;
+                tx_put(&mut tx, &a)?;
+                Ok(tx.finish(Claim::Mine { run: Box::new(run), attempt: Box::new(a), fresh: true }))
+            }
+        }
+    })
+    .await?;
+
+    let (run, attempt, fresh) = match claim {
+        Claim::Nothing(why) => return Ok((StatusCode::OK, done(why))),
+        Claim::Busy(wait) => {
+            let secs = wait.as_secs().max(1);
+            return Err(ApiError::unavailable("another dispatcher holds this attempt", secs));
+        }
+        Claim::Mine { run, attempt, fresh } => (*run, *attempt, fresh),
+    };
+    if fresh {
+        state.metrics.transition(
+            RunState::Queued.as_str(),
+            RunState::Dispatching.as_str(),
+            Reason::IntentWritten.as_str(),
+        );
+    } else {
+        // An earlier delivery may have made the execution before it failed:
+        // never submit again without looking.
+        let since = attempt.created_at - Duration::from_secs(60);
+        match mapi_executor::adopt(&*state.executor, &attempt.nonce, since).await {
+            Ok(Some(found)) => {
+                record_handle(&state, &attempt, &found.handle, Reason::Adopted).await?;
+                return Ok((
+                    StatusCode::OK,
+                    Json(Outcome { outcome: "adopted", execution: Some(found.handle) }),
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(ApiError::unavailable(format!("cannot list executions to adopt: {e}"), 5)),
+        }
+    }
+
+    write_bootstraps(&state, &run, &attempt).await?;
+    let mut env = BTreeMap::new();
+    env.insert("MAPI_RUN_ID".to_owned(), run.id.to_string());
+    env.insert("MAPI_NONCE".to_owned(), attempt.nonce.to_string());
+    let submit = AttemptSubmit {
+        run: run.id.clone(),
+        attempt: attempt.attempt,
+        nonce: attempt.nonce.clone(),
+        class: attempt.class,
+        method: run.method.clone(),
+        timeout: Duration::from_secs(u64::from(run.timeout_s)),
+        task_count: attempt.task_count,
+        env,
+    };
+    match state.executor.submit(&submit).await {
+        Ok(handle) => {
+            metric(&state, "ok");
+            record_handle(&state, &attempt, &handle, Reason::ExecutionCreated).await?;
+            Ok((StatusCode::OK, Json(Outcome { outcome: "submitted", execution: Some(handle) })))
+        }
+        Err(SubmitError::Refused(why)) => {
+            metric(&state, "refused");
+            refuse(&state, &attempt, why).await?;
+            Ok((StatusCode::OK, done("refused by placement")))
+        }
+        Err(e) => {
+            let (result, retry) = match &e {
+                SubmitError::Throttled { retry_after } => {
+                    let labels =
+                        mapi_metrics::ExecutorName { executor: state.executor.capabilities().executor };
+                    state.metrics.executor_submit_throttled.get_or_create(&labels).inc();
+                    ("throttled", retry_after.map_or(5, |d| d.as_secs().max(1)))
+                }
+                SubmitError::Ambiguous(_) => ("ambiguous", 5),
+                _ => ("error", 5),
+            };
+            metric(&state, result);
+            release_lease(&state, &attempt).await?;
+            tracing::warn!(run = %run.id, attempt = %attempt.attempt, error = %e, "submit failed; the queue will retry");
+            Err(ApiError::unavailable(format!("the executor did not start the attempt: {e}"), retry))
+        }
+    }
+}
+
+/// Lets the next delivery take the attempt at once (it will adopt first).
+async fn release_lease(state: &AppState, attempt: &AttemptDoc) -> Result<(), ApiError> {
+    let now = state.clock.now();
+    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+    let id = &id;
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await? {
+            if a.handle.is_none() {
+                a.lease_until = now;
+                tx_put(&mut tx, &a)?;
+            }
+        }
+        Ok::<_, ApiError>(tx.finish(()))
+    })
+    .await
+}
+
+/// Keeps the execution's name as the attempt's handle and moves the run on.
+async fn record_handle(
+    state: &AppState,
+    attempt: &AttemptDoc,
+    handle: &ExecutionHandle,
+    reason: Reason,
+) -> Result<(), ApiError> {
+    let now = state.clock.now();
+    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+    let (id, run_id) = (&id, attempt.run.as_str());
+    let transition = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut a = tx_get::<AttemptDoc>(&mut tx, id)
+            .await?
+            .ok_or_else(|| ApiError::internal("intent row vanished"))?;
+        let mut run =
+            tx_get::<RunDoc>(&mut tx, run_id).await?.ok_or_else(|| ApiError::internal("run vanished"))?;
+        if a.handle.is_some() {
+            return Ok(tx.finish(None));
+        }
+        a.handle = Some(handle.clone());
+        a.submitted_at = Some(now);
+        let t = if run.state == RunState::Dispatching && run.attempt == a.attempt {
+            Some(
+                run.transition(RunState::Running, reason, now)
+                    .map_err(|e| ApiError::internal(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        tx_put(&mut tx, &a)?;
+        tx_put(&mut tx, &run)?;
+        Ok(tx.finish(Some((t, run.state))))
+    })
+    .await?;
+    match transition {
+        Some((Some(t), _)) => {
+            state.metrics.transition(RunState::Dispatching.as_str(), t.to.as_str(), t.reason.as_str());
+            tracing::info!(run = %attempt.run, attempt = %attempt.attempt, execution = %handle, reason = %reason, "attempt running");
+        }
+        Some((None, RunState::Cancelling)) => {
+            // Cancelled while we were submitting: stop what we just started.
+            if let Err(e) = state.executor.cancel(handle).await {
+                tracing::warn!(execution = %handle, error = %e, "cancel after submit failed; the reconciler retries");
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Placement refused the attempt: the run fails with INFRA_ERROR.
+async fn refuse(state: &AppState, attempt: &AttemptDoc, why: String) -> Result<(), ApiError> {
+    let now = state.clock.now();
+    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+    let (id, run_id, why) = (&id, attempt.run.as_str(), &why);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut a = tx_get::<AttemptDoc>(&mut tx, id)
+            .await?
+            .ok_or_else(|| ApiError::internal("intent row vanished"))?;
+        let mut run =
+            tx_get::<RunDoc>(&mut tx, run_id).await?.ok_or_else(|| ApiError::internal("run vanished"))?;
+        if run.state.is_terminal() {
+            return Ok(tx.finish(()));
+        }
+        run.transition(RunState::Failed, Reason::PlacementRefused, now)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        run.error = Some(RunError { code: ErrorCode::InfraError, message: why.clone() });
+        a.finalized = true;
+        tx_put(&mut tx, &a)?;
+        tx_put(&mut tx, &run)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    state.metrics.transition(
+        RunState::Dispatching.as_str(),
+        RunState::Failed.as_str(),
+        Reason::PlacementRefused.as_str(),
+    );
+    Ok(())
+}
+
+/// Writes each task's bootstrap object (create-only: one left by an earlier
+/// delivery of this attempt is the same attempt's and is kept).
+async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) -> Result<(), ApiError> {
+    let dataset: DatasetDoc = state
+        .store
+        .get_one(&mapi_runs::key::<DatasetDoc>(run.dataset.as_str())?)
+        .await?
+        .ok_or_else(|| ApiError::internal(format!("dataset {} of run {} vanished", run.dataset, run.id)))?
+        .decode()?;
+    // URLs must outlive the run: its timeout, the executor's margin, an hour to spare.
+    let ttl = Duration::from_secs(u64::from(run.timeout_s))
+        + state.config.local_timeout_margin
+        + Duration::from_secs(3600);
+    let dataset_url =
+        state.objects.signed_url(SignedMethod::Get, &ObjectKey::parse(&dataset.object)?, ttl).await?;
+    let spec = mapi_methods::find(&run.method)
+        .ok_or_else(|| ApiError::internal("method vanished from the registry"))?;
+    for task in 0..attempt.task_count {
+        let dir =
+            layout::task_dir(&run.tenant, &run.project, &run.id, attempt.attempt, task, attempt.task_count);
+        let mut outputs = BTreeMap::new();
+        for out in spec.outputs {
+            let key = ObjectKey::parse(&layout::output(&dir, out.name))?;
+            outputs.insert(
+                out.name.to_owned(),
+                state.objects.signed_url(SignedMethod::PutCreateOnly, &key, ttl).await?,
+            );
+        }
+        let checkpoint_url = state
+            .objects
+            .signed_url(SignedMethod::Put, &ObjectKey::parse(&layout::checkpoint(&dir))?, ttl)
+            .await?;
+        let resume_url = previous_checkpoint(state, run, attempt, task, ttl).await?;
+        let boot = Bootstrap {
+            v: BOOTSTRAP_VERSION,
+            tenant: run.tenant.clone(),
+            project: run.project.clone(),
+            run: run.id.clone(),
+            attempt: attempt.attempt,
+            task,
+            task_count: attempt.task_count,
+            method: run.method.clone(),
+            params: run.params.clone(),
+            timeout_s: run.timeout_s,
+            dataset_url: dataset_url.clone(),
+            outputs,
+            checkpoint_url,
+            resume_url,
+            event_key: attempt.event_key.clone(),
+        };
+        let bytes = Bytes::from(serde_json::to_vec(&boot).map_err(|e| ApiError::internal(e.to_string()))?);
+        let key = ObjectKey::parse(attempt.nonce.for_task(task).as_str())?;
+        match state.bootstrap.put(&key, bytes, "application/json", IfGeneration::ABSENT).await {
+            Ok(_) | Err(ObjectError::PreconditionFailed(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A signed GET of the checkpoint the previous attempt flushed, if it did.
+async fn previous_checkpoint(
+    state: &AppState,
+    run: &RunDoc,
+    attempt: &AttemptDoc,
+    task: u32,
+    ttl: Duration,
+) -> Result<Option<String>, ApiError> {
+    let Some(prev) = attempt.attempt.0.checked_sub(1).filter(|n| *n > 0) else { return Ok(None) };
+    let dir = layout::task_dir(
+        &run.tenant,
+        &run.project,
+        &run.id,
+        mapi_domain::AttemptNo(prev),
+        task,
+        attempt.task_count,
+    );
+    let key = ObjectKey::parse(&layout::checkpoint(&dir))?;
+    match state.objects.head(&key).await {
+        Ok(_) => Ok(Some(state.objects.signed_url(SignedMethod::Get, &key, ttl).await?)),
+        Err(ObjectError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}

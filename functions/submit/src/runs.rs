@@ -1,0 +1,334 @@
+//! Submitting, listing, reading and cancelling runs.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use mapi_domain::{AttemptNo, ProjectId, Reason, RunId, RunSpecInput, RunState, TenantId};
+use mapi_identity::Caller;
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
+use mapi_runs::views::{RunPage, RunSummary, RunView};
+use mapi_runs::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, RunDoc, tx_create, tx_get, tx_put};
+use mapi_store::{Direction, Op, StoreExt, transact};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::datasets::{entropy, require_project};
+use crate::{page, view};
+
+const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+/// The checks a spec passes before a run is written, in order: the timeout,
+/// the method and its parameters, the class on this executor, the dataset
+/// and its columns.
+async fn validate(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    spec: &RunSpecInput,
+) -> Result<DatasetDoc, ApiError> {
+    spec.check().map_err(|e| ApiError::invalid(e.to_string()))?;
+    let Some(method) = mapi_methods::find(&spec.method) else {
+        let known: Vec<&str> = mapi_methods::all().iter().map(|m| m.name).collect();
+        return Err(ApiError::invalid(format!(
+            "unknown method `{}`: use one of {}",
+            spec.method.chars().take(64).collect::<String>(),
+            known.join(", ")
+        )));
+    };
+    let params =
+        mapi_methods::validate(method, &spec.params).map_err(|e| ApiError::invalid(e.to_string()))?;
+    state.executor.check_placement(spec.class, &spec.method).map_err(ApiError::invalid)?;
+    let key = mapi_runs::key::<DatasetDoc>(spec.dataset.as_str())?;
+    let dataset: Option<DatasetDoc> = state.store.get_one(&key).await?.map(|d| d.decode()).transpose()?;
+    let dataset = match dataset {
+        Some(d) if &d.tenant == tenant && &d.project == project => d,
+        _ => {
+            return Err(ApiError::not_found(format!(
+                "dataset {} not found in {tenant}/{project}: upload it first (POST …/datasets)",
+                spec.dataset
+            )));
+        }
+    };
+    let numeric = |c: &str| dataset.numeric_columns.iter().any(|n| n == c);
+    mapi_methods::check_columns(method, &params, &dataset.columns, &numeric)
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    Ok(dataset)
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(IDEMPOTENCY_HEADER) else { return Ok(None) };
+    let v = v.to_str().map_err(|_| ApiError::invalid("Idempotency-Key must be printable ASCII"))?;
+    if v.is_empty() || v.len() > 255 {
+        return Err(ApiError::invalid("Idempotency-Key must be 1 to 255 characters"));
+    }
+    Ok(Some(v.to_owned()))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+enum Submitted {
+    New(Box<RunDoc>),
+    Replayed(RunId),
+}
+
+/// Submit a run.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant}/projects/{project}/runs",
+    tag = "runs",
+    params(
+        ("tenant" = String, Path), ("project" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same run for 24 hours")
+    ),
+    request_body = RunSpecInput,
+    responses(
+        (status = 201, body = RunView, description = "Accepted: the run is queued"),
+        (status = 200, body = RunView, description = "A repeated Idempotency-Key: the run it made"),
+        (status = 400, body = mapi_problem::Problem, description = "The spec cannot run"),
+        (status = 404, body = mapi_problem::Problem, description = "No such project or dataset"),
+        (status = 409, body = mapi_problem::Problem, description = "Idempotency-Key reused with another request"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    headers: HeaderMap,
+    Json(spec): Json<RunSpecInput>,
+) -> Result<(StatusCode, HeaderMap, Json<RunView>), ApiError> {
+    require_project(&state, &caller, &tenant, &project).await?;
+    let idem = idempotency_key(&headers)?;
+    validate(&state, &tenant, &project, &spec).await?;
+    let now = state.clock.now();
+    let estimate = mapi_cost::CURRENT.estimate(spec.class, 1, Duration::from_secs(u64::from(spec.timeout_s)));
+    let run = RunDoc {
+        id: RunId::generate(now, entropy()?),
+        tenant: tenant.clone(),
+        project: project.clone(),
+        method: spec.method.clone(),
+        params: spec.params.clone(),
+        dataset: spec.dataset.clone(),
+        class: spec.class,
+        requested_class: spec.class,
+        timeout_s: spec.timeout_s,
+        task_count: 1,
+        state: RunState::Queued,
+        attempt: AttemptNo::FIRST,
+        created_at: now,
+        updated_at: now,
+        created_by: caller.user.clone(),
+        history: vec![RunDoc::submitted(now)],
+        error: None,
+        oom_retried: false,
+        infra_retries: 0,
+        cancel_requested: false,
+        estimate,
+        charged_micros: 0,
+        stalled: false,
+    };
+    let request_hash = sha256_hex(&serde_json::to_vec(&spec).map_err(|e| ApiError::internal(e.to_string()))?);
+    let idem_doc = idem.map(|k| IdempotencyDoc {
+        id: sha256_hex(format!("{tenant}:{project}:{k}").as_bytes()),
+        tenant: tenant.clone(),
+        project: project.clone(),
+        run: run.id.clone(),
+        request_hash: request_hash.clone(),
+        created_at: now,
+        expires_at: now + state.config.idempotency_ttl,
+    });
+    let (run_ref, idem_ref) = (&run, &idem_doc);
+    let outcome = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if let Some(doc) = idem_ref {
+            if let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await? {
+                if seen.expires_at > now {
+                    if seen.request_hash != doc.request_hash {
+                        return Err(ApiError::new(
+                            ProblemCode::FailedPrecondition,
+                            "this Idempotency-Key was used with a different request: use a new key",
+                        ));
+                    }
+                    return Ok(tx.finish(Submitted::Replayed(seen.run)));
+                }
+            }
+            tx_put(&mut tx, doc)?;
+        }
+        tx_create(&mut tx, run_ref)?;
+        Ok(tx.finish(Submitted::New(Box::new(run_ref.clone()))))
+    })
+    .await?;
+    let mut out_headers = HeaderMap::new();
+    match outcome {
+        Submitted::Replayed(id) => {
+            out_headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+            let run = load(&state, &id).await?;
+            Ok((StatusCode::OK, out_headers, Json(view::build(&state, &run).await?)))
+        }
+        Submitted::New(run) => {
+            state.metrics.transition("none", RunState::Queued.as_str(), Reason::Submitted.as_str());
+            // The run is stored: if this push fails, the reconciler re-pushes
+            // the dispatch of queued runs, so the submit still succeeds.
+            if let Err(e) =
+                mapi_runs::tasks::push_dispatch(&*state.queue, &run.id, run.attempt, None, None).await
+            {
+                tracing::warn!(run = %run.id, error = %e, "dispatch push failed; the reconciler will retry it");
+            }
+            tracing::info!(run = %run.id, method = %run.method, class = %run.class, "run submitted");
+            Ok((StatusCode::CREATED, out_headers, Json(view::build(&state, &run).await?)))
+        }
+    }
+}
+
+/// Loads a run.
+pub async fn load(state: &AppState, id: &RunId) -> Result<RunDoc, ApiError> {
+    let key = mapi_runs::key::<RunDoc>(id.as_str())?;
+    match state.store.get_one(&key).await? {
+        Some(d) => Ok(d.decode()?),
+        None => Err(ApiError::not_found(format!("run {id} not found"))),
+    }
+}
+
+/// Loads a run the caller may see.
+async fn load_visible(state: &AppState, caller: &Caller, id: &str) -> Result<RunDoc, ApiError> {
+    let not_found =
+        || ApiError::not_found(format!("run {} not found", id.chars().take(64).collect::<String>()));
+    let id = RunId::parse(id).map_err(|_| not_found())?;
+    let run = load(state, &id).await?;
+    caller.require_tenant(&run.tenant, &format!("run {id}"))?;
+    Ok(run)
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only runs in this state.
+    state: Option<RunState>,
+    /// 1 to 200; 50 when absent.
+    page_size: Option<u32>,
+    page_token: Option<String>,
+}
+
+/// List a project's runs, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/projects/{project}/runs",
+    tag = "runs",
+    params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
+    responses((status = 200, body = RunPage), (status = 400, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<RunPage>, ApiError> {
+    require_project(&state, &caller, &tenant, &project).await?;
+    let size = page::size(q.page_size)?;
+    let mut base = mapi_store::Query::new(RunDoc::COLLECTION)
+        .filter("tenant", Op::Eq, tenant.as_str())
+        .filter("project", Op::Eq, project.as_str());
+    if let Some(s) = q.state {
+        base = base.filter("state", Op::Eq, s.as_str());
+    }
+    let base = base.order_by("created_at", Direction::Desc);
+    let mut query = base.clone().limit(size + 1);
+    if let Some(t) = &q.page_token {
+        query = query.start_after(page::decode(t)?);
+    }
+    let mut docs = state.store.query(&query, None).await?;
+    let more = docs.len() > size as usize;
+    docs.truncate(size as usize);
+    let next_page_token = if more { docs.last().map(|d| page::encode(&base.cursor_after(d))) } else { None };
+    let runs =
+        docs.iter().map(|d| d.decode::<RunDoc>().map(|r| RunSummary::from(&r))).collect::<Result<_, _>>()?;
+    Ok(Json(RunPage { runs, next_page_token }))
+}
+
+/// A run: state, attempts, history, progress, outputs and cost.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{id}",
+    tag = "runs",
+    params(("id" = String, Path)),
+    responses((status = 200, body = RunView), (status = 404, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn get_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<RunView>, ApiError> {
+    let run = load_visible(&state, &caller, &id).await?;
+    Ok(Json(view::build(&state, &run).await?))
+}
+
+/// Cancel a run. A queued run is cancelled at once; a started one is asked
+/// to stop and is marked cancelled when the executor confirms.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/cancel",
+    tag = "runs",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = RunView, description = "Cancelled"),
+        (status = 202, body = RunView, description = "Cancelling: waiting for the executor"),
+        (status = 409, body = mapi_problem::Problem, description = "The run already ended"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<RunView>), ApiError> {
+    let run = load_visible(&state, &caller, &id).await?;
+    let now = state.clock.now();
+    let key = mapi_runs::key::<RunDoc>(run.id.as_str())?;
+    let key = &key;
+    let (run, transition) = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut run: RunDoc =
+            tx.get(key).await?.ok_or_else(|| ApiError::not_found("run not found"))?.decode()?;
+        let to = match run.state {
+            s if s.is_terminal() => {
+                return Err(ApiError::precondition(format!(
+                    "run {} already ended ({s}): nothing to cancel",
+                    run.id
+                )));
+            }
+            RunState::Queued => RunState::Cancelled,
+            RunState::Cancelling => return Ok(tx.finish((run, None))),
+            _ => RunState::Cancelling,
+        };
+        let t = run
+            .transition(to, Reason::CancelRequested, now)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        run.cancel_requested = true;
+        tx_put(&mut tx, &run)?;
+        Ok(tx.finish((run, Some(t))))
+    })
+    .await?;
+    if let Some(t) = &transition {
+        state.metrics.transition(t.from.map_or("none", |s| s.as_str()), t.to.as_str(), t.reason.as_str());
+        tracing::info!(run = %run.id, to = %t.to, "cancel requested");
+    }
+    if run.state == RunState::Cancelling {
+        // Ask the executor now; the reconciler repeats it until confirmed.
+        let attempt_key = mapi_runs::key::<AttemptDoc>(&AttemptDoc::id_of(&run.id, run.attempt))?;
+        if let Some(a) =
+            state.store.get_one(&attempt_key).await?.map(|d| d.decode::<AttemptDoc>()).transpose()?
+        {
+            if let Some(handle) = &a.handle {
+                if let Err(e) = state.executor.cancel(handle).await {
+                    tracing::warn!(run = %run.id, error = %e, "executor cancel failed; the reconciler will retry");
+                }
+            }
+        }
+    }
+    let status = if run.state == RunState::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
+    Ok((status, Json(view::build(&state, &run).await?)))
+}

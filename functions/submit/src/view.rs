@@ -1,0 +1,99 @@
+//! Builds a run's API view from its documents.
+
+use std::time::Duration;
+
+use mapi_domain::RunState;
+use mapi_objects::{ObjectKey, SignedMethod};
+use mapi_platform::AppState;
+use mapi_problem::ApiError;
+use mapi_runs::views::{AttemptView, CostView, OutputView, RunView};
+use mapi_runs::{AttemptDoc, Doc, LedgerEntry, ProgressDoc, RunDoc, layout};
+use mapi_store::{Direction, Op, StoreExt};
+
+/// How long the download URLs in a view stay valid.
+const DOWNLOAD_TTL: Duration = Duration::from_secs(900);
+
+pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> {
+    let attempts: Vec<AttemptDoc> = state
+        .store
+        .query(
+            &mapi_store::Query::new(AttemptDoc::COLLECTION)
+                .filter("run", Op::Eq, run.id.as_str())
+                .order_by("attempt", Direction::Asc),
+            None,
+        )
+        .await?
+        .iter()
+        .map(|d| d.decode())
+        .collect::<Result<_, _>>()?;
+    let ledger: Vec<LedgerEntry> = state
+        .store
+        .query(
+            &mapi_store::Query::new(LedgerEntry::COLLECTION)
+                .filter("run", Op::Eq, run.id.as_str())
+                .order_by("attempt", Direction::Asc),
+            None,
+        )
+        .await?
+        .iter()
+        .map(|d| d.decode())
+        .collect::<Result<_, _>>()?;
+    let progress_key = mapi_runs::key::<ProgressDoc>(&AttemptDoc::id_of(&run.id, run.attempt))?;
+    let progress: Option<ProgressDoc> =
+        state.store.get_one(&progress_key).await?.map(|d| d.decode()).transpose()?;
+    let summary = progress.as_ref().map(|p| p.progress.summary());
+
+    let mut outputs = Vec::new();
+    if matches!(run.state, RunState::Succeeded | RunState::Partial) {
+        if let Some(p) = &summary {
+            let dir = layout::task_dir(&run.tenant, &run.project, &run.id, run.attempt, 0, run.task_count);
+            for (name, size) in &p.outputs {
+                let key = ObjectKey::parse(&layout::output(&dir, name))?;
+                let url = state.objects.signed_url(SignedMethod::Get, &key, DOWNLOAD_TTL).await?;
+                outputs.push(OutputView { name: name.clone(), size: *size, url });
+            }
+        }
+    }
+    let attempts = attempts
+        .iter()
+        .map(|a| AttemptView {
+            attempt: a.attempt,
+            class: a.class,
+            execution: a.handle.clone(),
+            submitted_at: a.submitted_at,
+            started: a.started,
+            finished: a.finished,
+            status: a.status.clone(),
+            charge: ledger.iter().find(|l| l.attempt == a.attempt).map(|l| l.charge.clone()),
+        })
+        .collect();
+    Ok(RunView {
+        id: run.id.clone(),
+        tenant: run.tenant.clone(),
+        project: run.project.clone(),
+        method: run.method.clone(),
+        params: run.params.clone(),
+        dataset: run.dataset.clone(),
+        class: run.class,
+        requested_class: run.requested_class,
+        timeout_s: run.timeout_s,
+        state: run.state,
+        attempt: run.attempt,
+        created_at: run.created_at,
+        updated_at: run.updated_at,
+        created_by: run.created_by.clone(),
+        error: run.error.clone(),
+        stalled: run.stalled,
+        progress: summary,
+        attempts,
+        history: run.history.clone(),
+        outputs,
+        cost: CostView {
+            estimate_micros: run.estimate.amount_micros,
+            charged_micros: run.charged_micros,
+            currency: run.estimate.currency.clone(),
+            price_table: run.estimate.price_table.clone(),
+            note: "estimates at list prices".to_owned(),
+        },
+    })
+}

@@ -1,0 +1,328 @@
+//! `Config`: every setting of the platform, read once at start from the
+//! environment, each with a safe default where one exists. The README's
+//! table of variables is checked against [`VARIABLES`] by a test.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mapi_domain::ResourceClass;
+use mapi_store::sqlite::Durability;
+use serde::{Deserialize, Serialize};
+
+/// Which deployment this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// One machine, one developer: secrets are generated and kept in `$MAPI_HOME`.
+    Dev,
+    /// Many tenants: every secret must come from the environment.
+    MultiTenant,
+}
+
+/// The platform's secrets.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Secrets {
+    /// Presented by the queue, the scheduler and the local event pusher.
+    pub internal_token: String,
+    /// Keys the stored hashes of API tokens.
+    #[serde(with = "hex_bytes")]
+    pub token_pepper: Vec<u8>,
+    /// Keys the local object store's signed URLs.
+    #[serde(with = "hex_bytes")]
+    pub url_signing_key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(..)")
+    }
+}
+
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        hex::decode(String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Every setting.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub profile: Profile,
+    pub home: PathBuf,
+    pub port: u16,
+    /// Where executions and the CLI reach the platform.
+    pub public_url: String,
+    /// `MAPI_PUBLIC_URL` was set (otherwise `mapi dev` uses the address it bound).
+    pub public_url_set: bool,
+    pub secrets: Secrets,
+    pub sqlite_durability: Durability,
+    pub max_dataset_bytes: usize,
+    pub max_json_bytes: usize,
+    pub max_infra_retries: u32,
+    /// How long after an execution succeeded its complete event may arrive.
+    pub event_grace: Duration,
+    /// How long a dispatcher holds an attempt before the reconciler may take it.
+    pub dispatch_lease: Duration,
+    pub idempotency_ttl: Duration,
+    /// A running attempt without events for this long is marked stalled.
+    pub stall_after: Duration,
+    pub tick_interval: Duration,
+    pub worker_bin: Option<PathBuf>,
+    pub local_timeout_margin: Duration,
+    pub local_grace: Duration,
+    pub local_memory_mib: BTreeMap<ResourceClass, u64>,
+}
+
+/// A setting that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Every variable, its default and meaning: the source of the README's table.
+pub const VARIABLES: &[(&str, &str, &str)] = &[
+    (
+        "MAPI_PROFILE",
+        "dev",
+        "`dev` (one machine; secrets generated in $MAPI_HOME) or `multi-tenant` (secrets required)",
+    ),
+    ("MAPI_HOME", "./.mapi", "Where the embedded store, queue, objects and executions live"),
+    ("PORT", "8080", "The port to listen on (Cloud Run sets it)"),
+    ("MAPI_PUBLIC_URL", "http://127.0.0.1:$PORT", "Where executions and the CLI reach the platform"),
+    (
+        "MAPI_INTERNAL_TOKEN",
+        "generated (dev)",
+        "Bearer token of internal callers: queue, scheduler, event push",
+    ),
+    ("MAPI_TOKEN_PEPPER", "generated (dev)", "Hex key of the HMAC under which API tokens are stored"),
+    ("MAPI_URL_SIGNING_KEY", "generated (dev)", "Hex key of the local object store's signed URLs"),
+    (
+        "MAPI_SQLITE_SYNC",
+        "full",
+        "SQLite `synchronous`: `full` survives power loss, `normal` only process crashes",
+    ),
+    ("MAPI_MAX_DATASET_BYTES", "67108864", "Largest dataset upload"),
+    ("MAPI_MAX_JSON_BYTES", "1048576", "Largest JSON request body"),
+    ("MAPI_MAX_INFRA_RETRIES", "2", "Attempts retried after a lost execution or an infrastructure crash"),
+    ("MAPI_EVENT_GRACE_S", "120", "How long after an execution succeeded its complete event may arrive"),
+    ("MAPI_DISPATCH_LEASE_S", "60", "How long a dispatcher holds an attempt before the reconciler adopts it"),
+    ("MAPI_IDEMPOTENCY_TTL_S", "86400", "How long an Idempotency-Key returns the same run"),
+    ("MAPI_STALL_AFTER_S", "300", "A running attempt without events for this long is marked stalled"),
+    ("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick"),
+    ("MAPI_WORKER_BIN", "beside the running binary", "The mapi-worker executable the local executor starts"),
+    ("MAPI_LOCAL_TIMEOUT_MARGIN_S", "5", "Local executor: the backstop after a run's timeout"),
+    ("MAPI_LOCAL_GRACE_S", "5", "Local executor: SIGTERM to SIGKILL"),
+    (
+        "MAPI_LOCAL_MEMORY_MIB",
+        "the class's memory",
+        "Local executor: memory limits per class, e.g. `S=512,M=1024`",
+    ),
+    ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
+    ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
+];
+
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn parse<T: std::str::FromStr>(get: Lookup<'_>, name: &str, default: T) -> Result<T, ConfigError> {
+    match get(name) {
+        None => Ok(default),
+        Some(v) if v.trim().is_empty() => Ok(default),
+        Some(v) => {
+            v.trim().parse().map_err(|_| ConfigError::Invalid(format!("{name} has an invalid value `{v}`")))
+        }
+    }
+}
+
+fn seconds(get: Lookup<'_>, name: &str, default: u64) -> Result<Duration, ConfigError> {
+    parse(get, name, default).map(Duration::from_secs)
+}
+
+fn memory_map(s: &str) -> Result<BTreeMap<ResourceClass, u64>, ConfigError> {
+    let bad = || {
+        ConfigError::Invalid(format!("MAPI_LOCAL_MEMORY_MIB `{s}`: write CLASS=MIB pairs, e.g. S=512,M=1024"))
+    };
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (class, mib) = pair.split_once('=').ok_or_else(bad)?;
+        let class: ResourceClass = class.trim().parse().map_err(|_| bad())?;
+        let mib: u64 = mib.trim().parse().map_err(|_| bad())?;
+        if mib == 0 {
+            return Err(bad());
+        }
+        out.insert(class, mib);
+    }
+    Ok(out)
+}
+
+fn random_secret() -> Result<Vec<u8>, ConfigError> {
+    let mut b = vec![0u8; 32];
+    getrandom::fill(&mut b).map_err(|e| ConfigError::Invalid(format!("no randomness: {e}")))?;
+    Ok(b)
+}
+
+/// The dev profile's secrets: from `$MAPI_HOME/secrets.json`, made on first use.
+fn dev_secrets(home: &Path) -> Result<Secrets, ConfigError> {
+    let path = home.join("secrets.json");
+    let err = |e: std::io::Error| ConfigError::Invalid(format!("{}: {e}", path.display()));
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            ConfigError::Invalid(format!("{} is damaged ({e}): delete it to regenerate", path.display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(home).map_err(err)?;
+            let secrets = Secrets {
+                internal_token: hex::encode(random_secret()?),
+                token_pepper: random_secret()?,
+                url_signing_key: random_secret()?,
+            };
+            let json =
+                serde_json::to_vec_pretty(&secrets).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            let tmp = home.join(".secrets.json.tmp");
+            {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)
+                    .map_err(err)?;
+                f.write_all(&json).map_err(err)?;
+                f.sync_all().map_err(err)?;
+            }
+            std::fs::rename(&tmp, &path).map_err(err)?;
+            Ok(secrets)
+        }
+        Err(e) => Err(err(e)),
+    }
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(&|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `get` (tests pass a map).
+    pub fn from_lookup(get: Lookup<'_>) -> Result<Config, ConfigError> {
+        let profile = match get("MAPI_PROFILE").as_deref().map(str::trim) {
+            None | Some("") | Some("dev") => Profile::Dev,
+            Some("multi-tenant") => Profile::MultiTenant,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "MAPI_PROFILE `{other}`: use `dev` or `multi-tenant`"
+                )));
+            }
+        };
+        let home = PathBuf::from(
+            get("MAPI_HOME").filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "./.mapi".into()),
+        );
+        let port: u16 = parse(get, "PORT", 8080)?;
+        let public_url_set = get("MAPI_PUBLIC_URL").is_some_and(|s| !s.trim().is_empty());
+        let public_url = get("MAPI_PUBLIC_URL")
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| format!("http://127.0.0.1:{port}"))
+            .trim_end_matches('/')
+            .to_owned();
+        let from_env = (get("MAPI_INTERNAL_TOKEN"), get("MAPI_TOKEN_PEPPER"), get("MAPI_URL_SIGNING_KEY"));
+        let secrets = match (profile, from_env) {
+            (_, (Some(internal_token), Some(pepper), Some(url_key))) => Secrets {
+                internal_token,
+                token_pepper: hex::decode(pepper.trim())
+                    .map_err(|_| ConfigError::Invalid("MAPI_TOKEN_PEPPER must be hex".into()))?,
+                url_signing_key: hex::decode(url_key.trim())
+                    .map_err(|_| ConfigError::Invalid("MAPI_URL_SIGNING_KEY must be hex".into()))?,
+            },
+            (Profile::Dev, _) => dev_secrets(&home)?,
+            (Profile::MultiTenant, _) => {
+                return Err(ConfigError::Invalid(
+                    "the multi-tenant profile needs MAPI_INTERNAL_TOKEN, MAPI_TOKEN_PEPPER and MAPI_URL_SIGNING_KEY".into(),
+                ));
+            }
+        };
+        if secrets.internal_token.len() < 16
+            || secrets.token_pepper.len() < 16
+            || secrets.url_signing_key.len() < 16
+        {
+            return Err(ConfigError::Invalid("secrets must be at least 16 characters or bytes long".into()));
+        }
+        let sqlite_durability = match get("MAPI_SQLITE_SYNC").as_deref().map(str::trim) {
+            None | Some("") | Some("full") => Durability::Full,
+            Some("normal") => Durability::Normal,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!("MAPI_SQLITE_SYNC `{other}`: use full or normal")));
+            }
+        };
+        Ok(Config {
+            profile,
+            home,
+            port,
+            public_url,
+            public_url_set,
+            secrets,
+            sqlite_durability,
+            max_dataset_bytes: parse(get, "MAPI_MAX_DATASET_BYTES", 64 * 1024 * 1024)?,
+            max_json_bytes: parse(get, "MAPI_MAX_JSON_BYTES", 1024 * 1024)?,
+            max_infra_retries: parse(get, "MAPI_MAX_INFRA_RETRIES", 2)?,
+            event_grace: seconds(get, "MAPI_EVENT_GRACE_S", 120)?,
+            dispatch_lease: seconds(get, "MAPI_DISPATCH_LEASE_S", 60)?,
+            idempotency_ttl: seconds(get, "MAPI_IDEMPOTENCY_TTL_S", 86_400)?,
+            stall_after: seconds(get, "MAPI_STALL_AFTER_S", 300)?,
+            tick_interval: seconds(get, "MAPI_TICK_INTERVAL_S", 2)?,
+            worker_bin: get("MAPI_WORKER_BIN").filter(|s| !s.trim().is_empty()).map(PathBuf::from),
+            local_timeout_margin: seconds(get, "MAPI_LOCAL_TIMEOUT_MARGIN_S", 5)?,
+            local_grace: seconds(get, "MAPI_LOCAL_GRACE_S", 5)?,
+            local_memory_mib: memory_map(&get("MAPI_LOCAL_MEMORY_MIB").unwrap_or_default())?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(&|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_need_no_environment_and_secrets_persist() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        let home_s = home.to_string_lossy().into_owned();
+        let a = with(&[("MAPI_HOME", &home_s)]).expect("defaults");
+        assert_eq!((a.port, a.public_url.as_str(), a.profile), (8080, "http://127.0.0.1:8080", Profile::Dev));
+        assert_eq!(a.sqlite_durability, Durability::Full);
+        let b = with(&[("MAPI_HOME", &home_s), ("PORT", "9000")]).expect("again");
+        assert_eq!(a.secrets, b.secrets, "dev secrets are kept in MAPI_HOME");
+        assert_eq!(b.public_url, "http://127.0.0.1:9000");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(home.join("secrets.json")).expect("file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().to_string_lossy().into_owned();
+        let e = with(&[("MAPI_HOME", &home), ("PORT", "eighty")]).expect_err("bad port");
+        assert!(e.to_string().contains("PORT"), "{e}");
+        let e = with(&[("MAPI_HOME", &home), ("MAPI_LOCAL_MEMORY_MIB", "S=lots")]).expect_err("bad map");
+        assert!(e.to_string().contains("S=512"), "{e}");
+        let e = with(&[("MAPI_PROFILE", "multi-tenant"), ("MAPI_HOME", &home)]).expect_err("no secrets");
+        assert!(e.to_string().contains("MAPI_INTERNAL_TOKEN"), "{e}");
+        let m = with(&[("MAPI_HOME", &home), ("MAPI_LOCAL_MEMORY_MIB", "S=64, m=256")]).expect("map");
+        assert_eq!(m.local_memory_mib.get(&ResourceClass::M), Some(&256));
+    }
+}

@@ -1,0 +1,240 @@
+//! The platform's state: configuration read once at start ([`Config`]) and
+//! the ports wired to their adapters ([`Platform`]). Every function's router
+//! takes an [`AppState`]; the same handlers serve the embedded and the
+//! cloud adapters, because they only see the ports.
+//!
+//! Architecture invariant: handlers read configuration from `AppState`,
+//! never from the environment.
+
+mod config;
+
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mapi_clock::Clock;
+use mapi_executor::Executor;
+use mapi_executor::local::layout::Command;
+use mapi_executor::local::{LocalConfig, LocalProcessExecutor};
+use mapi_identity::{IdentityState, Pepper};
+use mapi_metrics::Metrics;
+use mapi_objects::ObjectStore;
+use mapi_objects::fs::FsObjectStore;
+use mapi_objects::signed::UrlSigner;
+use mapi_queue::sqlite::SqliteQueue;
+use mapi_queue::{QueueConfig, QueueName, RetryConfig, TaskQueue};
+use mapi_store::Store;
+use mapi_store::sqlite::SqliteStore;
+
+pub use config::{Config, ConfigError, Profile, Secrets, VARIABLES};
+
+pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
+/// The data bucket's name locally.
+pub const DATA_BUCKET: &str = "data";
+/// The bootstrap bucket's name locally.
+pub const BOOTSTRAP_BUCKET: &str = "bootstrap";
+
+/// Every port, wired.
+#[derive(Debug)]
+pub struct Platform {
+    pub config: Config,
+    pub store: Arc<dyn Store>,
+    /// The data bucket: datasets and outputs, keys under `t/{tenant}/`.
+    pub objects: Arc<dyn ObjectStore>,
+    /// The bootstrap bucket: one object per attempt task, keyed by nonce.
+    pub bootstrap: Arc<dyn ObjectStore>,
+    pub queue: Arc<dyn TaskQueue>,
+    pub executor: Arc<dyn Executor>,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Metrics,
+    pub pepper: Pepper,
+    /// Present when the embedded adapters are in use: what `mapi dev` needs
+    /// to drive them (the queue's deliverer, the executor's log forwarder,
+    /// the signed-URL routes).
+    pub local: Option<LocalParts>,
+}
+
+/// The concrete embedded adapters, for the background work that only the
+/// one-machine platform runs.
+#[derive(Clone, Debug)]
+pub struct LocalParts {
+    pub queue: SqliteQueue,
+    pub executor: LocalProcessExecutor,
+    pub objects: FsObjectStore,
+    pub bootstrap: FsObjectStore,
+    pub signer: UrlSigner,
+}
+
+/// The state every router holds.
+#[derive(Clone, Debug)]
+pub struct AppState(pub Arc<Platform>);
+
+impl Deref for AppState {
+    type Target = Platform;
+    fn deref(&self) -> &Platform {
+        &self.0
+    }
+}
+
+impl IdentityState for AppState {
+    fn store(&self) -> &dyn Store {
+        &*self.0.store
+    }
+
+    fn pepper(&self) -> &Pepper {
+        &self.0.pepper
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &*self.0.clock
+    }
+
+    fn internal_token(&self) -> &str {
+        &self.0.config.secrets.internal_token
+    }
+}
+
+/// Why the platform could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot open the store: {0}")]
+    Store(#[from] mapi_store::StoreError),
+    #[error("cannot open the object store: {0}")]
+    Objects(#[from] mapi_objects::ObjectError),
+    #[error("cannot open the queue: {0}")]
+    Queue(#[from] mapi_queue::QueueError),
+    #[error("cannot start the executor: {0}")]
+    Executor(#[from] mapi_executor::ExecutorError),
+}
+
+/// The retry policy of both queues: quick first retries, then at most a minute apart.
+fn queue_config(name: &str) -> Result<QueueConfig, mapi_queue::QueueError> {
+    Ok(QueueConfig {
+        name: QueueName::new(name)?,
+        retry: RetryConfig {
+            max_attempts: 0,
+            min_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(60),
+            max_doublings: 6,
+        },
+        max_concurrent_dispatches: 16,
+        dispatch_deadline: Duration::from_secs(120),
+        dedup_window: Duration::from_secs(3600),
+    })
+}
+
+impl Platform {
+    /// The platform on embedded adapters under `config.home`: SQLite store
+    /// and queue in `mapi.db`, objects under `objects/`, executions under
+    /// `executions/`. `worker` is how to start `mapi-worker`.
+    pub fn embedded(config: Config, clock: Arc<dyn Clock>, worker: Command) -> Result<Platform, StartError> {
+        let home = config.home.clone();
+        std::fs::create_dir_all(&home)
+            .map_err(|e| ConfigError::Invalid(format!("MAPI_HOME {}: {e}", home.display())))?;
+        let db = home.join("mapi.db");
+        let store = SqliteStore::open(&db, clock.clone(), mapi_runs::INDEXES, config.sqlite_durability)?;
+        let signer = UrlSigner::new(config.secrets.url_signing_key.clone(), &config.public_url);
+        let objects_root = home.join("objects");
+        let objects = FsObjectStore::open(&objects_root, DATA_BUCKET, signer.clone(), clock.clone())?;
+        let bootstrap = FsObjectStore::open(&objects_root, BOOTSTRAP_BUCKET, signer.clone(), clock.clone())?;
+        let queue = SqliteQueue::open(
+            &db,
+            clock.clone(),
+            vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?],
+        )?;
+        let mut static_env = std::collections::BTreeMap::new();
+        static_env.insert(
+            "MAPI_BOOTSTRAP_URL".to_owned(),
+            format!("{}/o/{BOOTSTRAP_BUCKET}/{{nonce}}", config.public_url),
+        );
+        let executor = LocalProcessExecutor::new(
+            LocalConfig {
+                dir: home.join("executions"),
+                host: worker.clone(),
+                task: worker,
+                static_env,
+                timeout_margin: config.local_timeout_margin,
+                grace: config.local_grace,
+                memory_mib: config.local_memory_mib.clone(),
+            },
+            clock.clone(),
+        )?;
+        let pepper = Pepper::new(config.secrets.token_pepper.clone());
+        Ok(Platform {
+            store: Arc::new(store),
+            objects: Arc::new(objects.clone()),
+            bootstrap: Arc::new(bootstrap.clone()),
+            queue: Arc::new(queue.clone()),
+            executor: Arc::new(executor.clone()),
+            clock,
+            metrics: Metrics::new(),
+            pepper,
+            local: Some(LocalParts { queue, executor, objects, bootstrap, signer }),
+            config,
+        })
+    }
+
+    /// Where `mapi dev` writes the CLI's credentials.
+    pub fn credentials_path(&self) -> PathBuf {
+        self.config.home.join("credentials.json")
+    }
+}
+
+/// How to start the worker: `MAPI_WORKER_BIN` when set, else the
+/// `mapi-worker` binary beside the running executable, else (for the `mapi`
+/// CLI, which has a `worker` subcommand) the running executable itself,
+/// else `mapi-worker` from `PATH`.
+pub fn worker_command(configured: Option<&std::path::Path>, self_is_worker: bool) -> Command {
+    if let Some(p) = configured {
+        return Command { program: p.to_owned(), args: vec![] };
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        let sibling = exe.with_file_name("mapi-worker");
+        if sibling.is_file() {
+            return Command { program: sibling, args: vec![] };
+        }
+        if self_is_worker {
+            return Command { program: exe, args: vec!["worker".to_owned()] };
+        }
+    }
+    Command { program: PathBuf::from("mapi-worker"), args: vec![] }
+}
+
+/// The whole `main` of a function binary: configuration from the
+/// environment, the embedded platform, the function's router (and its
+/// OpenAPI document at `/openapi.json`), served by the shared runtime.
+pub async fn serve_function(
+    info: mapi_runtime::ServiceInfo,
+    router: fn(AppState) -> axum::Router,
+    openapi: utoipa::openapi::OpenApi,
+) -> std::process::ExitCode {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: configuration error: {e}", info.name);
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let worker = worker_command(config.worker_bin.as_deref(), false);
+    let platform = match Platform::embedded(config, Arc::new(mapi_clock::SystemClock), worker) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{}: cannot start: {e}", info.name);
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let metrics = platform.metrics.clone();
+    let doc = Arc::new(openapi);
+    let app = router(AppState(Arc::new(platform)))
+        .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }));
+    match mapi_runtime::run(info, metrics, app).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}: {e}", info.name);
+            std::process::ExitCode::from(1)
+        }
+    }
+}

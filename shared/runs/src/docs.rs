@@ -1,0 +1,342 @@
+//! The document types. Ids are chosen so no document is hot: one run, one
+//! attempt, one progress record, one ledger entry each.
+
+use std::collections::BTreeMap;
+
+use mapi_cost::Charge;
+use mapi_domain::{
+    AttemptNo, DatasetId, ExecutionStatus, Nonce, ProjectId, Reason, ResourceClass, RunError, RunId,
+    RunState, TenantId, Timestamp, Transition, TransitionError, UserId,
+};
+use mapi_events::progress::Progress;
+use mapi_executor::ExecutionHandle;
+use serde::{Deserialize, Serialize};
+
+use crate::Doc;
+
+/// A tenant (organisation).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantDoc {
+    pub id: TenantId,
+    pub name: String,
+    pub created_at: Timestamp,
+}
+
+impl Doc for TenantDoc {
+    const COLLECTION: &'static str = "tenants";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+/// A project inside a tenant. Id: `{tenant}:{project}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProjectDoc {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub name: String,
+    pub created_at: Timestamp,
+}
+
+impl ProjectDoc {
+    pub fn id_of(tenant: &TenantId, project: &ProjectId) -> String {
+        format!("{tenant}:{project}")
+    }
+}
+
+impl Doc for ProjectDoc {
+    const COLLECTION: &'static str = "projects";
+    fn doc_id(&self) -> String {
+        ProjectDoc::id_of(&self.tenant, &self.project)
+    }
+}
+
+/// An API token, stored only as the HMAC of its secret (the id).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenDoc {
+    /// Hex HMAC-SHA256 of the token under the platform's pepper.
+    pub hash: String,
+    pub tenant: TenantId,
+    pub user: UserId,
+    pub name: String,
+    pub created_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+}
+
+impl Doc for TokenDoc {
+    const COLLECTION: &'static str = "tokens";
+    fn doc_id(&self) -> String {
+        self.hash.clone()
+    }
+}
+
+/// An uploaded dataset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DatasetDoc {
+    pub id: DatasetId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub name: String,
+    /// The object key in the data bucket.
+    pub object: String,
+    pub generation: i64,
+    pub size: u64,
+    pub rows: usize,
+    pub columns: Vec<String>,
+    pub numeric_columns: Vec<String>,
+    pub created_at: Timestamp,
+    pub created_by: UserId,
+}
+
+impl Doc for DatasetDoc {
+    const COLLECTION: &'static str = "datasets";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+/// A run: what was asked, where it is, and how it got there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunDoc {
+    pub id: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub method: String,
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub dataset: DatasetId,
+    /// The class of the current attempt (raised after an out-of-memory retry).
+    pub class: ResourceClass,
+    /// The class the caller asked for.
+    pub requested_class: ResourceClass,
+    pub timeout_s: u32,
+    pub task_count: u32,
+    pub state: RunState,
+    /// The current attempt (1-based).
+    pub attempt: AttemptNo,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub created_by: UserId,
+    pub history: Vec<Transition>,
+    pub error: Option<RunError>,
+    pub oom_retried: bool,
+    pub infra_retries: u32,
+    pub cancel_requested: bool,
+    /// The estimate shown at submit: one attempt of the class for the whole timeout.
+    pub estimate: Charge,
+    /// Sum of the ledger entries of this run, in micros.
+    pub charged_micros: i64,
+    /// No event arrived for a while although the execution runs (informational).
+    #[serde(default)]
+    pub stalled: bool,
+}
+
+impl Doc for RunDoc {
+    const COLLECTION: &'static str = "runs";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+impl RunDoc {
+    /// Moves the run to `to`, if the state machine allows it, and records the
+    /// transition in its history. The one way a run's state changes.
+    pub fn transition(
+        &mut self,
+        to: RunState,
+        reason: Reason,
+        at: Timestamp,
+    ) -> Result<Transition, TransitionError> {
+        self.state.check(to, reason)?;
+        let t = Transition { from: Some(self.state), to, at, reason, attempt: self.attempt };
+        self.history.push(t.clone());
+        self.state = to;
+        self.updated_at = at;
+        Ok(t)
+    }
+
+    /// The first history entry of a new run.
+    pub fn submitted(at: Timestamp) -> Transition {
+        Transition {
+            from: None,
+            to: RunState::Queued,
+            at,
+            reason: Reason::Submitted,
+            attempt: AttemptNo::FIRST,
+        }
+    }
+}
+
+/// One attempt: the intent row the dispatcher writes before it calls the
+/// executor. Id: `{run}:{attempt}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptDoc {
+    pub run: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub attempt: AttemptNo,
+    pub nonce: Nonce,
+    pub class: ResourceClass,
+    pub task_count: u32,
+    /// The attempt's event-signing key (hex). Only the platform and the
+    /// attempt's bootstrap know it.
+    pub event_key: String,
+    pub created_at: Timestamp,
+    /// Until when a dispatcher holds this attempt (extended while it works).
+    pub lease_until: Timestamp,
+    /// The execution, once the executor named it.
+    pub handle: Option<ExecutionHandle>,
+    pub submitted_at: Option<Timestamp>,
+    /// When the executor was first seen reporting the execution finished.
+    pub finished_seen_at: Option<Timestamp>,
+    pub started: Option<Timestamp>,
+    pub finished: Option<Timestamp>,
+    pub status: Option<ExecutionStatus>,
+    /// The meter has written this attempt's ledger entry and applied its verdict.
+    pub finalized: bool,
+}
+
+impl AttemptDoc {
+    pub fn id_of(run: &RunId, attempt: AttemptNo) -> String {
+        format!("{run}:{attempt}")
+    }
+}
+
+impl Doc for AttemptDoc {
+    const COLLECTION: &'static str = "attempts";
+    fn doc_id(&self) -> String {
+        AttemptDoc::id_of(&self.run, self.attempt)
+    }
+}
+
+/// The merged events of one attempt. Id: `{run}:{attempt}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressDoc {
+    pub run: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub attempt: AttemptNo,
+    pub progress: Progress,
+    pub updated_at: Timestamp,
+}
+
+impl Doc for ProgressDoc {
+    const COLLECTION: &'static str = "progress";
+    fn doc_id(&self) -> String {
+        AttemptDoc::id_of(&self.run, self.attempt)
+    }
+}
+
+/// Marks one event as applied: `{run}:{attempt}:{seq}`. Created in the same
+/// transaction as the progress it changed, so an event applies once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventSeenDoc {
+    pub run: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub attempt: AttemptNo,
+    pub seq: u64,
+    pub at: Timestamp,
+}
+
+impl Doc for EventSeenDoc {
+    const COLLECTION: &'static str = "event_seen";
+    fn doc_id(&self) -> String {
+        format!("{}:{}:{}", self.run, self.attempt, self.seq)
+    }
+}
+
+/// One append-only ledger entry: the charge of one attempt. Id:
+/// `{run}:{attempt}`, created once, so a repeated finalization writes nothing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LedgerEntry {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub run: RunId,
+    pub attempt: AttemptNo,
+    pub charge: Charge,
+    pub at: Timestamp,
+}
+
+impl Doc for LedgerEntry {
+    const COLLECTION: &'static str = "ledger";
+    fn doc_id(&self) -> String {
+        AttemptDoc::id_of(&self.run, self.attempt)
+    }
+}
+
+/// An `Idempotency-Key` seen on a submit. Id: hex SHA-256 of
+/// `{tenant}:{project}:{key}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyDoc {
+    pub id: String,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub run: RunId,
+    /// Hex SHA-256 of the request body, to refuse a reused key with another request.
+    pub request_hash: String,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
+impl Doc for IdempotencyDoc {
+    const COLLECTION: &'static str = "idempotency";
+    fn doc_id(&self) -> String {
+        self.id.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunDoc {
+        let at = Timestamp::from_secs(10);
+        RunDoc {
+            id: RunId::generate(at, [1; 10]),
+            tenant: TenantId::parse("dev").expect("tenant"),
+            project: ProjectId::parse("default").expect("project"),
+            method: "describe".into(),
+            params: BTreeMap::new(),
+            dataset: DatasetId::generate(at, [2; 10]),
+            class: ResourceClass::S,
+            requested_class: ResourceClass::S,
+            timeout_s: 60,
+            task_count: 1,
+            state: RunState::Queued,
+            attempt: AttemptNo::FIRST,
+            created_at: at,
+            updated_at: at,
+            created_by: UserId::parse("dev@dev.local").expect("user"),
+            history: vec![RunDoc::submitted(at)],
+            error: None,
+            oom_retried: false,
+            infra_retries: 0,
+            cancel_requested: false,
+            estimate: mapi_cost::CURRENT.estimate(ResourceClass::S, 1, std::time::Duration::from_secs(60)),
+            charged_micros: 0,
+            stalled: false,
+        }
+    }
+
+    #[test]
+    fn transitions_append_history_and_refuse_illegal_moves() {
+        let mut r = run();
+        r.transition(RunState::Dispatching, Reason::IntentWritten, Timestamp::from_secs(11)).expect("legal");
+        assert_eq!(r.state, RunState::Dispatching);
+        assert_eq!(r.history.len(), 2);
+        assert_eq!(r.history[1].from, Some(RunState::Queued));
+        let before = r.clone();
+        assert!(r.transition(RunState::Succeeded, Reason::Completed, Timestamp::from_secs(12)).is_err());
+        assert_eq!(r, before, "a refused transition changes nothing");
+    }
+
+    #[test]
+    fn documents_round_trip_through_the_store_encoding() {
+        let r = run();
+        let fields = mapi_store::encode(&r).expect("encode");
+        assert_eq!(fields["state"], "queued");
+        assert_eq!(fields["tenant"], "dev");
+        let back: RunDoc = serde_json::from_value(serde_json::Value::Object(fields)).expect("decode");
+        assert_eq!(back, r);
+    }
+}

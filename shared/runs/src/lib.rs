@@ -1,0 +1,124 @@
+//! The platform's documents and the one way a run changes state.
+//!
+//! Every document names its tenant and project. Each type knows its
+//! collection and key ([`Doc`]); [`INDEXES`] lists every composite index the
+//! platform's queries need (the SQLite adapter creates them; the Firestore
+//! deploy applies the same list).
+//!
+//! Architecture invariant: a run's state changes only through
+//! [`RunDoc::transition`], which checks the state machine and appends the
+//! history entry to the same document, so the change and its record are
+//! one write in one transaction.
+
+mod docs;
+pub mod layout;
+pub mod tasks;
+pub mod views;
+
+pub use docs::*;
+
+/// The queue that dispatches attempts (handled by `submit`).
+pub const DISPATCH_QUEUE: &str = "dispatch";
+/// The queue that finalizes attempts (handled by `meter`).
+pub const FINALIZE_QUEUE: &str = "finalize";
+
+use mapi_store::{Direction, DocKey, Document, Index, StoreError, Txn};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A document type: its collection and the id of a value.
+pub trait Doc: Serialize + DeserializeOwned {
+    const COLLECTION: &'static str;
+    fn doc_id(&self) -> String;
+
+    fn key(&self) -> Result<DocKey, StoreError> {
+        DocKey::new(Self::COLLECTION, self.doc_id())
+    }
+}
+
+/// The key of document `id` of type `T`.
+pub fn key<T: Doc>(id: &str) -> Result<DocKey, StoreError> {
+    DocKey::new(T::COLLECTION, id)
+}
+
+/// Decodes a stored document into `T`.
+pub fn decode<T: Doc>(doc: &Document) -> Result<T, StoreError> {
+    doc.decode()
+}
+
+/// Reads document `id` of type `T` in a transaction.
+pub async fn tx_get<T: Doc>(tx: &mut Txn<'_>, id: &str) -> Result<Option<T>, StoreError> {
+    tx.get(&key::<T>(id)?).await?.map(|d| d.decode()).transpose()
+}
+
+/// Buffers a replace of `value` in a transaction.
+pub fn tx_put<T: Doc>(tx: &mut Txn<'_>, value: &T) -> Result<(), StoreError> {
+    tx.put(&value.key()?, mapi_store::encode(value)?, mapi_store::Precondition::None);
+    Ok(())
+}
+
+/// Buffers a create of `value` in a transaction (the commit fails with
+/// `AlreadyExists` if it is there).
+pub fn tx_create<T: Doc>(tx: &mut Txn<'_>, value: &T) -> Result<(), StoreError> {
+    tx.create(&value.key()?, mapi_store::encode(value)?);
+    Ok(())
+}
+
+/// Every composite index the platform's queries use.
+pub const INDEXES: &[Index] = &[
+    // Runs of a project, newest first, optionally by state.
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
+    },
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[
+            ("tenant", Direction::Asc),
+            ("project", Direction::Asc),
+            ("state", Direction::Asc),
+            ("created_at", Direction::Desc),
+        ],
+    },
+    // The reconciler's sweep: runs in a state, least recently changed first.
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[("state", Direction::Asc), ("updated_at", Direction::Asc)],
+    },
+    // Datasets of a project, newest first.
+    Index {
+        collection: DatasetDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
+    },
+    // Ledger entries of a run.
+    Index {
+        collection: LedgerEntry::COLLECTION,
+        fields: &[("run", Direction::Asc), ("attempt", Direction::Asc)],
+    },
+    // Attempts of a run.
+    Index {
+        collection: AttemptDoc::COLLECTION,
+        fields: &[("run", Direction::Asc), ("attempt", Direction::Asc)],
+    },
+];
+
+/// What the outcome table needs to know about an attempt besides the
+/// executor's report, from the run, the intent row and the merged events.
+/// `now` and `grace` decide whether the complete event is overdue.
+pub fn attempt_facts(
+    run: &RunDoc,
+    attempt: &AttemptDoc,
+    progress: Option<&ProgressDoc>,
+    now: mapi_domain::Timestamp,
+    grace: std::time::Duration,
+) -> mapi_domain::AttemptFacts {
+    mapi_domain::AttemptFacts {
+        class: attempt.class,
+        oom_retried: run.oom_retried,
+        infra_retries: run.infra_retries,
+        cancel_requested: run.cancel_requested,
+        complete_seen: progress.is_some_and(|p| p.progress.complete()),
+        event_grace_over: attempt.finished_seen_at.is_some_and(|t| t + grace <= now),
+        error_message: progress.and_then(|p| p.progress.error().map(str::to_owned)),
+    }
+}

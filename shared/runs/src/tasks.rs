@@ -1,0 +1,104 @@
+//! The queue tasks the functions push to each other, and their names.
+//!
+//! Names are deterministic, so a task pushed twice (a retried handler, a
+//! reconciler that re-pushes) is refused by the queue as already existing
+//! instead of running twice. A re-push that must not be refused carries a
+//! `round`: the reconciler uses the minute it acts in, so it re-pushes at
+//! most once a minute.
+
+use mapi_domain::{AttemptNo, RunId, Timestamp};
+use mapi_executor::ExecutionInfo;
+use mapi_queue::{NewTask, QueueError, QueueName, TaskName, TaskQueue};
+use serde::{Deserialize, Serialize};
+
+/// `submit` handles this: start attempt `attempt` of `run`.
+pub const DISPATCH_PATH: &str = "/internal/tasks/dispatch";
+/// `meter` handles this: meter and finalize attempt `attempt` of `run`.
+pub const FINALIZE_PATH: &str = "/internal/tasks/finalize";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchTask {
+    pub run: RunId,
+    pub attempt: AttemptNo,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinalizeTask {
+    pub run: RunId,
+    pub attempt: AttemptNo,
+    /// What the reconciler observed: the executor's report of the execution.
+    pub execution: ExecutionInfo,
+}
+
+/// A task's name: `{kind}-{run}-a{attempt}` or, for a re-push, `…-r{round}`.
+fn name(kind: &str, run: &RunId, attempt: AttemptNo, round: Option<i64>) -> Result<TaskName, QueueError> {
+    let base = format!("{kind}-{run}-a{attempt}");
+    TaskName::new(match round {
+        Some(r) => format!("{base}-r{r}"),
+        None => base,
+    })
+}
+
+/// The round of a re-push made at `now`: the minute since the epoch.
+pub fn round_of(now: Timestamp) -> i64 {
+    now.as_secs().div_euclid(60)
+}
+
+/// Pushes a task; a task of the same name already pushed counts as pushed.
+async fn push(queue: &dyn TaskQueue, task: NewTask) -> Result<(), QueueError> {
+    match queue.create(task).await {
+        Ok(_) | Err(QueueError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn body<T: Serialize>(v: &T) -> Result<Vec<u8>, QueueError> {
+    serde_json::to_vec(v).map_err(|e| QueueError::InvalidArgument(e.to_string()))
+}
+
+/// Pushes the dispatch of `attempt` of `run`, optionally as re-push `round`
+/// and not before `at`.
+pub async fn push_dispatch(
+    queue: &dyn TaskQueue,
+    run: &RunId,
+    attempt: AttemptNo,
+    round: Option<i64>,
+    at: Option<Timestamp>,
+) -> Result<(), QueueError> {
+    let payload = DispatchTask { run: run.clone(), attempt };
+    let mut task = NewTask::new(QueueName::new(super::DISPATCH_QUEUE)?, DISPATCH_PATH, body(&payload)?)
+        .named(name("dispatch", run, attempt, round)?);
+    if let Some(at) = at {
+        task = task.at(at);
+    }
+    push(queue, task).await
+}
+
+/// Pushes the finalization of an attempt whose execution ended.
+pub async fn push_finalize(queue: &dyn TaskQueue, task: &FinalizeTask) -> Result<(), QueueError> {
+    let t = NewTask::new(QueueName::new(super::FINALIZE_QUEUE)?, FINALIZE_PATH, body(task)?).named(name(
+        "finalize",
+        &task.run,
+        task.attempt,
+        None,
+    )?);
+    push(queue, t).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_deterministic_and_valid() {
+        let run = RunId::generate(Timestamp::from_secs(5), [3; 10]);
+        let a = name("dispatch", &run, AttemptNo(2), None).expect("name");
+        assert_eq!(a, name("dispatch", &run, AttemptNo(2), None).expect("name"));
+        let r =
+            name("dispatch", &run, AttemptNo(2), Some(round_of(Timestamp::from_secs(125)))).expect("name");
+        assert!(r.as_str().ends_with("-a2-r2"), "{r}");
+        assert_ne!(a, r);
+    }
+}

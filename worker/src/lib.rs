@@ -1,0 +1,42 @@
+//! What runs inside an execution.
+//!
+//! - With no arguments, the **supervisor**: the entry point of every task
+//!   (see [`supervisor`]).
+//! - `local-exec --dir <dir>`: the local execution host that the
+//!   local-process executor starts (Cloud Run's role on one machine).
+//!
+//! The `mapi` CLI embeds the same entry point as its `worker` subcommand,
+//! so `mapi dev` runs without a separately built worker.
+
+pub mod supervisor;
+
+use std::path::PathBuf;
+
+/// Runs the worker with `args` (without the program name); returns the
+/// process exit code.
+pub fn main_with_args(args: Vec<String>) -> i32 {
+    match args.first().map(String::as_str) {
+        None => supervisor::main(),
+        Some("local-exec") => match args.get(1).map(String::as_str) {
+            Some("--dir") if args.len() == 3 => {
+                let dir = PathBuf::from(&args[2]);
+                match mapi_executor::local::host::run(&dir) {
+                    Ok(_) => 0,
+                    Err(e) => {
+                        supervisor::log("ERROR", &format!("execution host failed in {}: {e}", dir.display()));
+                        1
+                    }
+                }
+            }
+            _ => usage(),
+        },
+        Some(_) => usage(),
+    }
+}
+
+fn usage() -> i32 {
+    eprintln!(
+        "usage: mapi-worker                      (run the task described by MAPI_RUN_ID, MAPI_NONCE, MAPI_BOOTSTRAP_URL)\n       mapi-worker local-exec --dir DIR   (host one local execution)"
+    );
+    2
+}

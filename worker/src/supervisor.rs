@@ -1,0 +1,357 @@
+//! The supervisor: one task of one attempt, from bootstrap to exit code.
+//!
+//! 1. Take the bootstrap: GET `MAPI_BOOTSTRAP_URL` (with this task's nonce),
+//!    then DELETE it pinned to the generation read. Only one reader can win
+//!    that delete, so a duplicate execution exits 0 having done nothing.
+//! 2. Print a signed `started` event, fetch the dataset (and the checkpoint
+//!    an earlier attempt flushed), run the method.
+//! 3. On SIGTERM or at the run's timeout, ask the method to stop; a method
+//!    that flushes a checkpoint exits 16, otherwise 143.
+//! 4. Upload the outputs through their signed URLs, print `output` events
+//!    and `complete`, exit 0. A method error prints `error` and exits 1.
+//!
+//! Events are JSON lines on stdout (`{"mapi_event": …}`); the supervisor's
+//! own log lines are JSON on stderr.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mapi_clock::{Clock, SystemClock};
+use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, Nonce, exit};
+use mapi_events::{AttemptKey, EventBody, EventSequencer};
+use mapi_methods::{Context, MethodError};
+use tokio::runtime::Handle;
+
+/// Exit code for a task that could not start (bad environment, unreadable
+/// bootstrap): the reconciler treats it as an infrastructure failure.
+pub const EXIT_SETUP: i32 = 2;
+
+/// Writes one structured log line to stderr.
+pub fn log(severity: &str, message: &str) {
+    let line = serde_json::json!({ "severity": severity, "message": message, "component": "mapi-worker" });
+    eprintln!("{line}");
+}
+
+/// The supervisor's entry point; returns the exit code.
+pub fn main() -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            log("ERROR", &format!("cannot start the runtime: {e}"));
+            return EXIT_SETUP;
+        }
+    };
+    rt.block_on(run(&|k| std::env::var(k).ok()))
+}
+
+struct Env {
+    nonce: Nonce,
+    task: u32,
+    bootstrap_url: String,
+}
+
+fn read_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Env, String> {
+    let need = |k: &str| get(k).filter(|v| !v.is_empty()).ok_or_else(|| format!("{k} is not set"));
+    let nonce = Nonce::parse(&need("MAPI_NONCE")?).map_err(|e| e.to_string())?;
+    need("MAPI_RUN_ID")?;
+    let task = get("CLOUD_RUN_TASK_INDEX").map_or(Ok(0), |v| v.parse::<u32>()).map_err(|e| e.to_string())?;
+    let template = need("MAPI_BOOTSTRAP_URL")?;
+    let task_nonce = nonce.for_task(task);
+    Ok(Env { nonce, task, bootstrap_url: template.replace("{nonce}", task_nonce.as_str()) })
+}
+
+/// What taking the bootstrap found.
+enum Taken {
+    Mine(Bootstrap),
+    /// Another execution took it (or it never existed): do nothing.
+    Gone,
+}
+
+async fn take_bootstrap(http: &reqwest::Client, url: &str) -> Result<Taken, String> {
+    if !url.starts_with("http://") && !url.starts_with("https://") {
+        return Err(format!("unsupported bootstrap URL scheme in `{url}`: this build reads http(s) only"));
+    }
+    let mut last = String::new();
+    for attempt in 0..4u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
+        }
+        let resp = match http.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                last = e.to_string();
+                continue;
+            }
+        };
+        match resp.status().as_u16() {
+            404 => return Ok(Taken::Gone),
+            200 => {}
+            s if s >= 500 => {
+                last = format!("bootstrap GET answered {s}");
+                continue;
+            }
+            s => return Err(format!("bootstrap GET answered {s}")),
+        }
+        let generation = resp
+            .headers()
+            .get("x-goog-generation")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or("the bootstrap response has no generation")?;
+        let body = resp.bytes().await.map_err(|e| e.to_string())?;
+        let del = http
+            .delete(url)
+            .header("x-goog-if-generation-match", &generation)
+            .send()
+            .await
+            .map_err(|e| format!("bootstrap DELETE failed: {e}"))?;
+        return match del.status().as_u16() {
+            200 | 204 => {
+                let b: Bootstrap =
+                    serde_json::from_slice(&body).map_err(|e| format!("the bootstrap is not valid: {e}"))?;
+                if b.v != BOOTSTRAP_VERSION {
+                    return Err(format!("bootstrap version {} is not {BOOTSTRAP_VERSION}", b.v));
+                }
+                Ok(Taken::Mine(b))
+            }
+            404 | 412 => Ok(Taken::Gone),
+            s => Err(format!("bootstrap DELETE answered {s}")),
+        };
+    }
+    Err(format!("cannot read the bootstrap: {last}"))
+}
+
+/// Prints signed events, one line each.
+struct Events {
+    seq: EventSequencer,
+    clock: SystemClock,
+}
+
+impl Events {
+    fn emit(&mut self, body: EventBody) {
+        use std::io::Write;
+        let signed = self.seq.next(self.clock.now(), body);
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", mapi_events::line(&signed));
+        let _ = out.flush();
+    }
+}
+
+/// The method's view of the platform.
+struct TaskContext {
+    events: Events,
+    http: reqwest::Client,
+    rt: Handle,
+    checkpoint_url: String,
+    resume: Option<serde_json::Value>,
+    stop: Arc<AtomicBool>,
+    last_progress: Option<Instant>,
+}
+
+impl Context for TaskContext {
+    fn progress(&mut self, fraction: f64, message: &str) {
+        // At most five progress events a second; the last word (1.0) always.
+        let due = self.last_progress.is_none_or(|t| t.elapsed() >= Duration::from_millis(200));
+        if due || fraction >= 1.0 {
+            self.last_progress = Some(Instant::now());
+            self.events.emit(EventBody::Progress { fraction, message: message.to_owned() });
+        }
+    }
+
+    fn metric(&mut self, name: &str, value: f64) {
+        self.events.emit(EventBody::Metric { name: name.to_owned(), value });
+    }
+
+    fn checkpoint(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        let body = serde_json::to_vec(state).map_err(|e| e.to_string())?;
+        let req = self.http.put(&self.checkpoint_url).header("content-type", "application/json").body(body);
+        let resp = self.rt.block_on(req.send()).map_err(|e| format!("checkpoint upload failed: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("checkpoint upload answered {}", resp.status()));
+        }
+        let generation = resp
+            .headers()
+            .get("x-goog-generation")
+            .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
+            .unwrap_or(0);
+        self.events.emit(EventBody::Checkpoint { generation });
+        Ok(())
+    }
+
+    fn resume_from(&self) -> Option<serde_json::Value> {
+        self.resume.clone()
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<Bytes>, String> {
+    let resp = http.get(url).send().await.map_err(|e| format!("cannot fetch the {what}: {e}"))?;
+    match resp.status().as_u16() {
+        200 => resp.bytes().await.map(Some).map_err(|e| format!("cannot read the {what}: {e}")),
+        404 => Ok(None),
+        s => Err(format!("fetching the {what} answered {s}")),
+    }
+}
+
+async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<(), String> {
+    let resp = http
+        .put(url)
+        .header("content-type", "application/json")
+        .body(bytes)
+        .send()
+        .await
+        .map_err(|e| format!("output upload failed: {e}"))?;
+    match resp.status().as_u16() {
+        // 412: written already by this attempt (a redelivered task); the URL
+        // is create-only and belongs to this attempt alone.
+        200 | 412 => Ok(()),
+        s => Err(format!("output upload answered {s}")),
+    }
+}
+
+/// The supervisor with environment lookup `get`.
+pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
+    // Listen for SIGTERM before anything else, so an early stop is not lost.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sigterm = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            log("ERROR", &format!("cannot listen for SIGTERM: {e}"));
+            return EXIT_SETUP;
+        }
+    };
+    let env = match read_env(get) {
+        Ok(env) => env,
+        Err(e) => {
+            log("ERROR", &format!("bad environment: {e}"));
+            return EXIT_SETUP;
+        }
+    };
+    let http = reqwest::Client::new();
+    let boot = match take_bootstrap(&http, &env.bootstrap_url).await {
+        Ok(Taken::Mine(b)) => b,
+        Ok(Taken::Gone) => {
+            log(
+                "INFO",
+                &format!(
+                    "no bootstrap for nonce {} task {}: a duplicate execution, exiting",
+                    env.nonce, env.task
+                ),
+            );
+            return exit::SUCCESS;
+        }
+        Err(e) => {
+            log("ERROR", &e);
+            return EXIT_SETUP;
+        }
+    };
+    let key = match AttemptKey::from_hex(&boot.event_key) {
+        Ok(k) => k,
+        Err(e) => {
+            log("ERROR", &format!("bad event key: {e}"));
+            return EXIT_SETUP;
+        }
+    };
+    let mut events = Events {
+        seq: EventSequencer::new(boot.run.clone(), boot.attempt, boot.task, key),
+        clock: SystemClock,
+    };
+    events.emit(EventBody::Started);
+
+    {
+        let stop = stop.clone();
+        let timeout = Duration::from_secs(u64::from(boot.timeout_s));
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = sigterm.recv() => log("INFO", "SIGTERM: asking the method to stop"),
+                _ = tokio::time::sleep(timeout) => log("INFO", "the run's timeout passed: asking the method to stop"),
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+
+    let dataset = match fetch(&http, &boot.dataset_url, "dataset").await {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            events.emit(EventBody::Error { message: "the dataset no longer exists".to_owned() });
+            return exit::METHOD_ERROR;
+        }
+        Err(e) => {
+            log("ERROR", &e);
+            return EXIT_SETUP;
+        }
+    };
+    let resume = match &boot.resume_url {
+        None => None,
+        Some(url) => match fetch(&http, url, "checkpoint").await {
+            Ok(bytes) => bytes.and_then(|b| serde_json::from_slice(&b).ok()),
+            Err(e) => {
+                log("WARNING", &format!("{e}; starting from the beginning"));
+                None
+            }
+        },
+    };
+    let spec = mapi_methods::find(&boot.method);
+    let params = match spec.map(|s| mapi_methods::validate(s, &boot.params)) {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            events.emit(EventBody::Error { message: e.to_string() });
+            return exit::METHOD_ERROR;
+        }
+        None => {
+            events.emit(EventBody::Error { message: format!("unknown method `{}`", boot.method) });
+            return exit::METHOD_ERROR;
+        }
+    };
+    let mut ctx = TaskContext {
+        events,
+        http: http.clone(),
+        rt: Handle::current(),
+        checkpoint_url: boot.checkpoint_url.clone(),
+        resume,
+        stop,
+        last_progress: None,
+    };
+    let method = boot.method.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let result = mapi_methods::run(&method, &params, &dataset, &mut ctx);
+        (result, ctx)
+    })
+    .await;
+    let (result, mut ctx) = match joined {
+        Ok(x) => x,
+        Err(e) => {
+            log("ERROR", &format!("the method panicked: {e}"));
+            return EXIT_SETUP;
+        }
+    };
+    match result {
+        Ok(outputs) => {
+            for out in outputs {
+                let Some(url) = boot.outputs.get(out.name) else {
+                    log("ERROR", &format!("no upload URL for output {}", out.name));
+                    return EXIT_SETUP;
+                };
+                let size = out.bytes.len() as u64;
+                if let Err(e) = upload(&http, url, out.bytes).await {
+                    log("ERROR", &e);
+                    return EXIT_SETUP;
+                }
+                ctx.events.emit(EventBody::Output { name: out.name.to_owned(), size });
+            }
+            ctx.events.emit(EventBody::Complete);
+            exit::SUCCESS
+        }
+        Err(MethodError::Input(message)) => {
+            ctx.events.emit(EventBody::Error { message });
+            exit::METHOD_ERROR
+        }
+        Err(MethodError::Stopped { checkpointed: true }) => exit::CHECKPOINTED,
+        Err(MethodError::Stopped { checkpointed: false }) => exit::SIGTERM,
+    }
+}
