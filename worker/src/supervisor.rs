@@ -64,7 +64,7 @@ fn read_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Env, String> {
 
 /// What taking the bootstrap found.
 enum Taken {
-    Mine(Bootstrap),
+    Mine(Box<Bootstrap>),
     /// Another execution took it (or it never existed): do nothing.
     Gone,
 }
@@ -114,7 +114,7 @@ async fn take_bootstrap(http: &reqwest::Client, url: &str) -> Result<Taken, Stri
                 if b.v != BOOTSTRAP_VERSION {
                     return Err(format!("bootstrap version {} is not {BOOTSTRAP_VERSION}", b.v));
                 }
-                Ok(Taken::Mine(b))
+                Ok(Taken::Mine(Box::new(b)))
             }
             404 | 412 => Ok(Taken::Gone),
             s => Err(format!("bootstrap DELETE answered {s}")),
@@ -234,7 +234,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
     };
     let http = reqwest::Client::new();
     let boot = match take_bootstrap(&http, &env.bootstrap_url).await {
-        Ok(Taken::Mine(b)) => b,
+        Ok(Taken::Mine(b)) => *b,
         Ok(Taken::Gone) => {
             log(
                 "INFO",

@@ -43,7 +43,7 @@ pub struct Finalized {
 enum Done {
     Already,
     Waiting,
-    Applied { transition: Option<Transition>, next: Option<RunDoc>, amount: i64, state: RunState },
+    Applied { transition: Option<Transition>, next: Option<Box<RunDoc>>, amount: i64, state: RunState },
 }
 
 async fn finalize(
@@ -112,7 +112,7 @@ async fn finalize(
                         run.attempt = run.attempt.next();
                         run.class = *class;
                         if *infra { run.infra_retries += 1 } else { run.oom_retried = true }
-                        next = Some(run.clone());
+                        next = Some(Box::new(run.clone()));
                     }
                     t
                 }

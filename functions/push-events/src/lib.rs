@@ -105,10 +105,10 @@ async fn push(
         Ok(e) => e,
         Err(e) => return Ok(ack(m, Disposition::BadSignature, &format!("{attempt_id}: {e}"))),
     };
-    if let (Some(label), Some(handle)) = (&delivered.execution_name, &attempt.handle) {
-        if label != &handle.0 {
-            return Ok(ack(m, Disposition::WrongExecution, &format!("{attempt_id}: from {label}")));
-        }
+    if let (Some(label), Some(handle)) = (&delivered.execution_name, &attempt.handle)
+        && label != &handle.0
+    {
+        return Ok(ack(m, Disposition::WrongExecution, &format!("{attempt_id}: from {label}")));
     }
     if attempt.finalized {
         return Ok(ack(m, Disposition::AttemptEnded, &attempt_id));

@@ -202,11 +202,11 @@ async fn mark_stalled(
     }
     let id = run.id.as_str();
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if let Some(mut r) = tx_get::<RunDoc>(&mut tx, id).await? {
-            if r.stalled != stalled {
-                r.stalled = stalled;
-                tx_put(&mut tx, &r)?;
-            }
+        if let Some(mut r) = tx_get::<RunDoc>(&mut tx, id).await?
+            && r.stalled != stalled
+        {
+            r.stalled = stalled;
+            tx_put(&mut tx, &r)?;
         }
         Ok(tx.finish(()))
     })

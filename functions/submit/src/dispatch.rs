@@ -207,11 +207,11 @@ async fn release_lease(state: &AppState, attempt: &AttemptDoc) -> Result<(), Api
     let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
     let id = &id;
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await? {
-            if a.handle.is_none() {
-                a.lease_until = now;
-                tx_put(&mut tx, &a)?;
-            }
+        if let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await?
+            && a.handle.is_none()
+        {
+            a.lease_until = now;
+            tx_put(&mut tx, &a)?;
         }
         Ok::<_, ApiError>(tx.finish(()))
     })

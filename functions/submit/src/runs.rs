@@ -144,16 +144,16 @@ pub async fn submit(
     let (run_ref, idem_ref) = (&run, &idem_doc);
     let outcome = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         if let Some(doc) = idem_ref {
-            if let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await? {
-                if seen.expires_at > now {
-                    if seen.request_hash != doc.request_hash {
-                        return Err(ApiError::new(
-                            ProblemCode::FailedPrecondition,
-                            "this Idempotency-Key was used with a different request: use a new key",
-                        ));
-                    }
-                    return Ok(tx.finish(Submitted::Replayed(seen.run)));
+            if let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
+                && seen.expires_at > now
+            {
+                if seen.request_hash != doc.request_hash {
+                    return Err(ApiError::new(
+                        ProblemCode::FailedPrecondition,
+                        "this Idempotency-Key was used with a different request: use a new key",
+                    ));
                 }
+                return Ok(tx.finish(Submitted::Replayed(seen.run)));
             }
             tx_put(&mut tx, doc)?;
         }
@@ -321,12 +321,10 @@ pub async fn cancel(
         let attempt_key = mapi_runs::key::<AttemptDoc>(&AttemptDoc::id_of(&run.id, run.attempt))?;
         if let Some(a) =
             state.store.get_one(&attempt_key).await?.map(|d| d.decode::<AttemptDoc>()).transpose()?
+            && let Some(handle) = &a.handle
+            && let Err(e) = state.executor.cancel(handle).await
         {
-            if let Some(handle) = &a.handle {
-                if let Err(e) = state.executor.cancel(handle).await {
-                    tracing::warn!(run = %run.id, error = %e, "executor cancel failed; the reconciler will retry");
-                }
-            }
+            tracing::warn!(run = %run.id, error = %e, "executor cancel failed; the reconciler will retry");
         }
     }
     let status = if run.state == RunState::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };

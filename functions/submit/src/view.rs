@@ -44,14 +44,14 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
     let summary = progress.as_ref().map(|p| p.progress.summary());
 
     let mut outputs = Vec::new();
-    if matches!(run.state, RunState::Succeeded | RunState::Partial) {
-        if let Some(p) = &summary {
-            let dir = layout::task_dir(&run.tenant, &run.project, &run.id, run.attempt, 0, run.task_count);
-            for (name, size) in &p.outputs {
-                let key = ObjectKey::parse(&layout::output(&dir, name))?;
-                let url = state.objects.signed_url(SignedMethod::Get, &key, DOWNLOAD_TTL).await?;
-                outputs.push(OutputView { name: name.clone(), size: *size, url });
-            }
+    if matches!(run.state, RunState::Succeeded | RunState::Partial)
+        && let Some(p) = &summary
+    {
+        let dir = layout::task_dir(&run.tenant, &run.project, &run.id, run.attempt, 0, run.task_count);
+        for (name, size) in &p.outputs {
+            let key = ObjectKey::parse(&layout::output(&dir, name))?;
+            let url = state.objects.signed_url(SignedMethod::Get, &key, DOWNLOAD_TTL).await?;
+            outputs.push(OutputView { name: name.clone(), size: *size, url });
         }
     }
     let attempts = attempts

@@ -223,10 +223,9 @@ impl Executor for LocalProcessExecutor {
             for entry in std::fs::read_dir(&this.config.dir).map_err(internal)?.flatten() {
                 let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
                 let info = this.info(&ExecutionHandle(name))?;
-                if info.status != ExecutionStatus::NotFound || info.nonce.is_some() {
-                    if info.created >= since {
-                        out.push(info);
-                    }
+                // Directories without a spec are not executions.
+                if info.nonce.is_some() && info.created >= since {
+                    out.push(info);
                 }
             }
             out.sort_by(|a, b| (a.created, &a.handle).cmp(&(b.created, &b.handle)));

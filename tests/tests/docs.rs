@@ -1,0 +1,64 @@
+//! The documents stay true: the README's table of environment variables is
+//! the one the code reads, and `docs/openapi.json` is the document the
+//! platform serves. `MAPI_UPDATE_DOCS=1 cargo test -p mapi-tests --test docs`
+//! rewrites both after a deliberate change.
+
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn updating() -> bool {
+    std::env::var("MAPI_UPDATE_DOCS").is_ok_and(|v| v == "1")
+}
+
+fn env_table() -> String {
+    let mut t = String::from("| Variable | Default | Meaning |\n|---|---|---|\n");
+    for (name, default, meaning) in mapi_platform::VARIABLES {
+        t.push_str(&format!("| `{name}` | {default} | {meaning} |\n"));
+    }
+    t
+}
+
+#[test]
+fn readme_lists_every_environment_variable() {
+    let path = root().join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README.md");
+    let (start, end) = ("<!-- env:start -->\n", "<!-- env:end -->");
+    let i = readme.find(start).expect("README has the env:start marker") + start.len();
+    let j = readme.find(end).expect("README has the env:end marker");
+    let want = env_table();
+    if updating() {
+        std::fs::write(&path, format!("{}{want}{}", &readme[..i], &readme[j..])).expect("write README");
+        return;
+    }
+    assert_eq!(&readme[i..j], want, "README's variable table is stale: run with MAPI_UPDATE_DOCS=1");
+}
+
+#[test]
+fn openapi_document_matches_the_snapshot() {
+    let path = root().join("docs/openapi.json");
+    let doc = serde_json::to_string_pretty(&mapi_cli::dev::openapi()).expect("openapi json") + "\n";
+    if updating() {
+        std::fs::write(&path, &doc).expect("write openapi.json");
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(have == doc, "docs/openapi.json is stale: run with MAPI_UPDATE_DOCS=1 and review the diff");
+}
+
+#[test]
+fn openapi_document_describes_the_runs_api() {
+    let doc = serde_json::to_value(mapi_cli::dev::openapi()).expect("json");
+    for path in [
+        "/v1/tenants/{tenant}/projects/{project}/runs",
+        "/v1/tenants/{tenant}/projects/{project}/datasets",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/cancel",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} is missing from the OpenAPI document");
+    }
+    assert!(doc["components"]["schemas"]["Problem"].is_object());
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+}
