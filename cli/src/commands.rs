@@ -210,7 +210,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 async fn dev() -> Result<ExitCode> {
     let config = mapi_platform::Config::from_env()?;
     let filter = std::env::var("MAPI_LOG").unwrap_or_else(|_| "info".into());
-    mapi_runtime::init_logging("mapi-dev", None, &filter);
+    mapi_runtime::init_logging_to("mapi-dev", None, &filter, std::io::stderr);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await.map_err(|e| {
         format!("cannot listen on 127.0.0.1:{}: {e} (set PORT to use another port)", config.port)
     })?;

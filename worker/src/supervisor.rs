@@ -198,20 +198,25 @@ async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<B
     }
 }
 
+/// Uploads an output, retrying transient failures (the platform may be
+/// restarting) for about half a minute.
 async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<(), String> {
-    let resp = http
-        .put(url)
-        .header("content-type", "application/json")
-        .body(bytes)
-        .send()
-        .await
-        .map_err(|e| format!("output upload failed: {e}"))?;
-    match resp.status().as_u16() {
-        // 412: written already by this attempt (a redelivered task); the URL
-        // is create-only and belongs to this attempt alone.
-        200 | 412 => Ok(()),
-        s => Err(format!("output upload answered {s}")),
+    let mut last = String::new();
+    for attempt in 0..6u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(500 * 2u64.pow(attempt - 1))).await;
+        }
+        let sent = http.put(url).header("content-type", "application/json").body(bytes.clone()).send().await;
+        match sent.map(|r| r.status().as_u16()) {
+            // 412: written already by this attempt (a redelivered task); the
+            // URL is create-only and belongs to this attempt alone.
+            Ok(200 | 412) => return Ok(()),
+            Ok(s) if s >= 500 => last = format!("output upload answered {s}"),
+            Ok(s) => return Err(format!("output upload answered {s}")),
+            Err(e) => last = format!("output upload failed: {e}"),
+        }
     }
+    Err(last)
 }
 
 /// The supervisor with environment lookup `get`.

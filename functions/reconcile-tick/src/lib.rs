@@ -9,7 +9,8 @@
 //!    decides whether it is alive);
 //! 2. re-pushes the dispatch of attempts whose dispatcher let its lease
 //!    expire (the dispatcher adopts by nonce before it submits again) and
-//!    of runs queued for longer than a minute (a push lost after submit).
+//!    of runs queued for longer than a dispatch lease (a push lost after
+//!    submit, or lost with a crashed deliverer).
 //!
 //! The tick keeps no state: everything it needs is in the store, and two
 //! ticks at once do no harm (task names deduplicate, transitions are
@@ -34,8 +35,6 @@ pub const TICK_PATH: &str = "/internal/tick";
 
 /// Runs looked at per tick, per sweep.
 const SWEEP_LIMIT: u32 = 500;
-/// A queued run untouched this long has probably lost its dispatch push.
-const QUEUED_STALE: Duration = Duration::from_secs(60);
 
 pub fn router(state: AppState) -> Router {
     Router::new().route(TICK_PATH, post(tick)).with_state(state)
@@ -73,7 +72,8 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         .limit(SWEEP_LIMIT);
     for doc in state.store.query(&queued, None).await? {
         let run: RunDoc = doc.decode()?;
-        if run.updated_at + QUEUED_STALE > now {
+        // A queued run untouched for a dispatch lease has probably lost its push.
+        if run.updated_at + state.config.dispatch_lease > now {
             break;
         }
         push_dispatch(&*state.queue, &run.id, run.attempt, Some(round_of(now)), None).await?;

@@ -237,3 +237,31 @@ mod tests {
         assert!(matches!(peek_ids(&json!(null)), Err(EventError::Malformed(_))));
     }
 }
+
+#[cfg(test)]
+mod transport {
+    use super::*;
+    use crate::{EventBody, fixtures};
+
+    /// A signed event still verifies after the trip through a stdout line,
+    /// a Cloud Logging entry and a JSON parser, whatever its floats are.
+    #[test]
+    fn awkward_floats_survive_json_transport() {
+        let key = fixtures::key();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..2000u64 {
+            // SplitMix64 bits → a float anywhere in [0, 1), including tiny ones.
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let f = (z >> 11) as f64 / (1u64 << 53) as f64 / 10f64.powi((i % 12) as i32);
+            let mut e = fixtures::event();
+            e.body = EventBody::Progress { fraction: f, message: String::new() };
+            let signed = sign(e, &key);
+            let line = crate::line(&signed);
+            let raw = crate::parse_line(&line).expect("event line");
+            assert!(verify(&raw, &key).is_ok(), "fraction {f:e} does not survive transport");
+        }
+    }
+}

@@ -121,7 +121,9 @@ fn queue_config(name: &str) -> Result<QueueConfig, mapi_queue::QueueError> {
             max_doublings: 6,
         },
         max_concurrent_dispatches: 16,
-        dispatch_deadline: Duration::from_secs(120),
+        // Our handlers answer in milliseconds; a delivery lost with a
+        // crashed deliverer is due again after this plus the lease margin.
+        dispatch_deadline: Duration::from_secs(30),
         dedup_window: Duration::from_secs(3600),
     })
 }

@@ -24,7 +24,8 @@ pub use crate::http::{
     API_VERSION, BuildInfo, OPENMETRICS_CONTENT_TYPE, UNMATCHED_ROUTE, common_routes, instrument,
 };
 pub use crate::logging::{
-    CloudLogFormat, HTTP_REQUEST, SPAN_ID, SpanFieldsLayer, TRACE_ID, TRACE_SAMPLED, init_logging, subscriber,
+    CloudLogFormat, HTTP_REQUEST, SPAN_ID, SpanFieldsLayer, TRACE_ID, TRACE_SAMPLED, init_logging,
+    init_logging_to, subscriber,
 };
 pub use crate::serve::{serve, shutdown_signal};
 

@@ -46,13 +46,22 @@ static INIT: Once = Once::new();
 /// filtered by `filter` (an `EnvFilter` directive; an invalid one falls back
 /// to `info` with a warning). Only the first call has any effect.
 pub fn init_logging(service: &str, project_id: Option<&str>, filter: &str) {
+    init_logging_to(service, project_id, filter, std::io::stdout);
+}
+
+/// [`init_logging`] to another writer: `mapi dev` logs to stderr and keeps
+/// stdout for what a script reads (its URL).
+pub fn init_logging_to<W>(service: &str, project_id: Option<&str>, filter: &str, writer: W)
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
     INIT.call_once(|| {
         let (env_filter, invalid) = match EnvFilter::try_new(filter) {
             Ok(f) => (f, None),
             Err(e) => (EnvFilter::new(crate::config::DEFAULT_LOG_FILTER), Some(e)),
         };
         let format = CloudLogFormat::new(service, project_id, Arc::new(SystemClock));
-        if tracing::subscriber::set_global_default(subscriber(format, env_filter, std::io::stdout)).is_ok()
+        if tracing::subscriber::set_global_default(subscriber(format, env_filter, writer)).is_ok()
             && let Some(e) = invalid
         {
             tracing::warn!(filter, error = %e, "invalid log filter, using `info`");

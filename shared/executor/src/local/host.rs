@@ -19,7 +19,7 @@ use mapi_domain::{ExecutionStatus, exit};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use super::layout::{self, ExecSpec, HostRecord, StatusFile, StopReason, TaskResult};
+use super::layout::{self, ExecSpec, StatusFile, StopReason, TaskResult};
 use super::proc;
 
 /// How often the host checks its tasks.
@@ -42,10 +42,6 @@ pub fn run(dir: &Path) -> std::io::Result<StatusFile> {
     if let Some(done) = layout::read_json::<StatusFile>(dir, layout::STATUS)? {
         return Ok(done);
     }
-    let pid = std::process::id() as i32;
-    let record = HostRecord { pid, start_ticks: proc::start_ticks(pid).unwrap_or(0) };
-    layout::write_json(dir, layout::HOST, &record)?;
-
     let started = clock.now();
     let began = Instant::now();
     let mut tasks = Vec::new();

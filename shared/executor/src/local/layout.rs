@@ -6,7 +6,8 @@
 //! ```text
 //! $MAPI_HOME/executions/<handle>/
 //!   spec.json          what to run (written before the host starts)
-//!   host.json          the host's pid and start time (liveness across restarts)
+//!   host.json          the host's pid and start time, written by the executor
+//!                      when it starts the host (liveness across restarts)
 //!   cancel             present once a cancel was asked for
 //!   status.json        the outcome (written once, by the host, at the end)
 //!   tasks/<i>/stdout.log, stderr.log
@@ -99,7 +100,8 @@ pub fn task_dir(exec_dir: &Path, index: u32) -> PathBuf {
 /// Writes `value` as JSON to `dir/name` atomically (temp file, fsync, rename).
 pub fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> std::io::Result<()> {
     use std::io::Write;
-    let tmp = dir.join(format!(".{name}.tmp"));
+    // A writer-specific temporary name: two processes may write one file.
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(&serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)?;
     f.sync_all()?;

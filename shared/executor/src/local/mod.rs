@@ -110,22 +110,30 @@ impl LocalProcessExecutor {
             task_count: spec.task_count,
             status: ExecutionStatus::Running,
         };
-        if let Some(done) = layout::read_json::<StatusFile>(&dir, layout::STATUS).map_err(internal)? {
+        let status = || layout::read_json::<StatusFile>(&dir, layout::STATUS).map_err(internal);
+        let finished = |mut info: ExecutionInfo, done: StatusFile| {
             info.started = Some(done.started);
             info.finished = Some(done.finished);
             info.status = done.status;
-            return Ok(info);
+            info
+        };
+        if let Some(done) = status()? {
+            return Ok(finished(info, done));
         }
         let alive = layout::read_json::<HostRecord>(&dir, layout::HOST)
             .map_err(internal)?
             .is_some_and(|h| proc::is_same_process(h.pid, h.start_ticks));
         if alive {
             info.started = Some(spec.created);
-        } else {
-            // The host died without an outcome (killed, or the machine
-            // restarted): the execution is gone.
-            info.status = ExecutionStatus::NotFound;
+            return Ok(info);
         }
+        // The host may have written its outcome and exited since we looked.
+        if let Some(done) = status()? {
+            return Ok(finished(info, done));
+        }
+        // The host died without an outcome (killed, or the machine
+        // restarted): the execution is gone.
+        info.status = ExecutionStatus::NotFound;
         Ok(info)
     }
 

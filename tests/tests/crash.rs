@@ -1,0 +1,164 @@
+//! A crash of the whole platform loses nothing it acknowledged: start
+//! `mapi dev` as a child process, submit runs, SIGKILL it while they run,
+//! start it again on the same home and port; every accepted run reaches a
+//! final state, none twice, each attempt with one execution and at most one
+//! ledger charge.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mapi_tests::binary;
+use serde_json::{Value, json};
+
+struct Dev {
+    child: Child,
+    url: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+fn start(home: &Path, port: u16) -> Dev {
+    let mut child = Command::new(binary("mapi"))
+        .arg("dev")
+        .env("MAPI_HOME", home)
+        .env("PORT", port.to_string())
+        .env("MAPI_WORKER_BIN", binary("mapi-worker"))
+        .env("MAPI_TICK_INTERVAL_S", "1")
+        .env("MAPI_LOCAL_GRACE_S", "2")
+        .env("MAPI_DISPATCH_LEASE_S", "5")
+        .env("MAPI_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start mapi dev");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("mapi dev prints its URL");
+    Dev { child, url: line.trim().to_owned() }
+}
+
+fn creds(home: &Path) -> (String, String) {
+    let c: Value =
+        serde_json::from_slice(&std::fs::read(home.join("credentials.json")).expect("credentials"))
+            .expect("json");
+    (
+        c["token"].as_str().expect("token").to_owned(),
+        format!(
+            "/v1/tenants/{}/projects/{}",
+            c["tenant"].as_str().unwrap_or(""),
+            c["project"].as_str().unwrap_or("")
+        ),
+    )
+}
+
+async fn get(http: &reqwest::Client, url: &str, token: &str) -> Option<Value> {
+    let r = http.get(url).bearer_auth(token).send().await.ok()?;
+    r.json().await.ok()
+}
+
+/// Nonce → number of executions made for it, from the executor's files.
+fn executions_per_nonce(home: &Path) -> HashMap<String, usize> {
+    let mut count = HashMap::new();
+    for e in std::fs::read_dir(home.join("executions")).expect("executions").flatten() {
+        if let Ok(bytes) = std::fs::read(e.path().join("spec.json")) {
+            let spec: Value = serde_json::from_slice(&bytes).expect("spec");
+            *count.entry(spec["nonce"].as_str().unwrap_or_default().to_owned()).or_insert(0) += 1;
+        }
+    }
+    count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_accepted_run_ends_once_after_a_crash() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut dev = start(home.path(), port);
+    let (token, project) = creds(home.path());
+    let http = reqwest::Client::new();
+    let csv = include_str!("../../examples/longley.csv");
+    let ds: Value = http
+        .post(format!("{}{project}/datasets", dev.url))
+        .bearer_auth(&token)
+        .header("content-type", "text/csv")
+        .body(csv)
+        .send()
+        .await
+        .expect("upload")
+        .json()
+        .await
+        .expect("json");
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let body = if i % 2 == 0 {
+            json!({"method": "diag.sleep", "dataset": ds["id"], "params": {"seconds": 3}})
+        } else {
+            json!({"method": "tabular.linear", "dataset": ds["id"], "params": {"y": "employed"}})
+        };
+        let r: Value = http
+            .post(format!("{}{project}/runs", dev.url))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await
+            .expect("submit")
+            .json()
+            .await
+            .expect("json");
+        ids.push(r["id"].as_str().expect("id").to_owned());
+    }
+    // Kill it while sleeps are running.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = get(&http, &format!("{}/v1/runs/{}", dev.url, ids[0]), &token).await.unwrap_or_default();
+        if r["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no run started: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    dev.child.kill().expect("SIGKILL");
+    dev.child.wait().expect("reaped");
+
+    let mut dev = start(home.path(), port);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut finals: BTreeMap<String, Value> = BTreeMap::new();
+    while finals.len() < ids.len() {
+        for id in &ids {
+            if let Some(r) = get(&http, &format!("{}/v1/runs/{id}", dev.url), &token).await
+                && matches!(r["state"].as_str(), Some("succeeded" | "failed" | "partial" | "cancelled"))
+            {
+                finals.insert(id.clone(), r);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "runs not finished after the restart: {:?}",
+            ids.iter().filter(|i| !finals.contains_key(*i)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let executions = executions_per_nonce(home.path());
+    for (id, run) in &finals {
+        assert_eq!(run["state"], "succeeded", "{id}: {run:#}");
+        let terminal =
+            run["history"].as_array().expect("history").iter().filter(|t| {
+                matches!(t["to"].as_str(), Some("succeeded" | "failed" | "partial" | "cancelled"))
+            });
+        assert_eq!(terminal.count(), 1, "{id} ended more than once: {:#}", run["history"]);
+        for a in run["attempts"].as_array().expect("attempts") {
+            assert!(a["charge"].is_object(), "{id}: every attempt is metered: {a}");
+        }
+    }
+    // One execution per attempt, counted from the executor's own records.
+    let attempts: usize = finals.values().map(|r| r["attempts"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(executions.len(), attempts, "one nonce per attempt");
+    assert!(executions.values().all(|n| *n == 1), "an attempt made two executions: {executions:?}");
+    let _ = Command::new("kill").arg("-TERM").arg(dev.child.id().to_string()).status();
+    let _ = dev.child.wait();
+}

@@ -1,0 +1,226 @@
+//! End to end over HTTP against the platform started in this process (all
+//! five functions, the queue's deliverer, the log forwarder and the tick,
+//! exactly as `mapi dev` runs them), with real worker processes. Each test
+//! asserts the exact sequence of transitions in the run's history.
+
+use std::time::Duration;
+
+use mapi_tests::{TestPlatform, path, transitions};
+use serde_json::{Value, json};
+
+const LONGLEY: &str = include_str!("../../examples/longley.csv");
+
+fn final_error(run: &Value) -> (String, String) {
+    (
+        run["error"]["code"].as_str().unwrap_or_default().to_owned(),
+        run["error"]["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+const START: [(&str, &str, &str); 3] = [
+    ("·", "queued", "submitted"),
+    ("queued", "dispatching", "intent_written"),
+    ("dispatching", "running", "execution_created"),
+];
+
+fn with_start(rest: &[(&'static str, &'static str, &'static str)]) -> Vec<(String, String, String)> {
+    let mut all = START.to_vec();
+    all.extend_from_slice(rest);
+    path(&all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linear_fit_succeeds_with_outputs_and_cost() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p
+        .submit(
+            json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "employed"}, "timeout_s": 120}),
+        )
+        .await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
+
+    // The coefficients, downloaded through the signed URL in the view.
+    let out = &run["outputs"][0];
+    assert_eq!(out["name"], "model.json");
+    let model: Value =
+        p.http.get(out["url"].as_str().expect("url")).send().await.expect("get").json().await.expect("json");
+    let intercept = model["coefficients"][0]["estimate"].as_f64().expect("estimate");
+    assert!((intercept - -3_482_258.634_595_82).abs() < 1e-3, "NIST certified intercept, got {intercept}");
+    assert!((model["r_squared"].as_f64().expect("r2") - 0.995_479_004_577_296).abs() < 1e-9);
+
+    // Metered once, at the named price table, in integer micros.
+    let attempts = run["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    let charge = &attempts[0]["charge"];
+    assert_eq!(charge["price_table"], mapi_cost_table());
+    assert!(charge["wall_ms"].as_u64().expect("wall") > 0);
+    assert_eq!(run["cost"]["charged_micros"], charge["amount_micros"]);
+    assert!(run["progress"]["complete"].as_bool().expect("complete"));
+}
+
+fn mapi_cost_table() -> &'static str {
+    "cloudrun-tier1-2026-11"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_error_fails_the_run_with_its_message() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p
+        .submit(json!({"method": "diag.fail", "dataset": ds, "params": {"message": "column `q` is empty"}}))
+        .await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(transitions(&run), with_start(&[("running", "failed", "method_error")]));
+    assert_eq!(final_error(&run), ("METHOD_ERROR".into(), "column `q` is empty".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_while_running_is_confirmed_before_cancelled() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 60}})).await;
+    p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["started"] == true).await;
+    let resp = p
+        .http
+        .post(p.url(&format!("/v1/runs/{id}/cancel")))
+        .bearer_auth(p.token())
+        .send()
+        .await
+        .expect("cancel");
+    assert_eq!(resp.status(), 202, "a started run is cancelling until the executor confirms");
+    let v: Value = resp.json().await.expect("json");
+    assert_eq!(v["state"], "cancelling");
+    let run = p.wait_final(&id).await;
+    assert_eq!(
+        transitions(&run),
+        with_start(&[
+            ("running", "cancelling", "cancel_requested"),
+            ("cancelling", "cancelled", "cancel_confirmed")
+        ])
+    );
+    let again = p
+        .http
+        .post(p.url(&format!("/v1/runs/{id}/cancel")))
+        .bearer_auth(p.token())
+        .send()
+        .await
+        .expect("cancel");
+    assert_eq!(again.status(), 409);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_is_cancelled_at_once() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    // Submit, then cancel before the deliverer dispatches (the race is
+    // decided in the store: either the cancel or the dispatch commits first).
+    let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 30}})).await;
+    let resp = p
+        .http
+        .post(p.url(&format!("/v1/runs/{id}/cancel")))
+        .bearer_auth(p.token())
+        .send()
+        .await
+        .expect("cancel");
+    let run = p.wait_final(&id).await;
+    assert_eq!(run["state"], "cancelled");
+    let t = transitions(&run);
+    if resp.status() == 200 {
+        assert_eq!(t, path(&[("·", "queued", "submitted"), ("queued", "cancelled", "cancel_requested")]));
+    } else {
+        assert_eq!(resp.status(), 202);
+        assert!(t.contains(&("cancelling".into(), "cancelled".into(), "cancel_confirmed".into())), "{t:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_timeout_fails_with_timeout() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p
+        .submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 30}, "timeout_s": 1}))
+        .await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(transitions(&run), with_start(&[("running", "failed", "timeout")]));
+    assert_eq!(final_error(&run).0, "TIMEOUT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_after_a_checkpoint_ends_partial() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    let params = json!({"seconds": 30, "checkpoint_every_s": 0.2});
+    let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": params, "timeout_s": 1})).await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(transitions(&run), with_start(&[("running", "partial", "checkpoint_flushed")]));
+    assert!(run["progress"]["checkpoint"].as_i64().is_some(), "the checkpoint event arrived: {run:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_checkpoint_ends_partial() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    let params = json!({"seconds": 60, "checkpoint_every_s": 0.2});
+    let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": params})).await;
+    p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["checkpoint"].is_i64()).await;
+    // The cancel reaches the worker as SIGTERM from the execution host.
+    let resp = p
+        .http
+        .post(p.url(&format!("/v1/runs/{id}/cancel")))
+        .bearer_auth(p.token())
+        .send()
+        .await
+        .expect("cancel");
+    assert_eq!(resp.status(), 202);
+    let run = p.wait_final(&id).await;
+    assert_eq!(
+        transitions(&run),
+        with_start(&[
+            ("running", "cancelling", "cancel_requested"),
+            ("cancelling", "partial", "checkpoint_flushed")
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_retries_once_on_the_next_class() {
+    let p = TestPlatform::start(&[("MAPI_LOCAL_MEMORY_MIB", "S=64,M=1024")]).await;
+    let ds = p.upload(LONGLEY).await;
+    let id =
+        p.submit(json!({"method": "diag.alloc", "dataset": ds, "params": {"mib": 160, "hold_s": 0.5}})).await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(
+        transitions(&run),
+        path(&[
+            ("·", "queued", "submitted"),
+            ("queued", "dispatching", "intent_written"),
+            ("dispatching", "running", "execution_created"),
+            ("running", "queued", "resource_exhausted"),
+            ("queued", "dispatching", "intent_written"),
+            ("dispatching", "running", "execution_created"),
+            ("running", "succeeded", "completed"),
+        ])
+    );
+    let attempts = run["attempts"].as_array().expect("attempts");
+    let classes: Vec<&str> = attempts.iter().map(|a| a["class"].as_str().unwrap_or_default()).collect();
+    assert_eq!(classes, ["S", "M"]);
+    assert_eq!(attempts[0]["status"]["exit_code"], 137);
+    assert!(attempts.iter().all(|a| a["charge"]["amount_micros"].is_i64()), "both attempts are metered");
+    assert_eq!((run["class"].as_str(), run["requested_class"].as_str()), (Some("M"), Some("S")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_out_of_memory_fails_the_run() {
+    let p = TestPlatform::start(&[("MAPI_LOCAL_MEMORY_MIB", "S=64,M=64")]).await;
+    let ds = p.upload(LONGLEY).await;
+    let id =
+        p.submit(json!({"method": "diag.alloc", "dataset": ds, "params": {"mib": 160, "hold_s": 0.5}})).await;
+    let run = p.wait_final(&id).await;
+    let t = transitions(&run);
+    assert_eq!(t.last(), Some(&("running".into(), "failed".into(), "resource_exhausted".into())), "{t:?}");
+    assert_eq!(run["attempts"].as_array().map(Vec::len), Some(2));
+    assert_eq!(final_error(&run).0, "RESOURCE_EXHAUSTED");
+}

@@ -1,0 +1,138 @@
+//! The Executor conformance suite against the local-process adapter, with
+//! the real `mapi-worker` and bootstrap objects served over HTTP the way the
+//! platform serves them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use mapi_clock::{Clock, SystemClock};
+use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ProjectId, TenantId, Timestamp};
+use mapi_executor::conformance::{Behaviour, Harness};
+use mapi_executor::local::{LocalConfig, LocalProcessExecutor};
+use mapi_executor::{AttemptSubmit, Executor};
+use mapi_objects::fs::FsObjectStore;
+use mapi_objects::signed::{Access, UrlSigner, router};
+use mapi_objects::{IfGeneration, ObjectKey, ObjectStore, SignedMethod};
+use serde_json::json;
+
+struct Local {
+    executor: LocalProcessExecutor,
+    data: Arc<dyn ObjectStore>,
+    boot: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    _dir: tempfile::TempDir,
+}
+
+const S_MIB: u64 = 64;
+
+async fn local() -> Local {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let signer = UrlSigner::new(b"conformance-key".to_vec(), &base);
+    let data: Arc<dyn ObjectStore> = Arc::new(
+        FsObjectStore::open(&dir.path().join("objects"), "data", signer.clone(), clock.clone())
+            .expect("data"),
+    );
+    let boot: Arc<dyn ObjectStore> = Arc::new(
+        FsObjectStore::open(&dir.path().join("objects"), "bootstrap", signer.clone(), clock.clone())
+            .expect("boot"),
+    );
+    let app = router(
+        vec![(data.clone(), Access::Signed), (boot.clone(), Access::SecretNames)],
+        signer,
+        clock.clone(),
+        1 << 20,
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let executor = LocalProcessExecutor::new(
+        LocalConfig {
+            dir: dir.path().join("executions"),
+            host: mapi_tests::worker(),
+            task: mapi_tests::worker(),
+            static_env: BTreeMap::from([(
+                "MAPI_BOOTSTRAP_URL".to_owned(),
+                format!("{base}/o/bootstrap/{{nonce}}"),
+            )]),
+            timeout_margin: std::time::Duration::from_secs(2),
+            grace: std::time::Duration::from_secs(2),
+            memory_mib: BTreeMap::from([(mapi_domain::ResourceClass::S, S_MIB)]),
+        },
+        clock.clone(),
+    )
+    .expect("executor");
+    Local { executor, data, boot, clock, _dir: dir }
+}
+
+#[async_trait]
+impl Harness for Local {
+    fn executor(&self) -> &dyn Executor {
+        &self.executor
+    }
+
+    async fn prepare(&self, a: &AttemptSubmit, behaviour: Behaviour) {
+        let (method, params) = match behaviour {
+            Behaviour::Succeed => ("describe", json!({})),
+            Behaviour::Fail => ("diag.fail", json!({"message": "asked to fail"})),
+            Behaviour::Sleep { seconds, checkpoint } if checkpoint => {
+                ("diag.sleep", json!({"seconds": seconds, "checkpoint_every_s": 0.2}))
+            }
+            Behaviour::Sleep { seconds, .. } => ("diag.sleep", json!({"seconds": seconds})),
+            Behaviour::Allocate { mib } => ("diag.alloc", json!({"mib": mib, "hold_s": 5})),
+        };
+        let ttl = std::time::Duration::from_secs(600);
+        let dataset = ObjectKey::parse(&format!("t/dev/p/default/datasets/{}.csv", a.nonce)).expect("key");
+        self.data
+            .put(&dataset, Bytes::from_static(b"x,y\n1,2\n3,4\n"), "text/csv", IfGeneration::Any)
+            .await
+            .expect("dataset");
+        let outputs_of: Vec<&str> = mapi_methods::find(method)
+            .map(|m| m.outputs.iter().map(|o| o.name).collect())
+            .unwrap_or_default();
+        for task in 0..a.task_count {
+            let dir = format!("t/dev/p/default/runs/{}/a{}/tasks/{task}", a.run, a.attempt);
+            let mut outputs = BTreeMap::new();
+            for name in &outputs_of {
+                let key = ObjectKey::parse(&format!("{dir}/outputs/{name}")).expect("key");
+                outputs.insert(
+                    (*name).to_owned(),
+                    self.data.signed_url(SignedMethod::PutCreateOnly, &key, ttl).await.expect("sign"),
+                );
+            }
+            let ckpt = ObjectKey::parse(&format!("{dir}/checkpoint.json")).expect("key");
+            let boot = Bootstrap {
+                v: BOOTSTRAP_VERSION,
+                tenant: TenantId::parse("dev").expect("tenant"),
+                project: ProjectId::parse("default").expect("project"),
+                run: a.run.clone(),
+                attempt: a.attempt,
+                task,
+                task_count: a.task_count,
+                method: method.to_owned(),
+                params: serde_json::from_value(params.clone()).expect("params"),
+                timeout_s: u32::try_from(a.timeout.as_secs()).expect("timeout"),
+                dataset_url: self.data.signed_url(SignedMethod::Get, &dataset, ttl).await.expect("sign"),
+                outputs,
+                checkpoint_url: self.data.signed_url(SignedMethod::Put, &ckpt, ttl).await.expect("sign"),
+                resume_url: None,
+                event_key: mapi_events::AttemptKey::from_bytes([7; 32]).to_hex(),
+            };
+            let key = ObjectKey::parse(a.nonce.for_task(task).as_str()).expect("key");
+            let bytes = Bytes::from(serde_json::to_vec(&boot).expect("json"));
+            self.boot.put(&key, bytes, "application/json", IfGeneration::ABSENT).await.expect("bootstrap");
+        }
+    }
+
+    fn class_s_memory_mib(&self) -> u64 {
+        S_MIB
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+mapi_executor::executor_conformance_suite!(local().await);
