@@ -41,11 +41,35 @@ enum Command {
     /// Submit, watch and cancel runs.
     #[command(subcommand)]
     Runs(RunsCmd),
+    /// Measure this machine (see BENCHMARKS.md).
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// The execution entry point (what `mapi-worker` runs).
     #[command(hide = true)]
     Worker {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// Submit throughput over loopback, beside raw SQLite inserts of the same documents.
+    Submit {
+        #[arg(long, default_value_t = 2000)]
+        runs: usize,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// SQLite synchronous setting for both sides: full or normal.
+        #[arg(long, default_value = "full")]
+        sync: String,
+    },
+    /// Process start to first 200 from /health, binary size, idle memory.
+    ColdStart {
+        /// A function binary, e.g. target/release/mapi-submit.
+        binary: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        samples: usize,
     },
 }
 
@@ -179,8 +203,10 @@ impl Ctx {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
-    if let Command::Dev = cli.command {
-        return dev().await;
+    match cli.command {
+        Command::Dev => return dev().await,
+        Command::Bench(b) => return bench(b, cli.json).await,
+        _ => {}
     }
     let creds = credentials();
     let url = cli.url.or_else(|| creds.as_ref().map(|c| c.url.clone()));
@@ -190,7 +216,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     };
     let ctx = Ctx { client: Client::new(&url, &token), creds, json: cli.json };
     match cli.command {
-        Command::Dev | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
+        Command::Dev | Command::Bench(_) | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
         Command::Whoami => {
             let me: serde_json::Value = ctx.client.get("/v1/whoami").await?;
             ctx.print(&me, || {
@@ -230,6 +256,33 @@ async fn dev() -> Result<ExitCode> {
     mapi_runtime::shutdown_signal().await;
     eprintln!("mapi dev: stopping (executions keep running and are found at the next start)");
     platform.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let report = match cmd {
+        BenchCmd::Submit { runs, concurrency, sync } => {
+            let durability = match sync.as_str() {
+                "full" => mapi_store::sqlite::Durability::Full,
+                "normal" => mapi_store::sqlite::Durability::Normal,
+                other => return Err(format!("--sync {other}: use full or normal").into()),
+            };
+            serde_json::to_value(
+                crate::bench::submit(dir.path(), runs, concurrency.max(1), durability).await?,
+            )?
+        }
+        BenchCmd::ColdStart { binary, samples } => {
+            serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if let Some(map) = report.as_object() {
+        for (k, v) in map {
+            println!("{k:<24} {v}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -167,9 +167,20 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 impl DevPlatform {
     /// Starts the platform on `listener` with `config` and `worker`.
     pub async fn start(
+        config: Config,
+        listener: TcpListener,
+        worker: Command,
+    ) -> Result<DevPlatform, DevError> {
+        DevPlatform::start_with(config, listener, worker, true).await
+    }
+
+    /// Starts the platform; without `background`, nothing delivers queued
+    /// tasks, forwards events or ticks (for measuring the API alone).
+    pub async fn start_with(
         mut config: Config,
         listener: TcpListener,
         worker: Command,
+        background: bool,
     ) -> Result<DevPlatform, DevError> {
         let addr = listener.local_addr()?;
         if !config.public_url_set {
@@ -205,6 +216,9 @@ impl DevPlatform {
                 }
             }
         }));
+        if !background {
+            return Ok(DevPlatform { url, credentials, state, stop, tasks });
+        }
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()

@@ -6,9 +6,11 @@
 //!   `MAPI_TOKEN` (or the one `mapi dev` wrote to
 //!   `$MAPI_HOME/credentials.json`). Human tables by default, `--json` for
 //!   programs.
+//! - `mapi bench submit|cold-start`: the measurements behind BENCHMARKS.md.
 //! - `mapi worker`: the execution entry point (`mapi-worker`), embedded so
 //!   `mapi dev` needs no second binary.
 
+pub mod bench;
 pub mod client;
 mod commands;
 pub mod dev;

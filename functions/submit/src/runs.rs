@@ -178,7 +178,7 @@ pub async fn submit(
                 tracing::warn!(run = %run.id, error = %e, "dispatch push failed; the reconciler will retry it");
             }
             tracing::info!(run = %run.id, method = %run.method, class = %run.class, "run submitted");
-            Ok((StatusCode::CREATED, out_headers, Json(view::build(&state, &run).await?)))
+            Ok((StatusCode::CREATED, out_headers, Json(view::of_new(&run))))
         }
     }
 }

@@ -54,6 +54,21 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
             outputs.push(OutputView { name: name.clone(), size: *size, url });
         }
     }
+    Ok(assemble(run, &attempts, &ledger, summary, outputs))
+}
+
+/// The view of a run that was just accepted: nothing has happened to it yet.
+pub fn of_new(run: &RunDoc) -> RunView {
+    assemble(run, &[], &[], None, Vec::new())
+}
+
+fn assemble(
+    run: &RunDoc,
+    attempts: &[AttemptDoc],
+    ledger: &[LedgerEntry],
+    summary: Option<mapi_events::progress::Summary>,
+    outputs: Vec<OutputView>,
+) -> RunView {
     let attempts = attempts
         .iter()
         .map(|a| AttemptView {
@@ -67,7 +82,7 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
             charge: ledger.iter().find(|l| l.attempt == a.attempt).map(|l| l.charge.clone()),
         })
         .collect();
-    Ok(RunView {
+    RunView {
         id: run.id.clone(),
         tenant: run.tenant.clone(),
         project: run.project.clone(),
@@ -95,5 +110,5 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
             price_table: run.estimate.price_table.clone(),
             note: "estimates at list prices".to_owned(),
         },
-    })
+    }
 }

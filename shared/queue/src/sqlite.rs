@@ -81,7 +81,12 @@ struct Inner {
     queues: BTreeMap<String, QueueConfig>,
     /// Signalled by `create`, so a waiting deliverer looks at once.
     created: Notify,
+    /// Creates waiting for the connection. Whoever takes the lock next
+    /// writes all of them in one transaction (group commit: one fsync).
+    pending: Mutex<Vec<PendingCreate>>,
 }
+
+type PendingCreate = (NewTask, tokio::sync::oneshot::Sender<Result<TaskInfo, QueueError>>);
 
 impl Inner {
     fn config(&self, queue: &QueueName) -> Result<&QueueConfig, QueueError> {
@@ -183,7 +188,13 @@ impl SqliteQueue {
         conn.pragma_update(None, "synchronous", "FULL").map_err(sql_err)?;
         conn.execute_batch(SCHEMA).map_err(sql_err)?;
         Ok(SqliteQueue {
-            inner: Arc::new(Inner { conn: Mutex::new(conn), clock, queues: configs, created: Notify::new() }),
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                clock,
+                queues: configs,
+                created: Notify::new(),
+                pending: Mutex::new(Vec::new()),
+            }),
         })
     }
 
@@ -511,7 +522,69 @@ fn bury(
 
 /// Takes `name` for a new task: refused while a task of that name is
 /// pending or its tombstone is within the dedup window; an older row goes.
-fn claim(tx: &Transaction<'_>, queue: &QueueName, name: &TaskName, now: Timestamp) -> Result<(), QueueError> {
+/// Writes a batch of creates in one transaction, each in its own savepoint
+/// (a refused create does not undo the others), and answers each after the
+/// commit.
+fn create_batch(conn: &mut Connection, inner: &Inner, now: Timestamp, batch: Vec<PendingCreate>) {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let e = sql_err(e);
+            for (_, reply) in batch {
+                let _ = reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    let mut answers = Vec::with_capacity(batch.len());
+    for (task, reply) in batch {
+        let one = (|| {
+            inner.config(&task.queue)?;
+            task.validate(now)?;
+            let sp = tx.savepoint().map_err(sql_err)?;
+            let name = match task.name {
+                Some(name) => {
+                    claim(&sp, &task.queue, &name, now)?;
+                    name
+                }
+                None => generate_name(&sp, &task.queue)?,
+            };
+            let schedule_time = task.schedule_time.unwrap_or(now);
+            sp.execute(
+                "INSERT INTO queue_tasks (queue, name, path, body, state, schedule_time, created, attempts)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
+                params![
+                    task.queue.as_str(),
+                    name.as_str(),
+                    task.path,
+                    &task.body[..],
+                    PENDING,
+                    micros(schedule_time),
+                    micros(now)
+                ],
+            )
+            .map_err(sql_err)?;
+            sp.commit().map_err(sql_err)?;
+            Ok(TaskInfo { name, queue: task.queue, schedule_time, created: now })
+        })();
+        answers.push((reply, one));
+    }
+    match tx.commit() {
+        Ok(()) => {
+            for (reply, one) in answers {
+                let _ = reply.send(one);
+            }
+        }
+        Err(e) => {
+            let e = sql_err(e);
+            for (reply, _) in answers {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+fn claim(tx: &Connection, queue: &QueueName, name: &TaskName, now: Timestamp) -> Result<(), QueueError> {
     let row: Option<(String, Option<i64>)> = tx
         .query_row(
             "SELECT state, reserved_until FROM queue_tasks WHERE queue = ?1 AND name = ?2",
@@ -539,7 +612,7 @@ fn claim(tx: &Transaction<'_>, queue: &QueueName, name: &TaskName, now: Timestam
 
 /// A fresh name, unique in this file forever: `t-` and a persisted sequence,
 /// skipping any a caller chose.
-fn generate_name(tx: &Transaction<'_>, queue: &QueueName) -> Result<TaskName, QueueError> {
+fn generate_name(tx: &Connection, queue: &QueueName) -> Result<TaskName, QueueError> {
     loop {
         let seq: i64 = tx
             .query_row(
@@ -565,37 +638,17 @@ fn generate_name(tx: &Transaction<'_>, queue: &QueueName) -> Result<TaskName, Qu
 #[async_trait]
 impl TaskQueue for SqliteQueue {
     async fn create(&self, task: NewTask) -> Result<TaskInfo, QueueError> {
-        let info = self
-            .with_conn(move |conn, inner, now| {
-                inner.config(&task.queue)?;
-                task.validate(now)?;
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
-                let name = match task.name {
-                    Some(name) => {
-                        claim(&tx, &task.queue, &name, now)?;
-                        name
-                    }
-                    None => generate_name(&tx, &task.queue)?,
-                };
-                let schedule_time = task.schedule_time.unwrap_or(now);
-                tx.execute(
-                    "INSERT INTO queue_tasks (queue, name, path, body, state, schedule_time, created, attempts)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
-                    params![
-                        task.queue.as_str(),
-                        name.as_str(),
-                        task.path,
-                        &task.body[..],
-                        PENDING,
-                        micros(schedule_time),
-                        micros(now)
-                    ],
-                )
-                .map_err(sql_err)?;
-                tx.commit().map_err(sql_err)?;
-                Ok(TaskInfo { name, queue: task.queue, schedule_time, created: now })
-            })
-            .await?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.inner.pending.lock().unwrap_or_else(|e| e.into_inner()).push((task, reply));
+        self.with_conn(|conn, inner, now| {
+            let batch = std::mem::take(&mut *inner.pending.lock().unwrap_or_else(|e| e.into_inner()));
+            if !batch.is_empty() {
+                create_batch(conn, inner, now, batch);
+            }
+            Ok(())
+        })
+        .await?;
+        let info = answer.await.map_err(|_| QueueError::Internal("a create was dropped".to_owned()))??;
         self.inner.created.notify_one();
         Ok(info)
     }

@@ -19,7 +19,16 @@ use std::time::Duration;
 use crate::{DocKey, Document, Fields, Precondition, Query, ReadRecord, Store, StoreError, TxnId, Write};
 
 /// How many times a conflicting transaction is retried before giving up.
-const MAX_ATTEMPTS: u32 = 8;
+const MAX_ATTEMPTS: u32 = 16;
+
+/// A random back-off of up to `2^min(attempt, 6)` ms, so transactions that
+/// conflicted once do not meet again at the same instant.
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let ceiling_us = 1_000u64 << attempt.min(6);
+    Duration::from_micros(250 + random % ceiling_us)
+}
 
 /// An open transaction: reads go to the store, writes are buffered until commit.
 #[derive(Debug)]
@@ -117,9 +126,8 @@ where
         match store.commit(Some((txn.id, &txn.reads)), &txn.writes).await {
             Ok(_) => return Ok(value),
             Err(StoreError::Aborted) if attempt < MAX_ATTEMPTS => {
-                let backoff_ms = 2u64.pow(attempt.min(6)) + u64::from(attempt) * 3;
                 tracing::debug!(attempt, "store transaction aborted; retrying");
-                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                tokio::time::sleep(backoff(attempt)).await;
             }
             Err(e) => return Err(e.into()),
         }

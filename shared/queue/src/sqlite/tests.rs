@@ -310,3 +310,30 @@ fn bad_queue_configs_are_refused() {
         Err(QueueError::InvalidArgument(_))
     ));
 }
+
+/// Creates that share a transaction are answered one by one: a refused
+/// duplicate name does not undo the creates beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_are_answered_each_on_its_own() {
+    let target = ScriptedTarget::start(|_, _| Reply::ok()).await;
+    let h = harness(target.setup()).await;
+    let task = |i: usize| {
+        NewTask::new(main_queue(), "/internal/x", "{}")
+            .named(TaskName::new(format!("t{}", i % 20)).expect("name"))
+    };
+    let mut all = Vec::new();
+    for i in 0..60 {
+        let q = h.queue.clone();
+        all.push(tokio::spawn(async move { q.create(task(i)).await }));
+    }
+    let mut created = 0;
+    for t in all {
+        match t.await.expect("task") {
+            Ok(_) => created += 1,
+            Err(QueueError::AlreadyExists(_)) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!(created, 20, "each of the 20 names is created exactly once");
+    assert_eq!(h.queue.depth(&main_queue()).await.expect("depth"), 20);
+}
