@@ -22,7 +22,7 @@ use mapi_metrics::Metrics;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, RawBody};
 use mapi_runs::{AttemptDoc, EventSeenDoc, ProgressDoc, tx_create, tx_get, tx_put};
-use mapi_store::{StoreExt, transact};
+use mapi_store::transact;
 use serde::Serialize;
 
 /// The route Pub/Sub pushes to.
@@ -90,12 +90,7 @@ async fn push(
         Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
     };
     let attempt_id = AttemptDoc::id_of(&run, attempt_no);
-    let attempt: Option<AttemptDoc> = state
-        .store
-        .get_one(&mapi_runs::key::<AttemptDoc>(&attempt_id)?)
-        .await?
-        .map(|d| d.decode())
-        .transpose()?;
+    let attempt: Option<AttemptDoc> = mapi_runs::get(&*state.store, &attempt_id).await?;
     let Some(attempt) = attempt else {
         return Ok(ack(m, Disposition::UnknownAttempt, &attempt_id));
     };

@@ -28,7 +28,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_runs::tasks::{FinalizeTask, push_dispatch, push_finalize, round_of};
 use mapi_runs::{AttemptDoc, Doc, ProgressDoc, RunDoc, attempt_facts, tx_get, tx_put};
-use mapi_store::{Direction, Op, StoreExt, transact};
+use mapi_store::{Direction, Op, transact};
 use serde::Serialize;
 
 pub const TICK_PATH: &str = "/internal/tick";
@@ -88,13 +88,7 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
 async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) -> Result<(), ApiError> {
     let now = state.clock.now();
     let attempt_id = AttemptDoc::id_of(&run.id, run.attempt);
-    let Some(attempt) = state
-        .store
-        .get_one(&mapi_runs::key::<AttemptDoc>(&attempt_id)?)
-        .await?
-        .map(|d| d.decode::<AttemptDoc>())
-        .transpose()?
-    else {
+    let Some(attempt) = mapi_runs::get::<AttemptDoc>(&*state.store, &attempt_id).await? else {
         return Ok(());
     };
     if attempt.finalized {
@@ -147,9 +141,8 @@ async fn finalize(
     } else {
         attempt.clone()
     };
-    let progress_key = mapi_runs::key::<ProgressDoc>(&AttemptDoc::id_of(&run.id, run.attempt))?;
     let progress: Option<ProgressDoc> =
-        state.store.get_one(&progress_key).await?.map(|d| d.decode()).transpose()?;
+        mapi_runs::get(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
     let facts = attempt_facts(run, &attempt, progress.as_ref(), now, state.config.event_grace);
     let Some(outcome) = classify(&info.status) else { return Ok(()) };
     let policy = mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries };
@@ -191,11 +184,9 @@ async fn mark_stalled(
     report: &mut TickReport,
 ) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let progress_key = mapi_runs::key::<ProgressDoc>(&AttemptDoc::id_of(&run.id, run.attempt))?;
-    let last = match state.store.get_one(&progress_key).await? {
-        Some(d) => Some(d.decode::<ProgressDoc>()?.updated_at),
-        None => attempt.submitted_at,
-    };
+    let progress: Option<ProgressDoc> =
+        mapi_runs::get(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
+    let last = progress.map_or(attempt.submitted_at, |p| Some(p.updated_at));
     let stalled = last.is_some_and(|t| t + state.config.stall_after <= now);
     if stalled == run.stalled {
         return Ok(());

@@ -30,8 +30,7 @@ pub async fn require_project(
     project: &ProjectId,
 ) -> Result<(), ApiError> {
     caller.require_project(tenant, project)?;
-    let key = mapi_runs::key::<ProjectDoc>(&ProjectDoc::id_of(tenant, project))?;
-    match state.store.get_one(&key).await? {
+    match mapi_runs::get::<ProjectDoc>(&*state.store, &ProjectDoc::id_of(tenant, project)).await? {
         Some(_) => Ok(()),
         None => Err(ApiError::not_found(format!("project {tenant}/{project} not found"))),
     }

@@ -29,7 +29,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_runs::tasks::DispatchTask;
 use mapi_runs::{AttemptDoc, DatasetDoc, RunDoc, layout, tx_get, tx_put};
-use mapi_store::{StoreExt, transact};
+use mapi_store::transact;
 use serde::Serialize;
 
 /// What the handler did, for the queue's logs and the tests.
@@ -302,12 +302,9 @@ async fn refuse(state: &AppState, attempt: &AttemptDoc, why: String) -> Result<(
 /// Writes each task's bootstrap object (create-only: one left by an earlier
 /// delivery of this attempt is the same attempt's and is kept).
 async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) -> Result<(), ApiError> {
-    let dataset: DatasetDoc = state
-        .store
-        .get_one(&mapi_runs::key::<DatasetDoc>(run.dataset.as_str())?)
+    let dataset = mapi_runs::get::<DatasetDoc>(&*state.store, run.dataset.as_str())
         .await?
-        .ok_or_else(|| ApiError::internal(format!("dataset {} of run {} vanished", run.dataset, run.id)))?
-        .decode()?;
+        .ok_or_else(|| ApiError::internal(format!("dataset {} of run {} vanished", run.dataset, run.id)))?;
     // URLs must outlive the run: its timeout, the executor's margin, an hour to spare.
     let ttl = Duration::from_secs(u64::from(run.timeout_s))
         + state.config.local_timeout_margin

@@ -10,7 +10,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
 use mapi_runs::views::{RunPage, RunSummary, RunView};
 use mapi_runs::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, RunDoc, tx_create, tx_get, tx_put};
-use mapi_store::{Direction, Op, StoreExt, transact};
+use mapi_store::{Direction, Op, transact};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -40,9 +40,7 @@ async fn validate(
     let params =
         mapi_methods::validate(method, &spec.params).map_err(|e| ApiError::invalid(e.to_string()))?;
     state.executor.check_placement(spec.class, &spec.method).map_err(ApiError::invalid)?;
-    let key = mapi_runs::key::<DatasetDoc>(spec.dataset.as_str())?;
-    let dataset: Option<DatasetDoc> = state.store.get_one(&key).await?.map(|d| d.decode()).transpose()?;
-    let dataset = match dataset {
+    let dataset = match mapi_runs::get::<DatasetDoc>(&*state.store, spec.dataset.as_str()).await? {
         Some(d) if &d.tenant == tenant && &d.project == project => d,
         _ => {
             return Err(ApiError::not_found(format!(
@@ -185,11 +183,9 @@ pub async fn submit(
 
 /// Loads a run.
 pub async fn load(state: &AppState, id: &RunId) -> Result<RunDoc, ApiError> {
-    let key = mapi_runs::key::<RunDoc>(id.as_str())?;
-    match state.store.get_one(&key).await? {
-        Some(d) => Ok(d.decode()?),
-        None => Err(ApiError::not_found(format!("run {id} not found"))),
-    }
+    mapi_runs::get::<RunDoc>(&*state.store, id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))
 }
 
 /// Loads a run the caller may see.
@@ -318,9 +314,9 @@ pub async fn cancel(
     }
     if run.state == RunState::Cancelling {
         // Ask the executor now; the reconciler repeats it until confirmed.
-        let attempt_key = mapi_runs::key::<AttemptDoc>(&AttemptDoc::id_of(&run.id, run.attempt))?;
-        if let Some(a) =
-            state.store.get_one(&attempt_key).await?.map(|d| d.decode::<AttemptDoc>()).transpose()?
+        let attempt =
+            mapi_runs::get::<AttemptDoc>(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
+        if let Some(a) = attempt
             && let Some(handle) = &a.handle
             && let Err(e) = state.executor.cancel(handle).await
         {

@@ -7,40 +7,16 @@ use mapi_objects::{ObjectKey, SignedMethod};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_runs::views::{AttemptView, CostView, OutputView, RunView};
-use mapi_runs::{AttemptDoc, Doc, LedgerEntry, ProgressDoc, RunDoc, layout};
-use mapi_store::{Direction, Op, StoreExt};
+use mapi_runs::{AttemptDoc, LedgerEntry, ProgressDoc, RunDoc, layout};
 
 /// How long the download URLs in a view stay valid.
 const DOWNLOAD_TTL: Duration = Duration::from_secs(900);
 
 pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> {
-    let attempts: Vec<AttemptDoc> = state
-        .store
-        .query(
-            &mapi_store::Query::new(AttemptDoc::COLLECTION)
-                .filter("run", Op::Eq, run.id.as_str())
-                .order_by("attempt", Direction::Asc),
-            None,
-        )
-        .await?
-        .iter()
-        .map(|d| d.decode())
-        .collect::<Result<_, _>>()?;
-    let ledger: Vec<LedgerEntry> = state
-        .store
-        .query(
-            &mapi_store::Query::new(LedgerEntry::COLLECTION)
-                .filter("run", Op::Eq, run.id.as_str())
-                .order_by("attempt", Direction::Asc),
-            None,
-        )
-        .await?
-        .iter()
-        .map(|d| d.decode())
-        .collect::<Result<_, _>>()?;
-    let progress_key = mapi_runs::key::<ProgressDoc>(&AttemptDoc::id_of(&run.id, run.attempt))?;
+    let attempts: Vec<AttemptDoc> = mapi_runs::of_run(&*state.store, &run.id).await?;
+    let ledger: Vec<LedgerEntry> = mapi_runs::of_run(&*state.store, &run.id).await?;
     let progress: Option<ProgressDoc> =
-        state.store.get_one(&progress_key).await?.map(|d| d.decode()).transpose()?;
+        mapi_runs::get(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
     let summary = progress.as_ref().map(|p| p.progress.summary());
 
     let mut outputs = Vec::new();

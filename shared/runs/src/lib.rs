@@ -46,6 +46,24 @@ pub fn decode<T: Doc>(doc: &Document) -> Result<T, StoreError> {
     doc.decode()
 }
 
+/// Reads document `id` of type `T`, outside a transaction.
+pub async fn get<T: Doc>(store: &dyn mapi_store::Store, id: &str) -> Result<Option<T>, StoreError> {
+    use mapi_store::StoreExt;
+    store.get_one(&key::<T>(id)?).await?.map(|d| d.decode()).transpose()
+}
+
+/// The documents of type `T` that belong to `run`, by attempt (attempts,
+/// ledger entries).
+pub async fn of_run<T: Doc>(
+    store: &dyn mapi_store::Store,
+    run: &mapi_domain::RunId,
+) -> Result<Vec<T>, StoreError> {
+    let q = mapi_store::Query::new(T::COLLECTION)
+        .filter("run", mapi_store::Op::Eq, run.as_str())
+        .order_by("attempt", Direction::Asc);
+    store.query(&q, None).await?.iter().map(|d| d.decode()).collect()
+}
+
 /// Reads document `id` of type `T` in a transaction.
 pub async fn tx_get<T: Doc>(tx: &mut Txn<'_>, id: &str) -> Result<Option<T>, StoreError> {
     tx.get(&key::<T>(id)?).await?.map(|d| d.decode()).transpose()

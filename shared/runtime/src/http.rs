@@ -24,6 +24,9 @@ use crate::trace::{TraceContext, parse_cloud_trace, parse_traceparent};
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 /// The content type of `/metrics`.
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Routes the platform calls itself; their successes are logged at DEBUG.
+const INTERNAL_PREFIX: &str = "/internal/";
+
 /// Routes that are counted but not access-logged.
 const QUIET_ROUTES: [&str; 2] = ["/health", "/metrics"];
 
@@ -115,6 +118,10 @@ async fn track(State(metrics): State<Metrics>, request: Request, next: Next) -> 
         let _in_request = span.enter();
         if status >= 500 {
             tracing::error!({ HTTP_REQUEST } = %http_request, "{method} {path} {status}");
+        } else if route.starts_with(INTERNAL_PREFIX) && status < 300 {
+            // The platform's own machinery (queue deliveries, ticks, event
+            // pushes) succeeds constantly; its handlers log what matters.
+            tracing::debug!({ HTTP_REQUEST } = %http_request, "{method} {path} {status}");
         } else {
             tracing::info!({ HTTP_REQUEST } = %http_request, "{method} {path} {status}");
         }
