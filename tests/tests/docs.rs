@@ -62,3 +62,15 @@ fn openapi_document_describes_the_runs_api() {
     assert!(doc["components"]["schemas"]["Problem"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }
+
+#[test]
+fn permissions_document_is_current() {
+    let path = root().join("docs/permissions.md");
+    let doc = mapi_access::permissions_markdown();
+    if updating() {
+        std::fs::write(&path, &doc).expect("write permissions.md");
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(have == doc, "docs/permissions.md is stale: run with MAPI_UPDATE_DOCS=1");
+}
