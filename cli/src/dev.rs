@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use mapi_access::{Role, Scope};
 use mapi_clock::{Clock, SystemClock};
 use mapi_domain::{ProjectId, TenantId, UserId};
+use mapi_domain::{Residency, TenantStatus, Tier};
 use mapi_executor::local::forward::LogForwarder;
 use mapi_executor::local::layout::Command;
 use mapi_identity::new_token;
@@ -19,7 +21,7 @@ use mapi_objects::ObjectStore;
 use mapi_objects::signed::{self, Access};
 use mapi_platform::{AppState, Config, Platform, StartError};
 use mapi_queue::sqlite::Deliverer;
-use mapi_runs::{Doc, ProjectDoc, TenantDoc, TokenDoc};
+use mapi_runs::{Doc, MembershipDoc, ProjectDoc, TenantDoc, TokenDoc};
 use mapi_store::{Precondition, StoreError, StoreExt};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -102,22 +104,61 @@ pub fn router(state: &AppState) -> Router {
         .fallback(mapi_problem::fallback_not_found)
 }
 
+/// The development identity provider, in the dev profile only: it signs in
+/// the seeded accounts without a password, which no other deployment may do.
+fn dev_idp(state: &AppState) -> Result<Option<Router>, DevError> {
+    if state.config.profile != mapi_platform::Profile::Dev || state.config.oidc_issuer.is_some() {
+        return Ok(None);
+    }
+    let Some(issuer) = state.config.session_issuer() else { return Ok(None) };
+    let accounts = state.config.dev_accounts.iter().map(ToString::to_string).collect();
+    let idp = mapi_oidc::dev::DevIdp::open(&state.config.home.join("dev-idp-key.der"), issuer, accounts)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(Some(mapi_oidc::dev::router(idp, state.config.oidc_audience.clone(), state.clock.clone())))
+}
+
 /// Seeds the tenant `dev`, the project `default` and the user's token, and
 /// writes the CLI's credentials. A token that is still valid is kept.
 async fn seed(platform: &Platform, url: &str) -> Result<Credentials, DevError> {
     let now = platform.clock.now();
-    let tenant = TenantId::parse(DEV_TENANT).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
-    let project = ProjectId::parse(DEV_PROJECT).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
-    let user = UserId::parse(DEV_USER).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+    let bad = |e: mapi_domain::IdError| StoreError::InvalidArgument(e.to_string());
+    let tenant = TenantId::parse(DEV_TENANT).map_err(bad)?;
+    let project = ProjectId::parse(DEV_PROJECT).map_err(bad)?;
+    let user = UserId::parse(DEV_USER).map_err(bad)?;
     let store = &*platform.store;
-    let t = TenantDoc { id: tenant.clone(), name: "Development".into(), created_at: now };
+    let t = TenantDoc {
+        id: tenant.clone(),
+        name: "Development".into(),
+        tier: Tier::Internal,
+        status: TenantStatus::Active,
+        residency: Residency::parse("eu").map_err(StoreError::InvalidArgument)?,
+        admin_email: Some(user.clone()),
+        status_reason: None,
+        created_at: now,
+        updated_at: now,
+    };
     let p = ProjectDoc {
         tenant: tenant.clone(),
         project: project.clone(),
         name: "Default".into(),
         created_at: now,
     };
-    for (key, fields) in [(t.key()?, mapi_store::encode(&t)?), (p.key()?, mapi_store::encode(&p)?)] {
+    let m = MembershipDoc {
+        tenant: tenant.clone(),
+        project: None,
+        email: user.clone(),
+        role: Role::Admin,
+        reviewer: false,
+        claimed: true,
+        created_at: now,
+        created_by: user.clone(),
+    };
+    let seeds = [
+        (t.key()?, mapi_store::encode(&t)?),
+        (p.key()?, mapi_store::encode(&p)?),
+        (m.key()?, mapi_store::encode(&m)?),
+    ];
+    for (key, fields) in seeds {
         match store.put(&key, fields, Precondition::Absent).await {
             Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
@@ -126,24 +167,31 @@ async fn seed(platform: &Platform, url: &str) -> Result<Credentials, DevError> {
     let path = platform.credentials_path();
     let existing: Option<Credentials> =
         std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok());
-    let token = match existing {
-        Some(c)
-            if store
-                .get_one(&mapi_runs::key::<TokenDoc>(&platform.pepper.hash(&c.token))?)
-                .await?
-                .is_some() =>
-        {
-            c.token
-        }
-        _ => {
+    let usable = |t: &TokenDoc| t.revoked_at.is_none() && t.expires_at > now + Duration::from_secs(86_400);
+    let kept = match &existing {
+        Some(c) => mapi_runs::get::<TokenDoc>(store, &platform.pepper.hash(&c.token))
+            .await?
+            .filter(usable)
+            .map(|_| c.token.clone()),
+        None => None,
+    };
+    let token = match kept {
+        Some(t) => t,
+        None => {
             let token = new_token().map_err(|e| std::io::Error::other(e.to_string()))?;
             let doc = TokenDoc {
                 hash: platform.pepper.hash(&token),
                 tenant: tenant.clone(),
+                project: project.clone(),
                 user,
                 name: "mapi dev".into(),
+                scopes: vec![Scope::Admin],
                 created_at: now,
-                expires_at: None,
+                expires_at: now + Duration::from_secs(365 * 86_400),
+                revoked_at: None,
+                revoked_by: None,
+                rate_limit_per_minute: None,
+                budget: None,
             };
             store.create(&doc.key()?, mapi_store::encode(&doc)?).await?;
             token
@@ -198,8 +246,12 @@ impl DevPlatform {
             name: "mapi-dev",
             version: env!("CARGO_PKG_VERSION"),
         });
+        let mut routes = router(&state);
+        if let Some(idp) = dev_idp(&state)? {
+            routes = routes.merge(idp);
+        }
         let app = mapi_runtime::instrument(
-            router(&state).merge(mapi_runtime::common_routes(build, metrics.clone())),
+            routes.merge(mapi_runtime::common_routes(build, metrics.clone())),
             metrics.clone(),
         );
 

@@ -1,43 +1,86 @@
-//! `admin`: the administrative API. In this version: `GET /v1/whoami` (the
-//! caller as the platform sees it) and `GET /v1/admin/executors` (each
-//! executor's capabilities and recent activity). Tenants, projects,
-//! members, tokens, quotas and kill switches join it with tenancy.
+//! `admin`: the administrative API (Administration v0.3).
+//!
+//! - sessions and identity: `POST /v1/sessions` (sign in with an ID token),
+//!   `GET /v1/whoami`;
+//! - operators: `/v1/admin/tenants` (create, list, update: tier, status,
+//!   residency; suspending and deleting need a reason), `/v1/admin/audit`,
+//!   `/v1/admin/executors`;
+//! - tenants: `GET|PATCH /v1/tenants/{tenant}`, tenant-wide members,
+//!   projects, project members, API tokens, the tenant's audit log, and
+//!   access checks (`can I?`).
+//!
+//! Every route authorizes through `mapi_identity::authorize` (one matrix);
+//! every change is audited in the same transaction as the change.
+
+mod audit_log;
+mod checks;
+mod members;
+mod projects;
+mod sessions;
+mod tenants;
+mod tokens;
 
 use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
-use mapi_domain::{TenantId, UserId};
+use axum::routing::{get, post};
+use mapi_access::{Action, Resource};
 use mapi_executor::Capabilities;
-use mapi_identity::Caller;
+use mapi_identity::{Caller, authorize_operator};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::OpenApi;
 
 #[derive(Debug, OpenApi)]
-#[openapi(paths(whoami, executors), components(schemas(WhoAmI, ExecutorView)), tags((name = "admin")))]
+#[openapi(
+    paths(
+        sessions::sign_in, sessions::whoami, executors,
+        tenants::create, tenants::list, tenants::manage, tenants::get_tenant, tenants::update,
+        projects::list, projects::create, projects::get_project, projects::update, projects::delete,
+        members::list_tenant, members::add_tenant, members::update_tenant, members::remove_tenant,
+        members::list_project, members::add_project, members::update_project, members::remove_project,
+        tokens::create, tokens::list, tokens::revoke,
+        audit_log::tenant_log, audit_log::platform_log,
+        checks::project_check, checks::tenant_check,
+    ),
+    components(schemas(ExecutorView, mapi_runs::TenantDoc, mapi_runs::ProjectDoc, mapi_runs::MembershipDoc, mapi_runs::AuditDoc)),
+    tags((name = "admin", description = "Tenants, projects, members, tokens, audit"))
+)]
 pub struct ApiDoc;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/whoami", get(whoami))
+        .route("/v1/sessions", post(sessions::sign_in))
+        .route("/v1/whoami", get(sessions::whoami))
         .route("/v1/admin/executors", get(executors))
+        .route("/v1/admin/tenants", post(tenants::create).get(tenants::list))
+        .route("/v1/admin/tenants/{tenant}", axum::routing::patch(tenants::manage))
+        .route("/v1/admin/audit", get(audit_log::platform_log))
+        .route("/v1/tenants/{tenant}", get(tenants::get_tenant).patch(tenants::update))
+        .route("/v1/tenants/{tenant}/members", get(members::list_tenant).post(members::add_tenant))
+        .route(
+            "/v1/tenants/{tenant}/members/{email}",
+            axum::routing::patch(members::update_tenant).delete(members::remove_tenant),
+        )
+        .route("/v1/tenants/{tenant}/projects", get(projects::list).post(projects::create))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}",
+            get(projects::get_project).patch(projects::update).delete(projects::delete),
+        )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/members",
+            get(members::list_project).post(members::add_project),
+        )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/members/{email}",
+            axum::routing::patch(members::update_project).delete(members::remove_project),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/tokens", get(tokens::list).post(tokens::create))
+        .route("/v1/tenants/{tenant}/projects/{project}/tokens/{id}", axum::routing::delete(tokens::revoke))
+        .route("/v1/tenants/{tenant}/audit", get(audit_log::tenant_log))
+        .route("/v1/tenants/{tenant}/access-checks", post(checks::tenant_check))
+        .route("/v1/tenants/{tenant}/projects/{project}/access-checks", post(checks::project_check))
         .with_state(state)
-}
-
-/// The caller.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct WhoAmI {
-    pub user: UserId,
-    pub tenant: TenantId,
-    /// The first characters of the token's hash, as logs and usage name it.
-    pub token_id: String,
-}
-
-/// Who the token belongs to.
-#[utoipa::path(get, path = "/v1/whoami", tag = "admin", responses((status = 200, body = WhoAmI), (status = 401, body = mapi_problem::Problem)), security(("bearer" = [])))]
-pub async fn whoami(caller: Caller) -> Json<WhoAmI> {
-    Json(WhoAmI { user: caller.user, tenant: caller.tenant, token_id: caller.token_id })
 }
 
 /// An executor and what it offers.
@@ -48,12 +91,13 @@ pub struct ExecutorView {
     pub executions_last_hour: usize,
 }
 
-/// The executors of this deployment.
+/// The executors of this deployment (operators).
 #[utoipa::path(get, path = "/v1/admin/executors", tag = "admin", responses((status = 200, body = Vec<ExecutorView>)), security(("bearer" = [])))]
 pub async fn executors(
     State(state): State<AppState>,
-    _caller: Caller,
+    caller: Caller,
 ) -> Result<Json<Vec<ExecutorView>>, ApiError> {
+    authorize_operator(&state, &caller, Resource::Executor, Action::Read, "executors").await?;
     let since = state.clock.now() - std::time::Duration::from_secs(3600);
     let recent =
         state.executor.list_recent(since).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;

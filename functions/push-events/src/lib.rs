@@ -17,11 +17,11 @@ use axum::extract::State;
 use axum::routing::post;
 use mapi_events::progress::Progress;
 use mapi_events::pubsub;
-use mapi_identity::InternalCaller;
+use mapi_identity::{Audit, InternalCaller, audit};
 use mapi_metrics::Metrics;
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, RawBody};
-use mapi_runs::{AttemptDoc, EventSeenDoc, ProgressDoc, tx_create, tx_get, tx_put};
+use mapi_problem::{ApiError, Json, ProblemCode, RawBody};
+use mapi_runs::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde::Serialize;
 
@@ -75,6 +75,25 @@ fn ack(metrics: &Metrics, d: Disposition, detail: &str) -> Json<Ack> {
     Json(Ack { disposition: d })
 }
 
+/// Audits an event that was refused (forged, replayed, late), in its run's
+/// tenant when the attempt is known.
+async fn refused(
+    state: &AppState,
+    d: Disposition,
+    run: &mapi_domain::RunId,
+    attempt: Option<&AttemptDoc>,
+    detail: &str,
+) {
+    let kind = serde_json::to_value(d).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+    let mut entry = Audit::internal("event.refused", format!("runs/{run}"))
+        .outcome(Outcome::Denied, ProblemCode::Forbidden)
+        .detail(format!("{kind}: {detail}"));
+    if let Some(a) = attempt {
+        entry = entry.tenant(&a.tenant).project(&a.project);
+    }
+    audit(state, entry).await;
+}
+
 async fn push(
     State(state): State<AppState>,
     _caller: InternalCaller,
@@ -92,20 +111,26 @@ async fn push(
     let attempt_id = AttemptDoc::id_of(&run, attempt_no);
     let attempt: Option<AttemptDoc> = mapi_runs::get(&*state.store, &attempt_id).await?;
     let Some(attempt) = attempt else {
+        refused(&state, Disposition::UnknownAttempt, &run, None, &attempt_id).await;
         return Ok(ack(m, Disposition::UnknownAttempt, &attempt_id));
     };
     let key = mapi_events::AttemptKey::from_hex(&attempt.event_key)
         .map_err(|e| ApiError::internal(format!("attempt {attempt_id} has a bad key: {e}")))?;
     let event = match mapi_events::verify(&delivered.event, &key) {
         Ok(e) => e,
-        Err(e) => return Ok(ack(m, Disposition::BadSignature, &format!("{attempt_id}: {e}"))),
+        Err(e) => {
+            refused(&state, Disposition::BadSignature, &run, Some(&attempt), &e.to_string()).await;
+            return Ok(ack(m, Disposition::BadSignature, &format!("{attempt_id}: {e}")));
+        }
     };
     if let (Some(label), Some(handle)) = (&delivered.execution_name, &attempt.handle)
         && label != &handle.0
     {
+        refused(&state, Disposition::WrongExecution, &run, Some(&attempt), &format!("from {label}")).await;
         return Ok(ack(m, Disposition::WrongExecution, &format!("{attempt_id}: from {label}")));
     }
     if attempt.finalized {
+        refused(&state, Disposition::AttemptEnded, &run, Some(&attempt), "the attempt has ended").await;
         return Ok(ack(m, Disposition::AttemptEnded, &attempt_id));
     }
     let now = state.clock.now();

@@ -2,18 +2,17 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use mapi_access::{Action, Resource};
 use mapi_domain::{DatasetId, ProjectId, TenantId};
-use mapi_identity::Caller;
+use mapi_identity::{Caller, Granted, Target, authorize};
 use mapi_methods::table::Table;
 use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody};
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
 use mapi_runs::views::{DatasetPage, DatasetView};
-use mapi_runs::{DatasetDoc, Doc, ProjectDoc, layout};
+use mapi_runs::{DatasetDoc, Doc, layout};
 use mapi_store::{Direction, Op, StoreExt};
 use serde::Deserialize;
-
-use crate::page;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -22,18 +21,17 @@ pub struct UploadQuery {
     name: Option<String>,
 }
 
-/// Checks the caller may use the project and that it exists.
+/// Checks `caller` may do `action` on datasets of the project.
 pub async fn require_project(
     state: &AppState,
     caller: &Caller,
     tenant: &TenantId,
     project: &ProjectId,
-) -> Result<(), ApiError> {
-    caller.require_project(tenant, project)?;
-    match mapi_runs::get::<ProjectDoc>(&*state.store, &ProjectDoc::id_of(tenant, project)).await? {
-        Some(_) => Ok(()),
-        None => Err(ApiError::not_found(format!("project {tenant}/{project} not found"))),
-    }
+    resource: Resource,
+    action: Action,
+) -> Result<Granted, ApiError> {
+    let what = format!("project {tenant}/{project}");
+    authorize(state, caller, Target::project(tenant, project, &what), resource, action).await
 }
 
 /// 80 bits of entropy for a new identifier.
@@ -66,7 +64,7 @@ pub async fn upload(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
-    require_project(&state, &caller, &tenant, &project).await?;
+    require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Create).await?;
     let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     if !matches!(essence.as_str(), "text/csv" | "application/csv" | "text/plain") {
@@ -99,7 +97,7 @@ pub async fn upload(
         columns: table.column_names().to_vec(),
         numeric_columns: table.numeric_columns().into_iter().map(str::to_owned).collect(),
         created_at: now,
-        created_by: caller.user,
+        created_by: caller.user().clone(),
     };
     state.store.create(&doc.key()?, mapi_store::encode(&doc)?).await?;
     tracing::info!(dataset = %doc.id, rows = doc.rows, size, "dataset uploaded");
@@ -129,20 +127,13 @@ pub async fn list(
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<DatasetPage>, ApiError> {
-    require_project(&state, &caller, &tenant, &project).await?;
-    let size = page::size(q.page_size)?;
-    let base = mapi_store::Query::new(DatasetDoc::COLLECTION)
+    require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Read).await?;
+    let (docs, next_page_token) = mapi_store::Query::new(DatasetDoc::COLLECTION)
         .filter("tenant", Op::Eq, tenant.as_str())
         .filter("project", Op::Eq, project.as_str())
-        .order_by("created_at", Direction::Desc);
-    let mut query = base.clone().limit(size + 1);
-    if let Some(t) = &q.page_token {
-        query = query.start_after(page::decode(t)?);
-    }
-    let mut docs = state.store.query(&query, None).await?;
-    let more = docs.len() > size as usize;
-    docs.truncate(size as usize);
-    let next_page_token = if more { docs.last().map(|d| page::encode(&base.cursor_after(d))) } else { None };
+        .order_by("created_at", Direction::Desc)
+        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
+        .await?;
     let datasets = docs
         .iter()
         .map(|d| d.decode::<DatasetDoc>().map(|d| DatasetView::from(&d)))

@@ -11,7 +11,6 @@
 
 mod datasets;
 mod dispatch;
-mod page;
 mod runs;
 mod view;
 

@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use mapi_access::{Action, Resource};
 use mapi_domain::{AttemptNo, ProjectId, Reason, RunId, RunSpecInput, RunState, TenantId};
-use mapi_identity::Caller;
+use mapi_identity::{Audit, Caller, Granted, Target, authorize};
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
 use mapi_runs::views::{RunPage, RunSummary, RunView};
 use mapi_runs::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, RunDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
@@ -15,7 +16,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::datasets::{entropy, require_project};
-use crate::{page, view};
+use crate::view;
 
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
@@ -99,7 +100,7 @@ pub async fn submit(
     headers: HeaderMap,
     Json(spec): Json<RunSpecInput>,
 ) -> Result<(StatusCode, HeaderMap, Json<RunView>), ApiError> {
-    require_project(&state, &caller, &tenant, &project).await?;
+    require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
     let idem = idempotency_key(&headers)?;
     validate(&state, &tenant, &project, &spec).await?;
     let now = state.clock.now();
@@ -119,7 +120,7 @@ pub async fn submit(
         attempt: AttemptNo::FIRST,
         created_at: now,
         updated_at: now,
-        created_by: caller.user.clone(),
+        created_by: caller.user().clone(),
         history: vec![RunDoc::submitted(now)],
         error: None,
         oom_retried: false,
@@ -139,7 +140,12 @@ pub async fn submit(
         created_at: now,
         expires_at: now + state.config.idempotency_ttl,
     });
-    let (run_ref, idem_ref) = (&run, &idem_doc);
+    let record = Audit::by(&caller, "run.create", format!("runs/{}", run.id))
+        .tenant(&tenant)
+        .project(&project)
+        .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
+        .into_doc(now);
+    let (run_ref, idem_ref, record) = (&run, &idem_doc, &record);
     let outcome = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         if let Some(doc) = idem_ref {
             if let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
@@ -156,6 +162,7 @@ pub async fn submit(
             tx_put(&mut tx, doc)?;
         }
         tx_create(&mut tx, run_ref)?;
+        tx_create(&mut tx, record)?;
         Ok(tx.finish(Submitted::New(Box::new(run_ref.clone()))))
     })
     .await?;
@@ -188,14 +195,22 @@ pub async fn load(state: &AppState, id: &RunId) -> Result<RunDoc, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))
 }
 
-/// Loads a run the caller may see.
-async fn load_visible(state: &AppState, caller: &Caller, id: &str) -> Result<RunDoc, ApiError> {
-    let not_found =
-        || ApiError::not_found(format!("run {} not found", id.chars().take(64).collect::<String>()));
+/// Loads a run `caller` may do `action` on. A run of another tenant, or of a
+/// project the caller cannot see, answers exactly as a missing one.
+async fn load_for(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    action: Action,
+) -> Result<(RunDoc, Granted), ApiError> {
+    let what = format!("run {}", id.chars().take(64).collect::<String>());
+    let not_found = || ApiError::not_found(format!("{what} not found"));
     let id = RunId::parse(id).map_err(|_| not_found())?;
-    let run = load(state, &id).await?;
-    caller.require_tenant(&run.tenant, &format!("run {id}"))?;
-    Ok(run)
+    let run = mapi_runs::get::<RunDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
+    let granted =
+        authorize(state, caller, Target::project(&run.tenant, &run.project, &what), Resource::Run, action)
+            .await?;
+    Ok((run, granted))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -223,23 +238,17 @@ pub async fn list(
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
-    require_project(&state, &caller, &tenant, &project).await?;
-    let size = page::size(q.page_size)?;
+    require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
     let mut base = mapi_store::Query::new(RunDoc::COLLECTION)
         .filter("tenant", Op::Eq, tenant.as_str())
         .filter("project", Op::Eq, project.as_str());
     if let Some(s) = q.state {
         base = base.filter("state", Op::Eq, s.as_str());
     }
-    let base = base.order_by("created_at", Direction::Desc);
-    let mut query = base.clone().limit(size + 1);
-    if let Some(t) = &q.page_token {
-        query = query.start_after(page::decode(t)?);
-    }
-    let mut docs = state.store.query(&query, None).await?;
-    let more = docs.len() > size as usize;
-    docs.truncate(size as usize);
-    let next_page_token = if more { docs.last().map(|d| page::encode(&base.cursor_after(d))) } else { None };
+    let (docs, next_page_token) = base
+        .order_by("created_at", Direction::Desc)
+        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
+        .await?;
     let runs =
         docs.iter().map(|d| d.decode::<RunDoc>().map(|r| RunSummary::from(&r))).collect::<Result<_, _>>()?;
     Ok(Json(RunPage { runs, next_page_token }))
@@ -259,7 +268,7 @@ pub async fn get_run(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<RunView>, ApiError> {
-    let run = load_visible(&state, &caller, &id).await?;
+    let (run, _) = load_for(&state, &caller, &id, Action::Read).await?;
     Ok(Json(view::build(&state, &run).await?))
 }
 
@@ -282,10 +291,15 @@ pub async fn cancel(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
-    let run = load_visible(&state, &caller, &id).await?;
+    let (run, granted) = load_for(&state, &caller, &id, Action::Cancel).await?;
     let now = state.clock.now();
     let key = mapi_runs::key::<RunDoc>(run.id.as_str())?;
-    let key = &key;
+    let record = Audit::by(&caller, "run.cancel", format!("runs/{}", run.id))
+        .tenant(&run.tenant)
+        .project(&run.project)
+        .operator(granted.as_operator)
+        .into_doc(now);
+    let (key, record) = (&key, &record);
     let (run, transition) = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut run: RunDoc =
             tx.get(key).await?.ok_or_else(|| ApiError::not_found("run not found"))?.decode()?;
@@ -305,6 +319,7 @@ pub async fn cancel(
             .map_err(|e| ApiError::internal(e.to_string()))?;
         run.cancel_requested = true;
         tx_put(&mut tx, &run)?;
+        tx_create(&mut tx, record)?;
         Ok(tx.finish((run, Some(t))))
     })
     .await?;

@@ -64,7 +64,9 @@ pub enum Denial {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Allowed; `as_operator` when the operator column allowed it.
-    Allow { as_operator: bool },
+    Allow {
+        as_operator: bool,
+    },
     Deny(Denial),
 }
 
@@ -113,7 +115,13 @@ fn by_membership(rule: &Rule, m: Membership, tenant: TenantState) -> Decision {
 
 /// May `who` do `action` on `resource` in a tenant in state `tenant`?
 /// `endpoint` names the endpoint acted on, for `score:<alias>` scopes.
-pub fn decide(who: Who<'_>, tenant: TenantState, resource: Resource, action: Action, endpoint: Option<&str>) -> Decision {
+pub fn decide(
+    who: Who<'_>,
+    tenant: TenantState,
+    resource: Resource,
+    action: Action,
+    endpoint: Option<&str>,
+) -> Decision {
     let Some(rule) = rule(resource, action) else {
         return forbidden(format!("nobody may {action} {resource}"));
     };
@@ -139,7 +147,9 @@ pub fn decide(who: Who<'_>, tenant: TenantState, resource: Resource, action: Act
                 return forbidden("a token cannot do tenant-level actions: sign in");
             }
             if rule.sessions_only {
-                return forbidden(format!("{action} {resource} is possible only through a session, never a token"));
+                return forbidden(format!(
+                    "{action} {resource} is possible only through a session, never a token"
+                ));
             }
             match by_membership(rule, membership, tenant) {
                 Decision::Allow { .. } if !scope_allows(scopes, resource, action, endpoint) => {

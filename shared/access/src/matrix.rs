@@ -118,7 +118,11 @@ pub const PERMISSIONS: &[Rule] = &[
     r(R::Tenant, A::Update, MinTenantWide(Admin), false),
     r(R::Tenant, A::Create, Grant::None, true),
     r(R::Tenant, A::Delete, Grant::None, true),
-    noted(r(R::Tenant, A::Manage, Grant::None, true), "tier, status, residency, identity verification", false),
+    noted(
+        r(R::Tenant, A::Manage, Grant::None, true),
+        "tier, status, residency, identity verification",
+        false,
+    ),
     r(R::TenantMember, A::Read, MinTenantWide(Viewer), true),
     r(R::TenantMember, A::Create, MinTenantWide(Admin), false),
     r(R::TenantMember, A::Update, MinTenantWide(Admin), false),
@@ -151,7 +155,11 @@ pub const PERMISSIONS: &[Rule] = &[
     r(R::Model, A::Read, Min(Viewer), false),
     noted(r(R::Model, A::Run, Min(Runner), false), "score", false),
     r(R::Model, A::Delete, Min(Admin), false),
-    noted(r(R::Model, A::Validate, Min(Runner), false), "submit, resubmit or cancel a governance validation", false),
+    noted(
+        r(R::Model, A::Validate, Min(Runner), false),
+        "submit, resubmit or cancel a governance validation",
+        false,
+    ),
     noted(
         r(R::Model, A::Approve, ReviewerFrom(Editor), false),
         "needs the reviewer capability; never the submitter, never a token",
@@ -174,7 +182,11 @@ pub const PERMISSIONS: &[Rule] = &[
     r(R::Embed, A::Delete, Min(Editor), false),
     r(R::Webhook, A::Read, Min(Admin), false),
     r(R::Webhook, A::Create, Min(Admin), false),
-    noted(r(R::Webhook, A::Update, Min(Admin), false), "includes rotating the secret and replaying deliveries", false),
+    noted(
+        r(R::Webhook, A::Update, Min(Admin), false),
+        "includes rotating the secret and replaying deliveries",
+        false,
+    ),
     r(R::Webhook, A::Delete, Min(Admin), false),
     r(R::Plugin, A::Read, Min(Viewer), false),
     r(R::Plugin, A::Create, Min(Admin), false),

@@ -191,11 +191,13 @@ pub const SCOPES: &[(Resource, Action, &[Scope])] = &[
 /// Whether `scopes` allow (resource, action). `endpoint` names the endpoint
 /// acted on, for `score:<alias>`.
 pub fn scope_allows(scopes: &[Scope], resource: Resource, action: Action, endpoint: Option<&str>) -> bool {
-    let row = SCOPES.iter().find(|(r, a, _)| *r == resource && *a == action).map(|(_, _, s)| *s).unwrap_or(&[]);
+    let row =
+        SCOPES.iter().find(|(r, a, _)| *r == resource && *a == action).map(|(_, _, s)| *s).unwrap_or(&[]);
     scopes.iter().any(|s| match s {
         Scope::Admin => true,
         Scope::ScoreAlias(alias) => {
-            row.contains(&Scope::ScoreAll) && (resource != Resource::Endpoint || endpoint == Some(alias.as_str()))
+            row.contains(&Scope::ScoreAll)
+                && (resource != Resource::Endpoint || endpoint == Some(alias.as_str()))
         }
         other => row.contains(other),
     })

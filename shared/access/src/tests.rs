@@ -50,12 +50,22 @@ fn every_cell_of_the_matrix_decides_as_the_seed_says() {
                     };
                     let who = Who::Person { operator: false, membership };
                     let got = decide(who, TenantState::Active, resource, action, None);
-                    assert_eq!(got.allowed(), want, "{resource} {action} as {role} (tw={tenant_wide}, rev={reviewer}): {got:?}");
+                    assert_eq!(
+                        got.allowed(),
+                        want,
+                        "{resource} {action} as {role} (tw={tenant_wide}, rev={reviewer}): {got:?}"
+                    );
                     cases += 1;
                 }
             }
         }
-        let op = decide(Who::Person { operator: true, membership: Membership::default() }, TenantState::Active, resource, action, None);
+        let op = decide(
+            Who::Person { operator: true, membership: Membership::default() },
+            TenantState::Active,
+            resource,
+            action,
+            None,
+        );
         assert_eq!(op.allowed(), operator == "y", "{resource} {action} as operator: {op:?}");
         let internal = decide(Who::Internal, TenantState::Active, resource, action, None);
         assert_eq!(internal.allowed(), operator == "int", "{resource} {action} as internal");
@@ -67,14 +77,23 @@ fn every_cell_of_the_matrix_decides_as_the_seed_says() {
 #[test]
 fn outsiders_cannot_see_and_members_are_told_why() {
     let stranger = Who::Person { operator: false, membership: Membership::default() };
-    assert_eq!(decide(stranger, TenantState::Active, Resource::Run, Action::Read, None), Decision::Deny(Denial::NotVisible));
+    assert_eq!(
+        decide(stranger, TenantState::Active, Resource::Run, Action::Read, None),
+        Decision::Deny(Denial::NotVisible)
+    );
     // A member of some project of the tenant sees the tenant, but is not its admin.
     let project_member = Who::Person {
         operator: false,
         membership: Membership { tenant_role: None, project_role: Some(Role::Admin), reviewer: false },
     };
-    assert!(matches!(decide(project_member, TenantState::Active, Resource::Audit, Action::Read, None), Decision::Deny(Denial::Forbidden(_))));
-    let viewer = Who::Person { operator: false, membership: Membership { project_role: Some(Role::Viewer), ..Default::default() } };
+    assert!(matches!(
+        decide(project_member, TenantState::Active, Resource::Audit, Action::Read, None),
+        Decision::Deny(Denial::Forbidden(_))
+    ));
+    let viewer = Who::Person {
+        operator: false,
+        membership: Membership { project_role: Some(Role::Viewer), ..Default::default() },
+    };
     match decide(viewer, TenantState::Active, Resource::Run, Action::Create, None) {
         Decision::Deny(Denial::Forbidden(why)) => assert!(why.contains("runner"), "{why}"),
         d => panic!("{d:?}"),
@@ -83,12 +102,24 @@ fn outsiders_cannot_see_and_members_are_told_why() {
 
 #[test]
 fn suspended_tenants_read_only_and_deleting_tenants_vanish() {
-    let admin = Who::Person { operator: false, membership: Membership { tenant_role: Some(Role::Admin), ..Default::default() } };
+    let admin = Who::Person {
+        operator: false,
+        membership: Membership { tenant_role: Some(Role::Admin), ..Default::default() },
+    };
     assert!(decide(admin, TenantState::Suspended, Resource::Run, Action::Read, None).allowed());
-    assert!(matches!(decide(admin, TenantState::Suspended, Resource::Run, Action::Create, None), Decision::Deny(Denial::Forbidden(_))));
-    assert_eq!(decide(admin, TenantState::Deleting, Resource::Run, Action::Read, None), Decision::Deny(Denial::NotVisible));
+    assert!(matches!(
+        decide(admin, TenantState::Suspended, Resource::Run, Action::Create, None),
+        Decision::Deny(Denial::Forbidden(_))
+    ));
+    assert_eq!(
+        decide(admin, TenantState::Deleting, Resource::Run, Action::Read, None),
+        Decision::Deny(Denial::NotVisible)
+    );
     let operator = Who::Person { operator: true, membership: Membership::default() };
-    assert!(decide(operator, TenantState::Suspended, Resource::Tenant, Action::Manage, None).allowed(), "operators can still act");
+    assert!(
+        decide(operator, TenantState::Suspended, Resource::Tenant, Action::Manage, None).allowed(),
+        "operators can still act"
+    );
 }
 
 /// The seed's scope table, typed by hand (see the file's header).
@@ -116,7 +147,9 @@ fn every_scope_decides_as_the_seed_says() {
             let scopes = [scope.clone()];
             let who = Who::Token { membership: admin, scopes: &scopes, same_project: true };
             let got = decide(who, TenantState::Active, rule.resource, rule.action, None).allowed();
-            let role_ok = !rule.tenant_level() && !rule.sessions_only && matches!(rule.grant, Grant::Min(_) | Grant::ReviewerFrom(_));
+            let role_ok = !rule.tenant_level()
+                && !rule.sessions_only
+                && matches!(rule.grant, Grant::Min(_) | Grant::ReviewerFrom(_));
             let want = role_ok && row.is_some_and(|(_, _, s)| s.contains(scope));
             assert_eq!(got, want, "{} {} with {scope}", rule.resource, rule.action);
             cases += 1;
@@ -124,7 +157,9 @@ fn every_scope_decides_as_the_seed_says() {
         let scopes = [Scope::Admin];
         let who = Who::Token { membership: admin, scopes: &scopes, same_project: true };
         let got = decide(who, TenantState::Active, rule.resource, rule.action, None).allowed();
-        let role_ok = !rule.tenant_level() && !rule.sessions_only && matches!(rule.grant, Grant::Min(_) | Grant::ReviewerFrom(_));
+        let role_ok = !rule.tenant_level()
+            && !rule.sessions_only
+            && matches!(rule.grant, Grant::Min(_) | Grant::ReviewerFrom(_));
         assert_eq!(got, role_ok, "{} {} with admin", rule.resource, rule.action);
         cases += 1;
     }
@@ -141,7 +176,10 @@ fn tokens_never_exceed_their_owner_nor_leave_their_project() {
     let elsewhere = Who::Token { membership: admin, scopes: &scopes, same_project: false };
     assert!(!decide(elsewhere, TenantState::Active, Resource::Run, Action::Read, None).allowed());
     let gone = Who::Token { membership: Membership::default(), scopes: &scopes, same_project: true };
-    assert_eq!(decide(gone, TenantState::Active, Resource::Run, Action::Read, None), Decision::Deny(Denial::NotVisible));
+    assert_eq!(
+        decide(gone, TenantState::Active, Resource::Run, Action::Read, None),
+        Decision::Deny(Denial::NotVisible)
+    );
 }
 
 #[test]

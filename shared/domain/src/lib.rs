@@ -10,6 +10,7 @@ pub mod ids;
 pub mod outcome;
 pub mod run;
 pub mod spec;
+pub mod tenant;
 pub mod timestamp;
 
 pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap};
@@ -20,4 +21,5 @@ pub use outcome::{
 };
 pub use run::{ErrorCode, Reason, RunError, RunState, Transition, TransitionError};
 pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};
+pub use tenant::{Residency, TenantStatus, Tier};
 pub use timestamp::Timestamp;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mapi_domain::ResourceClass;
+use mapi_domain::{ResourceClass, UserId};
 use mapi_store::sqlite::Durability;
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,16 @@ pub struct Config {
     pub local_timeout_margin: Duration,
     pub local_grace: Duration,
     pub local_memory_mib: BTreeMap<ResourceClass, u64>,
+    /// Verified e-mails with operator powers (through a session only).
+    pub operator_emails: Vec<UserId>,
+    /// The OIDC issuer of session tokens; in the dev profile, when unset,
+    /// the development identity provider of `mapi dev`.
+    pub oidc_issuer: Option<String>,
+    pub oidc_audience: String,
+    /// Where the issuer's keys are; derived from the issuer when unset.
+    pub oidc_jwks_url: Option<String>,
+    /// The accounts the development identity provider signs in (dev profile only).
+    pub dev_accounts: Vec<UserId>,
 }
 
 /// A setting that cannot be used.
@@ -85,6 +95,12 @@ pub enum ConfigError {
     #[error("{0}")]
     Invalid(String),
 }
+
+/// Where `mapi dev` serves its development identity provider.
+pub const DEV_IDP_PREFIX: &str = "/dev/idp";
+
+/// The development identity provider's default accounts.
+pub const DEV_ACCOUNTS: &str = "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local";
 
 /// Every variable, its default and meaning: the source of the README's table.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
@@ -124,6 +140,23 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "the class's memory",
         "Local executor: memory limits per class, e.g. `S=512,M=1024`",
     ),
+    (
+        "MAPI_OPERATOR_EMAILS",
+        "admin@dev.local (dev); none",
+        "Comma-separated verified e-mails with operator powers, through a session only",
+    ),
+    (
+        "MAPI_OIDC_ISSUER",
+        "the dev identity provider (dev); none",
+        "Issuer of session ID tokens; without one, only API tokens authenticate",
+    ),
+    ("MAPI_OIDC_AUDIENCE", "mapi", "The audience session ID tokens must carry"),
+    ("MAPI_OIDC_JWKS_URL", "$MAPI_OIDC_ISSUER/jwks.json", "Where the issuer's signing keys are"),
+    (
+        "MAPI_DEV_ACCOUNTS",
+        "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local",
+        "Accounts of the development identity provider (dev profile only)",
+    ),
     ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
     ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
 ];
@@ -159,6 +192,18 @@ fn memory_map(s: &str) -> Result<BTreeMap<ResourceClass, u64>, ConfigError> {
         out.insert(class, mib);
     }
     Ok(out)
+}
+
+fn emails(get: Lookup<'_>, name: &str, default: &str) -> Result<Vec<UserId>, ConfigError> {
+    let raw = get(name).unwrap_or_else(|| default.to_owned());
+    raw.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            UserId::parse(&e.to_ascii_lowercase())
+                .map_err(|err| ConfigError::Invalid(format!("{name}: {err}")))
+        })
+        .collect()
 }
 
 fn random_secret() -> Result<Vec<u8>, ConfigError> {
@@ -206,6 +251,21 @@ fn dev_secrets(home: &Path) -> Result<Secrets, ConfigError> {
 }
 
 impl Config {
+    /// The session issuer in force: the configured one, or in the dev
+    /// profile the development identity provider at `public_url`.
+    pub fn session_issuer(&self) -> Option<String> {
+        match (&self.oidc_issuer, self.profile) {
+            (Some(i), _) => Some(i.clone()),
+            (None, Profile::Dev) => Some(format!("{}{}", self.public_url, DEV_IDP_PREFIX)),
+            (None, Profile::MultiTenant) => None,
+        }
+    }
+
+    /// Where the session issuer's keys are.
+    pub fn session_jwks_url(&self) -> Option<String> {
+        self.oidc_jwks_url.clone().or_else(|| self.session_issuer().map(|i| format!("{i}/jwks.json")))
+    }
+
     /// Reads the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
         Config::from_lookup(&|k| std::env::var(k).ok())
@@ -281,6 +341,19 @@ impl Config {
             local_timeout_margin: seconds(get, "MAPI_LOCAL_TIMEOUT_MARGIN_S", 5)?,
             local_grace: seconds(get, "MAPI_LOCAL_GRACE_S", 5)?,
             local_memory_mib: memory_map(&get("MAPI_LOCAL_MEMORY_MIB").unwrap_or_default())?,
+            operator_emails: emails(
+                get,
+                "MAPI_OPERATOR_EMAILS",
+                if profile == Profile::Dev { "admin@dev.local" } else { "" },
+            )?,
+            oidc_issuer: get("MAPI_OIDC_ISSUER")
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.trim_end_matches('/').to_owned()),
+            oidc_audience: get("MAPI_OIDC_AUDIENCE")
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or_else(|| "mapi".into()),
+            oidc_jwks_url: get("MAPI_OIDC_JWKS_URL").filter(|s| !s.trim().is_empty()),
+            dev_accounts: emails(get, "MAPI_DEV_ACCOUNTS", DEV_ACCOUNTS)?,
         })
     }
 }

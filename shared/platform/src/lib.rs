@@ -27,7 +27,7 @@ use mapi_queue::{QueueConfig, QueueName, RetryConfig, TaskQueue};
 use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
-pub use config::{Config, ConfigError, Profile, Secrets, VARIABLES};
+pub use config::{Config, ConfigError, DEV_IDP_PREFIX, Profile, Secrets, VARIABLES};
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
 /// The data bucket's name locally.
@@ -49,6 +49,8 @@ pub struct Platform {
     pub clock: Arc<dyn Clock>,
     pub metrics: Metrics,
     pub pepper: Pepper,
+    /// Verifies session ID tokens; `None` when no issuer is configured.
+    pub sessions: Option<mapi_oidc::Verifier>,
     /// Present when the embedded adapters are in use: what `mapi dev` needs
     /// to drive them (the queue's deliverer, the executor's log forwarder,
     /// the signed-URL routes).
@@ -93,6 +95,14 @@ impl IdentityState for AppState {
     fn internal_token(&self) -> &str {
         &self.0.config.secrets.internal_token
     }
+
+    fn sessions(&self) -> Option<&mapi_oidc::Verifier> {
+        self.0.sessions.as_ref()
+    }
+
+    fn is_operator(&self, email: &mapi_domain::UserId) -> bool {
+        self.0.config.operator_emails.contains(email)
+    }
 }
 
 /// Why the platform could not start.
@@ -108,6 +118,16 @@ pub enum StartError {
     Queue(#[from] mapi_queue::QueueError),
     #[error("cannot start the executor: {0}")]
     Executor(#[from] mapi_executor::ExecutorError),
+}
+
+/// The verifier of session tokens, when an issuer is configured.
+pub fn session_verifier(config: &Config, clock: Arc<dyn Clock>) -> Option<mapi_oidc::Verifier> {
+    let issuer = config.session_issuer()?;
+    let jwks_url = config.session_jwks_url()?;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
+    let jwks = mapi_oidc::JwksCache::new(jwks_url, http, clock.clone());
+    let verifier_config = mapi_oidc::VerifierConfig::new(vec![issuer], config.oidc_audience.clone());
+    Some(mapi_oidc::Verifier::new(verifier_config, jwks, clock))
 }
 
 /// The retry policy of both queues: quick first retries, then at most a minute apart.
@@ -165,7 +185,9 @@ impl Platform {
             clock.clone(),
         )?;
         let pepper = Pepper::new(config.secrets.token_pepper.clone());
+        let sessions = session_verifier(&config, clock.clone());
         Ok(Platform {
+            sessions,
             store: Arc::new(store),
             objects: Arc::new(objects.clone()),
             bootstrap: Arc::new(bootstrap.clone()),

@@ -179,11 +179,24 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Page sizes of list routes: 50 by default, at most 200.
+pub fn page_size(requested: Option<u32>) -> Result<u32, ApiError> {
+    match requested {
+        None => Ok(50),
+        Some(n) if (1..=200).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::invalid(format!("page_size {n} is out of range: use 1 to 200"))),
+    }
+}
+
 impl From<mapi_store::StoreError> for ApiError {
     fn from(e: mapi_store::StoreError) -> Self {
         use mapi_store::StoreError as E;
         match e {
             E::Aborted | E::Unavailable(_) => ApiError::unavailable("the store is busy: retry shortly", 1),
+            E::InvalidArgument(m) if m.starts_with("invalid page_token") => ApiError::invalid(m),
+            E::AlreadyExists(key) => {
+                ApiError::new(ProblemCode::AlreadyExists, format!("{key} already exists"))
+            }
             other => ApiError::internal(format!("store: {other}")),
         }
     }

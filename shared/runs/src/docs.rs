@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use mapi_access::{Role, Scope};
 use mapi_cost::Charge;
 use mapi_domain::{
-    AttemptNo, DatasetId, ExecutionStatus, Nonce, ProjectId, Reason, ResourceClass, RunError, RunId,
-    RunState, TenantId, Timestamp, Transition, TransitionError, UserId,
+    AttemptNo, DatasetId, ExecutionStatus, Nonce, ProjectId, Reason, Residency, ResourceClass, RunError,
+    RunId, RunState, TenantId, TenantStatus, Tier, Timestamp, Transition, TransitionError, UserId,
 };
 use mapi_events::progress::Progress;
 use mapi_executor::ExecutionHandle;
@@ -15,11 +16,19 @@ use serde::{Deserialize, Serialize};
 use crate::Doc;
 
 /// A tenant (organisation).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TenantDoc {
     pub id: TenantId,
     pub name: String,
+    pub tier: Tier,
+    pub status: TenantStatus,
+    pub residency: Residency,
+    /// Invited as tenant admin; claims the invitation at first sign-in.
+    pub admin_email: Option<UserId>,
+    /// Why the status was last changed to suspended or deleting.
+    pub status_reason: Option<String>,
     pub created_at: Timestamp,
+    pub updated_at: Timestamp,
 }
 
 impl Doc for TenantDoc {
@@ -30,7 +39,7 @@ impl Doc for TenantDoc {
 }
 
 /// A project inside a tenant. Id: `{tenant}:{project}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProjectDoc {
     pub tenant: TenantId,
     pub project: ProjectId,
@@ -51,22 +60,150 @@ impl Doc for ProjectDoc {
     }
 }
 
-/// An API token, stored only as the HMAC of its secret (the id).
+/// A person who has signed in at least once. Id: the e-mail.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserDoc {
+    pub email: UserId,
+    pub first_sign_in: Timestamp,
+    pub last_sign_in: Timestamp,
+}
+
+impl Doc for UserDoc {
+    const COLLECTION: &'static str = "users";
+    fn doc_id(&self) -> String {
+        self.email.to_string()
+    }
+}
+
+/// One grant: a role in one project, or tenant-wide (`project: None`). Id:
+/// `{tenant}:{project or *}:{email}`. Read at every request, so removing it
+/// stops the person's sessions and tokens at once. For an e-mail that has not
+/// signed in yet it is an invitation, claimed at the first sign-in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MembershipDoc {
+    pub tenant: TenantId,
+    pub project: Option<ProjectId>,
+    pub email: UserId,
+    #[schema(value_type = String)]
+    pub role: Role,
+    /// The reviewer capability (never for viewers; admins have it implicitly).
+    pub reviewer: bool,
+    /// The person has signed in since the grant was made.
+    pub claimed: bool,
+    pub created_at: Timestamp,
+    pub created_by: UserId,
+}
+
+impl MembershipDoc {
+    pub fn id_of(tenant: &TenantId, project: Option<&ProjectId>, email: &UserId) -> String {
+        match project {
+            Some(p) => format!("{tenant}:{p}:{email}"),
+            None => format!("{tenant}:*:{email}"),
+        }
+    }
+}
+
+impl Doc for MembershipDoc {
+    const COLLECTION: &'static str = "memberships";
+    fn doc_id(&self) -> String {
+        MembershipDoc::id_of(&self.tenant, self.project.as_ref(), &self.email)
+    }
+}
+
+/// A vCPU-second budget of a token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenBudget {
+    pub vcpu_seconds: u64,
+    /// `day` or `month` (UTC).
+    pub period: BudgetPeriod,
+}
+
+mapi_domain::wire_enum!(
+    /// A budget's period.
+    BudgetPeriod {
+        Day => "day",
+        Month => "month",
+    }
+);
+
+/// An API token, stored only as the HMAC of its secret (the id). It acts as
+/// its owner in one project, limited by its scopes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TokenDoc {
     /// Hex HMAC-SHA256 of the token under the platform's pepper.
     pub hash: String,
     pub tenant: TenantId,
+    pub project: ProjectId,
     pub user: UserId,
     pub name: String,
+    pub scopes: Vec<Scope>,
     pub created_at: Timestamp,
-    pub expires_at: Option<Timestamp>,
+    pub expires_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+    pub revoked_by: Option<UserId>,
+    /// Requests a minute this token may make.
+    pub rate_limit_per_minute: Option<u32>,
+    /// Compute this token may spend (enforced with quotas).
+    pub budget: Option<TokenBudget>,
+}
+
+impl TokenDoc {
+    /// The public name of a token: the first 12 hex characters of its hash.
+    pub fn public_id(&self) -> &str {
+        self.hash.get(..12).unwrap_or(&self.hash)
+    }
 }
 
 impl Doc for TokenDoc {
     const COLLECTION: &'static str = "tokens";
     fn doc_id(&self) -> String {
         self.hash.clone()
+    }
+}
+
+mapi_domain::wire_enum!(
+    /// How an audited action ended.
+    Outcome {
+        Success => "success",
+        Denied => "denied",
+        Failed => "failed",
+    }
+);
+
+/// One audit log entry. Id: time in micros (zero-padded) and a random
+/// suffix, so entries sort by time. IP addresses and user agents are kept
+/// only as keyed hashes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AuditDoc {
+    pub id: String,
+    pub at: Timestamp,
+    pub tenant: Option<TenantId>,
+    pub project: Option<ProjectId>,
+    /// The person (or the token's owner); absent when unauthenticated.
+    pub actor: Option<UserId>,
+    /// `session`, `token`, `internal` or `anonymous`.
+    pub actor_kind: String,
+    /// The token used, by public id.
+    pub token: Option<String>,
+    /// The actor acted as an operator.
+    pub operator: bool,
+    /// What was done, e.g. `tenant.create`, `auth.sign_in_failed`, `run.cancel`.
+    pub action: String,
+    /// What it was done to, e.g. `tenants/acme`, `runs/run_…`.
+    pub resource: String,
+    #[schema(value_type = String)]
+    pub outcome: Outcome,
+    /// The problem code answered, when refused or failed.
+    pub problem: Option<String>,
+    pub detail: Option<String>,
+    pub ip_hash: Option<String>,
+    pub user_agent_hash: Option<String>,
+}
+
+impl Doc for AuditDoc {
+    const COLLECTION: &'static str = "audit";
+    fn doc_id(&self) -> String {
+        self.id.clone()
     }
 }
 

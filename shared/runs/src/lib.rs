@@ -108,6 +108,35 @@ pub const INDEXES: &[Index] = &[
         collection: DatasetDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
     },
+    // Memberships of a person in a tenant; and of a tenant or project.
+    Index {
+        collection: MembershipDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("email", Direction::Asc)],
+    },
+    Index {
+        collection: MembershipDoc::COLLECTION,
+        fields: &[("email", Direction::Asc), ("claimed", Direction::Asc)],
+    },
+    Index {
+        collection: MembershipDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc)],
+    },
+    // Tokens of a project, and of a person in it.
+    Index {
+        collection: TokenDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("user", Direction::Asc)],
+    },
+    // Projects of a tenant.
+    Index {
+        collection: ProjectDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc)],
+    },
+    // The audit log, newest first: of a tenant, and of everything.
+    Index {
+        collection: AuditDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("at", Direction::Desc)],
+    },
+    Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Desc)] },
     // Ledger entries of a run.
     Index {
         collection: LedgerEntry::COLLECTION,

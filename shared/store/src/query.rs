@@ -44,6 +44,23 @@ pub struct Cursor {
     pub id: String,
 }
 
+impl Cursor {
+    /// An opaque, URL-safe page token for this cursor.
+    pub fn to_token(&self) -> String {
+        use base64::Engine;
+        let v = serde_json::json!({ "v": self.values, "id": self.id });
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    }
+
+    /// The cursor of a page token; `None` if the token was not made by [`Cursor::to_token`].
+    pub fn from_token(token: &str) -> Option<Cursor> {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).ok()?;
+        let v: Value = serde_json::from_slice(&bytes).ok()?;
+        Some(Cursor { values: v.get("v")?.as_array()?.clone(), id: v.get("id")?.as_str()?.to_owned() })
+    }
+}
+
 /// A query on one collection.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Query {
@@ -102,6 +119,30 @@ impl Query {
             .map(|(f, _)| field_value(&doc.fields, f).cloned().unwrap_or(Value::Null))
             .collect();
         Cursor { values, id: doc.key.id().to_owned() }
+    }
+
+    /// Runs this query one page at a time: up to `size` documents after the
+    /// page token, and the token of the next page if there is one.
+    pub async fn page(
+        &self,
+        store: &dyn crate::Store,
+        size: u32,
+        token: Option<&str>,
+    ) -> Result<(Vec<Document>, Option<String>), StoreError> {
+        let mut q = self.clone().limit(size + 1);
+        if let Some(t) = token {
+            let cursor = Cursor::from_token(t).ok_or_else(|| {
+                StoreError::InvalidArgument(
+                    "invalid page_token: pass the next_page_token of the previous page".into(),
+                )
+            })?;
+            q = q.start_after(cursor);
+        }
+        let mut docs = store.query(&q, None).await?;
+        let more = docs.len() > size as usize;
+        docs.truncate(size as usize);
+        let next = if more { docs.last().map(|d| self.cursor_after(d).to_token()) } else { None };
+        Ok((docs, next))
     }
 
     /// Checks the query is well formed: field paths, value types, cursor shape.

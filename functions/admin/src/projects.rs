@@ -1,0 +1,213 @@
+//! Projects inside a tenant: tenant-wide admins create and delete them,
+//! project admins rename them, members see the ones they belong to.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use mapi_access::{Action, Decision, Resource};
+use mapi_domain::{ProjectId, TenantId};
+use mapi_identity::{Audit, Caller, Target, authorize, check};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path, ProblemCode};
+use mapi_runs::{DatasetDoc, Doc, MembershipDoc, ProjectDoc, RunDoc, tx_create, tx_get, tx_put};
+use mapi_store::{Op, Query, transact};
+use serde::{Deserialize, Serialize};
+
+use crate::tenants::check_name;
+
+/// The body of `POST …/projects`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewProject {
+    pub id: ProjectId,
+    pub name: String,
+}
+
+/// The projects the caller can see.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProjectList {
+    pub projects: Vec<ProjectDoc>,
+}
+
+/// The tenant's projects that the caller may read.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects", tag = "admin", params(("tenant" = String, Path)), responses((status = 200, body = ProjectList)), security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(tenant): Path<TenantId>,
+) -> Result<Json<ProjectList>, ApiError> {
+    let q = Query::new(ProjectDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str());
+    let all: Vec<ProjectDoc> =
+        state.store.query(&q, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
+    let mut visible = Vec::new();
+    for p in all {
+        let what = format!("project {tenant}/{}", p.project);
+        let (decision, _) = check(
+            &state,
+            &caller,
+            Target::project(&tenant, &p.project, &what),
+            Resource::Project,
+            Action::Read,
+        )
+        .await?;
+        if matches!(decision, Decision::Allow { .. }) {
+            visible.push(p);
+        }
+    }
+    if visible.is_empty() {
+        // Nothing visible: as for a tenant that does not exist, unless the
+        // caller may read the tenant itself.
+        let what = format!("tenant {tenant}");
+        let (decision, _) =
+            check(&state, &caller, Target::tenant(&tenant, &what), Resource::Tenant, Action::Read).await?;
+        if !decision.allowed() {
+            return Err(ApiError::not_found(format!("tenant {tenant} not found")));
+        }
+    }
+    Ok(Json(ProjectList { projects: visible }))
+}
+
+/// Create a project (tenant admins, tenant-wide).
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects", tag = "admin", params(("tenant" = String, Path)), request_body = NewProject,
+    responses((status = 201, body = ProjectDoc), (status = 409, body = mapi_problem::Problem)), security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(tenant): Path<TenantId>,
+    Json(body): Json<NewProject>,
+) -> Result<(StatusCode, Json<ProjectDoc>), ApiError> {
+    let what = format!("tenant {tenant}");
+    let granted =
+        authorize(&state, &caller, Target::tenant(&tenant, &what), Resource::Project, Action::Create).await?;
+    check_name(&body.name, "name")?;
+    let now = state.clock.now();
+    let project = ProjectDoc {
+        tenant: tenant.clone(),
+        project: body.id.clone(),
+        name: body.name.trim().to_owned(),
+        created_at: now,
+    };
+    let record = Audit::by(&caller, "project.create", format!("projects/{tenant}/{}", body.id))
+        .tenant(&tenant)
+        .project(&body.id)
+        .operator(granted.as_operator)
+        .into_doc(now);
+    let (project_ref, record) = (&project, &record);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if tx_get::<ProjectDoc>(&mut tx, &project_ref.doc_id()).await?.is_some() {
+            return Err(ApiError::new(
+                ProblemCode::AlreadyExists,
+                format!("project {}/{} already exists", project_ref.tenant, project_ref.project),
+            ));
+        }
+        tx_create(&mut tx, project_ref)?;
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(project)))
+}
+
+/// A project.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
+    responses((status = 200, body = ProjectDoc), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+pub async fn get_project(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+) -> Result<Json<ProjectDoc>, ApiError> {
+    let what = format!("project {tenant}/{project}");
+    authorize(&state, &caller, Target::project(&tenant, &project, &what), Resource::Project, Action::Read)
+        .await?;
+    let doc = mapi_runs::get::<ProjectDoc>(&*state.store, &ProjectDoc::id_of(&tenant, &project))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
+    Ok(Json(doc))
+}
+
+/// The body of `PATCH …/projects/{project}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateProject {
+    pub name: String,
+}
+
+/// Rename a project (project admins).
+#[utoipa::path(patch, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
+    request_body = UpdateProject, responses((status = 200, body = ProjectDoc)), security(("bearer" = [])))]
+pub async fn update(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Json(body): Json<UpdateProject>,
+) -> Result<Json<ProjectDoc>, ApiError> {
+    let what = format!("project {tenant}/{project}");
+    authorize(&state, &caller, Target::project(&tenant, &project, &what), Resource::Project, Action::Update)
+        .await?;
+    check_name(&body.name, "name")?;
+    let now = state.clock.now();
+    let record = Audit::by(&caller, "project.update", format!("projects/{tenant}/{project}"))
+        .tenant(&tenant)
+        .project(&project)
+        .into_doc(now);
+    let (id, name, record, what) = (ProjectDoc::id_of(&tenant, &project), body.name.trim(), &record, &what);
+    let id = &id;
+    let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut p = tx_get::<ProjectDoc>(&mut tx, id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
+        p.name = name.to_owned();
+        tx_put(&mut tx, &p)?;
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(p))
+    })
+    .await?;
+    Ok(Json(doc))
+}
+
+/// Delete an empty project (tenant admins, tenant-wide): one with no
+/// datasets and no runs. Its memberships go with it.
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
+    responses((status = 204), (status = 409, body = mapi_problem::Problem)), security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+) -> Result<StatusCode, ApiError> {
+    let what = format!("project {tenant}/{project}");
+    authorize(&state, &caller, Target::project(&tenant, &project, &what), Resource::Project, Action::Delete)
+        .await?;
+    for collection in [DatasetDoc::COLLECTION, RunDoc::COLLECTION] {
+        let q = Query::new(collection)
+            .filter("tenant", Op::Eq, tenant.as_str())
+            .filter("project", Op::Eq, project.as_str())
+            .limit(1);
+        if !state.store.query(&q, None).await?.is_empty() {
+            return Err(ApiError::precondition(format!(
+                "{what} still has {collection}: only an empty project can be deleted"
+            )));
+        }
+    }
+    let now = state.clock.now();
+    let record = Audit::by(&caller, "project.delete", format!("projects/{tenant}/{project}"))
+        .tenant(&tenant)
+        .project(&project)
+        .into_doc(now);
+    let members = Query::new(MembershipDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str()).filter(
+        "project",
+        Op::Eq,
+        project.as_str(),
+    );
+    let key = mapi_runs::key::<ProjectDoc>(&ProjectDoc::id_of(&tenant, &project))?;
+    let (key, members, record) = (&key, &members, &record);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let grants = tx.query(members).await?;
+        tx.delete(key);
+        for g in &grants {
+            tx.delete(&g.key);
+        }
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

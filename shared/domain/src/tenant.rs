@@ -1,0 +1,93 @@
+//! What a tenant is: its trust tier, status and data residency.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+crate::wire_enum!(
+    /// Where a tenant's runs may execute, and its default quotas.
+    Tier {
+        Internal => "internal",
+        Verified => "verified",
+        Public => "public",
+        SelfHostedTrusted => "self-hosted-trusted",
+    }
+);
+
+crate::wire_enum!(
+    /// A tenant's status.
+    TenantStatus {
+        /// Normal.
+        Active => "active",
+        /// Members can read and download; every change is refused.
+        Suspended => "suspended",
+        /// No access for members.
+        Deleting => "deleting",
+    }
+);
+
+/// Where a tenant's data lives: `eu`, `us`, `asia`, or one region such as
+/// `europe-west1`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Residency(String);
+
+impl Residency {
+    pub fn parse(s: &str) -> Result<Residency, String> {
+        let ok = (2..=30).contains(&s.len())
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && s.as_bytes()[0].is_ascii_lowercase();
+        if ok {
+            Ok(Residency(s.to_owned()))
+        } else {
+            Err(format!("residency `{s}` is invalid: use eu, us, asia or a region such as europe-west1"))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Residency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Residency {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Residency {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Residency::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl utoipa::PartialSchema for Residency {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("eu, us, asia, or a region such as europe-west1"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Residency {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_are_the_seeds() {
+        let tiers: Vec<&str> = Tier::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(tiers, ["internal", "verified", "public", "self-hosted-trusted"]);
+        let statuses: Vec<&str> = TenantStatus::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(statuses, ["active", "suspended", "deleting"]);
+        assert!(Residency::parse("europe-west1").is_ok());
+        assert!(Residency::parse("EU").is_err() && Residency::parse("e").is_err());
+    }
+}

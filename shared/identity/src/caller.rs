@@ -1,0 +1,218 @@
+//! The `Caller` extractor: a session or an API token, authenticated, with
+//! the request's IP address and user agent kept as keyed hashes.
+//! Every failure answers 401 UNAUTHENTICATED and is audited.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use mapi_domain::UserId;
+use mapi_problem::{ApiError, ProblemCode};
+use mapi_runs::{Outcome, TokenDoc};
+
+use crate::{Audit, IdentityState, audit};
+
+/// Who is calling.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Principal {
+    /// A person, through their verified ID token.
+    Session { user: UserId, operator: bool },
+    /// An API token, acting as its owner.
+    Token(Box<TokenDoc>),
+}
+
+/// Hashes of the request's origin, for the audit log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestMeta {
+    pub ip_hash: Option<String>,
+    pub user_agent_hash: Option<String>,
+}
+
+/// The authenticated caller of a tenant-facing route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Caller {
+    pub principal: Principal,
+    pub meta: RequestMeta,
+}
+
+impl Caller {
+    /// The person acting (the token's owner for a token).
+    pub fn user(&self) -> &UserId {
+        match &self.principal {
+            Principal::Session { user, .. } => user,
+            Principal::Token(t) => &t.user,
+        }
+    }
+
+    /// An operator acting through a session.
+    pub fn is_operator(&self) -> bool {
+        matches!(self.principal, Principal::Session { operator: true, .. })
+    }
+
+    pub fn token(&self) -> Option<&TokenDoc> {
+        match &self.principal {
+            Principal::Token(t) => Some(t),
+            Principal::Session { .. } => None,
+        }
+    }
+
+    /// Refuses a token where only a person may act.
+    pub fn require_session(&self, what: &str) -> Result<(), ApiError> {
+        match self.principal {
+            Principal::Session { .. } => Ok(()),
+            Principal::Token(_) => {
+                Err(ApiError::forbidden(format!("{what} needs a signed-in person: API tokens cannot do it")))
+            }
+        }
+    }
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+}
+
+/// The request's origin, hashed.
+pub fn request_meta<S: IdentityState>(parts: &Parts, state: &S) -> RequestMeta {
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let ip = header("x-forwarded-for")
+        .and_then(|v| v.split(',').next())
+        .map(|s| s.trim().to_owned())
+        .or_else(|| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip().to_string())
+        });
+    RequestMeta {
+        ip_hash: ip.map(|ip| state.pepper().short_hash("ip", &ip)),
+        user_agent_hash: header("user-agent").map(|ua| state.pepper().short_hash("ua", ua)),
+    }
+}
+
+async fn refuse<S: IdentityState>(
+    state: &S,
+    meta: &RequestMeta,
+    action: &str,
+    resource: String,
+    detail: &str,
+) -> ApiError {
+    let mut entry = Audit::anonymous(action, resource).outcome(Outcome::Denied, ProblemCode::Unauthenticated);
+    entry.detail = Some(detail.to_owned());
+    entry.meta = meta.clone();
+    audit(state, entry).await;
+    ApiError::unauthenticated(detail.to_owned())
+}
+
+async fn token_caller<S: IdentityState>(
+    state: &S,
+    secret: &str,
+    meta: RequestMeta,
+) -> Result<Caller, ApiError> {
+    let hash = state.pepper().hash(secret);
+    let found: Option<TokenDoc> = mapi_runs::get(state.store(), &hash)
+        .await
+        .map_err(|e| ApiError::internal(format!("token lookup: {e}")))?;
+    let resource = format!("tokens/{}", &hash[..12]);
+    let Some(token) = found else {
+        return Err(refuse(state, &meta, "token.use_failed", resource, "the API token is not valid").await);
+    };
+    if token.revoked_at.is_some() {
+        return Err(refuse(state, &meta, "token.use_failed", resource, "the API token was revoked").await);
+    }
+    if token.expires_at <= state.clock().now() {
+        return Err(refuse(
+            state,
+            &meta,
+            "token.use_failed",
+            resource,
+            "the API token has expired: mint a new one",
+        )
+        .await);
+    }
+    Ok(Caller { principal: Principal::Token(Box::new(token)), meta })
+}
+
+async fn session_caller<S: IdentityState>(
+    state: &S,
+    jwt: &str,
+    meta: RequestMeta,
+) -> Result<Caller, ApiError> {
+    let Some(verifier) = state.sessions() else {
+        return Err(refuse(
+            state,
+            &meta,
+            "auth.session_refused",
+            "sessions".into(),
+            "sessions are not configured on this deployment: use an API token",
+        )
+        .await);
+    };
+    let claims = match verifier.verify(jwt).await {
+        Ok(c) => c,
+        Err(e) => {
+            let detail = format!("the session is not valid ({}): sign in again", e.reason());
+            return Err(refuse(state, &meta, "auth.session_refused", "sessions".into(), &detail).await);
+        }
+    };
+    let user = match UserId::parse(&claims.email) {
+        Ok(u) => u,
+        Err(_) => {
+            return Err(refuse(
+                state,
+                &meta,
+                "auth.session_refused",
+                "sessions".into(),
+                "the session's e-mail is not usable",
+            )
+            .await);
+        }
+    };
+    let operator = state.is_operator(&user);
+    Ok(Caller { principal: Principal::Session { user, operator }, meta })
+}
+
+impl<S: IdentityState> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let meta = request_meta(parts, state);
+        match bearer(parts) {
+            Some(t) if t.starts_with("mapi_") => token_caller(state, t, meta).await,
+            Some(t) if t.split('.').count() == 3 => session_caller(state, t, meta).await,
+            Some(_) => Err(refuse(
+                state,
+                &meta,
+                "auth.failed",
+                "credentials".into(),
+                "the bearer credential is neither an API token nor a session",
+            )
+            .await),
+            None => Err(ApiError::new(
+                ProblemCode::Unauthenticated,
+                "send a session or an API token as `Authorization: Bearer …` (`mapi login`, or the token `mapi dev` writes to $MAPI_HOME/credentials.json)",
+            )),
+        }
+    }
+}
+
+/// A call from the platform's own infrastructure (queue deliveries, the
+/// scheduler's tick, event pushes), authenticated with the internal token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InternalCaller;
+
+impl<S: IdentityState> FromRequestParts<S> for InternalCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let expected = state.internal_token();
+        let given = bearer(parts).unwrap_or_default();
+        // Compare MACs of both, so the comparison time does not depend on
+        // how much of the token matched.
+        let pepper = state.pepper();
+        if !expected.is_empty() && pepper.hash(given) == pepper.hash(expected) {
+            Ok(InternalCaller)
+        } else {
+            Err(ApiError::unauthenticated("internal routes need the platform's internal token"))
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The development identity provider: a persistent key, its JWKS, tokens for
+//! seeded accounts only, and the HTTP routes `mapi dev` serves.
+
+use std::sync::Arc;
+
+use aws_lc_rs::digest::{SHA256, digest};
+use mapi_clock::{Clock, VirtualClock};
+use mapi_oidc::dev::{self, DevIdp, DevIdpError, JWKS_PATH};
+use mapi_oidc::{JwksCache, VerifierConfig};
+use serde_json::{Value, json};
+
+use crate::support::{ALICE, AUDIENCE, HOUR, ISSUER, START, TempDir, serve, unb64, verifier};
+
+#[test]
+fn the_key_persists_with_owner_only_permissions() {
+    let dir = TempDir::new();
+    let path = dir.path().join("nested").join("idp.key");
+    let first = DevIdp::open(&path, ISSUER.into(), vec![ALICE.into()]).expect("open");
+    let again = DevIdp::open(&path, ISSUER.into(), vec![ALICE.into()]).expect("reopen");
+    assert_eq!(first.kid(), again.kid());
+    assert_eq!(first.jwks(), again.jwks());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).expect("metadata").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let entries: Vec<_> = std::fs::read_dir(path.parent().expect("parent")).expect("read dir").collect();
+    assert_eq!(entries.len(), 1, "no temporary files left behind");
+
+    let other = DevIdp::open(&dir.path().join("other.key"), ISSUER.into(), vec![]).expect("open");
+    assert_ne!(other.kid(), first.kid());
+}
+
+#[test]
+fn a_corrupt_key_file_is_refused() {
+    let dir = TempDir::new();
+    let path = dir.path().join("idp.key");
+    std::fs::write(&path, b"not a key").expect("write");
+    let error = DevIdp::open(&path, ISSUER.into(), vec![]).expect_err("refused");
+    assert!(matches!(error, DevIdpError::BadKey { .. }), "{error:?}");
+}
+
+#[test]
+fn the_jwks_is_base64url_and_the_kid_derives_from_the_modulus() {
+    let dir = TempDir::new();
+    let idp = DevIdp::open(&dir.path().join("idp.key"), ISSUER.into(), vec![ALICE.into()]).expect("open");
+    let jwks = idp.jwks();
+    let key = &jwks["keys"][0];
+    assert_eq!(
+        (key["kty"].as_str(), key["use"].as_str(), key["alg"].as_str()),
+        (Some("RSA"), Some("sig"), Some("RS256"))
+    );
+    assert_eq!(key["kid"], idp.kid());
+    assert_eq!(key["e"], "AQAB");
+    let n = key["n"].as_str().expect("n");
+    assert!(!n.contains(['=', '+', '/']));
+    let modulus = unb64(n);
+    assert_eq!(modulus.len(), 256, "RSA-2048");
+    assert_eq!(idp.kid(), hex::encode(&digest(&SHA256, &modulus).as_ref()[..8]));
+}
+
+#[test]
+fn only_seeded_accounts_get_tokens_with_a_stable_sub() {
+    let dir = TempDir::new();
+    let idp = DevIdp::open(&dir.path().join("idp.key"), ISSUER.into(), vec!["Alice@Example.com".into()])
+        .expect("open");
+    assert_eq!(idp.accounts(), [ALICE]);
+    assert_eq!(idp.issuer(), ISSUER);
+    let error = idp.issue("mallory@example.com", AUDIENCE, HOUR, START).expect_err("refused");
+    assert!(matches!(&error, DevIdpError::UnknownAccount(e) if e == "mallory@example.com"), "{error:?}");
+
+    let claims = |token: &str| -> Value {
+        serde_json::from_slice(&unb64(token.split('.').nth(1).expect("payload"))).expect("json")
+    };
+    let a = claims(&idp.issue(ALICE, AUDIENCE, HOUR, START).expect("issue"));
+    let b = claims(&idp.issue(" ALICE@example.com", "x", HOUR, START + HOUR).expect("issue"));
+    assert_eq!(a["sub"], b["sub"]);
+    assert_eq!(a["exp"].as_i64(), Some(START.as_secs() + 3600));
+    assert_eq!(a["email_verified"], true);
+}
+
+async fn post_login(client: &reqwest::Client, base: &str, body: &str) -> reqwest::Response {
+    client
+        .post(format!("{base}{}", dev::LOGIN_PATH))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("login request")
+}
+
+#[tokio::test]
+async fn the_router_issues_tokens_that_verify_against_its_jwks() {
+    let dir = TempDir::new();
+    let idp = DevIdp::open(
+        &dir.path().join("idp.key"),
+        ISSUER.into(),
+        vec![ALICE.into(), "bob@example.com".into()],
+    )
+    .expect("open");
+    let clock = Arc::new(VirtualClock::new(START));
+    let app_clock: Arc<dyn Clock> = clock.clone();
+    let addr = serve(dev::router(idp.clone(), AUDIENCE.into(), app_clock)).await;
+    let base = format!("http://{addr}");
+    let client = reqwest::Client::new();
+
+    let response = client.get(format!("{base}{JWKS_PATH}")).send().await.expect("jwks request");
+    assert_eq!(response.status(), 200);
+    let cache_control = response.headers().get("cache-control").and_then(|v| v.to_str().ok());
+    assert_eq!(cache_control, Some("public, max-age=300"));
+    assert_eq!(response.json::<Value>().await.expect("json"), idp.jwks());
+
+    let response = post_login(&client, &base, r#"{"email": "Alice@Example.com"}"#).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!((&body["token_type"], &body["expires_in"]), (&json!("Bearer"), &json!(3600)));
+    let token = body["id_token"].as_str().expect("id_token");
+
+    let jwks = JwksCache::new(format!("{base}{JWKS_PATH}"), client.clone(), clock.clone());
+    let v = verifier(&jwks, &clock, VerifierConfig::new(vec![ISSUER.into()], AUDIENCE.into()));
+    let claims = v.verify(token).await.expect("verifies");
+    assert_eq!((claims.email.as_str(), claims.iat), (ALICE, Some(START.as_secs())));
+
+    let response = post_login(&client, &base, r#"{"email": "mallory@example.com"}"#).await;
+    assert_eq!(response.status(), 404);
+    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok());
+    assert_eq!(content_type, Some("application/problem+json"));
+    let problem: Value = response.json().await.expect("json");
+    assert_eq!(problem["type"], "urn:mapi:problem:not-found");
+    assert_eq!(
+        (&problem["title"], &problem["status"], &problem["code"]),
+        (&json!("Not Found"), &json!(404), &json!("NOT_FOUND"))
+    );
+    assert_eq!(
+        problem["detail"],
+        "no development account mallory@example.com: use one of alice@example.com, bob@example.com"
+    );
+
+    for bad in ["", "{", r#"{"mail": "alice@example.com"}"#, r#"{"email": 7}"#] {
+        let response = post_login(&client, &base, bad).await;
+        assert_eq!(response.status(), 400, "{bad:?}");
+        let problem: Value = response.json().await.expect("json");
+        assert_eq!(
+            (&problem["code"], &problem["type"]),
+            (&json!("INVALID_ARGUMENT"), &json!("urn:mapi:problem:invalid-argument"))
+        );
+    }
+}
