@@ -33,8 +33,34 @@ struct Cli {
 enum Command {
     /// Run the whole platform on this machine (embedded store, queue, objects, executor).
     Dev,
-    /// Show who the token belongs to.
+    /// Sign in: `--dev EMAIL` against `mapi dev`, or `--id-token TOKEN` from your identity provider.
+    Login {
+        #[arg(long, conflicts_with = "id_token")]
+        dev: Option<String>,
+        /// An OIDC ID token (`-` reads it from standard input).
+        #[arg(long)]
+        id_token: Option<String>,
+        /// Print the session token instead of saving it (for scripts).
+        #[arg(long)]
+        print_token: bool,
+    },
+    /// Choose the tenant and project later commands act in: TENANT/PROJECT.
+    Use { target: String },
+    /// Show who you are: person, operator, token, grants.
     Whoami,
+    /// Mint, list and revoke API tokens in the current project.
+    #[command(subcommand)]
+    Tokens(crate::account::TokensCmd),
+    /// Operators and tenant admins: tenants, the audit log.
+    #[command(subcommand)]
+    Admin(crate::account::AdminCmd),
+    /// Call any route: `mapi api POST /v1/tenants/acme/projects -d '{…}'`.
+    Api {
+        method: String,
+        path: String,
+        #[arg(short = 'd', long)]
+        data: Option<String>,
+    },
     /// Upload and list datasets.
     #[command(subcommand)]
     Datasets(DatasetsCmd),
@@ -170,12 +196,6 @@ pub fn main() -> ExitCode {
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn credentials() -> Option<Credentials> {
-    let home = std::env::var("MAPI_HOME").unwrap_or_else(|_| "./.mapi".into());
-    let bytes = std::fs::read(PathBuf::from(home).join("credentials.json")).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
 struct Ctx {
     client: Client,
     creds: Option<Credentials>,
@@ -203,12 +223,22 @@ impl Ctx {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
+    let creds = crate::account::load_credentials();
     match cli.command {
         Command::Dev => return dev().await,
         Command::Bench(b) => return bench(b, cli.json).await,
+        Command::Use { target } => {
+            crate::account::use_scope(&target)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Login { dev, id_token, print_token } => {
+            let url = cli.url.or_else(|| creds.as_ref().map(|c| c.url.clone()));
+            let url = url.ok_or("no platform to sign in to: set MAPI_URL (or start `mapi dev`)")?;
+            crate::account::login(url.trim_end_matches('/'), dev, id_token, print_token, cli.json).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
         _ => {}
     }
-    let creds = credentials();
     let url = cli.url.or_else(|| creds.as_ref().map(|c| c.url.clone()));
     let token = cli.token.or_else(|| creds.as_ref().map(|c| c.token.clone()));
     let (Some(url), Some(token)) = (url, token) else {
@@ -216,17 +246,27 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     };
     let ctx = Ctx { client: Client::new(&url, &token), creds, json: cli.json };
     match cli.command {
-        Command::Dev | Command::Bench(_) | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
+        Command::Dev
+        | Command::Bench(_)
+        | Command::Worker { .. }
+        | Command::Use { .. }
+        | Command::Login { .. } => Ok(ExitCode::SUCCESS),
         Command::Whoami => {
-            let me: serde_json::Value = ctx.client.get("/v1/whoami").await?;
-            ctx.print(&me, || {
-                format!(
-                    "{} in tenant {}\n",
-                    me["user"].as_str().unwrap_or("?"),
-                    me["tenant"].as_str().unwrap_or("?")
-                )
-            })?;
+            crate::account::whoami(&ctx.client, ctx.json).await?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Tokens(cmd) => {
+            let (t, p) = ctx.scope(&Scope { tenant: None, project: None })?;
+            crate::account::tokens(&ctx.client, &t, &p, cmd, ctx.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Admin(cmd) => {
+            crate::account::admin(&ctx.client, cmd, ctx.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Api { method, path, data } => {
+            let ok = crate::account::api(&ctx.client, &method, &path, data).await?;
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Datasets(cmd) => datasets(&ctx, cmd).await,
         Command::Runs(cmd) => runs(&ctx, cmd).await,
@@ -235,6 +275,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 
 async fn dev() -> Result<ExitCode> {
     let config = mapi_platform::Config::from_env()?;
+    if config.profile != mapi_platform::Profile::Dev {
+        return Err("mapi dev runs the dev profile only: its local-process executor and development identity provider never serve many tenants (unset MAPI_PROFILE)".into());
+    }
     let filter = std::env::var("MAPI_LOG").unwrap_or_else(|_| "info".into());
     mapi_runtime::init_logging_to("mapi-dev", None, &filter, std::io::stderr);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await.map_err(|e| {

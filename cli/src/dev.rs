@@ -202,7 +202,8 @@ async fn seed(platform: &Platform, url: &str) -> Result<Credentials, DevError> {
     Ok(creds)
 }
 
-fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a file only its owner can read, atomically.
+pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");

@@ -10,6 +10,7 @@
 //! - `mapi worker`: the execution entry point (`mapi-worker`), embedded so
 //!   `mapi dev` needs no second binary.
 
+mod account;
 pub mod bench;
 pub mod client;
 mod commands;

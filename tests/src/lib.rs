@@ -105,6 +105,41 @@ impl TestPlatform {
         v["id"].as_str().expect("run id").to_owned()
     }
 
+    /// Signs `email` in through the development identity provider; the session token.
+    pub async fn login(&self, email: &str) -> String {
+        let resp = self
+            .http
+            .post(self.url("/dev/idp/login"))
+            .json(&serde_json::json!({ "email": email }))
+            .send()
+            .await
+            .expect("dev login");
+        assert_eq!(resp.status(), 200, "dev login of {email}: {:?}", resp.text().await);
+        let v: serde_json::Value = resp.json().await.expect("json");
+        let token = v["id_token"].as_str().expect("id_token").to_owned();
+        let (status, body) = self.call(&token, reqwest::Method::POST, "/v1/sessions", None).await;
+        assert_eq!(status, 200, "sign-in of {email}: {body}");
+        token
+    }
+
+    /// Calls a route as `token`; the status and the JSON body (`null` when none).
+    pub async fn call(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+    }
+
     pub async fn run(&self, id: &str) -> serde_json::Value {
         let resp = self
             .http
@@ -142,6 +177,52 @@ impl TestPlatform {
         })
         .await
     }
+}
+
+/// `mapi dev` as a child process on `port`, in `home`.
+#[derive(Debug)]
+pub struct DevProcess {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl DevProcess {
+    pub fn start(home: &std::path::Path, port: u16, extra: &[(&str, &str)]) -> DevProcess {
+        use std::io::BufRead;
+        let mut cmd = std::process::Command::new(binary("mapi"));
+        cmd.arg("dev")
+            .env("MAPI_HOME", home)
+            .env("PORT", port.to_string())
+            .env("MAPI_WORKER_BIN", binary("mapi-worker"))
+            .env("MAPI_TICK_INTERVAL_S", "1")
+            .env("MAPI_LOCAL_GRACE_S", "2")
+            .env("MAPI_DISPATCH_LEASE_S", "5")
+            .env("MAPI_LOG", "warn")
+            .env_remove("MAPI_URL")
+            .env_remove("MAPI_TOKEN")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start mapi dev");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).expect("mapi dev prints its URL");
+        DevProcess { child, url: line.trim().to_owned() }
+    }
+
+    /// Stops it with SIGTERM and waits.
+    pub fn stop(mut self) {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port free now, for a child process that must keep it across restarts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
 /// The `(from, to, reason)` of every history entry.

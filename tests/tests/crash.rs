@@ -5,43 +5,11 @@
 //! ledger charge.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mapi_tests::binary;
+use mapi_tests::{DevProcess, free_port};
 use serde_json::{Value, json};
-
-struct Dev {
-    child: Child,
-    url: String,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-fn start(home: &Path, port: u16) -> Dev {
-    let mut child = Command::new(binary("mapi"))
-        .arg("dev")
-        .env("MAPI_HOME", home)
-        .env("PORT", port.to_string())
-        .env("MAPI_WORKER_BIN", binary("mapi-worker"))
-        .env("MAPI_TICK_INTERVAL_S", "1")
-        .env("MAPI_LOCAL_GRACE_S", "2")
-        .env("MAPI_DISPATCH_LEASE_S", "5")
-        .env("MAPI_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start mapi dev");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("mapi dev prints its URL");
-    Dev { child, url: line.trim().to_owned() }
-}
 
 fn creds(home: &Path) -> (String, String) {
     let c: Value =
@@ -78,7 +46,7 @@ fn executions_per_nonce(home: &Path) -> HashMap<String, usize> {
 async fn every_accepted_run_ends_once_after_a_crash() {
     let home = tempfile::tempdir().expect("tempdir");
     let port = free_port();
-    let mut dev = start(home.path(), port);
+    let mut dev = DevProcess::start(home.path(), port, &[]);
     let (token, project) = creds(home.path());
     let http = reqwest::Client::new();
     let csv = include_str!("../../examples/longley.csv");
@@ -125,7 +93,7 @@ async fn every_accepted_run_ends_once_after_a_crash() {
     dev.child.kill().expect("SIGKILL");
     dev.child.wait().expect("reaped");
 
-    let mut dev = start(home.path(), port);
+    let dev = DevProcess::start(home.path(), port, &[]);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut finals: BTreeMap<String, Value> = BTreeMap::new();
     while finals.len() < ids.len() {
@@ -159,6 +127,5 @@ async fn every_accepted_run_ends_once_after_a_crash() {
     let attempts: usize = finals.values().map(|r| r["attempts"].as_array().map_or(0, Vec::len)).sum();
     assert_eq!(executions.len(), attempts, "one nonce per attempt");
     assert!(executions.values().all(|n| *n == 1), "an attempt made two executions: {executions:?}");
-    let _ = Command::new("kill").arg("-TERM").arg(dev.child.id().to_string()).status();
-    let _ = dev.child.wait();
+    dev.stop();
 }

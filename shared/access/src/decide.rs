@@ -86,7 +86,7 @@ fn needs(rule: &Rule) -> String {
         Grant::MinTenantWide(r) => format!("the {r} role tenant-wide"),
         Grant::ReviewerFrom(r) => format!("the {r} role with the reviewer capability, or admin"),
         Grant::None => "an operator".to_owned(),
-        Grant::InternalOnly => "the platform's internal services".to_owned(),
+        Grant::InternalOnly => "the platform's internal services: no person or token may".to_owned(),
     }
 }
 
@@ -128,9 +128,6 @@ pub fn decide(
     match who {
         Who::Internal if rule.grant == Grant::InternalOnly => Decision::Allow { as_operator: false },
         Who::Internal => forbidden("internal callers may only deliver events"),
-        Who::Person { .. } | Who::Token { .. } if rule.grant == Grant::InternalOnly => {
-            forbidden(format!("{action} {resource} is for the platform's internal services only"))
-        }
         Who::Person { operator: true, .. } if rule.operator => Decision::Allow { as_operator: true },
         Who::Person { membership, .. } => by_membership(rule, membership, tenant),
         Who::Token { membership, scopes, same_project } => {

@@ -1,0 +1,439 @@
+//! The commands of identity and administration: `mapi login`, `mapi use`,
+//! `mapi whoami`, `mapi tokens …`, `mapi admin tenants …`, `mapi admin
+//! audit`, and `mapi api` for any other route.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::dev::Credentials;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Where the CLI keeps its credentials: `$MAPI_HOME/credentials.json`.
+pub fn credentials_path() -> PathBuf {
+    PathBuf::from(std::env::var("MAPI_HOME").unwrap_or_else(|_| "./.mapi".into())).join("credentials.json")
+}
+
+pub fn load_credentials() -> Option<Credentials> {
+    serde_json::from_slice(&std::fs::read(credentials_path()).ok()?).ok()
+}
+
+fn save_credentials(c: &Credentials) -> Result<()> {
+    let path = credentials_path();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    crate::dev::write_private(&path, &serde_json::to_vec_pretty(c)?)?;
+    Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCmd {
+    /// Mint a token acting as you in the current project; prints the secret once.
+    Create {
+        name: String,
+        /// A scope (repeat): admin, models:read, runs:create, score:*, score:<alias>, …
+        #[arg(short = 's', long = "scope", required = true)]
+        scopes: Vec<String>,
+        #[arg(long)]
+        expires_in_days: Option<u32>,
+        /// Requests a minute.
+        #[arg(long)]
+        rate_limit: Option<u32>,
+        /// vCPU-seconds per budget period.
+        #[arg(long)]
+        budget: Option<u64>,
+        /// day or month.
+        #[arg(long)]
+        budget_period: Option<String>,
+    },
+    /// Your tokens in the current project (`--all`: everyone's, for project admins).
+    Ls {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Revoke a token by its id.
+    Revoke { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCmd {
+    /// Create a tenant (operators).
+    Create {
+        id: String,
+        #[arg(long)]
+        name: String,
+        /// internal, verified, public or self-hosted-trusted.
+        #[arg(long)]
+        tier: String,
+        /// eu, us, asia or a region.
+        #[arg(long)]
+        residency: String,
+        /// Invited as the tenant's admin.
+        #[arg(long)]
+        admin_email: Option<String>,
+        /// Confirm without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Every tenant (operators).
+    Ls,
+    /// Change a tenant's name, tier, status or residency (operators).
+    Update {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        tier: Option<String>,
+        /// active, suspended or deleting (suspending and deleting need --reason).
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        residency: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCmd {
+    /// Tenants.
+    #[command(subcommand)]
+    Tenants(TenantsCmd),
+    /// The audit log: a tenant's (`--tenant`, tenant admins and operators) or everything (operators).
+    Audit {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        project: Option<String>,
+        #[arg(long)]
+        actor: Option<String>,
+        #[arg(long)]
+        action: Option<String>,
+        /// success, denied or failed.
+        #[arg(long)]
+        outcome: Option<String>,
+        /// RFC 3339.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+}
+
+fn print(json_out: bool, value: &Value, human: impl FnOnce() -> String) {
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+    } else {
+        print!("{}", human());
+    }
+}
+
+/// `mapi login`: sign in with an ID token (from your identity provider, or
+/// `--dev EMAIL` from the development identity provider of `mapi dev`).
+pub async fn login(
+    url: &str,
+    dev: Option<String>,
+    id_token: Option<String>,
+    print_token: bool,
+    json_out: bool,
+) -> Result<()> {
+    let http = reqwest::Client::new();
+    let token = match (dev, id_token) {
+        (Some(email), None) => {
+            let resp =
+                http.post(format!("{url}/dev/idp/login")).json(&json!({"email": email})).send().await?;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap_or_default();
+            if !status.is_success() {
+                return Err(format!(
+                    "the development identity provider refused: {}",
+                    body["detail"].as_str().unwrap_or("unknown error")
+                )
+                .into());
+            }
+            body["id_token"].as_str().ok_or("the identity provider sent no id_token")?.to_owned()
+        }
+        (None, Some(t)) if t == "-" => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+            s.trim().to_owned()
+        }
+        (None, Some(t)) => t,
+        _ => return Err(
+            "give --dev EMAIL (mapi dev) or --id-token TOKEN (e.g. from `gcloud auth print-identity-token`)"
+                .into(),
+        ),
+    };
+    let client = Client::new(url, &token);
+    let me: Value = client.send(client.request(Method::POST, "/v1/sessions")).await?;
+    if print_token {
+        println!("{token}");
+        return Ok(());
+    }
+    let mut creds = load_credentials().unwrap_or(Credentials {
+        url: url.to_owned(),
+        token: String::new(),
+        tenant: mapi_domain::TenantId::parse("dev")?,
+        project: mapi_domain::ProjectId::parse("default")?,
+    });
+    creds.url = url.to_owned();
+    creds.token = token;
+    if let Some(g) = me["grants"].as_array().and_then(|g| g.first()) {
+        if let Some(t) = g["tenant"].as_str() {
+            creds.tenant = mapi_domain::TenantId::parse(t)?;
+        }
+        if let Some(p) = g["project"].as_str() {
+            creds.project = mapi_domain::ProjectId::parse(p)?;
+        }
+    }
+    save_credentials(&creds)?;
+    print(json_out, &me, || {
+        format!(
+            "signed in as {}{}; using {}/{} (change with `mapi use TENANT/PROJECT`)\n",
+            me["user"].as_str().unwrap_or("?"),
+            if me["operator"] == true { " (operator)" } else { "" },
+            creds.tenant,
+            creds.project
+        )
+    });
+    Ok(())
+}
+
+/// `mapi use TENANT/PROJECT`.
+pub fn use_scope(target: &str) -> Result<()> {
+    let (t, p) = target.split_once('/').ok_or("write TENANT/PROJECT, e.g. acme/growth")?;
+    let mut creds = load_credentials().ok_or("no credentials yet: run `mapi login` (or `mapi dev`) first")?;
+    creds.tenant = mapi_domain::TenantId::parse(t)?;
+    creds.project = mapi_domain::ProjectId::parse(p)?;
+    save_credentials(&creds)?;
+    eprintln!("using {t}/{p}");
+    Ok(())
+}
+
+/// `mapi whoami`.
+pub async fn whoami(client: &Client, json_out: bool) -> Result<()> {
+    let me: Value = client.get("/v1/whoami").await?;
+    print(json_out, &me, || {
+        let mut out = format!(
+            "{} ({}{})\n",
+            me["user"].as_str().unwrap_or("?"),
+            me["kind"].as_str().unwrap_or("?"),
+            if me["operator"] == true { ", operator" } else { "" }
+        );
+        if let Some(t) = me["token"].as_object() {
+            out.push_str(&format!(
+                "token {} \"{}\" in {}/{}, scopes {}\n",
+                t["id"].as_str().unwrap_or(""),
+                t["name"].as_str().unwrap_or(""),
+                t["tenant"].as_str().unwrap_or(""),
+                t["project"].as_str().unwrap_or(""),
+                t["scopes"]
+                    .as_array()
+                    .map(|s| s.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
+                    .unwrap_or_default()
+            ));
+        }
+        for g in me["grants"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  {}/{}  {}{}\n",
+                g["tenant"].as_str().unwrap_or(""),
+                g["project"].as_str().unwrap_or("(tenant-wide)"),
+                g["role"].as_str().unwrap_or(""),
+                if g["reviewer"] == true { " +reviewer" } else { "" }
+            ));
+        }
+        out
+    });
+    Ok(())
+}
+
+/// `mapi tokens …` in `tenant/project`.
+pub async fn tokens(
+    client: &Client,
+    tenant: &str,
+    project: &str,
+    cmd: TokensCmd,
+    json_out: bool,
+) -> Result<()> {
+    let base = format!("/v1/tenants/{tenant}/projects/{project}/tokens");
+    match cmd {
+        TokensCmd::Create { name, scopes, expires_in_days, rate_limit, budget, budget_period } => {
+            let body = json!({
+                "name": name, "scopes": scopes, "expires_in_days": expires_in_days,
+                "rate_limit_per_minute": rate_limit, "budget_vcpu_seconds": budget, "budget_period": budget_period,
+            });
+            let created: Value = client.send(client.request(Method::POST, &base).json(&body)).await?;
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&created)?);
+            } else {
+                eprintln!(
+                    "token {} created, expires {}; the secret is shown once:",
+                    created["token"]["id"].as_str().unwrap_or("?"),
+                    created["token"]["expires_at"].as_str().unwrap_or("?")
+                );
+                println!("{}", created["secret"].as_str().unwrap_or(""));
+            }
+        }
+        TokensCmd::Ls { all } => {
+            let path = if all { format!("{base}?all=true") } else { base };
+            let list: Value = client.get(&path).await?;
+            print(json_out, &list, || {
+                let mut out = format!(
+                    "{:<13} {:<24} {:<20} {:<28} {:<10} SCOPES\n",
+                    "ID", "NAME", "USER", "EXPIRES", "STATE"
+                );
+                for t in list["tokens"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{:<13} {:<24} {:<20} {:<28} {:<10} {}\n",
+                        t["id"].as_str().unwrap_or(""),
+                        t["name"].as_str().unwrap_or(""),
+                        t["user"].as_str().unwrap_or(""),
+                        t["expires_at"].as_str().unwrap_or(""),
+                        if t["revoked_at"].is_null() { "active" } else { "revoked" },
+                        t["scopes"]
+                            .as_array()
+                            .map(|s| s.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
+                            .unwrap_or_default()
+                    ));
+                }
+                out
+            });
+        }
+        TokensCmd::Revoke { id } => {
+            let resp = client.request(Method::DELETE, &format!("{base}/{id}")).send().await?;
+            if !resp.status().is_success() {
+                let body: Value = resp.json().await.unwrap_or_default();
+                return Err(format!(
+                    "{}: {}",
+                    body["code"].as_str().unwrap_or("error"),
+                    body["detail"].as_str().unwrap_or("")
+                )
+                .into());
+            }
+            eprintln!("token {id} revoked");
+        }
+    }
+    Ok(())
+}
+
+/// `mapi admin …`.
+pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()> {
+    match cmd {
+        AdminCmd::Tenants(TenantsCmd::Create { id, name, tier, residency, admin_email, yes: _ }) => {
+            let body = json!({"id": id, "name": name, "tier": tier, "residency": residency, "admin_email": admin_email});
+            let t: Value = client.send(client.request(Method::POST, "/v1/admin/tenants").json(&body)).await?;
+            print(json_out, &t, || {
+                format!(
+                    "tenant {} created ({} tier, {} residency)\n",
+                    t["id"].as_str().unwrap_or("?"),
+                    t["tier"].as_str().unwrap_or("?"),
+                    t["residency"].as_str().unwrap_or("?")
+                )
+            });
+        }
+        AdminCmd::Tenants(TenantsCmd::Ls) => {
+            let page: Value = client.get("/v1/admin/tenants").await?;
+            print(json_out, &page, || {
+                let mut out = format!(
+                    "{:<24} {:<28} {:<20} {:<10} {:<12} ADMIN\n",
+                    "ID", "NAME", "TIER", "STATUS", "RESIDENCY"
+                );
+                for t in page["tenants"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{:<24} {:<28} {:<20} {:<10} {:<12} {}\n",
+                        t["id"].as_str().unwrap_or(""),
+                        t["name"].as_str().unwrap_or(""),
+                        t["tier"].as_str().unwrap_or(""),
+                        t["status"].as_str().unwrap_or(""),
+                        t["residency"].as_str().unwrap_or(""),
+                        t["admin_email"].as_str().unwrap_or("")
+                    ));
+                }
+                out
+            });
+        }
+        AdminCmd::Tenants(TenantsCmd::Update { id, name, tier, status, residency, reason, yes: _ }) => {
+            let body = json!({"name": name, "tier": tier, "status": status, "residency": residency, "reason": reason});
+            let body: Value = body
+                .as_object()
+                .map(|m| {
+                    m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect()
+                })
+                .unwrap_or_default();
+            let t: Value = client
+                .send(client.request(Method::PATCH, &format!("/v1/admin/tenants/{id}")).json(&body))
+                .await?;
+            print(json_out, &t, || {
+                format!(
+                    "tenant {} is {} ({} tier)\n",
+                    t["id"].as_str().unwrap_or("?"),
+                    t["status"].as_str().unwrap_or("?"),
+                    t["tier"].as_str().unwrap_or("?")
+                )
+            });
+        }
+        AdminCmd::Audit { tenant, project, actor, action, outcome, since, limit } => {
+            let path = match &tenant {
+                Some(t) => format!("/v1/tenants/{t}/audit"),
+                None => "/v1/admin/audit".to_owned(),
+            };
+            let mut query: Vec<(&str, String)> = vec![("page_size", limit.to_string())];
+            for (k, v) in [
+                ("project", project),
+                ("actor", actor),
+                ("action", action),
+                ("outcome", outcome),
+                ("since", since),
+            ] {
+                if let Some(v) = v {
+                    query.push((k, v));
+                }
+            }
+            let page: Value = client.send(client.request(Method::GET, &path).query(&query)).await?;
+            print(json_out, &page, || {
+                let mut out = String::new();
+                for e in page["entries"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{}  {:<8} {:<26} {:<24} {:<36} {}{}{}\n",
+                        e["at"].as_str().unwrap_or(""),
+                        e["outcome"].as_str().unwrap_or(""),
+                        e["action"].as_str().unwrap_or(""),
+                        e["actor"].as_str().unwrap_or(e["actor_kind"].as_str().unwrap_or("")),
+                        e["resource"].as_str().unwrap_or(""),
+                        if e["operator"] == true { "[operator] " } else { "" },
+                        e["problem"].as_str().map(|p| format!("{p} ")).unwrap_or_default(),
+                        e["detail"].as_str().unwrap_or("")
+                    ));
+                }
+                out
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `mapi api METHOD PATH [-d JSON]`: any route, as the current credentials.
+pub async fn api(client: &Client, method: &str, path: &str, data: Option<String>) -> Result<bool> {
+    let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())?;
+    let mut req = client.request(method, path);
+    if let Some(d) = data {
+        let body: Value = serde_json::from_str(&d).map_err(|e| format!("-d is not JSON: {e}"))?;
+        req = req.json(&body);
+    }
+    let resp = req.send().await?;
+    let ok = resp.status().is_success();
+    let text = resp.text().await?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(v) => println!("{}", serde_json::to_string_pretty(&v)?),
+        Err(_) if !text.is_empty() => println!("{text}"),
+        Err(_) => {}
+    }
+    Ok(ok)
+}

@@ -1,0 +1,201 @@
+//! Attacks on credentials: expired, revoked, tampered and misplaced API
+//! tokens; session tokens with `alg: none`, HS256 keyed with the RSA public
+//! key, the wrong audience or issuer, an unverified e-mail, a foreign key.
+//! Every one is refused, and every refusal is in the audit log.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use mapi_tests::TestPlatform;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn jwt_parts(header: &Value, claims: &Value) -> String {
+    format!("{}.{}", B64.encode(header.to_string()), B64.encode(claims.to_string()))
+}
+
+/// Signs `claims` RS256 with the dev identity provider's own key, read from
+/// its key file: a token the platform's keys verify, saying what we want.
+fn sign_with_dev_key(p: &TestPlatform, kid: &str, claims: &Value) -> String {
+    use aws_lc_rs::rand::SystemRandom;
+    use aws_lc_rs::signature::{RSA_PKCS1_SHA256, RsaKeyPair};
+    let der = std::fs::read(p.platform.state.config.home.join("dev-idp-key.der")).expect("dev key");
+    let key = RsaKeyPair::from_pkcs8(&der).expect("pkcs8");
+    let input = jwt_parts(&json!({"alg": "RS256", "typ": "JWT", "kid": kid}), claims);
+    let mut sig = vec![0u8; key.public_modulus_len()];
+    key.sign(&RSA_PKCS1_SHA256, &SystemRandom::new(), input.as_bytes(), &mut sig).expect("sign");
+    format!("{input}.{}", B64.encode(sig))
+}
+
+fn hs256(key: &[u8], header: &Value, claims: &Value) -> String {
+    use aws_lc_rs::hmac;
+    let input = jwt_parts(header, claims);
+    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), input.as_bytes());
+    format!("{input}.{}", B64.encode(tag.as_ref()))
+}
+
+async fn status(p: &TestPlatform, token: &str, path: &str) -> (u16, Value) {
+    p.call(token, Method::GET, path, None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_stale_credentials_are_refused_and_audited() {
+    let p = TestPlatform::start(&[]).await;
+    let state = &p.platform.state;
+    let runs = format!("{}/runs", p.project_path());
+    let now = state.clock.now().as_secs();
+    let issuer = state.config.session_issuer().expect("dev issuer");
+    let jwks: Value =
+        p.http.get(p.url("/dev/idp/jwks.json")).send().await.expect("jwks").json().await.expect("json");
+    let kid = jwks["keys"][0]["kid"].as_str().expect("kid").to_owned();
+    let n = B64.decode(jwks["keys"][0]["n"].as_str().expect("n")).expect("n bytes");
+    let good = json!({"iss": issuer, "sub": "x", "aud": "mapi", "email": "analyst@dev.local", "email_verified": true,
+                      "iat": now, "exp": now + 600});
+
+    // A correctly signed session works, so the refusals below are about the attack.
+    let fine = sign_with_dev_key(&p, &kid, &good);
+    assert_eq!(status(&p, &fine, "/v1/whoami").await.0, 200);
+
+    let mut attacks: Vec<(&str, String)> = vec![
+        ("alg none", format!("{}.", jwt_parts(&json!({"alg": "none", "typ": "JWT", "kid": kid}), &good))),
+        ("HS256 keyed with the RSA modulus", hs256(&n, &json!({"alg": "HS256", "kid": kid}), &good)),
+        (
+            "HS256 keyed with the JWKS text",
+            hs256(jwks.to_string().as_bytes(), &json!({"alg": "HS256", "kid": kid}), &good),
+        ),
+        ("wrong audience", sign_with_dev_key(&p, &kid, &with(&good, &[("aud", json!("someone-else"))]))),
+        (
+            "wrong issuer",
+            sign_with_dev_key(&p, &kid, &with(&good, &[("iss", json!("https://evil.example"))])),
+        ),
+        ("unverified e-mail", sign_with_dev_key(&p, &kid, &with(&good, &[("email_verified", json!(false))]))),
+        (
+            "expired",
+            sign_with_dev_key(
+                &p,
+                &kid,
+                &with(&good, &[("exp", json!(now - 3600)), ("iat", json!(now - 7200))]),
+            ),
+        ),
+        ("tampered payload", {
+            let t = sign_with_dev_key(&p, &kid, &good);
+            let mut parts: Vec<String> = t.split('.').map(str::to_owned).collect();
+            parts[1] = B64.encode(with(&good, &[("email", json!("admin@dev.local"))]).to_string());
+            parts.join(".")
+        }),
+    ];
+    attacks.push(("unknown key id", sign_with_dev_key(&p, "not-a-kid", &good)));
+    for (what, token) in &attacks {
+        let (s, body) = status(&p, token, &runs).await;
+        assert_eq!((s, body["code"].as_str()), (401, Some("UNAUTHENTICATED")), "{what}: {body}");
+    }
+
+    // API tokens: tampered, revoked, expired, and used outside their project.
+    let dev = p.token().to_owned();
+    let mut tampered = dev.clone();
+    let last = tampered.pop().expect("char");
+    tampered.push(if last == '0' { '1' } else { '0' });
+    assert_eq!(status(&p, &tampered, &runs).await.0, 401, "tampered secret");
+
+    let session = p.login("dev@dev.local").await;
+    let (s, created) = p
+        .call(
+            &session,
+            Method::POST,
+            &format!("{}/tokens", p.project_path()),
+            Some(json!({"name": "short", "scopes": ["runs:create"]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{created}");
+    let secret = created["secret"].as_str().expect("secret").to_owned();
+    let id = created["token"]["id"].as_str().expect("id").to_owned();
+    assert_eq!(status(&p, &secret, &runs).await.0, 200);
+    let other_project = "/v1/tenants/dev/projects/other/runs";
+    let (s, _) = p
+        .call(
+            &session,
+            Method::POST,
+            "/v1/tenants/dev/projects",
+            Some(json!({"id": "other", "name": "Other"})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let (s, body) = status(&p, &secret, other_project).await;
+    assert_eq!(
+        (s, body["code"].as_str()),
+        (403, Some("FORBIDDEN")),
+        "a token is bound to its project: {body}"
+    );
+    let (s, _) = p.call(&session, Method::DELETE, &format!("{}/tokens/{id}", p.project_path()), None).await;
+    assert_eq!(s, 204);
+    assert_eq!(status(&p, &secret, &runs).await.0, 401, "revoked: refused at the next request");
+
+    // Expired: a token whose expiry has passed (written as the store would hold it).
+    let expired_secret = mapi_identity::new_token().expect("secret");
+    let doc = mapi_runs::TokenDoc {
+        hash: state.pepper.hash(&expired_secret),
+        tenant: mapi_domain::TenantId::parse("dev").expect("t"),
+        project: mapi_domain::ProjectId::parse("default").expect("p"),
+        user: mapi_domain::UserId::parse("dev@dev.local").expect("u"),
+        name: "old".into(),
+        scopes: vec![mapi_access::Scope::Admin],
+        created_at: state.clock.now() - Duration::from_secs(200 * 86_400),
+        expires_at: state.clock.now() - Duration::from_secs(86_400),
+        revoked_at: None,
+        revoked_by: None,
+        rate_limit_per_minute: None,
+        budget: None,
+    };
+    let key = mapi_runs::Doc::key(&doc).expect("key");
+    mapi_store::StoreExt::create(&*state.store, &key, mapi_store::encode(&doc).expect("fields"))
+        .await
+        .expect("insert");
+    let (s, body) = status(&p, &expired_secret, &runs).await;
+    assert_eq!(s, 401);
+    assert!(body["detail"].as_str().unwrap_or_default().contains("expired"), "{body}");
+
+    // Every refusal is in the audit log, with its reason.
+    let operator = p.login("admin@dev.local").await;
+    let (s, log) = p.call(&operator, Method::GET, "/v1/admin/audit?page_size=200&outcome=denied", None).await;
+    assert_eq!(s, 200, "{log}");
+    let entries = log["entries"].as_array().expect("entries");
+    let count = |action: &str, needle: &str| {
+        entries
+            .iter()
+            .filter(|e| e["action"] == action && e["detail"].as_str().unwrap_or_default().contains(needle))
+            .count()
+    };
+    assert!(count("auth.session_refused", "") >= attacks.len(), "{log:#}");
+    for reason in [
+        "unsupported_algorithm",
+        "wrong_audience",
+        "wrong_issuer",
+        "email_not_verified",
+        "expired",
+        "bad_signature",
+        "unknown_key",
+    ] {
+        assert!(count("auth.session_refused", reason) >= 1, "no audit entry for {reason}");
+    }
+    assert!(count("token.use_failed", "not valid") >= 1, "tampered");
+    assert!(count("token.use_failed", "revoked") >= 1, "revoked");
+    assert!(count("token.use_failed", "expired") >= 1, "expired");
+    assert!(
+        entries.iter().any(|e| e["action"] == "run.read" && e["problem"] == "FORBIDDEN"),
+        "the misplaced token"
+    );
+    assert!(
+        entries.iter().all(|e| e["ip_hash"].as_str().is_some_and(|h| h.len() == 16)),
+        "IPs are kept as keyed hashes only"
+    );
+}
+
+/// `v` with some claims replaced.
+fn with(v: &Value, changes: &[(&str, Value)]) -> Value {
+    let mut out = v.clone();
+    for (k, x) in changes {
+        out[*k] = x.clone();
+    }
+    out
+}
