@@ -199,3 +199,41 @@ fn with(v: &Value, changes: &[(&str, Value)]) -> Value {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_over_its_per_minute_limit_waits_for_the_next_minute() {
+    let p = TestPlatform::start(&[]).await;
+    let session = p.login("dev@dev.local").await;
+    let body = json!({"name": "limited", "scopes": ["runs:create"], "rate_limit_per_minute": 3});
+    let (s, created) =
+        p.call(&session, Method::POST, &format!("{}/tokens", p.project_path()), Some(body)).await;
+    assert_eq!(s, 201, "{created}");
+    let secret = created["secret"].as_str().expect("secret").to_owned();
+    let runs = p.url(&format!("{}/runs", p.project_path()));
+    let minute = || p.platform.state.clock.now().as_secs() / 60;
+    // A burst of four inside one UTC minute: three pass, the fourth is refused.
+    // A burst that straddles a minute boundary proves nothing, so try again.
+    for _ in 0..3 {
+        let start = minute();
+        let mut statuses = Vec::new();
+        let mut retry_after = None;
+        for _ in 0..4 {
+            let r = p.http.get(&runs).bearer_auth(&secret).send().await.expect("get");
+            statuses.push(r.status().as_u16());
+            if r.status() == 429 {
+                retry_after =
+                    r.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            }
+        }
+        if minute() != start {
+            continue;
+        }
+        assert_eq!(statuses, [200, 200, 200, 429]);
+        assert!(
+            retry_after.is_some_and(|s| (1..=60).contains(&s)),
+            "Retry-After until the minute ends: {retry_after:?}"
+        );
+        return;
+    }
+    panic!("three bursts in a row straddled a minute boundary");
+}

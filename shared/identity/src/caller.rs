@@ -6,7 +6,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use mapi_domain::UserId;
 use mapi_problem::{ApiError, ProblemCode};
-use mapi_runs::{Outcome, TokenDoc};
+use mapi_runs::{Outcome, TokenDoc, TokenMinuteDoc};
 
 use crate::{Audit, IdentityState, audit};
 
@@ -129,7 +129,52 @@ async fn token_caller<S: IdentityState>(
         )
         .await);
     }
+    if let Some(limit) = token.rate_limit_per_minute {
+        within_rate_limit(state, &token, limit, &meta).await?;
+    }
     Ok(Caller { principal: Principal::Token(Box::new(token)), meta })
+}
+
+/// Counts this request against the token's per-minute limit; over it,
+/// 429 RATE_LIMITED with the seconds until the minute ends.
+async fn within_rate_limit<S: IdentityState>(
+    state: &S,
+    token: &TokenDoc,
+    limit: u32,
+    meta: &RequestMeta,
+) -> Result<(), ApiError> {
+    let now = state.clock().now();
+    let minute = now.as_secs().div_euclid(60);
+    let id = format!("{}:{minute}", token.public_id());
+    let (id_ref, token_id) = (&id, token.public_id());
+    let counted =
+        mapi_store::transact::<_, ApiError, _, _>(state.store(), |mut tx| async move {
+            let mut doc = mapi_runs::tx_get::<TokenMinuteDoc>(&mut tx, id_ref)
+                .await?
+                .unwrap_or(TokenMinuteDoc { token: token_id.to_owned(), minute, requests: 0 });
+            if doc.requests >= limit {
+                return Ok(tx.finish(false));
+            }
+            doc.requests += 1;
+            mapi_runs::tx_put(&mut tx, &doc)?;
+            Ok(tx.finish(true))
+        })
+        .await?;
+    if counted {
+        return Ok(());
+    }
+    let retry = u64::try_from(60 - now.as_secs().rem_euclid(60)).unwrap_or(60);
+    let detail = format!("token limit: {limit} requests a minute; retry in {retry} s");
+    let mut entry = Audit::anonymous("token.rate_limited", format!("tokens/{}", token.public_id()))
+        .tenant(&token.tenant)
+        .project(&token.project)
+        .outcome(Outcome::Denied, ProblemCode::RateLimited)
+        .detail(detail.clone());
+    entry.actor = Some(token.user.clone());
+    entry.token = Some(token.public_id().to_owned());
+    entry.meta = meta.clone();
+    audit(state, entry).await;
+    Err(ApiError::Problem { code: ProblemCode::RateLimited, detail, retry_after_s: Some(retry) })
 }
 
 async fn session_caller<S: IdentityState>(

@@ -161,6 +161,23 @@ impl Doc for TokenDoc {
     }
 }
 
+/// Requests one token made in one UTC minute. Id: `{token public id}:{minute}`.
+/// Each token's minutes are separate documents, so no document is shared
+/// by two tokens or written past its minute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenMinuteDoc {
+    pub token: String,
+    pub minute: i64,
+    pub requests: u32,
+}
+
+impl Doc for TokenMinuteDoc {
+    const COLLECTION: &'static str = "token_minutes";
+    fn doc_id(&self) -> String {
+        format!("{}:{}", self.token, self.minute)
+    }
+}
+
 mapi_domain::wire_enum!(
     /// How an audited action ended.
     Outcome {
