@@ -102,10 +102,96 @@ pub enum TenantsCmd {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum QuotasCmd {
+    /// Replace a tenant's policy: the limits given replace the tier's; the others fall back to it.
+    Set {
+        /// Always `tenant`.
+        #[arg(value_parser = ["tenant"])]
+        level: String,
+        tenant: String,
+        #[arg(long)]
+        vcpu_seconds_per_day: Option<u64>,
+        #[arg(long)]
+        vcpu_seconds_per_month: Option<u64>,
+        #[arg(long)]
+        concurrent_runs: Option<u32>,
+        #[arg(long)]
+        max_fanout_tasks: Option<u32>,
+        /// S, M, L, XL or GPU.
+        #[arg(long)]
+        max_resource_class: Option<String>,
+        /// Bytes, or with a unit: 200GiB, 500MiB.
+        #[arg(long)]
+        storage: Option<String>,
+        #[arg(long)]
+        egress_per_month: Option<String>,
+        #[arg(long)]
+        requests_per_minute: Option<u32>,
+        #[arg(long)]
+        note: Option<String>,
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Every tenant's limits.
+    Ls,
+    /// Remove a tenant's override: its tier's defaults apply again.
+    Rm {
+        #[arg(value_parser = ["tenant"])]
+        level: String,
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KillSwitchesCmd {
+    /// Show the switches.
+    Get,
+    /// Set switches (with a reason).
+    Set {
+        /// on or off: runs of tenant-uploaded plugin code.
+        #[arg(long)]
+        uploaded_code: Option<String>,
+        /// The global spend cap in the price table's currency (0 removes it).
+        #[arg(long)]
+        spend_cap: Option<f64>,
+        /// day or month.
+        #[arg(long)]
+        spend_cap_period: Option<String>,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// Bytes from `123`, `200GiB`, `500MiB`, `2KiB`.
+fn bytes(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 =
+        num.parse().map_err(|_| format!("`{s}` is not a size: write 200GiB, 500MiB or a number of bytes"))?;
+    let mult = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return Err(format!("unknown unit `{unit}`: use B, KiB, MiB, GiB or TiB").into()),
+    };
+    Ok(n * mult)
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AdminCmd {
     /// Tenants.
     #[command(subcommand)]
     Tenants(TenantsCmd),
+    /// Quota overrides per tenant.
+    #[command(subcommand)]
+    Quotas(QuotasCmd),
+    /// The platform's kill switches.
+    #[command(subcommand)]
+    KillSwitches(KillSwitchesCmd),
     /// The audit log: a tenant's (`--tenant`, tenant admins and operators) or everything (operators).
     Audit {
         #[arg(long)]
@@ -379,6 +465,104 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 )
             });
         }
+        AdminCmd::Quotas(QuotasCmd::Set {
+            tenant,
+            vcpu_seconds_per_day,
+            vcpu_seconds_per_month,
+            concurrent_runs,
+            max_fanout_tasks,
+            max_resource_class,
+            storage,
+            egress_per_month,
+            requests_per_minute,
+            note,
+            ..
+        }) => {
+            let body = json!({
+                "vcpu_seconds_per_day": vcpu_seconds_per_day, "vcpu_seconds_per_month": vcpu_seconds_per_month,
+                "concurrent_runs": concurrent_runs, "max_fanout_tasks": max_fanout_tasks,
+                "max_resource_class": max_resource_class, "storage_bytes": storage.as_deref().map(bytes).transpose()?,
+                "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
+                "requests_per_minute": requests_per_minute, "note": note,
+            });
+            let t: Value = client
+                .send(client.request(Method::PUT, &format!("/v1/admin/quotas/{tenant}")).json(&body))
+                .await?;
+            print(json_out, &t, || format!("quotas of {tenant}: {}\n", t["effective"]));
+        }
+        AdminCmd::Quotas(QuotasCmd::Ls) => {
+            let list: Value = client.get("/v1/admin/quotas").await?;
+            print(json_out, &list, || {
+                let mut out = format!(
+                    "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8}  OVERRIDE\n",
+                    "TENANT", "TIER", "VCPU-S/DAY", "VCPU-S/MONTH", "CONC", "FANOUT", "CLASS", "REQ/MIN"
+                );
+                let cell = |v: &Value| {
+                    if v.is_null() { "—".to_owned() } else { v.to_string().trim_matches('"').to_owned() }
+                };
+                for t in list["tenants"].as_array().into_iter().flatten() {
+                    let e = &t["effective"];
+                    out.push_str(&format!(
+                        "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8}  {}\n",
+                        t["tenant"].as_str().unwrap_or(""),
+                        t["tier"].as_str().unwrap_or(""),
+                        cell(&e["vcpu_seconds_per_day"]),
+                        cell(&e["vcpu_seconds_per_month"]),
+                        cell(&e["concurrent_runs"]),
+                        cell(&e["max_fanout_tasks"]),
+                        cell(&e["max_resource_class"]),
+                        cell(&e["requests_per_minute"]),
+                        if t["policy"].is_null() { "" } else { "yes" }
+                    ));
+                }
+                out
+            });
+        }
+        AdminCmd::Quotas(QuotasCmd::Rm { tenant, .. }) => {
+            let t: Value =
+                client.send(client.request(Method::DELETE, &format!("/v1/admin/quotas/{tenant}"))).await?;
+            print(json_out, &t, || {
+                format!("quotas of {tenant} are the {} tier's again\n", t["tier"].as_str().unwrap_or("?"))
+            });
+        }
+        AdminCmd::KillSwitches(KillSwitchesCmd::Get) => {
+            let k: Value = client.get("/v1/admin/kill-switches").await?;
+            print(json_out, &k, || {
+                let s = &k["switches"];
+                format!(
+                    "uploaded code: {}\nspend cap: {}\nreason: {}\n",
+                    if s["untrusted_execution_enabled"] == true { "on" } else { "off" },
+                    s["spend_cap_micros"].as_i64().map_or("none".to_owned(), |m| format!(
+                        "{} per {}",
+                        mapi_cost::format_micros(m, "USD"),
+                        s["spend_cap_period"].as_str().unwrap_or("month")
+                    )),
+                    k["reason"].as_str().unwrap_or("-")
+                )
+            });
+        }
+        AdminCmd::KillSwitches(KillSwitchesCmd::Set {
+            uploaded_code,
+            spend_cap,
+            spend_cap_period,
+            reason,
+            ..
+        }) => {
+            let on = match uploaded_code.as_deref() {
+                None => None,
+                Some("on") => Some(true),
+                Some("off") => Some(false),
+                Some(other) => return Err(format!("--uploaded-code {other}: use on or off").into()),
+            };
+            let body = json!({
+                "untrusted_execution_enabled": on,
+                "spend_cap_micros": spend_cap.map(|c| (c * 1_000_000.0).round() as i64),
+                "spend_cap_period": spend_cap_period, "reason": reason,
+            });
+            let k: Value =
+                client.send(client.request(Method::PUT, "/v1/admin/kill-switches").json(&body)).await?;
+            print(json_out, &k, || format!("kill switches set: {}\n", k["switches"]));
+        }
         AdminCmd::Audit { tenant, project, actor, action, outcome, since, limit } => {
             let path = match &tenant {
                 Some(t) => format!("/v1/tenants/{t}/audit"),
@@ -416,6 +600,67 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             });
         }
     }
+    Ok(())
+}
+
+/// `mapi usage`: a project's usage, or the whole tenant's with `--tenant`.
+pub async fn usage(
+    client: &Client,
+    tenant_project: (String, String),
+    tenant_wide: Option<String>,
+    period: &str,
+    group_by: Option<String>,
+    json_out: bool,
+) -> Result<()> {
+    let path = match &tenant_wide {
+        Some(t) => format!("/v1/tenants/{t}/usage"),
+        None => format!("/v1/tenants/{}/projects/{}/usage", tenant_project.0, tenant_project.1),
+    };
+    let mut query = vec![("period", period.to_owned())];
+    if let Some(g) = group_by {
+        query.push(("group_by", g));
+    }
+    let r: Value = client.send(client.request(Method::GET, &path).query(&query)).await?;
+    let money = |m: &Value| {
+        mapi_cost::format_micros(m.as_i64().unwrap_or(0), r["currency"].as_str().unwrap_or("USD"))
+    };
+    let secs = |ms: &Value| format!("{:.1}", ms.as_u64().unwrap_or(0) as f64 / 1000.0);
+    print(json_out, &r, || {
+        let t = &r["totals"];
+        let mut out = format!(
+            "{} {} {} → {}\ncost {}  vCPU-s {}  GiB-s {}  runs {}  attempts {}\n",
+            r["tenant"].as_str().unwrap_or(""),
+            r["project"].as_str().map(|p| format!("/{p}")).unwrap_or_else(|| " (whole tenant)".to_owned()),
+            r["start"].as_str().unwrap_or(""),
+            r["end"].as_str().unwrap_or(""),
+            money(&t["cost_micros"]),
+            secs(&t["vcpu_ms"]),
+            secs(&t["gib_ms"]),
+            t["runs"],
+            t["attempts"]
+        );
+        for g in r["groups"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  {:<24} {:>18}  vCPU-s {:>10}  runs {}\n",
+                g["key"].as_str().unwrap_or(""),
+                money(&g["totals"]["cost_micros"]),
+                secs(&g["totals"]["vcpu_ms"]),
+                g["totals"]["runs"]
+            ));
+        }
+        for q in r["quotas"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  quota {:<24} {} of {} ({:.0} %){}\n",
+                q["limit"].as_str().unwrap_or(""),
+                q["used"],
+                q["value"],
+                q["fraction"].as_f64().unwrap_or(0.0) * 100.0,
+                q["warning"].as_u64().map(|w| format!("  ⚠ past {w} %")).unwrap_or_default()
+            ));
+        }
+        out.push_str(&format!("{}\n", r["note"].as_str().unwrap_or("")));
+        out
+    });
     Ok(())
 }
 

@@ -6,7 +6,9 @@
 //!   generator in this process with a fixed number of connections; then the
 //!   same documents inserted into a fresh SQLite file, one transaction each,
 //!   with the same durability settings. Background work (delivery,
-//!   forwarding, ticks) is off, so only the submit path is measured.
+//!   forwarding, ticks) is off, so only the submit path is measured; every
+//!   run stays queued, so the concurrency limits are lifted (the admission
+//!   checks still run, in the same transaction, as for any submit).
 //! - `cold-start`: a function binary from process start to its first 200
 //!   from `/health`, its size on disk and its resident memory when idle.
 
@@ -54,12 +56,33 @@ pub async fn submit(
     let config = mapi_platform::Config::from_lookup(&|k| match k {
         "MAPI_HOME" => Some(home.to_string_lossy().into_owned()),
         "MAPI_SQLITE_SYNC" => Some(sync.to_owned()),
+        // Every run stays queued (nothing dispatches), so concurrency limits
+        // are lifted for the measurement; the admission checks still run.
+        "MAPI_PLATFORM_CONCURRENT_RUNS" => Some(u32::MAX.to_string()),
         _ => None,
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let worker = mapi_platform::worker_command(None, true);
     let platform = DevPlatform::start_with(config, listener, worker, false).await?;
     let creds = platform.credentials.clone();
+    let lifted = mapi_runs::QuotaPolicyDoc {
+        tenant: creds.tenant.clone(),
+        policy: mapi_quota::Policy {
+            concurrent_runs: Some(u32::MAX),
+            requests_per_minute: Some(u32::MAX),
+            note: Some("mapi bench: every run stays queued".into()),
+            ..mapi_quota::Policy::default()
+        },
+        set_by: mapi_domain::UserId::parse("bench@dev.local")?,
+        set_at: platform.state.clock.now(),
+    };
+    mapi_store::StoreExt::put(
+        &*platform.state.store,
+        &mapi_runs::Doc::key(&lifted)?,
+        mapi_store::encode(&lifted)?,
+        mapi_store::Precondition::None,
+    )
+    .await?;
     let project = format!("{}/v1/tenants/{}/projects/{}", platform.url, creds.tenant, creds.project);
     let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
     let csv = "x,y\n1,2\n2,4.1\n3,5.9\n4,8.2\n";

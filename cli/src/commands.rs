@@ -54,6 +54,18 @@ enum Command {
     /// Operators and tenant admins: tenants, the audit log.
     #[command(subcommand)]
     Admin(crate::account::AdminCmd),
+    /// What compute cost: the current project's usage, or a whole tenant's with --tenant.
+    Usage {
+        /// resource_class, token or day.
+        #[arg(long)]
+        group_by: Option<String>,
+        /// The whole tenant (tenant admins).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// day or month (UTC).
+        #[arg(long, default_value = "month")]
+        period: String,
+    },
     /// Call any route: `mapi api POST /v1/tenants/acme/projects -d '{…}'`.
     Api {
         method: String,
@@ -150,6 +162,9 @@ enum RunsCmd {
         /// Watch the run until it ends.
         #[arg(long)]
         watch: bool,
+        /// Validate, estimate and check the quotas only: nothing is submitted.
+        #[arg(long, conflicts_with = "watch")]
+        dry_run: bool,
         #[command(flatten)]
         scope: Scope,
     },
@@ -262,6 +277,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Admin(cmd) => {
             crate::account::admin(&ctx.client, cmd, ctx.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Usage { group_by, tenant, period } => {
+            let scope = ctx.scope(&Scope { tenant: None, project: None })?;
+            crate::account::usage(&ctx.client, scope, tenant, &period, group_by, ctx.json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Api { method, path, data } => {
@@ -492,6 +512,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             timeout,
             idempotency_key,
             watch: follow,
+            dry_run,
             scope,
         } => {
             let (t, p) = ctx.scope(&scope)?;
@@ -501,6 +522,18 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             });
             let mut req =
                 ctx.client.request(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/runs")).json(&body);
+            if dry_run {
+                let v: serde_json::Value = ctx.client.send(req.query(&[("dry_run", "true")])).await?;
+                ctx.print(&v, || {
+                    format!(
+                        "would be admitted; estimate {} at list prices (class {}, timeout {} s); nothing submitted\n",
+                        money(v["estimate"]["amount_micros"].as_i64().unwrap_or(0), v["estimate"]["currency"].as_str().unwrap_or("USD")),
+                        v["class"].as_str().unwrap_or("?"),
+                        v["timeout_s"]
+                    )
+                })?;
+                return Ok(ExitCode::SUCCESS);
+            }
             if let Some(k) = idempotency_key {
                 req = req.header("idempotency-key", k);
             }

@@ -68,6 +68,7 @@ pub enum DevError {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = mapi_submit::ApiDoc::openapi();
     doc.merge(mapi_admin::ApiDoc::openapi());
+    doc.merge(mapi_meter::ApiDoc::openapi());
     doc.info.title = "mapi".to_owned();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
     doc.info.description = Some("The mapi model API platform.".to_owned());

@@ -14,6 +14,7 @@
 
 mod audit_log;
 mod checks;
+mod limits;
 mod members;
 mod projects;
 mod sessions;
@@ -42,6 +43,7 @@ use utoipa::OpenApi;
         tokens::create, tokens::list, tokens::revoke,
         audit_log::tenant_log, audit_log::platform_log,
         checks::project_check, checks::tenant_check,
+        limits::list, limits::set, limits::remove, limits::get_switches, limits::set_switches,
     ),
     components(schemas(ExecutorView, mapi_runs::TenantDoc, mapi_runs::ProjectDoc, mapi_runs::MembershipDoc, mapi_runs::AuditDoc)),
     tags((name = "admin", description = "Tenants, projects, members, tokens, audit"))
@@ -56,6 +58,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/tenants", post(tenants::create).get(tenants::list))
         .route("/v1/admin/tenants/{tenant}", axum::routing::patch(tenants::manage))
         .route("/v1/admin/audit", get(audit_log::platform_log))
+        .route("/v1/admin/quotas", get(limits::list))
+        .route("/v1/admin/quotas/{tenant}", axum::routing::put(limits::set).delete(limits::remove))
+        .route("/v1/admin/kill-switches", get(limits::get_switches).put(limits::set_switches))
         .route("/v1/tenants/{tenant}", get(tenants::get_tenant).patch(tenants::update))
         .route("/v1/tenants/{tenant}/members", get(members::list_tenant).post(members::add_tenant))
         .route(

@@ -18,17 +18,31 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use mapi_domain::{RunState, Transition, Verdict, classify, decide};
+use mapi_domain::{RunState, Timestamp, Transition, Verdict, classify, decide};
 use mapi_identity::InternalCaller;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask, push_dispatch};
+
+use mapi_quota::Period;
+use mapi_runs::counters::{self, Bumps};
 use mapi_runs::{AttemptDoc, LedgerEntry, ProgressDoc, RunDoc, attempt_facts, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde::Serialize;
 
+pub mod usage;
+
+/// The OpenAPI description of this function's public routes.
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(paths(usage::project_usage, usage::tenant_usage), components(schemas(usage::UsageReport)), tags((name = "usage", description = "What compute cost")))]
+pub struct ApiDoc;
+
 pub fn router(state: AppState) -> Router {
-    Router::new().route(FINALIZE_PATH, post(finalize)).with_state(state)
+    Router::new()
+        .route(FINALIZE_PATH, post(finalize))
+        .route("/v1/tenants/{tenant}/projects/{project}/usage", axum::routing::get(usage::project_usage))
+        .route("/v1/tenants/{tenant}/usage", axum::routing::get(usage::tenant_usage))
+        .with_state(state)
 }
 
 #[derive(Debug, Serialize)]
@@ -38,6 +52,20 @@ pub struct Finalized {
     pub state: Option<RunState>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amount_micros: Option<i64>,
+}
+
+/// The counters a metered charge adds to: the tenant's and the platform's
+/// day and month, and the submitting token's.
+fn usage_counters(run: &RunDoc, now: Timestamp) -> Vec<String> {
+    let mut ids = Vec::new();
+    for period in [Period::Day, Period::Month] {
+        ids.push(counters::tenant_period(&run.tenant, period, now));
+        ids.push(counters::platform_period(period, now));
+        if let Some(t) = &run.token {
+            ids.push(counters::token_period(t, period, now));
+        }
+    }
+    ids
 }
 
 enum Done {
@@ -76,6 +104,15 @@ async fn finalize(
         };
         let charge = mapi_cost::CURRENT.charge(attempt.class, attempt.task_count, wall);
         let amount = charge.amount_micros;
+        // The charge goes to the usage counters once, with the ledger entry;
+        // a run that ends gives back what it reserved.
+        let ends = matches!(verdict, Verdict::Finalize { .. }) && run.attempt == attempt.attempt && !run.state.is_terminal();
+        if !ledger_seen {
+            Bumps::charge(&usage_counters(&run, now), charge.vcpu_ms, amount).apply(&mut tx)?;
+        }
+        if ends {
+            counters::end_reservation(&mut run).apply(&mut tx)?;
+        }
         if !ledger_seen {
             let entry = LedgerEntry {
                 tenant: run.tenant.clone(),
@@ -83,6 +120,7 @@ async fn finalize(
                 run: run.id.clone(),
                 attempt: attempt.attempt,
                 charge,
+                token: run.token.clone(),
                 at: now,
             };
             tx_create(&mut tx, &entry)?;

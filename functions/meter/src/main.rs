@@ -3,5 +3,10 @@
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let info = mapi_runtime::ServiceInfo { name: "meter", version: env!("CARGO_PKG_VERSION") };
-    mapi_platform::serve_function(info, mapi_meter::router, utoipa::openapi::OpenApi::default()).await
+    mapi_platform::serve_function(
+        info,
+        mapi_meter::router,
+        <mapi_meter::ApiDoc as utoipa::OpenApi>::openapi(),
+    )
+    .await
 }

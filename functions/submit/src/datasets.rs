@@ -9,9 +9,13 @@ use mapi_methods::table::Table;
 use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
+use mapi_quota::Ask;
 use mapi_runs::views::{DatasetPage, DatasetView};
-use mapi_runs::{DatasetDoc, Doc, layout};
-use mapi_store::{Direction, Op, StoreExt};
+use mapi_runs::{DatasetDoc, Doc, layout, tx_create};
+use mapi_store::transact;
+
+use crate::quota;
+use mapi_store::{Direction, Op};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -99,7 +103,35 @@ pub async fn upload(
         created_at: now,
         created_by: caller.user().clone(),
     };
-    state.store.create(&doc.key()?, mapi_store::encode(&doc)?).await?;
+    // Storage and the request rate are admitted with the dataset's record;
+    // a refused upload's object is removed again.
+    let ask = Ask::Upload { bytes: size };
+    let what = format!("datasets/{}", doc.id);
+    let admitted = match quota::plan(&state, now, &doc.tenant, caller.token(), &ask).await {
+        Ok(Ok(plan)) => {
+            let (doc_ref, bumps) = (&doc, &plan.bumps);
+            let committed = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+                bumps.apply(&mut tx)?;
+                tx_create(&mut tx, doc_ref)?;
+                Ok(tx.finish(()))
+            })
+            .await;
+            match committed {
+                Err(e) if crate::runs::is_limit(&e) => {
+                    Err(quota::raced(&state, &caller, &doc.tenant, &what, &ask).await)
+                }
+                other => other,
+            }
+        }
+        Ok(Err(r)) => Err(quota::refused(&state, &caller, &doc.tenant, &what, r).await),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = admitted {
+        if let Err(d) = state.objects.delete(&key, IfGeneration::Match(meta.generation)).await {
+            tracing::warn!(object = %key, error = %d, "could not remove the object of a refused upload");
+        }
+        return Err(e);
+    }
     tracing::info!(dataset = %doc.id, rows = doc.rows, size, "dataset uploaded");
     Ok((StatusCode::CREATED, Json(DatasetView::from(&doc))))
 }

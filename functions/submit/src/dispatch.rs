@@ -77,6 +77,13 @@ pub async fn handle(
     let event_key = AttemptKey::from_bytes(key_bytes).to_hex();
     let (task_ref, nonce_ref, key_ref) = (&task, &nonce, &event_key);
 
+    if let Some(run) = mapi_runs::get::<RunDoc>(&*state.store, task.run.as_str()).await?
+        && run.state == RunState::Queued
+        && let Some((wait, why)) = crate::quota::compute_stopped(&state, &run.tenant).await?
+    {
+        tracing::warn!(run = %run.id, "{why}");
+        return Err(ApiError::unavailable(why, wait.min(3600)));
+    }
     let claim = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let attempt_id = AttemptDoc::id_of(&task_ref.run, task_ref.attempt);
         let Some(mut run) = tx_get::<RunDoc>(&mut tx, task_ref.run.as_str()).await? else {
@@ -282,6 +289,7 @@ async fn refuse(state: &AppState, attempt: &AttemptDoc, why: String) -> Result<(
         if run.state.is_terminal() {
             return Ok(tx.finish(()));
         }
+        mapi_runs::counters::end_reservation(&mut run).apply(&mut tx)?;
         run.transition(RunState::Failed, Reason::PlacementRefused, now)
             .map_err(|e| ApiError::internal(e.to_string()))?;
         run.error = Some(RunError { code: ErrorCode::InfraError, message: why.clone() });

@@ -11,6 +11,7 @@
 
 mod datasets;
 mod dispatch;
+mod quota;
 mod runs;
 mod view;
 

@@ -12,11 +12,11 @@ use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
 use mapi_runs::views::{RunPage, RunSummary, RunView};
 use mapi_runs::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, RunDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::datasets::{entropy, require_project};
-use crate::view;
+use crate::{quota, view};
 
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
@@ -74,18 +74,46 @@ enum Submitted {
     Replayed(RunId),
 }
 
+/// Whether a commit failed on a guarded increment: a racing request took
+/// what the first check saw free (the closure itself never answers this).
+pub fn is_limit(e: &ApiError) -> bool {
+    e.code() == ProblemCode::QuotaExceeded
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitQuery {
+    /// Validate, estimate and check the quotas, without submitting (asks nothing of the executor).
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// What a dry run answers.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DryRunView {
+    pub dry_run: bool,
+    /// The quotas would admit the run now.
+    pub admitted: bool,
+    pub method: String,
+    pub class: mapi_domain::ResourceClass,
+    pub timeout_s: u32,
+    pub estimate: mapi_cost::Charge,
+    pub note: String,
+}
+
 /// Submit a run.
 #[utoipa::path(
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/runs",
     tag = "runs",
     params(
-        ("tenant" = String, Path), ("project" = String, Path),
+        ("tenant" = String, Path), ("project" = String, Path), SubmitQuery,
         ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same run for 24 hours")
     ),
     request_body = RunSpecInput,
     responses(
         (status = 201, body = RunView, description = "Accepted: the run is queued"),
+        (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded (QUOTA_EXCEEDED, RATE_LIMITED), with Retry-After when the limit resets"),
         (status = 200, body = RunView, description = "A repeated Idempotency-Key: the run it made"),
         (status = 400, body = mapi_problem::Problem, description = "The spec cannot run"),
         (status = 404, body = mapi_problem::Problem, description = "No such project or dataset"),
@@ -97,9 +125,11 @@ pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Query(q): Query<SubmitQuery>,
     headers: HeaderMap,
     Json(spec): Json<RunSpecInput>,
-) -> Result<(StatusCode, HeaderMap, Json<RunView>), ApiError> {
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
     require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
     let idem = idempotency_key(&headers)?;
     validate(&state, &tenant, &project, &spec).await?;
@@ -129,6 +159,14 @@ pub async fn submit(
         estimate,
         charged_micros: 0,
         stalled: false,
+        token: caller.token().map(|t| t.public_id().to_owned()),
+        reservation: None,
+    };
+    let ask = mapi_quota::Ask::Run {
+        class: run.class,
+        task_count: run.task_count,
+        vcpu_ms: quota::reserve_ms(run.class, run.task_count, run.timeout_s),
+        plugin: false,
     };
     let request_hash = sha256_hex(&serde_json::to_vec(&spec).map_err(|e| ApiError::internal(e.to_string()))?);
     let idem_doc = idem.map(|k| IdempotencyDoc {
@@ -145,33 +183,60 @@ pub async fn submit(
         .project(&project)
         .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
         .into_doc(now);
-    let (run_ref, idem_ref, record) = (&run, &idem_doc, &record);
+    let what = format!("projects/{tenant}/{project}/runs");
+    let plan = match quota::plan(&state, now, &tenant, caller.token(), &ask).await? {
+        Ok(plan) => plan,
+        Err(r) => return Err(quota::refused(&state, &caller, &tenant, &what, r).await),
+    };
+    if q.dry_run {
+        return Ok(Json(DryRunView {
+            dry_run: true,
+            admitted: true,
+            method: run.method.clone(),
+            class: run.class,
+            timeout_s: run.timeout_s,
+            estimate: run.estimate.clone(),
+            note: "estimate at list prices: one attempt of the class for the whole timeout; nothing was submitted"
+                .to_owned(),
+        })
+        .into_response());
+    }
+    let mut run = run;
+    run.reservation = plan.reservation.clone();
+    let (run_ref, idem_ref, record, bumps) = (&run, &idem_doc, &record, &plan.bumps);
     let outcome = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if let Some(doc) = idem_ref {
-            if let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
-                && seen.expires_at > now
-            {
-                if seen.request_hash != doc.request_hash {
-                    return Err(ApiError::new(
-                        ProblemCode::FailedPrecondition,
-                        "this Idempotency-Key was used with a different request: use a new key",
-                    ));
-                }
-                return Ok(tx.finish(Submitted::Replayed(seen.run)));
+        if let Some(doc) = idem_ref
+            && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
+            && seen.expires_at > now
+        {
+            if seen.request_hash != doc.request_hash {
+                return Err(ApiError::new(
+                    ProblemCode::FailedPrecondition,
+                    "this Idempotency-Key was used with a different request: use a new key",
+                ));
             }
+            return Ok(tx.finish(Submitted::Replayed(seen.run)));
+        }
+        if let Some(doc) = idem_ref {
             tx_put(&mut tx, doc)?;
         }
         tx_create(&mut tx, run_ref)?;
         tx_create(&mut tx, record)?;
+        bumps.apply(&mut tx)?;
         Ok(tx.finish(Submitted::New(Box::new(run_ref.clone()))))
     })
-    .await?;
+    .await;
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) if is_limit(&e) => return Err(quota::raced(&state, &caller, &tenant, &what, &ask).await),
+        Err(e) => return Err(e),
+    };
     let mut out_headers = HeaderMap::new();
     match outcome {
         Submitted::Replayed(id) => {
             out_headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
             let run = load(&state, &id).await?;
-            Ok((StatusCode::OK, out_headers, Json(view::build(&state, &run).await?)))
+            Ok((StatusCode::OK, out_headers, Json(view::build(&state, &run).await?)).into_response())
         }
         Submitted::New(run) => {
             state.metrics.transition("none", RunState::Queued.as_str(), Reason::Submitted.as_str());
@@ -183,7 +248,7 @@ pub async fn submit(
                 tracing::warn!(run = %run.id, error = %e, "dispatch push failed; the reconciler will retry it");
             }
             tracing::info!(run = %run.id, method = %run.method, class = %run.class, "run submitted");
-            Ok((StatusCode::CREATED, out_headers, Json(view::of_new(&run))))
+            Ok((StatusCode::CREATED, out_headers, Json(view::of_new(&run))).into_response())
         }
     }
 }
@@ -303,6 +368,12 @@ pub async fn cancel(
     let (run, transition) = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut run: RunDoc =
             tx.get(key).await?.ok_or_else(|| ApiError::not_found("run not found"))?.decode()?;
+        // A queued run ends here: what it reserved goes back.
+        let released = if run.state == RunState::Queued {
+            mapi_runs::counters::end_reservation(&mut run)
+        } else {
+            Default::default()
+        };
         let to = match run.state {
             s if s.is_terminal() => {
                 return Err(ApiError::precondition(format!(
@@ -320,6 +391,7 @@ pub async fn cancel(
         run.cancel_requested = true;
         tx_put(&mut tx, &run)?;
         tx_create(&mut tx, record)?;
+        released.apply(&mut tx)?;
         Ok(tx.finish((run, Some(t))))
     })
     .await?;

@@ -77,6 +77,8 @@ pub struct Config {
     pub local_timeout_margin: Duration,
     pub local_grace: Duration,
     pub local_memory_mib: BTreeMap<ResourceClass, u64>,
+    /// Platform-wide limit of concurrent runs (protects the cloud project).
+    pub platform_concurrent_runs: u32,
     /// Verified e-mails with operator powers (through a session only).
     pub operator_emails: Vec<UserId>,
     /// The OIDC issuer of session tokens; in the dev profile, when unset,
@@ -341,6 +343,11 @@ impl Config {
             local_timeout_margin: seconds(get, "MAPI_LOCAL_TIMEOUT_MARGIN_S", 5)?,
             local_grace: seconds(get, "MAPI_LOCAL_GRACE_S", 5)?,
             local_memory_mib: memory_map(&get("MAPI_LOCAL_MEMORY_MIB").unwrap_or_default())?,
+            platform_concurrent_runs: parse(
+                get,
+                "MAPI_PLATFORM_CONCURRENT_RUNS",
+                mapi_quota::PLATFORM_CONCURRENT_RUNS,
+            )?,
             operator_emails: emails(
                 get,
                 "MAPI_OPERATOR_EMAILS",

@@ -282,6 +282,12 @@ pub struct RunDoc {
     /// No event arrived for a while although the execution runs (informational).
     #[serde(default)]
     pub stalled: bool,
+    /// The token the run was submitted with (public id), if any.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// What the run holds until it ends (a concurrent slot, reserved vCPU-seconds).
+    #[serde(default)]
+    pub reservation: Option<crate::counters::Reservation>,
 }
 
 impl Doc for RunDoc {
@@ -408,7 +414,47 @@ pub struct LedgerEntry {
     pub run: RunId,
     pub attempt: AttemptNo,
     pub charge: Charge,
+    /// The token the run was submitted with, if any.
+    #[serde(default)]
+    pub token: Option<String>,
     pub at: Timestamp,
+}
+
+/// A tenant's quota override (operators). Id: the tenant. The limits given
+/// replace the tier's; the others fall back to it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QuotaPolicyDoc {
+    pub tenant: TenantId,
+    pub policy: mapi_quota::Policy,
+    pub set_by: UserId,
+    pub set_at: Timestamp,
+}
+
+impl Doc for QuotaPolicyDoc {
+    const COLLECTION: &'static str = "quota_policies";
+    fn doc_id(&self) -> String {
+        self.tenant.to_string()
+    }
+}
+
+/// The platform's kill switches. One document: `kill_switches/global`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct KillSwitchDoc {
+    pub switches: mapi_quota::KillSwitches,
+    pub reason: String,
+    pub set_by: UserId,
+    pub set_at: Timestamp,
+}
+
+impl KillSwitchDoc {
+    pub const ID: &'static str = "global";
+}
+
+impl Doc for KillSwitchDoc {
+    const COLLECTION: &'static str = "kill_switches";
+    fn doc_id(&self) -> String {
+        KillSwitchDoc::ID.to_owned()
+    }
 }
 
 impl Doc for LedgerEntry {
@@ -469,6 +515,8 @@ mod tests {
             estimate: mapi_cost::CURRENT.estimate(ResourceClass::S, 1, std::time::Duration::from_secs(60)),
             charged_micros: 0,
             stalled: false,
+            token: None,
+            reservation: None,
         }
     }
 

@@ -10,6 +10,7 @@
 //! history entry to the same document, so the change and its record are
 //! one write in one transaction.
 
+pub mod counters;
 mod docs;
 pub mod layout;
 pub mod tasks;
@@ -137,6 +138,20 @@ pub const INDEXES: &[Index] = &[
         fields: &[("tenant", Direction::Asc), ("at", Direction::Desc)],
     },
     Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Desc)] },
+    // Ledger entries of a tenant, or of one of its projects, in a period.
+    Index {
+        collection: LedgerEntry::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("at", Direction::Asc)],
+    },
+    Index {
+        collection: LedgerEntry::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("at", Direction::Asc)],
+    },
+    // Datasets of a tenant (storage).
+    Index {
+        collection: DatasetDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("created_at", Direction::Asc)],
+    },
     // Ledger entries of a run.
     Index {
         collection: LedgerEntry::COLLECTION,

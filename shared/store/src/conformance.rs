@@ -270,6 +270,62 @@ pub async fn transaction_errors_write_nothing(s: &dyn Store) {
     assert!(s.get_one(&key("a")).await.expect("get").is_none());
 }
 
+pub async fn increments_create_add_and_combine(s: &dyn Store) {
+    let k = key("counter");
+    let inc = |field: &str, delta: i64| Write::Increment {
+        key: k.clone(),
+        field: field.to_owned(),
+        delta,
+        at_most: None,
+    };
+    s.commit(None, &[inc("a", 2), inc("b", 5)]).await.expect("two fields of one document in one commit");
+    s.commit(None, &[inc("a", 3)]).await.expect("again");
+    let doc = s.get_one(&k).await.expect("get").expect("created by the increment");
+    assert_eq!((doc.fields["a"].as_i64(), doc.fields["b"].as_i64()), (Some(5), Some(5)));
+    s.commit(None, &[inc("a", -5)]).await.expect("decrement");
+    assert_eq!(s.get_one(&k).await.expect("get").expect("doc").fields["a"].as_i64(), Some(0));
+    let mixed = [
+        inc("a", 1),
+        Write::Put { key: k.clone(), fields: fields(json!({})), precondition: Precondition::None },
+    ];
+    assert!(matches!(s.commit(None, &mixed).await, Err(StoreError::InvalidArgument(_))));
+}
+
+pub async fn guarded_increments_fail_the_whole_commit(s: &dyn Store) {
+    let k = key("counter");
+    let guarded =
+        |delta: i64| Write::Increment { key: k.clone(), field: "n".into(), delta, at_most: Some(10) };
+    s.commit(None, &[guarded(10)]).await.expect("exactly at the limit");
+    let other =
+        Write::Put { key: key("side"), fields: fields(json!({"x": 1})), precondition: Precondition::None };
+    let r = s.commit(None, &[other, guarded(1)]).await;
+    assert_eq!(r, Err(StoreError::LimitReached { key: k.clone(), field: "n".into() }));
+    assert!(s.get_one(&key("side")).await.expect("get").is_none(), "nothing of a refused commit is written");
+    s.commit(None, &[guarded(-3)]).await.expect("decrements are never refused");
+    assert_eq!(s.get_one(&k).await.expect("get").expect("doc").fields["n"].as_i64(), Some(7));
+}
+
+pub async fn racing_guarded_increments_never_pass_the_limit(s: Arc<dyn Store>) {
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let w = Write::Increment { key: key("slots"), field: "used".into(), delta: 1, at_most: Some(20) };
+            s.commit(None, &[w]).await
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        match t.await.expect("task") {
+            Ok(_) => admitted += 1,
+            Err(StoreError::LimitReached { .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!(admitted, 20);
+    assert_eq!(s.get_one(&key("slots")).await.expect("get").expect("doc").fields["used"].as_i64(), Some(20));
+}
+
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
 /// expression evaluating to `(guard, store)`; the guard is kept alive for
 /// the test (a temporary directory, a child process).
@@ -281,7 +337,15 @@ macro_rules! conformance_suite {
             replace_keeps_create_time, delete_semantics, commits_are_atomic, query_filters_and_orders,
             cursors_page_through_every_document_once, malformed_queries_are_refused,
             transaction_aborts_when_a_read_document_changed, transaction_aborts_on_a_phantom,
-            transaction_refuses_reads_after_writes, transaction_errors_write_nothing);
+            transaction_refuses_reads_after_writes, transaction_errors_write_nothing,
+            increments_create_add_and_combine, guarded_increments_fail_the_whole_commit);
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn racing_guarded_increments_never_pass_the_limit() {
+            let (_guard, store) = $make;
+            let store: std::sync::Arc<dyn $crate::Store> = std::sync::Arc::new(store);
+            $crate::conformance::racing_guarded_increments_never_pass_the_limit(store).await;
+        }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn transactions_serialize_concurrent_increments() {

@@ -14,6 +14,9 @@ pub enum StoreError {
     /// A write's version precondition did not hold.
     #[error("document {0} changed since it was read")]
     FailedPrecondition(DocKey),
+    /// A guarded increment would have passed its limit; the commit wrote nothing.
+    #[error("{field} of {key} would pass its limit")]
+    LimitReached { key: DocKey, field: String },
     /// A transaction conflicted with another and wrote nothing: retry it.
     #[error("transaction aborted by a concurrent change")]
     Aborted,

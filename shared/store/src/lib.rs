@@ -134,12 +134,19 @@ pub enum Write {
     /// Deletes the document. Deleting a missing document succeeds unless the
     /// precondition requires it to exist.
     Delete { key: DocKey, precondition: Precondition },
+    /// Adds `delta` to the integer `field` (absent: 0), creating the
+    /// document if needed, as Firestore's increment transform. With
+    /// `at_most`, the whole commit fails with `LimitReached` instead of
+    /// taking the field past it. Increments need no read, so increments of
+    /// one counter never conflict with each other; several fields of one
+    /// document may be incremented in one commit.
+    Increment { key: DocKey, field: String, delta: i64, at_most: Option<i64> },
 }
 
 impl Write {
     pub fn key(&self) -> &DocKey {
         match self {
-            Write::Put { key, .. } | Write::Delete { key, .. } => key,
+            Write::Put { key, .. } | Write::Delete { key, .. } | Write::Increment { key, .. } => key,
         }
     }
 }

@@ -410,12 +410,45 @@ fn check_precondition(conn: &Connection, key: &DocKey, p: Precondition) -> Resul
     }
 }
 
+fn next_version(tx: &Connection) -> Result<i64, StoreError> {
+    tx.query_row(
+        "UPDATE store_meta SET value = value + 1 WHERE name = 'version_seq' RETURNING value",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(sql_err)
+}
+
+fn upsert(
+    tx: &Connection,
+    key: &DocKey,
+    fields: &Fields,
+    seq: i64,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let text = serde_json::to_string(fields).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+    tx.prepare_cached(
+        "INSERT INTO documents (collection, id, fields, version, create_time, update_time)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+         ON CONFLICT (collection, id) DO UPDATE
+         SET fields = excluded.fields, version = excluded.version, update_time = excluded.update_time",
+    )
+    .map_err(sql_err)?
+    .execute(params![key.collection, key.id, text, seq, now.as_micros()])
+    .map_err(sql_err)?;
+    Ok(())
+}
+
 /// One commit's checks and writes, on a connection inside a transaction.
 fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &[Write]) -> CommitResult {
-    let mut keys: Vec<&DocKey> = writes.iter().map(Write::key).collect();
+    // Each document is put or deleted at most once, and not also incremented.
+    let mut keys: Vec<(&DocKey, bool)> =
+        writes.iter().map(|w| (w.key(), matches!(w, Write::Increment { .. }))).collect();
     keys.sort();
-    if keys.windows(2).any(|w| w[0] == w[1]) {
-        return Err(StoreError::InvalidArgument("a commit writes each document at most once".to_owned()));
+    if keys.windows(2).any(|w| w[0].0 == w[1].0 && !(w[0].1 && w[1].1)) {
+        return Err(StoreError::InvalidArgument(
+            "a commit writes each document at most once (increments of one document may repeat)".to_owned(),
+        ));
     }
     for read in reads {
         let unchanged = match read {
@@ -435,24 +468,21 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
         match w {
             Write::Put { key, fields, precondition } => {
                 check_precondition(tx, key, *precondition)?;
-                let seq: i64 = tx
-                    .query_row(
-                        "UPDATE store_meta SET value = value + 1 WHERE name = 'version_seq' RETURNING value",
-                        [],
-                        |r| r.get(0),
-                    )
-                    .map_err(sql_err)?;
-                let text =
-                    serde_json::to_string(fields).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
-                tx.prepare_cached(
-                    "INSERT INTO documents (collection, id, fields, version, create_time, update_time)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-                     ON CONFLICT (collection, id) DO UPDATE
-                     SET fields = excluded.fields, version = excluded.version, update_time = excluded.update_time",
-                )
-                .map_err(sql_err)?
-                .execute(params![key.collection, key.id, text, seq, now.as_micros()])
-                .map_err(sql_err)?;
+                let seq = next_version(tx)?;
+                upsert(tx, key, fields, seq, now)?;
+                versions.push(Some(Version(seq as u64)));
+            }
+            Write::Increment { key, field, delta, at_most } => {
+                check_field_path(field)?;
+                let mut fields: Fields = get_doc(tx, key)?.map(|d| d.fields).unwrap_or_default();
+                let current = fields.get(field.as_str()).and_then(serde_json::Value::as_i64).unwrap_or(0);
+                let next = current.saturating_add(*delta);
+                if at_most.is_some_and(|max| next > max && *delta > 0) {
+                    return Err(StoreError::LimitReached { key: key.clone(), field: field.clone() });
+                }
+                fields.insert(field.clone(), serde_json::Value::from(next));
+                let seq = next_version(tx)?;
+                upsert(tx, key, &fields, seq, now)?;
                 versions.push(Some(Version(seq as u64)));
             }
             Write::Delete { key, precondition } => {

@@ -1,0 +1,224 @@
+//! Operators' quota overrides and kill switches. Both are audited; kill
+//! switches need a reason.
+
+use axum::extract::State;
+
+use mapi_access::{Action, Resource};
+use mapi_domain::{TenantId, Tier};
+use mapi_identity::{Audit, Caller, Target, authorize, authorize_operator};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path};
+use mapi_quota::{KillSwitches, Limits, Period, Policy, effective, platform_limits};
+use mapi_runs::{Doc, KillSwitchDoc, QuotaPolicyDoc, TenantDoc, tx_create, tx_get, tx_put};
+use mapi_store::transact;
+use serde::{Deserialize, Serialize};
+
+/// A tenant's limits: its tier, the operator's override if any, and the limits in force.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TenantLimits {
+    pub tenant: TenantId,
+    #[schema(value_type = String)]
+    pub tier: Tier,
+    pub policy: Option<Policy>,
+    pub effective: Limits,
+}
+
+/// Every tenant's limits, and the platform's.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QuotaList {
+    pub tenants: Vec<TenantLimits>,
+    pub platform: Limits,
+}
+
+/// Every tenant's quotas (operators).
+#[utoipa::path(get, path = "/v1/admin/quotas", tag = "admin", responses((status = 200, body = QuotaList)), security(("bearer" = [])))]
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<QuotaList>, ApiError> {
+    authorize_operator(&state, &caller, Resource::Quota, Action::Read, "quotas").await?;
+    let tenants: Vec<TenantDoc> = state
+        .store
+        .query(&mapi_store::Query::new(TenantDoc::COLLECTION), None)
+        .await?
+        .iter()
+        .map(|d| d.decode())
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::new();
+    for t in tenants {
+        let policy = mapi_runs::get::<QuotaPolicyDoc>(&*state.store, t.id.as_str()).await?.map(|p| p.policy);
+        out.push(TenantLimits {
+            effective: effective(t.tier, policy.as_ref()),
+            tenant: t.id,
+            tier: t.tier,
+            policy,
+        });
+    }
+    Ok(Json(QuotaList { tenants: out, platform: platform_limits() }))
+}
+
+/// Replace a tenant's quota policy (operators): the limits given replace
+/// the tier's, the others fall back to the tier default.
+#[utoipa::path(put, path = "/v1/admin/quotas/{tenant}", tag = "admin", params(("tenant" = String, Path)), request_body = Policy,
+    responses((status = 200, body = TenantLimits)), security(("bearer" = [])))]
+pub async fn set(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(tenant): Path<TenantId>,
+    Json(policy): Json<Policy>,
+) -> Result<Json<TenantLimits>, ApiError> {
+    let what = format!("tenant {tenant}");
+    let granted =
+        authorize(&state, &caller, Target::tenant(&tenant, &what), Resource::Quota, Action::Update).await?;
+    let now = state.clock.now();
+    let doc = QuotaPolicyDoc {
+        tenant: tenant.clone(),
+        policy: policy.clone(),
+        set_by: caller.user().clone(),
+        set_at: now,
+    };
+    let record = Audit::by(&caller, "quota.set", format!("quotas/{tenant}"))
+        .tenant(&tenant)
+        .operator(true)
+        .detail(serde_json::to_string(&policy).unwrap_or_default())
+        .into_doc(now);
+    let (doc_ref, record) = (&doc, &record);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        tx_put(&mut tx, doc_ref)?;
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    let tier = granted.tenant.tier;
+    Ok(Json(TenantLimits { tenant, tier, effective: effective(tier, Some(&policy)), policy: Some(policy) }))
+}
+
+/// Remove a tenant's override: its tier's defaults apply again (operators).
+#[utoipa::path(delete, path = "/v1/admin/quotas/{tenant}", tag = "admin", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantLimits)), security(("bearer" = [])))]
+pub async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(tenant): Path<TenantId>,
+) -> Result<Json<TenantLimits>, ApiError> {
+    let what = format!("tenant {tenant}");
+    let granted =
+        authorize(&state, &caller, Target::tenant(&tenant, &what), Resource::Quota, Action::Delete).await?;
+    let now = state.clock.now();
+    let record = Audit::by(&caller, "quota.remove", format!("quotas/{tenant}"))
+        .tenant(&tenant)
+        .operator(true)
+        .into_doc(now);
+    let key = mapi_runs::key::<QuotaPolicyDoc>(tenant.as_str())?;
+    let (key, record) = (&key, &record);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        tx.delete(key);
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    let tier = granted.tenant.tier;
+    Ok(Json(TenantLimits { tenant, tier, effective: effective(tier, None), policy: None }))
+}
+
+/// The kill switches in force.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct KillSwitchView {
+    pub switches: KillSwitches,
+    pub reason: Option<String>,
+    pub set_by: Option<String>,
+    pub set_at: Option<mapi_domain::Timestamp>,
+}
+
+/// The kill switches (operators).
+#[utoipa::path(get, path = "/v1/admin/kill-switches", tag = "admin", responses((status = 200, body = KillSwitchView)), security(("bearer" = [])))]
+pub async fn get_switches(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<KillSwitchView>, ApiError> {
+    authorize_operator(&state, &caller, Resource::KillSwitch, Action::Read, "kill switches").await?;
+    let doc = mapi_runs::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?;
+    Ok(Json(match doc {
+        Some(d) => KillSwitchView {
+            switches: d.switches,
+            reason: Some(d.reason),
+            set_by: Some(d.set_by.to_string()),
+            set_at: Some(d.set_at),
+        },
+        None => {
+            KillSwitchView { switches: KillSwitches::default(), reason: None, set_by: None, set_at: None }
+        }
+    }))
+}
+
+/// The body of `PUT /v1/admin/kill-switches`: the switches given change, the others stay.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetSwitches {
+    pub untrusted_execution_enabled: Option<bool>,
+    /// The global spend cap in micros of the price table's currency; `0` removes it.
+    pub spend_cap_micros: Option<i64>,
+    #[schema(value_type = Option<String>)]
+    pub spend_cap_period: Option<Period>,
+    /// Why (required).
+    pub reason: String,
+}
+
+/// Set kill switches (operators, with a reason; audited).
+#[utoipa::path(put, path = "/v1/admin/kill-switches", tag = "admin", request_body = SetSwitches,
+    responses((status = 200, body = KillSwitchView), (status = 400, body = mapi_problem::Problem)), security(("bearer" = [])))]
+pub async fn set_switches(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(body): Json<SetSwitches>,
+) -> Result<Json<KillSwitchView>, ApiError> {
+    authorize_operator(&state, &caller, Resource::KillSwitch, Action::Update, "kill switches").await?;
+    let reason = body.reason.trim();
+    if reason.is_empty() {
+        return Err(ApiError::invalid("setting a kill switch needs a reason"));
+    }
+    if body.spend_cap_micros.is_some_and(|c| c < 0) {
+        return Err(ApiError::invalid("spend_cap_micros must be positive (or 0 to remove the cap)"));
+    }
+    let now = state.clock.now();
+    let (body_ref, user) = (&body, caller.user());
+    let record = Audit::by(&caller, "kill_switch.set", "kill_switches/global")
+        .operator(true)
+        .detail(format!(
+            "untrusted_execution {:?}, spend cap {:?} per {:?}; reason: {reason}",
+            body.untrusted_execution_enabled,
+            body.spend_cap_micros,
+            body.spend_cap_period.map(|p| p.as_str())
+        ))
+        .into_doc(now);
+    let record = &record;
+    let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut switches = tx_get::<KillSwitchDoc>(&mut tx, KillSwitchDoc::ID)
+            .await?
+            .map(|d| d.switches)
+            .unwrap_or_default();
+        if let Some(on) = body_ref.untrusted_execution_enabled {
+            switches.untrusted_execution_enabled = on;
+        }
+        if let Some(cap) = body_ref.spend_cap_micros {
+            switches.spend_cap_micros = (cap > 0).then_some(cap);
+        }
+        if let Some(p) = body_ref.spend_cap_period {
+            switches.spend_cap_period = p;
+        }
+        let doc = KillSwitchDoc {
+            switches,
+            reason: body_ref.reason.trim().to_owned(),
+            set_by: user.clone(),
+            set_at: now,
+        };
+        tx_put(&mut tx, &doc)?;
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(doc))
+    })
+    .await?;
+    tracing::warn!(switches = ?doc.switches, reason = %doc.reason, "kill switches changed");
+    Ok(Json(KillSwitchView {
+        switches: doc.switches,
+        reason: Some(doc.reason),
+        set_by: Some(doc.set_by.to_string()),
+        set_at: Some(doc.set_at),
+    }))
+}

@@ -1,0 +1,229 @@
+//! Usage: what a project or a tenant spent in a UTC day or month, from the
+//! ledger (the one record of what was metered), grouped by resource class,
+//! token or day, with how near each quota is (warnings at 70 % and 90 %).
+//! Amounts are estimates of compute cost at list prices, not an invoice.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use mapi_access::{Action, Resource};
+use mapi_domain::{ProjectId, TenantId, Tier, Timestamp};
+use mapi_identity::{Caller, Target, authorize};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path, Query};
+use mapi_quota::{Limits, Period, effective};
+use mapi_runs::counters;
+use mapi_runs::{Doc, LedgerEntry, QuotaPolicyDoc};
+use mapi_store::{Direction, Op};
+use serde::{Deserialize, Serialize};
+
+/// How to group a usage report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    ResourceClass,
+    Token,
+    Day,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// `day` or `month` (UTC); `month` when absent.
+    #[param(value_type = Option<String>)]
+    period: Option<Period>,
+    /// An instant inside the period (RFC 3339); now when absent.
+    at: Option<Timestamp>,
+    #[param(value_type = Option<String>)]
+    group_by: Option<GroupBy>,
+}
+
+/// Sums over ledger entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Totals {
+    pub cost_micros: i64,
+    pub vcpu_ms: u64,
+    /// Memory: GiB-milliseconds.
+    pub gib_ms: u64,
+    pub accelerator_ms: u64,
+    /// Distinct runs metered.
+    pub runs: u64,
+    /// Attempts metered.
+    pub attempts: u64,
+}
+
+/// One group of a report.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Group {
+    pub key: String,
+    pub totals: Totals,
+}
+
+/// How near one quota is.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Nearness {
+    pub limit: String,
+    pub value: u64,
+    pub used: u64,
+    pub fraction: f64,
+    /// 70 or 90 when at or past that percentage.
+    pub warning: Option<u8>,
+}
+
+/// A usage report.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct UsageReport {
+    pub tenant: TenantId,
+    pub project: Option<ProjectId>,
+    #[schema(value_type = String)]
+    pub period: Period,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub currency: String,
+    pub totals: Totals,
+    pub group_by: Option<GroupBy>,
+    pub groups: Vec<Group>,
+    pub quotas: Vec<Nearness>,
+    pub note: String,
+}
+
+fn add(t: &mut Totals, e: &LedgerEntry) {
+    t.cost_micros += e.charge.amount_micros;
+    t.vcpu_ms += e.charge.vcpu_ms;
+    t.gib_ms += e.charge.gib_ms;
+    t.accelerator_ms += e.charge.accelerator_ms;
+    t.attempts += 1;
+}
+
+/// Totals of `entries`, counting each run once.
+pub fn totals(entries: &[&LedgerEntry]) -> Totals {
+    let mut t = Totals::default();
+    let mut runs = std::collections::BTreeSet::new();
+    for e in entries {
+        add(&mut t, e);
+        runs.insert(e.run.clone());
+    }
+    t.runs = runs.len() as u64;
+    t
+}
+
+fn nearness(limit: &str, value: Option<u64>, used: u64) -> Option<Nearness> {
+    let value = value?;
+    let fraction = if value == 0 { 1.0 } else { used as f64 / value as f64 };
+    let warning = if fraction >= 0.9 {
+        Some(90)
+    } else if fraction >= 0.7 {
+        Some(70)
+    } else {
+        None
+    };
+    Some(Nearness { limit: limit.to_owned(), value, used, fraction, warning })
+}
+
+async fn quotas(
+    state: &AppState,
+    tenant: &TenantId,
+    tier: Tier,
+    now: Timestamp,
+) -> Result<Vec<Nearness>, ApiError> {
+    let policy = mapi_runs::get::<QuotaPolicyDoc>(&*state.store, tenant.as_str()).await?.map(|p| p.policy);
+    let limits: Limits = effective(tier, policy.as_ref());
+    let counter = |id: String| async move { counters::read(&*state.store, &id).await };
+    let total = counter(counters::tenant(tenant)).await?;
+    let day = counter(counters::tenant_period(tenant, Period::Day, now)).await?;
+    let month = counter(counters::tenant_period(tenant, Period::Month, now)).await?;
+    Ok([
+        nearness("vcpu_seconds_per_day", limits.vcpu_seconds_per_day, day.vcpu_ms() / 1000),
+        nearness("vcpu_seconds_per_month", limits.vcpu_seconds_per_month, month.vcpu_ms() / 1000),
+        nearness(
+            "concurrent_runs",
+            limits.concurrent_runs.map(u64::from),
+            u64::try_from(total.active_runs).unwrap_or(0),
+        ),
+        nearness("storage_bytes", limits.storage_bytes, u64::try_from(total.storage_bytes).unwrap_or(0)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect())
+}
+
+async fn report(
+    state: &AppState,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    tier: Tier,
+    q: UsageQuery,
+) -> Result<UsageReport, ApiError> {
+    let now = state.clock.now();
+    let period = q.period.unwrap_or(Period::Month);
+    let at = q.at.unwrap_or(now);
+    let (start, end) = (period.start(at), period.end(at));
+    let mut query = mapi_store::Query::new(LedgerEntry::COLLECTION).filter("tenant", Op::Eq, tenant.as_str());
+    if let Some(p) = &project {
+        query = query.filter("project", Op::Eq, p.as_str());
+    }
+    let query = query
+        .filter("at", Op::Ge, start.to_rfc3339())
+        .filter("at", Op::Lt, end.to_rfc3339())
+        .order_by("at", Direction::Asc);
+    let entries: Vec<LedgerEntry> =
+        state.store.query(&query, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
+    let all: Vec<&LedgerEntry> = entries.iter().collect();
+    let mut groups: BTreeMap<String, Vec<&LedgerEntry>> = BTreeMap::new();
+    if let Some(g) = q.group_by {
+        for e in &entries {
+            let key = match g {
+                GroupBy::ResourceClass => e.charge.class.to_string(),
+                GroupBy::Token => e.token.clone().unwrap_or_else(|| "(session)".to_owned()),
+                GroupBy::Day => Period::Day.key(e.at),
+            };
+            groups.entry(key).or_default().push(e);
+        }
+    }
+    Ok(UsageReport {
+        currency: entries
+            .first()
+            .map_or_else(|| mapi_cost::CURRENT.currency.to_owned(), |e| e.charge.currency.clone()),
+        totals: totals(&all),
+        groups: groups.into_iter().map(|(key, es)| Group { key, totals: totals(&es) }).collect(),
+        quotas: quotas(state, &tenant, tier, now).await?,
+        tenant,
+        project,
+        period,
+        start,
+        end,
+        group_by: q.group_by,
+        note: "Amounts are estimates of compute cost at list prices; they are not an invoice.".to_owned(),
+    })
+}
+
+/// A project's usage (everyone in the project).
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/usage", tag = "usage", params(("tenant" = String, Path), ("project" = String, Path), UsageQuery),
+    responses((status = 200, body = UsageReport)), security(("bearer" = [])))]
+pub async fn project_usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Query(q): Query<UsageQuery>,
+) -> Result<Json<UsageReport>, ApiError> {
+    let what = format!("project {tenant}/{project}");
+    let granted =
+        authorize(&state, &caller, Target::project(&tenant, &project, &what), Resource::Usage, Action::Read)
+            .await?;
+    Ok(Json(report(&state, tenant, Some(project), granted.tenant.tier, q).await?))
+}
+
+/// The whole tenant's usage (tenant admins, tenant-wide; operators).
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/usage", tag = "usage", params(("tenant" = String, Path), UsageQuery),
+    responses((status = 200, body = UsageReport)), security(("bearer" = [])))]
+pub async fn tenant_usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(tenant): Path<TenantId>,
+    Query(q): Query<UsageQuery>,
+) -> Result<Json<UsageReport>, ApiError> {
+    let what = format!("tenant {tenant}");
+    let granted =
+        authorize(&state, &caller, Target::tenant(&tenant, &what), Resource::Billing, Action::Read).await?;
+    Ok(Json(report(&state, tenant, None, granted.tenant.tier, q).await?))
+}

@@ -1,0 +1,205 @@
+//! Admission: the three levels of quotas (the token's, the tenant's policy
+//! or tier defaults, the platform's) and the kill switches.
+//!
+//! A request is first checked against what is in use now, which gives the
+//! refusal its detail and Retry-After; then its reservation is written as
+//! guarded increments in the same commit as the run or dataset, each
+//! increment at most its limit. Racing requests therefore never over-admit
+//! (the store checks the limit where it writes the counter) and never
+//! conflict with each other (increments read nothing).
+
+use mapi_domain::{ResourceClass, TenantId, Tier, Timestamp};
+use mapi_identity::{Audit, Caller, audit};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, ProblemCode};
+use mapi_quota::{
+    Ask, Limits, Period, Refusal, RefusalCode, TokenBudget, Usage, admit, effective, platform_limits,
+};
+use mapi_runs::counters::{self, Bumps, CounterDoc, Reservation, field};
+use mapi_runs::{BudgetPeriod, KillSwitchDoc, Outcome, QuotaPolicyDoc, TenantDoc, TokenDoc};
+use mapi_store::DocKey;
+
+/// What an admitted request writes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub bumps: Bumps,
+    pub reservation: Option<Reservation>,
+}
+
+fn budget_of(token: Option<&TokenDoc>) -> Option<TokenBudget> {
+    token.and_then(|t| t.budget.as_ref()).map(|b| TokenBudget {
+        vcpu_seconds: b.vcpu_seconds,
+        period: match b.period {
+            BudgetPeriod::Day => Period::Day,
+            BudgetPeriod::Month => Period::Month,
+        },
+    })
+}
+
+fn limit_ms(seconds: Option<u64>) -> Option<i64> {
+    seconds.map(|s| i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX))
+}
+
+fn limit(n: Option<impl Into<u64>>) -> Option<i64> {
+    n.map(|n| i64::try_from(n.into()).unwrap_or(i64::MAX))
+}
+
+/// Checks `ask` against what is in use now and plans its reservation.
+pub async fn plan(
+    state: &AppState,
+    now: Timestamp,
+    tenant: &TenantId,
+    token: Option<&TokenDoc>,
+    ask: &Ask,
+) -> Result<Result<Plan, Refusal>, ApiError> {
+    let store = &*state.store;
+    let tier = mapi_runs::get::<TenantDoc>(store, tenant.as_str()).await?.map_or(Tier::Public, |t| t.tier);
+    let policy = mapi_runs::get::<QuotaPolicyDoc>(store, tenant.as_str()).await?.map(|p| p.policy);
+    let switches = mapi_runs::get::<KillSwitchDoc>(store, KillSwitchDoc::ID)
+        .await?
+        .map(|k| k.switches)
+        .unwrap_or_default();
+    let budget = budget_of(token);
+    let token_counter =
+        token.zip(budget.as_ref()).map(|(t, b)| counters::token_period(t.public_id(), b.period, now));
+    let (total, day, month, minute) = (
+        counters::tenant(tenant),
+        counters::tenant_period(tenant, Period::Day, now),
+        counters::tenant_period(tenant, Period::Month, now),
+        counters::tenant_minute(tenant, now),
+    );
+    let spend = counters::platform_period(switches.spend_cap_period, now);
+    let mut ids =
+        vec![total.clone(), day.clone(), month.clone(), minute.clone(), counters::PLATFORM.to_owned(), spend];
+    ids.extend(token_counter.clone());
+    let keys = ids.iter().map(|id| mapi_runs::key::<CounterDoc>(id)).collect::<Result<Vec<DocKey>, _>>()?;
+    let read: Vec<CounterDoc> = store
+        .get(&keys, None)
+        .await?
+        .iter()
+        .map(|d| d.as_ref().map(|d| d.decode::<CounterDoc>()).transpose().map(Option::unwrap_or_default))
+        .collect::<Result<_, _>>()?;
+    let (c_total, c_day, c_month, c_minute, c_platform, c_spend) =
+        (&read[0], &read[1], &read[2], &read[3], &read[4], &read[5]);
+    let c_token = read.get(6).cloned().unwrap_or_default();
+    let usage = Usage {
+        token_vcpu_ms: c_token.vcpu_ms(),
+        tenant_requests_this_minute: u32::try_from(c_minute.requests).unwrap_or(u32::MAX),
+        tenant_active_runs: u32::try_from(c_total.active_runs).unwrap_or(u32::MAX),
+        tenant_vcpu_ms_day: c_day.vcpu_ms(),
+        tenant_vcpu_ms_month: c_month.vcpu_ms(),
+        tenant_storage_bytes: u64::try_from(c_total.storage_bytes).unwrap_or(0),
+        platform_active_runs: u32::try_from(c_platform.active_runs).unwrap_or(u32::MAX),
+        platform_spend_micros: c_spend.spend_micros,
+    };
+    let limits: Limits = effective(tier, policy.as_ref());
+    let platform =
+        Limits { concurrent_runs: Some(state.config.platform_concurrent_runs), ..platform_limits() };
+    if let Err(refusal) = admit(now, tier, budget.as_ref(), &limits, &platform, &switches, &usage, ask) {
+        return Ok(Err(refusal));
+    }
+    // The same limits, as guards on the increments, in the order of the checks.
+    let mut bumps = Bumps::default();
+    let reservation = match ask {
+        Ask::Run { vcpu_ms, .. } => {
+            let held = i64::try_from(*vcpu_ms).unwrap_or(i64::MAX);
+            let mut budgets = Vec::new();
+            if let (Some(id), Some(b)) = (&token_counter, &budget) {
+                bumps.add(id, field::RESERVED, held);
+                bumps.guarded(id, field::COMMITTED, held, limit_ms(Some(b.vcpu_seconds)));
+                budgets.push(id.clone());
+            }
+            bumps.guarded(&minute, field::REQUESTS, 1, limit(limits.requests_per_minute));
+            bumps.guarded(&total, field::ACTIVE, 1, limit(limits.concurrent_runs));
+            for (id, max) in [(&day, limits.vcpu_seconds_per_day), (&month, limits.vcpu_seconds_per_month)] {
+                bumps.add(id, field::RESERVED, held);
+                bumps.guarded(id, field::COMMITTED, held, limit_ms(max));
+                budgets.push(id.clone());
+            }
+            bumps.guarded(counters::PLATFORM, field::ACTIVE, 1, limit(platform.concurrent_runs));
+            Some(Reservation {
+                vcpu_ms: *vcpu_ms,
+                budgets,
+                slots: vec![total, counters::PLATFORM.to_owned()],
+            })
+        }
+        Ask::Upload { bytes } => {
+            bumps.guarded(&minute, field::REQUESTS, 1, limit(limits.requests_per_minute));
+            bumps.guarded(
+                &total,
+                field::STORAGE,
+                i64::try_from(*bytes).unwrap_or(i64::MAX),
+                limit(limits.storage_bytes),
+            );
+            None
+        }
+    };
+    Ok(Ok(Plan { bumps, reservation }))
+}
+
+/// The vCPU-milliseconds a run's estimate reserves: its class for its whole timeout, per task.
+pub fn reserve_ms(class: ResourceClass, task_count: u32, timeout_s: u32) -> u64 {
+    u64::from(class.vcpu()) * u64::from(task_count) * u64::from(timeout_s) * 1000
+}
+
+/// A guard failed in the commit: another request took what the first check
+/// saw free. Checking again names the limit that is now reached.
+pub async fn raced(state: &AppState, caller: &Caller, tenant: &TenantId, what: &str, ask: &Ask) -> ApiError {
+    match plan(state, state.clock.now(), tenant, caller.token(), ask).await {
+        Ok(Err(r)) => refused(state, caller, tenant, what, r).await,
+        Ok(Ok(_)) => ApiError::unavailable("a quota changed while the request was admitted: retry", 1),
+        Err(e) => e,
+    }
+}
+
+/// Answers a refusal (and audits it as a quota denial).
+pub async fn refused(
+    state: &AppState,
+    caller: &Caller,
+    tenant: &TenantId,
+    what: &str,
+    r: Refusal,
+) -> ApiError {
+    let code = match r.code {
+        RefusalCode::QuotaExceeded => ProblemCode::QuotaExceeded,
+        RefusalCode::RateLimited => ProblemCode::RateLimited,
+        RefusalCode::Forbidden => ProblemCode::Forbidden,
+    };
+    let entry = Audit::by(caller, "quota.denied", what.to_owned())
+        .tenant(tenant)
+        .outcome(Outcome::Denied, code)
+        .detail(format!("{} {}: {}", r.level.as_str(), r.limit, r.detail));
+    audit(state, entry).await;
+    ApiError::Problem { code, detail: r.detail, retry_after_s: r.retry_after_s }
+}
+
+/// When the global spend cap is reached, no new compute starts except for
+/// internal tenants: runs admitted earlier stay queued. `Some((seconds to
+/// the cap's period end, why))` when the run must wait.
+pub async fn compute_stopped(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
+    let Some(switches) =
+        mapi_runs::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?.map(|k| k.switches)
+    else {
+        return Ok(None);
+    };
+    let Some(cap) = switches.spend_cap_micros else { return Ok(None) };
+    let tier =
+        mapi_runs::get::<TenantDoc>(&*state.store, tenant.as_str()).await?.map_or(Tier::Public, |t| t.tier);
+    if tier == Tier::Internal {
+        return Ok(None);
+    }
+    let now = state.clock.now();
+    let period = switches.spend_cap_period;
+    let spend = counters::read(&*state.store, &counters::platform_period(period, now)).await?.spend_micros;
+    if spend < cap {
+        return Ok(None);
+    }
+    let wait = period.end(now).since(now).as_secs().max(1);
+    Ok(Some((
+        wait,
+        format!(
+            "the platform's {} spend cap is reached: no new compute starts until it resets",
+            period.as_str()
+        ),
+    )))
+}

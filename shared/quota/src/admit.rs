@@ -1,0 +1,704 @@
+//! Admission: checks a request against the three levels in the spec's
+//! order (token, tenant, platform) and answers with the first limit it would
+//! exceed, as a [`Refusal`] the API turns into 429 (or 403 for uploaded
+//! code switched off) with a detail and a Retry-After.
+
+use mapi_domain::{ResourceClass, Tier, Timestamp};
+use serde::Serialize;
+
+use crate::period::{minute_end, seconds_until};
+use crate::{KillSwitches, Limits, Period};
+
+/// What is in use now, read by the caller in the same transaction that will
+/// reserve. vCPU amounts are in vCPU-milliseconds, charged plus reserved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// In the token budget's current period.
+    pub token_vcpu_ms: u64,
+    /// Requests of the tenant in the current UTC minute, before this one.
+    pub tenant_requests_this_minute: u32,
+    pub tenant_active_runs: u32,
+    /// In the current UTC day.
+    pub tenant_vcpu_ms_day: u64,
+    /// In the current UTC month.
+    pub tenant_vcpu_ms_month: u64,
+    pub tenant_storage_bytes: u64,
+    pub platform_active_runs: u32,
+    /// The platform's spend in the spend cap's current period.
+    pub platform_spend_micros: i64,
+}
+
+/// A token's own compute budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenBudget {
+    pub vcpu_seconds: u64,
+    pub period: Period,
+}
+
+/// What the request wants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// A run: its class, task count, the vCPU-milliseconds its estimate
+    /// reserves, and whether it runs tenant-uploaded plugin code.
+    Run { class: ResourceClass, task_count: u32, vcpu_ms: u64, plugin: bool },
+    /// An upload of this many bytes.
+    Upload { bytes: u64 },
+}
+
+/// The level whose limit refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Token,
+    Tenant,
+    Platform,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Token => "token",
+            Level::Tenant => "tenant",
+            Level::Platform => "platform",
+        }
+    }
+}
+
+/// The answer's error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalCode {
+    /// 429 QUOTA_EXCEEDED.
+    QuotaExceeded,
+    /// 429 RATE_LIMITED.
+    RateLimited,
+    /// 403 FORBIDDEN: uploaded code is switched off.
+    Forbidden,
+}
+
+impl RefusalCode {
+    /// The wire code of the problem answer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalCode::QuotaExceeded => "QUOTA_EXCEEDED",
+            RefusalCode::RateLimited => "RATE_LIMITED",
+            RefusalCode::Forbidden => "FORBIDDEN",
+        }
+    }
+}
+
+/// The first limit a request would exceed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct Refusal {
+    pub level: Level,
+    /// The limit's field name: `vcpu_seconds_per_day`, `concurrent_runs`,
+    /// `requests_per_minute`, `max_resource_class`, `max_fanout_tasks`,
+    /// `storage_bytes`, `budget_vcpu_seconds`, `spend_cap`, `untrusted_execution`
+    /// (and `vcpu_seconds_per_month`).
+    pub limit: &'static str,
+    pub code: RefusalCode,
+    /// Seconds until the limit resets; `None` when it never resets by itself
+    /// (class, fan-out, storage, the uploaded-code switch) or is not knowable
+    /// (a concurrent slot frees when a run ends).
+    pub retry_after_s: Option<u64>,
+    /// A sentence naming the level, the limit, its value and what is in use,
+    /// and when it resets (or that it does not reset / is not knowable).
+    pub detail: String,
+}
+
+/// Checks the three levels in the spec's order; the first limit the request
+/// would exceed refuses it. A request exactly at a limit is admitted.
+///
+/// 1. Token: the budget, for a run.
+/// 2. Tenant (`tenant`, usually [`crate::effective`]): requests per minute;
+///    for a run, the largest class, fan-out tasks, concurrent runs, vCPU-seconds
+///    per day, then per month; for an upload, storage.
+/// 3. Platform, for a run: the uploaded-code switch, `platform.concurrent_runs`,
+///    then the spend cap, which internal tenants pass.
+///
+/// Only the limits listed are checked: egress is metered where data leaves,
+/// and [`Usage`] carries no platform-wide vCPU, storage or request counts, so
+/// the other fields of `platform` have nothing to compare with here.
+#[expect(clippy::too_many_arguments, reason = "the three levels' inputs are read separately by the caller")]
+pub fn admit(
+    now: Timestamp,
+    tier: Tier,
+    token: Option<&TokenBudget>,
+    tenant: &Limits,
+    platform: &Limits,
+    switches: &KillSwitches,
+    usage: &Usage,
+    ask: &Ask,
+) -> Result<(), Refusal> {
+    check_token(now, token, usage, ask)?;
+    check_tenant(now, tenant, usage, ask)?;
+    check_platform(now, tier, platform, switches, usage, ask)
+}
+
+fn check_token(now: Timestamp, token: Option<&TokenBudget>, usage: &Usage, ask: &Ask) -> Result<(), Refusal> {
+    let (Some(budget), Ask::Run { vcpu_ms, .. }) = (token, ask) else { return Ok(()) };
+    if over_vcpu(usage.token_vcpu_ms, *vcpu_ms, budget.vcpu_seconds) {
+        return Err(refuse(
+            Level::Token,
+            "budget_vcpu_seconds",
+            RefusalCode::QuotaExceeded,
+            format!(
+                "is {} vCPU-seconds per {}; {} are charged or reserved in this {} (UTC) and this run would \
+                 reserve {} more",
+                budget.vcpu_seconds,
+                budget.period,
+                vcpu_s(usage.token_vcpu_ms),
+                budget.period,
+                vcpu_s(*vcpu_ms),
+            ),
+            Reset::At { now, boundary: budget.period.end(now) },
+        ));
+    }
+    Ok(())
+}
+
+fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Result<(), Refusal> {
+    let quota = |limit, what, reset| refuse(Level::Tenant, limit, RefusalCode::QuotaExceeded, what, reset);
+    if let Some(limit) = tenant.requests_per_minute
+        && over(u64::from(usage.tenant_requests_this_minute), 1, u64::from(limit))
+    {
+        return Err(refuse(
+            Level::Tenant,
+            "requests_per_minute",
+            RefusalCode::RateLimited,
+            format!("is {limit}; {} requests were made in this minute", usage.tenant_requests_this_minute),
+            Reset::At { now, boundary: minute_end(now) },
+        ));
+    }
+    match ask {
+        Ask::Run { class, task_count, vcpu_ms, .. } => {
+            if let Some(max) = tenant.max_resource_class
+                && *class > max
+            {
+                return Err(quota(
+                    "max_resource_class",
+                    format!("is {max} and the run asks for {class}"),
+                    Reset::Never("use a smaller class or ask an operator for a larger limit"),
+                ));
+            }
+            if let Some(max) = tenant.max_fanout_tasks
+                && *task_count > max
+            {
+                return Err(quota(
+                    "max_fanout_tasks",
+                    format!("is {max} and the run has {task_count} tasks"),
+                    Reset::Never("use fewer tasks or ask an operator for a larger limit"),
+                ));
+            }
+            if let Some(limit) = tenant.concurrent_runs
+                && over(u64::from(usage.tenant_active_runs), 1, u64::from(limit))
+            {
+                return Err(quota(
+                    "concurrent_runs",
+                    format!("is {limit} and {} of the tenant's runs are active", usage.tenant_active_runs),
+                    Reset::Unknowable("a slot frees when one of the tenant's runs ends"),
+                ));
+            }
+            if let Some(limit) = tenant.vcpu_seconds_per_day
+                && over_vcpu(usage.tenant_vcpu_ms_day, *vcpu_ms, limit)
+            {
+                return Err(quota(
+                    "vcpu_seconds_per_day",
+                    format!(
+                        "is {limit}; {} vCPU-seconds are charged or reserved in this UTC day and this run \
+                         would reserve {} more",
+                        vcpu_s(usage.tenant_vcpu_ms_day),
+                        vcpu_s(*vcpu_ms),
+                    ),
+                    Reset::At { now, boundary: Period::Day.end(now) },
+                ));
+            }
+            if let Some(limit) = tenant.vcpu_seconds_per_month
+                && over_vcpu(usage.tenant_vcpu_ms_month, *vcpu_ms, limit)
+            {
+                return Err(quota(
+                    "vcpu_seconds_per_month",
+                    format!(
+                        "is {limit}; {} vCPU-seconds are charged or reserved in this UTC month and this run \
+                         would reserve {} more",
+                        vcpu_s(usage.tenant_vcpu_ms_month),
+                        vcpu_s(*vcpu_ms),
+                    ),
+                    Reset::At { now, boundary: Period::Month.end(now) },
+                ));
+            }
+        }
+        Ask::Upload { bytes } => {
+            if let Some(limit) = tenant.storage_bytes
+                && over(usage.tenant_storage_bytes, *bytes, limit)
+            {
+                return Err(quota(
+                    "storage_bytes",
+                    format!(
+                        "is {limit} bytes; {} bytes are stored and the upload would add {bytes}",
+                        usage.tenant_storage_bytes
+                    ),
+                    Reset::Never("delete data or ask an operator for a larger limit"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_platform(
+    now: Timestamp,
+    tier: Tier,
+    platform: &Limits,
+    switches: &KillSwitches,
+    usage: &Usage,
+    ask: &Ask,
+) -> Result<(), Refusal> {
+    let Ask::Run { plugin, .. } = ask else { return Ok(()) };
+    if *plugin && !switches.untrusted_execution_enabled {
+        return Err(refuse(
+            Level::Platform,
+            "untrusted_execution",
+            RefusalCode::Forbidden,
+            "is off: the platform does not accept runs of plugin code that a tenant uploaded; built-in \
+             methods keep working"
+                .to_owned(),
+            Reset::Never("an operator switches it back on"),
+        ));
+    }
+    if let Some(limit) = platform.concurrent_runs
+        && over(u64::from(usage.platform_active_runs), 1, u64::from(limit))
+    {
+        return Err(refuse(
+            Level::Platform,
+            "concurrent_runs",
+            RefusalCode::QuotaExceeded,
+            format!("is {limit} and {} runs are active on the platform", usage.platform_active_runs),
+            Reset::Unknowable("a slot frees when a run on the platform ends"),
+        ));
+    }
+    if let Some(cap) = switches.spend_cap_micros
+        && tier != Tier::Internal
+        && usage.platform_spend_micros >= cap
+    {
+        let period = switches.spend_cap_period;
+        return Err(refuse(
+            Level::Platform,
+            "spend_cap",
+            RefusalCode::QuotaExceeded,
+            format!(
+                "is {cap} micros per UTC {period} and the platform has spent {} micros in this {period}: \
+                 no new compute starts",
+                usage.platform_spend_micros
+            ),
+            Reset::At { now, boundary: period.end(now) },
+        ));
+    }
+    Ok(())
+}
+
+/// When a refused limit lets the request through again.
+enum Reset {
+    /// At the end of its period.
+    At { now: Timestamp, boundary: Timestamp },
+    /// Never by itself; the text says what does.
+    Never(&'static str),
+    /// When something happens whose time is not knowable; the text says what.
+    Unknowable(&'static str),
+}
+
+fn refuse(level: Level, limit: &'static str, code: RefusalCode, what: String, reset: Reset) -> Refusal {
+    let (retry_after_s, when) = match reset {
+        Reset::At { now, boundary } => {
+            let s = seconds_until(now, boundary);
+            (Some(s), format!("It resets at {boundary}, in {s} s."))
+        }
+        Reset::Never(what_does) => (None, format!("It does not reset by itself: {what_does}.")),
+        Reset::Unknowable(what_does) => {
+            (None, format!("It does not reset at a set time: {what_does}, which is not knowable in advance."))
+        }
+    };
+    let detail = format!("The {} limit {limit} {what}. {when}", level.as_str());
+    Refusal { level, limit, code, retry_after_s, detail }
+}
+
+/// `used + asked > limit`, without overflow.
+fn over(used: u64, asked: u64, limit: u64) -> bool {
+    u128::from(used) + u128::from(asked) > u128::from(limit)
+}
+
+/// `used_ms + asked_ms > limit_s * 1000`, without overflow.
+fn over_vcpu(used_ms: u64, asked_ms: u64, limit_s: u64) -> bool {
+    u128::from(used_ms) + u128::from(asked_ms) > u128::from(limit_s) * 1_000
+}
+
+/// vCPU-milliseconds as vCPU-seconds: `3599.5`, `2`.
+fn vcpu_s(ms: u64) -> String {
+    let (s, frac) = (ms / 1_000, ms % 1_000);
+    if frac == 0 { s.to_string() } else { format!("{s}.{frac:03}").trim_end_matches('0').to_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{platform_limits, tier_defaults};
+
+    /// The last UTC day of November, 30 s before both the day and the month end.
+    const LAST_SECONDS: &str = "2026-11-30T23:59:30Z";
+    /// Mid-month, mid-day.
+    const MID: &str = "2026-11-15T12:00:35Z";
+
+    fn at(s: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(s).expect("valid RFC 3339")
+    }
+
+    fn run(class: ResourceClass, vcpu_ms: u64) -> Ask {
+        Ask::Run { class, task_count: 1, vcpu_ms, plugin: false }
+    }
+
+    /// The inputs of one admission, defaulting to a verified tenant with
+    /// nothing in use, the platform defaults and the switches' defaults.
+    struct Case {
+        now: Timestamp,
+        tier: Tier,
+        token: Option<TokenBudget>,
+        tenant: Limits,
+        platform: Limits,
+        switches: KillSwitches,
+        usage: Usage,
+    }
+
+    impl Case {
+        fn new(now: &str) -> Case {
+            Case {
+                now: at(now),
+                tier: Tier::Verified,
+                token: None,
+                tenant: tier_defaults(Tier::Verified),
+                platform: platform_limits(),
+                switches: KillSwitches::default(),
+                usage: Usage::default(),
+            }
+        }
+
+        fn tier(mut self, tier: Tier) -> Case {
+            self.tier = tier;
+            self.tenant = tier_defaults(tier);
+            self
+        }
+
+        fn admit(&self, ask: &Ask) -> Result<(), Refusal> {
+            admit(
+                self.now,
+                self.tier,
+                self.token.as_ref(),
+                &self.tenant,
+                &self.platform,
+                &self.switches,
+                &self.usage,
+                ask,
+            )
+        }
+
+        fn refusal(&self, ask: &Ask) -> Refusal {
+            self.admit(ask).expect_err("refused")
+        }
+    }
+
+    fn shape(r: &Refusal) -> (Level, &'static str, RefusalCode, Option<u64>) {
+        (r.level, r.limit, r.code, r.retry_after_s)
+    }
+
+    use Level::{Platform, Tenant, Token};
+    use RefusalCode::{Forbidden, QuotaExceeded, RateLimited};
+
+    #[test]
+    fn token_budget_refuses_at_the_token_level_until_its_period_ends() {
+        let mut c = Case::new(LAST_SECONDS);
+        c.token = Some(TokenBudget { vcpu_seconds: 3_600, period: Period::Day });
+        c.usage.token_vcpu_ms = 3_599_000;
+        assert_eq!(c.admit(&run(ResourceClass::S, 1_000)), Ok(()), "exactly at the budget");
+        let r = c.refusal(&run(ResourceClass::S, 1_001));
+        assert_eq!(shape(&r), (Token, "budget_vcpu_seconds", QuotaExceeded, Some(30)));
+        assert_eq!(
+            r.detail,
+            "The token limit budget_vcpu_seconds is 3600 vCPU-seconds per day; 3599 are charged or reserved \
+             in this day (UTC) and this run would reserve 1.001 more. It resets at 2026-12-01T00:00:00Z, in 30 s."
+        );
+
+        c.token = Some(TokenBudget { vcpu_seconds: 3_600, period: Period::Month });
+        assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(30));
+        c.now = at("2026-12-31T23:00:00Z");
+        assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(3_600));
+        c.now = at(MID);
+        assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(15 * 86_400 + 43_165));
+
+        // An upload uses no compute.
+        assert_eq!(c.admit(&Ask::Upload { bytes: 1 }), Ok(()));
+    }
+
+    #[test]
+    fn requests_per_minute_are_rate_limited_until_the_next_minute() {
+        let mut c = Case::new(MID);
+        c.usage.tenant_requests_this_minute = 599;
+        assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()), "the 600th request of 600");
+        c.usage.tenant_requests_this_minute = 600;
+        let r = c.refusal(&run(ResourceClass::S, 1));
+        assert_eq!(shape(&r), (Tenant, "requests_per_minute", RateLimited, Some(25)));
+        assert!(r.detail.contains("is 600; 600 requests") && r.detail.contains("2026-11-15T12:01:00Z"));
+        assert_eq!(shape(&c.refusal(&Ask::Upload { bytes: 1 })).1, "requests_per_minute");
+        c.now = at("2026-11-15T12:00:59.999Z");
+        assert_eq!(c.refusal(&Ask::Upload { bytes: 1 }).retry_after_s, Some(1));
+        c.now = at("2026-11-15T12:00:00Z");
+        assert_eq!(c.refusal(&Ask::Upload { bytes: 1 }).retry_after_s, Some(60));
+    }
+
+    #[test]
+    fn max_resource_class_refuses_larger_classes_and_never_resets() {
+        let c = Case::new(MID);
+        assert_eq!(c.admit(&run(ResourceClass::L, 1)), Ok(()));
+        for class in [ResourceClass::XL, ResourceClass::GPU] {
+            let r = c.refusal(&run(class, 1));
+            assert_eq!(shape(&r), (Tenant, "max_resource_class", QuotaExceeded, None));
+            assert!(r.detail.contains(&format!("is L and the run asks for {class}")), "{}", r.detail);
+            assert!(r.detail.contains("does not reset by itself"), "{}", r.detail);
+        }
+        let public = Case::new(MID).tier(Tier::Public);
+        assert_eq!(public.admit(&run(ResourceClass::S, 1)), Ok(()));
+        assert_eq!(public.refusal(&run(ResourceClass::M, 1)).limit, "max_resource_class");
+        assert_eq!(Case::new(MID).tier(Tier::Internal).admit(&run(ResourceClass::GPU, 1)), Ok(()));
+    }
+
+    #[test]
+    fn max_fanout_tasks_refuses_more_tasks() {
+        let c = Case::new(MID);
+        let fan = |task_count| Ask::Run { class: ResourceClass::S, task_count, vcpu_ms: 1, plugin: false };
+        assert_eq!(c.admit(&fan(256)), Ok(()));
+        let r = c.refusal(&fan(257));
+        assert_eq!(shape(&r), (Tenant, "max_fanout_tasks", QuotaExceeded, None));
+        assert!(r.detail.contains("is 256 and the run has 257 tasks"), "{}", r.detail);
+    }
+
+    #[test]
+    fn tenant_concurrent_runs_free_at_an_unknowable_time() {
+        let mut c = Case::new(MID);
+        c.usage.tenant_active_runs = 19;
+        assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()), "19 of 20 active");
+        c.usage.tenant_active_runs = 20;
+        let r = c.refusal(&run(ResourceClass::S, 1));
+        assert_eq!(shape(&r), (Tenant, "concurrent_runs", QuotaExceeded, None));
+        assert_eq!(
+            r.detail,
+            "The tenant limit concurrent_runs is 20 and 20 of the tenant's runs are active. It does not reset \
+             at a set time: a slot frees when one of the tenant's runs ends, which is not knowable in advance."
+        );
+        // Uploads start no run.
+        assert_eq!(c.admit(&Ask::Upload { bytes: 1 }), Ok(()));
+    }
+
+    #[test]
+    fn vcpu_seconds_per_day_resets_at_the_next_utc_midnight() {
+        let mut c = Case::new(LAST_SECONDS);
+        c.usage.tenant_vcpu_ms_day = 86_399_000;
+        c.usage.tenant_vcpu_ms_month = 86_399_000;
+        assert_eq!(c.admit(&run(ResourceClass::S, 1_000)), Ok(()), "exactly the day's limit");
+        let r = c.refusal(&run(ResourceClass::S, 1_001));
+        assert_eq!(shape(&r), (Tenant, "vcpu_seconds_per_day", QuotaExceeded, Some(30)));
+        assert!(r.detail.contains("is 86400; 86399 vCPU-seconds") && r.detail.contains("1.001 more"));
+        assert!(r.detail.contains("resets at 2026-12-01T00:00:00Z, in 30 s"), "{}", r.detail);
+        c.now = at(MID);
+        assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(43_165));
+        c.now = at("2026-11-15T00:00:00Z");
+        assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(86_400));
+    }
+
+    #[test]
+    fn vcpu_seconds_per_month_resets_on_the_first_of_next_month() {
+        let mut c = Case::new(LAST_SECONDS);
+        c.usage.tenant_vcpu_ms_month = 999_999_000;
+        assert_eq!(c.admit(&run(ResourceClass::S, 1_000)), Ok(()), "exactly the month's limit");
+        let r = c.refusal(&run(ResourceClass::S, 1_001));
+        assert_eq!(shape(&r), (Tenant, "vcpu_seconds_per_month", QuotaExceeded, Some(30)));
+        assert!(r.detail.contains("resets at 2026-12-01T00:00:00Z, in 30 s"), "{}", r.detail);
+        c.now = at(MID);
+        assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(15 * 86_400 + 43_165));
+        c.now = at("2026-12-31T23:00:00Z");
+        let r = c.refusal(&run(ResourceClass::S, 1_001));
+        assert_eq!(r.retry_after_s, Some(3_600));
+        assert!(r.detail.contains("2027-01-01T00:00:00Z"), "{}", r.detail);
+    }
+
+    #[test]
+    fn storage_bytes_refuse_uploads_only() {
+        let mut c = Case::new(MID).tier(Tier::Public);
+        c.usage.tenant_storage_bytes = 2 * (1 << 30) - 100;
+        assert_eq!(c.admit(&Ask::Upload { bytes: 100 }), Ok(()), "exactly 2 GiB");
+        let r = c.refusal(&Ask::Upload { bytes: 101 });
+        assert_eq!(shape(&r), (Tenant, "storage_bytes", QuotaExceeded, None));
+        assert!(r.detail.contains("is 2147483648 bytes; 2147483548 bytes are stored"), "{}", r.detail);
+        c.usage.tenant_storage_bytes = u64::MAX;
+        assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()), "a run is not an upload");
+    }
+
+    #[test]
+    fn plugin_runs_are_forbidden_only_when_uploaded_code_is_off() {
+        let mut c = Case::new(MID);
+        let plugin = Ask::Run { class: ResourceClass::S, task_count: 1, vcpu_ms: 1, plugin: true };
+        assert_eq!(c.admit(&plugin), Ok(()));
+        c.switches.untrusted_execution_enabled = false;
+        let r = c.refusal(&plugin);
+        assert_eq!(shape(&r), (Platform, "untrusted_execution", Forbidden, None));
+        assert!(r.detail.contains("built-in methods keep working"), "{}", r.detail);
+        assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()), "built-in methods keep working");
+        assert_eq!(
+            Case { switches: c.switches.clone(), ..Case::new(MID).tier(Tier::Internal) }
+                .refusal(&plugin)
+                .code,
+            Forbidden
+        );
+    }
+
+    #[test]
+    fn platform_concurrent_runs_free_at_an_unknowable_time() {
+        let mut c = Case::new(MID).tier(Tier::SelfHostedTrusted);
+        c.usage.platform_active_runs = 699;
+        assert_eq!(c.admit(&run(ResourceClass::GPU, 1)), Ok(()));
+        c.usage.platform_active_runs = 700;
+        let r = c.refusal(&run(ResourceClass::GPU, 1));
+        assert_eq!(shape(&r), (Platform, "concurrent_runs", QuotaExceeded, None));
+        assert!(r.detail.contains("is 700 and 700 runs are active on the platform"), "{}", r.detail);
+        assert!(r.detail.contains("not knowable"), "{}", r.detail);
+        assert_eq!(c.admit(&Ask::Upload { bytes: 1 }), Ok(()));
+    }
+
+    #[test]
+    fn spend_cap_stops_all_but_internal_tenants_until_its_period_ends() {
+        for &tier in Tier::ALL {
+            let mut c = Case::new(LAST_SECONDS).tier(tier);
+            c.switches.spend_cap_micros = Some(1_000_000);
+            c.usage.platform_spend_micros = 999_999;
+            assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()), "{tier} below the cap");
+            c.usage.platform_spend_micros = 1_000_000;
+            if tier == Tier::Internal {
+                assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()), "internal passes the cap");
+                continue;
+            }
+            let r = c.refusal(&run(ResourceClass::S, 1));
+            assert_eq!(shape(&r), (Platform, "spend_cap", QuotaExceeded, Some(30)), "{tier}");
+            assert!(r.detail.contains("is 1000000 micros per UTC month"), "{}", r.detail);
+            assert_eq!(c.admit(&Ask::Upload { bytes: 1 }), Ok(()), "an upload starts no compute");
+            c.switches.spend_cap_period = Period::Day;
+            c.now = at(MID);
+            assert_eq!(c.refusal(&run(ResourceClass::S, 1)).retry_after_s, Some(43_165));
+        }
+        assert_eq!(Case::new(MID).admit(&run(ResourceClass::S, 1)), Ok(()), "no cap by default");
+    }
+
+    #[test]
+    fn levels_and_limits_are_checked_in_the_spec_order() {
+        let mut c = Case::new(LAST_SECONDS);
+        c.token = Some(TokenBudget { vcpu_seconds: 1, period: Period::Day });
+        c.switches = KillSwitches {
+            untrusted_execution_enabled: false,
+            spend_cap_micros: Some(0),
+            spend_cap_period: Period::Month,
+        };
+        c.usage = Usage {
+            token_vcpu_ms: 0,
+            tenant_requests_this_minute: 600,
+            tenant_active_runs: 20,
+            tenant_vcpu_ms_day: 86_400_000,
+            tenant_vcpu_ms_month: 1_000_000_000,
+            tenant_storage_bytes: 0,
+            platform_active_runs: 700,
+            platform_spend_micros: 0,
+        };
+        let ask = Ask::Run { class: ResourceClass::GPU, task_count: 1_000, vcpu_ms: 2_000, plugin: true };
+        let expected = [
+            (Token, "budget_vcpu_seconds"),
+            (Tenant, "requests_per_minute"),
+            (Tenant, "max_resource_class"),
+            (Tenant, "max_fanout_tasks"),
+            (Tenant, "concurrent_runs"),
+            (Tenant, "vcpu_seconds_per_day"),
+            (Tenant, "vcpu_seconds_per_month"),
+            (Platform, "untrusted_execution"),
+            (Platform, "concurrent_runs"),
+            (Platform, "spend_cap"),
+        ];
+        // Lift each limit once it has refused; the next one in the order answers.
+        for (level, limit) in expected {
+            let r = c.refusal(&ask);
+            assert_eq!((r.level, r.limit), (level, limit));
+            match (level, limit) {
+                (Token, _) => c.token = None,
+                (Tenant, "requests_per_minute") => c.tenant.requests_per_minute = None,
+                (Tenant, "max_resource_class") => c.tenant.max_resource_class = None,
+                (Tenant, "max_fanout_tasks") => c.tenant.max_fanout_tasks = None,
+                (Tenant, "concurrent_runs") => c.tenant.concurrent_runs = None,
+                (Tenant, "vcpu_seconds_per_day") => c.tenant.vcpu_seconds_per_day = None,
+                (Tenant, "vcpu_seconds_per_month") => c.tenant.vcpu_seconds_per_month = None,
+                (Platform, "untrusted_execution") => c.switches.untrusted_execution_enabled = true,
+                (Platform, "concurrent_runs") => c.platform.concurrent_runs = None,
+                _ => c.switches.spend_cap_micros = None,
+            }
+        }
+        assert_eq!(c.admit(&ask), Ok(()));
+    }
+
+    #[test]
+    fn token_before_tenant_and_tenant_before_platform() {
+        let mut c = Case::new(LAST_SECONDS);
+        c.token = Some(TokenBudget { vcpu_seconds: 10, period: Period::Month });
+        c.usage.tenant_vcpu_ms_day = 86_400_000;
+        assert_eq!(c.refusal(&run(ResourceClass::S, 20_000)).level, Token);
+
+        let mut c = Case::new(MID);
+        c.usage.tenant_active_runs = 20;
+        c.usage.platform_active_runs = 700;
+        let r = c.refusal(&run(ResourceClass::S, 1));
+        assert_eq!((r.level, r.limit), (Tenant, "concurrent_runs"));
+    }
+
+    #[test]
+    fn no_limits_admit_anything_without_overflow() {
+        let mut c = Case::new(MID).tier(Tier::SelfHostedTrusted);
+        c.platform = Limits::default();
+        c.usage = Usage {
+            token_vcpu_ms: u64::MAX,
+            tenant_requests_this_minute: u32::MAX,
+            tenant_active_runs: u32::MAX,
+            tenant_vcpu_ms_day: u64::MAX,
+            tenant_vcpu_ms_month: u64::MAX,
+            tenant_storage_bytes: u64::MAX,
+            platform_active_runs: u32::MAX,
+            platform_spend_micros: i64::MAX,
+        };
+        let big =
+            Ask::Run { class: ResourceClass::GPU, task_count: u32::MAX, vcpu_ms: u64::MAX, plugin: true };
+        assert_eq!(c.admit(&big), Ok(()));
+        assert_eq!(c.admit(&Ask::Upload { bytes: u64::MAX }), Ok(()));
+        // The largest limits still refuse sums past them instead of wrapping.
+        c.token = Some(TokenBudget { vcpu_seconds: u64::MAX / 1_000, period: Period::Day });
+        assert_eq!(c.refusal(&big).limit, "budget_vcpu_seconds");
+        c.token = None;
+        c.tenant.storage_bytes = Some(u64::MAX);
+        assert_eq!(c.refusal(&Ask::Upload { bytes: 1 }).limit, "storage_bytes");
+        c.tenant.requests_per_minute = Some(u32::MAX);
+        assert_eq!(c.refusal(&Ask::Upload { bytes: 1 }).limit, "requests_per_minute");
+    }
+
+    #[test]
+    fn wire_names() {
+        let codes = [QuotaExceeded, RateLimited, Forbidden].map(RefusalCode::as_str);
+        assert_eq!(codes, ["QUOTA_EXCEEDED", "RATE_LIMITED", "FORBIDDEN"]);
+        for level in [Token, Tenant, Platform] {
+            assert_eq!(serde_json::to_string(&level).expect("json"), format!("\"{}\"", level.as_str()));
+        }
+        let r = Case::new(MID).tier(Tier::Public).refusal(&run(ResourceClass::GPU, 1));
+        assert_eq!(r.to_string(), r.detail);
+        assert_eq!(vcpu_s(3_599_500), "3599.5");
+        assert_eq!(vcpu_s(2_000), "2");
+        assert_eq!(vcpu_s(7), "0.007");
+    }
+}
