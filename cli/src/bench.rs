@@ -63,7 +63,13 @@ pub async fn submit(
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let worker = mapi_platform::worker_command(None, true);
-    let platform = DevPlatform::start_with(config, listener, worker, false).await?;
+    let platform = DevPlatform::start_with(
+        config,
+        listener,
+        worker,
+        crate::dev::Options { background: false, ..Default::default() },
+    )
+    .await?;
     let creds = platform.credentials.clone();
     let lifted = mapi_runs::QuotaPolicyDoc {
         tenant: creds.tenant.clone(),

@@ -524,15 +524,28 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                 ctx.client.request(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/runs")).json(&body);
             if dry_run {
                 let v: serde_json::Value = ctx.client.send(req.query(&[("dry_run", "true")])).await?;
+                let admitted = v["admitted"].as_bool().unwrap_or(false);
                 ctx.print(&v, || {
-                    format!(
-                        "would be admitted; estimate {} at list prices (class {}, timeout {} s); nothing submitted\n",
-                        money(v["estimate"]["amount_micros"].as_i64().unwrap_or(0), v["estimate"]["currency"].as_str().unwrap_or("USD")),
+                    let estimate = format!(
+                        "estimate {} at list prices (class {}, timeout {} s); nothing submitted",
+                        money(
+                            v["estimate"]["amount_micros"].as_i64().unwrap_or(0),
+                            v["estimate"]["currency"].as_str().unwrap_or("USD")
+                        ),
                         v["class"].as_str().unwrap_or("?"),
                         v["timeout_s"]
-                    )
+                    );
+                    if admitted {
+                        format!("would be admitted; {estimate}\n")
+                    } else {
+                        format!(
+                            "would be refused ({}): {}\n{estimate}\n",
+                            v["refusal"]["code"].as_str().unwrap_or("?"),
+                            v["refusal"]["detail"].as_str().unwrap_or("?")
+                        )
+                    }
                 })?;
-                return Ok(ExitCode::SUCCESS);
+                return Ok(if admitted { ExitCode::SUCCESS } else { ExitCode::FAILURE });
             }
             if let Some(k) = idempotency_key {
                 req = req.header("idempotency-key", k);

@@ -14,6 +14,7 @@ use mapi_access::{Role, Scope};
 use mapi_clock::{Clock, SystemClock};
 use mapi_domain::{ProjectId, TenantId, UserId};
 use mapi_domain::{Residency, TenantStatus, Tier};
+use mapi_executor::Executor;
 use mapi_executor::local::forward::LogForwarder;
 use mapi_executor::local::layout::Command;
 use mapi_identity::new_token;
@@ -49,8 +50,10 @@ pub struct DevPlatform {
     pub url: String,
     pub credentials: Credentials,
     pub state: AppState,
+    clock: Arc<dyn Clock>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    background: bool,
 }
 
 /// Why `mapi dev` could not start.
@@ -214,6 +217,26 @@ pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
     std::fs::rename(tmp, path)
 }
 
+/// How [`DevPlatform::start_with`] starts the platform.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Deliver queued tasks, forward events and tick from the start. Without
+    /// it nothing moves a run past `queued` until
+    /// [`DevPlatform::start_background`] (for measuring or racing the API alone).
+    pub background: bool,
+    /// The clock every handler reads (a virtual one in tests).
+    pub clock: Arc<dyn Clock>,
+    /// An executor to use instead of the local-process one (a scripted fake
+    /// in tests); the log forwarder still reads the local one's directory.
+    pub executor: Option<Arc<dyn Executor>>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { background: true, clock: Arc::new(SystemClock), executor: None }
+    }
+}
+
 impl DevPlatform {
     /// Starts the platform on `listener` with `config` and `worker`.
     pub async fn start(
@@ -221,16 +244,15 @@ impl DevPlatform {
         listener: TcpListener,
         worker: Command,
     ) -> Result<DevPlatform, DevError> {
-        DevPlatform::start_with(config, listener, worker, true).await
+        DevPlatform::start_with(config, listener, worker, Options::default()).await
     }
 
-    /// Starts the platform; without `background`, nothing delivers queued
-    /// tasks, forwards events or ticks (for measuring the API alone).
+    /// Starts the platform with `options`.
     pub async fn start_with(
         mut config: Config,
         listener: TcpListener,
         worker: Command,
-        background: bool,
+        options: Options,
     ) -> Result<DevPlatform, DevError> {
         let addr = listener.local_addr()?;
         if !config.public_url_set {
@@ -238,9 +260,11 @@ impl DevPlatform {
         }
         let url = config.public_url.clone();
         let drain = Duration::from_secs(5);
-        let tick = config.tick_interval;
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let platform = Platform::embedded(config, clock.clone(), worker)?;
+        let clock = options.clock;
+        let mut platform = Platform::embedded(config, clock.clone(), worker)?;
+        if let Some(executor) = options.executor {
+            platform.executor = executor;
+        }
         let credentials = seed(&platform, &url).await?;
         let state = AppState(Arc::new(platform));
         let metrics = state.metrics.clone();
@@ -258,21 +282,38 @@ impl DevPlatform {
         );
 
         let (stop, stopped) = watch::channel(false);
-        let until_stop = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let mut tasks = Vec::new();
-        tasks.push(tokio::spawn({
-            let shutdown = until_stop(stopped.clone());
+        let server = tokio::spawn({
+            let mut rx = stopped.clone();
+            let shutdown = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
             async move {
                 if let Err(e) = mapi_runtime::serve(listener, app, shutdown, drain).await {
                     tracing::error!(error = %e, "the server failed");
                 }
             }
-        }));
-        if !background {
-            return Ok(DevPlatform { url, credentials, state, stop, tasks });
+        });
+        let mut platform =
+            DevPlatform { url, credentials, state, clock, stop, tasks: vec![server], background: false };
+        if options.background {
+            platform.start_background()?;
         }
+        Ok(platform)
+    }
+
+    /// Starts what Google runs in the cloud: the queue's deliverer, the
+    /// executor's log forwarder and the reconcile tick. Does nothing when
+    /// they are running already.
+    pub fn start_background(&mut self) -> Result<(), DevError> {
+        if self.background {
+            return Ok(());
+        }
+        self.background = true;
+        let stopped = self.stop.subscribe();
+        let until_stop = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let (state, url, metrics) = (&self.state, &self.url, self.state.metrics.clone());
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -286,19 +327,19 @@ impl DevPlatform {
                 Some(internal.clone()),
                 metrics.clone(),
             );
-            tasks.push(tokio::spawn(deliverer.run(until_stop(stopped.clone()))));
+            self.tasks.push(tokio::spawn(deliverer.run(until_stop(stopped.clone()))));
             let forwarder = LogForwarder::new(
                 local.executor.dir(),
                 http.clone(),
                 format!("{url}{}", mapi_push_events::EVENTS_PATH),
                 internal.clone(),
-                clock.clone(),
+                self.clock.clone(),
             );
-            tasks.push(tokio::spawn(forwarder.run(until_stop(stopped.clone()))));
+            self.tasks.push(tokio::spawn(forwarder.run(until_stop(stopped.clone()))));
         }
-        tasks.push(tokio::spawn({
-            let (http, url, mut rx) =
-                (http, format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped.clone());
+        let tick = state.config.tick_interval;
+        self.tasks.push(tokio::spawn({
+            let (url, mut rx) = (format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped);
             async move {
                 loop {
                     tokio::select! {
@@ -313,7 +354,7 @@ impl DevPlatform {
                 }
             }
         }));
-        Ok(DevPlatform { url, credentials, state, stop, tasks })
+        Ok(())
     }
 
     /// Stops accepting requests, drains, and stops the background work.

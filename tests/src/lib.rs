@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub mod scripted;
+
 use mapi_cli::dev::DevPlatform;
+pub use mapi_cli::dev::Options;
 use mapi_executor::local::layout::Command;
 use mapi_platform::Config;
 
@@ -54,10 +57,16 @@ pub struct TestPlatform {
 
 impl TestPlatform {
     pub async fn start(extra: &[(&str, &str)]) -> TestPlatform {
+        TestPlatform::start_with(extra, Options::default()).await
+    }
+
+    /// Starts with `options`: a virtual clock, or nothing in the background.
+    pub async fn start_with(extra: &[(&str, &str)], options: Options) -> TestPlatform {
         let home = tempfile::tempdir().expect("tempdir");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let platform =
-            DevPlatform::start(config(home.path(), extra), listener, worker()).await.expect("start");
+        let platform = DevPlatform::start_with(config(home.path(), extra), listener, worker(), options)
+            .await
+            .expect("start");
         TestPlatform { platform, http: reqwest::Client::new(), _home: home }
     }
 

@@ -175,6 +175,9 @@ pub async fn set_switches(
         return Err(ApiError::invalid("setting a kill switch needs a reason"));
     }
     if body.spend_cap_micros.is_some_and(|c| c < 0) {
+        return Err(ApiError::invalid("spend_cap_micros must be positive, or 0 to remove the cap"));
+    }
+    if body.spend_cap_micros.is_some_and(|c| c < 0) {
         return Err(ApiError::invalid("spend_cap_micros must be positive (or 0 to remove the cap)"));
     }
     let now = state.clock.now();

@@ -88,12 +88,26 @@ pub struct SubmitQuery {
     dry_run: bool,
 }
 
+/// Why a dry run would be refused: what the submit would answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DryRunRefusal {
+    #[schema(value_type = String)]
+    pub code: ProblemCode,
+    /// `token`, `tenant` or `platform`.
+    pub level: String,
+    pub limit: String,
+    pub detail: String,
+    pub retry_after_s: Option<u64>,
+}
+
 /// What a dry run answers.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DryRunView {
     pub dry_run: bool,
     /// The quotas would admit the run now.
     pub admitted: bool,
+    /// The first limit the run would exceed, when not admitted.
+    pub refusal: Option<DryRunRefusal>,
     pub method: String,
     pub class: mapi_domain::ResourceClass,
     pub timeout_s: u32,
@@ -184,14 +198,24 @@ pub async fn submit(
         .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
         .into_doc(now);
     let what = format!("projects/{tenant}/{project}/runs");
-    let plan = match quota::plan(&state, now, &tenant, caller.token(), &ask).await? {
-        Ok(plan) => plan,
-        Err(r) => return Err(quota::refused(&state, &caller, &tenant, &what, r).await),
-    };
+    let plan = quota::plan(&state, now, &tenant, caller.token(), &ask).await?;
     if q.dry_run {
+        // A question, not a request: a refusal is the answer, not a denial.
+        let refusal = plan.as_ref().err().map(|r| DryRunRefusal {
+            code: match r.code {
+                mapi_quota::RefusalCode::QuotaExceeded => ProblemCode::QuotaExceeded,
+                mapi_quota::RefusalCode::RateLimited => ProblemCode::RateLimited,
+                mapi_quota::RefusalCode::Forbidden => ProblemCode::Forbidden,
+            },
+            level: r.level.as_str().to_owned(),
+            limit: r.limit.to_owned(),
+            detail: r.detail.clone(),
+            retry_after_s: r.retry_after_s,
+        });
         return Ok(Json(DryRunView {
             dry_run: true,
-            admitted: true,
+            admitted: refusal.is_none(),
+            refusal,
             method: run.method.clone(),
             class: run.class,
             timeout_s: run.timeout_s,
@@ -201,6 +225,10 @@ pub async fn submit(
         })
         .into_response());
     }
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(r) => return Err(quota::refused(&state, &caller, &tenant, &what, r).await),
+    };
     let mut run = run;
     run.reservation = plan.reservation.clone();
     let (run_ref, idem_ref, record, bumps) = (&run, &idem_doc, &record, &plan.bumps);

@@ -197,6 +197,12 @@ impl From<mapi_store::StoreError> for ApiError {
             E::AlreadyExists(key) => {
                 ApiError::new(ProblemCode::AlreadyExists, format!("{key} already exists"))
             }
+            // Handlers that reserve quota answer this with the refused limit
+            // (they re-check); this is the fallback for any that do not.
+            E::LimitReached { key, field } => ApiError::new(
+                ProblemCode::QuotaExceeded,
+                format!("the limit on {field} of {key} was reached by a concurrent request: retry later"),
+            ),
             other => ApiError::internal(format!("store: {other}")),
         }
     }

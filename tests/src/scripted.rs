@@ -1,0 +1,280 @@
+//! A scripted executor and the internal calls that drive a platform started
+//! without background work, so a suite decides when each attempt starts and
+//! how it ends, in virtual time, with no processes.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use mapi_domain::outcome::exit;
+use mapi_domain::{AttemptNo, ExecutionStatus, ResourceClass, RunId, Timestamp};
+use mapi_events::{AttemptKey, Event, EventBody, pubsub};
+use mapi_executor::{
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation,
+    SubmitError,
+};
+use mapi_push_events::EVENTS_PATH;
+use mapi_runs::AttemptDoc;
+use mapi_runs::tasks::{DISPATCH_PATH, DispatchTask, FINALIZE_PATH, FinalizeTask};
+
+use crate::TestPlatform;
+
+/// Takes every attempt, starts nothing, and reports each execution as
+/// running: the suite says how it ended by finalizing it.
+#[derive(Debug, Default)]
+pub struct ScriptedExecutor {
+    submitted: Mutex<Vec<(AttemptSubmit, ExecutionHandle)>>,
+    cancelled: Mutex<Vec<ExecutionHandle>>,
+}
+
+impl ScriptedExecutor {
+    /// The handles the platform asked to cancel.
+    pub fn cancelled(&self) -> Vec<ExecutionHandle> {
+        self.cancelled.lock().expect("lock").clone()
+    }
+
+    /// How many attempts were submitted.
+    pub fn submitted(&self) -> usize {
+        self.submitted.lock().expect("lock").len()
+    }
+}
+
+fn handle_of(run: &RunId, attempt: AttemptNo) -> ExecutionHandle {
+    ExecutionHandle(format!("scripted/{run}/{attempt}"))
+}
+
+#[async_trait]
+impl Executor for ScriptedExecutor {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            executor: "scripted".to_owned(),
+            isolation: Isolation::MicroVm,
+            classes: ResourceClass::ALL.to_vec(),
+            enforces_memory_limit: true,
+            egress_enforced: true,
+            dns_enforced: true,
+            remote_control_api: true,
+            max_task_count: 10_000,
+        }
+    }
+
+    fn check_placement(&self, _class: ResourceClass, _method: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn submit(&self, attempt: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError> {
+        let handle = handle_of(&attempt.run, attempt.attempt);
+        self.submitted.lock().expect("lock").push((attempt.clone(), handle.clone()));
+        Ok(handle)
+    }
+
+    async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
+        let submitted = self.submitted.lock().expect("lock");
+        let Some((a, h)) = submitted.iter().find(|(_, h)| h == handle) else {
+            return Ok(ExecutionInfo {
+                handle: handle.clone(),
+                nonce: None,
+                run: None,
+                created: Timestamp::from_secs(0),
+                started: None,
+                finished: None,
+                task_count: 0,
+                status: ExecutionStatus::NotFound,
+            });
+        };
+        Ok(running(a, h))
+    }
+
+    async fn list_recent(&self, _since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        Ok(self.submitted.lock().expect("lock").iter().map(|(a, h)| running(a, h)).collect())
+    }
+
+    async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
+        self.cancelled.lock().expect("lock").push(handle.clone());
+        Ok(())
+    }
+}
+
+fn running(a: &AttemptSubmit, h: &ExecutionHandle) -> ExecutionInfo {
+    ExecutionInfo {
+        handle: h.clone(),
+        nonce: Some(a.nonce.clone()),
+        run: Some(a.run.clone()),
+        created: Timestamp::from_secs(0),
+        started: None,
+        finished: None,
+        task_count: a.task_count,
+        status: ExecutionStatus::Running,
+    }
+}
+
+/// The report of an attempt of `run` that ran from `started` to `finished`
+/// and ended as `status`.
+pub fn ended(
+    run: &RunId,
+    attempt: AttemptNo,
+    task_count: u32,
+    started: Timestamp,
+    finished: Timestamp,
+    status: ExecutionStatus,
+) -> ExecutionInfo {
+    ExecutionInfo {
+        handle: handle_of(run, attempt),
+        nonce: None,
+        run: Some(run.clone()),
+        created: started,
+        started: Some(started),
+        finished: Some(finished),
+        task_count,
+        status,
+    }
+}
+
+/// How the suite ends an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Exits 0 after its complete event: the run succeeds.
+    Succeed,
+    /// The method reported an error: the run fails.
+    MethodError,
+    /// Killed for memory: retried once on the next larger class.
+    OutOfMemory,
+    /// Crashed: retried as an infrastructure failure.
+    Crash,
+    /// The executor lost it: retried as an infrastructure failure.
+    Lose,
+    /// Stopped through the executor's cancel.
+    Cancelled,
+}
+
+impl Ending {
+    pub const ALL: [Ending; 6] = [
+        Ending::Succeed,
+        Ending::MethodError,
+        Ending::OutOfMemory,
+        Ending::Crash,
+        Ending::Lose,
+        Ending::Cancelled,
+    ];
+
+    /// What the executor reports for it.
+    pub fn status(self) -> ExecutionStatus {
+        let failed = |code: i32| ExecutionStatus::Failed {
+            exit_code: Some(code),
+            signal: None,
+            message: String::new(),
+        };
+        match self {
+            Ending::Succeed => ExecutionStatus::Succeeded,
+            Ending::MethodError => failed(exit::METHOD_ERROR),
+            Ending::OutOfMemory => failed(exit::OOM),
+            Ending::Crash => failed(70),
+            Ending::Lose => ExecutionStatus::NotFound,
+            Ending::Cancelled => ExecutionStatus::Cancelled { exit_code: Some(exit::SIGTERM) },
+        }
+    }
+}
+
+impl TestPlatform {
+    /// Ends `attempt` of `run` (already dispatched, started at `started`)
+    /// as `ending` at the clock's now: the complete event first when it
+    /// succeeded, then the finalize task. The meter's answer.
+    pub async fn end_attempt(
+        &self,
+        run: &RunId,
+        attempt: AttemptNo,
+        task_count: u32,
+        started: Timestamp,
+        ending: Ending,
+    ) -> (u16, serde_json::Value) {
+        if ending == Ending::Succeed {
+            self.complete(run, attempt).await;
+        }
+        let now = self.platform.state.clock.now();
+        self.finalize(run, attempt, ended(run, attempt, task_count, started, now, ending.status())).await
+    }
+
+    async fn internal(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let internal = self.platform.state.config.secrets.internal_token.clone();
+        self.call(&internal, reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Delivers the dispatch task of `attempt` of `run`, as the queue would.
+    pub async fn dispatch(&self, run: &RunId, attempt: AttemptNo) -> (u16, serde_json::Value) {
+        let task = DispatchTask { run: run.clone(), attempt };
+        self.internal(DISPATCH_PATH, serde_json::to_value(task).expect("json")).await
+    }
+
+    /// Pushes the signed `complete` event of task 0 of an attempt, as its
+    /// worker would print it and Pub/Sub would push it.
+    pub async fn complete(&self, run: &RunId, attempt: AttemptNo) {
+        let store = &*self.platform.state.store;
+        let a: AttemptDoc = mapi_runs::get(store, &AttemptDoc::id_of(run, attempt))
+            .await
+            .expect("read the attempt")
+            .expect("the attempt was dispatched");
+        let key = AttemptKey::from_hex(&a.event_key).expect("event key");
+        let now = self.platform.state.clock.now();
+        let event =
+            Event { v: 1, run: run.clone(), attempt, task: 0, seq: 1, at: now, body: EventBody::Complete };
+        let signed = serde_json::to_value(mapi_events::sign(event, &key)).expect("json");
+        let handle = a.handle.expect("the attempt has an execution").0;
+        let entry = pubsub::log_entry(
+            &serde_json::json!({ "mapi_event": signed }),
+            &handle,
+            "scripted",
+            "local",
+            now,
+            &format!("{run}-{attempt}"),
+        );
+        let envelope = pubsub::envelope(&entry, "projects/local/subscriptions/events", "m", now);
+        let (s, b) = self.internal(EVENTS_PATH, serde_json::to_value(envelope).expect("json")).await;
+        assert_eq!((s, b["disposition"].as_str()), (200, Some("applied")), "complete event: {b}");
+    }
+
+    /// Delivers the finalize task of an attempt, as the reconciler would.
+    pub async fn finalize(
+        &self,
+        run: &RunId,
+        attempt: AttemptNo,
+        execution: ExecutionInfo,
+    ) -> (u16, serde_json::Value) {
+        let task = FinalizeTask { run: run.clone(), attempt, execution };
+        self.internal(FINALIZE_PATH, serde_json::to_value(task).expect("json")).await
+    }
+}
+
+/// A small seeded generator (SplitMix64), so a failing case names its seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// True with probability `p_percent` %.
+    pub fn chance(&mut self, p_percent: u64) -> bool {
+        self.below(100) < p_percent
+    }
+
+    /// Shuffles `items` in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = usize::try_from(self.below(i as u64 + 1)).expect("index");
+            items.swap(i, j);
+        }
+    }
+}

@@ -1,0 +1,663 @@
+//! Quotas through the API, in virtual time, on a scripted executor: racing
+//! submits never over-admit, the tier table is enforced as the seed states,
+//! Retry-After is right across UTC day and month boundaries, and the spend
+//! cap stops new compute for non-internal tenants within one request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mapi_clock::{Clock, VirtualClock};
+use mapi_domain::{AttemptNo, RunId, Timestamp};
+use mapi_tests::scripted::{Ending, Rng, ScriptedExecutor};
+use mapi_tests::{Options, TestPlatform};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const OPERATOR: &str = "admin@dev.local";
+
+struct Harness {
+    p: TestPlatform,
+    clock: Arc<VirtualClock>,
+    executor: Arc<ScriptedExecutor>,
+    operator: String,
+}
+
+impl Harness {
+    /// A platform at `start` with nothing in the background.
+    async fn start(start: &str, extra: &[(&str, &str)]) -> Harness {
+        let clock = Arc::new(VirtualClock::new(Timestamp::parse_rfc3339(start).expect("time")));
+        let executor = Arc::new(ScriptedExecutor::default());
+        let accounts = "admin@dev.local,dev@dev.local,owner@pub.test,owner@ver.test,owner@int.test,owner@sht.test,owner@p2.test";
+        let mut vars = vec![("MAPI_DEV_ACCOUNTS", accounts)];
+        vars.extend_from_slice(extra);
+        let p = TestPlatform::start_with(
+            &vars,
+            Options { background: false, clock: clock.clone(), executor: Some(executor.clone()) },
+        )
+        .await;
+        let operator = p.login(OPERATOR).await;
+        Harness { p, clock, executor, operator }
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    async fn set_quota(&self, tenant: &str, policy: Value) {
+        let (s, b) = self
+            .p
+            .call(&self.operator, Method::PUT, &format!("/v1/admin/quotas/{tenant}"), Some(policy))
+            .await;
+        assert_eq!(s, 200, "set quota: {b}");
+    }
+
+    /// Submits as `token` to `tenant/default`: status, Retry-After, body.
+    async fn submit_as(&self, token: &str, tenant: &str, body: &Value) -> (u16, Option<u64>, Value) {
+        let resp = self
+            .p
+            .http
+            .post(self.p.url(&format!("/v1/tenants/{tenant}/projects/default/runs")))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("submit");
+        answer(resp).await
+    }
+
+    /// Uploads a small CSV as `token` to `tenant/default`.
+    async fn upload_as(&self, token: &str, tenant: &str, csv: &str) -> (u16, Option<u64>, Value) {
+        let resp = self
+            .p
+            .http
+            .post(self.p.url(&format!("/v1/tenants/{tenant}/projects/default/datasets?name=d")))
+            .bearer_auth(token)
+            .header("content-type", "text/csv")
+            .body(csv.to_owned())
+            .send()
+            .await
+            .expect("upload");
+        answer(resp).await
+    }
+
+    /// The tenant's `concurrent_runs` in use, as the usage API reports it.
+    async fn active(&self, tenant: &str) -> u64 {
+        self.usage_of(tenant, "concurrent_runs").await
+    }
+
+    /// What the usage API reports as used of `limit` for `tenant`.
+    async fn usage_of(&self, tenant: &str, limit: &str) -> u64 {
+        let operator = self.p.login(OPERATOR).await;
+        let (s, u) = self.p.call(&operator, Method::GET, &format!("/v1/tenants/{tenant}/usage"), None).await;
+        assert_eq!(s, 200, "usage: {u}");
+        let q = u["quotas"].as_array().expect("quotas").iter().find(|q| q["limit"] == limit);
+        q.map_or(0, |q| q["used"].as_u64().expect("used"))
+    }
+
+    /// Adds `bytes` to the tenant's stored bytes, standing in for uploads
+    /// too large to make in a test.
+    async fn add_storage(&self, tenant: &str, bytes: i64) {
+        use mapi_runs::counters::{Bumps, field, tenant as tenant_counter};
+        let id = tenant_counter(&mapi_domain::TenantId::parse(tenant).expect("tenant"));
+        let mut b = Bumps::default();
+        b.add(&id, field::STORAGE, bytes);
+        let b = &b;
+        mapi_store::transact::<_, mapi_store::StoreError, _, _>(
+            &*self.p.platform.state.store,
+            |mut tx| async move {
+                b.apply(&mut tx)?;
+                Ok(tx.finish(()))
+            },
+        )
+        .await
+        .expect("add storage");
+    }
+
+    /// A new tenant of `tier` with a `default` project, and a session of its admin.
+    async fn tenant(&self, id: &str, tier: &str) -> String {
+        let admin = format!("owner@{id}.test");
+        let body = json!({"id": id, "name": id, "tier": tier, "residency": "eu", "admin_email": admin});
+        let (s, b) = self.p.call(&self.operator, Method::POST, "/v1/admin/tenants", Some(body)).await;
+        assert_eq!(s, 201, "create tenant: {b}");
+        let token = self.p.login(&admin).await;
+        let (s, b) = self
+            .p
+            .call(
+                &token,
+                Method::POST,
+                &format!("/v1/tenants/{id}/projects"),
+                Some(json!({"id": "default", "name": "D"})),
+            )
+            .await;
+        assert_eq!(s, 201, "create project: {b}");
+        token
+    }
+}
+
+async fn answer(resp: reqwest::Response) -> (u16, Option<u64>, Value) {
+    let status = resp.status().as_u16();
+    let retry =
+        resp.headers().get("retry-after").map(|v| v.to_str().expect("ascii").parse().expect("seconds"));
+    let text = resp.text().await.unwrap_or_default();
+    (status, retry, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn run_id(v: &Value) -> RunId {
+    RunId::parse(v["id"].as_str().expect("run id")).expect("run id")
+}
+
+/// Ends `run`: cancelled while queued (`None`) or its attempt dispatched,
+/// run for 7 s and ended as `ending`. Whether its slot is free afterwards.
+async fn end(h: &Harness, run: &RunId, ending: Option<Ending>) -> bool {
+    let view = h.p.run(run.as_str()).await;
+    let attempt = AttemptNo(u32::try_from(view["attempt"].as_u64().expect("attempt")).expect("n"));
+    let Some(ending) = ending else {
+        let (s, b) = h.p.call(h.p.token(), Method::POST, &format!("/v1/runs/{run}/cancel"), None).await;
+        assert_eq!(s, 200, "cancel queued: {b}");
+        return true;
+    };
+    let (s, b) = h.p.dispatch(run, attempt).await;
+    assert_eq!((s, b["outcome"].as_str()), (200, Some("submitted")), "dispatch: {b}");
+    let started = h.now();
+    h.clock.advance(Duration::from_secs(7));
+    if ending == Ending::Cancelled {
+        let (s, b) = h.p.call(h.p.token(), Method::POST, &format!("/v1/runs/{run}/cancel"), None).await;
+        assert_eq!(s, 202, "cancel running: {b}");
+    }
+    let (s, b) = h.p.end_attempt(run, attempt, 1, started, ending).await;
+    assert_eq!(s, 200, "finalize {ending:?}: {b}");
+    let state = b["state"].as_str().expect("state").to_owned();
+    let expected: &[&str] = match ending {
+        Ending::Succeed => &["succeeded"],
+        Ending::MethodError => &["failed"],
+        Ending::Cancelled => &["cancelled"],
+        // Retried while retries last; then failed.
+        Ending::OutOfMemory | Ending::Crash | Ending::Lose => &["queued", "failed"],
+    };
+    assert!(expected.contains(&state.as_str()), "{ending:?} left the run {state}");
+    state != "queued"
+}
+
+/// Fires `n` submits at once, each on its own task; the ids admitted and the refusals.
+async fn race(h: &Harness, dataset: &str, n: usize) -> (Vec<RunId>, Vec<(u16, Option<u64>, Value)>) {
+    let body = json!({"method": "describe", "dataset": dataset});
+    let url = h.p.url("/v1/tenants/dev/projects/default/runs");
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (http, url, token, body) = (h.p.http.clone(), url.clone(), h.p.token().to_owned(), body.clone());
+        set.spawn(async move {
+            answer(http.post(url).bearer_auth(token).json(&body).send().await.expect("submit")).await
+        });
+    }
+    let mut admitted = Vec::new();
+    let mut refused = Vec::new();
+    for a in set.join_all().await {
+        if a.0 == 201 { admitted.push(run_id(&a.2)) } else { refused.push(a) }
+    }
+    (admitted, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_racing_submits_against_twenty_slots_admit_exactly_twenty() {
+    for seed in 1..=3u64 {
+        let mut rng = Rng::new(seed);
+        let h = Harness::start("2026-03-10T12:00:00Z", &[]).await;
+        h.set_quota("dev", json!({"concurrent_runs": 20})).await;
+        let ds = h.p.upload("x,y\n1,2\n2,3\n3,5\n").await;
+
+        let (mut active, refused) = race(&h, &ds, 50).await;
+        assert_eq!((active.len(), refused.len()), (20, 30), "seed {seed}: the first burst");
+        for (status, retry, body) in &refused {
+            assert_eq!(*status, 429, "seed {seed}: {body}");
+            assert_eq!(body["code"], "QUOTA_EXCEEDED", "seed {seed}: {body}");
+            let detail = body["detail"].as_str().expect("detail");
+            assert!(detail.contains("tenant limit concurrent_runs is 20"), "seed {seed}: {detail}");
+            assert!(detail.contains("not knowable"), "seed {seed}: {detail}");
+            assert_eq!(*retry, None, "seed {seed}: a slot's freeing has no known time");
+        }
+        assert_eq!(h.active("dev").await, 20, "seed {seed}");
+        let mut refusals = refused.len();
+
+        for round in 0..3 {
+            // End a seeded number of the active runs in seeded ways.
+            rng.shuffle(&mut active);
+            let k = usize::try_from(rng.below(8)).expect("k") + 1;
+            let mut still = Vec::new();
+            for (i, run) in active.drain(..).enumerate() {
+                if i >= k {
+                    still.push(run);
+                    continue;
+                }
+                let ending = match rng.below(Ending::ALL.len() as u64 + 1) {
+                    0 => None,
+                    n => Some(Ending::ALL[usize::try_from(n).expect("n") - 1]),
+                };
+                // A retried run is queued again: it keeps its slot.
+                if !end(&h, &run, ending).await {
+                    still.push(run);
+                }
+            }
+            active = still;
+            assert_eq!(h.active("dev").await, active.len() as u64, "seed {seed} round {round}: in use");
+            let free = 20 - active.len();
+            let (admitted, refused) = race(&h, &ds, 50).await;
+            assert_eq!(
+                (admitted.len(), refused.len()),
+                (free, 50 - free),
+                "seed {seed} round {round}: exactly the free slots are taken"
+            );
+            assert!(refused.iter().all(|r| r.0 == 429), "seed {seed} round {round}");
+            refusals += refused.len();
+            active.extend(admitted);
+            assert_eq!(h.active("dev").await, 20, "seed {seed} round {round}: full again");
+        }
+        // Every refusal is in the audit log as a quota denial, naming the limit.
+        let (s, log) = h
+            .p
+            .call(&h.operator, Method::GET, "/v1/tenants/dev/audit?action=quota.denied&page_size=200", None)
+            .await;
+        assert_eq!(s, 200, "{log}");
+        let entries = log["entries"].as_array().expect("entries");
+        assert_eq!(entries.len(), refusals, "seed {seed}: one denial per refusal");
+        assert!(
+            entries.iter().all(|e| e["outcome"] == "denied"
+                && e["detail"].as_str().is_some_and(|d| d.contains("tenant concurrent_runs"))),
+            "seed {seed}: {log}"
+        );
+        h.p.platform.shutdown().await;
+    }
+}
+
+const GIB: u64 = 1 << 30;
+
+/// The seed's tier table, typed from the seed by hand: vCPU-s a day and a
+/// month, concurrent runs, fan-out tasks, largest class, storage, egress a
+/// month, requests a minute (`null`: no limit at that level).
+fn seed_tier(tier: &str) -> Value {
+    match tier {
+        "internal" => {
+            json!({"vcpu_seconds_per_day": null, "vcpu_seconds_per_month": null, "concurrent_runs": 100,
+            "max_fanout_tasks": 1000, "max_resource_class": null, "storage_bytes": null,
+            "egress_bytes_per_month": null, "requests_per_minute": 6000})
+        }
+        "self-hosted-trusted" => json!({"vcpu_seconds_per_day": null, "vcpu_seconds_per_month": null,
+            "concurrent_runs": null, "max_fanout_tasks": null, "max_resource_class": null, "storage_bytes": null,
+            "egress_bytes_per_month": null, "requests_per_minute": null}),
+        "verified" => json!({"vcpu_seconds_per_day": 86_400, "vcpu_seconds_per_month": 1_000_000,
+            "concurrent_runs": 20, "max_fanout_tasks": 256, "max_resource_class": "L", "storage_bytes": 100 * GIB,
+            "egress_bytes_per_month": 100 * GIB, "requests_per_minute": 600}),
+        "public" => {
+            json!({"vcpu_seconds_per_day": 3_600, "vcpu_seconds_per_month": 36_000, "concurrent_runs": 2,
+            "max_fanout_tasks": 16, "max_resource_class": "S", "storage_bytes": 2 * GIB,
+            "egress_bytes_per_month": 5 * GIB, "requests_per_minute": 60})
+        }
+        other => panic!("no tier {other}"),
+    }
+}
+
+fn spec(dataset: &str, class: &str, timeout_s: u32) -> Value {
+    json!({"method": "describe", "dataset": dataset, "class": class, "timeout_s": timeout_s})
+}
+
+/// Asserts a refusal: 429, `code`, a detail naming `limit`, and `retry`.
+#[track_caller]
+fn refused(answer: &(u16, Option<u64>, Value), code: &str, limit: &str, retry: Option<u64>) {
+    let (status, retry_after, body) = answer;
+    assert_eq!(*status, 429, "expected a refusal on {limit}: {body}");
+    assert_eq!(body["code"], code, "{body}");
+    let detail = body["detail"].as_str().expect("detail");
+    assert!(detail.contains(limit), "the detail names {limit}: {detail}");
+    assert_eq!(*retry_after, retry, "Retry-After of {limit}: {detail}");
+}
+
+#[track_caller]
+fn admitted(answer: &(u16, Option<u64>, Value)) -> RunId {
+    assert_eq!(answer.0, 201, "expected admission: {}", answer.2);
+    run_id(&answer.2)
+}
+
+impl Harness {
+    /// Dispatches the first attempt of `run`, lets it run `wall`, and ends it successfully.
+    async fn run_for(&self, run: &RunId, wall: Duration) {
+        let (s, b) = self.p.dispatch(run, AttemptNo(1)).await;
+        assert_eq!((s, b["outcome"].as_str()), (200, Some("submitted")), "dispatch: {b}");
+        let started = self.now();
+        self.clock.advance(wall);
+        let (s, b) = self.p.end_attempt(run, AttemptNo(1), 1, started, Ending::Succeed).await;
+        assert_eq!((s, b["state"].as_str()), (200, Some("succeeded")), "finalize: {b}");
+    }
+
+    async fn cancel(&self, token: &str, run: &RunId) {
+        let (s, b) = self.p.call(token, Method::POST, &format!("/v1/runs/{run}/cancel"), None).await;
+        assert_eq!(s, 200, "cancel: {b}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tier_table_is_enforced_through_the_api() {
+    // 00:00:15 on the first of a month: day and month counters are fresh.
+    let h = Harness::start("2026-03-01T00:00:15Z", &[]).await;
+    let tiers = [("pub", "public"), ("ver", "verified"), ("int", "internal"), ("sht", "self-hosted-trusted")];
+    for (id, tier) in tiers {
+        h.tenant(id, tier).await;
+    }
+    // The limits in force are the seed's table, tier by tier, and the platform's 700.
+    let (s, list) = h.p.call(&h.operator, Method::GET, "/v1/admin/quotas", None).await;
+    assert_eq!(s, 200, "{list}");
+    for (id, tier) in tiers {
+        let t =
+            list["tenants"].as_array().expect("tenants").iter().find(|t| t["tenant"] == id).expect("listed");
+        assert_eq!(t["effective"], seed_tier(tier), "tier {tier}");
+    }
+    assert_eq!(list["platform"]["concurrent_runs"], 700);
+
+    // public: class S at most, 2 concurrent runs, 3,600 vCPU-s a day
+    // (class S is 2 vCPUs: a run reserves 2 × its timeout).
+    let owner = h.p.login("owner@pub.test").await;
+    let ds =
+        h.upload_as(&owner, "pub", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+    for class in ["M", "L", "XL", "GPU"] {
+        refused(
+            &h.submit_as(&owner, "pub", &spec(&ds, class, 60)).await,
+            "QUOTA_EXCEEDED",
+            "tenant limit max_resource_class is S",
+            None,
+        );
+    }
+    let day_left = 86_400 - 15;
+    refused(
+        &h.submit_as(&owner, "pub", &spec(&ds, "S", 1_801)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit vcpu_seconds_per_day is 3600",
+        Some(day_left),
+    );
+    let a = admitted(&h.submit_as(&owner, "pub", &spec(&ds, "S", 1_000)).await);
+    let b = admitted(&h.submit_as(&owner, "pub", &spec(&ds, "S", 10)).await);
+    refused(
+        &h.submit_as(&owner, "pub", &spec(&ds, "S", 10)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit concurrent_runs is 2",
+        None,
+    );
+    h.cancel(&owner, &b).await;
+    // 2,000 of 3,600 are reserved by `a`: 1,600 are left.
+    refused(
+        &h.submit_as(&owner, "pub", &spec(&ds, "S", 801)).await,
+        "QUOTA_EXCEEDED",
+        "vcpu_seconds_per_day",
+        Some(day_left),
+    );
+    let c = admitted(&h.submit_as(&owner, "pub", &spec(&ds, "S", 800)).await);
+    for r in [&a, &c] {
+        h.cancel(&owner, r).await;
+    }
+    // 36,000 a month: ten days of 3,600 metered (1,800 s of class S each).
+    for day in 0..10u64 {
+        let owner = h.p.login("owner@pub.test").await;
+        let r = admitted(&h.submit_as(&owner, "pub", &spec(&ds, "S", 1_800)).await);
+        h.run_for(&r, Duration::from_secs(1_800)).await;
+        let left = 86_400 - 15 - 1_800;
+        refused(
+            &h.submit_as(&owner, "pub", &spec(&ds, "S", 1)).await,
+            "QUOTA_EXCEEDED",
+            "vcpu_seconds_per_day",
+            Some(left),
+        );
+        assert_eq!(h.usage_of("pub", "vcpu_seconds_per_month").await, 3_600 * (day + 1), "day {day}");
+        h.clock.advance(Duration::from_secs(86_400 - 1_800));
+    }
+    // The eleventh day (March 11, 00:00:15): the month is spent; it resets on April 1.
+    let owner = h.p.login("owner@pub.test").await;
+    let month_left = 21 * 86_400 - 15;
+    refused(
+        &h.submit_as(&owner, "pub", &spec(&ds, "S", 1)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit vcpu_seconds_per_month is 36000",
+        Some(month_left),
+    );
+    // 60 requests a minute: the 61st in the minute waits for the next one.
+    for i in 0..60 {
+        let a = h.upload_as(&owner, "pub", "x\n1\n").await;
+        assert_eq!(a.0, 201, "upload {i}: {}", a.2);
+    }
+    refused(
+        &h.upload_as(&owner, "pub", "x\n1\n").await,
+        "RATE_LIMITED",
+        "tenant limit requests_per_minute is 60",
+        Some(45),
+    );
+    h.clock.advance(Duration::from_secs(45));
+    assert_eq!(h.upload_as(&owner, "pub", "x\n1\n").await.0, 201, "a new minute");
+    // 2 GiB of storage: stand in for 2 GiB of earlier uploads, then a byte more is refused.
+    let used = h.usage_of("pub", "storage_bytes").await;
+    h.add_storage("pub", i64::try_from(2 * GIB - used - 4).expect("fits")).await;
+    refused(
+        &h.upload_as(&owner, "pub", "x\n12\n").await,
+        "QUOTA_EXCEEDED",
+        "tenant limit storage_bytes is 2147483648",
+        None,
+    );
+    assert_eq!(h.upload_as(&owner, "pub", "x\n1\n").await.0, 201, "exactly at the limit is allowed");
+
+    // verified: class L at most, 20 concurrent, 86,400 vCPU-s a day (L is 8 vCPUs).
+    let owner = h.p.login("owner@ver.test").await;
+    let ds =
+        h.upload_as(&owner, "ver", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+    for class in ["XL", "GPU"] {
+        refused(
+            &h.submit_as(&owner, "ver", &spec(&ds, class, 60)).await,
+            "QUOTA_EXCEEDED",
+            "tenant limit max_resource_class is L",
+            None,
+        );
+    }
+    refused(
+        &h.submit_as(&owner, "ver", &spec(&ds, "L", 10_801)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit vcpu_seconds_per_day is 86400",
+        Some(86_400 - 60),
+    );
+    for i in 0..20 {
+        let class = ["S", "M", "L"][i % 3];
+        admitted(&h.submit_as(&owner, "ver", &spec(&ds, class, 60)).await);
+    }
+    refused(
+        &h.submit_as(&owner, "ver", &spec(&ds, "S", 60)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit concurrent_runs is 20",
+        None,
+    );
+    // 600 requests a minute (the 20 submits and the upload above count).
+    h.clock.advance(Duration::from_secs(60));
+    for i in 0..600 {
+        let a = h.upload_as(&owner, "ver", "x\n1\n").await;
+        assert_eq!(a.0, 201, "upload {i}: {}", a.2);
+    }
+    refused(
+        &h.upload_as(&owner, "ver", "x\n1\n").await,
+        "RATE_LIMITED",
+        "tenant limit requests_per_minute is 600",
+        Some(60),
+    );
+
+    // internal: any class, 100 concurrent runs.
+    let owner = h.p.login("owner@int.test").await;
+    let ds =
+        h.upload_as(&owner, "int", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+    admitted(&h.submit_as(&owner, "int", &spec(&ds, "GPU", 86_400)).await);
+    for _ in 1..100 {
+        admitted(&h.submit_as(&owner, "int", &spec(&ds, "XL", 86_400)).await);
+    }
+    refused(
+        &h.submit_as(&owner, "int", &spec(&ds, "S", 60)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit concurrent_runs is 100",
+        None,
+    );
+
+    // self-hosted-trusted: no tenant limits, so the platform's 700 is the one that
+    // stops it (100 of internal's and 20 of verified's are active).
+    let owner = h.p.login("owner@sht.test").await;
+    let ds =
+        h.upload_as(&owner, "sht", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+    for i in 0..580 {
+        let a = h.submit_as(&owner, "sht", &spec(&ds, "GPU", 86_400)).await;
+        assert_eq!(a.0, 201, "submit {i}: {}", a.2);
+    }
+    refused(
+        &h.submit_as(&owner, "sht", &spec(&ds, "S", 60)).await,
+        "QUOTA_EXCEEDED",
+        "platform limit concurrent_runs is 700",
+        None,
+    );
+    h.p.platform.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_counts_to_the_utc_day_and_month_boundaries() {
+    // 30 s before the end of February 27 (2026 is not a leap year).
+    let h = Harness::start("2026-02-27T23:59:30Z", &[]).await;
+    let owner = h.tenant("p2", "public").await;
+    h.set_quota("p2", json!({"vcpu_seconds_per_month": 5_000, "concurrent_runs": 10})).await;
+    let ds = h.upload_as(&owner, "p2", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+
+    // The day's 3,600 vCPU-s are reserved; the next run waits 30 s, for midnight.
+    admitted(&h.submit_as(&owner, "p2", &spec(&ds, "S", 1_800)).await);
+    refused(
+        &h.submit_as(&owner, "p2", &spec(&ds, "S", 1)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit vcpu_seconds_per_day",
+        Some(30),
+    );
+    let dry =
+        h.p.call(
+            &owner,
+            Method::POST,
+            "/v1/tenants/p2/projects/default/runs?dry_run=true",
+            Some(spec(&ds, "S", 1)),
+        )
+        .await;
+    assert_eq!((dry.0, &dry.1["admitted"]), (200, &json!(false)), "a dry run tells the same: {}", dry.1);
+    assert_eq!(
+        (&dry.1["refusal"]["limit"], &dry.1["refusal"]["retry_after_s"]),
+        (&json!("vcpu_seconds_per_day"), &json!(30))
+    );
+    h.clock.advance(Duration::from_secs(29));
+    refused(
+        &h.submit_as(&owner, "p2", &spec(&ds, "S", 1)).await,
+        "QUOTA_EXCEEDED",
+        "vcpu_seconds_per_day",
+        Some(1),
+    );
+    h.clock.advance(Duration::from_secs(1));
+
+    // February 28, 00:00:00: a new day, the same month; 1,400 of the month's 5,000 are left.
+    admitted(&h.submit_as(&owner, "p2", &spec(&ds, "S", 700)).await);
+    let next_month = 86_400;
+    refused(
+        &h.submit_as(&owner, "p2", &spec(&ds, "S", 1)).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit vcpu_seconds_per_month is 5000",
+        Some(next_month),
+    );
+    h.clock.advance(Duration::from_secs(86_399));
+    let owner = h.p.login("owner@p2.test").await;
+    refused(
+        &h.submit_as(&owner, "p2", &spec(&ds, "S", 1)).await,
+        "QUOTA_EXCEEDED",
+        "vcpu_seconds_per_month",
+        Some(1),
+    );
+    h.clock.advance(Duration::from_secs(1));
+    // March 1: the month resets.
+    admitted(&h.submit_as(&owner, "p2", &spec(&ds, "S", 1)).await);
+
+    // A token's budget resets with its own period: 10 vCPU-s a day.
+    let (s, tok) = h
+        .p
+        .call(
+            &owner,
+            Method::POST,
+            "/v1/tenants/p2/projects/default/tokens",
+            Some(json!({"name": "ci", "scopes": ["runs:create"], "budget_vcpu_seconds": 10, "budget_period": "day"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{tok}");
+    let token = tok["secret"].as_str().expect("secret").to_owned();
+    h.clock.advance(Duration::from_secs(86_400 - 100)); // March 1, 23:58:20
+    admitted(&h.submit_as(&token, "p2", &spec(&ds, "S", 5)).await);
+    refused(
+        &h.submit_as(&token, "p2", &spec(&ds, "S", 1)).await,
+        "QUOTA_EXCEEDED",
+        "token limit budget_vcpu_seconds is 10",
+        Some(100),
+    );
+    h.clock.advance(Duration::from_secs(100));
+    admitted(&h.submit_as(&token, "p2", &spec(&ds, "S", 1)).await);
+    h.p.platform.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spend_cap_stops_new_compute_for_non_internal_tenants_within_one_request() {
+    let h = Harness::start("2026-06-15T10:00:00Z", &[]).await;
+    let owner = h.tenant("pub", "public").await;
+    let pub_ds =
+        h.upload_as(&owner, "pub", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+    let dev_ds = h.p.upload("x,y\n1,2\n2,3\n3,5\n").await;
+    let dev = h.p.token().to_owned();
+
+    // A cap a little above one 100 s run of class S (2 vCPU, 8 GiB).
+    let one =
+        mapi_cost::CURRENT.charge(mapi_domain::ResourceClass::S, 1, Duration::from_secs(100)).amount_micros;
+    let cap = one + one / 2;
+    let set =
+        json!({"spend_cap_micros": cap, "spend_cap_period": "day", "reason": "incident 42: runaway spend"});
+    let (s, b) = h.p.call(&h.operator, Method::PUT, "/v1/admin/kill-switches", Some(set)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) =
+        h.p.call(&h.operator, Method::PUT, "/v1/admin/kill-switches", Some(json!({"spend_cap_micros": cap})))
+            .await;
+    assert_eq!(s, 400, "a kill switch needs a reason: {b}");
+
+    // Below the cap, everyone starts compute; a public run waits in the queue.
+    let waiting = admitted(&h.submit_as(&owner, "pub", &spec(&pub_ds, "S", 600)).await);
+    let first = admitted(&h.submit_as(&dev, "dev", &spec(&dev_ds, "S", 600)).await);
+    h.run_for(&first, Duration::from_secs(100)).await;
+    let second = admitted(&h.submit_as(&dev, "dev", &spec(&dev_ds, "S", 600)).await);
+    h.run_for(&second, Duration::from_secs(100)).await;
+
+    // That finalization passed the cap: the very next request is refused
+    // for the public tenant, and its queued run does not start.
+    let day_left = 86_400 - 10 * 3_600 - 200;
+    refused(
+        &h.submit_as(&owner, "pub", &spec(&pub_ds, "S", 60)).await,
+        "QUOTA_EXCEEDED",
+        "platform limit spend_cap",
+        Some(day_left),
+    );
+    let (s, b) = h.p.dispatch(&waiting, AttemptNo(1)).await;
+    assert_eq!(s, 503, "no new compute starts: {b}");
+    assert!(b["detail"].as_str().is_some_and(|d| d.contains("spend cap")), "{b}");
+    let (_, run) = h.p.call(&owner, Method::GET, &format!("/v1/runs/{waiting}"), None).await;
+    assert_eq!(run["state"], "queued", "the admitted run waits: {run}");
+    assert_eq!(h.executor.submitted(), 2, "only the internal runs reached the executor");
+
+    // The internal tenant keeps working.
+    let third = admitted(&h.submit_as(&dev, "dev", &spec(&dev_ds, "S", 600)).await);
+    h.run_for(&third, Duration::from_secs(10)).await;
+
+    // The next UTC day the cap has room again and the queued run starts.
+    h.clock.advance(Duration::from_secs(day_left));
+    let (s, b) = h.p.dispatch(&waiting, AttemptNo(1)).await;
+    assert_eq!((s, b["outcome"].as_str()), (200, Some("submitted")), "{b}");
+    let owner = h.p.login("owner@pub.test").await;
+    admitted(&h.submit_as(&owner, "pub", &spec(&pub_ds, "S", 60)).await);
+
+    let operator = h.p.login(OPERATOR).await;
+    let (s, view) = h.p.call(&operator, Method::GET, "/v1/admin/kill-switches", None).await;
+    assert_eq!((s, &view["reason"]), (200, &json!("incident 42: runaway spend")), "{view}");
+    let (s, log) = h.p.call(&operator, Method::GET, "/v1/admin/audit?action=kill_switch.set", None).await;
+    assert_eq!(s, 200, "{log}");
+    assert_eq!(log["entries"].as_array().map(Vec::len), Some(1), "the change is audited: {log}");
+    h.p.platform.shutdown().await;
+}
