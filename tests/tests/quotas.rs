@@ -661,3 +661,69 @@ async fn the_spend_cap_stops_new_compute_for_non_internal_tenants_within_one_req
     assert_eq!(log["entries"].as_array().map(Vec::len), Some(1), "the change is audited: {log}");
     h.p.platform.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_is_admitted_against_the_limits_its_run_was() {
+    let h = Harness::start("2026-04-20T08:00:00Z", &[]).await;
+    let owner = h.tenant("pub", "public").await;
+    h.set_quota("pub", json!({"concurrent_runs": 5})).await;
+    let ds =
+        h.upload_as(&owner, "pub", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+    let attempt_of = |run: &RunId| {
+        let (run, owner) = (run.clone(), owner.clone());
+        let h = &h;
+        async move {
+            let (s, v) = h.p.call(&owner, Method::GET, &format!("/v1/runs/{run}"), None).await;
+            assert_eq!(s, 200, "{v}");
+            v
+        }
+    };
+    let run_then = async |run: &RunId, wall: u64, ending: Ending| {
+        let (s, b) = h.p.dispatch(run, AttemptNo(1)).await;
+        assert_eq!(s, 200, "{b}");
+        let started = h.now();
+        h.clock.advance(Duration::from_secs(wall));
+        let (s, b) = h.p.end_attempt(run, AttemptNo(1), 1, started, ending).await;
+        assert_eq!((s, b["outcome"].as_str()), (200, Some("finalized")), "{b}");
+    };
+
+    // Out of memory on S: the retry would be on M, above the public tier's largest class.
+    let oom = admitted(&h.submit_as(&owner, "pub", &spec(&ds, "S", 100)).await);
+    run_then(&oom, 10, Ending::OutOfMemory).await;
+    let v = attempt_of(&oom).await;
+    assert_eq!(
+        (v["state"].as_str(), v["error"]["code"].as_str()),
+        (Some("failed"), Some("RESOURCE_EXHAUSTED")),
+        "{v}"
+    );
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("largest class S")), "{v}");
+
+    // A crash retry that fits the day's 3,600 vCPU-s is started: 20 + 600 reserved.
+    let fits = admitted(&h.submit_as(&owner, "pub", &spec(&ds, "S", 300)).await);
+    run_then(&fits, 10, Ending::Crash).await;
+    let v = attempt_of(&fits).await;
+    assert_eq!((v["state"].as_str(), v["attempt"].as_u64()), (Some("queued"), Some(2)), "{v}");
+
+    // One that would not fit fails instead: 900 s of S metered (1,800) plus
+    // another 2,000 reserved would pass 3,600 with what is already used.
+    let big = admitted(&h.submit_as(&owner, "pub", &spec(&ds, "S", 1_000)).await);
+    run_then(&big, 900, Ending::Crash).await;
+    let v = attempt_of(&big).await;
+    assert_eq!(
+        (v["state"].as_str(), v["error"]["code"].as_str()),
+        (Some("failed"), Some("QUOTA_EXCEEDED")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("tenant's vCPU-seconds limit for 2026-04-20")),
+        "{v}"
+    );
+
+    // What is held is exactly the queued retry's 600 and what was metered.
+    h.cancel(&owner, &fits).await;
+    assert_eq!(h.usage_of("pub", "concurrent_runs").await, 0);
+    assert_eq!(h.usage_of("pub", "vcpu_seconds_per_day").await, 20 + 20 + 1_800);
+    h.p.platform.shutdown().await;
+}

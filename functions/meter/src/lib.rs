@@ -18,16 +18,21 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use mapi_domain::{RunState, Timestamp, Transition, Verdict, classify, decide};
+use mapi_domain::{
+    ErrorCode, Reason, RunError, RunState, Tier, Timestamp, Transition, Verdict, classify, decide,
+};
 use mapi_identity::InternalCaller;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask, push_dispatch};
 
-use mapi_quota::Period;
+use mapi_quota::{Period, effective};
 use mapi_runs::counters::{self, Bumps};
-use mapi_runs::{AttemptDoc, LedgerEntry, ProgressDoc, RunDoc, attempt_facts, tx_create, tx_get, tx_put};
-use mapi_store::transact;
+use mapi_runs::{
+    AttemptDoc, LedgerEntry, ProgressDoc, QuotaPolicyDoc, RunDoc, TenantDoc, attempt_facts, tx_create,
+    tx_get, tx_put,
+};
+use mapi_store::{StoreError, transact};
 use serde::Serialize;
 
 pub mod usage;
@@ -68,6 +73,34 @@ fn usage_counters(run: &RunDoc, now: Timestamp) -> Vec<String> {
     ids
 }
 
+/// What the finalize transaction fails with: a guarded increment that
+/// would pass its limit is told apart from everything else.
+enum TxError {
+    Api(ApiError),
+    /// The limit, in words.
+    Limit(String),
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> TxError {
+        match e {
+            StoreError::LimitReached { key, .. } => TxError::Limit(counters::describe(key.id())),
+            other => TxError::Api(other.into()),
+        }
+    }
+}
+
+impl From<ApiError> for TxError {
+    fn from(e: ApiError) -> TxError {
+        TxError::Api(e)
+    }
+}
+
+/// A retry that is not started: the run fails instead.
+fn refuse_retry(code: ErrorCode, reason: Reason, message: String) -> Verdict {
+    Verdict::Finalize { state: RunState::Failed, reason, error: Some(RunError { code, message }) }
+}
+
 enum Done {
     Already,
     Waiting,
@@ -83,7 +116,13 @@ async fn finalize(
     let grace = state.config.event_grace;
     let policy = mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries };
     let task = &task;
-    let done = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+    // A retry is admitted again, against the limits its run was admitted
+    // against; when that fails the commit, the attempt is finalized again
+    // with the retry refused.
+    let mut refused_retry: Option<String> = None;
+    let done = loop {
+        let refused = refused_retry.as_deref();
+        let done = transact::<_, TxError, _, _>(&*state.store, |mut tx| async move {
         let id = AttemptDoc::id_of(&task.run, task.attempt);
         let mut run = tx_get::<RunDoc>(&mut tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
         let mut attempt = tx_get::<AttemptDoc>(&mut tx, &id).await?.ok_or_else(|| ApiError::not_found("no such attempt"))?;
@@ -98,6 +137,31 @@ async fn finalize(
         if verdict == Verdict::Wait {
             return Ok(tx.finish(Done::Waiting));
         }
+        let verdict = match verdict {
+            Verdict::Retry { class, reason, .. } => {
+                let tenant = tx_get::<TenantDoc>(&mut tx, run.tenant.as_str()).await?;
+                let policy = tx_get::<QuotaPolicyDoc>(&mut tx, run.tenant.as_str()).await?;
+                let tier = tenant.map_or(Tier::Public, |t| t.tier);
+                let largest = effective(tier, policy.as_ref().map(|p| &p.policy)).max_resource_class;
+                match (largest, refused) {
+                    (Some(max), _) if class > max => refuse_retry(
+                        ErrorCode::ResourceExhausted,
+                        Reason::ResourceExhausted,
+                        format!(
+                            "the attempt ran out of memory on class {}; class {class} is above the tenant's largest class {max}",
+                            attempt.class
+                        ),
+                    ),
+                    (_, Some(why)) => refuse_retry(
+                        ErrorCode::QuotaExceeded,
+                        reason,
+                        format!("the attempt failed and its retry was not started: {why}"),
+                    ),
+                    _ => verdict,
+                }
+            }
+            v => v,
+        };
         let wall = match (info.started, info.finished) {
             (Some(s), Some(f)) => f.since(s),
             _ => Duration::ZERO,
@@ -109,9 +173,6 @@ async fn finalize(
         let ends = matches!(verdict, Verdict::Finalize { .. }) && run.attempt == attempt.attempt && !run.state.is_terminal();
         if !ledger_seen {
             Bumps::charge(&usage_counters(&run, now), charge.vcpu_ms, amount).apply(&mut tx)?;
-        }
-        if ends {
-            counters::end_reservation(&mut run).apply(&mut tx)?;
         }
         if !ledger_seen {
             let entry = LedgerEntry {
@@ -149,6 +210,10 @@ async fn finalize(
                     if t.is_ok() {
                         run.attempt = run.attempt.next();
                         run.class = *class;
+                        if let Some(r) = run.reservation.as_mut() {
+                            let hold = counters::reserve_ms(*class, run.task_count, run.timeout_s);
+                            Bumps::renew(r, hold).apply(&mut tx)?;
+                        }
                         if *infra { run.infra_retries += 1 } else { run.oom_retried = true }
                         next = Some(Box::new(run.clone()));
                     }
@@ -164,11 +229,27 @@ async fn finalize(
                 }
             }
         };
+        // A run that ended gives back what it reserved (not when the verdict
+        // could not be applied: the run still holds its slot then).
+        if ends && transition.is_some() && run.state.is_terminal() {
+            counters::end_reservation(&mut run).apply(&mut tx)?;
+        }
         tx_put(&mut tx, &run)?;
         let state_now = run.state;
         Ok(tx.finish(Done::Applied { transition, next, amount, state: state_now }))
-    })
-    .await?;
+        })
+        .await;
+        match done {
+            Ok(done) => break done,
+            Err(TxError::Limit(limit)) if refused_retry.is_none() => {
+                refused_retry = Some(format!("it would pass {limit}"));
+            }
+            Err(TxError::Limit(limit)) => {
+                return Err(ApiError::internal(format!("a finalization without a retry reached {limit}")));
+            }
+            Err(TxError::Api(e)) => return Err(e),
+        }
+    };
     match done {
         Done::Already => Ok((
             StatusCode::OK,

@@ -8,7 +8,7 @@
 //! (the store checks the limit where it writes the counter) and never
 //! conflict with each other (increments read nothing).
 
-use mapi_domain::{ResourceClass, TenantId, Tier, Timestamp};
+use mapi_domain::{TenantId, Tier, Timestamp};
 use mapi_identity::{Audit, Caller, audit};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, ProblemCode};
@@ -103,11 +103,12 @@ pub async fn plan(
     let reservation = match ask {
         Ask::Run { vcpu_ms, .. } => {
             let held = i64::try_from(*vcpu_ms).unwrap_or(i64::MAX);
-            let mut budgets = Vec::new();
+            let (mut budgets, mut at_most) = (Vec::new(), Vec::new());
             if let (Some(id), Some(b)) = (&token_counter, &budget) {
                 bumps.add(id, field::RESERVED, held);
                 bumps.guarded(id, field::COMMITTED, held, limit_ms(Some(b.vcpu_seconds)));
                 budgets.push(id.clone());
+                at_most.push(limit_ms(Some(b.vcpu_seconds)));
             }
             bumps.guarded(&minute, field::REQUESTS, 1, limit(limits.requests_per_minute));
             bumps.guarded(&total, field::ACTIVE, 1, limit(limits.concurrent_runs));
@@ -115,11 +116,13 @@ pub async fn plan(
                 bumps.add(id, field::RESERVED, held);
                 bumps.guarded(id, field::COMMITTED, held, limit_ms(max));
                 budgets.push(id.clone());
+                at_most.push(limit_ms(max));
             }
             bumps.guarded(counters::PLATFORM, field::ACTIVE, 1, limit(platform.concurrent_runs));
             Some(Reservation {
                 vcpu_ms: *vcpu_ms,
                 budgets,
+                at_most,
                 slots: vec![total, counters::PLATFORM.to_owned()],
             })
         }
@@ -137,10 +140,7 @@ pub async fn plan(
     Ok(Ok(Plan { bumps, reservation }))
 }
 
-/// The vCPU-milliseconds a run's estimate reserves: its class for its whole timeout, per task.
-pub fn reserve_ms(class: ResourceClass, task_count: u32, timeout_s: u32) -> u64 {
-    u64::from(class.vcpu()) * u64::from(task_count) * u64::from(timeout_s) * 1000
-}
+pub use mapi_runs::counters::reserve_ms;
 
 /// A guard failed in the commit: another request took what the first check
 /// saw free. Checking again names the limit that is now reached.

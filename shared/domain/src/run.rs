@@ -120,6 +120,8 @@ wire_enum!(
         ResourceExhausted => "RESOURCE_EXHAUSTED",
         InfraError => "INFRA_ERROR",
         InvalidArgument => "INVALID_ARGUMENT",
+        /// A retry would have passed one of the tenant's or token's limits.
+        QuotaExceeded => "QUOTA_EXCEEDED",
     }
 );
 

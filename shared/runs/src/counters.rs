@@ -103,6 +103,10 @@ pub struct Reservation {
     pub vcpu_ms: u64,
     /// Counters whose reserved (and committed) vCPU-milliseconds hold `vcpu_ms`.
     pub budgets: Vec<String>,
+    /// The limit each budget was admitted against (committed vCPU-ms at
+    /// most), so a retry is admitted against the same limits.
+    #[serde(default)]
+    pub at_most: Vec<Option<i64>>,
     /// Counters whose `active_runs` holds one slot.
     pub slots: Vec<String>,
 }
@@ -150,6 +154,25 @@ impl Bumps {
         b
     }
 
+    /// Renews `reservation` for a run's next attempt, which holds
+    /// `vcpu_ms`: the last attempt's share is metered now, so the old hold
+    /// is given back and the new one taken, guarded by the limits it was
+    /// admitted against. The commit fails if the retry would pass one.
+    pub fn renew(reservation: &mut Reservation, vcpu_ms: u64) -> Bumps {
+        let mut b = Bumps::default();
+        let old = i64::try_from(reservation.vcpu_ms).unwrap_or(i64::MAX);
+        let new = i64::try_from(vcpu_ms).unwrap_or(i64::MAX);
+        for (i, id) in reservation.budgets.iter().enumerate() {
+            let at_most = reservation.at_most.get(i).copied().flatten();
+            b.add(id, field::RESERVED, -old);
+            b.add(id, field::COMMITTED, -old);
+            b.add(id, field::RESERVED, new);
+            b.guarded(id, field::COMMITTED, new, at_most);
+        }
+        reservation.vcpu_ms = vcpu_ms;
+        b
+    }
+
     /// What a metered charge adds to the counters `ids`.
     pub fn charge(ids: &[String], vcpu_ms: u64, micros: i64) -> Bumps {
         let mut b = Bumps::default();
@@ -161,6 +184,25 @@ impl Bumps {
         }
         b
     }
+}
+
+/// A vCPU budget counter's id in words, for a run's error.
+pub fn describe(id: &str) -> String {
+    let Some((owner, period)) = id.split_once('@') else { return format!("the limit of {id}") };
+    let whose = if owner.starts_with("token:") {
+        "the token's vCPU-second budget"
+    } else if owner.starts_with("tenant:") {
+        "the tenant's vCPU-seconds limit"
+    } else {
+        "the platform's limit"
+    };
+    format!("{whose} for {period} (UTC)")
+}
+
+/// The vCPU-milliseconds an attempt reserves: its class for the run's whole
+/// timeout, per task.
+pub fn reserve_ms(class: mapi_domain::ResourceClass, task_count: u32, timeout_s: u32) -> u64 {
+    u64::from(class.vcpu()) * u64::from(task_count) * u64::from(timeout_s) * 1000
 }
 
 /// Takes a run's reservation, for a run that is ending: the increments
