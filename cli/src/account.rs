@@ -151,9 +151,10 @@ pub enum KillSwitchesCmd {
         /// on or off: runs of tenant-uploaded plugin code.
         #[arg(long)]
         uploaded_code: Option<String>,
-        /// The global spend cap in the price table's currency (0 removes it).
+        /// The global spend cap in the price table's currency, like 500 or
+        /// 12.5 (0 removes it).
         #[arg(long)]
-        spend_cap: Option<f64>,
+        spend_cap: Option<String>,
         /// day or month.
         #[arg(long)]
         spend_cap_period: Option<String>,
@@ -556,7 +557,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             };
             let body = json!({
                 "untrusted_execution_enabled": on,
-                "spend_cap_micros": spend_cap.map(|c| (c * 1_000_000.0).round() as i64),
+                "spend_cap_micros": spend_cap.as_deref().map(mapi_cost::parse_micros).transpose()?,
                 "spend_cap_period": spend_cap_period, "reason": reason,
             });
             let k: Value =

@@ -68,7 +68,10 @@ pub async fn upload(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
-    require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Create).await?;
+    let tier = require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Create)
+        .await?
+        .tenant
+        .tier;
     let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     if !matches!(essence.as_str(), "text/csv" | "application/csv" | "text/plain") {
@@ -107,7 +110,7 @@ pub async fn upload(
     // a refused upload's object is removed again.
     let ask = Ask::Upload { bytes: size };
     let what = format!("datasets/{}", doc.id);
-    let admitted = match quota::plan(&state, now, &doc.tenant, caller.token(), &ask).await {
+    let admitted = match quota::plan(&state, now, &doc.tenant, tier, caller.token(), &ask).await {
         Ok(Ok(plan)) => {
             let (doc_ref, bumps) = (&doc, &plan.bumps);
             let committed = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
@@ -118,7 +121,7 @@ pub async fn upload(
             .await;
             match committed {
                 Err(e) if crate::runs::is_limit(&e) => {
-                    Err(quota::raced(&state, &caller, &doc.tenant, &what, &ask).await)
+                    Err(quota::raced(&state, &caller, &doc.tenant, tier, &what, &ask).await)
                 }
                 other => other,
             }

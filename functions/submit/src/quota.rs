@@ -17,7 +17,6 @@ use mapi_quota::{
 };
 use mapi_runs::counters::{self, Bumps, CounterDoc, Reservation, field};
 use mapi_runs::{BudgetPeriod, KillSwitchDoc, Outcome, QuotaPolicyDoc, TenantDoc, TokenDoc};
-use mapi_store::DocKey;
 
 /// What an admitted request writes.
 #[derive(Debug, Clone)]
@@ -45,20 +44,16 @@ fn limit(n: Option<impl Into<u64>>) -> Option<i64> {
 }
 
 /// Checks `ask` against what is in use now and plans its reservation.
+/// `tier` is the tenant's, as the caller's authorization read it.
 pub async fn plan(
     state: &AppState,
     now: Timestamp,
     tenant: &TenantId,
+    tier: Tier,
     token: Option<&TokenDoc>,
     ask: &Ask,
 ) -> Result<Result<Plan, Refusal>, ApiError> {
     let store = &*state.store;
-    let tier = mapi_runs::get::<TenantDoc>(store, tenant.as_str()).await?.map_or(Tier::Public, |t| t.tier);
-    let policy = mapi_runs::get::<QuotaPolicyDoc>(store, tenant.as_str()).await?.map(|p| p.policy);
-    let switches = mapi_runs::get::<KillSwitchDoc>(store, KillSwitchDoc::ID)
-        .await?
-        .map(|k| k.switches)
-        .unwrap_or_default();
     let budget = budget_of(token);
     let token_counter =
         token.zip(budget.as_ref()).map(|(t, b)| counters::token_period(t.public_id(), b.period, now));
@@ -68,20 +63,41 @@ pub async fn plan(
         counters::tenant_period(tenant, Period::Month, now),
         counters::tenant_minute(tenant, now),
     );
-    let spend = counters::platform_period(switches.spend_cap_period, now);
-    let mut ids =
-        vec![total.clone(), day.clone(), month.clone(), minute.clone(), counters::PLATFORM.to_owned(), spend];
+    // One read for everything admission looks at: the policy, the kill
+    // switches and the counters (both spend periods: the switches say which).
+    let mut ids = vec![
+        total.clone(),
+        day.clone(),
+        month.clone(),
+        minute.clone(),
+        counters::PLATFORM.to_owned(),
+        counters::platform_period(Period::Day, now),
+        counters::platform_period(Period::Month, now),
+    ];
     ids.extend(token_counter.clone());
-    let keys = ids.iter().map(|id| mapi_runs::key::<CounterDoc>(id)).collect::<Result<Vec<DocKey>, _>>()?;
-    let read: Vec<CounterDoc> = store
-        .get(&keys, None)
-        .await?
+    let mut keys = vec![
+        mapi_runs::key::<QuotaPolicyDoc>(tenant.as_str())?,
+        mapi_runs::key::<KillSwitchDoc>(KillSwitchDoc::ID)?,
+    ];
+    for id in &ids {
+        keys.push(mapi_runs::key::<CounterDoc>(id)?);
+    }
+    let docs = store.get(&keys, None).await?;
+    let policy = docs[0].as_ref().map(|d| d.decode::<QuotaPolicyDoc>()).transpose()?.map(|p| p.policy);
+    let switches = docs[1]
+        .as_ref()
+        .map(|d| d.decode::<KillSwitchDoc>())
+        .transpose()?
+        .map(|k| k.switches)
+        .unwrap_or_default();
+    let read: Vec<CounterDoc> = docs[2..]
         .iter()
         .map(|d| d.as_ref().map(|d| d.decode::<CounterDoc>()).transpose().map(Option::unwrap_or_default))
         .collect::<Result<_, _>>()?;
+    let spend_index = if switches.spend_cap_period == Period::Day { 5 } else { 6 };
     let (c_total, c_day, c_month, c_minute, c_platform, c_spend) =
-        (&read[0], &read[1], &read[2], &read[3], &read[4], &read[5]);
-    let c_token = read.get(6).cloned().unwrap_or_default();
+        (&read[0], &read[1], &read[2], &read[3], &read[4], &read[spend_index]);
+    let c_token = read.get(7).cloned().unwrap_or_default();
     let usage = Usage {
         token_vcpu_ms: c_token.vcpu_ms(),
         tenant_requests_this_minute: u32::try_from(c_minute.requests).unwrap_or(u32::MAX),
@@ -144,8 +160,15 @@ pub use mapi_runs::counters::reserve_ms;
 
 /// A guard failed in the commit: another request took what the first check
 /// saw free. Checking again names the limit that is now reached.
-pub async fn raced(state: &AppState, caller: &Caller, tenant: &TenantId, what: &str, ask: &Ask) -> ApiError {
-    match plan(state, state.clock.now(), tenant, caller.token(), ask).await {
+pub async fn raced(
+    state: &AppState,
+    caller: &Caller,
+    tenant: &TenantId,
+    tier: Tier,
+    what: &str,
+    ask: &Ask,
+) -> ApiError {
+    match plan(state, state.clock.now(), tenant, tier, caller.token(), ask).await {
         Ok(Err(r)) => refused(state, caller, tenant, what, r).await,
         Ok(Ok(_)) => ApiError::unavailable("a quota changed while the request was admitted: retry", 1),
         Err(e) => e,

@@ -144,7 +144,8 @@ pub async fn submit(
     Json(spec): Json<RunSpecInput>,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
-    require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
+    let granted = require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
+    let tier = granted.tenant.tier;
     let idem = idempotency_key(&headers)?;
     validate(&state, &tenant, &project, &spec).await?;
     let now = state.clock.now();
@@ -198,7 +199,7 @@ pub async fn submit(
         .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
         .into_doc(now);
     let what = format!("projects/{tenant}/{project}/runs");
-    let plan = quota::plan(&state, now, &tenant, caller.token(), &ask).await?;
+    let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask).await?;
     if q.dry_run {
         // A question, not a request: a refusal is the answer, not a denial.
         let refusal = plan.as_ref().err().map(|r| DryRunRefusal {
@@ -256,7 +257,7 @@ pub async fn submit(
     .await;
     let outcome = match outcome {
         Ok(o) => o,
-        Err(e) if is_limit(&e) => return Err(quota::raced(&state, &caller, &tenant, &what, &ask).await),
+        Err(e) if is_limit(&e) => return Err(quota::raced(&state, &caller, &tenant, tier, &what, &ask).await),
         Err(e) => return Err(e),
     };
     let mut out_headers = HeaderMap::new();

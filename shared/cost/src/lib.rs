@@ -106,6 +106,28 @@ pub fn format_micros(micros: i64, currency: &str) -> String {
     format!("{sign}{}.{:06} {currency}", m / 1_000_000, m % 1_000_000)
 }
 
+/// Parses an amount of a currency (`500`, `12.5`, `0.000001`) into exact
+/// micros; more than six decimals, signs and anything else are refused.
+pub fn parse_micros(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty()
+        || !digits(whole)
+        || !digits(frac)
+        || frac.len() > 6
+        || (s.contains('.') && frac.is_empty())
+    {
+        return Err(format!(
+            "`{s}` is not an amount: use digits with at most six decimals, like 250 or 12.5"
+        ));
+    }
+    let too_large = || format!("`{s}` is too large");
+    let whole: i64 = whole.parse().map_err(|_| too_large())?;
+    let frac: i64 = format!("{frac:0<6}").parse().map_err(|_| too_large())?;
+    whole.checked_mul(1_000_000).and_then(|w| w.checked_add(frac)).ok_or_else(too_large)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +164,16 @@ mod tests {
     fn every_table_is_findable_by_version() {
         assert_eq!(table(CURRENT.version), Some(&CURRENT));
         assert!(table("nope").is_none());
+    }
+
+    #[test]
+    fn amounts_parse_to_exact_micros() {
+        assert_eq!(parse_micros("500"), Ok(500_000_000));
+        assert_eq!(parse_micros("12.5"), Ok(12_500_000));
+        assert_eq!(parse_micros("0.000001"), Ok(1));
+        assert_eq!(parse_micros("0.1"), Ok(100_000));
+        for bad in ["", "-1", "1.", ".5", "1.0000001", "1e3", "12,5", "99999999999999999999"] {
+            assert!(parse_micros(bad).is_err(), "{bad}");
+        }
     }
 }

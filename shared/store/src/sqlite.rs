@@ -141,7 +141,19 @@ pub fn open_connection(path: &Path, durability: Durability) -> Result<Connection
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", durability.pragma())?;
+    // Each commit of a group runs in a savepoint, whose statement journal
+    // would otherwise be a temporary file made and removed per savepoint.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
+}
+
+/// A collection name is `[a-z_]+` (as [`DocKey::new`] requires): safe to put in SQL.
+fn check_collection(c: &str) -> Result<(), StoreError> {
+    if !c.is_empty() && c.len() <= 64 && c.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidArgument(format!("invalid collection name `{c}`")))
+    }
 }
 
 fn json_expr(path: &str) -> String {
@@ -181,9 +193,20 @@ impl SqliteStore {
                  INSERT OR IGNORE INTO store_meta (name, value) VALUES ('version_seq', 0);",
             )
             .map_err(sql_err)?;
+        // Indexes are partial, one collection each: a write maintains only
+        // its own collection's indexes (a counter update touches none).
+        // Indexes of the earlier, whole-table form are dropped.
+        let legacy: Vec<String> = writer
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'documents' AND name LIKE 'ix\\_%' ESCAPE '\\'")
+            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
+            .map_err(sql_err)?;
+        for name in legacy {
+            writer.execute_batch(&format!("DROP INDEX IF EXISTS \"{name}\"")).map_err(sql_err)?;
+        }
         for index in indexes {
-            let mut cols = vec!["collection".to_owned()];
-            let mut name = format!("ix_{}", index.collection);
+            check_collection(index.collection)?;
+            let mut cols = Vec::new();
+            let mut name = format!("px_{}", index.collection);
             for (field, dir) in index.fields {
                 check_field_path(field)?;
                 let d = if *dir == crate::Direction::Desc { " DESC" } else { "" };
@@ -194,7 +217,11 @@ impl SqliteStore {
                     name.push_str("_desc");
                 }
             }
-            let sql = format!("CREATE INDEX IF NOT EXISTS {name} ON documents ({})", cols.join(", "));
+            let sql = format!(
+                "CREATE INDEX IF NOT EXISTS {name} ON documents ({}) WHERE collection = '{}'",
+                cols.join(", "),
+                index.collection
+            );
             writer.execute_batch(&sql).map_err(sql_err)?;
         }
         let mut readers = Vec::with_capacity(READERS);
@@ -306,10 +333,14 @@ fn op_sql(op: Op) -> &'static str {
 /// The SQL and arguments of a query.
 fn query_sql(q: &Query) -> Result<(String, Vec<SqlValue>), StoreError> {
     q.validate()?;
-    let mut sql = String::from(
-        "SELECT id, fields, version, create_time, update_time FROM documents WHERE collection = ?",
+    // The collection is inlined (it is `[a-z_]+`), so the planner can use
+    // the collection's partial indexes.
+    check_collection(&q.collection)?;
+    let mut sql = format!(
+        "SELECT id, fields, version, create_time, update_time FROM documents WHERE collection = '{}'",
+        q.collection
     );
-    let mut args: Vec<SqlValue> = vec![SqlValue::Text(q.collection.clone())];
+    let mut args: Vec<SqlValue> = Vec::new();
     for f in &q.filters {
         let e = json_expr(&f.field);
         match (&f.op, &f.value) {
@@ -410,13 +441,12 @@ fn check_precondition(conn: &Connection, key: &DocKey, p: Precondition) -> Resul
     }
 }
 
-fn next_version(tx: &Connection) -> Result<i64, StoreError> {
-    tx.query_row(
-        "UPDATE store_meta SET value = value + 1 WHERE name = 'version_seq' RETURNING value",
-        [],
-        |r| r.get(0),
-    )
-    .map_err(sql_err)
+/// Takes `n` versions from the sequence; the last one taken.
+fn reserve_versions(tx: &Connection, n: usize) -> Result<i64, StoreError> {
+    tx.prepare_cached("UPDATE store_meta SET value = value + ?1 WHERE name = 'version_seq' RETURNING value")
+        .map_err(sql_err)?
+        .query_row([n as i64], |r| r.get(0))
+        .map_err(sql_err)
 }
 
 fn upsert(
@@ -463,27 +493,44 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
             return Err(StoreError::Aborted);
         }
     }
+    // One version per document written, taken from the sequence at once.
+    let mut written: Vec<&DocKey> = keys.iter().map(|(k, _)| *k).collect();
+    written.dedup();
+    let last = reserve_versions(tx, written.len())?;
+    let first = last - written.len() as i64 + 1;
+    let version_of = |key: &DocKey| {
+        let i = written.binary_search(&key).unwrap_or(0);
+        first + i as i64
+    };
+    // Increments of one document are applied in order to one copy of it
+    // (each guard checked as it comes), and the copy is written once.
+    let mut counted: Vec<(&DocKey, Fields)> = Vec::new();
     let mut versions = Vec::with_capacity(writes.len());
     for w in writes {
         match w {
             Write::Put { key, fields, precondition } => {
                 check_precondition(tx, key, *precondition)?;
-                let seq = next_version(tx)?;
+                let seq = version_of(key);
                 upsert(tx, key, fields, seq, now)?;
                 versions.push(Some(Version(seq as u64)));
             }
             Write::Increment { key, field, delta, at_most } => {
                 check_field_path(field)?;
-                let mut fields: Fields = get_doc(tx, key)?.map(|d| d.fields).unwrap_or_default();
+                let i = match counted.iter().position(|(k, _)| *k == key) {
+                    Some(i) => i,
+                    None => {
+                        counted.push((key, get_doc(tx, key)?.map(|d| d.fields).unwrap_or_default()));
+                        counted.len() - 1
+                    }
+                };
+                let fields = &mut counted[i].1;
                 let current = fields.get(field.as_str()).and_then(serde_json::Value::as_i64).unwrap_or(0);
                 let next = current.saturating_add(*delta);
                 if at_most.is_some_and(|max| next > max && *delta > 0) {
                     return Err(StoreError::LimitReached { key: key.clone(), field: field.clone() });
                 }
                 fields.insert(field.clone(), serde_json::Value::from(next));
-                let seq = next_version(tx)?;
-                upsert(tx, key, &fields, seq, now)?;
-                versions.push(Some(Version(seq as u64)));
+                versions.push(Some(Version(version_of(key) as u64)));
             }
             Write::Delete { key, precondition } => {
                 check_precondition(tx, key, *precondition)?;
@@ -494,6 +541,9 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
                 versions.push(None);
             }
         }
+    }
+    for (key, fields) in &counted {
+        upsert(tx, key, fields, version_of(key), now)?;
     }
     Ok(versions)
 }
@@ -623,7 +673,7 @@ mod tests {
                 .flatten()
                 .collect()
         };
-        assert!(plan.iter().any(|p| p.contains("ix_things_group_n")), "plan: {plan:?}");
+        assert!(plan.iter().any(|p| p.contains("px_things_group_n")), "plan: {plan:?}");
         assert!(s.query(&q, None).await.expect("query").is_empty());
     }
 }
