@@ -535,7 +535,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     if s["untrusted_execution_enabled"] == true { "on" } else { "off" },
                     s["spend_cap_micros"].as_i64().map_or("none".to_owned(), |m| format!(
                         "{} per {}",
-                        mapi_cost::format_micros(m, "USD"),
+                        mapi_cost::format_micros(m, mapi_cost::CURRENT.currency),
                         s["spend_cap_period"].as_str().unwrap_or("month")
                     )),
                     k["reason"].as_str().unwrap_or("-")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The administration walkthrough of Administration v0.3, against `mapi dev`:
 # an operator creates a tenant, its admin creates a project, adds a person
-# and mints a token; the operator suspends and reactivates the tenant; both
-# read the audit log. Every refusal the guide describes is checked.
+# and mints a token; the operator suspends and reactivates the tenant, sets
+# its quotas and the kill switches; both read the audit log. Every refusal the guide describes is checked.
 #
 #   MAPI_URL=http://127.0.0.1:8080 docs/snippets/admin_tour.sh
 #
@@ -75,9 +75,40 @@ refused FORBIDDEN $MAPI api POST "/v1/tenants/$TENANT/projects" -d '{"id": "late
 MAPI_TOKEN=$OPERATOR $MAPI admin tenants update "$TENANT" --status active --yes
 $MAPI api POST "/v1/tenants/$TENANT/projects" -d '{"id": "later", "name": "Later"}' >/dev/null
 
+say "Quotas: operators set them; runs are estimated and refused; usage shows how near they are"
+refused FORBIDDEN $MAPI admin quotas ls
+MAPI_TOKEN=$OPERATOR $MAPI admin quotas set tenant "$TENANT" --vcpu-seconds-per-day 172800 \
+  --concurrent-runs 40 --max-fanout-tasks 256 --storage 200GiB --note "private beta customer" --yes
+MAPI_TOKEN=$OPERATOR $MAPI admin quotas ls | tee "$WORK/quotas"
+grep -Eq "^$TENANT +verified +172800 .* 40 +256 +L .*yes" "$WORK/quotas" || fail "the override is not listed"
+printf 'x,y\n1,2\n2,3\n3,5\n' > "$WORK/small.csv"
+DS=$($MAPI --json datasets upload "$WORK/small.csv" | json "d['id']")
+$MAPI runs submit --method describe --dataset "$DS" --class M --timeout 600 --dry-run | tee "$WORK/dry"
+grep -q "would be admitted; estimate" "$WORK/dry" || fail "a dry run of class M was not admitted"
+refused QUOTA_EXCEEDED $MAPI runs submit --method describe --dataset "$DS" --class XL --timeout 60 --dry-run
+refused QUOTA_EXCEEDED $MAPI runs submit --method describe --dataset "$DS" --class XL --timeout 60
+$MAPI usage --tenant "$TENANT" --period day | tee "$WORK/usage"
+grep -q "quota concurrent_runs .* of 40" "$WORK/usage" || fail "usage does not show the quotas"
+grep -q "estimates" "$WORK/usage" || fail "usage does not say its amounts are estimates"
+MAPI_TOKEN=$OPERATOR $MAPI admin quotas rm tenant "$TENANT"
+MAPI_TOKEN=$OPERATOR $MAPI admin quotas ls | grep -Eq "^$TENANT +verified +86400 " || fail "the tier's defaults are not back"
+
+say "Kill switches: operators only, always with a reason"
+refused FORBIDDEN $MAPI admin kill-switches get
+MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches set --uploaded-code off --spend-cap 250.5 --spend-cap-period day \
+  --reason "tour: incident drill"
+MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches get | tee "$WORK/switches"
+grep -q "uploaded code: off" "$WORK/switches" || fail "uploaded code is not off"
+grep -q "250.500000 USD per day" "$WORK/switches" || fail "the spend cap is not set"
+$MAPI runs submit --method describe --dataset "$DS" --class S --timeout 60 | grep -q "submitted" \
+  || fail "built-in methods stop working with uploaded code off"
+MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches set --uploaded-code on --spend-cap 0 --reason "tour: drill over"
+MAPI_TOKEN=$OPERATOR $MAPI admin audit --action kill_switch.set | grep -q "tour: incident drill" \
+  || fail "the kill switch change is not audited with its reason"
+
 say "The audit log"
 $MAPI admin audit --tenant "$TENANT" | tee "$WORK/audit"
-for action in tenant.create membership.create token.create token.revoke tenant.suspend tenant.activate project.create; do
+for action in tenant.create membership.create token.create token.revoke tenant.suspend tenant.activate project.create quota.set quota.denied quota.remove; do
   grep -q " $action " "$WORK/audit" || fail "the audit log misses $action"
 done
 grep -q "denied" "$WORK/audit" || fail "the audit log misses the refusals"
