@@ -144,7 +144,8 @@ async fn finalize(
                 let tier = tenant.map_or(Tier::Public, |t| t.tier);
                 let largest = effective(tier, policy.as_ref().map(|p| &p.policy)).max_resource_class;
                 match (largest, refused) {
-                    (Some(max), _) if class > max => refuse_retry(
+                    // Only a retry onto a larger class (after running out of memory).
+                    (Some(max), _) if class > attempt.class && class > max => refuse_retry(
                         ErrorCode::ResourceExhausted,
                         Reason::ResourceExhausted,
                         format!(
@@ -168,13 +169,9 @@ async fn finalize(
         };
         let charge = mapi_cost::CURRENT.charge(attempt.class, attempt.task_count, wall);
         let amount = charge.amount_micros;
-        // The charge goes to the usage counters once, with the ledger entry;
-        // a run that ends gives back what it reserved.
-        let ends = matches!(verdict, Verdict::Finalize { .. }) && run.attempt == attempt.attempt && !run.state.is_terminal();
+        // The charge goes to the usage counters once, with the ledger entry.
         if !ledger_seen {
             Bumps::charge(&usage_counters(&run, now), charge.vcpu_ms, amount).apply(&mut tx)?;
-        }
-        if !ledger_seen {
             let entry = LedgerEntry {
                 tenant: run.tenant.clone(),
                 project: run.project.clone(),
@@ -231,7 +228,7 @@ async fn finalize(
         };
         // A run that ended gives back what it reserved (not when the verdict
         // could not be applied: the run still holds its slot then).
-        if ends && transition.is_some() && run.state.is_terminal() {
+        if transition.is_some() && run.state.is_terminal() {
             counters::end_reservation(&mut run).apply(&mut tx)?;
         }
         tx_put(&mut tx, &run)?;

@@ -57,6 +57,7 @@ pub fn entropy() -> Result<[u8; 10], ApiError> {
         (status = 400, body = mapi_problem::Problem, description = "Not a valid CSV"),
         (status = 413, body = mapi_problem::Problem, description = "Larger than MAPI_MAX_DATASET_BYTES"),
         (status = 415, body = mapi_problem::Problem, description = "Not sent as text/csv"),
+        (status = 429, body = mapi_problem::Problem, description = "The storage quota or the request rate would be exceeded (QUOTA_EXCEEDED, RATE_LIMITED), with Retry-After when the limit resets"),
     ),
     security(("bearer" = []))
 )]

@@ -175,6 +175,15 @@ pub async fn raced(
     }
 }
 
+/// The problem code a refusal is answered with.
+pub fn problem_code(code: RefusalCode) -> ProblemCode {
+    match code {
+        RefusalCode::QuotaExceeded => ProblemCode::QuotaExceeded,
+        RefusalCode::RateLimited => ProblemCode::RateLimited,
+        RefusalCode::Forbidden => ProblemCode::Forbidden,
+    }
+}
+
 /// Answers a refusal (and audits it as a quota denial).
 pub async fn refused(
     state: &AppState,
@@ -183,11 +192,7 @@ pub async fn refused(
     what: &str,
     r: Refusal,
 ) -> ApiError {
-    let code = match r.code {
-        RefusalCode::QuotaExceeded => ProblemCode::QuotaExceeded,
-        RefusalCode::RateLimited => ProblemCode::RateLimited,
-        RefusalCode::Forbidden => ProblemCode::Forbidden,
-    };
+    let code = problem_code(r.code);
     let entry = Audit::by(caller, "quota.denied", what.to_owned())
         .tenant(tenant)
         .outcome(Outcome::Denied, code)

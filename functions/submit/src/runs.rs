@@ -203,11 +203,7 @@ pub async fn submit(
     if q.dry_run {
         // A question, not a request: a refusal is the answer, not a denial.
         let refusal = plan.as_ref().err().map(|r| DryRunRefusal {
-            code: match r.code {
-                mapi_quota::RefusalCode::QuotaExceeded => ProblemCode::QuotaExceeded,
-                mapi_quota::RefusalCode::RateLimited => ProblemCode::RateLimited,
-                mapi_quota::RefusalCode::Forbidden => ProblemCode::Forbidden,
-            },
+            code: quota::problem_code(r.code),
             level: r.level.as_str().to_owned(),
             limit: r.limit.to_owned(),
             detail: r.detail.clone(),
