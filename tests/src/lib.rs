@@ -149,6 +149,11 @@ impl TestPlatform {
         (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
     }
 
+    /// Cancels run `id` as `token`; the status and the body.
+    pub async fn cancel(&self, token: &str, id: &str) -> (u16, serde_json::Value) {
+        self.call(token, reqwest::Method::POST, &format!("/v1/runs/{id}/cancel"), None).await
+    }
+
     pub async fn run(&self, id: &str) -> serde_json::Value {
         let resp = self
             .http

@@ -148,7 +148,7 @@ async fn events_apply_once_and_forgeries_change_nothing() {
     assert!(metrics.contains("mapi_push_rejected_total{kind=\"malformed\"} 1"));
 
     // After the attempt ends, even a correctly signed event is refused.
-    p.http.post(p.url(&format!("/v1/runs/{id}/cancel"))).bearer_auth(p.token()).send().await.expect("cancel");
+    p.cancel(p.token(), &id).await;
     p.wait_final(&id).await;
     let late =
         serde_json::to_value(mapi_events::sign(Event { seq: (1 << 30) + 3, ..event }, &key)).expect("json");

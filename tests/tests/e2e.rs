@@ -83,15 +83,8 @@ async fn cancel_while_running_is_confirmed_before_cancelled() {
     let ds = p.upload(LONGLEY).await;
     let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 60}})).await;
     p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["started"] == true).await;
-    let resp = p
-        .http
-        .post(p.url(&format!("/v1/runs/{id}/cancel")))
-        .bearer_auth(p.token())
-        .send()
-        .await
-        .expect("cancel");
-    assert_eq!(resp.status(), 202, "a started run is cancelling until the executor confirms");
-    let v: Value = resp.json().await.expect("json");
+    let (status, v) = p.cancel(p.token(), &id).await;
+    assert_eq!(status, 202, "a started run is cancelling until the executor confirms");
     assert_eq!(v["state"], "cancelling");
     let run = p.wait_final(&id).await;
     assert_eq!(
@@ -101,14 +94,7 @@ async fn cancel_while_running_is_confirmed_before_cancelled() {
             ("cancelling", "cancelled", "cancel_confirmed")
         ])
     );
-    let again = p
-        .http
-        .post(p.url(&format!("/v1/runs/{id}/cancel")))
-        .bearer_auth(p.token())
-        .send()
-        .await
-        .expect("cancel");
-    assert_eq!(again.status(), 409);
+    assert_eq!(p.cancel(p.token(), &id).await.0, 409);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,20 +104,14 @@ async fn a_queued_run_is_cancelled_at_once() {
     // Submit, then cancel before the deliverer dispatches (the race is
     // decided in the store: either the cancel or the dispatch commits first).
     let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 30}})).await;
-    let resp = p
-        .http
-        .post(p.url(&format!("/v1/runs/{id}/cancel")))
-        .bearer_auth(p.token())
-        .send()
-        .await
-        .expect("cancel");
+    let (status, _) = p.cancel(p.token(), &id).await;
     let run = p.wait_final(&id).await;
     assert_eq!(run["state"], "cancelled");
     let t = transitions(&run);
-    if resp.status() == 200 {
+    if status == 200 {
         assert_eq!(t, path(&[("·", "queued", "submitted"), ("queued", "cancelled", "cancel_requested")]));
     } else {
-        assert_eq!(resp.status(), 202);
+        assert_eq!(status, 202);
         assert!(t.contains(&("cancelling".into(), "cancelled".into(), "cancel_confirmed".into())), "{t:?}");
     }
 }
@@ -167,14 +147,7 @@ async fn sigterm_with_a_checkpoint_ends_partial() {
     let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": params})).await;
     p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["checkpoint"].is_i64()).await;
     // The cancel reaches the worker as SIGTERM from the execution host.
-    let resp = p
-        .http
-        .post(p.url(&format!("/v1/runs/{id}/cancel")))
-        .bearer_auth(p.token())
-        .send()
-        .await
-        .expect("cancel");
-    assert_eq!(resp.status(), 202);
+    assert_eq!(p.cancel(p.token(), &id).await.0, 202);
     let run = p.wait_final(&id).await;
     assert_eq!(
         transitions(&run),

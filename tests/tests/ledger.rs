@@ -140,7 +140,7 @@ impl World {
 
     async fn cancel(&mut self, i: usize) {
         let id = self.runs[i].id.clone();
-        let (s, b) = self.p.call(self.p.token(), Method::POST, &format!("/v1/runs/{id}/cancel"), None).await;
+        let (s, b) = self.p.cancel(self.p.token(), id.as_str()).await;
         let m = &mut self.runs[i];
         match m.state.as_str() {
             "queued" => {

@@ -152,7 +152,7 @@ async fn end(h: &Harness, run: &RunId, ending: Option<Ending>) -> bool {
     let view = h.p.run(run.as_str()).await;
     let attempt = AttemptNo(u32::try_from(view["attempt"].as_u64().expect("attempt")).expect("n"));
     let Some(ending) = ending else {
-        let (s, b) = h.p.call(h.p.token(), Method::POST, &format!("/v1/runs/{run}/cancel"), None).await;
+        let (s, b) = h.p.cancel(h.p.token(), run.as_str()).await;
         assert_eq!(s, 200, "cancel queued: {b}");
         return true;
     };
@@ -161,7 +161,7 @@ async fn end(h: &Harness, run: &RunId, ending: Option<Ending>) -> bool {
     let started = h.now();
     h.clock.advance(Duration::from_secs(7));
     if ending == Ending::Cancelled {
-        let (s, b) = h.p.call(h.p.token(), Method::POST, &format!("/v1/runs/{run}/cancel"), None).await;
+        let (s, b) = h.p.cancel(h.p.token(), run.as_str()).await;
         assert_eq!(s, 202, "cancel running: {b}");
     }
     let (s, b) = h.p.end_attempt(run, attempt, 1, started, ending).await;
@@ -328,7 +328,7 @@ impl Harness {
     }
 
     async fn cancel(&self, token: &str, run: &RunId) {
-        let (s, b) = self.p.call(token, Method::POST, &format!("/v1/runs/{run}/cancel"), None).await;
+        let (s, b) = self.p.cancel(token, run.as_str()).await;
         assert_eq!(s, 200, "cancel: {b}");
     }
 }
