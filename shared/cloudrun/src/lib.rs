@@ -1,0 +1,396 @@
+//! The cloudrun-jobs executor (the seed's "Cloud Run Jobs executor"): each
+//! attempt is a new execution of one Job of a fixed inventory, started with
+//! `jobs.run` and only these overrides: `MAPI_RUN_ID` and `MAPI_NONCE`, the
+//! task count, and the task timeout (the run's plus
+//! `MAPI_CLOUDRUN_TIMEOUT_MARGIN_S`). Nothing goes in args.
+//!
+//! It speaks the Cloud Run Admin API v2 through the official
+//! `google-cloud-run-v2` crate (REST/JSON), which never retries a POST and
+//! ignores `Retry-After`: the submit loop here does both.
+//!
+//! - **Rate limits**: every `jobs.run` passes the [`gate::SubmitGate`]. A
+//!   429 made nothing: all submitters cool down, the answer is an alarm in
+//!   the log, in [`CloudRunJobsExecutor::throttled_last_hour`] and in
+//!   `mapi_executor_submit_throttled_total`, and the same nonce is tried
+//!   again; after `MAPI_CLOUDRUN_MAX_429_RETRIES` in a row the submit
+//!   returns `Throttled` and the run waits in the queue, late, not failed.
+//! - **Ambiguity**: a call whose answer was lost (an I/O error, a timeout,
+//!   a 5xx) may have made an execution. It is never retried blind: the
+//!   executor adopts by nonce first, and if nothing is found yet it answers
+//!   `Ambiguous`, so the next submit of that nonce adopts again first.
+//! - **Status**: `executions.get`, then `tasks.list` for exit codes once the
+//!   execution completed; a missing execution is `NotFound`.
+
+pub mod assumptions;
+pub mod gate;
+pub mod inventory;
+pub mod settings;
+mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use google_cloud_gax::error::Error as GaxError;
+use google_cloud_run_v2::client::{Executions, Jobs, Tasks};
+use google_cloud_run_v2::model;
+use mapi_clock::Clock;
+use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
+use mapi_executor::{
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation,
+    SubmitError,
+};
+use prometheus_client::metrics::counter::Counter;
+
+pub use gate::SubmitGate;
+pub use inventory::{Inventory, JobRef};
+pub use settings::Settings;
+
+/// The executor's name in capabilities, metrics and the admin API.
+pub const NAME: &str = "cloudrun-jobs";
+
+/// How the clients authenticate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credentials {
+    /// Application Default Credentials (the service's own account on Cloud Run).
+    ApplicationDefault,
+    /// No credentials: only for a local fake.
+    Anonymous,
+}
+
+/// The cloudrun-jobs executor.
+#[derive(Clone)]
+pub struct CloudRunJobsExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: Settings,
+    inventory: Inventory,
+    gate: SubmitGate,
+    jobs: Jobs,
+    executions: Executions,
+    tasks: Tasks,
+    clock: Arc<dyn Clock>,
+    throttled_total: Counter,
+}
+
+impl std::fmt::Debug for CloudRunJobsExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudRunJobsExecutor")
+            .field("project", &self.inner.settings.project)
+            .field("region", &self.inner.settings.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the executor could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the Cloud Run clients: {0}")]
+pub struct BuildError(String);
+
+impl CloudRunJobsExecutor {
+    /// Builds the three clients. `throttled_total` is the
+    /// `mapi_executor_submit_throttled_total{executor="cloudrun-jobs"}`
+    /// counter of the process's metrics.
+    pub async fn new(
+        settings: Settings,
+        credentials: Credentials,
+        clock: Arc<dyn Clock>,
+        throttled_total: Counter,
+    ) -> Result<CloudRunJobsExecutor, BuildError> {
+        settings.validate().map_err(BuildError)?;
+        macro_rules! client {
+            ($t:ty) => {{
+                let mut b = <$t>::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
+                if let Some(e) = &settings.endpoint {
+                    b = b.with_endpoint(e.clone());
+                }
+                if credentials == Credentials::Anonymous {
+                    b = b.with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
+                }
+                b.build().await.map_err(|e| BuildError(e.to_string()))?
+            }};
+        }
+        let jobs = client!(Jobs);
+        let executions = client!(Executions);
+        let tasks = client!(Tasks);
+        Ok(CloudRunJobsExecutor {
+            inner: Arc::new(Inner {
+                inventory: Inventory::new(&settings),
+                gate: SubmitGate::new(&settings),
+                settings,
+                jobs,
+                executions,
+                tasks,
+                clock,
+                throttled_total,
+            }),
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    pub fn inventory(&self) -> &Inventory {
+        &self.inner.inventory
+    }
+
+    /// 429 answers from `jobs.run` in the last hour (executor health).
+    pub fn throttled_last_hour(&self) -> usize {
+        self.inner.gate.throttled_last_hour(self.inner.clock.now())
+    }
+
+    /// `jobs.run` calls in the last minute, against the configured rate.
+    pub fn submit_rate(&self) -> (usize, u32) {
+        (self.inner.gate.calls_last_minute(self.inner.clock.now()), self.inner.settings.submits_per_minute)
+    }
+
+    async fn run_job(&self, job: &JobRef, a: &AttemptSubmit) -> Result<model::Execution, GaxError> {
+        let inner = &self.inner;
+        let env = a.env.iter().map(|(k, v)| model::EnvVar::new().set_name(k.clone()).set_value(v.clone()));
+        let timeout = a.timeout + inner.settings.timeout_margin;
+        let overrides = model::run_job_request::Overrides::new()
+            .set_container_overrides([
+                model::run_job_request::overrides::ContainerOverride::new().set_env(env)
+            ])
+            .set_task_count(i32::try_from(a.task_count).unwrap_or(i32::MAX))
+            .set_timeout(google_cloud_wkt::Duration::clamp(
+                i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+                0,
+            ));
+        let request =
+            model::RunJobRequest::new().set_name(inner.inventory.job_name(job)).set_overrides(overrides);
+        let op = inner.jobs.run_job().with_request(request).send().await?;
+        tracing::info!(operation = %op.name, run = %a.run, attempt = %a.attempt, job = %job.id, "jobs.run answered");
+        let Some(meta) = op.metadata else {
+            return Err(GaxError::deser("the jobs.run operation has no metadata naming the execution"));
+        };
+        let execution: model::Execution = meta.to_msg().map_err(GaxError::deser)?;
+        if execution.name.is_empty() {
+            return Err(GaxError::deser("the jobs.run operation's execution has no name"));
+        }
+        Ok(execution)
+    }
+
+    /// Executions of every Job created at or after `since`, newest first per Job.
+    async fn list_since(&self, since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        let mut out = Vec::new();
+        for job in self.inner.inventory.jobs() {
+            let parent = self.inner.inventory.job_name(job);
+            let mut token = String::new();
+            'pages: loop {
+                let page = self
+                    .inner
+                    .executions
+                    .list_executions()
+                    .with_request(
+                        model::ListExecutionsRequest::new()
+                            .set_parent(parent.clone())
+                            .set_page_size(100)
+                            .set_page_token(token.clone()),
+                    )
+                    .send()
+                    .await;
+                let page = match page {
+                    Ok(p) => p,
+                    // A Job the infrastructure has not made yet has no executions.
+                    Err(e) if e.http_status_code() == Some(404) => break,
+                    Err(e) => {
+                        return Err(ExecutorError::Unavailable(format!("executions.list {parent}: {e}")));
+                    }
+                };
+                for e in page.executions {
+                    let info = wire::info(&e, None);
+                    if info.created < since {
+                        if assumptions::EXECUTIONS_LISTED_NEWEST_FIRST {
+                            break 'pages;
+                        }
+                        continue;
+                    }
+                    out.push(info);
+                }
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                token = page.next_page_token;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adoption after an ambiguous `jobs.run`: the oldest execution of this
+    /// nonce, duplicates cancelled.
+    async fn adopt_after(
+        &self,
+        a: &AttemptSubmit,
+        since: Timestamp,
+    ) -> Result<Option<ExecutionInfo>, ExecutorError> {
+        mapi_executor::adopt(self, &a.nonce, since).await
+    }
+}
+
+/// What a failed call means for a submit.
+fn ambiguous(e: &GaxError) -> bool {
+    match e.http_status_code() {
+        // A definite answer from the service: nothing was made.
+        Some(code) if (400..500).contains(&code) => false,
+        Some(_) => true,
+        // Never connected: nothing left this process.
+        None if e.is_connect() || e.is_binding() || e.is_serialization() || e.is_authentication() => false,
+        None => true,
+    }
+}
+
+fn retry_after(e: &GaxError) -> Option<Duration> {
+    let v = e.http_headers()?.get("retry-after")?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+#[async_trait]
+impl Executor for CloudRunJobsExecutor {
+    fn capabilities(&self) -> Capabilities {
+        let s = &self.inner.settings;
+        Capabilities {
+            executor: NAME.to_owned(),
+            isolation: Isolation::MicroVm,
+            classes: self.inner.inventory.classes(),
+            enforces_memory_limit: true,
+            egress_enforced: s.egress_enforced,
+            dns_enforced: s.dns_enforced,
+            remote_control_api: true,
+            max_task_count: 10_000,
+        }
+    }
+
+    fn check_placement(&self, class: ResourceClass, method: &str) -> Result<(), String> {
+        self.inner.inventory.place(class, method).map(|_| ())
+    }
+
+    async fn submit(&self, a: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError> {
+        let inner = &self.inner;
+        let job = inner.inventory.place(a.class, &a.method).map_err(SubmitError::Refused)?;
+        let began = inner.clock.now();
+        let mut throttled = 0u32;
+        loop {
+            let slot = inner.gate.reserve(inner.clock.now());
+            inner.clock.sleep_until(slot).await;
+            while let Some(until) = inner.gate.cool_until(inner.clock.now()) {
+                inner.clock.sleep_until(until).await;
+            }
+            let sent = inner.clock.now();
+            match self.run_job(job, a).await {
+                Ok(execution) => {
+                    inner.gate.answered(sent);
+                    return Ok(ExecutionHandle(execution.name));
+                }
+                Err(e) if e.http_status_code() == Some(429) => {
+                    let (in_a_row, until) = inner.gate.throttled(sent, retry_after(&e));
+                    inner.throttled_total.inc();
+                    throttled += 1;
+                    tracing::error!(
+                        run = %a.run, nonce = %a.nonce, in_a_row, cool_down_s = until.since(sent).as_secs_f64(),
+                        "ALARM cloudrun-jobs: jobs.run answered 429"
+                    );
+                    if throttled > inner.settings.max_429_retries {
+                        return Err(SubmitError::Throttled {
+                            retry_after: Some(until.since(inner.clock.now())),
+                        });
+                    }
+                }
+                Err(e) if !ambiguous(&e) => {
+                    inner.gate.answered(sent);
+                    let code = e.http_status_code();
+                    return Err(match code {
+                        Some(400) => SubmitError::Refused(format!("jobs.run refused the attempt: {e}")),
+                        _ => SubmitError::Unavailable(format!("jobs.run: {e}")),
+                    });
+                }
+                Err(e) => {
+                    inner.gate.answered(sent);
+                    tracing::warn!(run = %a.run, nonce = %a.nonce, error = %e, "jobs.run answer lost or unclear: adopting by nonce before anything else");
+                    let since = began - Duration::from_secs(60);
+                    return match self.adopt_after(a, since).await {
+                        Ok(Some(found)) => Ok(found.handle),
+                        Ok(None) => Err(SubmitError::Ambiguous(format!(
+                            "jobs.run: {e}; no execution with this nonce yet"
+                        ))),
+                        Err(le) => Err(SubmitError::Ambiguous(format!(
+                            "jobs.run: {e}; adoption could not list: {le}"
+                        ))),
+                    };
+                }
+            }
+        }
+    }
+
+    async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
+        let inner = &self.inner;
+        let got = inner
+            .executions
+            .get_execution()
+            .with_request(model::GetExecutionRequest::new().set_name(handle.0.clone()))
+            .send()
+            .await;
+        let execution = match got {
+            Ok(e) => e,
+            Err(e) if e.http_status_code() == Some(404) => {
+                return Ok(wire::not_found(handle, inner.clock.now()));
+            }
+            Err(e) => return Err(ExecutorError::Unavailable(format!("executions.get {handle}: {e}"))),
+        };
+        if execution.completion_time.is_none() {
+            return Ok(wire::info(&execution, None));
+        }
+        let mut tasks = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = inner
+                .tasks
+                .list_tasks()
+                .with_request(
+                    model::ListTasksRequest::new()
+                        .set_parent(handle.0.clone())
+                        .set_page_size(500)
+                        .set_page_token(token),
+                )
+                .send()
+                .await
+                .map_err(|e| ExecutorError::Unavailable(format!("tasks.list {handle}: {e}")))?;
+            tasks.extend(page.tasks);
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            token = page.next_page_token;
+        }
+        Ok(wire::info(&execution, Some(&tasks)))
+    }
+
+    async fn list_recent(&self, since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        let floor = self.inner.clock.now() - self.inner.settings.adopt_lookback;
+        self.list_since(since.max(floor)).await
+    }
+
+    async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
+        let r = self
+            .inner
+            .executions
+            .cancel_execution()
+            .with_request(model::CancelExecutionRequest::new().set_name(handle.0.clone()))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            // Unknown, or already finished: nothing left to stop.
+            Err(e) if matches!(e.http_status_code(), Some(404 | 409 | 412)) => Ok(()),
+            Err(e) => Err(ExecutorError::Unavailable(format!("executions.cancel {handle}: {e}"))),
+        }
+    }
+}
+
+/// The status a finished execution is reported with (exported for tests of
+/// the mapping).
+pub fn status_of(execution: &model::Execution, tasks: &[model::Task]) -> ExecutionStatus {
+    wire::status(execution, Some(tasks))
+}

@@ -1,0 +1,218 @@
+//! The executor's settings, named and defaulted as the seed's Settings
+//! table has them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The most `jobs.run` calls a minute one project and region allows
+/// ([`crate::assumptions::JOBS_RUN_QUOTA_PER_MINUTE`]); the bucket may not
+/// be set above it.
+pub const MAX_SUBMITS_PER_MINUTE: u32 = crate::assumptions::JOBS_RUN_QUOTA_PER_MINUTE;
+
+/// Settings of the cloudrun-jobs executor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// `MAPI_CLOUDRUN_PROJECT`: the exec project that holds the Job inventory.
+    pub project: String,
+    /// `MAPI_CLOUDRUN_REGION`.
+    pub region: String,
+    /// `MAPI_ENV`: the `{env}` of Job names.
+    pub env: String,
+    /// `MAPI_CLOUDRUN_JOB_TEMPLATE`.
+    pub job_template: String,
+    /// `MAPI_CLOUDRUN_PLUGIN_BASES`: method namespace to base image.
+    pub plugin_bases: BTreeMap<String, String>,
+    /// `MAPI_CLOUDRUN_DEFAULT_BASE`.
+    pub default_base: String,
+    /// `MAPI_CLOUDRUN_GPU_JOBS`.
+    pub gpu_jobs: bool,
+    /// `MAPI_CLOUDRUN_SUBMITS_PER_MINUTE`.
+    pub submits_per_minute: u32,
+    /// `MAPI_CLOUDRUN_SUBMIT_BURST`.
+    pub submit_burst: u32,
+    /// `MAPI_CLOUDRUN_MAX_429_RETRIES`.
+    pub max_429_retries: u32,
+    /// `MAPI_CLOUDRUN_BACKOFF_BASE_S`.
+    pub backoff_base: Duration,
+    /// `MAPI_CLOUDRUN_BACKOFF_CAP_S`.
+    pub backoff_cap: Duration,
+    /// `MAPI_CLOUDRUN_TIMEOUT_MARGIN_S`.
+    pub timeout_margin: Duration,
+    /// `MAPI_CLOUDRUN_EGRESS_ENFORCED`.
+    pub egress_enforced: bool,
+    /// `MAPI_CLOUDRUN_DNS_ENFORCED`.
+    pub dns_enforced: bool,
+    /// `MAPI_CLOUDRUN_ADOPT_LOOKBACK_S`.
+    pub adopt_lookback: Duration,
+    /// `MAPI_CLOUDRUN_ENDPOINT`: the Admin API's root (a fake's in tests).
+    pub endpoint: Option<String>,
+}
+
+/// The default namespace-to-base map of the Settings table.
+pub fn default_plugin_bases() -> BTreeMap<String, String> {
+    [
+        ("mmm", "base-bayes"),
+        ("sci", "base-bayes"),
+        ("tabular", "base-bayes"),
+        ("sklearn", "base-ml"),
+        ("ts", "base-forecast"),
+        ("causal", "base-forecast"),
+        ("dl", "base-dl"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+impl Settings {
+    /// The table's defaults for `project`.
+    pub fn new(project: impl Into<String>) -> Settings {
+        Settings {
+            project: project.into(),
+            region: "europe-west1".to_owned(),
+            env: "prod".to_owned(),
+            job_template: "mapi-{env}-{base}-{class}".to_owned(),
+            plugin_bases: default_plugin_bases(),
+            default_base: "base-bayes".to_owned(),
+            gpu_jobs: false,
+            submits_per_minute: 150,
+            submit_burst: 10,
+            max_429_retries: 6,
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(64),
+            timeout_margin: Duration::from_secs(120),
+            egress_enforced: true,
+            dns_enforced: false,
+            adopt_lookback: Duration::from_secs(93_600),
+            endpoint: None,
+        }
+    }
+
+    /// Reads the settings through `get` (the environment in production).
+    pub fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let get = |k: &str| get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let project = get("MAPI_CLOUDRUN_PROJECT")
+            .ok_or("MAPI_EXECUTOR=cloudrun-jobs needs MAPI_CLOUDRUN_PROJECT (the exec project)")?;
+        let mut s = Settings::new(project);
+        let num = |k: &str, d: u64| -> Result<u64, String> {
+            get(k).map_or(Ok(d), |v| v.parse().map_err(|_| format!("{k}={v} is not a whole number")))
+        };
+        let flag = |k: &str, d: bool| -> Result<bool, String> {
+            get(k).map_or(Ok(d), |v| match v.as_str() {
+                "1" | "true" | "yes" => Ok(true),
+                "0" | "false" | "no" => Ok(false),
+                _ => Err(format!("{k}={v}: use true or false")),
+            })
+        };
+        let small = |k: &str, d: u32| -> Result<u32, String> {
+            u32::try_from(num(k, u64::from(d))?).map_err(|_| format!("{k} is too large"))
+        };
+        if let Some(v) = get("MAPI_CLOUDRUN_REGION") {
+            s.region = v;
+        }
+        if let Some(v) = get("MAPI_ENV") {
+            s.env = v;
+        }
+        if let Some(v) = get("MAPI_CLOUDRUN_JOB_TEMPLATE") {
+            s.job_template = v;
+        }
+        if let Some(v) = get("MAPI_CLOUDRUN_PLUGIN_BASES") {
+            s.plugin_bases = serde_json::from_str(&v).map_err(|e| {
+                format!("MAPI_CLOUDRUN_PLUGIN_BASES is not a JSON object of namespace to base: {e}")
+            })?;
+        }
+        if let Some(v) = get("MAPI_CLOUDRUN_DEFAULT_BASE") {
+            s.default_base = v;
+        }
+        s.gpu_jobs = flag("MAPI_CLOUDRUN_GPU_JOBS", s.gpu_jobs)?;
+        s.submits_per_minute = small("MAPI_CLOUDRUN_SUBMITS_PER_MINUTE", s.submits_per_minute)?;
+        s.submit_burst = small("MAPI_CLOUDRUN_SUBMIT_BURST", s.submit_burst)?;
+        s.max_429_retries = small("MAPI_CLOUDRUN_MAX_429_RETRIES", s.max_429_retries)?;
+        s.backoff_base = Duration::from_secs(num("MAPI_CLOUDRUN_BACKOFF_BASE_S", 1)?);
+        s.backoff_cap = Duration::from_secs(num("MAPI_CLOUDRUN_BACKOFF_CAP_S", 64)?);
+        s.timeout_margin = Duration::from_secs(num("MAPI_CLOUDRUN_TIMEOUT_MARGIN_S", 120)?);
+        s.egress_enforced = flag("MAPI_CLOUDRUN_EGRESS_ENFORCED", s.egress_enforced)?;
+        s.dns_enforced = flag("MAPI_CLOUDRUN_DNS_ENFORCED", s.dns_enforced)?;
+        s.adopt_lookback = Duration::from_secs(num("MAPI_CLOUDRUN_ADOPT_LOOKBACK_S", 93_600)?);
+        s.endpoint = get("MAPI_CLOUDRUN_ENDPOINT");
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Refuses settings the executor cannot honour.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.submits_per_minute == 0 || self.submits_per_minute > MAX_SUBMITS_PER_MINUTE {
+            return Err(format!(
+                "MAPI_CLOUDRUN_SUBMITS_PER_MINUTE={} must be between 1 and {MAX_SUBMITS_PER_MINUTE} (the jobs.run quota of a project and region; divide it between replicas)",
+                self.submits_per_minute
+            ));
+        }
+        if self.submit_burst == 0 {
+            return Err("MAPI_CLOUDRUN_SUBMIT_BURST must be at least 1".to_owned());
+        }
+        if self.backoff_base.is_zero() || self.backoff_cap < self.backoff_base {
+            return Err(
+                "MAPI_CLOUDRUN_BACKOFF_BASE_S must be at least 1 and at most MAPI_CLOUDRUN_BACKOFF_CAP_S"
+                    .to_owned(),
+            );
+        }
+        for key in ["{base}", "{class}"] {
+            if !self.job_template.contains(key) {
+                return Err(format!(
+                    "MAPI_CLOUDRUN_JOB_TEMPLATE `{}` must contain {key}: one Job per base and class",
+                    self.job_template
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: BTreeMap<String, String> =
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_are_the_seed_table() {
+        let s = Settings::from_env(&env(&[("MAPI_CLOUDRUN_PROJECT", "p")])).expect("settings");
+        assert_eq!(s.region, "europe-west1");
+        assert_eq!(s.job_template, "mapi-{env}-{base}-{class}");
+        assert_eq!((s.submits_per_minute, s.submit_burst, s.max_429_retries), (150, 10, 6));
+        assert_eq!((s.backoff_base.as_secs(), s.backoff_cap.as_secs()), (1, 64));
+        assert_eq!(s.timeout_margin.as_secs(), 120);
+        assert_eq!(s.adopt_lookback.as_secs(), 93_600);
+        assert!(s.egress_enforced && !s.dns_enforced && !s.gpu_jobs);
+        assert_eq!(s.plugin_bases["causal"], "base-forecast");
+        assert_eq!(s.default_base, "base-bayes");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_variable_named() {
+        let e = Settings::from_env(&env(&[])).expect_err("project is necessary");
+        assert!(e.contains("MAPI_CLOUDRUN_PROJECT"), "{e}");
+        let e = Settings::from_env(&env(&[
+            ("MAPI_CLOUDRUN_PROJECT", "p"),
+            ("MAPI_CLOUDRUN_SUBMITS_PER_MINUTE", "181"),
+        ]))
+        .expect_err("above the quota");
+        assert!(e.contains("180"), "{e}");
+        let e = Settings::from_env(&env(&[
+            ("MAPI_CLOUDRUN_PROJECT", "p"),
+            ("MAPI_CLOUDRUN_PLUGIN_BASES", "[1]"),
+        ]))
+        .expect_err("not a map");
+        assert!(e.contains("MAPI_CLOUDRUN_PLUGIN_BASES"), "{e}");
+        let e = Settings::from_env(&env(&[
+            ("MAPI_CLOUDRUN_PROJECT", "p"),
+            ("MAPI_CLOUDRUN_JOB_TEMPLATE", "mapi-{base}"),
+        ]))
+        .expect_err("no class");
+        assert!(e.contains("{class}"), "{e}");
+    }
+}
