@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use mapi_clock::{Clock, SystemClock};
+use mapi_cloudrun::{CloudRunJobsExecutor, Credentials, Settings};
 use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ProjectId, TenantId, Timestamp};
 use mapi_executor::conformance::{Behaviour, Harness};
 use mapi_executor::local::{LocalConfig, LocalProcessExecutor};
@@ -15,10 +16,12 @@ use mapi_executor::{AttemptSubmit, Executor};
 use mapi_objects::fs::FsObjectStore;
 use mapi_objects::signed::{Access, UrlSigner, router};
 use mapi_objects::{IfGeneration, ObjectKey, ObjectStore, SignedMethod};
+use mapi_tests::fake_cloudrun::FakeCloudRun;
 use serde_json::json;
 
 struct Local {
     executor: LocalProcessExecutor,
+    executor_static_env: BTreeMap<String, String>,
     data: Arc<dyn ObjectStore>,
     boot: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
@@ -48,15 +51,14 @@ async fn local() -> Local {
         1 << 20,
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
+    let static_env =
+        BTreeMap::from([("MAPI_BOOTSTRAP_URL".to_owned(), format!("{base}/o/bootstrap/{{nonce}}"))]);
     let executor = LocalProcessExecutor::new(
         LocalConfig {
             dir: dir.path().join("executions"),
             host: mapi_tests::worker(),
             task: mapi_tests::worker(),
-            static_env: BTreeMap::from([(
-                "MAPI_BOOTSTRAP_URL".to_owned(),
-                format!("{base}/o/bootstrap/{{nonce}}"),
-            )]),
+            static_env: static_env.clone(),
             timeout_margin: std::time::Duration::from_secs(2),
             grace: std::time::Duration::from_secs(2),
             memory_mib: BTreeMap::from([(mapi_domain::ResourceClass::S, S_MIB)]),
@@ -64,7 +66,7 @@ async fn local() -> Local {
         clock.clone(),
     )
     .expect("executor");
-    Local { executor, data, boot, clock, _dir: dir }
+    Local { executor, executor_static_env: static_env, data, boot, clock, _dir: dir }
 }
 
 #[async_trait]
@@ -135,4 +137,62 @@ impl Harness for Local {
     }
 }
 
-mapi_executor::executor_conformance_suite!(local().await);
+mod local_process {
+    mapi_executor::executor_conformance_suite!(super::local().await);
+}
+
+/// The cloudrun-jobs executor over FakeCloudRun: the same objects, the
+/// same worker, started by the fake as Cloud Run starts a task.
+async fn cloudrun() -> CloudRun {
+    let base = local().await;
+    let mut settings = Settings::new("fake-project");
+    settings.env = "test".to_owned();
+    settings.timeout_margin = std::time::Duration::from_secs(2);
+    let inventory = mapi_cloudrun::Inventory::new(&settings);
+    let jobs = inventory.jobs().iter().map(|j| j.id.clone()).collect();
+    let fake = FakeCloudRun::start(
+        &settings.project,
+        &settings.region,
+        jobs,
+        mapi_tests::worker(),
+        base.clock.clone(),
+    )
+    .await;
+    fake.set_static_env(base.executor_static_env.clone());
+    fake.set_memory_limit_mib(S_MIB);
+    settings.endpoint = Some(fake.url.clone());
+    let executor =
+        CloudRunJobsExecutor::new(settings, Credentials::Anonymous, base.clock.clone(), Default::default())
+            .await
+            .expect("executor");
+    CloudRun { base, executor, _fake: fake }
+}
+
+struct CloudRun {
+    base: Local,
+    executor: CloudRunJobsExecutor,
+    _fake: FakeCloudRun,
+}
+
+#[async_trait]
+impl Harness for CloudRun {
+    fn executor(&self) -> &dyn Executor {
+        &self.executor
+    }
+
+    async fn prepare(&self, a: &AttemptSubmit, behaviour: Behaviour) {
+        self.base.prepare(a, behaviour).await;
+    }
+
+    fn class_s_memory_mib(&self) -> u64 {
+        S_MIB
+    }
+
+    fn now(&self) -> Timestamp {
+        self.base.now()
+    }
+}
+
+mod cloudrun_jobs {
+    mapi_executor::executor_conformance_suite!(super::cloudrun().await);
+}

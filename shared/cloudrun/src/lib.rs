@@ -137,6 +137,15 @@ impl CloudRunJobsExecutor {
         &self.inner.inventory
     }
 
+    /// Whether `handle` names an execution of one of this inventory's Jobs
+    /// (any other name is unknown here, never sent to the API).
+    pub fn owns(&self, handle: &ExecutionHandle) -> bool {
+        let Some((job, execution)) = handle.0.split_once("/executions/") else { return false };
+        !execution.is_empty()
+            && !execution.contains('/')
+            && self.inner.inventory.jobs().iter().any(|j| self.inner.inventory.job_name(j) == job)
+    }
+
     /// 429 answers from `jobs.run` in the last hour (executor health).
     pub fn throttled_last_hour(&self) -> usize {
         self.inner.gate.throttled_last_hour(self.inner.clock.now())
@@ -237,8 +246,11 @@ fn ambiguous(e: &GaxError) -> bool {
         // A definite answer from the service: nothing was made.
         Some(code) if (400..500).contains(&code) => false,
         Some(_) => true,
-        // Never connected: nothing left this process.
-        None if e.is_connect() || e.is_binding() || e.is_serialization() || e.is_authentication() => false,
+        // The request could not be built: nothing left this process. Any
+        // other failure (including a refused connection, which the crate
+        // reports only through hidden API) is treated as ambiguous: the
+        // cost is one adoption listing, never a blind retry.
+        None if e.is_serialization() => false,
         None => true,
     }
 }
@@ -327,6 +339,9 @@ impl Executor for CloudRunJobsExecutor {
 
     async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
         let inner = &self.inner;
+        if !self.owns(handle) {
+            return Ok(wire::not_found(handle, inner.clock.now()));
+        }
         let got = inner
             .executions
             .get_execution()
@@ -373,6 +388,9 @@ impl Executor for CloudRunJobsExecutor {
     }
 
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
+        if !self.owns(handle) {
+            return Ok(());
+        }
         let r = self
             .inner
             .executions
