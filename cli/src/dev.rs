@@ -261,7 +261,7 @@ impl DevPlatform {
         let url = config.public_url.clone();
         let drain = Duration::from_secs(5);
         let clock = options.clock;
-        let mut platform = Platform::embedded(config, clock.clone(), worker)?;
+        let mut platform = Platform::configured(config, clock.clone(), worker).await?;
         if let Some(executor) = options.executor {
             platform.executor = executor;
         }

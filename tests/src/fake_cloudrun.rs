@@ -42,11 +42,17 @@ pub enum Fault {
     OutOfMemory { signal: bool },
     /// The next execution disappears once started (`executions.get` 404).
     Vanish,
+    /// The next `executions.list` answers 503.
+    ListUnavailable,
 }
 
 impl Fault {
     fn on_run_job(&self) -> bool {
         matches!(self, Fault::Throttle { .. } | Fault::LoseResponse | Fault::Unavailable | Fault::Slow(_))
+    }
+
+    fn on_execution(&self) -> bool {
+        matches!(self, Fault::OutOfMemory { .. } | Fault::Vanish)
     }
 }
 
@@ -127,7 +133,9 @@ struct FakeState {
     static_env: BTreeMap<String, String>,
     push: Option<PushTarget>,
     run_processes: bool,
-    memory_mib: Option<u64>,
+    /// Memory limit by class, keyed by the Job id's last segment (`s`, `m`…);
+    /// `*` for every Job.
+    memory_mib: BTreeMap<String, u64>,
 }
 
 /// The fake service.
@@ -182,7 +190,12 @@ impl FakeCloudRun {
     /// Every Job's memory limit: a task whose resident memory passes it is
     /// killed and reported with exit 137, as Cloud Run does.
     pub fn set_memory_limit_mib(&self, mib: u64) {
-        self.lock().memory_mib = Some(mib);
+        self.lock().memory_mib.insert("*".to_owned(), mib);
+    }
+
+    /// The memory limit of the Jobs of one class (`S`, `M`…).
+    pub fn set_class_memory_limit_mib(&self, class: &str, mib: u64) {
+        self.lock().memory_mib.insert(class.to_ascii_lowercase(), mib);
     }
 
     /// Pushes event lines to `target` as Pub/Sub would, instead of only
@@ -422,7 +435,11 @@ fn with_execution(
 }
 
 fn list_executions(fake: &FakeCloudRun, job: &str, query: &HashMap<String, String>) -> Response {
-    let s = fake.lock();
+    let mut s = fake.lock();
+    if let Some(i) = s.faults.iter().position(|f| *f == Fault::ListUnavailable) {
+        s.faults.remove(i);
+        return google_error(503, "UNAVAILABLE", "The service is currently unavailable.");
+    }
     if !s.jobs.iter().any(|j| j == job) {
         return google_error(404, "NOT_FOUND", &format!("Job '{job}' does not exist"));
     }
@@ -511,7 +528,7 @@ async fn run_job(fake: &FakeCloudRun, job: &str, body: &Value) -> Response {
         let name = full_name(fake, job, &short);
         let exec_faults: Vec<Fault> = {
             let mut taken = Vec::new();
-            if let Some(i) = s.faults.iter().position(|f| !f.on_run_job()) {
+            if let Some(i) = s.faults.iter().position(Fault::on_execution) {
                 taken.extend(s.faults.remove(i));
             }
             taken
@@ -667,7 +684,12 @@ impl FakeCloudRun {
             signal(pid, nix::sys::signal::Signal::SIGKILL);
         }
         let oom_killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        if let (Some(limit), Some(pid)) = (self.lock().memory_mib, pid) {
+        let limit = {
+            let s = self.lock();
+            let class = job.rsplit('-').next().unwrap_or_default();
+            s.memory_mib.get(class).or_else(|| s.memory_mib.get("*")).copied()
+        };
+        if let (Some(limit), Some(pid)) = (limit, pid) {
             let flag = oom_killed.clone();
             tokio::spawn(async move { watch_memory(pid, limit, flag).await });
         }

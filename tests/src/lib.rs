@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub mod backend;
 pub mod fake_cloudrun;
 pub mod scripted;
 

@@ -44,6 +44,10 @@ fn handle_of(run: &RunId, attempt: AttemptNo) -> ExecutionHandle {
 
 #[async_trait]
 impl Executor for ScriptedExecutor {
+    fn backstop_margin(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             executor: "scripted".to_owned(),

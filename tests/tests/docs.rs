@@ -15,7 +15,7 @@ fn updating() -> bool {
 
 fn env_table() -> String {
     let mut t = String::from("| Variable | Default | Meaning |\n|---|---|---|\n");
-    for (name, default, meaning) in mapi_platform::VARIABLES {
+    for (name, default, meaning) in mapi_platform::variables() {
         t.push_str(&format!("| `{name}` | {default} | {meaning} |\n"));
     }
     t

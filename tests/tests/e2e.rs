@@ -1,11 +1,15 @@
 //! End to end over HTTP against the platform started in this process (all
 //! five functions, the queue's deliverer, the log forwarder and the tick,
 //! exactly as `mapi dev` runs them), with real worker processes. Each test
-//! asserts the exact sequence of transitions in the run's history.
+//! asserts the exact sequence of transitions in the run's history, and
+//! every case runs twice: on the local-process executor and on
+//! cloudrun-jobs over FakeCloudRun (the run-level half of the executor
+//! conformance suite; the executor-level half is `executor_conformance`).
 
 use std::time::Duration;
 
-use mapi_tests::{TestPlatform, path, transitions};
+use mapi_tests::backend::{Backend, start};
+use mapi_tests::{Options, path, transitions};
 use serde_json::{Value, json};
 
 const LONGLEY: &str = include_str!("../../examples/longley.csv");
@@ -29,9 +33,8 @@ fn with_start(rest: &[(&'static str, &'static str, &'static str)]) -> Vec<(Strin
     path(&all)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_linear_fit_succeeds_with_outputs_and_cost() {
-    let p = TestPlatform::start(&[]).await;
+async fn a_linear_fit_succeeds_with_outputs_and_cost(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let id = p
         .submit(
@@ -65,9 +68,8 @@ fn mapi_cost_table() -> &'static str {
     "cloudrun-tier1-2026-11"
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_method_error_fails_the_run_with_its_message() {
-    let p = TestPlatform::start(&[]).await;
+async fn a_method_error_fails_the_run_with_its_message(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let id = p
         .submit(json!({"method": "diag.fail", "dataset": ds, "params": {"message": "column `q` is empty"}}))
@@ -77,9 +79,8 @@ async fn a_method_error_fails_the_run_with_its_message() {
     assert_eq!(final_error(&run), ("METHOD_ERROR".into(), "column `q` is empty".into()));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_while_running_is_confirmed_before_cancelled() {
-    let p = TestPlatform::start(&[]).await;
+async fn cancel_while_running_is_confirmed_before_cancelled(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 60}})).await;
     p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["started"] == true).await;
@@ -97,9 +98,8 @@ async fn cancel_while_running_is_confirmed_before_cancelled() {
     assert_eq!(p.cancel(p.token(), &id).await.0, 409);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_run_is_cancelled_at_once() {
-    let p = TestPlatform::start(&[]).await;
+async fn a_queued_run_is_cancelled_at_once(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     // Submit, then cancel before the deliverer dispatches (the race is
     // decided in the store: either the cancel or the dispatch commits first).
@@ -116,9 +116,8 @@ async fn a_queued_run_is_cancelled_at_once() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_past_its_timeout_fails_with_timeout() {
-    let p = TestPlatform::start(&[]).await;
+async fn a_run_past_its_timeout_fails_with_timeout(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let id = p
         .submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 30}, "timeout_s": 1}))
@@ -128,9 +127,8 @@ async fn a_run_past_its_timeout_fails_with_timeout() {
     assert_eq!(final_error(&run).0, "TIMEOUT");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timeout_after_a_checkpoint_ends_partial() {
-    let p = TestPlatform::start(&[]).await;
+async fn a_timeout_after_a_checkpoint_ends_partial(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let params = json!({"seconds": 30, "checkpoint_every_s": 0.2});
     let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": params, "timeout_s": 1})).await;
@@ -139,9 +137,8 @@ async fn a_timeout_after_a_checkpoint_ends_partial() {
     assert!(run["progress"]["checkpoint"].as_i64().is_some(), "the checkpoint event arrived: {run:#}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_with_a_checkpoint_ends_partial() {
-    let p = TestPlatform::start(&[]).await;
+async fn sigterm_with_a_checkpoint_ends_partial(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let params = json!({"seconds": 60, "checkpoint_every_s": 0.2});
     let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": params})).await;
@@ -158,9 +155,8 @@ async fn sigterm_with_a_checkpoint_ends_partial() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn out_of_memory_retries_once_on_the_next_class() {
-    let p = TestPlatform::start(&[("MAPI_LOCAL_MEMORY_MIB", "S=64,M=1024")]).await;
+async fn out_of_memory_retries_once_on_the_next_class(b: Backend) {
+    let p = start(b, &[("MAPI_LOCAL_MEMORY_MIB", "S=64,M=1024")], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let id =
         p.submit(json!({"method": "diag.alloc", "dataset": ds, "params": {"mib": 160, "hold_s": 0.5}})).await;
@@ -185,9 +181,8 @@ async fn out_of_memory_retries_once_on_the_next_class() {
     assert_eq!((run["class"].as_str(), run["requested_class"].as_str()), (Some("M"), Some("S")));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_out_of_memory_fails_the_run() {
-    let p = TestPlatform::start(&[("MAPI_LOCAL_MEMORY_MIB", "S=64,M=64")]).await;
+async fn a_second_out_of_memory_fails_the_run(b: Backend) {
+    let p = start(b, &[("MAPI_LOCAL_MEMORY_MIB", "S=64,M=64")], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
     let id =
         p.submit(json!({"method": "diag.alloc", "dataset": ds, "params": {"mib": 160, "hold_s": 0.5}})).await;
@@ -196,4 +191,29 @@ async fn a_second_out_of_memory_fails_the_run() {
     assert_eq!(t.last(), Some(&("running".into(), "failed".into(), "resource_exhausted".into())), "{t:?}");
     assert_eq!(run["attempts"].as_array().map(Vec::len), Some(2));
     assert_eq!(final_error(&run).0, "RESOURCE_EXHAUSTED");
+}
+
+macro_rules! on_backend {
+    ($backend:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                super::$case($backend).await;
+            }
+        )+
+    };
+}
+
+macro_rules! run_conformance {
+    ($backend:expr) => {
+        on_backend!($backend; a_linear_fit_succeeds_with_outputs_and_cost, a_method_error_fails_the_run_with_its_message, cancel_while_running_is_confirmed_before_cancelled, a_queued_run_is_cancelled_at_once, a_run_past_its_timeout_fails_with_timeout, a_timeout_after_a_checkpoint_ends_partial, sigterm_with_a_checkpoint_ends_partial, out_of_memory_retries_once_on_the_next_class, a_second_out_of_memory_fails_the_run);
+    };
+}
+
+mod local_process {
+    run_conformance!(mapi_tests::backend::Backend::LocalProcess);
+}
+
+mod cloudrun_jobs {
+    run_conformance!(mapi_tests::backend::Backend::CloudRunJobs);
 }

@@ -105,8 +105,7 @@ async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) 
     match &info.status {
         ExecutionStatus::Running => {
             let backstop = Duration::from_secs(u64::from(run.timeout_s))
-                + state.config.local_timeout_margin
-                + state.config.local_grace
+                + state.executor.backstop_margin()
                 + Duration::from_secs(60);
             let overdue = attempt.submitted_at.is_some_and(|t| t + backstop <= now);
             if run.state == RunState::Cancelling || overdue {

@@ -99,6 +99,13 @@ pub async fn handle(
             Some(a) if a.lease_until > now => Ok(tx.finish(Claim::Busy(a.lease_until.since(now)))),
             Some(mut a) => {
                 a.lease_until = now + lease;
+                if run.state == RunState::Queued {
+                    // Sent back to the queue by throttling: the same attempt
+                    // and nonce go out again (adopting first).
+                    run.transition(RunState::Dispatching, Reason::IntentWritten, now)
+                        .map_err(|e| ApiError::internal(e.to_string()))?;
+                    tx_put(&mut tx, &run)?;
+                }
                 tx_put(&mut tx, &a)?;
                 Ok(tx.finish(Claim::Mine { run: Box::new(run), attempt: Box::new(a), fresh: false }))
             }
@@ -178,7 +185,7 @@ pub async fn handle(
         task_count: attempt.task_count,
         env,
     };
-    match state.executor.submit(&submit).await {
+    match submit_renewing_lease(&state, &attempt, &submit).await {
         Ok(handle) => {
             metric(&state, "ok");
             record_handle(&state, &attempt, &handle, Reason::ExecutionCreated).await?;
@@ -191,21 +198,115 @@ pub async fn handle(
         }
         Err(e) => {
             let (result, retry) = match &e {
+                // Each 429 was counted by the executor as it came.
                 SubmitError::Throttled { retry_after } => {
-                    let labels =
-                        mapi_metrics::ExecutorName { executor: state.executor.capabilities().executor };
-                    state.metrics.executor_submit_throttled.get_or_create(&labels).inc();
                     ("throttled", retry_after.map_or(5, |d| d.as_secs().max(1)))
                 }
                 SubmitError::Ambiguous(_) => ("ambiguous", 5),
                 _ => ("error", 5),
             };
             metric(&state, result);
-            release_lease(&state, &attempt).await?;
+            if matches!(e, SubmitError::Throttled { .. }) {
+                requeue_throttled(&state, &attempt).await?;
+            } else {
+                release_lease(&state, &attempt).await?;
+            }
             tracing::warn!(run = %run.id, attempt = %attempt.attempt, error = %e, "submit failed; the queue will retry");
             Err(ApiError::unavailable(format!("the executor did not start the attempt: {e}"), retry))
         }
     }
+}
+
+/// How many lease lengths one stuck submit may keep its attempt.
+pub const MAX_RENEWALS_IN_LEASES: u32 = 10;
+
+/// Submits while extending the attempt's lease, so the reconciler never
+/// takes an attempt whose submit is only slow (waiting for its slot in the
+/// executor's rate limit, or in a cool-down). Renewals stop after
+/// [`MAX_RENEWALS_IN_LEASES`] lease lengths: the lease then expires, and the
+/// reconciler's redispatch adopts what the submit made, by nonce.
+async fn submit_renewing_lease(
+    state: &AppState,
+    attempt: &AttemptDoc,
+    submit: &AttemptSubmit,
+) -> Result<ExecutionHandle, SubmitError> {
+    let lease = state.config.dispatch_lease;
+    let began = state.clock.now();
+    let give_up = began + lease * MAX_RENEWALS_IN_LEASES;
+    let renew = async {
+        let mut next = began + lease / 3;
+        loop {
+            state.clock.sleep_until(next).await;
+            let now = state.clock.now();
+            if now >= give_up {
+                tracing::warn!(run = %attempt.run, attempt = %attempt.attempt, "submit stuck for ten leases: no more renewals");
+                return std::future::pending::<()>().await;
+            }
+            if let Err(e) = extend_lease(state, attempt, now + lease).await {
+                tracing::warn!(run = %attempt.run, error = %e, "could not extend the dispatch lease");
+            }
+            next = now + lease / 3;
+        }
+    };
+    tokio::select! {
+        r = state.executor.submit(submit) => r,
+        () = renew => Err(SubmitError::Unavailable("lease renewal ended".to_owned())),
+    }
+}
+
+/// Moves the lease of an attempt not yet submitted to `until`.
+async fn extend_lease(
+    state: &AppState,
+    attempt: &AttemptDoc,
+    until: mapi_domain::Timestamp,
+) -> Result<(), ApiError> {
+    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+    let id = &id;
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await?
+            && a.handle.is_none()
+            && a.lease_until < until
+        {
+            a.lease_until = until;
+            tx_put(&mut tx, &a)?;
+        }
+        Ok::<_, ApiError>(tx.finish(()))
+    })
+    .await
+}
+
+/// Throttling made nothing: the run goes back to the queue, keeping its
+/// attempt and nonce and without spending an infrastructure retry. Late,
+/// never failed.
+async fn requeue_throttled(state: &AppState, attempt: &AttemptDoc) -> Result<(), ApiError> {
+    let now = state.clock.now();
+    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+    let (id, run_id) = (&id, attempt.run.as_str());
+    let moved = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await? else { return Ok(tx.finish(false)) };
+        let Some(mut run) = tx_get::<RunDoc>(&mut tx, run_id).await? else { return Ok(tx.finish(false)) };
+        if a.handle.is_some() {
+            return Ok(tx.finish(false));
+        }
+        a.lease_until = now;
+        tx_put(&mut tx, &a)?;
+        let moved = run.state == RunState::Dispatching && run.attempt == a.attempt;
+        if moved {
+            run.transition(RunState::Queued, Reason::Throttled, now)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            tx_put(&mut tx, &run)?;
+        }
+        Ok(tx.finish(moved))
+    })
+    .await?;
+    if moved {
+        state.metrics.transition(
+            RunState::Dispatching.as_str(),
+            RunState::Queued.as_str(),
+            Reason::Throttled.as_str(),
+        );
+    }
+    Ok(())
 }
 
 /// Lets the next delivery take the attempt at once (it will adopt first).
@@ -315,7 +416,7 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
         .ok_or_else(|| ApiError::internal(format!("dataset {} of run {} vanished", run.dataset, run.id)))?;
     // URLs must outlive the run: its timeout, the executor's margin, an hour to spare.
     let ttl = Duration::from_secs(u64::from(run.timeout_s))
-        + state.config.local_timeout_margin
+        + state.executor.backstop_margin()
         + Duration::from_secs(3600);
     let dataset_url =
         state.objects.signed_url(SignedMethod::Get, &ObjectKey::parse(&dataset.object)?, ttl).await?;

@@ -75,6 +75,14 @@ impl SubmitGate {
         ready
     }
 
+    /// When a slot reserved at `now` would leave, without reserving it.
+    pub fn next_slot(&self, now: Timestamp) -> Timestamp {
+        let s = self.lock();
+        let tat = s.tat.map_or(now, |t| t.max(now));
+        let ready = if tat - self.tolerance > now { tat - self.tolerance } else { now };
+        s.cool_until.map_or(ready, |c| ready.max(c))
+    }
+
     /// The end of the shared cool-down, if one is in force at `now`.
     pub fn cool_until(&self, now: Timestamp) -> Option<Timestamp> {
         self.lock().cool_until.filter(|c| *c > now)

@@ -276,6 +276,19 @@ impl Executor for CloudRunJobsExecutor {
         }
     }
 
+    fn backstop_margin(&self) -> Duration {
+        self.inner.settings.timeout_margin
+    }
+
+    fn submit_health(&self) -> mapi_executor::SubmitHealth {
+        let now = self.inner.clock.now();
+        mapi_executor::SubmitHealth {
+            throttled_last_hour: self.inner.gate.throttled_last_hour(now) as u64,
+            submits_last_minute: self.inner.gate.calls_last_minute(now) as u64,
+            submits_per_minute_limit: Some(self.inner.settings.submits_per_minute),
+        }
+    }
+
     fn check_placement(&self, class: ResourceClass, method: &str) -> Result<(), String> {
         self.inner.inventory.place(class, method).map(|_| ())
     }
@@ -286,7 +299,13 @@ impl Executor for CloudRunJobsExecutor {
         let began = inner.clock.now();
         let mut throttled = 0u32;
         loop {
-            let slot = inner.gate.reserve(inner.clock.now());
+            let now = inner.clock.now();
+            let wait = inner.gate.next_slot(now).since(now);
+            if wait > inner.settings.max_submit_wait {
+                // Too long to hold a dispatch open: back to the queue, late, not failed.
+                return Err(SubmitError::Throttled { retry_after: Some(wait) });
+            }
+            let slot = inner.gate.reserve(now);
             inner.clock.sleep_until(slot).await;
             while let Some(until) = inner.gate.cool_until(inner.clock.now()) {
                 inner.clock.sleep_until(until).await;

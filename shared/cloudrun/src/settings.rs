@@ -9,6 +9,57 @@ use std::time::Duration;
 /// be set above it.
 pub const MAX_SUBMITS_PER_MINUTE: u32 = crate::assumptions::JOBS_RUN_QUOTA_PER_MINUTE;
 
+/// Every variable the executor reads, its default and meaning (the
+/// platform's README table is built from this with the others).
+pub const VARIABLES: &[(&str, &str, &str)] = &[
+    (
+        "MAPI_CLOUDRUN_PROJECT",
+        "none (necessary)",
+        "cloudrun-jobs: the exec project that holds the Job inventory",
+    ),
+    ("MAPI_CLOUDRUN_REGION", "europe-west1", "cloudrun-jobs: region of the inventory"),
+    ("MAPI_ENV", "prod", "The `{env}` of Job names and buckets"),
+    ("MAPI_CLOUDRUN_JOB_TEMPLATE", "mapi-{env}-{base}-{class}", "cloudrun-jobs: rule for Job ids"),
+    (
+        "MAPI_CLOUDRUN_PLUGIN_BASES",
+        "mmm, sci, tabular: base-bayes; sklearn: base-ml; ts, causal: base-forecast; dl: base-dl",
+        "cloudrun-jobs: method namespace to base image (JSON object)",
+    ),
+    ("MAPI_CLOUDRUN_DEFAULT_BASE", "base-bayes", "cloudrun-jobs: base for methods without a plugin base"),
+    ("MAPI_CLOUDRUN_GPU_JOBS", "false", "cloudrun-jobs: the inventory has the GPU Job of base-dl"),
+    (
+        "MAPI_CLOUDRUN_SUBMITS_PER_MINUTE",
+        "150",
+        "cloudrun-jobs: token bucket in front of jobs.run (at most 180)",
+    ),
+    ("MAPI_CLOUDRUN_SUBMIT_BURST", "10", "cloudrun-jobs: the bucket's burst"),
+    (
+        "MAPI_CLOUDRUN_MAX_429_RETRIES",
+        "6",
+        "cloudrun-jobs: 429 answers in a row before the run goes back to the queue",
+    ),
+    (
+        "MAPI_CLOUDRUN_BACKOFF_BASE_S",
+        "1",
+        "cloudrun-jobs: first cool-down after a 429 (doubles per 429 in a row)",
+    ),
+    ("MAPI_CLOUDRUN_BACKOFF_CAP_S", "64", "cloudrun-jobs: longest cool-down"),
+    ("MAPI_CLOUDRUN_TIMEOUT_MARGIN_S", "120", "cloudrun-jobs: task timeout = run timeout + margin"),
+    ("MAPI_CLOUDRUN_EGRESS_ENFORCED", "true", "cloudrun-jobs: the exec network denies all egress"),
+    ("MAPI_CLOUDRUN_DNS_ENFORCED", "false", "cloudrun-jobs: the DNS response policy is verified for Jobs"),
+    ("MAPI_CLOUDRUN_ADOPT_LOOKBACK_S", "93600", "cloudrun-jobs: how far back orphan adoption looks"),
+    (
+        "MAPI_CLOUDRUN_ENDPOINT",
+        "Google's",
+        "cloudrun-jobs: root of the Cloud Run Admin API (a fake's in tests)",
+    ),
+    (
+        "MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S",
+        "60",
+        "cloudrun-jobs: longest wait for a bucket slot before the run goes back to the queue",
+    ),
+];
+
 /// Settings of the cloudrun-jobs executor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -46,6 +97,10 @@ pub struct Settings {
     pub adopt_lookback: Duration,
     /// `MAPI_CLOUDRUN_ENDPOINT`: the Admin API's root (a fake's in tests).
     pub endpoint: Option<String>,
+    /// `MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S`: the longest a dispatcher waits
+    /// for its slot in the bucket; a longer wait goes back to the queue
+    /// (keep it below the dispatch queue's dispatch deadline).
+    pub max_submit_wait: Duration,
 }
 
 /// The default namespace-to-base map of the Settings table.
@@ -85,6 +140,7 @@ impl Settings {
             dns_enforced: false,
             adopt_lookback: Duration::from_secs(93_600),
             endpoint: None,
+            max_submit_wait: Duration::from_secs(60),
         }
     }
 
@@ -135,6 +191,7 @@ impl Settings {
         s.dns_enforced = flag("MAPI_CLOUDRUN_DNS_ENFORCED", s.dns_enforced)?;
         s.adopt_lookback = Duration::from_secs(num("MAPI_CLOUDRUN_ADOPT_LOOKBACK_S", 93_600)?);
         s.endpoint = get("MAPI_CLOUDRUN_ENDPOINT");
+        s.max_submit_wait = Duration::from_secs(num("MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S", 60)?);
         s.validate()?;
         Ok(s)
     }

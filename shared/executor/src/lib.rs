@@ -86,6 +86,17 @@ pub struct Capabilities {
     pub max_task_count: u32,
 }
 
+/// How an executor's submits fare against its rate limit (executor health).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SubmitHealth {
+    /// 429 answers to submits in the last hour.
+    pub throttled_last_hour: u64,
+    /// Submits sent in the last minute.
+    pub submits_last_minute: u64,
+    /// The rate the executor holds itself to, if it has one.
+    pub submits_per_minute_limit: Option<u32>,
+}
+
 /// Why a submit did not produce a handle.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
@@ -132,6 +143,15 @@ pub trait Executor: Send + Sync + Debug {
     /// Asks the execution to stop (SIGTERM, then SIGKILL after a grace
     /// period). Idempotent; cancelling an unknown execution succeeds.
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError>;
+
+    /// How long after a run's timeout the executor's own backstop stops an
+    /// execution; the reconciler cancels what runs past it.
+    fn backstop_margin(&self) -> Duration;
+
+    /// Submit rate and throttling, for the executors view.
+    fn submit_health(&self) -> SubmitHealth {
+        SubmitHealth::default()
+    }
 }
 
 /// Finds the execution of `nonce` made at or after `since` (the seed's

@@ -89,6 +89,22 @@ pub struct Config {
     pub oidc_jwks_url: Option<String>,
     /// The accounts the development identity provider signs in (dev profile only).
     pub dev_accounts: Vec<UserId>,
+    /// `MAPI_EXECUTOR`: where attempts run.
+    pub executor: ExecutorKind,
+    /// The cloudrun-jobs executor's settings, when it is selected.
+    pub cloudrun: Option<mapi_cloudrun::Settings>,
+    /// `MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S`: how old conformance and security
+    /// reports may be for the shared-tier gate.
+    pub evidence_max_age: Duration,
+}
+
+/// Where attempts run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutorKind {
+    /// A process group per execution on this machine (the embedded default).
+    LocalProcess,
+    /// A Cloud Run Jobs execution per attempt.
+    CloudRunJobs,
 }
 
 /// A setting that cannot be used.
@@ -103,6 +119,11 @@ pub const DEV_IDP_PREFIX: &str = "/dev/idp";
 
 /// The development identity provider's default accounts.
 pub const DEV_ACCOUNTS: &str = "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local";
+
+/// Every variable of the platform and its adapters, in the README's order.
+pub fn variables() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
+    VARIABLES.iter().chain(mapi_cloudrun::settings::VARIABLES)
+}
 
 /// Every variable, its default and meaning: the source of the README's table.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
@@ -158,6 +179,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "MAPI_DEV_ACCOUNTS",
         "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local",
         "Accounts of the development identity provider (dev profile only)",
+    ),
+    ("MAPI_EXECUTOR", "local-process", "Where attempts run: `local-process` or `cloudrun-jobs`"),
+    (
+        "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S",
+        "259200",
+        "Age limit of the conformance and security reports that open shared tiers on an executor",
     ),
     ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
     ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
@@ -323,6 +350,21 @@ impl Config {
                 return Err(ConfigError::Invalid(format!("MAPI_SQLITE_SYNC `{other}`: use full or normal")));
             }
         };
+        let executor = match get("MAPI_EXECUTOR").as_deref().map(str::trim) {
+            None | Some("") | Some("local-process") => ExecutorKind::LocalProcess,
+            Some("cloudrun-jobs") => ExecutorKind::CloudRunJobs,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!(
+                    "MAPI_EXECUTOR `{other}`: use local-process or cloudrun-jobs"
+                )));
+            }
+        };
+        let cloudrun = match executor {
+            ExecutorKind::CloudRunJobs => {
+                Some(mapi_cloudrun::Settings::from_env(get).map_err(ConfigError::Invalid)?)
+            }
+            ExecutorKind::LocalProcess => None,
+        };
         Ok(Config {
             profile,
             home,
@@ -361,6 +403,9 @@ impl Config {
                 .unwrap_or_else(|| "mapi".into()),
             oidc_jwks_url: get("MAPI_OIDC_JWKS_URL").filter(|s| !s.trim().is_empty()),
             dev_accounts: emails(get, "MAPI_DEV_ACCOUNTS", DEV_ACCOUNTS)?,
+            executor,
+            cloudrun,
+            evidence_max_age: seconds(get, "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S", 3 * 86_400)?,
         })
     }
 }

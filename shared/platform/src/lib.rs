@@ -27,7 +27,7 @@ use mapi_queue::{QueueConfig, QueueName, RetryConfig, TaskQueue};
 use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
-pub use config::{Config, ConfigError, DEV_IDP_PREFIX, Profile, Secrets, VARIABLES};
+pub use config::{Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, Profile, Secrets, VARIABLES, variables};
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
 /// The data bucket's name locally.
@@ -118,6 +118,8 @@ pub enum StartError {
     Queue(#[from] mapi_queue::QueueError),
     #[error("cannot start the executor: {0}")]
     Executor(#[from] mapi_executor::ExecutorError),
+    #[error(transparent)]
+    CloudRun(#[from] mapi_cloudrun::BuildError),
 }
 
 /// The verifier of session tokens, when an issuer is configured.
@@ -201,6 +203,39 @@ impl Platform {
         })
     }
 
+    /// The embedded platform with the executor `MAPI_EXECUTOR` selects:
+    /// for `cloudrun-jobs`, the Admin API client with Application Default
+    /// Credentials (anonymous only towards a plain-HTTP endpoint, which can
+    /// only be a local fake).
+    pub async fn configured(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        worker: Command,
+    ) -> Result<Platform, StartError> {
+        let mut platform = Platform::embedded(config, clock, worker)?;
+        if let Some(settings) = platform.config.cloudrun.clone() {
+            let credentials = if settings.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+                mapi_cloudrun::Credentials::Anonymous
+            } else {
+                mapi_cloudrun::Credentials::ApplicationDefault
+            };
+            let throttled = platform
+                .metrics
+                .executor_submit_throttled
+                .get_or_create(&mapi_metrics::ExecutorName { executor: mapi_cloudrun::NAME.to_owned() })
+                .clone();
+            let executor = mapi_cloudrun::CloudRunJobsExecutor::new(
+                settings,
+                credentials,
+                platform.clock.clone(),
+                throttled,
+            )
+            .await?;
+            platform.executor = Arc::new(executor);
+        }
+        Ok(platform)
+    }
+
     /// Where `mapi dev` writes the CLI's credentials.
     pub fn credentials_path(&self) -> PathBuf {
         self.config.home.join("credentials.json")
@@ -243,7 +278,7 @@ pub async fn serve_function(
         }
     };
     let worker = worker_command(config.worker_bin.as_deref(), false);
-    let platform = match Platform::embedded(config, Arc::new(mapi_clock::SystemClock), worker) {
+    let platform = match Platform::configured(config, Arc::new(mapi_clock::SystemClock), worker).await {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{}: cannot start: {e}", info.name);

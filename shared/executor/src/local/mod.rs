@@ -146,6 +146,10 @@ impl LocalProcessExecutor {
 
 #[async_trait]
 impl Executor for LocalProcessExecutor {
+    fn backstop_margin(&self) -> Duration {
+        self.config.timeout_margin + self.config.grace
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             executor: "local-process".to_owned(),
