@@ -26,6 +26,9 @@ use mapi_executor::local::layout::Command;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// The push subscription the fake's log sink delivers through.
+pub const SUBSCRIPTION: &str = "projects/fake/subscriptions/mapi-run-events-push";
+
 /// A fault to inject into the next matching call or execution.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -127,6 +130,9 @@ struct FakeState {
     /// Execution names in creation order.
     order: Vec<String>,
     faults: VecDeque<Fault>,
+    /// Faults for the n-th `jobs.run` call (1-based).
+    scheduled: BTreeMap<u64, Fault>,
+    run_job_calls: u64,
     calls: Vec<Call>,
     events: Vec<LoggedEvent>,
     serial: u64,
@@ -204,6 +210,12 @@ impl FakeCloudRun {
         self.lock().push = Some(target);
     }
 
+    /// Collects event lines for [`FakeCloudRun::take_events`] instead of
+    /// pushing them (the test delivers them, late or twice).
+    pub fn collect_events(&self) {
+        self.lock().push = None;
+    }
+
     /// Executions do not start processes: their tasks stay running until
     /// the test ends them with [`FakeCloudRun::finish`] (for simulations).
     pub fn without_processes(&self) {
@@ -214,9 +226,15 @@ impl FakeCloudRun {
         self.lock().faults.push_back(fault);
     }
 
+    /// Injects `fault` into the `n`-th `jobs.run` call (1-based).
+    pub fn inject_at(&self, n: u64, fault: Fault) {
+        self.lock().scheduled.insert(n, fault);
+    }
+
     /// Faults not consumed yet.
     pub fn pending_faults(&self) -> usize {
-        self.lock().faults.len()
+        let s = self.lock();
+        s.faults.len() + s.scheduled.len()
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -469,8 +487,15 @@ fn parse_duration_s(v: &Value) -> Option<u64> {
 async fn run_job(fake: &FakeCloudRun, job: &str, body: &Value) -> Response {
     let fault = {
         let mut s = fake.lock();
-        let i = s.faults.iter().position(Fault::on_run_job);
-        i.and_then(|i| s.faults.remove(i))
+        s.run_job_calls += 1;
+        let n = s.run_job_calls;
+        match s.scheduled.remove(&n) {
+            Some(f) => Some(f),
+            None => {
+                let i = s.faults.iter().position(Fault::on_run_job);
+                i.and_then(|i| s.faults.remove(i))
+            }
+        }
     };
     match fault {
         Some(Fault::Throttle { retry_after_s }) => {
@@ -659,6 +684,11 @@ impl FakeCloudRun {
         {
             let mut s = self.lock();
             if let Some(e) = s.executions.get_mut(&name) {
+                if e.cancelled {
+                    // Cancelled before this task started: it never runs.
+                    let _ = child.start_kill();
+                    return;
+                }
                 if let Some(t) = e.tasks.get_mut(index as usize) {
                     t.state = TaskState::Running;
                     t.pid = pid;
@@ -736,8 +766,8 @@ impl FakeCloudRun {
         let cancelled = e.cancelled;
         if let Some(t) = e.tasks.get_mut(index as usize) {
             t.state = match (code, sig) {
-                (0, 0) => TaskState::Succeeded,
                 _ if cancelled => TaskState::Cancelled,
+                (0, 0) => TaskState::Succeeded,
                 _ => TaskState::Failed,
             };
             t.exit_code = code;
@@ -749,6 +779,21 @@ impl FakeCloudRun {
         if e.tasks.iter().all(|t| t.completed.is_some()) {
             e.completed = Some(now);
         }
+    }
+
+    /// The Pub/Sub push body a log sink would deliver for `event`.
+    pub fn envelope(&self, event: &LoggedEvent, message_id: &str) -> Value {
+        let now = self.clock.now();
+        let entry = mapi_events::pubsub::log_entry(
+            &event.payload,
+            &event.execution,
+            &event.job,
+            &self.region,
+            now,
+            message_id,
+        );
+        let env = mapi_events::pubsub::envelope(&entry, SUBSCRIPTION, message_id, now);
+        serde_json::to_value(env).unwrap_or_default()
     }
 
     async fn log_line(&self, execution: &str, job: &str, task: u32, line: &str) {

@@ -117,6 +117,23 @@ impl TestPlatform {
     }
 
     /// Signs `email` in through the development identity provider; the session token.
+    /// As `operator`, a new tenant `id` of `tier` whose admin is
+    /// `owner@{id}.test` (a dev account the platform must know), with a
+    /// `default` project; returns the admin's session token.
+    pub async fn create_tenant(&self, operator: &str, id: &str, tier: &str) -> String {
+        let admin = format!("owner@{id}.test");
+        let body =
+            serde_json::json!({"id": id, "name": id, "tier": tier, "residency": "eu", "admin_email": admin});
+        let (s, b) = self.call(operator, reqwest::Method::POST, "/v1/admin/tenants", Some(body)).await;
+        assert_eq!(s, 201, "create tenant: {b}");
+        let token = self.login(&admin).await;
+        let project = serde_json::json!({"id": "default", "name": "D"});
+        let path = format!("/v1/tenants/{id}/projects");
+        let (s, b) = self.call(&token, reqwest::Method::POST, &path, Some(project)).await;
+        assert_eq!(s, 201, "create project: {b}");
+        token
+    }
+
     pub async fn login(&self, email: &str) -> String {
         let resp = self
             .http

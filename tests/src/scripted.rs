@@ -202,6 +202,45 @@ impl TestPlatform {
         self.call(&internal, reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// Records passing conformance and security reports for the executor's
+    /// current caps as `operator`, opening shared tiers (verified, public)
+    /// on it, as the nightly suites do in a deployment.
+    pub async fn open_shared_tiers(&self, operator: &str) {
+        use mapi_executor::evidence::{
+            CaseResult, ConformanceReport, Evidence, EvidenceTarget, ProbeResult, REQUIRED_PROBES,
+            SecurityReport,
+        };
+        let caps = self.platform.state.executor.capabilities();
+        let now = self.platform.state.clock.now();
+        let evidence = Evidence {
+            target: EvidenceTarget {
+                executor: caps.executor.clone(),
+                remote_control_api: caps.remote_control_api,
+                enforces_memory_limit: caps.enforces_memory_limit,
+                caps: caps.clone(),
+            },
+            conformance: ConformanceReport {
+                executor: caps.executor.clone(),
+                finished_at: now,
+                cases: mapi_executor::conformance_cases::CASES
+                    .iter()
+                    .map(|n| CaseResult { name: (*n).to_owned(), passed: true, detail: None })
+                    .collect(),
+            },
+            security: SecurityReport {
+                finished_at: now,
+                probes: REQUIRED_PROBES
+                    .iter()
+                    .map(|n| ProbeResult { name: (*n).to_owned(), ran: true, blocked: true })
+                    .collect(),
+            },
+        };
+        let path = format!("/v1/admin/executors/{}/evidence", caps.executor);
+        let body = serde_json::to_value(evidence).expect("json");
+        let (s, b) = self.call(operator, reqwest::Method::PUT, &path, Some(body)).await;
+        assert_eq!((s, &b["shared_tiers_enabled"]), (200, &serde_json::json!(true)), "evidence: {b}");
+    }
+
     /// Delivers the dispatch task of `attempt` of `run`, as the queue would.
     pub async fn dispatch(&self, run: &RunId, attempt: AttemptNo) -> (u16, serde_json::Value) {
         let task = DispatchTask { run: run.clone(), attempt };

@@ -196,3 +196,18 @@ impl Harness for CloudRun {
 mod cloudrun_jobs {
     mapi_executor::executor_conformance_suite!(super::cloudrun().await);
 }
+
+/// The suite's report for cloudrun-jobs: every case passed, in the shape
+/// `PUT /v1/admin/executors/cloudrun-jobs/evidence` records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloudrun_suite_report_is_recordable_evidence() {
+    let h = cloudrun().await;
+    let report = mapi_executor::conformance::run_all(&h, || h.now()).await;
+    assert!(report.passed(), "{report:#?}");
+    let names: Vec<&str> = report.cases.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, mapi_executor::conformance_cases::CASES);
+    assert_eq!(report.executor, "cloudrun-jobs");
+    let json = serde_json::to_value(&report).expect("json");
+    let back: mapi_executor::evidence::ConformanceReport = serde_json::from_value(json).expect("round trip");
+    assert_eq!(back, report);
+}

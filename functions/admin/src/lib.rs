@@ -14,6 +14,7 @@
 
 mod audit_log;
 mod checks;
+mod executors;
 mod limits;
 mod members;
 mod projects;
@@ -22,20 +23,14 @@ mod tenants;
 mod tokens;
 
 use axum::Router;
-use axum::extract::State;
 use axum::routing::{get, post};
-use mapi_access::{Action, Resource};
-use mapi_executor::Capabilities;
-use mapi_identity::{Caller, authorize_operator};
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json};
-use serde::{Deserialize, Serialize};
 use utoipa::OpenApi;
 
 #[derive(Debug, OpenApi)]
 #[openapi(
     paths(
-        sessions::sign_in, sessions::whoami, executors,
+        sessions::sign_in, sessions::whoami, executors::list, executors::set, executors::evidence,
         tenants::create, tenants::list, tenants::manage, tenants::get_tenant, tenants::update,
         projects::list, projects::create, projects::get_project, projects::update, projects::delete,
         members::list_tenant, members::add_tenant, members::update_tenant, members::remove_tenant,
@@ -45,7 +40,7 @@ use utoipa::OpenApi;
         checks::project_check, checks::tenant_check,
         limits::list, limits::set, limits::remove, limits::get_switches, limits::set_switches,
     ),
-    components(schemas(ExecutorView, mapi_runs::TenantDoc, mapi_runs::ProjectDoc, mapi_runs::MembershipDoc, mapi_runs::AuditDoc)),
+    components(schemas(executors::ExecutorView, executors::SetExecutor, mapi_executor::evidence::Evidence, mapi_runs::TenantDoc, mapi_runs::ProjectDoc, mapi_runs::MembershipDoc, mapi_runs::AuditDoc)),
     tags((name = "admin", description = "Tenants, projects, members, tokens, audit"))
 )]
 pub struct ApiDoc;
@@ -54,7 +49,9 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/sessions", post(sessions::sign_in))
         .route("/v1/whoami", get(sessions::whoami))
-        .route("/v1/admin/executors", get(executors))
+        .route("/v1/admin/executors", get(executors::list))
+        .route("/v1/admin/executors/{name}", axum::routing::put(executors::set))
+        .route("/v1/admin/executors/{name}/evidence", axum::routing::put(executors::evidence))
         .route("/v1/admin/tenants", post(tenants::create).get(tenants::list))
         .route("/v1/admin/tenants/{tenant}", axum::routing::patch(tenants::manage))
         .route("/v1/admin/audit", get(audit_log::platform_log))
@@ -86,28 +83,4 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants/{tenant}/access-checks", post(checks::tenant_check))
         .route("/v1/tenants/{tenant}/projects/{project}/access-checks", post(checks::project_check))
         .with_state(state)
-}
-
-/// An executor and what it offers.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ExecutorView {
-    pub capabilities: Capabilities,
-    /// Executions created in the last hour.
-    pub executions_last_hour: usize,
-}
-
-/// The executors of this deployment (operators).
-#[utoipa::path(get, path = "/v1/admin/executors", tag = "admin", responses((status = 200, body = Vec<ExecutorView>)), security(("bearer" = [])))]
-pub async fn executors(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Vec<ExecutorView>>, ApiError> {
-    authorize_operator(&state, &caller, Resource::Executor, Action::Read, "executors").await?;
-    let since = state.clock.now() - std::time::Duration::from_secs(3600);
-    let recent =
-        state.executor.list_recent(since).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
-    Ok(Json(vec![ExecutorView {
-        capabilities: state.executor.capabilities(),
-        executions_last_hour: recent.len(),
-    }]))
 }

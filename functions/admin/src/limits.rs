@@ -177,9 +177,6 @@ pub async fn set_switches(
     if body.spend_cap_micros.is_some_and(|c| c < 0) {
         return Err(ApiError::invalid("spend_cap_micros must be positive, or 0 to remove the cap"));
     }
-    if body.spend_cap_micros.is_some_and(|c| c < 0) {
-        return Err(ApiError::invalid("spend_cap_micros must be positive (or 0 to remove the cap)"));
-    }
     let now = state.clock.now();
     let (body_ref, user) = (&body, caller.user());
     let record = Audit::by(&caller, "kill_switch.set", "kill_switches/global")

@@ -12,9 +12,16 @@
 //!    of runs queued for longer than a dispatch lease (a push lost after
 //!    submit, or lost with a crashed deliverer).
 //!
-//! The tick keeps no state: everything it needs is in the store, and two
-//! ticks at once do no harm (task names deduplicate, transitions are
-//! transactional).
+//! Cloud Scheduler may deliver a tick twice, or while the previous one still
+//! runs. A tick first takes the tick lease (`leases/reconcile-tick`) and
+//! bumps its fencing token; a tick that finds the lease held answers at
+//! once with `busy` and does nothing, and a holder that finds the token
+//! moved on (its lease lapsed and another tick took over) stops before its
+//! next batch. Its work is bounded ([`SWEEP_LIMIT`] runs) and resumable:
+//! the lease keeps the sweep's cursor, so thousands of active runs are
+//! covered over several ticks instead of timing one out. The actions
+//! themselves stay idempotent (task names deduplicate, transitions are
+//! transactional), so even a fenced-out holder's last batch does no harm.
 
 use std::time::Duration;
 
@@ -27,14 +34,20 @@ use mapi_identity::InternalCaller;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_runs::tasks::{FinalizeTask, push_dispatch, push_finalize, round_of};
-use mapi_runs::{AttemptDoc, Doc, ProgressDoc, RunDoc, attempt_facts, tx_get, tx_put};
+use mapi_runs::{AttemptDoc, Doc, ProgressDoc, RunDoc, TickLeaseDoc, attempt_facts, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::Serialize;
 
 pub const TICK_PATH: &str = "/internal/tick";
 
 /// Runs looked at per tick, per sweep.
-const SWEEP_LIMIT: u32 = 500;
+pub const SWEEP_LIMIT: u32 = 500;
+
+/// Runs reconciled between two checks of the fencing token.
+const FENCE_EVERY: usize = 50;
+
+/// How long a tick holds the lease before another may take it over.
+pub const TICK_LEASE: Duration = Duration::from_secs(60);
 
 pub fn router(state: AppState) -> Router {
     Router::new().route(TICK_PATH, post(tick)).with_state(state)
@@ -43,6 +56,12 @@ pub fn router(state: AppState) -> Router {
 /// What one tick did.
 #[derive(Debug, Default, Serialize, PartialEq, Eq)]
 pub struct TickReport {
+    /// Another tick holds the lease: this one did nothing.
+    pub busy: bool,
+    /// The lease was taken over mid-sweep: this tick stopped early.
+    pub fenced: bool,
+    /// The sweep continued where the previous tick stopped.
+    pub resumed: bool,
     pub polled: u32,
     pub finalizing: u32,
     pub redispatched: u32,
@@ -53,11 +72,46 @@ pub struct TickReport {
 
 async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<Json<TickReport>, ApiError> {
     let mut report = TickReport::default();
-    let active = mapi_store::Query::new(RunDoc::COLLECTION)
+    let mut holder_bytes = [0u8; 8];
+    getrandom::fill(&mut holder_bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+    let holder = hex::encode(holder_bytes);
+    let Some(lease) = take_lease(&state, &holder).await? else {
+        report.busy = true;
+        return Ok(Json(report));
+    };
+    let mut active = mapi_store::Query::new(RunDoc::COLLECTION)
         .filter("state", Op::In, serde_json::json!(["dispatching", "running", "cancelling"]))
         .order_by("updated_at", Direction::Asc)
         .limit(SWEEP_LIMIT);
-    for doc in state.store.query(&active, None).await? {
+    if let Some(cursor) = lease.cursor.as_deref().and_then(mapi_store::Cursor::from_token) {
+        active = active.start_after(cursor);
+        report.resumed = true;
+    }
+    let mut docs = state.store.query(&active, None).await?;
+    let mut next_cursor = match docs.last() {
+        Some(last) if docs.len() == SWEEP_LIMIT as usize => Some(active.cursor_after(last).to_token()),
+        _ => None,
+    };
+    if report.resumed && next_cursor.is_none() {
+        // The sweep reached the end: fill the rest of this tick's budget
+        // from the beginning.
+        let room = SWEEP_LIMIT - u32::try_from(docs.len()).unwrap_or(SWEEP_LIMIT);
+        let mut from_start = active.clone();
+        from_start.start_after = None;
+        from_start.limit = Some(room);
+        let seen: std::collections::HashSet<String> = docs.iter().map(|d| d.key.id().to_owned()).collect();
+        let more = state.store.query(&from_start, None).await?;
+        if let Some(last) = more.last().filter(|_| more.len() == room as usize) {
+            next_cursor = Some(from_start.cursor_after(last).to_token());
+        }
+        docs.extend(more.into_iter().filter(|d| !seen.contains(d.key.id())));
+    }
+    for (i, doc) in docs.iter().enumerate() {
+        if i > 0 && i % FENCE_EVERY == 0 && !renew_lease(&state, &holder, lease.token).await? {
+            report.fenced = true;
+            tracing::warn!(token = lease.token, "the tick lease was taken over: stopping this sweep");
+            return Ok(Json(report));
+        }
         let run: RunDoc = doc.decode()?;
         report.polled += 1;
         if let Err(e) = reconcile_run(&state, &run, &mut report).await {
@@ -79,10 +133,72 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         push_dispatch(&*state.queue, &run.id, run.attempt, Some(round_of(now)), None).await?;
         report.redispatched += 1;
     }
+    if !release_lease(&state, &holder, lease.token, next_cursor).await? {
+        report.fenced = true;
+    }
     if report != TickReport::default() {
         tracing::debug!(?report, "tick");
     }
     Ok(Json(report))
+}
+
+/// Takes the tick lease if it is free or lapsed, bumping the fencing token.
+async fn take_lease(state: &AppState, holder: &str) -> Result<Option<TickLeaseDoc>, ApiError> {
+    let now = state.clock.now();
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let current = tx_get::<TickLeaseDoc>(&mut tx, TickLeaseDoc::ID).await?;
+        if current.as_ref().is_some_and(|l| l.until > now) {
+            return Ok(tx.finish(None));
+        }
+        let lease = TickLeaseDoc {
+            holder: holder.to_owned(),
+            token: current.as_ref().map_or(1, |l| l.token + 1),
+            until: now + TICK_LEASE,
+            cursor: current.and_then(|l| l.cursor),
+        };
+        tx_put(&mut tx, &lease)?;
+        Ok(tx.finish(Some(lease)))
+    })
+    .await
+}
+
+/// Extends the lease if this holder still has it (its token is current).
+async fn renew_lease(state: &AppState, holder: &str, token: u64) -> Result<bool, ApiError> {
+    let now = state.clock.now();
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        match tx_get::<TickLeaseDoc>(&mut tx, TickLeaseDoc::ID).await? {
+            Some(mut l) if l.token == token && l.holder == holder => {
+                l.until = now + TICK_LEASE;
+                tx_put(&mut tx, &l)?;
+                Ok(tx.finish(true))
+            }
+            _ => Ok(tx.finish(false)),
+        }
+    })
+    .await
+}
+
+/// Frees the lease for the next tick and leaves it the sweep's cursor.
+async fn release_lease(
+    state: &AppState,
+    holder: &str,
+    token: u64,
+    cursor: Option<String>,
+) -> Result<bool, ApiError> {
+    let now = state.clock.now();
+    let cursor = &cursor;
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        match tx_get::<TickLeaseDoc>(&mut tx, TickLeaseDoc::ID).await? {
+            Some(mut l) if l.token == token && l.holder == holder => {
+                l.until = now;
+                l.cursor = cursor.clone();
+                tx_put(&mut tx, &l)?;
+                Ok(tx.finish(true))
+            }
+            _ => Ok(tx.finish(false)),
+        }
+    })
+    .await
 }
 
 async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) -> Result<(), ApiError> {

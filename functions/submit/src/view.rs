@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use mapi_domain::RunState;
-use mapi_objects::{ObjectKey, SignedMethod};
+use mapi_objects::SignedMethod;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_runs::views::{AttemptView, CostView, OutputView, RunView};
@@ -19,15 +19,25 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
         mapi_runs::get(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
     let summary = progress.as_ref().map(|p| p.progress.summary());
 
+    // Outputs are what the attempt wrote to the object store, not what its
+    // events announced: an `output` event delayed past the `complete` that
+    // finalized the run is refused, but the object it announced is there.
     let mut outputs = Vec::new();
-    if matches!(run.state, RunState::Succeeded | RunState::Partial)
-        && let Some(p) = &summary
-    {
+    if matches!(run.state, RunState::Succeeded | RunState::Partial) {
         let dir = layout::task_dir(&run.tenant, &run.project, &run.id, run.attempt, 0, run.task_count);
-        for (name, size) in &p.outputs {
-            let key = ObjectKey::parse(&layout::output(&dir, name))?;
-            let url = state.objects.signed_url(SignedMethod::Get, &key, DOWNLOAD_TTL).await?;
-            outputs.push(OutputView { name: name.clone(), size: *size, url });
+        let prefix = layout::output(&dir, "");
+        let mut token: Option<String> = None;
+        loop {
+            let page = state.objects.list(&prefix, token.as_deref(), 100).await?;
+            for meta in page.objects {
+                let name = meta.key.as_str().strip_prefix(&prefix).unwrap_or_default().to_owned();
+                let url = state.objects.signed_url(SignedMethod::Get, &meta.key, DOWNLOAD_TTL).await?;
+                outputs.push(OutputView { name, size: meta.size, url });
+            }
+            match page.next_page_token {
+                Some(t) => token = Some(t),
+                None => break,
+            }
         }
     }
     Ok(assemble(run, &attempts, &ledger, summary, outputs))

@@ -173,6 +173,47 @@ pub async fn unknown_executions_are_not_found(h: &dyn Harness) {
         .expect("cancel of unknown succeeds");
 }
 
+/// Runs every case in order against `h` and reports each, a panic as a
+/// failure with its message: the report `PUT …/evidence` records.
+pub async fn run_all(h: &dyn Harness, now: impl Fn() -> Timestamp) -> crate::evidence::ConformanceReport {
+    use futures::FutureExt;
+    macro_rules! cases {
+        ($($case:ident),+) => {{
+            let mut out = Vec::new();
+            $(
+                let r = std::panic::AssertUnwindSafe($case(h)).catch_unwind().await;
+                out.push(crate::evidence::CaseResult {
+                    name: stringify!($case).to_owned(),
+                    passed: r.is_ok(),
+                    detail: r.err().map(|p| {
+                        p.downcast_ref::<String>().cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            .unwrap_or_else(|| "panicked".to_owned())
+                    }),
+                });
+            )+
+            out
+        }};
+    }
+    let cases = cases!(
+        submit_runs_to_success,
+        method_failure_is_reported,
+        adoption_finds_the_execution_by_nonce,
+        duplicate_submits_are_reduced_to_the_oldest,
+        cancel_stops_a_running_execution,
+        cancel_after_a_checkpoint_reports_exit_16,
+        timeout_is_enforced,
+        memory_limit_kills_with_137,
+        fan_out_runs_every_task,
+        unknown_executions_are_not_found
+    );
+    crate::evidence::ConformanceReport {
+        executor: h.executor().capabilities().executor,
+        finished_at: now(),
+        cases,
+    }
+}
+
 /// Expands to one test per case; `$make` is an async expression evaluating
 /// to a value that implements [`Harness`].
 #[macro_export]

@@ -10,7 +10,25 @@
 //! nonce before it submits again. Cancellation: dropping a `submit` future
 //! after the request left makes the outcome ambiguous in the same way.
 
+pub mod evidence;
 pub mod local;
+
+/// The names of the executor conformance suite's cases: a report must
+/// have every one of them passed to count as evidence.
+pub mod conformance_cases {
+    pub const CASES: &[&str] = &[
+        "submit_runs_to_success",
+        "method_failure_is_reported",
+        "adoption_finds_the_execution_by_nonce",
+        "duplicate_submits_are_reduced_to_the_oldest",
+        "cancel_stops_a_running_execution",
+        "cancel_after_a_checkpoint_reports_exit_16",
+        "timeout_is_enforced",
+        "memory_limit_kills_with_137",
+        "fan_out_runs_every_task",
+        "unknown_executions_are_not_found",
+    ];
+}
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;

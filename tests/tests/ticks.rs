@@ -1,0 +1,108 @@
+//! Cloud Scheduler may deliver a tick twice, or while the previous one still
+//! runs: two overlapping ticks over the same 1,000 active runs must not do
+//! any action twice, and a tick's work is bounded and resumes where the
+//! previous one stopped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use mapi_clock::VirtualClock;
+use mapi_domain::{AttemptNo, RunId, Timestamp};
+use mapi_executor::{AttemptSubmit, Executor};
+use mapi_runs::{AttemptDoc, RunDoc, tx_put};
+use mapi_store::transact;
+use mapi_tests::scripted::{Rng, ScriptedExecutor};
+use mapi_tests::{Options, TestPlatform};
+use serde_json::json;
+
+const RUNS: usize = 1000;
+
+async fn tick(p: &TestPlatform) -> serde_json::Value {
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let (s, body) = p.call(&internal, reqwest::Method::POST, "/internal/tick", Some(json!({}))).await;
+    assert_eq!(s, 200, "{body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
+    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let executor = Arc::new(ScriptedExecutor::default());
+    let options = Options { background: false, clock: clock.clone(), executor: Some(executor.clone()) };
+    let p = TestPlatform::start_with(&[], options).await;
+    let ds = p.upload("x,y\n1,2\n").await;
+
+    // One run through the API to cancelling, then 999 copies of it.
+    let id = RunId::parse(&p.submit(json!({"method": "describe", "dataset": ds})).await).expect("id");
+    assert_eq!(p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
+    assert_eq!(p.cancel(p.token(), id.as_str()).await.0, 202);
+    let store = p.platform.state.store.clone();
+    let template: RunDoc = mapi_runs::get(&*store, id.as_str()).await.expect("read").expect("run");
+    let attempt: AttemptDoc = mapi_runs::get(&*store, &AttemptDoc::id_of(&id, AttemptNo::FIRST))
+        .await
+        .expect("read")
+        .expect("attempt");
+    let mut rng = Rng::new(7);
+    let mut copies = Vec::new();
+    for _ in 1..RUNS {
+        let mut bytes = [0u8; 10];
+        for b in &mut bytes {
+            *b = rng.below(256) as u8;
+        }
+        let run_id = RunId::generate(template.created_at, bytes);
+        let mut run = template.clone();
+        run.id = run_id.clone();
+        let mut a = attempt.clone();
+        a.run = run_id.clone();
+        // The executor knows each copy's execution as running.
+        let submit = AttemptSubmit {
+            run: run_id.clone(),
+            attempt: AttemptNo::FIRST,
+            nonce: a.nonce.clone(),
+            class: a.class,
+            method: "describe".to_owned(),
+            timeout: std::time::Duration::from_secs(60),
+            task_count: 1,
+            env: BTreeMap::new(),
+        };
+        a.handle = Some(executor.submit(&submit).await.expect("scripted submit"));
+        copies.push((run, a));
+    }
+    for chunk in copies.chunks(100) {
+        transact::<_, mapi_store::StoreError, _, _>(&*store, |mut tx| async move {
+            for (run, a) in chunk {
+                tx_put(&mut tx, run)?;
+                tx_put(&mut tx, a)?;
+            }
+            Ok(tx.finish(()))
+        })
+        .await
+        .expect("write copies");
+    }
+    let before = executor.cancelled().len();
+
+    // Two ticks at once: one works, the other finds the lease held.
+    let (a, b) = tokio::join!(tick(&p), tick(&p));
+    let (worked, idle) = if a["busy"] == true { (b, a) } else { (a, b) };
+    assert_eq!(idle["busy"], true, "exactly one tick holds the lease: {idle} / {worked}");
+    assert_eq!(idle["polled"], 0);
+    assert_eq!(worked["busy"], false);
+    assert_eq!(worked["polled"], 500, "a tick's work is bounded");
+    assert_eq!(worked["cancels_sent"], 500);
+    assert_eq!(worked["finalizing"], 0);
+
+    // The next tick resumes where the first stopped.
+    let next = tick(&p).await;
+    assert_eq!((next["resumed"].as_bool(), next["polled"].as_u64()), (Some(true), Some(500)), "{next}");
+
+    let mut per_handle: BTreeMap<String, usize> = BTreeMap::new();
+    for h in &executor.cancelled()[before..] {
+        *per_handle.entry(h.0.clone()).or_default() += 1;
+    }
+    assert_eq!(per_handle.len(), RUNS, "every run's cancel was sent");
+    assert!(per_handle.values().all(|n| *n == 1), "no cancel was sent twice");
+
+    // A sweep that reached the end goes on from the beginning.
+    let again = tick(&p).await;
+    assert_eq!(again["polled"], 500, "{again}");
+}
