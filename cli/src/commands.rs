@@ -156,6 +156,9 @@ enum RunsCmd {
         /// Timeout in seconds (1 to 86400).
         #[arg(long, default_value_t = 3600)]
         timeout: u32,
+        /// Homogeneous tasks of one execution (a fan-out), 1 to 10000.
+        #[arg(long, default_value_t = 1)]
+        tasks: u32,
         /// Submitting again with the same key returns the same run.
         #[arg(long)]
         idempotency_key: Option<String>,
@@ -510,6 +513,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             params,
             class,
             timeout,
+            tasks,
             idempotency_key,
             watch: follow,
             dry_run,
@@ -518,7 +522,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             let (t, p) = ctx.scope(&scope)?;
             let body = serde_json::json!({
                 "method": method, "dataset": dataset, "params": parse_params(&params)?,
-                "class": class, "timeout_s": timeout,
+                "class": class, "timeout_s": timeout, "tasks": tasks,
             });
             let mut req =
                 ctx.client.request(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/runs")).json(&body);

@@ -193,6 +193,39 @@ async fn a_second_out_of_memory_fails_the_run(b: Backend) {
     assert_eq!(final_error(&run).0, "RESOURCE_EXHAUSTED");
 }
 
+async fn a_fan_out_runs_every_task_in_one_execution(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "describe", "dataset": ds, "tasks": 3})).await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
+    assert_eq!(run["progress"]["task_count"], 3, "{run:#}");
+    let names: Vec<&str> = run["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
+    for task in ["0/", "1/", "2/"] {
+        assert!(names.iter().any(|n| n.starts_with(task)), "task {task} wrote its outputs: {names:?}");
+    }
+    assert_eq!(run["attempts"][0]["charge"]["tasks"], 3, "every task is metered: {run:#}");
+    if let Some(fake) = &p.fake {
+        assert_eq!(fake.executions().len(), 1, "the tasks of one execution");
+    }
+}
+
+async fn a_cancel_stops_every_task_of_a_fan_out(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 60}, "tasks": 2})).await;
+    p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["started"] == true).await;
+    assert_eq!(p.cancel(p.token(), &id).await.0, 202);
+    let run = p.wait_final(&id).await;
+    assert_eq!(
+        transitions(&run),
+        with_start(&[
+            ("running", "cancelling", "cancel_requested"),
+            ("cancelling", "cancelled", "cancel_confirmed")
+        ])
+    );
+}
+
 macro_rules! on_backend {
     ($backend:expr; $($case:ident),+ $(,)?) => {
         $(
@@ -206,7 +239,7 @@ macro_rules! on_backend {
 
 macro_rules! run_conformance {
     ($backend:expr) => {
-        on_backend!($backend; a_linear_fit_succeeds_with_outputs_and_cost, a_method_error_fails_the_run_with_its_message, cancel_while_running_is_confirmed_before_cancelled, a_queued_run_is_cancelled_at_once, a_run_past_its_timeout_fails_with_timeout, a_timeout_after_a_checkpoint_ends_partial, sigterm_with_a_checkpoint_ends_partial, out_of_memory_retries_once_on_the_next_class, a_second_out_of_memory_fails_the_run);
+        on_backend!($backend; a_linear_fit_succeeds_with_outputs_and_cost, a_method_error_fails_the_run_with_its_message, cancel_while_running_is_confirmed_before_cancelled, a_queued_run_is_cancelled_at_once, a_run_past_its_timeout_fails_with_timeout, a_timeout_after_a_checkpoint_ends_partial, sigterm_with_a_checkpoint_ends_partial, out_of_memory_retries_once_on_the_next_class, a_second_out_of_memory_fails_the_run, a_fan_out_runs_every_task_in_one_execution, a_cancel_stops_every_task_of_a_fan_out);
     };
 }
 

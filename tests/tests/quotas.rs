@@ -353,6 +353,15 @@ async fn the_tier_table_is_enforced_through_the_api() {
             None,
         );
     }
+    // Fan-out: public tenants run at most 16 tasks in one execution.
+    let mut wide = spec(&ds, "S", 10);
+    wide["tasks"] = json!(17);
+    refused(
+        &h.submit_as(&owner, "pub", &wide).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit max_fanout_tasks is 16 and the run has 17 tasks",
+        None,
+    );
     let day_left = 86_400 - 15;
     refused(
         &h.submit_as(&owner, "pub", &spec(&ds, "S", 1_801)).await,

@@ -41,6 +41,13 @@ async fn validate(
     let params =
         mapi_methods::validate(method, &spec.params).map_err(|e| ApiError::invalid(e.to_string()))?;
     state.executor.check_placement(spec.class, &spec.method).map_err(ApiError::invalid)?;
+    let max_tasks = state.executor.capabilities().max_task_count;
+    if spec.tasks > max_tasks {
+        return Err(ApiError::invalid(format!(
+            "tasks {} is more than this executor runs in one execution ({max_tasks})",
+            spec.tasks
+        )));
+    }
     let dataset = match mapi_runs::get::<DatasetDoc>(&*state.store, spec.dataset.as_str()).await? {
         Some(d) if &d.tenant == tenant && &d.project == project => d,
         _ => {
@@ -149,7 +156,8 @@ pub async fn submit(
     let idem = idempotency_key(&headers)?;
     validate(&state, &tenant, &project, &spec).await?;
     let now = state.clock.now();
-    let estimate = mapi_cost::CURRENT.estimate(spec.class, 1, Duration::from_secs(u64::from(spec.timeout_s)));
+    let estimate =
+        mapi_cost::CURRENT.estimate(spec.class, spec.tasks, Duration::from_secs(u64::from(spec.timeout_s)));
     let run = RunDoc {
         id: RunId::generate(now, entropy()?),
         tenant: tenant.clone(),
@@ -160,7 +168,7 @@ pub async fn submit(
         class: spec.class,
         requested_class: spec.class,
         timeout_s: spec.timeout_s,
-        task_count: 1,
+        task_count: spec.tasks,
         state: RunState::Queued,
         attempt: AttemptNo::FIRST,
         created_at: now,

@@ -24,19 +24,25 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
     // finalized the run is refused, but the object it announced is there.
     let mut outputs = Vec::new();
     if matches!(run.state, RunState::Succeeded | RunState::Partial) {
-        let dir = layout::task_dir(&run.tenant, &run.project, &run.id, run.attempt, 0, run.task_count);
-        let prefix = layout::output(&dir, "");
-        let mut token: Option<String> = None;
-        loop {
-            let page = state.objects.list(&prefix, token.as_deref(), 100).await?;
-            for meta in page.objects {
-                let name = meta.key.as_str().strip_prefix(&prefix).unwrap_or_default().to_owned();
-                let url = state.objects.signed_url(SignedMethod::Get, &meta.key, DOWNLOAD_TTL).await?;
-                outputs.push(OutputView { name, size: meta.size, url });
-            }
-            match page.next_page_token {
-                Some(t) => token = Some(t),
-                None => break,
+        for task in 0..run.task_count {
+            let dir = layout::task_dir(&run.tenant, &run.project, &run.id, run.attempt, task, run.task_count);
+            let prefix = layout::output(&dir, "");
+            // One task's outputs keep their names; a fan-out's are `{task}/{name}`.
+            let shown = |name: &str| {
+                if run.task_count == 1 { name.to_owned() } else { format!("{task}/{name}") }
+            };
+            let mut token: Option<String> = None;
+            loop {
+                let page = state.objects.list(&prefix, token.as_deref(), 100).await?;
+                for meta in page.objects {
+                    let name = shown(meta.key.as_str().strip_prefix(&prefix).unwrap_or_default());
+                    let url = state.objects.signed_url(SignedMethod::Get, &meta.key, DOWNLOAD_TTL).await?;
+                    outputs.push(OutputView { name, size: meta.size, url });
+                }
+                match page.next_page_token {
+                    Some(t) => token = Some(t),
+                    None => break,
+                }
             }
         }
     }

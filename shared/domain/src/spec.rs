@@ -14,6 +14,9 @@ pub const TIMEOUT_RANGE_S: RangeInclusive<u32> = 1..=86_400;
 /// Timeout when the spec gives none.
 pub const DEFAULT_TIMEOUT_S: u32 = 3_600;
 
+/// Allowed task counts of one execution (Cloud Run Jobs allows 10,000).
+pub const TASKS_RANGE: RangeInclusive<u32> = 1..=10_000;
+
 /// The body of `POST …/runs`. Unknown fields are refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +35,15 @@ pub struct RunSpecInput {
     /// Timeout in seconds, 1 to 86400; 3600 when absent.
     #[serde(default = "default_timeout")]
     pub timeout_s: u32,
+    /// Homogeneous tasks of one execution (a fan-out), 1 to 10000; 1 when
+    /// absent. Task `i` runs the method with the same parameters and
+    /// writes its outputs under `tasks/{i}/`.
+    #[serde(default = "default_tasks")]
+    pub tasks: u32,
+}
+
+fn default_tasks() -> u32 {
+    1
 }
 
 fn default_class() -> ResourceClass {
@@ -47,16 +59,20 @@ fn default_timeout() -> u32 {
 pub enum SpecError {
     #[error("timeout_s {0} is out of range: use 1 to 86400 seconds")]
     TimeoutOutOfRange(u32),
+    #[error("tasks {0} is out of range: use 1 to 10000 tasks")]
+    TasksOutOfRange(u32),
 }
 
 impl RunSpecInput {
     /// Checks what needs no registry: the timeout range.
     pub fn check(&self) -> Result<(), SpecError> {
-        if TIMEOUT_RANGE_S.contains(&self.timeout_s) {
-            Ok(())
-        } else {
-            Err(SpecError::TimeoutOutOfRange(self.timeout_s))
+        if !TIMEOUT_RANGE_S.contains(&self.timeout_s) {
+            return Err(SpecError::TimeoutOutOfRange(self.timeout_s));
         }
+        if !TASKS_RANGE.contains(&self.tasks) {
+            return Err(SpecError::TasksOutOfRange(self.tasks));
+        }
+        Ok(())
     }
 }
 
@@ -84,5 +100,9 @@ mod tests {
         assert_eq!(s.check(), Err(SpecError::TimeoutOutOfRange(0)));
         s.timeout_s = 86_400;
         assert!(s.check().is_ok());
+        s.tasks = 0;
+        assert_eq!(s.check(), Err(SpecError::TasksOutOfRange(0)));
+        s.tasks = 10_001;
+        assert_eq!(s.check(), Err(SpecError::TasksOutOfRange(10_001)));
     }
 }
