@@ -138,29 +138,45 @@ pub enum EnvelopeError {
 /// Reads a push body: envelope JSON, then base64 `message.data`, then the
 /// LogEntry JSON, then its `jsonPayload.mapi_event` object and execution label.
 pub fn decode(body: &[u8]) -> Result<Delivered, EnvelopeError> {
-    let json: Value = serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
-    let envelope = PushEnvelope::deserialize(&json).map_err(|e| EnvelopeError::NotEnvelope(e.to_string()))?;
-    if envelope.message.data.is_empty() {
-        return Err(EnvelopeError::NoData);
+    PushEnvelope::parse(body)?.open()
+}
+
+impl PushEnvelope {
+    /// Reads the envelope of a push body without looking into the message,
+    /// so the subscription can be checked before anything the message says.
+    pub fn parse(body: &[u8]) -> Result<PushEnvelope, EnvelopeError> {
+        let json: Value = serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+        PushEnvelope::deserialize(&json).map_err(|e| EnvelopeError::NotEnvelope(e.to_string()))
     }
-    let bytes =
-        STANDARD.decode(&envelope.message.data).map_err(|e| EnvelopeError::BadBase64(e.to_string()))?;
-    let entry: Value =
-        serde_json::from_slice(&bytes).map_err(|e| EnvelopeError::EntryNotJson(e.to_string()))?;
-    let event = entry
-        .get("jsonPayload")
-        .and_then(|p| p.get(LINE_KEY))
-        .filter(|e| e.is_object())
-        .cloned()
-        .ok_or(EnvelopeError::NoEvent)?;
-    let execution_name =
-        entry.get("labels").and_then(|l| l.get(EXECUTION_LABEL)).and_then(Value::as_str).map(str::to_owned);
-    Ok(Delivered {
-        event,
-        execution_name,
-        message_id: envelope.message.message_id,
-        subscription: envelope.subscription,
-    })
+
+    /// The event the message carries: base64 `message.data`, then the
+    /// LogEntry JSON, then its `jsonPayload.mapi_event` object and execution label.
+    pub fn open(self) -> Result<Delivered, EnvelopeError> {
+        if self.message.data.is_empty() {
+            return Err(EnvelopeError::NoData);
+        }
+        let bytes =
+            STANDARD.decode(&self.message.data).map_err(|e| EnvelopeError::BadBase64(e.to_string()))?;
+        let entry: Value =
+            serde_json::from_slice(&bytes).map_err(|e| EnvelopeError::EntryNotJson(e.to_string()))?;
+        let event = entry
+            .get("jsonPayload")
+            .and_then(|p| p.get(LINE_KEY))
+            .filter(|e| e.is_object())
+            .cloned()
+            .ok_or(EnvelopeError::NoEvent)?;
+        let execution_name = entry
+            .get("labels")
+            .and_then(|l| l.get(EXECUTION_LABEL))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Delivered {
+            event,
+            execution_name,
+            message_id: self.message.message_id,
+            subscription: self.subscription,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use mapi_queue::{QueueConfig, QueueName, RetryConfig, TaskQueue};
 use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
-pub use config::{Config, ConfigError, DEV_IDP_PREFIX, Profile, Secrets, VARIABLES};
+pub use config::{Config, ConfigError, DEV_IDP_PREFIX, Profile, PushAuthConfig, Secrets, VARIABLES};
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
 /// The data bucket's name locally.
