@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub mod google;
 pub mod scripted;
 
 use mapi_cli::dev::DevPlatform;
