@@ -214,6 +214,11 @@ async fn genuine_pushes_are_applied_and_a_reused_token_is_verified_once() {
     let e = a.event(0, 3, EventBody::Checkpoint { generation: 7 });
     assert_eq!(w.deliver(&internal, &a.push(&e, 0)).await, "applied");
 
+    // An expiry at the end of time is only far away (no overflow).
+    let far = w.google.token(&with(&w.google.claims(w.now()), &[("exp", json!(i64::MAX))]));
+    let e = a.event(0, 10, EventBody::Metric { name: "far".into(), value: 1.0 });
+    assert_eq!(w.deliver(&far, &a.push(&e, 0)).await, "applied");
+
     // Google withdraws its key for a new one; a token with the new key id
     // makes the platform fetch the new key set...
     let dir = tempfile::tempdir().expect("tempdir");
@@ -239,7 +244,7 @@ async fn genuine_pushes_are_applied_and_a_reused_token_is_verified_once() {
     assert_eq!((s, b["code"].as_str()), (401, Some("UNAUTHENTICATED")), "expired: {b}");
 
     let p = w.progress(&a).await.expect("progress");
-    assert_eq!(p.events(), 6);
+    assert_eq!(p.events(), 7);
     assert!(p.complete());
     assert_eq!(p.checkpoint(), Some(7));
     let m = w.metrics().await;

@@ -235,7 +235,9 @@ impl PushAuth {
         if claims.email != google.service_account {
             return Err(Refusal::WrongServiceAccount);
         }
-        let until = Timestamp::from_secs(claims.exp) + google.verifier.config().leeway;
+        // Saturating: `exp` is the token's to choose (a signed one, but still).
+        let exp = Timestamp::from_micros(claims.exp.saturating_mul(1_000_000));
+        let until = exp + google.verifier.config().leeway;
         google.verified.insert(token, until, now);
         Ok(())
     }
