@@ -209,10 +209,15 @@ async fn genuine_pushes_are_applied_and_a_reused_token_is_verified_once() {
     let late = w.google.claims(w.now() - Duration::from_secs(3600 + 59));
     let e = a.event(0, 2, EventBody::Metric { name: "loss".into(), value: 0.5 });
     assert_eq!(w.deliver(&w.google.token(&late), &a.push(&e, 0)).await, "applied");
-    // `mapi dev`'s log forwarder still pushes with the internal token.
+    // `mapi dev`'s log forwarder still pushes with the internal token, from its own subscription.
     let internal = w.p.platform.state.config.secrets.internal_token.clone();
     let e = a.event(0, 3, EventBody::Checkpoint { generation: 7 });
-    assert_eq!(w.deliver(&internal, &a.push(&e, 0)).await, "applied");
+    let entry = log_entry(&e, &a.execution, 0, w.now());
+    let local = "projects/local/subscriptions/mapi-run-events-push";
+    assert_eq!(
+        w.deliver(&internal, &envelope_of(entry.to_string().as_bytes(), local, "3", w.now())).await,
+        "applied"
+    );
 
     // An expiry at the end of time is only far away (no overflow).
     let far = w.google.token(&with(&w.google.claims(w.now()), &[("exp", json!(i64::MAX))]));

@@ -26,12 +26,16 @@
 //! Without push authentication configured, the `dev` profile accepts
 //! `MAPI_INTERNAL_TOKEN` (what `mapi dev`'s log forwarder sends) and the
 //! multi-tenant profile refuses every push. The `dev` profile accepts the
-//! internal token beside push tokens when both are configured, so the local
-//! forwarder keeps working.
+//! internal token beside push tokens when both are configured, and does not
+//! hold its pushes to the subscription list, so the local forwarder keeps
+//! working whatever is set.
 //!
 //! A token that passed every token check is remembered by its SHA-256 until
 //! it would expire ([`VerifiedTokens`]): Pub/Sub reuses one token for many
-//! pushes, and each is then verified once.
+//! pushes, and each is then verified once. So a remembered token stays good
+//! until its expiry (at most an hour for Google's) even if Google withdraws
+//! its key meanwhile; a token is only remembered after every check passed,
+//! and with the verifier's own expiry (`exp` plus the leeway).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -215,7 +219,7 @@ impl PushAuth {
     }
 
     /// Checks the credential of a push (step 1 of the module's order).
-    async fn check_token(&self, parts: &mut Parts, app: &AppState) -> Result<(), Refusal> {
+    async fn check_token(&self, parts: &mut Parts, app: &AppState) -> Result<Authenticated, Refusal> {
         if self.google.is_none() && !self.internal_token {
             return Err(Refusal::NotConfigured);
         }
@@ -223,13 +227,13 @@ impl PushAuth {
             return Err(Refusal::MissingToken);
         }
         if self.internal_token && InternalCaller::from_request_parts(parts, app).await.is_ok() {
-            return Ok(());
+            return Ok(Authenticated::Internal);
         }
         let Some(google) = &self.google else { return Err(Refusal::BadInternalToken) };
         let token = bearer(parts).unwrap_or_default();
         let now = self.clock.now();
         if google.verified.contains(token, now) {
-            return Ok(());
+            return Ok(Authenticated::PubSub);
         }
         let claims = google.verifier.verify(token).await.map_err(Refusal::Token)?;
         if claims.email != google.service_account {
@@ -239,12 +243,16 @@ impl PushAuth {
         let exp = Timestamp::from_micros(claims.exp.saturating_mul(1_000_000));
         let until = exp + google.verifier.config().leeway;
         google.verified.insert(token, until, now);
-        Ok(())
+        Ok(Authenticated::PubSub)
     }
 
-    /// Checks the subscription a push names (step 2 of the module's order).
-    pub fn check_subscription(&self, subscription: &str) -> Result<(), ApiError> {
-        if self.subscriptions.is_empty() || self.subscriptions.iter().any(|s| s == subscription) {
+    /// Checks the subscription a Pub/Sub push names (step 2 of the
+    /// module's order). The internal token's holder is not Pub/Sub (and may
+    /// call every internal route anyway), so its pushes pass whatever they
+    /// name: `mapi dev`'s forwarder keeps working with any list.
+    pub fn check_subscription(&self, pusher: Authenticated, subscription: &str) -> Result<(), ApiError> {
+        let listed = self.subscriptions.is_empty() || self.subscriptions.iter().any(|s| s == subscription);
+        if listed || pusher == Authenticated::Internal {
             return Ok(());
         }
         Err(self.refuse(Refusal::Subscription(subscription.to_owned())))
@@ -266,16 +274,21 @@ pub struct PushState {
     pub auth: Arc<PushAuth>,
 }
 
-/// A push whose credential passed (extracted before the body is read).
+/// A push whose credential passed (extracted before the body is read), by who sent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Authenticated;
+pub enum Authenticated {
+    /// Pub/Sub, with a push token of the push service account.
+    PubSub,
+    /// The holder of the internal token (`dev` only): `mapi dev`'s log forwarder.
+    Internal,
+}
 
 impl FromRequestParts<PushState> for Authenticated {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &PushState) -> Result<Self, ApiError> {
         match state.auth.check_token(parts, &state.app).await {
-            Ok(()) => Ok(Authenticated),
+            Ok(pusher) => Ok(pusher),
             Err(refusal) => Err(state.auth.refuse(refusal)),
         }
     }

@@ -109,7 +109,7 @@ async fn refused(
 
 async fn push(
     State(PushState { app: state, auth }): State<PushState>,
-    _pusher: Authenticated,
+    pusher: Authenticated,
     RawBody(body): RawBody,
 ) -> Result<Json<Ack>, ApiError> {
     let m = &state.metrics;
@@ -117,7 +117,7 @@ async fn push(
         Ok(e) => e,
         Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
     };
-    auth.check_subscription(&envelope.subscription)?;
+    auth.check_subscription(pusher, &envelope.subscription)?;
     let delivered = match envelope.open() {
         Ok(d) => d,
         Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
