@@ -152,13 +152,9 @@ impl VerifiedTokens {
         entries.insert(key, until);
     }
 
-    /// How many tokens are remembered.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -206,16 +202,6 @@ impl PushAuth {
             clock,
             metrics,
         }
-    }
-
-    /// The key set push tokens are checked against, when push tokens are configured.
-    pub fn jwks(&self) -> Option<&JwksCache> {
-        self.google.as_ref().map(|g| g.verifier.jwks())
-    }
-
-    /// How many verified tokens are remembered.
-    pub fn verified_tokens(&self) -> usize {
-        self.google.as_ref().map_or(0, |g| g.verified.len())
     }
 
     /// Checks the credential of a push (step 1 of the module's order).

@@ -154,11 +154,6 @@ impl Verifier {
         &self.config
     }
 
-    /// The key set this verifier checks signatures against.
-    pub fn jwks(&self) -> &JwksCache {
-        &self.jwks
-    }
-
     /// Verifies `token` and returns its claims, or the first check it fails.
     pub async fn verify(&self, token: &str) -> Result<Claims, OidcError> {
         let header = parse_header(token)?;
