@@ -9,6 +9,10 @@
 //!   forwarding, ticks) is off, so only the submit path is measured; every
 //!   run stays queued, so the concurrency limits are lifted (the admission
 //!   checks still run, in the same transaction, as for any submit).
+//! - `events`: Pub/Sub pushes of new events through the whole ingestion
+//!   path (push token, envelope, HMAC, dedupe, merge into the store), with a
+//!   new token on every push and with one token for all, beside the bare
+//!   cost of one RS256 verification measured in the same process.
 //! - `cold-start`: a function binary from process start to its first 200
 //!   from `/health`, its size on disk and its resident memory when idle.
 
@@ -257,5 +261,325 @@ pub async fn cold_start(
         start_to_health_ms_p50: percentile(&times, 0.5),
         start_to_health_ms_max: times.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
         idle_rss_kib: rss,
+    })
+}
+
+/// The figures of one event-ingestion benchmark.
+#[derive(Debug, Serialize)]
+pub struct EventsReport {
+    /// Pushes of each kind (after a warm-up of a tenth as many), each a new
+    /// event (so each is applied, not a duplicate), in two alternating halves.
+    pub events: usize,
+    pub concurrency: usize,
+    pub durability: String,
+    /// The full path with a different token on every push: each one RS256-verified.
+    pub distinct_tokens_events_per_s: f64,
+    pub distinct_tokens_p50_ms: f64,
+    pub distinct_tokens_p99_ms: f64,
+    /// CPU time of the process (server and load generator) per event: a
+    /// figure that other load on the machine does not inflate the way it
+    /// does the rate.
+    pub distinct_tokens_cpu_us_per_event: f64,
+    /// The full path with one token on every push (as Pub/Sub sends them): verified once.
+    pub reused_token_events_per_s: f64,
+    pub reused_token_p50_ms: f64,
+    pub reused_token_p99_ms: f64,
+    pub reused_token_cpu_us_per_event: f64,
+    /// One bare RS256 signature verification (`jsonwebtoken`, as the verifier calls it), on one core.
+    pub rs256_verify_us: f64,
+    /// One `Verifier::verify` (key from the cache, every claim checked), on one core.
+    pub verifier_verify_us: f64,
+    /// Pushes not answered 200 `applied`.
+    pub errors: usize,
+}
+
+const PUSH_AUDIENCE: &str = "https://api.example.com/internal/events";
+const PUSH_ACCOUNT: &str = "mapi-events-push@mapi-prod-control.iam.gserviceaccount.com";
+const PUSH_SUBSCRIPTION: &str = "projects/mapi-prod-control/subscriptions/mapi-run-events-push";
+/// Attempts the events are spread over (each push merges into one of their progress documents).
+const BENCH_ATTEMPTS: u32 = 64;
+
+/// What one phase measured.
+struct Phase {
+    elapsed: Duration,
+    /// CPU time of this whole process (server and load generator) meanwhile.
+    cpu: Duration,
+    latencies: Vec<Duration>,
+    errors: usize,
+}
+
+/// The CPU time this process has used, all threads, user and system, from
+/// `/proc/self/stat` (in USER_HZ = 100 ticks a second on Linux); zero elsewhere.
+fn process_cpu() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat").ok().and_then(|stat| {
+        let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    });
+    Duration::from_millis(ticks.unwrap_or(0) * 10)
+}
+
+impl Phase {
+    /// Several phases as one: their times, latencies and errors summed.
+    fn merged(phases: Vec<Phase>) -> Phase {
+        let mut all =
+            Phase { elapsed: Duration::ZERO, cpu: Duration::ZERO, latencies: Vec::new(), errors: 0 };
+        for p in phases {
+            all.elapsed += p.elapsed;
+            all.cpu += p.cpu;
+            all.latencies.extend(p.latencies);
+            all.errors += p.errors;
+        }
+        all.latencies.sort();
+        all
+    }
+}
+
+/// Sends every `(token, body)` to `url` over `concurrency` connections.
+async fn drive(
+    http: &reqwest::Client,
+    url: &str,
+    pushes: Vec<(String, String)>,
+    concurrency: usize,
+) -> Phase {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pushes = Arc::new(pushes);
+    let next = Arc::new(AtomicUsize::new(0));
+    let cpu = process_cpu();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (http, url, pushes, next) = (http.clone(), url.to_owned(), pushes.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let (mut latencies, mut errors) = (Vec::new(), 0usize);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((token, body)) = pushes.get(i) else { break };
+                let t = Instant::now();
+                let response = http
+                    .post(&url)
+                    .bearer_auth(token)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await;
+                let applied = match response {
+                    Ok(r) if r.status() == 200 => r.text().await.is_ok_and(|t| t.contains("\"applied\"")),
+                    _ => false,
+                };
+                latencies.push(t.elapsed());
+                errors += usize::from(!applied);
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut phase = Phase { elapsed: Duration::ZERO, cpu: Duration::ZERO, latencies: Vec::new(), errors: 0 };
+    for w in workers {
+        let (latencies, errors) = w.await.unwrap_or_default();
+        phase.latencies.extend(latencies);
+        phase.errors += errors;
+    }
+    phase.elapsed = started.elapsed();
+    phase.cpu = process_cpu().saturating_sub(cpu);
+    phase.latencies.sort();
+    phase
+}
+
+/// Runs the event-ingestion benchmark in a fresh home under `dir`: Pub/Sub
+/// pushes with Google-style tokens (from a stand-in for Google serving its
+/// key set on 127.0.0.1) through push authentication, the envelope, the
+/// HMAC, the dedupe and the merge into the store; first with a new token on
+/// every push, then with one token for all; and, in the same process, the
+/// bare cost of one RS256 verification.
+pub async fn events(
+    dir: &Path,
+    events: usize,
+    concurrency: usize,
+    durability: Durability,
+) -> Result<EventsReport, Box<dyn std::error::Error>> {
+    use mapi_clock::Clock;
+    use mapi_domain::{AttemptNo, Nonce, ProjectId, ResourceClass, RunId, TenantId};
+    use mapi_events::{AttemptKey, EventBody, EventSequencer, pubsub};
+
+    // Google, played by the development identity provider with Google's issuer.
+    let clock: Arc<dyn Clock> = Arc::new(mapi_clock::SystemClock);
+    let idp =
+        mapi_oidc::dev::DevIdp::open(&dir.join("google.key"), mapi_oidc::GOOGLE_ISSUERS[0].into(), vec![])?;
+    let google = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let jwks_url = format!("http://{}{}", google.local_addr()?, mapi_oidc::dev::JWKS_PATH);
+    let google_routes = mapi_oidc::dev::router(idp.clone(), PUSH_AUDIENCE.into(), clock.clone());
+    let google_server = tokio::spawn(async move { axum::serve(google, google_routes).await });
+
+    let home = dir.join("home");
+    let sync = if durability == Durability::Full { "full" } else { "normal" };
+    let config = mapi_platform::Config::from_lookup(&|k| match k {
+        "MAPI_HOME" => Some(home.to_string_lossy().into_owned()),
+        "MAPI_SQLITE_SYNC" => Some(sync.to_owned()),
+        "MAPI_LOG" => Some("warn".to_owned()),
+        "MAPI_PUBSUB_PUSH_AUDIENCE" => Some(PUSH_AUDIENCE.to_owned()),
+        "MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT" => Some(PUSH_ACCOUNT.to_owned()),
+        "MAPI_PUBSUB_PUSH_SUBSCRIPTIONS" => Some(PUSH_SUBSCRIPTION.to_owned()),
+        "MAPI_GOOGLE_JWKS_URL" => Some(jwks_url.clone()),
+        _ => None,
+    })?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let worker = mapi_platform::worker_command(None, true);
+    let platform = DevPlatform::start_with(
+        config,
+        listener,
+        worker,
+        crate::dev::Options { background: false, ..Default::default() },
+    )
+    .await?;
+
+    // Running attempts, as the dispatcher writes them.
+    let now = clock.now();
+    let mut sequencers = Vec::new();
+    let mut executions = Vec::new();
+    for i in 0..BENCH_ATTEMPTS {
+        let mut entropy = [0u8; 10];
+        entropy[..4].copy_from_slice(&i.to_be_bytes());
+        let run = RunId::generate(now, entropy);
+        let mut key = [7u8; 32];
+        key[..4].copy_from_slice(&i.to_be_bytes());
+        let key = AttemptKey::from_bytes(key);
+        let execution = format!("bench-{i}-x7k2p");
+        let attempt = mapi_runs::AttemptDoc {
+            run: run.clone(),
+            tenant: TenantId::parse(crate::dev::DEV_TENANT)?,
+            project: ProjectId::parse(crate::dev::DEV_PROJECT)?,
+            attempt: AttemptNo(1),
+            nonce: Nonce::from_bytes([0; 16]),
+            class: ResourceClass::S,
+            task_count: 1,
+            event_key: key.to_hex(),
+            created_at: now,
+            lease_until: now + Duration::from_secs(3600),
+            handle: Some(mapi_executor::ExecutionHandle(execution.clone())),
+            submitted_at: Some(now),
+            finished_seen_at: None,
+            started: Some(now),
+            finished: None,
+            status: None,
+            finalized: false,
+        };
+        mapi_store::StoreExt::put(
+            &*platform.state.store,
+            &mapi_runs::Doc::key(&attempt)?,
+            mapi_store::encode(&attempt)?,
+            mapi_store::Precondition::None,
+        )
+        .await?;
+        sequencers.push(EventSequencer::new(run, AttemptNo(1), 0, key));
+        executions.push(execution);
+    }
+    // New events, spread over the attempts, each in the push body Pub/Sub would send.
+    let mut bodies = |n: usize| -> Result<Vec<String>, serde_json::Error> {
+        (0..n)
+            .map(|i| {
+                let a = i % sequencers.len();
+                let fraction = (i / sequencers.len()) as f64 / n as f64;
+                let signed =
+                    sequencers[a].next(now, EventBody::Progress { fraction, message: "step".into() });
+                let line = serde_json::json!({ mapi_events::LINE_KEY: signed });
+                let entry = pubsub::log_entry(
+                    &line,
+                    &executions[a],
+                    "bench",
+                    "mapi-prod-control",
+                    now,
+                    &i.to_string(),
+                );
+                serde_json::to_string(&pubsub::envelope(&entry, PUSH_SUBSCRIPTION, &i.to_string(), now))
+            })
+            .collect()
+    };
+    // Google's push tokens: distinct ones differ in their issue and expiry times.
+    let token = |i: usize| {
+        let iat = now.as_secs() - i64::try_from(i % 1800).unwrap_or(0);
+        let exp = iat + 3600 + i64::try_from(i / 1800).unwrap_or(0);
+        let claims = serde_json::json!({
+            "aud": PUSH_AUDIENCE, "azp": "113774264463038321964", "email": PUSH_ACCOUNT,
+            "email_verified": true, "exp": exp, "iat": iat,
+            "iss": mapi_oidc::GOOGLE_ISSUERS[0], "sub": "113774264463038321964",
+        });
+        idp.sign(&idp.header(), &claims)
+    };
+
+    let url = format!("{}{}", platform.url, mapi_push_events::EVENTS_PATH);
+    let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
+    // Warm up (the key set fetched, connections open, the store's pages
+    // cached), then alternate the two kinds in halves, so neither is
+    // favoured by going first or by a passing load on the machine.
+    let warm = token(2 * events)?;
+    let warm_up: Vec<(String, String)> =
+        bodies(events / 10 + 1)?.into_iter().map(|b| (warm.clone(), b)).collect();
+    drive(&http, &url, warm_up, concurrency).await;
+    let one = token(2 * events + 1)?;
+    let (mut distinct, mut reused) = (Vec::new(), Vec::new());
+    let mut next_token = 0;
+    for half in [events / 2, events - events / 2] {
+        let pushes = bodies(half)?
+            .into_iter()
+            .map(|b| {
+                next_token += 1;
+                Ok((token(next_token)?, b))
+            })
+            .collect::<Result<Vec<_>, mapi_oidc::dev::DevIdpError>>()?;
+        distinct.push(drive(&http, &url, pushes, concurrency).await);
+        let pushes = bodies(half)?.into_iter().map(|b| (one.clone(), b)).collect();
+        reused.push(drive(&http, &url, pushes, concurrency).await);
+    }
+    let (distinct, reused) = (Phase::merged(distinct), Phase::merged(reused));
+
+    // The bare cost of one verification, with the same key and a token of the same shape.
+    let sample = token(0)?;
+    let jwk = &idp.jwks()["keys"][0];
+    let key = jsonwebtoken::DecodingKey::from_rsa_components(
+        jwk["n"].as_str().unwrap_or_default(),
+        jwk["e"].as_str().unwrap_or_default(),
+    )?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+    validation.validate_exp = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    const ROUNDS: u32 = 2000;
+    let t = Instant::now();
+    for _ in 0..ROUNDS {
+        jsonwebtoken::decode::<serde_json::Value>(&sample, &key, &validation)?;
+    }
+    let rs256 = t.elapsed() / ROUNDS;
+    let jwks = mapi_oidc::JwksCache::new(jwks_url.clone(), reqwest::Client::new(), clock.clone());
+    let issuers = mapi_oidc::GOOGLE_ISSUERS.iter().map(|i| (*i).to_owned()).collect();
+    let verifier = mapi_oidc::Verifier::new(
+        mapi_oidc::VerifierConfig::new(issuers, PUSH_AUDIENCE.into()),
+        jwks,
+        clock.clone(),
+    );
+    verifier.verify(&sample).await?;
+    let t = Instant::now();
+    for _ in 0..ROUNDS {
+        verifier.verify(&sample).await?;
+    }
+    let full_verify = t.elapsed() / ROUNDS;
+    platform.shutdown().await;
+    google_server.abort();
+
+    let rate = |p: &Phase| events as f64 / p.elapsed.as_secs_f64();
+    let cpu = |p: &Phase| p.cpu.as_secs_f64() * 1e6 / events as f64;
+    Ok(EventsReport {
+        events,
+        concurrency,
+        durability: sync.to_owned(),
+        distinct_tokens_events_per_s: rate(&distinct),
+        distinct_tokens_p50_ms: percentile(&distinct.latencies, 0.5),
+        distinct_tokens_p99_ms: percentile(&distinct.latencies, 0.99),
+        distinct_tokens_cpu_us_per_event: cpu(&distinct),
+        reused_token_events_per_s: rate(&reused),
+        reused_token_p50_ms: percentile(&reused.latencies, 0.5),
+        reused_token_p99_ms: percentile(&reused.latencies, 0.99),
+        reused_token_cpu_us_per_event: cpu(&reused),
+        rs256_verify_us: rs256.as_secs_f64() * 1e6,
+        verifier_verify_us: full_verify.as_secs_f64() * 1e6,
+        errors: distinct.errors + reused.errors,
     })
 }

@@ -102,6 +102,18 @@ enum BenchCmd {
         #[arg(long, default_value = "full")]
         sync: String,
     },
+    /// Event ingestion over loopback (push token, envelope, HMAC, dedupe,
+    /// merge), with distinct and with reused push tokens, beside one bare RS256 verification.
+    Events {
+        /// Pushes per phase.
+        #[arg(long, default_value_t = 5000)]
+        events: usize,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// SQLite synchronous setting: full or normal.
+        #[arg(long, default_value = "full")]
+        sync: String,
+    },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
         /// A function binary, e.g. target/release/mapi-submit.
@@ -325,19 +337,23 @@ async fn dev() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn durability(sync: &str) -> Result<mapi_store::sqlite::Durability> {
+    match sync {
+        "full" => Ok(mapi_store::sqlite::Durability::Full),
+        "normal" => Ok(mapi_store::sqlite::Durability::Normal),
+        other => Err(format!("--sync {other}: use full or normal").into()),
+    }
+}
+
 async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
     let dir = tempfile::tempdir()?;
     let report = match cmd {
-        BenchCmd::Submit { runs, concurrency, sync } => {
-            let durability = match sync.as_str() {
-                "full" => mapi_store::sqlite::Durability::Full,
-                "normal" => mapi_store::sqlite::Durability::Normal,
-                other => return Err(format!("--sync {other}: use full or normal").into()),
-            };
-            serde_json::to_value(
-                crate::bench::submit(dir.path(), runs, concurrency.max(1), durability).await?,
-            )?
-        }
+        BenchCmd::Submit { runs, concurrency, sync } => serde_json::to_value(
+            crate::bench::submit(dir.path(), runs, concurrency.max(1), durability(&sync)?).await?,
+        )?,
+        BenchCmd::Events { events, concurrency, sync } => serde_json::to_value(
+            crate::bench::events(dir.path(), events.max(1), concurrency.max(1), durability(&sync)?).await?,
+        )?,
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?
         }

@@ -200,7 +200,8 @@ async fn a_fan_out_runs_every_task_in_one_execution(b: Backend) {
     let run = p.wait_final(&id).await;
     assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
     assert_eq!(run["progress"]["task_count"], 3, "{run:#}");
-    let names: Vec<&str> = run["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
+    let names: Vec<&str> =
+        run["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
     for task in ["0/", "1/", "2/"] {
         assert!(names.iter().any(|n| n.starts_with(task)), "task {task} wrote its outputs: {names:?}");
     }
@@ -213,7 +214,8 @@ async fn a_fan_out_runs_every_task_in_one_execution(b: Backend) {
 async fn a_cancel_stops_every_task_of_a_fan_out(b: Backend) {
     let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
-    let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 60}, "tasks": 2})).await;
+    let id =
+        p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 60}, "tasks": 2})).await;
     p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["started"] == true).await;
     assert_eq!(p.cancel(p.token(), &id).await.0, 202);
     let run = p.wait_final(&id).await;

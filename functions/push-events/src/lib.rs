@@ -2,22 +2,31 @@
 //! lines that running containers print (locally, the executor's log
 //! forwarder pushes them in the same envelope).
 //!
-//! The order of checks: the caller (internal token here; OIDC push
-//! authentication comes with the cloud deployment), then the envelope,
-//! then the event's HMAC under its attempt's key, then deduplication on
-//! (run, attempt, seq) together with the merge, in one transaction.
+//! The order of checks: the push's credential, before the body is read
+//! (Google's OIDC token of the push service account, or locally the internal
+//! token: [`auth`]); then the envelope and its subscription; then the
+//! message (base64 LogEntry, `jsonPayload.mapi_event`, the execution label);
+//! then the event's HMAC under its attempt's key, the execution and whether
+//! the attempt has ended; then deduplication on (run, attempt, seq) together
+//! with the merge, in one transaction.
 //!
-//! Every answer to a well-authenticated push is 200, including for events
-//! that are malformed, forged, replayed or late: Pub/Sub redelivers any
-//! other answer, and a poison message must not loop. Such events change
-//! nothing, are counted on `/metrics`, and logged.
+//! A refused credential or subscription answers 401/403, which Pub/Sub
+//! retries. Every answer to an authenticated push from an accepted
+//! subscription is 200, including for events that are malformed, forged,
+//! replayed or late: Pub/Sub redelivers any other answer, and a poison
+//! message must not loop. Such events change nothing, are counted on
+//! `/metrics` and logged; forged, replayed and late ones are also audited.
+
+pub mod auth;
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use mapi_events::progress::Progress;
-use mapi_events::pubsub;
-use mapi_identity::{Audit, InternalCaller, audit};
+use mapi_events::pubsub::PushEnvelope;
+use mapi_identity::{Audit, audit};
 use mapi_metrics::Metrics;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode, RawBody};
@@ -25,11 +34,15 @@ use mapi_runs::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_ge
 use mapi_store::transact;
 use serde::Serialize;
 
+use crate::auth::{Authenticated, PushAuth, PushState};
+
 /// The route Pub/Sub pushes to.
 pub const EVENTS_PATH: &str = "/internal/events";
 
+/// The push route, with push authentication as `state`'s configuration sets it.
 pub fn router(state: AppState) -> Router {
-    Router::new().route(EVENTS_PATH, post(push)).with_state(state)
+    let auth = PushAuth::from_config(&state.config, state.clock.clone(), state.metrics.clone());
+    Router::new().route(EVENTS_PATH, post(push)).with_state(PushState { app: state, auth: Arc::new(auth) })
 }
 
 /// What happened to a pushed event.
@@ -95,12 +108,17 @@ async fn refused(
 }
 
 async fn push(
-    State(state): State<AppState>,
-    _caller: InternalCaller,
+    State(PushState { app: state, auth }): State<PushState>,
+    pusher: Authenticated,
     RawBody(body): RawBody,
 ) -> Result<Json<Ack>, ApiError> {
     let m = &state.metrics;
-    let delivered = match pubsub::decode(&body) {
+    let envelope = match PushEnvelope::parse(&body) {
+        Ok(e) => e,
+        Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
+    };
+    auth.check_subscription(pusher, &envelope.subscription)?;
+    let delivered = match envelope.open() {
         Ok(d) => d,
         Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
     };
@@ -170,5 +188,8 @@ async fn push(
         Ok(tx.finish(Disposition::Applied))
     })
     .await?;
+    if disposition == Disposition::AttemptEnded {
+        refused(&state, disposition, &run, Some(attempt), "the attempt ended meanwhile").await;
+    }
     Ok(ack(m, disposition, &attempt_id))
 }

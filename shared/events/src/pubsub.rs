@@ -3,7 +3,9 @@
 //!
 //! In the cloud Google builds these shapes; locally the executor builds the
 //! same ones with [`log_entry`] and [`envelope`], so the server has one path:
-//! [`decode`]. Field names are exactly Google's.
+//! [`PushEnvelope::parse`] (the envelope, whose subscription is checked
+//! first), then [`PushEnvelope::open`] (the message). Field names are exactly
+//! Google's.
 
 use std::collections::BTreeMap;
 
@@ -135,32 +137,42 @@ pub enum EnvelopeError {
     NoEvent,
 }
 
-/// Reads a push body: envelope JSON, then base64 `message.data`, then the
-/// LogEntry JSON, then its `jsonPayload.mapi_event` object and execution label.
-pub fn decode(body: &[u8]) -> Result<Delivered, EnvelopeError> {
-    let json: Value = serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
-    let envelope = PushEnvelope::deserialize(&json).map_err(|e| EnvelopeError::NotEnvelope(e.to_string()))?;
-    if envelope.message.data.is_empty() {
-        return Err(EnvelopeError::NoData);
+impl PushEnvelope {
+    /// Reads the envelope of a push body without looking into the message,
+    /// so the subscription can be checked before anything the message says.
+    pub fn parse(body: &[u8]) -> Result<PushEnvelope, EnvelopeError> {
+        let json: Value = serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+        PushEnvelope::deserialize(&json).map_err(|e| EnvelopeError::NotEnvelope(e.to_string()))
     }
-    let bytes =
-        STANDARD.decode(&envelope.message.data).map_err(|e| EnvelopeError::BadBase64(e.to_string()))?;
-    let entry: Value =
-        serde_json::from_slice(&bytes).map_err(|e| EnvelopeError::EntryNotJson(e.to_string()))?;
-    let event = entry
-        .get("jsonPayload")
-        .and_then(|p| p.get(LINE_KEY))
-        .filter(|e| e.is_object())
-        .cloned()
-        .ok_or(EnvelopeError::NoEvent)?;
-    let execution_name =
-        entry.get("labels").and_then(|l| l.get(EXECUTION_LABEL)).and_then(Value::as_str).map(str::to_owned);
-    Ok(Delivered {
-        event,
-        execution_name,
-        message_id: envelope.message.message_id,
-        subscription: envelope.subscription,
-    })
+
+    /// The event the message carries: base64 `message.data`, then the
+    /// LogEntry JSON, then its `jsonPayload.mapi_event` object and execution label.
+    pub fn open(self) -> Result<Delivered, EnvelopeError> {
+        if self.message.data.is_empty() {
+            return Err(EnvelopeError::NoData);
+        }
+        let bytes =
+            STANDARD.decode(&self.message.data).map_err(|e| EnvelopeError::BadBase64(e.to_string()))?;
+        let entry: Value =
+            serde_json::from_slice(&bytes).map_err(|e| EnvelopeError::EntryNotJson(e.to_string()))?;
+        let event = entry
+            .get("jsonPayload")
+            .and_then(|p| p.get(LINE_KEY))
+            .filter(|e| e.is_object())
+            .cloned()
+            .ok_or(EnvelopeError::NoEvent)?;
+        let execution_name = entry
+            .get("labels")
+            .and_then(|l| l.get(EXECUTION_LABEL))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Delivered {
+            event,
+            execution_name,
+            message_id: self.message.message_id,
+            subscription: self.subscription,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +182,20 @@ mod tests {
     use crate::{line, parse_line, sign, verify};
 
     const SUB: &str = "projects/mapi-dev/subscriptions/mapi-events-push";
+
+    /// A push body read the way the server reads it: the envelope, then the message.
+    fn decode(body: &[u8]) -> Result<Delivered, EnvelopeError> {
+        PushEnvelope::parse(body)?.open()
+    }
+
+    #[test]
+    fn the_envelope_is_read_without_opening_the_message() {
+        let body = push_body(json!({"data": "%%% not base64", "messageId": "1", "publishTime": "t"}));
+        let envelope = PushEnvelope::parse(&body).expect("the envelope parses");
+        assert_eq!(envelope.subscription, SUB);
+        assert!(matches!(envelope.open(), Err(EnvelopeError::BadBase64(_))));
+        assert!(matches!(PushEnvelope::parse(b"{\"message\": 1}"), Err(EnvelopeError::NotEnvelope(_))));
+    }
 
     fn payload() -> Value {
         let text = line(&sign(fixtures::event(), &fixtures::key()));

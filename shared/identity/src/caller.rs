@@ -65,7 +65,8 @@ impl Caller {
     }
 }
 
-fn bearer(parts: &Parts) -> Option<&str> {
+/// The credential of an `Authorization: Bearer …` header, trimmed.
+pub fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())

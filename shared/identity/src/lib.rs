@@ -26,7 +26,7 @@ use sha2::Sha256;
 
 pub use audit::{Audit, audit};
 pub use authorize::{Granted, Target, authorize, authorize_operator, check, membership_of};
-pub use caller::{Caller, InternalCaller, Principal, RequestMeta};
+pub use caller::{Caller, InternalCaller, Principal, RequestMeta, bearer};
 
 /// The secret that token hashes, and the hashes of IP addresses and user
 /// agents, are keyed with (`MAPI_TOKEN_PEPPER`).

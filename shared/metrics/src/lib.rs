@@ -55,6 +55,13 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The check that failed, e.g. `unsupported_algorithm`, `wrong_audience`,
+    /// `wrong_service_account`, `subscription_not_allowed`.
+    pub reason: String,
+}
+
 /// All metrics of one process.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -71,6 +78,8 @@ pub struct Metrics {
     pub events_duplicate: Counter,
     pub sandbox_violations: Family<KindLabels, Counter>,
     pub push_rejected: Family<KindLabels, Counter>,
+    /// Pushes refused with 401/403 by push authentication, by the failed check.
+    pub push_auth_refused: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -114,6 +123,12 @@ impl Metrics {
         );
         let push_rejected = Family::<KindLabels, Counter>::default();
         r.register("push_rejected", "Push deliveries refused or acknowledged unread", push_rejected.clone());
+        let push_auth_refused = Family::<ReasonLabels, Counter>::default();
+        r.register(
+            "push_auth_refused",
+            "Pushes refused (401/403) by push authentication, by the failed check",
+            push_auth_refused.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             http_requests,
@@ -127,6 +142,7 @@ impl Metrics {
             events_duplicate,
             sandbox_violations,
             push_rejected,
+            push_auth_refused,
         }
     }
 

@@ -145,7 +145,6 @@ impl DevIdp {
         let sub = format!("dev-{}", hex::encode(&digest(&SHA256, email.as_bytes()).as_ref()[..8]));
         let iat = now.as_secs();
         let exp = iat.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
-        let header = json!({"alg": "RS256", "typ": "JWT", "kid": self.inner.kid});
         let claims = json!({
             "iss": self.inner.issuer,
             "sub": sub,
@@ -155,6 +154,18 @@ impl DevIdp {
             "iat": iat,
             "exp": exp,
         });
+        self.sign(&self.header(), &claims)
+    }
+
+    /// The JOSE header of this provider's tokens: `{"alg": "RS256", "typ": "JWT", "kid"}`.
+    pub fn header(&self) -> Value {
+        json!({"alg": "RS256", "typ": "JWT", "kid": self.inner.kid})
+    }
+
+    /// `header` and `claims` as a compact JWS signed RS256 with this
+    /// provider's key, whatever they say: for tests and benchmarks that need
+    /// tokens of any shape from a known key (such as Google's push tokens).
+    pub fn sign(&self, header: &Value, claims: &Value) -> Result<String, DevIdpError> {
         let signing_input = format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(header.to_string()),

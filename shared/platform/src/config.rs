@@ -96,6 +96,13 @@ pub struct Config {
     /// `MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S`: how old conformance and security
     /// reports may be for the shared-tier gate.
     pub evidence_max_age: Duration,
+    /// The token Pub/Sub pushes must carry; `None` until both
+    /// `MAPI_PUBSUB_PUSH_AUDIENCE` and `MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT` are set.
+    pub pubsub_push: Option<PushAuthConfig>,
+    /// The subscriptions pushes may come from (`projects/P/subscriptions/S`); empty: any.
+    pub pubsub_push_subscriptions: Vec<String>,
+    /// Where Google's OIDC signing keys are (the keys of push tokens).
+    pub google_jwks_url: String,
 }
 
 /// Where attempts run.
@@ -105,6 +112,16 @@ pub enum ExecutorKind {
     LocalProcess,
     /// A Cloud Run Jobs execution per attempt.
     CloudRunJobs,
+}
+
+/// What the OIDC token of a Pub/Sub push must say, besides being signed by
+/// Google and unexpired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PushAuthConfig {
+    /// The token's `aud`: the audience set on the push subscription.
+    pub audience: String,
+    /// The token's `email` (verified): the push subscription's service account, lower-cased.
+    pub service_account: String,
 }
 
 /// A setting that cannot be used.
@@ -138,7 +155,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "MAPI_INTERNAL_TOKEN",
         "generated (dev)",
-        "Bearer token of internal callers: queue, scheduler, event push",
+        "Bearer token of internal callers: queue, scheduler, and in `dev` the local event push",
     ),
     ("MAPI_TOKEN_PEPPER", "generated (dev)", "Hex key of the HMAC under which API tokens are stored"),
     ("MAPI_URL_SIGNING_KEY", "generated (dev)", "Hex key of the local object store's signed URLs"),
@@ -186,6 +203,26 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "259200",
         "Age limit of the conformance and security reports that open shared tiers on an executor",
     ),
+    (
+        "MAPI_PUBSUB_PUSH_AUDIENCE",
+        "none",
+        "The audience of Pub/Sub push tokens (set with MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT); without the two, only `dev` accepts pushes, with MAPI_INTERNAL_TOKEN",
+    ),
+    (
+        "MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT",
+        "none",
+        "The verified e-mail of Pub/Sub push tokens: the push subscription's service account (set with MAPI_PUBSUB_PUSH_AUDIENCE)",
+    ),
+    (
+        "MAPI_PUBSUB_PUSH_SUBSCRIPTIONS",
+        "any",
+        "Accepted push subscriptions (comma-separated `projects/P/subscriptions/S`)",
+    ),
+    (
+        "MAPI_GOOGLE_JWKS_URL",
+        "Google's (https://www.googleapis.com/oauth2/v3/certs)",
+        "The source of the OIDC signing keys of push tokens",
+    ),
     ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
     ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
 ];
@@ -231,6 +268,48 @@ fn emails(get: Lookup<'_>, name: &str, default: &str) -> Result<Vec<UserId>, Con
         .map(|e| {
             UserId::parse(&e.to_ascii_lowercase())
                 .map_err(|err| ConfigError::Invalid(format!("{name}: {err}")))
+        })
+        .collect()
+}
+
+/// `MAPI_PUBSUB_PUSH_AUDIENCE` and `MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT`: both or neither.
+fn push_auth(get: Lookup<'_>) -> Result<Option<PushAuthConfig>, ConfigError> {
+    let value = |name| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    match (value("MAPI_PUBSUB_PUSH_AUDIENCE"), value("MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT")) {
+        (None, None) => Ok(None),
+        (Some(audience), Some(account)) => {
+            let service_account = account.to_lowercase();
+            if !service_account.contains('@') || service_account.contains(char::is_whitespace) {
+                return Err(ConfigError::Invalid(format!(
+                    "MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT `{account}` is not an e-mail address"
+                )));
+            }
+            Ok(Some(PushAuthConfig { audience, service_account }))
+        }
+        (Some(_), None) | (None, Some(_)) => Err(ConfigError::Invalid(
+            "set both MAPI_PUBSUB_PUSH_AUDIENCE and MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT, or neither".into(),
+        )),
+    }
+}
+
+/// `MAPI_PUBSUB_PUSH_SUBSCRIPTIONS`: full subscription names, comma-separated.
+fn subscriptions(get: Lookup<'_>) -> Result<Vec<String>, ConfigError> {
+    let raw = get("MAPI_PUBSUB_PUSH_SUBSCRIPTIONS").unwrap_or_default();
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let well_formed = matches!(
+                s.split('/').collect::<Vec<_>>().as_slice(),
+                ["projects", p, "subscriptions", n] if !p.is_empty() && !n.is_empty()
+            );
+            if well_formed {
+                Ok(s.to_owned())
+            } else {
+                Err(ConfigError::Invalid(format!(
+                    "MAPI_PUBSUB_PUSH_SUBSCRIPTIONS: `{s}` is not `projects/<project>/subscriptions/<name>`"
+                )))
+            }
         })
         .collect()
 }
@@ -406,6 +485,12 @@ impl Config {
             executor,
             cloudrun,
             evidence_max_age: seconds(get, "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S", 3 * 86_400)?,
+            pubsub_push: push_auth(get)?,
+            pubsub_push_subscriptions: subscriptions(get)?,
+            google_jwks_url: get("MAPI_GOOGLE_JWKS_URL")
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| mapi_oidc::GOOGLE_JWKS_URL.to_owned()),
         })
     }
 }
@@ -449,5 +534,44 @@ mod tests {
         assert!(e.to_string().contains("MAPI_INTERNAL_TOKEN"), "{e}");
         let m = with(&[("MAPI_HOME", &home), ("MAPI_LOCAL_MEMORY_MIB", "S=64, m=256")]).expect("map");
         assert_eq!(m.local_memory_mib.get(&ResourceClass::M), Some(&256));
+    }
+
+    #[test]
+    fn push_authentication_needs_both_settings_and_well_formed_subscriptions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().to_string_lossy().into_owned();
+        let d = with(&[("MAPI_HOME", &home)]).expect("defaults");
+        assert_eq!(d.pubsub_push, None);
+        assert!(d.pubsub_push_subscriptions.is_empty(), "any subscription by default");
+        assert_eq!(d.google_jwks_url, "https://www.googleapis.com/oauth2/v3/certs");
+
+        let audience = ("MAPI_PUBSUB_PUSH_AUDIENCE", "https://api.example.com/internal/events");
+        let account = ("MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT", "Mapi-Events-Push@p.iam.gserviceaccount.com");
+        for half in [audience, account] {
+            let e = with(&[("MAPI_HOME", &home), half]).expect_err("one of the two");
+            assert!(e.to_string().contains("set both"), "{e}");
+        }
+        let subs = "projects/p/subscriptions/a, projects/p/subscriptions/b";
+        let c = with(&[
+            ("MAPI_HOME", &home),
+            audience,
+            account,
+            ("MAPI_PUBSUB_PUSH_SUBSCRIPTIONS", subs),
+            ("MAPI_GOOGLE_JWKS_URL", "http://127.0.0.1:9/jwks"),
+        ])
+        .expect("configured");
+        let push = c.pubsub_push.expect("push auth");
+        assert_eq!(push.audience, "https://api.example.com/internal/events");
+        assert_eq!(push.service_account, "mapi-events-push@p.iam.gserviceaccount.com");
+        assert_eq!(c.pubsub_push_subscriptions, ["projects/p/subscriptions/a", "projects/p/subscriptions/b"]);
+        assert_eq!(c.google_jwks_url, "http://127.0.0.1:9/jwks");
+
+        for bad in ["mapi-run-events-push", "projects/p/topics/t", "projects//subscriptions/s"] {
+            let e = with(&[("MAPI_HOME", &home), ("MAPI_PUBSUB_PUSH_SUBSCRIPTIONS", bad)]).expect_err(bad);
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        let e = with(&[("MAPI_HOME", &home), audience, ("MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT", "nobody")])
+            .expect_err("not an e-mail");
+        assert!(e.to_string().contains("nobody"), "{e}");
     }
 }

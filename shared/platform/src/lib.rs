@@ -27,7 +27,9 @@ use mapi_queue::{QueueConfig, QueueName, RetryConfig, TaskQueue};
 use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
-pub use config::{Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, Profile, Secrets, VARIABLES, variables};
+pub use config::{
+    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, Profile, PushAuthConfig, Secrets, VARIABLES, variables,
+};
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
 /// The data bucket's name locally.

@@ -1,0 +1,357 @@
+//! Push authentication: who may call `POST /internal/events`.
+//!
+//! With `MAPI_PUBSUB_PUSH_AUDIENCE` and `MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT`
+//! set, a push must carry the OIDC token Pub/Sub mints for the push
+//! subscription, and the checks run in the seed's order:
+//!
+//! 1. before the body is read ([`Authenticated`], an extractor): the
+//!    token's RS256 signature against Google's key set
+//!    (`MAPI_GOOGLE_JWKS_URL`, cached by [`mapi_oidc::JwksCache`]); then its
+//!    claims: a Google issuer, our audience, not expired (60 s leeway), the
+//!    push service account's e-mail, verified;
+//! 2. once the body is read, before anything in the message is looked at:
+//!    the envelope's `subscription` against `MAPI_PUBSUB_PUSH_SUBSCRIPTIONS`
+//!    ([`PushAuth::check_subscription`]). Pub/Sub names the subscription
+//!    only in the body, so this is the earliest it can be checked; an
+//!    envelope too broken to name one is acknowledged as malformed (only the
+//!    push service account got this far).
+//!
+//! A failed check answers 401 (the token) or 403 (an authentic token of
+//! another account, a subscription not on the list, or no push
+//! authentication configured), so Pub/Sub retries and, past its limit,
+//! dead-letters. Each refusal is counted on `/metrics` by its check
+//! (`mapi_push_auth_refused_total{reason}`) and logged; refusals are not
+//! audited, because they name no tenant and anyone can send them.
+//!
+//! Without push authentication configured, the `dev` profile accepts
+//! `MAPI_INTERNAL_TOKEN` (what `mapi dev`'s log forwarder sends) and the
+//! multi-tenant profile refuses every push. The `dev` profile accepts the
+//! internal token beside push tokens when both are configured, and does not
+//! hold its pushes to the subscription list, so the local forwarder keeps
+//! working whatever is set.
+//!
+//! A token that passed every token check is remembered by its SHA-256 until
+//! it would expire ([`VerifiedTokens`]): Pub/Sub reuses one token for many
+//! pushes, and each is then verified once. So a remembered token stays good
+//! until its expiry (at most an hour for Google's) even if Google withdraws
+//! its key meanwhile; a token is only remembered after every check passed,
+//! and with the verifier's own expiry (`exp` plus the leeway).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use mapi_clock::Clock;
+use mapi_domain::Timestamp;
+use mapi_identity::{InternalCaller, bearer};
+use mapi_metrics::{Metrics, ReasonLabels};
+use mapi_oidc::{GOOGLE_ISSUERS, JwksCache, OidcError, Verifier, VerifierConfig};
+use mapi_platform::{AppState, Config, Profile};
+use mapi_problem::{ApiError, ProblemCode};
+use sha2::{Digest, Sha256};
+
+/// How many verified tokens are remembered at most. Pub/Sub sends one token
+/// per subscription at a time (renewed before it expires), so a handful are
+/// live; the bound only matters against a flood of distinct valid tokens.
+pub const VERIFIED_TOKENS_CAPACITY: usize = 1024;
+
+/// The bound on one key-set fetch.
+const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a push was refused: one variant per check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "push authentication is not configured: set MAPI_PUBSUB_PUSH_AUDIENCE and MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT"
+    )]
+    NotConfigured,
+    #[error("a push needs `Authorization: Bearer <token>`")]
+    MissingToken,
+    #[error("the push token is not the internal token")]
+    BadInternalToken,
+    #[error("the push token is refused: {0}")]
+    Token(OidcError),
+    #[error("the push token is not the push service account's")]
+    WrongServiceAccount,
+    #[error("pushes from subscription {0:?} are not accepted")]
+    Subscription(String),
+}
+
+impl Refusal {
+    /// A stable snake_case reason: the `reason` label of
+    /// `mapi_push_auth_refused_total`. Token failures carry
+    /// [`OidcError::reason`], prefixed `token_` where the bare word would be ambiguous.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::NotConfigured => "not_configured",
+            Refusal::MissingToken => "missing_token",
+            Refusal::BadInternalToken => "bad_internal_token",
+            Refusal::Token(OidcError::Malformed) => "token_malformed",
+            Refusal::Token(e) => e.reason(),
+            Refusal::WrongServiceAccount => "wrong_service_account",
+            Refusal::Subscription(_) => "subscription_not_allowed",
+        }
+    }
+
+    /// 401 for a token that is missing or does not verify (including while
+    /// Google's keys cannot be had: Pub/Sub retries); 403 for an authentic
+    /// token of another account, a subscription not on the list, and a
+    /// deployment without push authentication.
+    pub fn code(&self) -> ProblemCode {
+        match self {
+            Refusal::MissingToken | Refusal::BadInternalToken | Refusal::Token(_) => {
+                ProblemCode::Unauthenticated
+            }
+            Refusal::NotConfigured | Refusal::WrongServiceAccount | Refusal::Subscription(_) => {
+                ProblemCode::Forbidden
+            }
+        }
+    }
+}
+
+/// Tokens that passed every check, by their SHA-256, each until the instant
+/// the verifier would start refusing it (`exp` plus the leeway). At most
+/// `capacity` are kept: when full, the expired ones go, then the one that
+/// expires soonest. Only successes are remembered, so a refused token is
+/// checked again each time (a key-set outage must not stick).
+#[derive(Debug)]
+pub struct VerifiedTokens {
+    capacity: usize,
+    entries: Mutex<HashMap<[u8; 32], Timestamp>>,
+}
+
+impl VerifiedTokens {
+    pub fn new(capacity: usize) -> VerifiedTokens {
+        VerifiedTokens { capacity: capacity.max(1), entries: Mutex::new(HashMap::new()) }
+    }
+
+    fn key(token: &str) -> [u8; 32] {
+        Sha256::digest(token.as_bytes()).into()
+    }
+
+    /// Whether `token` verified before and is still valid at `now`.
+    pub fn contains(&self, token: &str, now: Timestamp) -> bool {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.get(&Self::key(token)).is_some_and(|until| now < *until)
+    }
+
+    /// Remembers `token` as valid until `until`.
+    pub fn insert(&self, token: &str, until: Timestamp, now: Timestamp) {
+        let key = Self::key(token);
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if !entries.contains_key(&key) && entries.len() >= self.capacity {
+            entries.retain(|_, u| now < *u);
+            if entries.len() >= self.capacity
+                && let Some(soonest) = entries.iter().min_by_key(|(_, u)| **u).map(|(k, _)| *k)
+            {
+                entries.remove(&soonest);
+            }
+        }
+        entries.insert(key, until);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Google-signed push tokens of one service account for one audience.
+#[derive(Debug)]
+struct GooglePush {
+    verifier: Verifier,
+    service_account: String,
+    verified: VerifiedTokens,
+}
+
+/// Who may push, decided once from the configuration.
+#[derive(Debug)]
+pub struct PushAuth {
+    google: Option<GooglePush>,
+    /// `MAPI_INTERNAL_TOKEN` is accepted (the `dev` profile).
+    internal_token: bool,
+    /// Accepted subscriptions; empty: any.
+    subscriptions: Vec<String>,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+}
+
+impl PushAuth {
+    /// Push authentication as `config` sets it, judged by `clock`, refusals counted in `metrics`.
+    pub fn from_config(config: &Config, clock: Arc<dyn Clock>, metrics: Metrics) -> PushAuth {
+        let google = config.pubsub_push.as_ref().map(|push| {
+            let http = reqwest::Client::builder().timeout(JWKS_TIMEOUT).build().unwrap_or_default();
+            let jwks = JwksCache::new(config.google_jwks_url.clone(), http, clock.clone());
+            let issuers = GOOGLE_ISSUERS.iter().map(|i| (*i).to_owned()).collect();
+            GooglePush {
+                verifier: Verifier::new(
+                    VerifierConfig::new(issuers, push.audience.clone()),
+                    jwks,
+                    clock.clone(),
+                ),
+                service_account: push.service_account.clone(),
+                verified: VerifiedTokens::new(VERIFIED_TOKENS_CAPACITY),
+            }
+        });
+        PushAuth {
+            google,
+            internal_token: config.profile == Profile::Dev,
+            subscriptions: config.pubsub_push_subscriptions.clone(),
+            clock,
+            metrics,
+        }
+    }
+
+    /// Checks the credential of a push (step 1 of the module's order).
+    async fn check_token(&self, parts: &mut Parts, app: &AppState) -> Result<Authenticated, Refusal> {
+        if self.google.is_none() && !self.internal_token {
+            return Err(Refusal::NotConfigured);
+        }
+        if bearer(parts).is_none_or(str::is_empty) {
+            return Err(Refusal::MissingToken);
+        }
+        if self.internal_token && InternalCaller::from_request_parts(parts, app).await.is_ok() {
+            return Ok(Authenticated::Internal);
+        }
+        let Some(google) = &self.google else { return Err(Refusal::BadInternalToken) };
+        let token = bearer(parts).unwrap_or_default();
+        let now = self.clock.now();
+        if google.verified.contains(token, now) {
+            return Ok(Authenticated::PubSub);
+        }
+        let claims = google.verifier.verify(token).await.map_err(Refusal::Token)?;
+        if claims.email != google.service_account {
+            return Err(Refusal::WrongServiceAccount);
+        }
+        // Saturating: `exp` is the token's to choose (a signed one, but still).
+        let exp = Timestamp::from_micros(claims.exp.saturating_mul(1_000_000));
+        let until = exp + google.verifier.config().leeway;
+        google.verified.insert(token, until, now);
+        Ok(Authenticated::PubSub)
+    }
+
+    /// Checks the subscription a Pub/Sub push names (step 2 of the
+    /// module's order). The internal token's holder is not Pub/Sub (and may
+    /// call every internal route anyway), so its pushes pass whatever they
+    /// name: `mapi dev`'s forwarder keeps working with any list.
+    pub fn check_subscription(&self, pusher: Authenticated, subscription: &str) -> Result<(), ApiError> {
+        let listed = self.subscriptions.is_empty() || self.subscriptions.iter().any(|s| s == subscription);
+        if listed || pusher == Authenticated::Internal {
+            return Ok(());
+        }
+        Err(self.refuse(Refusal::Subscription(subscription.to_owned())))
+    }
+
+    /// Counts and logs `refusal`; the answer to send.
+    fn refuse(&self, refusal: Refusal) -> ApiError {
+        let reason = refusal.reason();
+        self.metrics.push_auth_refused.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
+        tracing::warn!(reason, detail = %refusal, "push refused");
+        ApiError::new(refusal.code(), refusal.to_string())
+    }
+}
+
+/// The state of the push route: the platform and its push authentication.
+#[derive(Clone, Debug)]
+pub struct PushState {
+    pub app: AppState,
+    pub auth: Arc<PushAuth>,
+}
+
+/// A push whose credential passed (extracted before the body is read), by who sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Authenticated {
+    /// Pub/Sub, with a push token of the push service account.
+    PubSub,
+    /// The holder of the internal token (`dev` only): `mapi dev`'s log forwarder.
+    Internal,
+}
+
+impl FromRequestParts<PushState> for Authenticated {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &PushState) -> Result<Self, ApiError> {
+        match state.auth.check_token(parts, &state.app).await {
+            Ok(pusher) => Ok(pusher),
+            Err(refusal) => Err(state.auth.refuse(refusal)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_secs(secs)
+    }
+
+    #[test]
+    fn verified_tokens_last_until_their_expiry() {
+        let cache = VerifiedTokens::new(8);
+        assert!(!cache.contains("a.b.c", t(0)));
+        cache.insert("a.b.c", t(100), t(0));
+        assert!(cache.contains("a.b.c", t(99)));
+        assert!(!cache.contains("a.b.c", t(100)), "expired at its instant");
+        assert!(!cache.contains("a.b.d", t(0)), "keyed by the whole token");
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn verified_tokens_are_bounded_expired_first_then_soonest_expiring() {
+        let cache = VerifiedTokens::new(3);
+        cache.insert("expired", t(10), t(0));
+        cache.insert("late", t(1000), t(0));
+        cache.insert("soon", t(500), t(0));
+        // Full: the expired one makes room.
+        cache.insert("new", t(900), t(20));
+        assert_eq!(cache.len(), 3);
+        assert!(!cache.contains("expired", t(5)));
+        // Full of live tokens: the one expiring soonest goes.
+        cache.insert("newer", t(800), t(30));
+        assert_eq!(cache.len(), 3);
+        assert!(!cache.contains("soon", t(30)));
+        for kept in ["late", "new", "newer"] {
+            assert!(cache.contains(kept, t(30)), "{kept}");
+        }
+        for _ in 0..100 {
+            cache.insert("late", t(1000), t(30));
+        }
+        assert_eq!(cache.len(), 3, "re-inserting a token does not grow the cache");
+    }
+
+    #[test]
+    fn refusals_have_distinct_reasons_and_retryable_statuses() {
+        let all = [
+            Refusal::NotConfigured,
+            Refusal::MissingToken,
+            Refusal::BadInternalToken,
+            Refusal::Token(OidcError::Malformed),
+            Refusal::Token(OidcError::UnsupportedAlgorithm("none".into())),
+            Refusal::Token(OidcError::MissingKeyId),
+            Refusal::Token(OidcError::UnknownKey("k".into())),
+            Refusal::Token(OidcError::BadSignature),
+            Refusal::Token(OidcError::WrongIssuer("i".into())),
+            Refusal::Token(OidcError::WrongAudience),
+            Refusal::Token(OidcError::Expired),
+            Refusal::Token(OidcError::NotYetValid),
+            Refusal::Token(OidcError::NoEmail),
+            Refusal::Token(OidcError::EmailNotVerified),
+            Refusal::Token(OidcError::JwksUnavailable("down".into())),
+            Refusal::WrongServiceAccount,
+            Refusal::Subscription("projects/p/subscriptions/s".into()),
+        ];
+        let mut reasons: Vec<&str> = all.iter().map(Refusal::reason).collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        assert_eq!(reasons.len(), all.len());
+        for r in &all {
+            let status = r.code().status().as_u16();
+            assert!(status == 401 || status == 403, "{r:?}: {status}");
+        }
+        assert_eq!(Refusal::Token(OidcError::Expired).code(), ProblemCode::Unauthenticated);
+        assert_eq!(Refusal::WrongServiceAccount.code(), ProblemCode::Forbidden);
+    }
+}
