@@ -275,6 +275,30 @@ pub fn transitions(run: &serde_json::Value) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// How every run that reaches an execution begins.
+pub const START: [(&str, &str, &str); 3] = [
+    ("·", "queued", "submitted"),
+    ("queued", "dispatching", "intent_written"),
+    ("dispatching", "running", "execution_created"),
+];
+
+/// [`START`], then `rest`.
+pub fn with_start(rest: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    let mut all = START.to_vec();
+    all.extend_from_slice(rest);
+    path(&all)
+}
+
+/// [`START`], back to the queue for `reason`, started again, then `end`:
+/// the history of a run retried once.
+pub fn retried_once(reason: &str, end: (&str, &str, &str)) -> Vec<(String, String, String)> {
+    let mut all = START.to_vec();
+    all.push(("running", "queued", reason));
+    all.extend_from_slice(&START[1..]);
+    all.push(end);
+    path(&all)
+}
+
 /// Writes the expected history compactly: `[("queued","dispatching","intent_written"), …]`.
 pub fn path(steps: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
     steps.iter().map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned())).collect()

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use mapi_tests::backend::{Backend, start};
-use mapi_tests::{Options, path, transitions};
+use mapi_tests::{Options, path, retried_once, transitions, with_start};
 use serde_json::{Value, json};
 
 const LONGLEY: &str = include_str!("../../examples/longley.csv");
@@ -19,18 +19,6 @@ fn final_error(run: &Value) -> (String, String) {
         run["error"]["code"].as_str().unwrap_or_default().to_owned(),
         run["error"]["message"].as_str().unwrap_or_default().to_owned(),
     )
-}
-
-const START: [(&str, &str, &str); 3] = [
-    ("·", "queued", "submitted"),
-    ("queued", "dispatching", "intent_written"),
-    ("dispatching", "running", "execution_created"),
-];
-
-fn with_start(rest: &[(&'static str, &'static str, &'static str)]) -> Vec<(String, String, String)> {
-    let mut all = START.to_vec();
-    all.extend_from_slice(rest);
-    path(&all)
 }
 
 async fn a_linear_fit_succeeds_with_outputs_and_cost(b: Backend) {
@@ -161,18 +149,7 @@ async fn out_of_memory_retries_once_on_the_next_class(b: Backend) {
     let id =
         p.submit(json!({"method": "diag.alloc", "dataset": ds, "params": {"mib": 160, "hold_s": 0.5}})).await;
     let run = p.wait_final(&id).await;
-    assert_eq!(
-        transitions(&run),
-        path(&[
-            ("·", "queued", "submitted"),
-            ("queued", "dispatching", "intent_written"),
-            ("dispatching", "running", "execution_created"),
-            ("running", "queued", "resource_exhausted"),
-            ("queued", "dispatching", "intent_written"),
-            ("dispatching", "running", "execution_created"),
-            ("running", "succeeded", "completed"),
-        ])
-    );
+    assert_eq!(transitions(&run), retried_once("resource_exhausted", ("running", "succeeded", "completed")));
     let attempts = run["attempts"].as_array().expect("attempts");
     let classes: Vec<&str> = attempts.iter().map(|a| a["class"].as_str().unwrap_or_default()).collect();
     assert_eq!(classes, ["S", "M"]);
