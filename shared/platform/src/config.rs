@@ -197,6 +197,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local",
         "Accounts of the development identity provider (dev profile only)",
     ),
+    (
+        "MAPI_PLATFORM_CONCURRENT_RUNS",
+        "700",
+        "Platform-wide limit of concurrent runs (protects the cloud project's quotas)",
+    ),
     ("MAPI_EXECUTOR", "local-process", "Where attempts run: `local-process` or `cloudrun-jobs`"),
     (
         "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S",
