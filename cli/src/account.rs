@@ -165,6 +165,30 @@ pub enum KillSwitchesCmd {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ExecutorsCmd {
+    /// Each executor: status, caps, health, and whether shared tiers are open (and why not).
+    Ls,
+    /// Let an executor take new attempts again.
+    Enable {
+        name: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Stop an executor taking new attempts (incident containment): runs wait in the queue.
+    Disable {
+        name: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Record the conformance and security reports (a JSON file: target, conformance, security).
+    Evidence {
+        name: String,
+        #[arg(long)]
+        file: std::path::PathBuf,
+    },
+}
+
 /// Bytes from `123`, `200GiB`, `500MiB`, `2KiB`.
 fn bytes(s: &str) -> Result<u64> {
     let s = s.trim();
@@ -193,6 +217,9 @@ pub enum AdminCmd {
     /// The platform's kill switches.
     #[command(subcommand)]
     KillSwitches(KillSwitchesCmd),
+    /// Executors: health, the operators' switch, shared-tier evidence.
+    #[command(subcommand)]
+    Executors(ExecutorsCmd),
     /// The audit log: a tenant's (`--tenant`, tenant admins and operators) or everything (operators).
     Audit {
         #[arg(long)]
@@ -563,6 +590,61 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             let k: Value =
                 client.send(client.request(Method::PUT, "/v1/admin/kill-switches").json(&body)).await?;
             print(json_out, &k, || format!("kill switches set: {}\n", k["switches"]));
+        }
+        AdminCmd::Executors(ExecutorsCmd::Ls) => {
+            let list: Value = client.get("/v1/admin/executors").await?;
+            print(json_out, &list, || {
+                let mut out = String::new();
+                for e in list.as_array().into_iter().flatten() {
+                    let h = &e["health"];
+                    out.push_str(&format!(
+                        "{}  {}  isolation {}  running {}  queued {}  failed/h {}  jobs.run {}/{} a minute  429s/h {}\n  shared tiers: {} ({})\n",
+                        e["name"].as_str().unwrap_or("?"),
+                        e["status"].as_str().unwrap_or("?"),
+                        e["capabilities"]["isolation"].as_str().unwrap_or("?"),
+                        h["running"],
+                        h["queued"],
+                        h["failures_last_hour"],
+                        h["submits"]["submits_last_minute"],
+                        h["submits"]["submits_per_minute_limit"].as_u64().map_or("-".to_owned(), |l| l.to_string()),
+                        h["submits"]["throttled_last_hour"],
+                        if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
+                        e["message"].as_str().unwrap_or(""),
+                    ));
+                }
+                out
+            });
+        }
+        AdminCmd::Executors(cmd @ (ExecutorsCmd::Enable { .. } | ExecutorsCmd::Disable { .. })) => {
+            let (name, reason, enabled) = match cmd {
+                ExecutorsCmd::Enable { name, reason } => (name, reason, true),
+                ExecutorsCmd::Disable { name, reason } => (name, reason, false),
+                _ => return Err("not a switch".into()),
+            };
+            let body = json!({"enabled": enabled, "reason": reason});
+            let e: Value = client
+                .send(client.request(Method::PUT, &format!("/v1/admin/executors/{name}")).json(&body))
+                .await?;
+            print(json_out, &e, || format!("{name} is {}\n", e["status"].as_str().unwrap_or("?")));
+        }
+        AdminCmd::Executors(ExecutorsCmd::Evidence { name, file }) => {
+            let raw = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let body: Value =
+                serde_json::from_slice(&raw).map_err(|e| format!("{} is not JSON: {e}", file.display()))?;
+            let e: Value = client
+                .send(
+                    client.request(Method::PUT, &format!("/v1/admin/executors/{name}/evidence")).json(&body),
+                )
+                .await?;
+            print(json_out, &e, || {
+                format!(
+                    "evidence recorded for {name}: conformance {}, security {}; shared tiers {} ({})\n",
+                    if e["conformance_passed"] == true { "passed" } else { "not passed" },
+                    if e["security_passed"] == true { "passed" } else { "not passed" },
+                    if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
+                    e["message"].as_str().unwrap_or("")
+                )
+            });
         }
         AdminCmd::Audit { tenant, project, actor, action, outcome, since, limit } => {
             let path = match &tenant {

@@ -106,6 +106,19 @@ MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches set --uploaded-code on --spend-ca
 MAPI_TOKEN=$OPERATOR $MAPI admin audit --action kill_switch.set | grep -q "tour: incident drill" \
   || fail "the kill switch change is not audited with its reason"
 
+say "Executors: health, the shared-tier gate, the operators' switch"
+refused FORBIDDEN $MAPI admin executors ls
+MAPI_TOKEN=$OPERATOR $MAPI admin executors ls | tee "$WORK/executors"
+grep -q "^local-process  enabled  isolation process" "$WORK/executors" || fail "the local executor is not listed"
+grep -q "shared tiers: closed (isolation process is weaker than gvisor)" "$WORK/executors" \
+  || fail "the gate does not say why shared tiers are closed"
+MAPI_TOKEN=$OPERATOR $MAPI admin executors disable local-process --reason "tour: containment drill" | grep -q "is disabled" \
+  || fail "the executor was not disabled"
+MAPI_TOKEN=$OPERATOR $MAPI admin executors enable local-process --reason "tour: drill over" | grep -q "is enabled" \
+  || fail "the executor was not enabled again"
+MAPI_TOKEN=$OPERATOR $MAPI admin audit --action executor.disable | grep -q "containment drill" \
+  || fail "the executor switch is not audited with its reason"
+
 say "The audit log"
 $MAPI admin audit --tenant "$TENANT" | tee "$WORK/audit"
 for action in tenant.create membership.create token.create token.revoke tenant.suspend tenant.activate project.create quota.set quota.denied quota.remove; do
