@@ -132,6 +132,16 @@ impl Harness for Local {
         S_MIB
     }
 
+    async fn bootstrap_present(&self, a: &AttemptSubmit, task: u32) -> bool {
+        let key = ObjectKey::parse(a.nonce.for_task(task).as_str()).expect("key");
+        self.boot.head(&key).await.is_ok()
+    }
+
+    async fn written(&self, a: &AttemptSubmit) -> usize {
+        let prefix = format!("t/dev/p/default/runs/{}/", a.run);
+        self.data.list(&prefix, None, 1000).await.expect("list").objects.len()
+    }
+
     fn now(&self) -> Timestamp {
         self.clock.now()
     }
@@ -186,6 +196,14 @@ impl Harness for CloudRun {
 
     fn class_s_memory_mib(&self) -> u64 {
         S_MIB
+    }
+
+    async fn bootstrap_present(&self, a: &AttemptSubmit, task: u32) -> bool {
+        self.base.bootstrap_present(a, task).await
+    }
+
+    async fn written(&self, a: &AttemptSubmit) -> usize {
+        self.base.written(a).await
     }
 
     fn now(&self) -> Timestamp {

@@ -30,6 +30,10 @@ pub trait Harness: Send + Sync {
     async fn prepare(&self, submit: &AttemptSubmit, behaviour: Behaviour);
     /// The smallest memory limit, in MiB, the executor applies to class S.
     fn class_s_memory_mib(&self) -> u64;
+    /// Whether task `task`'s bootstrap object of the attempt still exists.
+    async fn bootstrap_present(&self, submit: &AttemptSubmit, task: u32) -> bool;
+    /// How many objects the attempt's tasks wrote (outputs, checkpoints).
+    async fn written(&self, submit: &AttemptSubmit) -> usize;
     fn now(&self) -> Timestamp;
 }
 
@@ -164,6 +168,24 @@ pub async fn fan_out_runs_every_task(h: &dyn Harness) {
     assert_eq!((info.task_count, info.status), (3, ExecutionStatus::Succeeded));
 }
 
+/// Generation verification: a worker takes its bootstrap by reading it and
+/// deleting exactly the generation it read, so the bootstrap is gone after
+/// the first execution and a second execution of the same nonce finds
+/// nothing, writes nothing and exits cleanly.
+pub async fn the_bootstrap_is_taken_once(h: &dyn Harness) {
+    let a = attempt(10, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Succeed).await;
+    assert!(h.bootstrap_present(&a, 0).await, "prepared");
+    let first = h.executor().submit(&a).await.expect("submit");
+    assert_eq!(wait_done(h, &first).await.status, ExecutionStatus::Succeeded);
+    assert!(!h.bootstrap_present(&a, 0).await, "the worker deleted the generation it read");
+    let wrote = h.written(&a).await;
+    assert!(wrote > 0, "the first execution wrote its outputs");
+    let second = h.executor().submit(&a).await.expect("duplicate submit");
+    assert_eq!(wait_done(h, &second).await.status, ExecutionStatus::Succeeded, "a duplicate exits cleanly");
+    assert_eq!(h.written(&a).await, wrote, "the duplicate did no work");
+}
+
 pub async fn unknown_executions_are_not_found(h: &dyn Harness) {
     let info = h.executor().status(&ExecutionHandle("exec-0-00000000".to_owned())).await.expect("status");
     assert_eq!(info.status, ExecutionStatus::NotFound);
@@ -205,6 +227,7 @@ pub async fn run_all(h: &dyn Harness, now: impl Fn() -> Timestamp) -> crate::evi
         timeout_is_enforced,
         memory_limit_kills_with_137,
         fan_out_runs_every_task,
+        the_bootstrap_is_taken_once,
         unknown_executions_are_not_found
     );
     crate::evidence::ConformanceReport {
@@ -222,7 +245,8 @@ macro_rules! executor_conformance_suite {
         $crate::executor_conformance_suite!(@cases $make; submit_runs_to_success, method_failure_is_reported,
             adoption_finds_the_execution_by_nonce, duplicate_submits_are_reduced_to_the_oldest,
             cancel_stops_a_running_execution, cancel_after_a_checkpoint_reports_exit_16, timeout_is_enforced,
-            memory_limit_kills_with_137, fan_out_runs_every_task, unknown_executions_are_not_found);
+            memory_limit_kills_with_137, fan_out_runs_every_task, the_bootstrap_is_taken_once,
+            unknown_executions_are_not_found);
     };
     (@cases $make:expr; $($case:ident),+) => {
         $(

@@ -26,6 +26,7 @@ pub mod conformance_cases {
         "timeout_is_enforced",
         "memory_limit_kills_with_137",
         "fan_out_runs_every_task",
+        "the_bootstrap_is_taken_once",
         "unknown_executions_are_not_found",
     ];
 }
