@@ -91,3 +91,25 @@ async fn start_fails_on_a_damaged_or_unknown_public_key() {
     let r = KmsSigner::connect(missing, Credentials::Anonymous).await;
     assert!(matches!(r, Err(SignError::Unavailable(_))), "{r:?}");
 }
+
+#[tokio::test]
+async fn the_platform_selects_the_kms_signer_from_its_configuration() {
+    let fake = FakeKms::start().await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let active = fake.version(2);
+    let old = fake.version(1);
+    let config = mapi_tests::config(
+        home.path(),
+        &[
+            ("MAPI_SIGNER", "kms"),
+            ("MAPI_KMS_KEY_VERSION", &active),
+            ("MAPI_KMS_TRUSTED_KEY_VERSIONS", &old),
+            ("MAPI_KMS_ENDPOINT", &fake.url),
+        ],
+    );
+    let signer = mapi_platform::signer(&config).await.expect("connect");
+    assert_eq!(signer.key_version(), active);
+    let sig = signer.sign(MANIFEST).await.expect("sign");
+    signer.verify(MANIFEST, &sig).expect("verify");
+    assert!(!home.path().join("bundle-signing-key.pem").exists(), "no local key is made");
+}
