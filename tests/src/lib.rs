@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 pub mod backend;
 pub mod fake_cloudrun;
+pub mod fake_kms;
 pub mod google;
 pub mod scripted;
 

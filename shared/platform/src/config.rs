@@ -103,6 +103,18 @@ pub struct Config {
     pub pubsub_push_subscriptions: Vec<String>,
     /// Where Google's OIDC signing keys are (the keys of push tokens).
     pub google_jwks_url: String,
+    /// `MAPI_SIGNER`: what signs model-version bundles.
+    pub signer: SignerConfig,
+}
+
+/// What signs model-version bundles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SignerConfig {
+    /// A P-256 PEM key in a file (made there on first use), trusting the
+    /// public keys of earlier keys in `trusted`.
+    Local { key_file: PathBuf, trusted: Vec<PathBuf> },
+    /// A Cloud KMS key version.
+    Kms(mapi_signer::kms::KmsSettings),
 }
 
 /// Where attempts run.
@@ -139,7 +151,7 @@ pub const DEV_ACCOUNTS: &str = "admin@dev.local,analyst@dev.local,viewer@dev.loc
 
 /// Every variable of the platform and its adapters, in the README's order.
 pub fn variables() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
-    VARIABLES.iter().chain(mapi_cloudrun::settings::VARIABLES)
+    VARIABLES.iter().chain(mapi_cloudrun::settings::VARIABLES).chain(mapi_signer::kms::VARIABLES)
 }
 
 /// Every variable, its default and meaning: the source of the README's table.
@@ -227,6 +239,21 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "MAPI_GOOGLE_JWKS_URL",
         "Google's (https://www.googleapis.com/oauth2/v3/certs)",
         "The source of the OIDC signing keys of push tokens",
+    ),
+    (
+        "MAPI_SIGNER",
+        "local",
+        "What signs model-version bundles: `local` (a PEM key file) or `kms` (Cloud KMS)",
+    ),
+    (
+        "MAPI_SIGNING_KEY_FILE",
+        "$MAPI_HOME/bundle-signing-key.pem",
+        "local signer: the PKCS#8 P-256 PEM key, made on first use",
+    ),
+    (
+        "MAPI_SIGNING_TRUSTED_KEY_FILES",
+        "none",
+        "local signer: `PUBLIC KEY` PEM files of earlier keys whose signatures still verify (comma-separated)",
     ),
     ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
     ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
@@ -449,7 +476,29 @@ impl Config {
             }
             ExecutorKind::LocalProcess => None,
         };
+        let signer = match get("MAPI_SIGNER").as_deref().map(str::trim) {
+            None | Some("") | Some("local") => SignerConfig::Local {
+                key_file: get("MAPI_SIGNING_KEY_FILE")
+                    .filter(|s| !s.trim().is_empty())
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| home.join("bundle-signing-key.pem")),
+                trusted: get("MAPI_SIGNING_TRUSTED_KEY_FILES")
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)
+                    .collect(),
+            },
+            Some("kms") => {
+                SignerConfig::Kms(mapi_signer::kms::KmsSettings::from_env(get).map_err(ConfigError::Invalid)?)
+            }
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!("MAPI_SIGNER `{other}`: use local or kms")));
+            }
+        };
         Ok(Config {
+            signer,
             profile,
             home,
             port,
@@ -575,6 +624,12 @@ mod tests {
             let e = with(&[("MAPI_HOME", &home), ("MAPI_PUBSUB_PUSH_SUBSCRIPTIONS", bad)]).expect_err(bad);
             assert!(e.to_string().contains(bad), "{e}");
         }
+        let e = with(&[("MAPI_HOME", &home), ("MAPI_SIGNER", "kms")]).expect_err("no key version");
+        assert!(e.to_string().contains("MAPI_KMS_KEY_VERSION"), "{e}");
+        let v = "projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/2";
+        let k =
+            with(&[("MAPI_HOME", &home), ("MAPI_SIGNER", "kms"), ("MAPI_KMS_KEY_VERSION", v)]).expect("kms");
+        assert!(matches!(k.signer, SignerConfig::Kms(ref s) if s.key_version == v));
         let e = with(&[("MAPI_HOME", &home), audience, ("MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT", "nobody")])
             .expect_err("not an e-mail");
         assert!(e.to_string().contains("nobody"), "{e}");

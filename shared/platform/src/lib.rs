@@ -24,11 +24,14 @@ use mapi_objects::fs::FsObjectStore;
 use mapi_objects::signed::UrlSigner;
 use mapi_queue::sqlite::SqliteQueue;
 use mapi_queue::{QueueConfig, QueueName, RetryConfig, TaskQueue};
+use mapi_signer::Signer;
+use mapi_signer::local::LocalSigner;
 use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
 pub use config::{
-    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, Profile, PushAuthConfig, Secrets, VARIABLES, variables,
+    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, Profile, PushAuthConfig, Secrets, SignerConfig,
+    VARIABLES, variables,
 };
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
@@ -48,6 +51,8 @@ pub struct Platform {
     pub bootstrap: Arc<dyn ObjectStore>,
     pub queue: Arc<dyn TaskQueue>,
     pub executor: Arc<dyn Executor>,
+    /// Signs and verifies model-version bundle manifests.
+    pub signer: Arc<dyn Signer>,
     pub clock: Arc<dyn Clock>,
     pub metrics: Metrics,
     pub pepper: Pepper,
@@ -122,6 +127,25 @@ pub enum StartError {
     Executor(#[from] mapi_executor::ExecutorError),
     #[error(transparent)]
     CloudRun(#[from] mapi_cloudrun::BuildError),
+    #[error("cannot start the bundle signer: {0}")]
+    Signer(#[from] mapi_signer::SignError),
+}
+
+/// The signer `config` selects: the local key (made on first use), or the
+/// Cloud KMS key version with its public keys loaded (anonymous only
+/// towards a plain-HTTP endpoint, which can only be a local fake).
+pub async fn signer(config: &Config) -> Result<Arc<dyn Signer>, StartError> {
+    Ok(match &config.signer {
+        SignerConfig::Local { key_file, trusted } => Arc::new(LocalSigner::open(key_file, true, trusted)?),
+        SignerConfig::Kms(settings) => {
+            let credentials = if settings.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+                mapi_signer::kms::Credentials::Anonymous
+            } else {
+                mapi_signer::kms::Credentials::ApplicationDefault
+            };
+            Arc::new(mapi_signer::kms::KmsSigner::connect(settings.clone(), credentials).await?)
+        }
+    })
 }
 
 /// The verifier of session tokens, when an issuer is configured.
@@ -155,8 +179,29 @@ fn queue_config(name: &str) -> Result<QueueConfig, mapi_queue::QueueError> {
 impl Platform {
     /// The platform on embedded adapters under `config.home`: SQLite store
     /// and queue in `mapi.db`, objects under `objects/`, executions under
-    /// `executions/`. `worker` is how to start `mapi-worker`.
+    /// `executions/`. `worker` is how to start `mapi-worker`. The signer
+    /// is the local key (`MAPI_SIGNER=kms` is connected by
+    /// [`Platform::configured`]).
     pub fn embedded(config: Config, clock: Arc<dyn Clock>, worker: Command) -> Result<Platform, StartError> {
+        let signer: Arc<dyn Signer> = match &config.signer {
+            SignerConfig::Local { key_file, trusted } => {
+                Arc::new(LocalSigner::open(key_file, true, trusted)?)
+            }
+            SignerConfig::Kms(_) => {
+                return Err(
+                    ConfigError::Invalid("MAPI_SIGNER=kms: start with Platform::configured".into()).into()
+                );
+            }
+        };
+        Platform::embedded_with(config, clock, worker, signer)
+    }
+
+    fn embedded_with(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        worker: Command,
+        bundle_signer: Arc<dyn Signer>,
+    ) -> Result<Platform, StartError> {
         let home = config.home.clone();
         std::fs::create_dir_all(&home)
             .map_err(|e| ConfigError::Invalid(format!("MAPI_HOME {}: {e}", home.display())))?;
@@ -197,6 +242,7 @@ impl Platform {
             bootstrap: Arc::new(bootstrap.clone()),
             queue: Arc::new(queue.clone()),
             executor: Arc::new(executor.clone()),
+            signer: bundle_signer,
             clock,
             metrics: Metrics::new(),
             pepper,
@@ -214,7 +260,8 @@ impl Platform {
         clock: Arc<dyn Clock>,
         worker: Command,
     ) -> Result<Platform, StartError> {
-        let mut platform = Platform::embedded(config, clock, worker)?;
+        let signer = signer(&config).await?;
+        let mut platform = Platform::embedded_with(config, clock, worker, signer)?;
         if let Some(settings) = platform.config.cloudrun.clone() {
             let credentials = if settings.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
                 mapi_cloudrun::Credentials::Anonymous

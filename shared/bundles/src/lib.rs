@@ -1,0 +1,254 @@
+//! Model-version bundles. A successful fit's outputs become a bundle: a
+//! manifest listing every artifact with its generation, size and SHA-256,
+//! signed by the platform's [`Signer`], stored beside the artifacts as
+//! `{prefix}/manifest.json` (the exact signed bytes) and
+//! `{prefix}/manifest.sig.json`, both create-only.
+//!
+//! URLs to a bundle's artifacts are minted only after its manifest verifies
+//! (locally, with the keys loaded at start) and each artifact still has the
+//! generation and size the manifest names. Any mismatch is
+//! [`BundleError::Integrity`]: refused, logged as an `ALARM`, for the
+//! caller to audit.
+//!
+//! Architecture invariant: no URL to an artifact is minted from a manifest
+//! that has not verified in the same call.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use mapi_objects::{Generation, IfGeneration, ObjectError, ObjectKey, ObjectStore, SignedMethod};
+use mapi_signer::{SignError, Signature, Signer};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// One artifact as the manifest pins it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    pub key: ObjectKey,
+    pub generation: Generation,
+    pub size: u64,
+    /// Hex SHA-256 of the bytes.
+    pub sha256: String,
+}
+
+/// A bundle's manifest: what was signed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The bundle's prefix.
+    pub bundle: ObjectKey,
+    /// In key order.
+    pub artifacts: Vec<Artifact>,
+}
+
+/// Why a bundle could not be made or used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BundleError {
+    #[error(transparent)]
+    Objects(#[from] ObjectError),
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    /// The manifest does not verify, or an artifact is not the one it pins:
+    /// refuse, and audit.
+    #[error("bundle {bundle} failed its integrity check: {detail}")]
+    Integrity { bundle: String, detail: String },
+}
+
+fn manifest_key(prefix: &ObjectKey) -> Result<ObjectKey, ObjectError> {
+    prefix.join("manifest.json")
+}
+
+fn signature_key(prefix: &ObjectKey) -> Result<ObjectKey, ObjectError> {
+    prefix.join("manifest.sig.json")
+}
+
+fn integrity(prefix: &ObjectKey, detail: impl Into<String>) -> BundleError {
+    let detail = detail.into();
+    tracing::error!(bundle = %prefix, %detail, "ALARM bundle integrity check failed");
+    BundleError::Integrity { bundle: prefix.to_string(), detail }
+}
+
+fn internal(e: serde_json::Error) -> BundleError {
+    BundleError::Objects(ObjectError::Internal(e.to_string()))
+}
+
+/// Seals `artifacts` under `prefix`: hashes each as it is now, signs the
+/// manifest, writes manifest and signature create-only. Sealing again
+/// (a retry whose answer was lost) returns the bundle already sealed, if it verifies.
+pub async fn seal(
+    objects: &dyn ObjectStore,
+    signer: &dyn Signer,
+    prefix: &ObjectKey,
+    artifacts: &[ObjectKey],
+) -> Result<Manifest, BundleError> {
+    let mut keys = artifacts.to_vec();
+    keys.sort();
+    keys.dedup();
+    let mut pinned = Vec::with_capacity(keys.len());
+    for key in keys {
+        let (meta, bytes) = objects.get(&key, None).await?;
+        pinned.push(Artifact {
+            key,
+            generation: meta.generation,
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+        });
+    }
+    let manifest = Manifest { bundle: prefix.clone(), artifacts: pinned };
+    let bytes = serde_json::to_vec(&manifest).map_err(internal)?;
+    let signature = signer.sign(&bytes).await?;
+    let sig_bytes = serde_json::to_vec(&signature).map_err(internal)?;
+    let written = objects
+        .put(&manifest_key(prefix)?, Bytes::from(bytes), "application/json", IfGeneration::ABSENT)
+        .await;
+    match written {
+        Ok(_) => {}
+        Err(ObjectError::PreconditionFailed(_)) => return open(objects, signer, prefix).await,
+        Err(e) => return Err(e.into()),
+    }
+    objects
+        .put(&signature_key(prefix)?, Bytes::from(sig_bytes), "application/json", IfGeneration::ABSENT)
+        .await?;
+    Ok(manifest)
+}
+
+/// Reads and verifies a bundle's manifest.
+pub async fn open(
+    objects: &dyn ObjectStore,
+    signer: &dyn Signer,
+    prefix: &ObjectKey,
+) -> Result<Manifest, BundleError> {
+    let (_, bytes) = objects.get(&manifest_key(prefix)?, None).await?;
+    let (_, sig) = objects.get(&signature_key(prefix)?, None).await?;
+    let signature: Signature =
+        serde_json::from_slice(&sig).map_err(|e| integrity(prefix, format!("unreadable signature: {e}")))?;
+    signer.verify(&bytes, &signature).map_err(|e| integrity(prefix, e.to_string()))?;
+    let manifest: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| integrity(prefix, format!("unreadable manifest: {e}")))?;
+    if manifest.bundle != *prefix {
+        return Err(integrity(prefix, format!("the manifest is of bundle {}", manifest.bundle)));
+    }
+    Ok(manifest)
+}
+
+/// GET URLs to every artifact of a bundle, minted only after its manifest
+/// verified and each artifact still has the generation and size it pins.
+pub async fn artifact_urls(
+    objects: &dyn ObjectStore,
+    signer: &dyn Signer,
+    prefix: &ObjectKey,
+    expires_in: Duration,
+) -> Result<Vec<(ObjectKey, String)>, BundleError> {
+    let manifest = open(objects, signer, prefix).await?;
+    let mut urls = Vec::with_capacity(manifest.artifacts.len());
+    for a in &manifest.artifacts {
+        let meta = objects.head(&a.key).await?;
+        if (meta.generation, meta.size) != (a.generation, a.size) {
+            return Err(integrity(prefix, format!("{} is not the generation the manifest pins", a.key)));
+        }
+        urls.push((a.key.clone(), objects.signed_url(SignedMethod::Get, &a.key, expires_in).await?));
+    }
+    Ok(urls)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use mapi_clock::VirtualClock;
+    use mapi_domain::Timestamp;
+    use mapi_objects::fs::FsObjectStore;
+    use mapi_objects::signed::UrlSigner;
+    use mapi_signer::local::LocalSigner;
+
+    use super::*;
+
+    fn key(s: &str) -> ObjectKey {
+        ObjectKey::parse(s).expect("key")
+    }
+
+    struct Env {
+        _dir: tempfile::TempDir,
+        objects: FsObjectStore,
+        signer: LocalSigner,
+    }
+
+    async fn env() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+        let objects = FsObjectStore::open(
+            dir.path(),
+            "data",
+            UrlSigner::new(b"k".to_vec(), "http://127.0.0.1:9"),
+            clock,
+        )
+        .expect("store");
+        for (k, body) in
+            [("t/a/runs/r1/model.json", &b"{\"w\":[1,2]}"[..]), ("t/a/runs/r1/metrics.json", b"{}")]
+        {
+            objects
+                .put(&key(k), Bytes::from_static(body), "application/json", IfGeneration::ABSENT)
+                .await
+                .expect("put");
+        }
+        let signer = LocalSigner::from_pem(&LocalSigner::generate_pem().expect("key"), &[]).expect("signer");
+        Env { _dir: dir, objects, signer }
+    }
+
+    const PREFIX: &str = "t/a/runs/r1/bundle";
+    const ARTIFACTS: [&str; 2] = ["t/a/runs/r1/model.json", "t/a/runs/r1/metrics.json"];
+
+    async fn sealed(e: &Env) -> Manifest {
+        let artifacts: Vec<ObjectKey> = ARTIFACTS.iter().map(|k| key(k)).collect();
+        seal(&e.objects, &e.signer, &key(PREFIX), &artifacts).await.expect("seal")
+    }
+
+    #[tokio::test]
+    async fn a_sealed_bundle_pins_every_artifact_and_mints_urls() {
+        let e = env().await;
+        let m = sealed(&e).await;
+        assert_eq!(m.artifacts.len(), 2);
+        assert_eq!(m.artifacts[1].sha256, hex::encode(Sha256::digest(b"{\"w\":[1,2]}")));
+        let urls =
+            artifact_urls(&e.objects, &e.signer, &key(PREFIX), Duration::from_secs(60)).await.expect("urls");
+        let keys: Vec<String> = urls.iter().map(|(k, _)| k.to_string()).collect();
+        assert_eq!(keys, ["t/a/runs/r1/metrics.json", "t/a/runs/r1/model.json"]);
+        assert_eq!(sealed(&e).await, m, "a retried seal returns the sealed bundle");
+    }
+
+    #[tokio::test]
+    async fn no_url_from_a_tampered_or_foreign_manifest_or_a_replaced_artifact() {
+        let e = env().await;
+        sealed(&e).await;
+        let p = key(PREFIX);
+        let urls = || artifact_urls(&e.objects, &e.signer, &p, Duration::from_secs(60));
+
+        let (_, good) = e.objects.get(&manifest_key(&p).expect("key"), None).await.expect("manifest");
+        let forged = String::from_utf8(good.to_vec()).expect("utf8").replacen("\"size\":2", "\"size\":3", 1);
+        e.objects
+            .put(&manifest_key(&p).expect("key"), Bytes::from(forged), "application/json", IfGeneration::Any)
+            .await
+            .expect("tamper");
+        assert!(matches!(urls().await, Err(BundleError::Integrity { .. })), "a changed manifest");
+        e.objects
+            .put(&manifest_key(&p).expect("key"), good, "application/json", IfGeneration::Any)
+            .await
+            .expect("restore");
+        urls().await.expect("the original verifies");
+
+        let stranger =
+            LocalSigner::from_pem(&LocalSigner::generate_pem().expect("key"), &[]).expect("signer");
+        let r = artifact_urls(&e.objects, &stranger, &p, Duration::from_secs(60)).await;
+        assert!(matches!(r, Err(BundleError::Integrity { .. })), "an untrusted key");
+
+        e.objects
+            .put(
+                &key(ARTIFACTS[0]),
+                Bytes::from_static(b"{\"w\":[9,9]}"),
+                "application/json",
+                IfGeneration::Any,
+            )
+            .await
+            .expect("replace");
+        assert!(matches!(urls().await, Err(BundleError::Integrity { .. })), "a replaced artifact");
+    }
+}

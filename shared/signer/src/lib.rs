@@ -1,0 +1,202 @@
+//! The Signer port: signatures over the manifests of model-version bundles.
+//! Two adapters: a local PEM key ([`local::LocalSigner`], the default) and
+//! Cloud KMS ([`kms::KmsSigner`], `MAPI_SIGNER=kms`).
+//!
+//! Signing may do I/O (KMS); verifying never does: every adapter loads the
+//! public keys of its active and trusted key versions at start into
+//! [`TrustedKeys`], so a manifest is verified before URLs are minted
+//! without waiting for anything. Every signature is verified locally
+//! before `sign` returns it.
+//!
+//! Key rotation, in three steps: make a new key version; make it the
+//! active one; keep the old one trusted until no model version it signed
+//! is in use. A signature names the key version that made it, so the
+//! verifier picks the key without trying each.
+//!
+//! Architecture invariant: `verify` does no I/O.
+
+pub mod kms;
+pub mod local;
+mod pem;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use aws_lc_rs::signature::{self, ParsedPublicKey, VerificationAlgorithm};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use pem::{pem_decode, pem_encode};
+
+/// The signature algorithms a key version may have (KMS's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    EcP256Sha256,
+    RsaPss2048Sha256,
+    RsaPss3072Sha256,
+    RsaPss4096Sha256,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::EcP256Sha256,
+        Algorithm::RsaPss2048Sha256,
+        Algorithm::RsaPss3072Sha256,
+        Algorithm::RsaPss4096Sha256,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::EcP256Sha256 => "EC_SIGN_P256_SHA256",
+            Algorithm::RsaPss2048Sha256 => "RSA_SIGN_PSS_2048_SHA256",
+            Algorithm::RsaPss3072Sha256 => "RSA_SIGN_PSS_3072_SHA256",
+            Algorithm::RsaPss4096Sha256 => "RSA_SIGN_PSS_4096_SHA256",
+        }
+    }
+
+    fn verification(self) -> &'static dyn VerificationAlgorithm {
+        match self {
+            Algorithm::EcP256Sha256 => &signature::ECDSA_P256_SHA256_ASN1,
+            Algorithm::RsaPss2048Sha256 | Algorithm::RsaPss3072Sha256 | Algorithm::RsaPss4096Sha256 => {
+                &signature::RSA_PSS_2048_8192_SHA256
+            }
+        }
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Algorithm, String> {
+        Algorithm::ALL.into_iter().find(|a| a.as_str() == s).ok_or_else(|| {
+            format!("unsupported signing algorithm `{s}`: use EC_SIGN_P256_SHA256 or RSA_SIGN_PSS_*_SHA256")
+        })
+    }
+}
+
+impl Serialize for Algorithm {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Algorithm {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A signature and what made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    /// The key version: a KMS `…/cryptoKeyVersions/N` name, or `local/{fingerprint}`.
+    pub key_version: String,
+    pub algorithm: Algorithm,
+    /// The signature bytes (DER for ECDSA), base64 in JSON.
+    #[serde(with = "base64_bytes")]
+    pub value: Vec<u8>,
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        STANDARD.decode(String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why a signature could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    /// The key or its configuration cannot be used (fails the start).
+    #[error("signing key unusable: {0}")]
+    Config(String),
+    /// The signing service could not be reached or refused for now: retry.
+    #[error("signing service unavailable: {0}")]
+    Unavailable(String),
+    /// The answer was damaged in transit or is not what was asked for (a
+    /// CRC32C mismatch, another key version, a signature that does not
+    /// verify): nothing was kept; the call may be retried.
+    #[error("signature integrity check failed: {0}")]
+    Integrity(String),
+}
+
+/// Why a signature does not verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// Made by a key version that is neither active nor trusted.
+    #[error("signed by key version `{0}`, which is not trusted")]
+    UntrustedKey(String),
+    /// Not a signature of this message by that key.
+    #[error("the signature does not verify")]
+    Invalid,
+}
+
+/// The Signer port.
+#[async_trait]
+pub trait Signer: Send + Sync + Debug {
+    /// The key version new signatures are made with.
+    fn key_version(&self) -> &str;
+
+    /// Signs `message`. The returned signature has been verified locally.
+    async fn sign(&self, message: &[u8]) -> Result<Signature, SignError>;
+
+    /// Verifies with the keys loaded at start: no I/O.
+    fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), VerifyError>;
+}
+
+/// The public keys of the active and trusted key versions, by name.
+#[derive(Clone, Default)]
+pub struct TrustedKeys {
+    keys: BTreeMap<String, (Algorithm, ParsedPublicKey)>,
+}
+
+impl Debug for TrustedKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.keys.keys()).finish()
+    }
+}
+
+impl TrustedKeys {
+    /// Adds a key version's public key (DER SubjectPublicKeyInfo).
+    pub fn insert(&mut self, version: &str, algorithm: Algorithm, spki_der: &[u8]) -> Result<(), SignError> {
+        let key = ParsedPublicKey::new(algorithm.verification(), spki_der).map_err(|e| {
+            SignError::Config(format!(
+                "the public key of `{version}` is not a {} key: {e}",
+                algorithm.as_str()
+            ))
+        })?;
+        self.keys.insert(version.to_owned(), (algorithm, key));
+        Ok(())
+    }
+
+    /// Adds a key version's public key from a `PUBLIC KEY` PEM.
+    pub fn insert_pem(&mut self, version: &str, algorithm: Algorithm, pem: &str) -> Result<(), SignError> {
+        let der =
+            pem_decode(pem, "PUBLIC KEY").map_err(|e| SignError::Config(format!("`{version}`: {e}")))?;
+        self.insert(version, algorithm, &der)
+    }
+
+    pub fn contains(&self, version: &str) -> bool {
+        self.keys.contains_key(version)
+    }
+
+    pub fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), VerifyError> {
+        let Some((algorithm, key)) = self.keys.get(&signature.key_version) else {
+            return Err(VerifyError::UntrustedKey(signature.key_version.clone()));
+        };
+        if *algorithm != signature.algorithm {
+            return Err(VerifyError::Invalid);
+        }
+        key.verify_sig(message, &signature.value).map_err(|_| VerifyError::Invalid)
+    }
+}
