@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub mod chaos;
 pub mod fake_cloudrun;
 pub mod scripted;
 
 use mapi_cli::dev::DevPlatform;
-pub use mapi_cli::dev::Options;
+pub use mapi_cli::dev::{Options, QueueWrap};
 use mapi_executor::local::layout::Command;
 use mapi_platform::Config;
 
