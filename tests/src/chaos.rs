@@ -6,8 +6,8 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -59,18 +59,26 @@ pub struct Tally {
 }
 
 struct ProxyState {
-    target: String,
+    target: Mutex<String>,
+    /// Replaces the delivery's `Authorization` when set.
+    auth: Mutex<Option<String>>,
     faults: Faults,
     http: reqwest::Client,
     tally: Arc<Tally>,
 }
 
 /// A running proxy. Stops when dropped.
-#[derive(Debug)]
 pub struct ChaosProxy {
     pub url: String,
     pub tally: Arc<Tally>,
+    state: Arc<ProxyState>,
     server: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ChaosProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChaosProxy").field("url", &self.url).finish_non_exhaustive()
+    }
 }
 
 impl Drop for ChaosProxy {
@@ -81,11 +89,19 @@ impl Drop for ChaosProxy {
 
 async fn forward(s: &ProxyState, uri: &Uri, headers: &HeaderMap, body: Bytes) -> StatusCode {
     s.tally.forwarded.fetch_add(1, Ordering::Relaxed);
-    let mut req = s.http.post(format!("{}{}", s.target, uri.path())).body(body);
+    let target = s.target.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let auth = s.auth.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut req = s.http.post(format!("{target}{}", uri.path())).body(body);
     for (k, v) in headers {
-        if k.as_str().starts_with("x-cloudtasks-") || k == "authorization" || k == "content-type" {
+        let keep = k.as_str().starts_with("x-cloudtasks-")
+            || k == "content-type"
+            || (k == "authorization" && auth.is_none());
+        if keep {
             req = req.header(k, v);
         }
+    }
+    if let Some(token) = auth {
+        req = req.bearer_auth(token);
     }
     match req.send().await {
         Ok(r) => StatusCode::from_u16(r.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY),
@@ -122,17 +138,31 @@ impl ChaosProxy {
     pub async fn start(target: &str, faults: Faults) -> ChaosProxy {
         let tally = Arc::new(Tally::default());
         let state = Arc::new(ProxyState {
-            target: target.trim_end_matches('/').to_owned(),
+            target: Mutex::new(target.trim_end_matches('/').to_owned()),
+            auth: Mutex::new(None),
             faults,
             http: reqwest::Client::new(),
             tally: tally.clone(),
         });
-        let app = axum::Router::new().fallback(handle).with_state(state);
+        let app = axum::Router::new().fallback(handle).with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let url = format!("http://{}", listener.local_addr().expect("proxy address"));
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        ChaosProxy { url, tally, server }
+        ChaosProxy { url, tally, state, server }
+    }
+
+    /// Forwards to `target` from now on.
+    pub fn set_target(&self, target: &str) {
+        *self.state.target.lock().unwrap_or_else(|e| e.into_inner()) =
+            target.trim_end_matches('/').to_owned();
+    }
+
+    /// Presents `token` to the target instead of the delivery's own
+    /// credential: what Cloud Run's IAM check in front of a service does
+    /// with Cloud Tasks' OIDC token, turned into the platform's internal caller.
+    pub fn set_auth(&self, token: &str) {
+        *self.state.auth.lock().unwrap_or_else(|e| e.into_inner()) = Some(token.to_owned());
     }
 }

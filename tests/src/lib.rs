@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 pub mod chaos;
 pub mod fake_cloudrun;
+pub mod fake_cloudtasks;
 pub mod scripted;
 
 use mapi_cli::dev::DevPlatform;
