@@ -79,6 +79,9 @@ enum Command {
     /// Submit, watch and cancel runs.
     #[command(subcommand)]
     Runs(RunsCmd),
+    /// Item jobs: a method on every line of a JSON Lines file.
+    #[command(subcommand)]
+    Jobs(crate::jobs::JobsCmd),
     /// Measure this machine (see BENCHMARKS.md).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -290,6 +293,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Datasets(cmd) => datasets(&ctx, cmd).await,
         Command::Runs(cmd) => runs(&ctx, cmd).await,
+        Command::Jobs(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::jobs::run(&ctx.client, scope, parse_params, cmd, ctx.json).await
+        }
     }
 }
 

@@ -398,3 +398,45 @@ async fn bad_jobs_are_problems_and_the_platform_describes_itself() {
     let (_, health) = p.call(&token, Method::GET, "/health", None).await;
     assert_eq!(health, json!({"status": "ok"}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_submits_watches_and_reads_a_job() {
+    let p = quiet(&[], None).await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("items.jsonl");
+    std::fs::write(&file, "{\"text\": \"one two\"}\n\n\"three four five\"\n{\"nope\": 1}\n").expect("write");
+    let mapi = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(mapi_tests::binary("mapi"));
+        c.args(["--url", &p.platform.url, "--token", p.token()]).args(args).env("MAPI_HOME", dir.path());
+        c.output()
+    };
+    let out = mapi(&[
+        "--json",
+        "jobs",
+        "submit",
+        "text.stats",
+        "--items",
+        file.to_str().expect("path"),
+        "--watch",
+        "--tenant",
+        "dev",
+        "--project",
+        "default",
+    ])
+    .await
+    .expect("mapi jobs submit");
+    assert_eq!(out.status.code(), Some(1), "one item failed, so the job is not a success");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["state"], "completed_with_errors");
+    assert_eq!((v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64()), (Some(2), Some(1)));
+    let id = v["id"].as_str().expect("id");
+    let out = mapi(&["jobs", "items", id, "--state", "failed"]).await.expect("items");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("input: the item has no string field `text`"), "{text}");
+    let out = mapi(&["jobs", "log", id, "1"]).await.expect("log");
+    let line: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!((line["outcome"].as_str(), line["attempt"].as_u64()), (Some("succeeded"), Some(1)));
+    let out = mapi(&["jobs", "get", id]).await.expect("get");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3 total: 2 succeeded, 1 failed"));
+}
