@@ -105,6 +105,20 @@ enum BenchCmd {
         #[arg(long, default_value = "full")]
         sync: String,
     },
+    /// Item jobs: submit latency per job size, and items per second end to end.
+    Jobs {
+        /// Job sizes whose submit latency is measured.
+        #[arg(long, value_delimiter = ',', default_value = "10,1000,100000")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 5)]
+        samples: usize,
+        /// Items of the job measured end to end.
+        #[arg(long, default_value_t = 5000)]
+        e2e_items: usize,
+        /// SQLite synchronous setting: full or normal.
+        #[arg(long, default_value = "full")]
+        sync: String,
+    },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
         /// A function binary, e.g. target/release/mapi-submit.
@@ -340,6 +354,16 @@ async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
             };
             serde_json::to_value(
                 crate::bench::submit(dir.path(), runs, concurrency.max(1), durability).await?,
+            )?
+        }
+        BenchCmd::Jobs { sizes, samples, e2e_items, sync } => {
+            let durability = match sync.as_str() {
+                "full" => mapi_store::sqlite::Durability::Full,
+                "normal" => mapi_store::sqlite::Durability::Normal,
+                other => return Err(format!("--sync {other}: use full or normal").into()),
+            };
+            serde_json::to_value(
+                crate::bench::jobs(dir.path(), &sizes, samples.max(1), e2e_items.max(1), durability).await?,
             )?
         }
         BenchCmd::ColdStart { binary, samples } => {
