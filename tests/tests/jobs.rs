@@ -440,3 +440,57 @@ async fn the_cli_submits_watches_and_reads_a_job() {
     let out = mapi(&["jobs", "get", id]).await.expect("get");
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 total: 2 succeeded, 1 failed"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_housekeeper_deletes_jobs_past_their_retention() {
+    let clock = Arc::new(mapi_clock::VirtualClock::new(mapi_domain::Timestamp::from_secs(1_800_000_000)));
+    let p = TestPlatform::start_with(
+        &[("MAPI_JOB_RETENTION_DAYS", "7")],
+        Options { background: false, clock: clock.clone(), ..Options::default() },
+    )
+    .await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    let items: Vec<Value> = (0..30).map(|i| json!(i)).collect();
+    // Virtual time stands still unless moved: move it while waiting, so
+    // retries and waits scheduled ahead come due.
+    let settle = |id: String| {
+        let (p, clock, token) = (&p, clock.clone(), token.clone());
+        async move {
+            for _ in 0..600 {
+                if is_final(&job(p, &token, &id).await) {
+                    return;
+                }
+                clock.advance(Duration::from_secs(1));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("job {id} did not finish");
+        }
+    };
+    let old = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": items})).await;
+    settle(old.clone()).await;
+    clock.advance(Duration::from_secs(6 * 86_400));
+    let recent = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": [1, 2]})).await;
+    settle(recent.clone()).await;
+    clock.advance(Duration::from_secs(2 * 86_400));
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let (status, v) =
+        p.call(&internal, Method::POST, mapi_submit::jobs::housekeep::HOUSEKEEP_PATH, None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["deleted_jobs"], 1, "only the job older than 7 days: {v}");
+    // Per item a result, a usage and a log; the manifest and one chunk.
+    assert_eq!(v["deleted_objects"], 30 * 3 + 2, "{v}");
+    assert_eq!(p.call(&token, Method::GET, &format!("/v1/jobs/{old}"), None).await.0, 404);
+    let left =
+        p.platform.state.objects.list(&format!("t/dev/p/default/jobs/{old}/"), None, 10).await.expect("list");
+    assert!(left.objects.is_empty(), "{left:?}");
+    let markers = p
+        .platform
+        .state
+        .store
+        .query(&mapi_store::Query::new("job_items").filter("job", mapi_store::Op::Eq, old.as_str()), None)
+        .await
+        .expect("markers");
+    assert!(markers.is_empty());
+    assert_eq!(job(&p, &token, &recent).await["state"], "succeeded", "the recent job stays");
+}
