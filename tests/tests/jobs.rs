@@ -494,3 +494,19 @@ async fn the_housekeeper_deletes_jobs_past_their_retention() {
     assert!(markers.is_empty());
     assert_eq!(job(&p, &token, &recent).await["state"], "succeeded", "the recent job stays");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_and_task_routes_can_be_served_by_separate_deployments() {
+    let internal_item = json!({"job": "job_01arz3ndektsv4rrffq69g5fav", "idx": 0, "round": 0, "item": 1});
+    for (routes, api_status, task_status) in [("api", 200, 404), ("tasks", 404, 200), ("all", 200, 200)] {
+        let p = quiet(&[("MAPI_ROUTES", routes)], None).await;
+        let token = p.token().to_owned();
+        let (api, _) = p.call(&token, Method::GET, "/v1/usage", None).await;
+        let internal = p.platform.state.config.secrets.internal_token.clone();
+        let (task, body) =
+            p.call(&internal, Method::POST, mapi_jobs::tasks::ITEM_PATH, Some(internal_item.clone())).await;
+        assert_eq!((api, task), (api_status, task_status), "MAPI_ROUTES={routes}: {body}");
+        let (_, manifest) = p.call(&token, Method::GET, "/manifest", None).await;
+        assert_eq!(manifest["routes"], routes);
+    }
+}
