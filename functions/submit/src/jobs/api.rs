@@ -287,9 +287,6 @@ pub async fn submit(
         cancel_requested_at: None,
     };
     write_manifest(&state, &job, spec.items).await?;
-    // The fan-out task goes first: if the commit below fails, it finds no
-    // job and gives up; the other way round a stored job could wait forever.
-    push_fanout(&state, &id, 0, None).await?;
     let record = Audit::by(&caller, "job.create", format!("jobs/{id}"))
         .tenant(&tenant)
         .project(&project)
@@ -302,6 +299,18 @@ pub async fn submit(
         Ok(tx.finish(()))
     })
     .await?;
+    if let Err(e) = push_fanout(&state, &id, 0, None).await {
+        // Nothing will fan the job out: take it back, so no job waits
+        // forever in `enqueuing`. Its manifest objects stay behind (logged).
+        let key = mapi_runs::key::<JobDoc>(id.as_str())?;
+        if let Err(d) =
+            mapi_store::StoreExt::delete(&*state.store, &key, mapi_store::Precondition::None).await
+        {
+            tracing::error!(job = %id, error = %d, "a job whose fan-out could not be enqueued stays stored");
+        }
+        tracing::warn!(job = %id, error = %e, "the fan-out could not be enqueued: job withdrawn, manifest objects left");
+        return Err(e);
+    }
     tracing::info!(job = %id, method = %job.method, items = n, "job submitted");
     Ok((StatusCode::CREATED, Json(view(&state, &job).await?)))
 }

@@ -32,7 +32,7 @@ use super::api::{push_fanout, push_items, read_items};
 use super::load;
 
 /// A fan-out task that finds no job after this many deliveries gives up:
-/// the submit that enqueued it failed before storing the job.
+/// the job was withdrawn (its submit failed) or deleted by the housekeeper.
 const ORPHAN_DELIVERIES: u32 = 20;
 
 /// What a step did.
