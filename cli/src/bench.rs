@@ -13,6 +13,10 @@
 //!   path (push token, envelope, HMAC, dedupe, merge into the store), with a
 //!   new token on every push and with one token for all, beside the bare
 //!   cost of one RS256 verification measured in the same process.
+//! - `jobs`: item jobs: the submit latency of jobs of several sizes with
+//!   nothing delivering (the manifest objects and one fan-out task are all
+//!   a submit writes), then one job of a trivial method (`item.echo`) from
+//!   submit to its last item, with the deliverer running.
 //! - `cold-start`: a function binary from process start to its first 200
 //!   from `/health`, its size on disk and its resident memory when idle.
 
@@ -581,5 +585,135 @@ pub async fn events(
         rs256_verify_us: rs256.as_secs_f64() * 1e6,
         verifier_verify_us: full_verify.as_secs_f64() * 1e6,
         errors: distinct.errors + reused.errors,
+    })
+}
+
+/// Submit latency of one job size.
+#[derive(Debug, Serialize)]
+pub struct JobSubmitLatency {
+    pub items: usize,
+    pub body_bytes: usize,
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub max_ms: f64,
+}
+
+/// The figures of one item-job benchmark.
+#[derive(Debug, Serialize)]
+pub struct JobsReport {
+    pub durability: String,
+    pub submit: Vec<JobSubmitLatency>,
+    pub e2e_items: usize,
+    pub e2e_seconds: f64,
+    pub e2e_items_per_s: f64,
+}
+
+async fn bench_platform(
+    home: &Path,
+    sync: &str,
+    background: bool,
+) -> Result<DevPlatform, Box<dyn std::error::Error>> {
+    let config = mapi_platform::Config::from_lookup(&|k| match k {
+        "MAPI_HOME" => Some(home.to_string_lossy().into_owned()),
+        "MAPI_SQLITE_SYNC" => Some(sync.to_owned()),
+        "MAPI_LOG" => Some("warn".to_owned()),
+        _ => None,
+    })?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let worker = mapi_platform::worker_command(None, true);
+    let options = crate::dev::Options { background, ..Default::default() };
+    Ok(DevPlatform::start_with(config, listener, worker, options).await?)
+}
+
+fn job_body(items: usize) -> Vec<u8> {
+    let items: Vec<serde_json::Value> = (0..items).map(|i| serde_json::json!({"i": i})).collect();
+    serde_json::to_vec(&serde_json::json!({"method": "item.echo", "items": items})).unwrap_or_default()
+}
+
+/// Item jobs on the embedded defaults: the submit latency of each size in
+/// `sizes` with nothing delivering (so only the submit is measured: the
+/// manifest objects and one fan-out task), then, on a fresh platform with
+/// its deliverer, one job of `e2e_items` of `item.echo` from submit to the
+/// last item.
+pub async fn jobs(
+    dir: &Path,
+    sizes: &[usize],
+    samples: usize,
+    e2e_items: usize,
+    durability: Durability,
+) -> Result<JobsReport, Box<dyn std::error::Error>> {
+    let sync = if durability == Durability::Full { "full" } else { "normal" };
+    let http = reqwest::Client::new();
+    let platform = bench_platform(&dir.join("submit"), sync, false).await?;
+    let creds = platform.credentials.clone();
+    let url = format!("{}/v1/tenants/{}/projects/{}/jobs", platform.url, creds.tenant, creds.project);
+    let mut submit = Vec::new();
+    for &n in sizes {
+        let body = job_body(n);
+        let mut lat = Vec::new();
+        for _ in 0..samples {
+            let t = Instant::now();
+            let r = http
+                .post(&url)
+                .bearer_auth(&creds.token)
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await?;
+            let status = r.status();
+            let text = r.text().await?;
+            lat.push(t.elapsed());
+            if status != 201 {
+                return Err(format!("a {n}-item submit answered {status}: {text}").into());
+            }
+        }
+        lat.sort();
+        submit.push(JobSubmitLatency {
+            items: n,
+            body_bytes: body.len(),
+            samples,
+            p50_ms: percentile(&lat, 0.5),
+            max_ms: lat.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+        });
+    }
+    platform.shutdown().await;
+
+    let platform = bench_platform(&dir.join("e2e"), sync, true).await?;
+    let creds = platform.credentials.clone();
+    let url = format!("{}/v1/tenants/{}/projects/{}/jobs", platform.url, creds.tenant, creds.project);
+    let t = Instant::now();
+    let created: serde_json::Value = http
+        .post(&url)
+        .bearer_auth(&creds.token)
+        .header("content-type", "application/json")
+        .body(job_body(e2e_items))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = created["id"].as_str().ok_or("the submit answered no job id")?.to_owned();
+    let job_url = format!("{}/v1/jobs/{id}", platform.url);
+    loop {
+        let v: serde_json::Value = http.get(&job_url).bearer_auth(&creds.token).send().await?.json().await?;
+        match v["state"].as_str() {
+            Some("succeeded") => break,
+            Some("failed" | "completed_with_errors") => {
+                return Err(format!("the job ended {}", v["state"]).into());
+            }
+            _ => {}
+        }
+        if t.elapsed() > Duration::from_secs(1800) {
+            return Err("the job did not finish within 30 minutes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let e2e = t.elapsed().as_secs_f64();
+    platform.shutdown().await;
+    Ok(JobsReport {
+        durability: sync.to_owned(),
+        submit,
+        e2e_items,
+        e2e_seconds: e2e,
+        e2e_items_per_s: e2e_items as f64 / e2e,
     })
 }

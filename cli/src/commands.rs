@@ -79,6 +79,9 @@ enum Command {
     /// Submit, watch and cancel runs.
     #[command(subcommand)]
     Runs(RunsCmd),
+    /// Item jobs: a method on every line of a JSON Lines file.
+    #[command(subcommand)]
+    Jobs(crate::jobs::JobsCmd),
     /// Measure this machine (see BENCHMARKS.md).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -110,6 +113,20 @@ enum BenchCmd {
         events: usize,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
+        /// SQLite synchronous setting: full or normal.
+        #[arg(long, default_value = "full")]
+        sync: String,
+    },
+    /// Item jobs: submit latency per job size, and items per second end to end.
+    Jobs {
+        /// Job sizes whose submit latency is measured.
+        #[arg(long, value_delimiter = ',', default_value = "10,1000,100000")]
+        sizes: Vec<usize>,
+        #[arg(long, default_value_t = 5)]
+        samples: usize,
+        /// Items of the job measured end to end.
+        #[arg(long, default_value_t = 5000)]
+        e2e_items: usize,
         /// SQLite synchronous setting: full or normal.
         #[arg(long, default_value = "full")]
         sync: String,
@@ -305,6 +322,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Datasets(cmd) => datasets(&ctx, cmd).await,
         Command::Runs(cmd) => runs(&ctx, cmd).await,
+        Command::Jobs(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::jobs::run(&ctx.client, scope, parse_params, cmd, ctx.json).await
+        }
     }
 }
 
@@ -353,6 +374,10 @@ async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         )?,
         BenchCmd::Events { events, concurrency, sync } => serde_json::to_value(
             crate::bench::events(dir.path(), events.max(1), concurrency.max(1), durability(&sync)?).await?,
+        )?,
+        BenchCmd::Jobs { sizes, samples, e2e_items, sync } => serde_json::to_value(
+            crate::bench::jobs(dir.path(), &sizes, samples.max(1), e2e_items.max(1), durability(&sync)?)
+                .await?,
         )?,
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?

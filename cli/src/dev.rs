@@ -2,7 +2,8 @@
 //! embedded adapters. It serves all five functions' routes and the local
 //! object routes, and runs what Google runs in the cloud: the queue's
 //! deliverer (Cloud Tasks), the executor's log forwarder (Cloud Logging
-//! sink + Pub/Sub push) and the reconcile tick (Cloud Scheduler). All three
+//! sink + Pub/Sub push) and the reconcile tick and job housekeeper (Cloud
+//! Scheduler). All three
 //! reach the platform over HTTP, like their cloud counterparts, so the
 //! handlers are the same in both worlds.
 
@@ -229,11 +230,27 @@ pub struct Options {
     /// An executor to use instead of the local-process one (a scripted fake
     /// in tests); the log forwarder still reads the local one's directory.
     pub executor: Option<Arc<dyn Executor>>,
+    /// Wraps the queue the handlers push to (a wrapper that injects faults
+    /// in tests, or another adapter); the embedded deliverer still delivers
+    /// the embedded queue.
+    pub queue: Option<QueueWrap>,
+}
+
+type SharedQueue = Arc<dyn mapi_queue::TaskQueue>;
+
+/// Makes the handlers' queue from the embedded one.
+#[derive(Clone)]
+pub struct QueueWrap(pub Arc<dyn Fn(SharedQueue) -> SharedQueue + Send + Sync>);
+
+impl std::fmt::Debug for QueueWrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueueWrap(..)")
+    }
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { background: true, clock: Arc::new(SystemClock), executor: None }
+        Options { background: true, clock: Arc::new(SystemClock), executor: None, queue: None }
     }
 }
 
@@ -264,6 +281,9 @@ impl DevPlatform {
         let mut platform = Platform::configured(config, clock.clone(), worker).await?;
         if let Some(executor) = options.executor {
             platform.executor = executor;
+        }
+        if let Some(wrap) = options.queue {
+            platform.queue = (wrap.0)(platform.queue.clone());
         }
         let credentials = seed(&platform, &url).await?;
         let state = AppState(Arc::new(platform));
@@ -339,6 +359,7 @@ impl DevPlatform {
         }
         let tick = state.config.tick_interval;
         self.tasks.push(tokio::spawn({
+            let housekeep = format!("{url}{}", mapi_submit::jobs::housekeep::HOUSEKEEP_PATH);
             let (url, mut rx) = (format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped);
             async move {
                 loop {
@@ -346,10 +367,12 @@ impl DevPlatform {
                         _ = rx.wait_for(|s| *s) => return,
                         _ = tokio::time::sleep(tick) => {}
                     }
-                    match http.post(&url).bearer_auth(&internal).send().await {
-                        Ok(r) if r.status().is_success() => {}
-                        Ok(r) => tracing::warn!(status = %r.status(), "the reconcile tick failed"),
-                        Err(e) => tracing::warn!(error = %e, "the reconcile tick failed"),
+                    for (url, what) in [(&url, "the reconcile tick"), (&housekeep, "the job housekeeper")] {
+                        match http.post(url).bearer_auth(&internal).send().await {
+                            Ok(r) if r.status().is_success() => {}
+                            Ok(r) => tracing::warn!(status = %r.status(), "{what} failed"),
+                            Err(e) => tracing::warn!(error = %e, "{what} failed"),
+                        }
                     }
                 }
             }

@@ -15,5 +15,6 @@ pub mod bench;
 pub mod client;
 mod commands;
 pub mod dev;
+mod jobs;
 
 pub use commands::main;

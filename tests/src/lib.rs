@@ -7,13 +7,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub mod backend;
+pub mod chaos;
 pub mod fake_cloudrun;
+pub mod fake_cloudtasks;
 pub mod fake_kms;
 pub mod google;
 pub mod scripted;
 
 use mapi_cli::dev::DevPlatform;
-pub use mapi_cli::dev::Options;
+pub use mapi_cli::dev::{Options, QueueWrap};
 use mapi_executor::local::layout::Command;
 use mapi_platform::Config;
 

@@ -164,6 +164,7 @@ async fn scenario(seed: u64) -> usize {
             background: false,
             clock: clock.clone(),
             executor: Some(Arc::new(ScriptedExecutor::default())),
+            queue: None,
         },
     )
     .await;

@@ -35,7 +35,12 @@ impl Harness {
         vars.extend_from_slice(extra);
         let p = TestPlatform::start_with(
             &vars,
-            Options { background: false, clock: clock.clone(), executor: Some(executor.clone()) },
+            Options {
+                background: false,
+                clock: clock.clone(),
+                executor: Some(executor.clone()),
+                queue: None,
+            },
         )
         .await;
         let operator = p.login(OPERATOR).await;

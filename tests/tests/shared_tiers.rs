@@ -29,6 +29,7 @@ async fn rig() -> Rig {
         background: false,
         clock: clock.clone(),
         executor: Some(Arc::new(ScriptedExecutor::default())),
+        queue: None,
     };
     let p = TestPlatform::start_with(
         &[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@ver.test")],

@@ -28,7 +28,8 @@ async fn tick(p: &TestPlatform) -> serde_json::Value {
 async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
     let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
     let executor = Arc::new(ScriptedExecutor::default());
-    let options = Options { background: false, clock: clock.clone(), executor: Some(executor.clone()) };
+    let options =
+        Options { background: false, clock: clock.clone(), executor: Some(executor.clone()), queue: None };
     let p = TestPlatform::start_with(&[], options).await;
     let ds = p.upload("x,y\n1,2\n").await;
 

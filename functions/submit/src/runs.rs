@@ -30,8 +30,13 @@ async fn validate(
     spec: &RunSpecInput,
 ) -> Result<DatasetDoc, ApiError> {
     spec.check().map_err(|e| ApiError::invalid(e.to_string()))?;
-    let Some(method) = mapi_methods::find(&spec.method) else {
-        let known: Vec<&str> = mapi_methods::all().iter().map(|m| m.name).collect();
+    let dataset_method = mapi_methods::find(&spec.method).filter(|m| m.input == mapi_methods::Input::Dataset);
+    let Some(method) = dataset_method else {
+        let known: Vec<&str> = mapi_methods::all()
+            .iter()
+            .filter(|m| m.input == mapi_methods::Input::Dataset)
+            .map(|m| m.name)
+            .collect();
         return Err(ApiError::invalid(format!(
             "unknown method `{}`: use one of {}",
             spec.method.chars().take(64).collect::<String>(),

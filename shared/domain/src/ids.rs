@@ -148,6 +148,10 @@ string_id!(
     DatasetId, "dataset id", |s| check_generated("dataset id", "ds_", s)
 );
 string_id!(
+    /// An item job, issued by the platform (`job_…`).
+    JobId, "job id", |s| check_generated("job id", "job_", s)
+);
+string_id!(
     /// A person or service principal: a lower-case e-mail address.
     UserId, "user (e-mail address)", check_email
 );
@@ -183,6 +187,12 @@ impl RunId {
     /// A new run id from the time and 80 bits of entropy.
     pub fn generate(now: Timestamp, entropy: [u8; 10]) -> Self {
         RunId(format!("run_{}", encode_sortable(now, entropy)))
+    }
+}
+
+impl JobId {
+    pub fn generate(now: Timestamp, entropy: [u8; 10]) -> Self {
+        JobId(format!("job_{}", encode_sortable(now, entropy)))
     }
 }
 

@@ -17,6 +17,22 @@ pub const DIAG_SLEEP: &str = "diag.sleep";
 pub const DIAG_FAIL: &str = "diag.fail";
 /// `diag.alloc`: allocates and holds memory.
 pub const DIAG_ALLOC: &str = "diag.alloc";
+/// `item.echo`: returns the item (item jobs).
+pub const ITEM_ECHO: &str = "item.echo";
+/// `text.stats`: counts characters, words and lines of an item's text (item jobs).
+pub const TEXT_STATS: &str = "text.stats";
+/// `diag.item`: an item method that fails or sleeps as the item says (item jobs).
+pub const DIAG_ITEM: &str = "diag.item";
+
+/// What a method runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Input {
+    /// A run's dataset (a CSV), in an execution.
+    Dataset,
+    /// One JSON item of an item job, in the process that handles the item's task.
+    Item,
+}
 
 /// The JSON shape a parameter takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -83,6 +99,9 @@ pub struct MethodSpec {
     pub outputs: &'static [OutputSpec],
     /// Example params, as a JSON object.
     pub example: &'static str,
+    pub input: Input,
+    /// For item methods: an example item, as JSON.
+    pub example_item: Option<&'static str>,
 }
 
 impl MethodSpec {
@@ -98,7 +117,7 @@ const fn param(name: &'static str, kind: ParamKind, doc: &'static str) -> ParamS
     ParamSpec { name, kind, required: false, default: None, min: None, max: None, doc }
 }
 
-static METHODS: [MethodSpec; 5] = [
+static METHODS: [MethodSpec; 8] = [
     MethodSpec {
         name: DESCRIBE,
         summary: "Summary statistics (count, missing, mean, standard deviation, quartiles) of numeric columns.",
@@ -115,6 +134,8 @@ static METHODS: [MethodSpec; 5] = [
                   the names of the text columns in `text_columns`.",
         }],
         example: r#"{"columns": ["height", "weight"]}"#,
+        input: Input::Dataset,
+        example_item: None,
     },
     MethodSpec {
         name: LINEAR,
@@ -139,6 +160,8 @@ static METHODS: [MethodSpec; 5] = [
                   used and rows dropped for missing values.",
         }],
         example: r#"{"y": "Employed", "x": ["GNP", "Population"], "intercept": true}"#,
+        input: Input::Dataset,
+        example_item: None,
     },
     MethodSpec {
         name: DIAG_SLEEP,
@@ -178,6 +201,8 @@ static METHODS: [MethodSpec; 5] = [
                   `this_attempt_s`.",
         }],
         example: r#"{"seconds": 5, "checkpoint_every_s": 1}"#,
+        input: Input::Dataset,
+        example_item: None,
     },
     MethodSpec {
         name: DIAG_FAIL,
@@ -188,6 +213,8 @@ static METHODS: [MethodSpec; 5] = [
         }],
         outputs: &[],
         example: r#"{"message": "expected failure"}"#,
+        input: Input::Dataset,
+        example_item: None,
     },
     MethodSpec {
         name: DIAG_ALLOC,
@@ -212,6 +239,48 @@ static METHODS: [MethodSpec; 5] = [
             doc: "`allocated_mib` and `pages_touched` (4 KiB pages written and read back).",
         }],
         example: r#"{"mib": 64, "hold_s": 2}"#,
+        input: Input::Dataset,
+        example_item: None,
+    },
+    MethodSpec {
+        name: ITEM_ECHO,
+        summary: "Returns the item unchanged: the trivial method, for measuring the job pipeline.",
+        params: &[],
+        outputs: &[OutputSpec { name: "result.json", media_type: JSON, doc: "The item itself." }],
+        example: "{}",
+        input: Input::Item,
+        example_item: Some(r#"{"id": 1, "text": "hello"}"#),
+    },
+    MethodSpec {
+        name: TEXT_STATS,
+        summary: "Counts the characters, words and lines of a text: the item itself when it is a string, \
+                  else its field named by `field`.",
+        params: &[ParamSpec {
+            default: Some(r#""text""#),
+            ..param("field", ParamKind::Text, "The field of an object item that holds the text.")
+        }],
+        outputs: &[OutputSpec {
+            name: "result.json",
+            media_type: JSON,
+            doc: "`chars` (Unicode scalar values), `words` (runs of non-whitespace) and `lines`.",
+        }],
+        example: r#"{"field": "text"}"#,
+        input: Input::Item,
+        example_item: Some(r#"{"text": "two words\nand a line"}"#),
+    },
+    MethodSpec {
+        name: DIAG_ITEM,
+        summary: "Diagnostic item method: an object item with `fail_rounds: n` fails (for good) in its first n \
+                  rounds (retry-failed starts a new round), `flaky: n` fails transiently on its first n \
+                  attempts, `sleep_ms: n` sleeps; otherwise it returns the item.",
+        params: &[ParamSpec {
+            default: Some(r#""diag.item was asked to fail""#),
+            ..param("message", ParamKind::Text, "The error message of a failing item.")
+        }],
+        outputs: &[OutputSpec { name: "result.json", media_type: JSON, doc: "The item itself." }],
+        example: "{}",
+        input: Input::Item,
+        example_item: Some(r#"{"fail_rounds": 1, "flaky": 1, "sleep_ms": 10}"#),
     },
 ];
 
@@ -223,6 +292,18 @@ pub fn all() -> &'static [MethodSpec] {
 /// The method called `name`.
 pub fn find(name: &str) -> Option<&'static MethodSpec> {
     METHODS.iter().find(|m| m.name == name)
+}
+
+/// The registry's version: a hash of everything it describes (names,
+/// parameters, outputs, examples), so any change to a method's contract
+/// changes it. `/manifest` reports it.
+pub fn registry_version() -> String {
+    let described = serde_json::to_string(&METHODS[..]).unwrap_or_default();
+    // FNV-1a, 64 bits: stable across builds and platforms.
+    let hash = described
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    format!("r{hash:016x}")
 }
 
 /// Validated params of one method, with defaults filled in.
@@ -385,7 +466,7 @@ fn check_range(p: &ParamSpec, x: f64) -> Result<(), ParamError> {
     Ok(())
 }
 
-fn json_type(value: &Value) -> String {
+pub(crate) fn json_type(value: &Value) -> String {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -460,7 +541,14 @@ mod tests {
     #[test]
     fn registry_is_well_formed() {
         let names: Vec<_> = all().iter().map(|m| m.name).collect();
-        assert_eq!(names, [DESCRIBE, LINEAR, DIAG_SLEEP, DIAG_FAIL, DIAG_ALLOC]);
+        assert_eq!(
+            names,
+            [DESCRIBE, LINEAR, DIAG_SLEEP, DIAG_FAIL, DIAG_ALLOC, ITEM_ECHO, TEXT_STATS, DIAG_ITEM]
+        );
+        let items: Vec<_> = all().iter().filter(|m| m.input == Input::Item).map(|m| m.name).collect();
+        assert_eq!(items, [ITEM_ECHO, TEXT_STATS, DIAG_ITEM]);
+        assert!(all().iter().all(|m| m.example_item.is_some() == (m.input == Input::Item)));
+        assert!(registry_version().starts_with('r') && registry_version().len() == 17);
         for m in all() {
             assert!(!m.summary.is_empty(), "{}", m.name);
             let params: BTreeSet<_> = m.params.iter().map(|p| p.name).collect();

@@ -156,7 +156,7 @@ impl FsObjectStore {
         content_type: &str,
         precondition: IfGeneration,
     ) -> Result<ObjectMeta, ObjectError> {
-        let mut db = self.inner.db.lock().unwrap_or_else(|e| e.into_inner());
+        let db = self.inner.db.lock().unwrap_or_else(|e| e.into_inner());
         // Refuse early, before writing bytes, when the precondition already fails.
         check(key, live(&db, &self.inner.bucket, key.as_str())?.map(|r| r.0), precondition)?;
         let generation: i64 = db
@@ -166,6 +166,10 @@ impl FsObjectStore {
                 |r| r.get(0),
             )
             .map_err(db_err)?;
+        // The bytes are written and synced without the lock, so puts of
+        // different objects sync their files in parallel; the commit below
+        // checks the precondition again.
+        drop(db);
         let path = self.blob_path(key.as_str(), generation);
         let parent = path.parent().unwrap_or(&self.inner.dir).to_owned();
         std::fs::create_dir_all(&parent).map_err(|e| io_err(&parent, e))?;
@@ -181,6 +185,7 @@ impl FsObjectStore {
             let _ = d.sync_all();
         }
         let now = self.inner.clock.now().as_micros();
+        let mut db = self.inner.db.lock().unwrap_or_else(|e| e.into_inner());
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db_err)?;
         let previous = live(&tx, &self.inner.bucket, key.as_str())?;
         if let Err(e) = check(key, previous.as_ref().map(|r| r.0), precondition) {

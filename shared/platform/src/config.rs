@@ -105,6 +105,8 @@ pub struct Config {
     pub google_jwks_url: String,
     /// `MAPI_SIGNER`: what signs model-version bundles.
     pub signer: SignerConfig,
+    pub routes: RouteSet,
+    pub jobs: JobSettings,
 }
 
 /// What signs model-version bundles.
@@ -135,6 +137,55 @@ pub struct PushAuthConfig {
     /// The token's `email` (verified): the push subscription's service account, lower-cased.
     pub service_account: String,
 }
+
+/// Which routes a process serves (`MAPI_ROUTES`), so the queue's task
+/// routes can run as a second deployment of the same function, scaled on
+/// their own, and an expensive item pipeline cannot starve the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteSet {
+    /// The API and the task routes.
+    All,
+    /// The API only: tenant-facing routes, docs, health.
+    Api,
+    /// The task routes only (`/internal/tasks/...`), and health.
+    Tasks,
+}
+
+impl RouteSet {
+    pub fn serves_api(self) -> bool {
+        matches!(self, RouteSet::All | RouteSet::Api)
+    }
+
+    pub fn serves_tasks(self) -> bool {
+        matches!(self, RouteSet::All | RouteSet::Tasks)
+    }
+}
+
+/// The settings of item jobs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSettings {
+    /// The platform's cap on items per job (tiers may allow fewer).
+    pub max_items: u64,
+    /// Largest body of a job submit.
+    pub max_body_bytes: usize,
+    /// Largest single item, as JSON.
+    pub max_item_bytes: usize,
+    /// Items a fan-out step enqueues at most.
+    pub fanout_batch: u32,
+    /// The platform's cap on a tenant's items in flight.
+    pub tenant_window: u32,
+    /// How long a fan-out step waits when its tenant's window is full.
+    pub fanout_wait: Duration,
+    /// Attempts of an item before its error is written.
+    pub item_max_attempts: u32,
+    /// One attempt's time limit (below the item queue's dispatch deadline).
+    pub item_timeout: Duration,
+    /// Jobs older than this are deleted by the housekeeper.
+    pub retention: Duration,
+}
+
+/// The item queue's dispatch deadline: an item's timeout must be below it.
+pub const JOB_ITEM_DISPATCH_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A setting that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -254,6 +305,32 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "MAPI_SIGNING_TRUSTED_KEY_FILES",
         "none",
         "local signer: `PUBLIC KEY` PEM files of earlier keys whose signatures still verify (comma-separated)",
+    ),
+    (
+        "MAPI_ROUTES",
+        "all",
+        "Routes this process serves: `all`, `api` (tenant-facing) or `tasks` (queue callbacks), so task routes can be a second deployment",
+    ),
+    ("MAPI_JOB_MAX_ITEMS", "100000", "Platform cap on items per job (tiers may allow fewer)"),
+    ("MAPI_JOB_MAX_BODY_BYTES", "67108864", "Largest body of a job submit"),
+    ("MAPI_JOB_MAX_ITEM_BYTES", "65536", "Largest single item of a job, as JSON"),
+    ("MAPI_JOB_FANOUT_BATCH", "100", "Items one fan-out step enqueues at most"),
+    (
+        "MAPI_JOB_TENANT_WINDOW",
+        "200",
+        "Platform cap on a tenant's items in flight (enqueued, not finished); keeps tenants fair",
+    ),
+    ("MAPI_JOB_FANOUT_WAIT_MS", "200", "How long a fan-out step waits when its tenant's window is full"),
+    ("MAPI_JOB_ITEM_MAX_ATTEMPTS", "3", "Attempts of an item before its error is written"),
+    (
+        "MAPI_JOB_ITEM_TIMEOUT_S",
+        "20",
+        "Time limit of one item attempt (below the item queue's 30 s dispatch deadline)",
+    ),
+    (
+        "MAPI_JOB_RETENTION_DAYS",
+        "30",
+        "Job objects and documents older than this are deleted by the housekeeper",
     ),
     ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
     ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
@@ -497,8 +574,35 @@ impl Config {
                 return Err(ConfigError::Invalid(format!("MAPI_SIGNER `{other}`: use local or kms")));
             }
         };
+        let routes = match get("MAPI_ROUTES").as_deref().map(str::trim) {
+            None | Some("") | Some("all") => RouteSet::All,
+            Some("api") => RouteSet::Api,
+            Some("tasks") => RouteSet::Tasks,
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!("MAPI_ROUTES `{other}`: use all, api or tasks")));
+            }
+        };
+        let jobs = JobSettings {
+            max_items: parse(get, "MAPI_JOB_MAX_ITEMS", 100_000)?,
+            max_body_bytes: parse(get, "MAPI_JOB_MAX_BODY_BYTES", 64 * 1024 * 1024)?,
+            max_item_bytes: parse(get, "MAPI_JOB_MAX_ITEM_BYTES", 64 * 1024)?,
+            fanout_batch: parse::<u32>(get, "MAPI_JOB_FANOUT_BATCH", 100)?.clamp(1, 1000),
+            tenant_window: parse::<u32>(get, "MAPI_JOB_TENANT_WINDOW", 200)?.max(1),
+            fanout_wait: Duration::from_millis(parse(get, "MAPI_JOB_FANOUT_WAIT_MS", 200)?),
+            item_max_attempts: parse::<u32>(get, "MAPI_JOB_ITEM_MAX_ATTEMPTS", 3)?.max(1),
+            item_timeout: seconds(get, "MAPI_JOB_ITEM_TIMEOUT_S", 20)?,
+            retention: Duration::from_secs(parse::<u64>(get, "MAPI_JOB_RETENTION_DAYS", 30)? * 86_400),
+        };
+        if jobs.item_timeout.is_zero() || jobs.item_timeout >= JOB_ITEM_DISPATCH_DEADLINE {
+            return Err(ConfigError::Invalid(format!(
+                "MAPI_JOB_ITEM_TIMEOUT_S must be between 1 and {} (the item queue's dispatch deadline)",
+                JOB_ITEM_DISPATCH_DEADLINE.as_secs() - 1
+            )));
+        }
         Ok(Config {
             signer,
+            routes,
+            jobs,
             profile,
             home,
             port,

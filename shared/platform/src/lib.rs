@@ -30,8 +30,8 @@ use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
 pub use config::{
-    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, Profile, PushAuthConfig, Secrets, SignerConfig,
-    VARIABLES, variables,
+    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, JOB_ITEM_DISPATCH_DEADLINE, JobSettings, Profile,
+    PushAuthConfig, RouteSet, Secrets, SignerConfig, VARIABLES, variables,
 };
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
@@ -176,6 +176,29 @@ fn queue_config(name: &str) -> Result<QueueConfig, mapi_queue::QueueError> {
     })
 }
 
+/// The item jobs' queues: fan-out steps, and items (many at once, with a
+/// dispatch deadline above the item timeout, quick retries).
+pub fn job_queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
+    let fanout = queue_config(mapi_jobs::tasks::FANOUT_QUEUE)?;
+    let items = QueueConfig {
+        retry: RetryConfig {
+            max_attempts: 0,
+            min_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            max_doublings: 5,
+        },
+        max_concurrent_dispatches: 32,
+        dispatch_deadline: JOB_ITEM_DISPATCH_DEADLINE,
+        ..queue_config(mapi_jobs::tasks::ITEMS_QUEUE)?
+    };
+    Ok(vec![fanout, items])
+}
+
+/// Every index the store needs: the runs' and the jobs'.
+pub fn indexes() -> Vec<mapi_store::Index> {
+    [mapi_runs::INDEXES, mapi_jobs::INDEXES].concat()
+}
+
 impl Platform {
     /// The platform on embedded adapters under `config.home`: SQLite store
     /// and queue in `mapi.db`, objects under `objects/`, executions under
@@ -206,7 +229,7 @@ impl Platform {
         std::fs::create_dir_all(&home)
             .map_err(|e| ConfigError::Invalid(format!("MAPI_HOME {}: {e}", home.display())))?;
         let db = home.join("mapi.db");
-        let store = SqliteStore::open(&db, clock.clone(), mapi_runs::INDEXES, config.sqlite_durability)?;
+        let store = SqliteStore::open(&db, clock.clone(), &indexes(), config.sqlite_durability)?;
         let signer = UrlSigner::new(config.secrets.url_signing_key.clone(), &config.public_url);
         let objects_root = home.join("objects");
         let objects = FsObjectStore::open(&objects_root, DATA_BUCKET, signer.clone(), clock.clone())?;
@@ -214,7 +237,8 @@ impl Platform {
         let queue = SqliteQueue::open(
             &db,
             clock.clone(),
-            vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?],
+            [vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?], job_queue_configs()?]
+                .concat(),
         )?;
         let mut static_env = std::collections::BTreeMap::new();
         static_env.insert(

@@ -42,6 +42,13 @@ pub struct CounterDoc {
     /// Bytes stored.
     #[serde(default)]
     pub storage_bytes: i64,
+    /// Items of item jobs handed to the queue and not yet finished (a
+    /// tenant's `tenant:T` counter; guarded by its concurrent-items limit).
+    #[serde(default)]
+    pub active_items: i64,
+    /// Items of item jobs finished (in the day and month counters).
+    #[serde(default)]
+    pub items: i64,
 }
 
 impl CounterDoc {
@@ -60,6 +67,8 @@ pub mod field {
     pub const SPEND: &str = "spend_micros";
     pub const REQUESTS: &str = "requests";
     pub const STORAGE: &str = "storage_bytes";
+    pub const ACTIVE_ITEMS: &str = "active_items";
+    pub const ITEMS: &str = "items";
 }
 
 /// Reads counter `id` outside a transaction (zeros when absent).

@@ -1,0 +1,243 @@
+//! `mapi jobs`: submit an item job from a JSON Lines file, and follow it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::client::{Client, ClientError};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCmd {
+    /// Submit a job: METHOD on every line of a JSON Lines file.
+    Submit {
+        /// An item method (`mapi api GET /v1/usage` lists them).
+        method: String,
+        /// One JSON item per line; blank lines are skipped.
+        #[arg(long)]
+        items: PathBuf,
+        /// A parameter of the method, NAME=VALUE (VALUE as JSON, else a string); repeatable.
+        #[arg(long = "param", short = 'p')]
+        params: Vec<String>,
+        /// Follow the job until it finishes.
+        #[arg(long)]
+        watch: bool,
+        #[arg(long, env = "MAPI_TENANT")]
+        tenant: Option<String>,
+        #[arg(long, env = "MAPI_PROJECT")]
+        project: Option<String>,
+    },
+    /// A job's state, counts, timings and cost.
+    Get { id: String },
+    /// Follow a job until it finishes.
+    Watch { id: String },
+    /// A job's finished items with their results or errors.
+    Items {
+        id: String,
+        /// succeeded or failed.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[arg(long)]
+        page_token: Option<String>,
+    },
+    /// One item's log: a JSON line per attempt.
+    Log { id: String, idx: u64 },
+    /// Cancel a job.
+    Cancel { id: String },
+    /// Re-run only the failed items.
+    RetryFailed { id: String },
+}
+
+fn is_final(v: &Value) -> bool {
+    matches!(v["state"].as_str(), Some("succeeded" | "completed_with_errors" | "failed"))
+}
+
+fn describe(v: &Value) -> String {
+    let c = &v["counts"];
+    format!(
+        "job       {}\nmethod    {}\nstate     {}\nitems     {} total: {} succeeded, {} failed, {} running, {} pending, {} cancelled\nround     {}\ncreated   {}\nfinished  {}\ncost      {} ms of method time, {} at list prices\n",
+        v["id"].as_str().unwrap_or("?"),
+        v["method"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?"),
+        c["total"],
+        c["succeeded"],
+        c["failed"],
+        c["running"],
+        c["pending"],
+        c["cancelled"],
+        v["round"],
+        v["created_at"].as_str().unwrap_or("?"),
+        v["finished_at"].as_str().unwrap_or("-"),
+        v["cost"]["duration_ms"],
+        mapi_cost::format_micros(v["cost"]["cost_micros"].as_i64().unwrap_or(0), "USD"),
+    )
+}
+
+fn exit_for(v: &Value) -> ExitCode {
+    if v["state"] == "succeeded" { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn print(json_out: bool, v: &Value, human: impl FnOnce() -> String) -> Result<()> {
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    } else {
+        print!("{}", human());
+    }
+    Ok(())
+}
+
+async fn watch(client: &Client, id: &str, quiet: bool) -> Result<Value> {
+    loop {
+        let v: Value = client.get(&format!("/v1/jobs/{id}")).await?;
+        if !quiet {
+            let c = &v["counts"];
+            eprint!(
+                "\r{:<22} {}/{} done ({} failed)   ",
+                v["state"].as_str().unwrap_or("?"),
+                c["succeeded"].as_u64().unwrap_or(0) + c["failed"].as_u64().unwrap_or(0),
+                c["total"],
+                c["failed"]
+            );
+        }
+        if is_final(&v) {
+            if !quiet {
+                eprintln!();
+            }
+            return Ok(v);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Reads one JSON item per non-blank line.
+pub fn read_items(path: &std::path::Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            serde_json::from_str(l).map_err(|e| format!("{} line {}: {e}", path.display(), n + 1).into())
+        })
+        .collect()
+}
+
+pub async fn run(
+    client: &Client,
+    scope: impl FnOnce(Option<String>, Option<String>) -> Result<(String, String)>,
+    params: impl FnOnce(&[String]) -> Result<std::collections::BTreeMap<String, Value>>,
+    cmd: JobsCmd,
+    json_out: bool,
+) -> Result<ExitCode> {
+    match cmd {
+        JobsCmd::Submit { method, items, params: raw, watch: follow, tenant, project } => {
+            let (t, p) = scope(tenant, project)?;
+            let body =
+                json!({"method": method, "items": read_items(&items)?, "options": {"params": params(&raw)?}});
+            let v: Value = client
+                .send(client.request(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/jobs")).json(&body))
+                .await?;
+            let id = v["id"].as_str().unwrap_or_default().to_owned();
+            if !follow {
+                print(json_out, &v, || format!("submitted {id} ({} items)\n", v["counts"]["total"]))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if !json_out {
+                eprintln!("submitted {id}");
+            }
+            let done = watch(client, &id, json_out).await?;
+            print(json_out, &done, || describe(&done))?;
+            Ok(exit_for(&done))
+        }
+        JobsCmd::Get { id } => {
+            let v: Value = client.get(&format!("/v1/jobs/{id}")).await?;
+            print(json_out, &v, || describe(&v))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        JobsCmd::Watch { id } => {
+            let done = watch(client, &id, json_out).await?;
+            print(json_out, &done, || describe(&done))?;
+            Ok(exit_for(&done))
+        }
+        JobsCmd::Items { id, state, limit, page_token } => {
+            let mut req = client
+                .request(Method::GET, &format!("/v1/jobs/{id}/items"))
+                .query(&[("page_size", limit.to_string())]);
+            if let Some(s) = state {
+                req = req.query(&[("state", s)]);
+            }
+            if let Some(t) = page_token {
+                req = req.query(&[("page_token", t)]);
+            }
+            let v: Value = client.send(req).await?;
+            print(json_out, &v, || {
+                let mut out = format!(
+                    "{:>7} {:<10} {:>5} {:>4} {}\n",
+                    "IDX", "STATE", "ROUND", "ATT", "RESULT OR ERROR"
+                );
+                for i in v["items"].as_array().into_iter().flatten() {
+                    let what = if i["state"] == "succeeded" {
+                        i["result"].to_string()
+                    } else {
+                        format!(
+                            "{}: {}",
+                            i["error"]["type"].as_str().unwrap_or("?"),
+                            i["error"]["message"].as_str().unwrap_or("?")
+                        )
+                    };
+                    out.push_str(&format!(
+                        "{:>7} {:<10} {:>5} {:>4} {}\n",
+                        i["idx"],
+                        i["state"].as_str().unwrap_or("?"),
+                        i["round"],
+                        i["attempts"],
+                        what.chars().take(100).collect::<String>()
+                    ));
+                }
+                if let Some(t) = v["next_page_token"].as_str() {
+                    out.push_str(&format!("more: --page-token {t}\n"));
+                }
+                out
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        JobsCmd::Log { id, idx } => {
+            let resp = client
+                .request(Method::GET, &format!("/v1/jobs/{id}/items/{idx}/log"))
+                .send()
+                .await
+                .map_err(|source| ClientError::Unreachable { url: client.url.clone(), source })?;
+            let ok = resp.status().is_success();
+            let text = resp.text().await?;
+            if ok {
+                print!("{text}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                let detail = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["detail"].as_str().map(str::to_owned));
+                Err(detail.unwrap_or(text).into())
+            }
+        }
+        JobsCmd::Cancel { id } => {
+            let v: Value =
+                client.send(client.request(Method::POST, &format!("/v1/jobs/{id}/cancel"))).await?;
+            print(json_out, &v, || {
+                format!("{id} is {}: cancel requested\n", v["state"].as_str().unwrap_or("?"))
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        JobsCmd::RetryFailed { id } => {
+            let v: Value =
+                client.send(client.request(Method::POST, &format!("/v1/jobs/{id}/retry-failed"))).await?;
+            print(json_out, &v, || format!("{id}: failed items enqueued again (round {})\n", v["round"]))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,646 @@
+//! The tenant-facing job routes. Jobs are authorized exactly like runs
+//! (`run` create, read and cancel in the job's project): a caller who may
+//! not see a job gets the answer a missing job gets.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use mapi_access::{Action, Resource};
+use mapi_domain::{JobId, ProjectId, TenantId, Timestamp};
+use mapi_identity::{Audit, Caller, Target, authorize};
+use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, FanoutTask, ITEM_PATH, ITEMS_QUEUE, ItemTask};
+use mapi_jobs::{Counts, Fanout, ItemFailure, ItemOutcome, JobDoc, JobItemDoc, JobState, layout};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
+use mapi_queue::{NewTask, QueueError, QueueName, TaskName};
+use mapi_runs::{QuotaPolicyDoc, tx_create, tx_get, tx_put};
+use mapi_store::{Direction, Op, transact};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{base, create_only, derived, load, object_key, read_object};
+use crate::datasets::{entropy, require_project};
+
+/// What a job is asked to do.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// An item method from the registry (`GET /v1/usage` lists them).
+    pub method: String,
+    /// The items, each any JSON value; each becomes its own task.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Value>,
+    #[serde(default)]
+    pub options: JobOptions,
+}
+
+/// How every item of the job runs.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobOptions {
+    /// The method's parameters, the same for every item (typed, validated).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub params: BTreeMap<String, Value>,
+}
+
+/// A job's time and cost so far.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobCost {
+    /// The methods' time summed over finished items.
+    pub duration_ms: i64,
+    /// Estimated at list prices, in micro-USD.
+    pub cost_micros: i64,
+}
+
+/// A job: its derived state and counts, timings and cost.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobView {
+    pub id: JobId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub method: String,
+    pub state: JobState,
+    pub counts: Counts,
+    /// 0, or how many times `retry-failed` was asked.
+    pub round: u32,
+    pub created_at: Timestamp,
+    /// When the fan-out had given every item its task.
+    pub enqueued_at: Option<Timestamp>,
+    /// When the last item finished, once the job is final.
+    pub finished_at: Option<Timestamp>,
+    pub cancel_requested_at: Option<Timestamp>,
+    pub cost: JobCost,
+}
+
+/// One finished item.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ItemView {
+    pub idx: u64,
+    pub state: ItemOutcome,
+    pub round: u32,
+    pub attempts: u32,
+    pub duration_ms: u64,
+    /// The method's result, when it succeeded.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    pub error: Option<ItemFailure>,
+}
+
+/// A page of finished items, in index order.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ItemPage {
+    pub items: Vec<ItemView>,
+    pub next_page_token: Option<String>,
+}
+
+async fn view(state: &AppState, job: &JobDoc) -> Result<JobView, ApiError> {
+    let (s, counts, c) = derived(state, job).await?;
+    let finished_at = if s.is_final() {
+        let last = mapi_store::Query::new(<JobItemDoc as mapi_runs::Doc>::COLLECTION)
+            .filter("job", Op::Eq, job.id.as_str())
+            .order_by("at", Direction::Desc)
+            .limit(1);
+        let docs = state.store.query(&last, None).await?;
+        match docs.first() {
+            Some(d) => Some(d.decode::<JobItemDoc>()?.at),
+            None => job.cancel_requested_at.or(job.fanout.finished_at),
+        }
+    } else {
+        None
+    };
+    Ok(JobView {
+        id: job.id.clone(),
+        tenant: job.tenant.clone(),
+        project: job.project.clone(),
+        method: job.method.clone(),
+        state: s,
+        counts,
+        round: job.round,
+        created_at: job.created_at,
+        enqueued_at: job.fanout.finished_at,
+        finished_at,
+        cancel_requested_at: job.cancel_requested_at,
+        cost: JobCost { duration_ms: c.duration_ms, cost_micros: c.cost_micros },
+    })
+}
+
+/// Loads a job `caller` may do `action` on; another tenant's job, or one in
+/// a project the caller cannot see, answers as a missing one.
+async fn load_for(state: &AppState, caller: &Caller, id: &str, action: Action) -> Result<JobDoc, ApiError> {
+    let what = format!("job {}", id.chars().take(64).collect::<String>());
+    let not_found = || ApiError::not_found(format!("{what} not found"));
+    let id = JobId::parse(id).map_err(|_| not_found())?;
+    let job = load(state, &id).await?.ok_or_else(not_found)?;
+    authorize(state, caller, Target::project(&job.tenant, &job.project, &what), Resource::Run, action)
+        .await?;
+    Ok(job)
+}
+
+fn queue(name: &str) -> Result<QueueName, ApiError> {
+    QueueName::new(name).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+fn task_name(name: String) -> Result<TaskName, ApiError> {
+    TaskName::new(name).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Enqueues fan-out step `step` of `job`, at `at` (now when `None`). A
+/// name already taken means this step was enqueued before: success.
+pub(super) async fn push_fanout(
+    state: &AppState,
+    job: &JobId,
+    step: u64,
+    at: Option<Timestamp>,
+) -> Result<(), ApiError> {
+    let body = serde_json::to_vec(&FanoutTask { job: job.clone(), step })
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut task = NewTask::new(queue(FANOUT_QUEUE)?, FANOUT_PATH, body)
+        .named(task_name(mapi_jobs::tasks::fanout_name(job, step))?);
+    task.schedule_time = at;
+    match state.queue.create(task).await {
+        Ok(_) | Err(QueueError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Enqueues the tasks of `items` (index, item) of `job` in `round`,
+/// concurrently. Names already taken are success.
+pub(super) async fn push_items(
+    state: &AppState,
+    job: &JobId,
+    round: u32,
+    items: Vec<(u64, Value)>,
+) -> Result<(), ApiError> {
+    let q = queue(ITEMS_QUEUE)?;
+    let mut pushes = tokio::task::JoinSet::new();
+    for (idx, item) in items {
+        let name = task_name(mapi_jobs::tasks::item_name(job, idx, round))?;
+        let body = serde_json::to_vec(&ItemTask { job: job.clone(), idx, round, item })
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let task = NewTask::new(q.clone(), ITEM_PATH, body).named(name);
+        let queue = state.queue.clone();
+        pushes.spawn(async move { queue.create(task).await });
+    }
+    let mut first_error = None;
+    while let Some(done) = pushes.join_next().await {
+        match done {
+            Ok(Ok(_) | Err(QueueError::AlreadyExists(_))) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(ApiError::from(e));
+            }
+            Err(e) => {
+                first_error.get_or_insert(ApiError::internal(e.to_string()));
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The manifest object: what the job is, without its items.
+#[derive(Debug, Serialize, Deserialize)]
+struct Manifest {
+    job: JobId,
+    method: String,
+    params: BTreeMap<String, Value>,
+    items: u64,
+    chunk_items: u32,
+    registry_version: String,
+}
+
+/// Submit an item job. Answers at once whatever the number of items: the
+/// items are written as a few manifest objects (their number grows with
+/// the body's bytes, never per item) and one fan-out task is enqueued.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant}/projects/{project}/jobs",
+    tag = "jobs",
+    params(("tenant" = String, Path), ("project" = String, Path)),
+    request_body = JobSpec,
+    responses(
+        (status = 201, body = JobView, description = "Accepted: the job is enqueuing"),
+        (status = 400, body = mapi_problem::Problem, description = "Not an item method, bad params, no items, an item too large"),
+        (status = 413, body = mapi_problem::Problem, description = "Body larger than MAPI_JOB_MAX_BODY_BYTES"),
+        (status = 429, body = mapi_problem::Problem, description = "More items than the tenant's items-per-job quota (QUOTA_EXCEEDED)"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Json(spec): Json<JobSpec>,
+) -> Result<(StatusCode, Json<JobView>), ApiError> {
+    let granted = require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
+    let tier = granted.tenant.tier;
+    let method = mapi_methods::find(&spec.method)
+        .filter(|m| m.input == mapi_methods::Input::Item)
+        .ok_or_else(|| {
+            let known: Vec<&str> = mapi_methods::all()
+                .iter()
+                .filter(|m| m.input == mapi_methods::Input::Item)
+                .map(|m| m.name)
+                .collect();
+            ApiError::invalid(format!(
+                "`{}` is not an item method: use one of {} (GET /v1/usage describes them)",
+                spec.method.chars().take(64).collect::<String>(),
+                known.join(", ")
+            ))
+        })?;
+    let params =
+        mapi_methods::validate(method, &spec.options.params).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let n = spec.items.len() as u64;
+    if n == 0 {
+        return Err(ApiError::invalid("`items` is empty: a job needs at least one item"));
+    }
+    let max_items = mapi_jobs::limits::max_items_per_job(tier).min(state.config.jobs.max_items);
+    if n > max_items {
+        return Err(ApiError::new(
+            ProblemCode::QuotaExceeded,
+            format!(
+                "{n} items exceed the tenant's limit of {max_items} items per job (tenant: max_items_per_job): split the job"
+            ),
+        ));
+    }
+    let policy = mapi_runs::get::<QuotaPolicyDoc>(&*state.store, tenant.as_str()).await?;
+    let fanout_limit = mapi_quota::effective(tier, policy.as_ref().map(|p| &p.policy)).max_fanout_tasks;
+    let window = mapi_jobs::limits::concurrent_items(fanout_limit, state.config.jobs.tenant_window);
+    let now = state.clock.now();
+    let id = JobId::generate(now, entropy()?);
+    let job = JobDoc {
+        id: id.clone(),
+        tenant: tenant.clone(),
+        project: project.clone(),
+        method: method.name.to_owned(),
+        params: params.into_map(),
+        items: n,
+        chunk_items: layout::CHUNK_ITEMS,
+        window,
+        created_at: now,
+        created_by: caller.user().clone(),
+        token: caller.token().map(|t| t.public_id().to_owned()),
+        fanout: Fanout::default(),
+        round: 0,
+        cancel_requested_at: None,
+    };
+    write_manifest(&state, &job, spec.items).await?;
+    let record = Audit::by(&caller, "job.create", format!("jobs/{id}"))
+        .tenant(&tenant)
+        .project(&project)
+        .detail(format!("{} on {n} items", job.method))
+        .into_doc(now);
+    let (job_ref, record) = (&job, &record);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        tx_create(&mut tx, job_ref)?;
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    if let Err(e) = push_fanout(&state, &id, 0, None).await {
+        // Nothing will fan the job out: take it back, so no job waits
+        // forever in `enqueuing`. Its manifest objects stay behind (logged).
+        let key = mapi_runs::key::<JobDoc>(id.as_str())?;
+        if let Err(d) =
+            mapi_store::StoreExt::delete(&*state.store, &key, mapi_store::Precondition::None).await
+        {
+            tracing::error!(job = %id, error = %d, "a job whose fan-out could not be enqueued stays stored");
+        }
+        tracing::warn!(job = %id, error = %e, "the fan-out could not be enqueued: job withdrawn, manifest objects left");
+        return Err(e);
+    }
+    tracing::info!(job = %id, method = %job.method, items = n, "job submitted");
+    Ok((StatusCode::CREATED, Json(view(&state, &job).await?)))
+}
+
+/// Writes the chunks and the manifest: O(bytes), a handful of objects per
+/// thousand items, written concurrently.
+async fn write_manifest(state: &AppState, job: &JobDoc, items: Vec<Value>) -> Result<(), ApiError> {
+    let base = base(job);
+    let max_item = state.config.jobs.max_item_bytes;
+    let mut writes = tokio::task::JoinSet::new();
+    for (c, chunk) in items.chunks(job.chunk_items as usize).enumerate() {
+        let mut bytes = Vec::with_capacity(64 * chunk.len());
+        bytes.push(b'[');
+        for (i, item) in chunk.iter().enumerate() {
+            let one = serde_json::to_vec(item).map_err(|e| ApiError::internal(e.to_string()))?;
+            if one.len() > max_item {
+                let idx = c * job.chunk_items as usize + i;
+                return Err(ApiError::invalid(format!(
+                    "item {idx} is {} bytes: the largest item is {max_item} bytes (MAPI_JOB_MAX_ITEM_BYTES)",
+                    one.len()
+                )));
+            }
+            if i > 0 {
+                bytes.push(b',');
+            }
+            bytes.extend_from_slice(&one);
+        }
+        bytes.push(b']');
+        let key = object_key(&layout::chunk(&base, c as u64))?;
+        let objects = state.objects.clone();
+        writes.spawn(async move {
+            objects.put(&key, bytes.into(), "application/json", mapi_objects::IfGeneration::ABSENT).await
+        });
+        if writes.len() >= 8
+            && let Some(done) = writes.join_next().await
+        {
+            done.map_err(|e| ApiError::internal(e.to_string()))??;
+        }
+    }
+    while let Some(done) = writes.join_next().await {
+        done.map_err(|e| ApiError::internal(e.to_string()))??;
+    }
+    let manifest = Manifest {
+        job: job.id.clone(),
+        method: job.method.clone(),
+        params: job.params.clone(),
+        items: job.items,
+        chunk_items: job.chunk_items,
+        registry_version: mapi_methods::registry_version(),
+    };
+    let bytes = serde_json::to_vec(&manifest).map_err(|e| ApiError::internal(e.to_string()))?;
+    if !create_only(state, &layout::manifest(&base), bytes, "application/json").await? {
+        return Err(ApiError::internal(format!("manifest of {} exists already", job.id)));
+    }
+    Ok(())
+}
+
+/// Reads items `[from, to)` of a job from its chunks.
+pub(super) async fn read_items(
+    state: &AppState,
+    job: &JobDoc,
+    from: u64,
+    to: u64,
+) -> Result<Vec<(u64, Value)>, ApiError> {
+    let per = u64::from(job.chunk_items.max(1));
+    let base = base(job);
+    let mut out = Vec::with_capacity(usize::try_from(to - from).unwrap_or(0));
+    let mut c = from / per;
+    while c * per < to {
+        let bytes = read_object(state, &layout::chunk(&base, c))
+            .await?
+            .ok_or_else(|| ApiError::internal(format!("chunk {c} of {} is missing", job.id)))?;
+        let items: Vec<Value> =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(format!("chunk {c}: {e}")))?;
+        for (i, item) in items.into_iter().enumerate() {
+            let idx = c * per + i as u64;
+            if (from..to).contains(&idx) {
+                out.push((idx, item));
+            }
+        }
+        c += 1;
+    }
+    Ok(out)
+}
+
+/// A job: its state (derived from its counts), counts, timings and cost.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(("id" = String, Path)),
+    responses((status = 200, body = JobView), (status = 404, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn get_job(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = load_for(&state, &caller, &id, Action::Read).await?;
+    Ok(Json(view(&state, &job).await?))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ItemsQuery {
+    /// `succeeded` or `failed`; every finished item when absent.
+    state: Option<ItemOutcome>,
+    /// 1 to 200; 50 when absent.
+    page_size: Option<u32>,
+    page_token: Option<String>,
+}
+
+/// A job's finished items, in index order, with their results or errors.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/items",
+    tag = "jobs",
+    params(("id" = String, Path), ItemsQuery),
+    responses((status = 200, body = ItemPage), (status = 404, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn list_items(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<ItemsQuery>,
+) -> Result<Json<ItemPage>, ApiError> {
+    let job = load_for(&state, &caller, &id, Action::Read).await?;
+    let mut query = mapi_store::Query::new(<JobItemDoc as mapi_runs::Doc>::COLLECTION).filter(
+        "job",
+        Op::Eq,
+        job.id.as_str(),
+    );
+    if let Some(s) = q.state {
+        query = query.filter("outcome", Op::Eq, s.as_str());
+    }
+    let (docs, next_page_token) = query
+        .order_by("idx", Direction::Asc)
+        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
+        .await?;
+    let base = base(&job);
+    let mut items = Vec::with_capacity(docs.len());
+    for d in &docs {
+        let m: JobItemDoc = d.decode()?;
+        let (result, error) = match m.outcome {
+            ItemOutcome::Succeeded => {
+                let b = read_object(&state, &layout::result(&base, m.idx)).await?;
+                (b.and_then(|b| serde_json::from_slice(&b).ok()), None)
+            }
+            ItemOutcome::Failed => {
+                let b = read_object(&state, &layout::error(&base, m.idx)).await?;
+                (None, b.and_then(|b| serde_json::from_slice(&b).ok()))
+            }
+        };
+        items.push(ItemView {
+            idx: m.idx,
+            state: m.outcome,
+            round: m.round,
+            attempts: m.attempts,
+            duration_ms: m.duration_ms,
+            result,
+            error,
+        });
+    }
+    Ok(Json(ItemPage { items, next_page_token }))
+}
+
+/// One item's log: a JSON line per attempt (newline-delimited JSON).
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/items/{idx}/log",
+    tag = "jobs",
+    params(("id" = String, Path), ("idx" = u64, Path)),
+    responses(
+        (status = 200, content_type = "application/x-ndjson", body = String),
+        (status = 404, body = mapi_problem::Problem, description = "No such job, item, or no attempt yet"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn item_log(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, idx)): Path<(String, u64)>,
+) -> Result<impl IntoResponse, ApiError> {
+    let job = load_for(&state, &caller, &id, Action::Read).await?;
+    if idx >= job.items {
+        return Err(ApiError::not_found(format!("job {} has {} items: no item {idx}", job.id, job.items)));
+    }
+    let bytes: Bytes = read_object(&state, &layout::log(&base(&job), idx)).await?.ok_or_else(|| {
+        ApiError::not_found(format!("item {idx} of job {} has no log yet: it has not run", job.id))
+    })?;
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], bytes))
+}
+
+/// Cancel a job: the fan-out stops, items still queued finish as
+/// `cancelled` errors without running, items never enqueued count as
+/// cancelled. Items already running finish.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/cancel",
+    tag = "jobs",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = JobView),
+        (status = 409, body = mapi_problem::Problem, description = "The job already finished"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = load_for(&state, &caller, &id, Action::Cancel).await?;
+    let (s, _, _) = derived(&state, &job).await?;
+    if s.is_final() {
+        return Err(ApiError::precondition(format!(
+            "job {} already finished ({s}): nothing to cancel",
+            job.id
+        )));
+    }
+    let now = state.clock.now();
+    let record = Audit::by(&caller, "job.cancel", format!("jobs/{}", job.id))
+        .tenant(&job.tenant)
+        .project(&job.project)
+        .into_doc(now);
+    let (id_ref, record) = (&job.id, &record);
+    let job = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut job = tx_get::<JobDoc>(&mut tx, id_ref.as_str())
+            .await?
+            .ok_or_else(|| ApiError::not_found("job not found"))?;
+        if job.cancel_requested_at.is_none() {
+            job.cancel_requested_at = Some(now);
+            tx_put(&mut tx, &job)?;
+            tx_create(&mut tx, record)?;
+        }
+        Ok(tx.finish(job))
+    })
+    .await?;
+    tracing::info!(job = %job.id, "job cancel requested");
+    Ok(Json(view(&state, &job).await?))
+}
+
+/// Re-run the failed items (only those) in a new round: their markers are
+/// moved to the history (the ledger stays append-only) and their tasks
+/// enqueued again; succeeded items are not touched.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/retry-failed",
+    tag = "jobs",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = JobView, description = "The failed items are enqueued again"),
+        (status = 409, body = mapi_problem::Problem, description = "The job is cancelled or still enqueuing"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn retry_failed(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = load_for(&state, &caller, &id, Action::Create).await?;
+    if job.cancel_requested_at.is_some() {
+        return Err(ApiError::precondition(format!(
+            "job {} was cancelled: submit a new job instead",
+            job.id
+        )));
+    }
+    if job.fanout.finished_at.is_none() {
+        return Err(ApiError::precondition(format!(
+            "job {} is still enqueuing: retry when it has finished",
+            job.id
+        )));
+    }
+    let now = state.clock.now();
+    let record = Audit::by(&caller, "job.retry_failed", format!("jobs/{}", job.id))
+        .tenant(&job.tenant)
+        .project(&job.project)
+        .into_doc(now);
+    let (id_ref, record) = (&job.id, &record);
+    let job = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut job = tx_get::<JobDoc>(&mut tx, id_ref.as_str())
+            .await?
+            .ok_or_else(|| ApiError::not_found("job not found"))?;
+        job.round += 1;
+        tx_put(&mut tx, &job)?;
+        tx_create(&mut tx, record)?;
+        Ok(tx.finish(job))
+    })
+    .await?;
+    // Every failed item of an earlier round, a page at a time: enqueue its
+    // task in this round, then reopen it (the item handler reopens it too
+    // if its task comes first, so a crash between the two loses nothing).
+    let mut token: Option<String> = None;
+    let mut reopened = 0u64;
+    loop {
+        let (docs, next) = mapi_store::Query::new(<JobItemDoc as mapi_runs::Doc>::COLLECTION)
+            .filter("job", Op::Eq, job.id.as_str())
+            .filter("outcome", Op::Eq, ItemOutcome::Failed.as_str())
+            .order_by("idx", Direction::Asc)
+            .page(&*state.store, 200, token.as_deref())
+            .await?;
+        let failed: Vec<JobItemDoc> = docs
+            .iter()
+            .map(|d| d.decode::<JobItemDoc>())
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .filter(|m| m.round < job.round)
+            .collect();
+        if !failed.is_empty() {
+            let (lo, hi) = (failed[0].idx, failed[failed.len() - 1].idx + 1);
+            let wanted: std::collections::BTreeSet<u64> = failed.iter().map(|m| m.idx).collect();
+            let items = read_items(&state, &job, lo, hi)
+                .await?
+                .into_iter()
+                .filter(|(i, _)| wanted.contains(i))
+                .collect();
+            push_items(&state, &job.id, job.round, items).await?;
+            for m in &failed {
+                super::item::reopen(&state, &job, m.idx, job.round).await?;
+                reopened += 1;
+            }
+        }
+        match next {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    tracing::info!(job = %job.id, round = job.round, reopened, "failed items enqueued again");
+    Ok(Json(view(&state, &job).await?))
+}

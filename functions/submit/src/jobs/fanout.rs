@@ -1,0 +1,165 @@
+//! The fan-out step: expands a job's manifest into item tasks, one bounded
+//! batch per step, never more of the tenant's items in flight than its
+//! window.
+//!
+//! A step is a queue task `(job, step)`. Its effects are ordered so that a
+//! redelivery, or a death at any point, loses and doubles nothing:
+//!
+//! 1. reserve: in one commit, the cursor's `reserved` moves ahead of
+//!    `enqueued` by the batch, and the tenant's `active_items` grows by as
+//!    much, guarded by the window (a full window reserves nothing);
+//! 2. enqueue the reserved items' tasks (deterministic names: a second
+//!    enqueue is refused as existing);
+//! 3. in one commit, `enqueued = reserved` and `step + 1`;
+//! 4. enqueue step `step + 1` (now, or after a wait when the window was full).
+//!
+//! A redelivered step whose cursor is still at `step` finds what it
+//! reserved and enqueues it again (1 is skipped); one whose cursor moved to
+//! `step + 1` only makes sure 4 happened; an older one does nothing.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use mapi_identity::InternalCaller;
+use mapi_jobs::JobDoc;
+use mapi_jobs::tasks::FanoutTask;
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json};
+use mapi_runs::counters::{self, field};
+use mapi_runs::{tx_get, tx_put};
+use mapi_store::transact;
+
+use super::api::{push_fanout, push_items, read_items};
+use super::load;
+
+/// A fan-out task that finds no job after this many deliveries gives up:
+/// the job was withdrawn (its submit failed) or deleted by the housekeeper.
+const ORPHAN_DELIVERIES: u32 = 20;
+
+/// What a step did.
+#[derive(Debug, serde::Serialize)]
+pub struct StepOutcome {
+    pub outcome: &'static str,
+    pub enqueued: u64,
+}
+
+fn done(outcome: &'static str, enqueued: u64) -> (StatusCode, Json<StepOutcome>) {
+    (StatusCode::OK, Json(StepOutcome { outcome, enqueued }))
+}
+
+pub async fn handle(
+    State(state): State<AppState>,
+    _internal: InternalCaller,
+    headers: axum::http::HeaderMap,
+    Json(task): Json<FanoutTask>,
+) -> Result<(StatusCode, Json<StepOutcome>), ApiError> {
+    let Some(job) = load(&state, &task.job).await? else {
+        let retries: u32 = headers
+            .get("x-cloudtasks-taskretrycount")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if retries >= ORPHAN_DELIVERIES {
+            tracing::warn!(job = %task.job, "fan-out task without a job: its submit failed; giving up");
+            return Ok(done("orphan", 0));
+        }
+        return Err(ApiError::unavailable(format!("job {} is not stored yet", task.job), 1));
+    };
+    let step = task.step;
+    if job.fanout.step > step + 1 {
+        return Ok(done("stale", job.fanout.enqueued));
+    }
+    if job.fanout.step == step + 1 {
+        // This step committed; make sure its successor exists.
+        if job.fanout.finished_at.is_none() {
+            push_fanout(&state, &job.id, step + 1, None).await?;
+        }
+        return Ok(done("redelivered", job.fanout.enqueued));
+    }
+    if job.fanout.finished_at.is_some() {
+        return Ok(done("finished", job.fanout.enqueued));
+    }
+    let now = state.clock.now();
+    let cancelled = job.cancel_requested_at.is_some();
+    let all_in = job.fanout.enqueued >= job.items;
+    if (cancelled || all_in) && job.fanout.reserved == job.fanout.enqueued {
+        let job = advance(&state, &job, step, true).await?;
+        tracing::info!(job = %job.id, enqueued = job.fanout.enqueued, cancelled, "fan-out finished");
+        return Ok(done("finished", job.fanout.enqueued));
+    }
+    let job =
+        if job.fanout.reserved == job.fanout.enqueued { reserve(&state, &job, step).await? } else { job };
+    if job.fanout.reserved == job.fanout.enqueued {
+        // The tenant's window is full: look again after a wait.
+        let job = advance(&state, &job, step, false).await?;
+        push_fanout(&state, &job.id, step + 1, Some(now + state.config.jobs.fanout_wait)).await?;
+        return Ok(done("window_full", job.fanout.enqueued));
+    }
+    let items = read_items(&state, &job, job.fanout.enqueued, job.fanout.reserved).await?;
+    push_items(&state, &job.id, job.round, items).await?;
+    let job = advance(&state, &job, step, false).await?;
+    push_fanout(&state, &job.id, step + 1, None).await?;
+    Ok(done("enqueued", job.fanout.enqueued))
+}
+
+/// Step 1: reserves the next batch within the tenant's window. Returns the
+/// job as committed (`reserved == enqueued` when the window is full).
+async fn reserve(state: &AppState, job: &JobDoc, step: u64) -> Result<JobDoc, ApiError> {
+    let tenant_counter = counters::tenant(&job.tenant);
+    let counter_key = mapi_runs::key::<counters::CounterDoc>(&tenant_counter)?;
+    let batch = u64::from(state.config.jobs.fanout_batch);
+    let (id, counter_key) = (&job.id, &counter_key);
+    let result = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut job =
+            tx_get::<JobDoc>(&mut tx, id.as_str()).await?.ok_or_else(|| ApiError::not_found("job gone"))?;
+        if job.fanout.step != step || job.fanout.reserved != job.fanout.enqueued {
+            return Ok(tx.finish(job));
+        }
+        let active = tx
+            .get(counter_key)
+            .await?
+            .map(|d| d.decode::<counters::CounterDoc>())
+            .transpose()?
+            .unwrap_or_default()
+            .active_items;
+        let window = i64::from(job.window);
+        let free = u64::try_from(window - active).unwrap_or(0);
+        let take = batch.min(job.items - job.fanout.enqueued).min(free);
+        if take > 0 {
+            job.fanout.reserved = job.fanout.enqueued + take;
+            tx_put(&mut tx, &job)?;
+            let delta = i64::try_from(take).unwrap_or(i64::MAX);
+            tx.increment(counter_key, field::ACTIVE_ITEMS, delta, Some(window));
+        }
+        Ok(tx.finish(job))
+    })
+    .await;
+    match result {
+        // Another job of the tenant took the room between read and commit.
+        Err(e) if e.code() == mapi_problem::ProblemCode::QuotaExceeded => {
+            Ok(load(state, &job.id).await?.ok_or_else(|| ApiError::not_found("job gone"))?)
+        }
+        other => other,
+    }
+}
+
+/// Step 3: `enqueued = reserved`, the cursor to `step + 1`, and the fan-out
+/// marked finished when `finish`.
+async fn advance(state: &AppState, job: &JobDoc, step: u64, finish: bool) -> Result<JobDoc, ApiError> {
+    let now = state.clock.now();
+    let id = &job.id;
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut job =
+            tx_get::<JobDoc>(&mut tx, id.as_str()).await?.ok_or_else(|| ApiError::not_found("job gone"))?;
+        if job.fanout.step != step {
+            return Ok(tx.finish(job));
+        }
+        job.fanout.enqueued = job.fanout.reserved;
+        job.fanout.step = step + 1;
+        if finish {
+            job.fanout.finished_at = Some(now);
+        }
+        tx_put(&mut tx, &job)?;
+        Ok(tx.finish(job))
+    })
+    .await
+}

@@ -1,0 +1,109 @@
+//! The retention housekeeper: deletes jobs older than the retention
+//! (`MAPI_JOB_RETENTION_DAYS`), objects first (everything under the job's
+//! prefix), then markers, history and counts, the job document last, so a
+//! housekeeper that dies halfway finds the job again next time. Called by
+//! the scheduler (`mapi dev`'s tick loop locally).
+
+use axum::extract::State;
+use mapi_identity::InternalCaller;
+use mapi_jobs::{JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc};
+use mapi_objects::{IfGeneration, ObjectError};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json};
+use mapi_runs::Doc;
+use mapi_runs::counters::{self, field};
+use mapi_store::{Direction, Op, Query, transact};
+
+use super::{base, derived, object_key};
+
+/// The housekeeper's route.
+pub const HOUSEKEEP_PATH: &str = "/internal/tasks/jobs/housekeep";
+
+/// Jobs deleted per call: a bounded amount of work per request.
+const JOBS_PER_CALL: u32 = 20;
+
+#[derive(Debug, serde::Serialize)]
+pub struct Housekept {
+    pub deleted_jobs: u32,
+    pub deleted_objects: u64,
+}
+
+pub async fn handle(
+    State(state): State<AppState>,
+    _internal: InternalCaller,
+) -> Result<Json<Housekept>, ApiError> {
+    let cutoff = state.clock.now() - state.config.jobs.retention;
+    let old = Query::new(JobDoc::COLLECTION)
+        .filter("created_at", Op::Lt, cutoff.to_rfc3339())
+        .order_by("created_at", Direction::Asc)
+        .limit(JOBS_PER_CALL);
+    let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0 };
+    for d in state.store.query(&old, None).await? {
+        let job: JobDoc = d.decode()?;
+        out.deleted_objects += delete_job(&state, &job).await?;
+        out.deleted_jobs += 1;
+    }
+    if out.deleted_jobs > 0 {
+        tracing::info!(jobs = out.deleted_jobs, objects = out.deleted_objects, "expired jobs deleted");
+    }
+    Ok(Json(out))
+}
+
+async fn delete_job(state: &AppState, job: &JobDoc) -> Result<u64, ApiError> {
+    let prefix = base(job);
+    let mut deleted = 0;
+    loop {
+        let page = state.objects.list(&prefix, None, 500).await?;
+        if page.objects.is_empty() {
+            break;
+        }
+        for o in page.objects {
+            match state.objects.delete(&object_key(o.key.as_str())?, IfGeneration::Any).await {
+                Ok(()) | Err(ObjectError::NotFound(_)) => deleted += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    for collection in [JobItemDoc::COLLECTION, JobItemHistoryDoc::COLLECTION] {
+        loop {
+            let q = Query::new(collection).filter("job", Op::Eq, job.id.as_str()).limit(200);
+            let docs = state.store.query(&q, None).await?;
+            if docs.is_empty() {
+                break;
+            }
+            let keys: Vec<_> = docs.iter().map(|d| d.key.clone()).collect();
+            transact::<_, ApiError, _, _>(&*state.store, |mut tx| {
+                let keys = keys.clone();
+                async move {
+                    for k in &keys {
+                        tx.delete(k);
+                    }
+                    Ok(tx.finish(()))
+                }
+            })
+            .await?;
+        }
+    }
+    // Items still counted as in flight give their window slots back.
+    let (_, counts, _) = derived(state, job).await?;
+    let running = i64::try_from(counts.running).unwrap_or(0);
+    let (id, tenant) = (&job.id, counters::tenant(&job.tenant));
+    let tenant = &tenant;
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        for shard in JobCountsDoc::shard_ids(id) {
+            tx.delete(&mapi_runs::key::<JobCountsDoc>(&shard)?);
+        }
+        tx.delete(&mapi_runs::key::<JobDoc>(id.as_str())?);
+        if running > 0 {
+            tx.increment(
+                &mapi_runs::key::<counters::CounterDoc>(tenant)?,
+                field::ACTIVE_ITEMS,
+                -running,
+                None,
+            );
+        }
+        Ok(tx.finish(()))
+    })
+    .await?;
+    Ok(deleted)
+}

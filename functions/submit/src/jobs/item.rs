@@ -1,0 +1,360 @@
+//! The per-item handler: runs the job's method on one item, in this
+//! process, and owns the item's retry budget.
+//!
+//! A delivery first looks for the item's end: a marker (finished: nothing
+//! to do), or a result or error object of this round with no marker (an
+//! earlier delivery died between the two: the marker is made from the
+//! objects). Otherwise it runs the method under the per-item timeout,
+//! appends a line to the item's log, and:
+//! - on success writes `results/{idx}.json`, `usage/{idx}.json`, the marker;
+//! - on an input error (retrying cannot help) writes `errors/{idx}.json`
+//!   at once; on a transient error or a timeout answers 503 so the queue
+//!   delivers again, until the last attempt, which writes the error and
+//!   answers 200 so the queue stops.
+//!
+//! Objects are created only if absent. A 412 is success when the stored
+//! object is byte for byte the one this delivery meant to write (its own
+//! earlier write whose answer was lost, or an identical result); otherwise
+//! another delivery's object stands, and this one adopts it. A result
+//! beats an error: if overlapping deliveries left both, the marker says
+//! succeeded and the error object is removed.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use mapi_domain::ResourceClass;
+use mapi_identity::InternalCaller;
+use mapi_jobs::tasks::ItemTask;
+use mapi_jobs::{
+    ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc, count_field,
+    layout,
+};
+use mapi_methods::{ItemContext, ItemError};
+use mapi_objects::{IfGeneration, ObjectError};
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, ProblemCode};
+use mapi_quota::Period;
+use mapi_runs::counters::{self, Bumps, field};
+use mapi_runs::{tx_create, tx_get, tx_put};
+use mapi_store::transact;
+use serde_json::{Value, json};
+
+use super::{append, base, create_only, load, marker, object_key, read_object};
+
+/// What a delivery came to.
+#[derive(Debug, serde::Serialize)]
+pub struct Handled {
+    pub outcome: &'static str,
+}
+
+fn ok(outcome: &'static str) -> (StatusCode, Json<Handled>) {
+    (StatusCode::OK, Json(Handled { outcome }))
+}
+
+/// The delivery's attempt number, from Cloud Tasks' retry count header.
+fn attempt_of(headers: &HeaderMap) -> u32 {
+    headers
+        .get("x-cloudtasks-taskretrycount")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(0)
+        .saturating_add(1)
+}
+
+/// How an item ended, before it is written.
+enum End {
+    Succeeded(Value),
+    Failed(ItemFailure),
+}
+
+pub async fn handle(
+    State(state): State<AppState>,
+    _internal: InternalCaller,
+    headers: HeaderMap,
+    Json(task): Json<ItemTask>,
+) -> Result<(StatusCode, Json<Handled>), ApiError> {
+    let Some(job) = load(&state, &task.job).await? else {
+        return Ok(ok("no_job"));
+    };
+    if task.idx >= job.items {
+        return Ok(ok("no_item"));
+    }
+    let (idx, round) = (task.idx, task.round);
+    if let Some(m) = marker(&state, &job.id, idx).await? {
+        if m.outcome == ItemOutcome::Failed && m.round < round {
+            reopen(&state, &job, idx, round).await?;
+        } else {
+            return Ok(ok("done"));
+        }
+    }
+    let base = base(&job);
+    // An end written by a delivery that died before its marker.
+    if read_object(&state, &layout::result(&base, idx)).await?.is_some() {
+        mark_from_objects(&state, &job, idx, ItemOutcome::Succeeded).await?;
+        return Ok(ok("recovered"));
+    }
+    if let Some(b) = read_object(&state, &layout::error(&base, idx)).await? {
+        let f: ItemFailure =
+            serde_json::from_slice(&b).map_err(|e| ApiError::internal(format!("error object: {e}")))?;
+        if f.round >= round {
+            mark_from_objects(&state, &job, idx, ItemOutcome::Failed).await?;
+            return Ok(ok("recovered"));
+        }
+        // An earlier round's failure that retry-failed reopened.
+        remove_stale(&state, &base, idx, round).await?;
+    }
+    let attempt = attempt_of(&headers);
+    if job.cancel_requested_at.is_some() {
+        let f = ItemFailure {
+            idx,
+            round,
+            kind: "cancelled".into(),
+            message: "the job was cancelled".into(),
+            attempts: 0,
+        };
+        log_line(&state, &base, idx, json!({"round": round, "attempt": attempt, "outcome": "cancelled"}))
+            .await?;
+        finish(&state, &job, idx, round, End::Failed(f), 0, Duration::ZERO).await?;
+        return Ok(ok("cancelled"));
+    }
+    let params = mapi_methods::validate(
+        mapi_methods::find(&job.method)
+            .ok_or_else(|| ApiError::internal(format!("method {} left the registry", job.method)))?,
+        &job.params,
+    )
+    .map_err(|e| ApiError::internal(format!("stored params: {e}")))?;
+    let ctx = ItemContext { attempt, round };
+    let (method, item) = (job.method.clone(), task.item);
+    let started = Instant::now();
+    let run = tokio::task::spawn_blocking(move || mapi_methods::run_item(&method, &params, &item, ctx));
+    let result = match tokio::time::timeout(state.config.jobs.item_timeout, run).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(ItemError::Transient(format!("the method panicked: {e}"))),
+        Err(_) => Err(ItemError::Transient(format!(
+            "timed out after {} s (MAPI_JOB_ITEM_TIMEOUT_S)",
+            state.config.jobs.item_timeout.as_secs()
+        ))),
+    };
+    let took = started.elapsed();
+    let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+    let last = attempt >= state.config.jobs.item_max_attempts;
+    let (outcome, end) = match result {
+        Ok(v) => ("succeeded", Some(End::Succeeded(v))),
+        Err(ItemError::Transient(m)) if !last => {
+            log_line(&state, &base, idx, json!({"round": round, "attempt": attempt, "outcome": "retrying", "duration_ms": duration_ms, "error": m})).await?;
+            return Err(ApiError::new(
+                ProblemCode::Unavailable,
+                format!("item {idx}, attempt {attempt}: {m}"),
+            ));
+        }
+        Err(e) => {
+            let kind = if e.to_string().starts_with("timed out") { "timeout" } else { e.kind() };
+            (
+                "failed",
+                Some(End::Failed(ItemFailure {
+                    idx,
+                    round,
+                    kind: kind.into(),
+                    message: e.to_string(),
+                    attempts: attempt,
+                })),
+            )
+        }
+    };
+    let error = match &end {
+        Some(End::Failed(f)) => Some(f.message.clone()),
+        _ => None,
+    };
+    log_line(
+        &state,
+        &base,
+        idx,
+        json!({"round": round, "attempt": attempt, "outcome": outcome, "duration_ms": duration_ms, "error": error}),
+    )
+    .await?;
+    if let Some(end) = end {
+        finish(&state, &job, idx, round, end, attempt, took).await?;
+    }
+    Ok(ok(outcome))
+}
+
+/// Appends one JSON line, stamped with the time, to the item's log.
+async fn log_line(state: &AppState, base: &str, idx: u64, mut line: Value) -> Result<(), ApiError> {
+    if let Value::Object(o) = &mut line {
+        o.insert("at".into(), json!(state.clock.now()));
+    }
+    append(state, &layout::log(base, idx), &format!("{line}\n")).await
+}
+
+/// Writes the item's end (create-only), its usage, and its marker.
+async fn finish(
+    state: &AppState,
+    job: &JobDoc,
+    idx: u64,
+    round: u32,
+    end: End,
+    attempts: u32,
+    took: Duration,
+) -> Result<(), ApiError> {
+    let base = base(job);
+    let outcome = match &end {
+        End::Succeeded(v) => {
+            if !create_only(state, &layout::result(&base, idx), to_json(v)?, "application/json").await? {
+                tracing::debug!(job = %job.id, idx, "another delivery's result stands");
+            }
+            ItemOutcome::Succeeded
+        }
+        End::Failed(f) => {
+            if read_object(state, &layout::result(&base, idx)).await?.is_some() {
+                // An overlapping delivery succeeded: its result wins.
+                ItemOutcome::Succeeded
+            } else {
+                if !create_only(state, &layout::error(&base, idx), to_json(f)?, "application/json").await? {
+                    tracing::debug!(job = %job.id, idx, "another delivery's error stands");
+                }
+                ItemOutcome::Failed
+            }
+        }
+    };
+    let cost = mapi_cost::CURRENT.charge(ResourceClass::S, 1, took).amount_micros;
+    let usage = ItemUsage {
+        idx,
+        round,
+        attempts,
+        duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        cost_micros: cost,
+        outcome,
+    };
+    create_only(state, &layout::usage(&base, idx), to_json(&usage)?, "application/json").await?;
+    mark_from_objects(state, job, idx, outcome).await
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(v).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Makes the item's marker from its stored usage (the first delivery's
+/// usage object stands): created once; moves the job's counts, frees the
+/// tenant's window slot and counts the item and its cost in the tenant's
+/// day and month, all in the marker's commit. A marker that says failed is
+/// upgraded when a result exists (a result beats an error).
+async fn mark_from_objects(
+    state: &AppState,
+    job: &JobDoc,
+    idx: u64,
+    outcome: ItemOutcome,
+) -> Result<(), ApiError> {
+    let base = base(job);
+    let usage: Option<ItemUsage> =
+        read_object(state, &layout::usage(&base, idx)).await?.and_then(|b| serde_json::from_slice(&b).ok());
+    let now = state.clock.now();
+    let m = JobItemDoc {
+        job: job.id.clone(),
+        tenant: job.tenant.clone(),
+        project: job.project.clone(),
+        idx,
+        outcome,
+        round: usage.as_ref().map_or(job.round, |u| u.round),
+        attempts: usage.as_ref().map_or(0, |u| u.attempts),
+        duration_ms: usage.as_ref().map_or(0, |u| u.duration_ms),
+        cost_micros: usage.as_ref().map_or(0, |u| u.cost_micros),
+        at: now,
+    };
+    let shard = mapi_runs::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
+    let (m_ref, shard) = (&m, &shard);
+    let upgraded = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(&m_ref.job, m_ref.idx)).await?;
+        match existing {
+            Some(e) if e.outcome == ItemOutcome::Failed && m_ref.outcome == ItemOutcome::Succeeded => {
+                tx_put(&mut tx, m_ref)?;
+                tx.increment(shard, count_field::FAILED, -1, None);
+                tx.increment(shard, count_field::SUCCEEDED, 1, None);
+                Ok(tx.finish(true))
+            }
+            Some(_) => Ok(tx.finish(false)),
+            None => {
+                tx_create(&mut tx, m_ref)?;
+                let f = if m_ref.outcome == ItemOutcome::Succeeded {
+                    count_field::SUCCEEDED
+                } else {
+                    count_field::FAILED
+                };
+                tx.increment(shard, f, 1, None);
+                tx.increment(
+                    shard,
+                    count_field::DURATION,
+                    i64::try_from(m_ref.duration_ms).unwrap_or(i64::MAX),
+                    None,
+                );
+                tx.increment(shard, count_field::COST, m_ref.cost_micros, None);
+                let mut bumps = Bumps::default();
+                bumps.add(&counters::tenant(&m_ref.tenant), field::ACTIVE_ITEMS, -1);
+                let periods: Vec<String> =
+                    Period::ALL.iter().map(|p| counters::tenant_period(&m_ref.tenant, *p, now)).collect();
+                for id in &periods {
+                    bumps.add(id, field::ITEMS, 1);
+                }
+                bumps.extend(Bumps::charge(&periods, m_ref.duration_ms, m_ref.cost_micros));
+                bumps.apply(&mut tx)?;
+                Ok(tx.finish(false))
+            }
+        }
+    })
+    .await?;
+    if upgraded {
+        // A stray error object beside the result (overlapping deliveries).
+        match state.objects.delete(&object_key(&layout::error(&base, idx))?, IfGeneration::Any).await {
+            Ok(()) | Err(ObjectError::NotFound(_)) => {}
+            Err(e) => tracing::warn!(job = %job.id, idx, error = %e, "removing a stray error object failed"),
+        }
+    }
+    Ok(())
+}
+
+/// Reopens a failed item for `round`: its marker moves to the history (the
+/// ledger stays append-only), the job's failed count drops, the tenant's
+/// window takes the item again, and its error and usage objects go.
+/// Idempotent: an item not failed in an earlier round is left alone.
+pub(super) async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Result<(), ApiError> {
+    let shard = mapi_runs::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
+    let tenant = counters::tenant(&job.tenant);
+    let (id, shard, tenant) = (&job.id, &shard, &tenant);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let m_id = JobItemDoc::id_of(id, idx);
+        match tx_get::<JobItemDoc>(&mut tx, &m_id).await? {
+            Some(m) if m.outcome == ItemOutcome::Failed && m.round < round => {
+                tx_create(&mut tx, &JobItemHistoryDoc(m))?;
+                tx.delete(&mapi_runs::key::<JobItemDoc>(&m_id)?);
+                tx.increment(shard, count_field::FAILED, -1, None);
+                tx.increment(&mapi_runs::key::<counters::CounterDoc>(tenant)?, field::ACTIVE_ITEMS, 1, None);
+                Ok(tx.finish(()))
+            }
+            _ => Ok(tx.finish(())),
+        }
+    })
+    .await
+    .or_else(|e| if e.code() == ProblemCode::AlreadyExists { Ok(()) } else { Err(e) })?;
+    remove_stale(state, &base(job), idx, round).await
+}
+
+/// Deletes the error and usage objects of an earlier round than `round`.
+async fn remove_stale(state: &AppState, base: &str, idx: u64, round: u32) -> Result<(), ApiError> {
+    for key in [layout::error(base, idx), layout::usage(base, idx)] {
+        let key = object_key(&key)?;
+        let (meta, bytes) = match state.objects.get(&key, None).await {
+            Ok(found) => found,
+            Err(ObjectError::NotFound(_)) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let of_round =
+            serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v["round"].as_u64()).unwrap_or(0);
+        if of_round < u64::from(round) {
+            match state.objects.delete(&key, IfGeneration::Match(meta.generation)).await {
+                Ok(()) | Err(ObjectError::NotFound(_) | ObjectError::PreconditionFailed(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! The documents of item jobs.
+
+use std::collections::BTreeMap;
+
+use mapi_domain::{JobId, ProjectId, TenantId, Timestamp, UserId};
+use mapi_runs::Doc;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How far the fan-out has got. `reserved` items took slots of the
+/// tenant's concurrent-items counter; `enqueued` items have their tasks.
+/// `step` numbers the fan-out tasks: the task of step `s` acts only while
+/// the cursor is at `s`, so a redelivered or stale task does nothing twice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fanout {
+    pub step: u64,
+    pub reserved: u64,
+    pub enqueued: u64,
+    /// When every item had its task (or the job was cancelled).
+    pub finished_at: Option<Timestamp>,
+}
+
+/// An item job. Id: the job id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobDoc {
+    pub id: JobId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub method: String,
+    /// The method's validated params, for every item.
+    pub params: BTreeMap<String, Value>,
+    /// How many items the manifest holds.
+    pub items: u64,
+    /// Items per manifest chunk object.
+    pub chunk_items: u32,
+    /// The tenant's concurrent-items limit when the job was submitted.
+    pub window: u32,
+    pub created_at: Timestamp,
+    pub created_by: UserId,
+    /// The public id of the API token it was submitted with.
+    pub token: Option<String>,
+    pub fanout: Fanout,
+    /// 0 for the first pass; each `retry-failed` starts the next round.
+    pub round: u32,
+    pub cancel_requested_at: Option<Timestamp>,
+}
+
+impl Doc for JobDoc {
+    const COLLECTION: &'static str = "jobs";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+mapi_domain::wire_enum!(
+    /// How an item ended.
+    ItemOutcome {
+        Succeeded => "succeeded",
+        Failed => "failed",
+    }
+);
+
+/// The marker of a finished item, and its ledger entry: created once (must
+/// not exist) after its result or error object, with the job's counts, the
+/// tenant's concurrent items and the usage counters moved in the same
+/// commit. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobItemDoc {
+    pub job: JobId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub idx: u64,
+    pub outcome: ItemOutcome,
+    pub round: u32,
+    /// Deliveries that ran the method in this round.
+    pub attempts: u32,
+    pub duration_ms: u64,
+    pub cost_micros: i64,
+    pub at: Timestamp,
+}
+
+impl JobItemDoc {
+    /// Zero-padded so ids sort by index.
+    pub fn id_of(job: &JobId, idx: u64) -> String {
+        format!("{job}:{idx:09}")
+    }
+}
+
+impl Doc for JobItemDoc {
+    const COLLECTION: &'static str = "job_items";
+    fn doc_id(&self) -> String {
+        JobItemDoc::id_of(&self.job, self.idx)
+    }
+}
+
+/// A failed item's marker kept when `retry-failed` reopens the item: the
+/// ledger stays append-only. Id: `{job}:{idx}:r{round}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobItemHistoryDoc(pub JobItemDoc);
+
+impl Doc for JobItemHistoryDoc {
+    const COLLECTION: &'static str = "job_item_history";
+    fn doc_id(&self) -> String {
+        format!("{}:r{}", JobItemDoc::id_of(&self.0.job, self.0.idx), self.0.round)
+    }
+}
+
+/// How many count shards a job has: item markers add to shard `idx % N`,
+/// so concurrent finishes rarely write the same document (Firestore's
+/// per-document write rate), and a read sums N documents.
+pub const COUNT_SHARDS: u64 = 8;
+
+/// One shard of a job's counts. Id: `{job}:{shard}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCountsDoc {
+    #[serde(default)]
+    pub succeeded: i64,
+    #[serde(default)]
+    pub failed: i64,
+    #[serde(default)]
+    pub duration_ms: i64,
+    #[serde(default)]
+    pub cost_micros: i64,
+}
+
+impl JobCountsDoc {
+    pub fn id_of(job: &JobId, idx: u64) -> String {
+        format!("{job}:{}", idx % COUNT_SHARDS)
+    }
+
+    /// The ids of every shard of `job`.
+    pub fn shard_ids(job: &JobId) -> Vec<String> {
+        (0..COUNT_SHARDS).map(|s| format!("{job}:{s}")).collect()
+    }
+
+    /// The sum of shards.
+    pub fn sum<'a>(shards: impl IntoIterator<Item = &'a JobCountsDoc>) -> JobCountsDoc {
+        shards.into_iter().fold(JobCountsDoc::default(), |a, s| JobCountsDoc {
+            succeeded: a.succeeded + s.succeeded,
+            failed: a.failed + s.failed,
+            duration_ms: a.duration_ms + s.duration_ms,
+            cost_micros: a.cost_micros + s.cost_micros,
+        })
+    }
+}
+
+/// Counts are named by id; the document carries no id field of its own.
+impl Doc for JobCountsDoc {
+    const COLLECTION: &'static str = "job_counts";
+    fn doc_id(&self) -> String {
+        String::new()
+    }
+}
+
+/// The fields of [`JobCountsDoc`].
+pub mod count_field {
+    pub const SUCCEEDED: &str = "succeeded";
+    pub const FAILED: &str = "failed";
+    pub const DURATION: &str = "duration_ms";
+    pub const COST: &str = "cost_micros";
+}
+
+/// What `usage/{idx}.json` holds: written once per item and round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ItemUsage {
+    pub idx: u64,
+    pub round: u32,
+    pub attempts: u32,
+    /// The method's time in the delivery that finished the item.
+    pub duration_ms: u64,
+    pub cost_micros: i64,
+    pub outcome: ItemOutcome,
+}
+
+/// What `errors/{idx}.json` holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ItemFailure {
+    pub idx: u64,
+    pub round: u32,
+    /// `input`, `transient`, `timeout` or `cancelled`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    pub attempts: u32,
+}

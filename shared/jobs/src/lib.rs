@@ -1,0 +1,48 @@
+//! Item jobs as data. A caller posts a method and a list of items; the
+//! manifest is written as objects, one fan-out task expands it into one
+//! queue task per item, and each item's handler writes its result, error,
+//! usage and log as create-only objects. Nothing here does I/O.
+//!
+//! - [`layout`]: where a job's objects live (`t/{tenant}/p/{project}/jobs/{job}/…`);
+//! - [`JobDoc`], [`JobItemDoc`], [`JobCountsDoc`]: the store's documents;
+//! - [`tasks`]: the queue tasks, their routes and their hashed names;
+//! - [`derive`]: a job's state and counts, derived, never stored;
+//! - [`limits`]: items per job and concurrent items per tenant, by tier.
+//!
+//! Architecture invariant: a job's state is never stored. It is derived
+//! from the manifest's item count, the fan-out cursor and the per-item
+//! markers, and each marker exists only when the item's result or error
+//! object does (the marker is created after the object, once, and the
+//! counters move in the marker's commit).
+
+mod docs;
+pub mod layout;
+pub mod limits;
+mod state;
+pub mod tasks;
+
+pub use docs::*;
+pub use state::{Counts, JobState, derive};
+
+use mapi_store::{Direction, Index};
+
+/// The composite indexes the job queries need.
+pub const INDEXES: &[Index] = &[
+    // A job's finished items by outcome, in index order (items?state=…, retry-failed).
+    Index {
+        collection: JobItemDoc::COLLECTION,
+        fields: &[("job", Direction::Asc), ("outcome", Direction::Asc), ("idx", Direction::Asc)],
+    },
+    // A job's finished items in index order; its last finish.
+    Index { collection: JobItemDoc::COLLECTION, fields: &[("job", Direction::Asc), ("idx", Direction::Asc)] },
+    Index { collection: JobItemDoc::COLLECTION, fields: &[("job", Direction::Asc), ("at", Direction::Desc)] },
+    // The retention housekeeper: jobs created before a time.
+    Index { collection: JobDoc::COLLECTION, fields: &[("created_at", Direction::Asc)] },
+    // A project's jobs, newest first.
+    Index {
+        collection: JobDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
+    },
+];
+
+use mapi_runs::Doc;

@@ -1,0 +1,203 @@
+//! The Cloud Tasks adapter against FakeCloudTasks on 127.0.0.1: the queue
+//! conformance suite (virtual time, so the dedup window of an hour passes
+//! at once), what only this adapter does (the OIDC token's account and
+//! audience, the dispatch deadline, a lost answer retried into a 409 that
+//! is success, throttled creates), and an item job end to end with the
+//! platform's queue on Cloud Tasks: duplicated and overlapping deliveries,
+//! throttled creates and lost answers, every result once.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use mapi_clock::{Clock, SystemClock, VirtualClock};
+use mapi_cloudtasks::{CloudTasksQueue, Credentials, Settings};
+use mapi_domain::Timestamp;
+use mapi_queue::conformance::{Harness, Setup};
+use mapi_queue::{NewTask, QueueConfig, QueueError, QueueName, TaskName, TaskQueue};
+use mapi_tests::chaos::{ChaosProxy, Faults};
+use mapi_tests::fake_cloudtasks::{ApiFaults, FakeCloudTasks};
+use mapi_tests::{Options, QueueWrap, TestPlatform};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const SERVICE_ACCOUNT: &str = "mapi-tasks@project.iam.gserviceaccount.com";
+
+fn no_faults() -> Faults {
+    Faults { seed: 0, duplicate_percent: 0, overlap_percent: 0 }
+}
+
+async fn adapter(
+    fake: &FakeCloudTasks,
+    target: &str,
+    queues: Vec<QueueConfig>,
+    clock: Arc<dyn Clock>,
+) -> CloudTasksQueue {
+    let settings = Settings {
+        project: "project".into(),
+        location: "europe-west1".into(),
+        target: target.into(),
+        service_account_email: SERVICE_ACCOUNT.into(),
+        audience: None,
+        endpoint: Some(fake.url.clone()),
+        queues,
+    };
+    CloudTasksQueue::new(settings, Credentials::Anonymous, clock).await.expect("adapter")
+}
+
+struct CloudTasksHarness {
+    fake: FakeCloudTasks,
+    queue: CloudTasksQueue,
+    clock: Arc<VirtualClock>,
+}
+
+#[async_trait]
+impl Harness for CloudTasksHarness {
+    fn queue(&self) -> &dyn TaskQueue {
+        &self.queue
+    }
+
+    async fn deliver_due(&self) -> usize {
+        self.fake.deliver_due().await
+    }
+
+    fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+async fn make(setup: Setup) -> CloudTasksHarness {
+    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let fake = FakeCloudTasks::start(
+        clock.clone(),
+        setup.queues.clone(),
+        setup.auth.clone(),
+        ApiFaults::none(),
+        no_faults(),
+    )
+    .await;
+    let queue = adapter(&fake, &setup.target, setup.queues.clone(), clock.clone()).await;
+    CloudTasksHarness { fake, queue, clock }
+}
+
+mapi_queue::queue_conformance_suite!(make);
+
+fn named(queue: &str, name: &str) -> NewTask {
+    NewTask::new(QueueName::new(queue).expect("queue"), "/internal/x", "{}")
+        .named(TaskName::new(name).expect("name"))
+}
+
+#[tokio::test]
+async fn tasks_carry_the_oidc_token_request_the_deadline_and_the_target() {
+    let h = make(
+        mapi_queue::conformance::ScriptedTarget::start(|_, _| mapi_queue::conformance::Reply::ok())
+            .await
+            .setup(),
+    )
+    .await;
+    h.queue.create(named("main", "t1")).await.expect("create");
+    let t = h.fake.tasks().into_iter().find(|t| t.id == "t1").expect("stored");
+    assert_eq!(t.service_account_email, SERVICE_ACCOUNT);
+    assert!(t.url.ends_with("/internal/x") && t.audience == t.url.trim_end_matches("/internal/x"), "{t:?}");
+    assert_eq!(t.dispatch_deadline, Duration::from_secs(30), "the queue's dispatch deadline");
+    assert_eq!(t.headers.get("content-type").map(String::as_str), Some("application/json"));
+}
+
+#[tokio::test]
+async fn lost_answers_and_throttling_are_retried_and_a_409_after_a_lost_answer_is_success() {
+    let clock: Arc<dyn Clock> = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let queues = mapi_queue::conformance::queues();
+    let faults = ApiFaults { seed: 7, throttle_percent: 20, lose_answer_percent: 20 };
+    let fake = FakeCloudTasks::start(clock.clone(), queues.clone(), None, faults, no_faults()).await;
+    let q = adapter(&fake, "http://127.0.0.1:9", queues, clock).await;
+    let mut gave_up = 0;
+    for i in 0..100 {
+        // The adapter retries a few times; past that the caller (a handler,
+        // redelivered by its own queue) tries again, and a 409 then means
+        // an earlier try created the task.
+        for tries in 0.. {
+            match q.create(named("main", &format!("n{i}"))).await {
+                Ok(_) => break,
+                Err(QueueError::Unavailable(_)) if tries < 5 => gave_up += 1,
+                Err(QueueError::AlreadyExists(_)) if tries > 0 => break,
+                other => panic!("create {i}: {other:?}"),
+            }
+        }
+    }
+    assert!(gave_up < 10, "the adapter itself absorbs most faults: {gave_up}");
+    assert_eq!(q.depth(&QueueName::new("main").expect("queue")).await, Ok(100), "each task exactly once");
+    let s = fake.stats();
+    assert!(
+        s.throttled.load(Ordering::Relaxed) > 0 && s.answers_lost.load(Ordering::Relaxed) > 0,
+        "faults were injected"
+    );
+    assert!(s.conflicts.load(Ordering::Relaxed) > 0, "some retries met their own task");
+    // A first-try duplicate is still refused: the caller decides it is success.
+    let again = q.create(named("main", "n0")).await;
+    assert_eq!(again, Err(QueueError::AlreadyExists(TaskName::new("n0").expect("name"))));
+}
+
+/// The platform with its handlers pushing to Cloud Tasks (the fake), the
+/// fake delivering to the platform with seeded duplicates and overlaps,
+/// throttling 5 % of creates and losing the answer of 5 %.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let queues = mapi_platform::job_queue_configs().expect("queues");
+    let api = ApiFaults { seed: 11, throttle_percent: 5, lose_answer_percent: 5 };
+    let delivery = Faults { seed: 12, duplicate_percent: 10, overlap_percent: 2 };
+    let fake = FakeCloudTasks::start(clock.clone(), queues.clone(), None, api, delivery).await;
+    // Deliveries reach the platform through a proxy: its address and
+    // credential are known only once the platform has started.
+    let front = ChaosProxy::start("http://127.0.0.1:9", no_faults()).await;
+    let cloud: Arc<dyn TaskQueue> = Arc::new(adapter(&fake, &front.url, queues, clock).await);
+    let wrap = QueueWrap(Arc::new(move |_embedded| cloud.clone()));
+    let p =
+        TestPlatform::start_with(&[], Options { background: false, queue: Some(wrap), ..Options::default() })
+            .await;
+    front.set_target(&p.platform.url);
+    front.set_auth(&p.platform.state.config.secrets.internal_token);
+    let _dispatcher = fake.run();
+    let token = p.token().to_owned();
+    let items: Vec<Value> = (0..1000).map(|i| json!({"text": format!("item number {i}")})).collect();
+    let body = json!({"method": "text.stats", "items": items});
+    let (status, v) = p.call(&token, Method::POST, "/v1/tenants/dev/projects/default/jobs", Some(body)).await;
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let v = loop {
+        let (_, v) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}"), None).await;
+        if v["state"] == "succeeded" || v["state"] == "failed" || v["state"] == "completed_with_errors" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{v:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(v["state"], "succeeded", "{v:#}");
+    assert_eq!(v["counts"]["succeeded"], 1000);
+    let prefix = format!("t/dev/p/default/jobs/{id}/results/");
+    let page = p.platform.state.objects.list(&prefix, None, 2000).await.expect("list");
+    assert_eq!(page.objects.len(), 1000, "one result per item");
+    let (_, bytes) = p.platform.state.objects.get(&page.objects[0].key, None).await.expect("get");
+    let first: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(first["words"], 3);
+    let s = fake.stats();
+    for (what, n) in [
+        ("duplicated", s.duplicated.load(Ordering::Relaxed)),
+        ("overlapped", s.overlapped.load(Ordering::Relaxed)),
+        ("throttled", s.throttled.load(Ordering::Relaxed)),
+        ("lost answers", s.answers_lost.load(Ordering::Relaxed)),
+    ] {
+        assert!(n > 0, "no {what} deliveries or creates: the faults did not happen");
+    }
+    let tasks = fake.tasks();
+    assert!(
+        tasks.iter().all(|t| t.service_account_email == SERVICE_ACCOUNT && t.audience == front.url),
+        "OIDC token requests"
+    );
+}

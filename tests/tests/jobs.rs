@@ -1,0 +1,527 @@
+//! Item jobs end to end over HTTP: a large job through duplicated and
+//! overlapping deliveries, a fan-out that dies halfway and is delivered
+//! again, fairness between tenants, retry-failed, cancel, and the
+//! self-description routes. Every suite is seeded and runs on 127.0.0.1.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use mapi_jobs::tasks::ITEMS_QUEUE;
+use mapi_queue::sqlite::Deliverer;
+use mapi_queue::{NewTask, QueueError, QueueName, TaskInfo, TaskName, TaskQueue};
+use mapi_tests::chaos::{ChaosProxy, Faults};
+use mapi_tests::{Options, QueueWrap, TestPlatform};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+/// The suites here each push thousands of items through one platform; run
+/// side by side on two cores they starve each other's deliveries past the
+/// queue's deadlines. One at a time, each gets the machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts the embedded deliverer, delivering through `target` (the
+/// platform itself, or a chaos proxy in front of it).
+fn deliver(p: &TestPlatform, target: &str) -> JoinHandle<()> {
+    let local = p.platform.state.local.as_ref().expect("embedded adapters");
+    let deliverer = Deliverer::new(
+        local.queue.clone(),
+        reqwest::Client::new(),
+        target,
+        Some(p.platform.state.config.secrets.internal_token.clone()),
+        p.platform.state.metrics.clone(),
+    );
+    tokio::spawn(deliverer.run(std::future::pending()))
+}
+
+async fn quiet(extra: &[(&str, &str)], queue: Option<QueueWrap>) -> TestPlatform {
+    TestPlatform::start_with(extra, Options { background: false, queue, ..Options::default() }).await
+}
+
+async fn submit_job(p: &TestPlatform, token: &str, tenant: &str, body: Value) -> String {
+    let path = format!("/v1/tenants/{tenant}/projects/default/jobs");
+    let (status, v) = p.call(token, Method::POST, &path, Some(body)).await;
+    assert_eq!(status, 201, "submit: {v}");
+    assert_eq!(v["state"], "enqueuing", "a job starts enqueuing: {v}");
+    v["id"].as_str().expect("job id").to_owned()
+}
+
+async fn job(p: &TestPlatform, token: &str, id: &str) -> Value {
+    let (status, v) = p.call(token, Method::GET, &format!("/v1/jobs/{id}"), None).await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+fn is_final(v: &Value) -> bool {
+    matches!(v["state"].as_str(), Some("succeeded" | "completed_with_errors" | "failed"))
+}
+
+async fn wait_final(p: &TestPlatform, token: &str, id: &str, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let v = job(p, token, id).await;
+        if is_final(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "job {id} did not finish: {v:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every object of `job` under `dir` (`results`, `errors`, `logs`, …), by item index.
+async fn objects(p: &TestPlatform, id: &str, dir: &str) -> BTreeMap<u64, Vec<u8>> {
+    let prefix = format!("t/dev/p/default/jobs/{id}/{dir}/");
+    let store = &p.platform.state.objects;
+    let mut out = BTreeMap::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = store.list(&prefix, token.as_deref(), 1000).await.expect("list");
+        for o in page.objects {
+            let name = o.key.as_str().strip_prefix(&prefix).expect("prefix");
+            let idx: u64 = name.split('.').next().and_then(|n| n.parse().ok()).expect("index name");
+            let (_, bytes) = store.get(&o.key, None).await.expect("get");
+            assert!(out.insert(idx, bytes.to_vec()).is_none(), "one object per item");
+        }
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => return out,
+        }
+    }
+}
+
+async fn active_items(p: &TestPlatform, tenant: &str) -> i64 {
+    mapi_runs::counters::read(&*p.platform.state.store, &format!("tenant:{tenant}"))
+        .await
+        .expect("counter")
+        .active_items
+}
+
+/// Lines of each item's log whose outcome is `outcome`.
+fn log_outcomes(logs: &BTreeMap<u64, Vec<u8>>, outcome: &str) -> BTreeMap<u64, usize> {
+    logs.iter()
+        .map(|(i, b)| {
+            let n = String::from_utf8_lossy(b)
+                .lines()
+                .filter(|l| {
+                    serde_json::from_str::<Value>(l).map(|v| v["outcome"] == outcome).unwrap_or(false)
+                })
+                .count();
+            (*i, n)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_items_each_result_once_through_duplicate_and_overlapping_deliveries() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let faults = Faults { seed: 0x5eed_0007, duplicate_percent: 10, overlap_percent: 2 };
+    let proxy = ChaosProxy::start(&p.platform.url, faults).await;
+    let _deliverer = deliver(&p, &proxy.url);
+    let items: Vec<Value> = (0..5000).map(|i| json!({"i": i, "text": format!("item {i}")})).collect();
+    let token = p.token().to_owned();
+    let id = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": items})).await;
+    let v = wait_final(&p, &token, &id, Duration::from_secs(240)).await;
+    assert_eq!(v["state"], "succeeded", "{v:#}");
+    assert_eq!((v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64()), (Some(5000), Some(0)));
+    let results = objects(&p, &id, "results").await;
+    assert_eq!(
+        results.keys().copied().collect::<Vec<_>>(),
+        (0..5000).collect::<Vec<_>>(),
+        "every result, once"
+    );
+    for (i, bytes) in &results {
+        let got: Value = serde_json::from_slice(bytes).expect("result JSON");
+        assert_eq!(got, json!({"i": i, "text": format!("item {i}")}), "item {i}");
+    }
+    assert!(objects(&p, &id, "errors").await.is_empty());
+    assert_eq!(objects(&p, &id, "usage").await.len(), 5000);
+    let duplicated = proxy.tally.duplicated.load(Ordering::Relaxed);
+    let overlapped = proxy.tally.overlapped.load(Ordering::Relaxed);
+    // Seeded: about 10 % and 2 % of some 5,050 deliveries.
+    assert!((350..=700).contains(&duplicated), "duplicated {duplicated}");
+    assert!((50..=170).contains(&overlapped), "overlapped {overlapped}");
+    assert_eq!(active_items(&p, "dev").await, 0, "every window slot given back once");
+    let (_, page) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}/items?page_size=3"), None).await;
+    let first: Vec<u64> =
+        page["items"].as_array().expect("items").iter().filter_map(|i| i["idx"].as_u64()).collect();
+    assert_eq!(first, [0, 1, 2]);
+    assert_eq!(page["items"][1]["result"], json!({"i": 1, "text": "item 1"}));
+}
+
+/// A queue that, once armed, refuses item-task creates after letting some
+/// through: a fan-out step then dies halfway through its batch.
+#[derive(Debug)]
+struct DyingQueue {
+    inner: Arc<dyn TaskQueue>,
+    /// Item creates still allowed before failures start; negative: unarmed.
+    allowed: AtomicI64,
+    /// Failures still to inject.
+    failures: AtomicI64,
+}
+
+#[async_trait]
+impl TaskQueue for DyingQueue {
+    async fn create(&self, task: NewTask) -> Result<TaskInfo, QueueError> {
+        if task.queue.as_str() == ITEMS_QUEUE
+            && self.allowed.fetch_sub(1, Ordering::SeqCst) <= 0
+            && self.failures.fetch_sub(1, Ordering::SeqCst) > 0
+        {
+            return Err(QueueError::Unavailable("the fan-out's process died".into()));
+        }
+        self.inner.create(task).await
+    }
+
+    async fn delete(&self, queue: &QueueName, name: &TaskName) -> Result<(), QueueError> {
+        self.inner.delete(queue, name).await
+    }
+
+    async fn depth(&self, queue: &QueueName) -> Result<u64, QueueError> {
+        self.inner.depth(queue).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fanout_that_dies_halfway_and_is_delivered_again_loses_and_doubles_nothing() {
+    let _serial = SERIAL.lock().await;
+    // Item creates 1..=250 pass, the next 60 fail: the third fan-out step
+    // dies after enqueuing half its batch, and its redelivery dies again.
+    let dying: Arc<std::sync::Mutex<Option<Arc<DyingQueue>>>> = Arc::default();
+    let slot = dying.clone();
+    let wrap = QueueWrap(Arc::new(move |inner| {
+        let q = Arc::new(DyingQueue { inner, allowed: AtomicI64::new(250), failures: AtomicI64::new(60) });
+        *slot.lock().expect("slot") = Some(q.clone());
+        q as Arc<dyn TaskQueue>
+    }));
+    let p = quiet(&[("MAPI_JOB_FANOUT_BATCH", "100")], Some(wrap)).await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    let items: Vec<Value> = (0..1000).map(|i| json!(i)).collect();
+    let id = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": items})).await;
+    // Generous: the dying step is retried with the queue's back-off, which
+    // grows when a loaded machine makes deliveries miss their deadline.
+    let v = wait_final(&p, &token, &id, Duration::from_secs(300)).await;
+    let q = dying.lock().expect("slot").clone().expect("wrapped");
+    assert!(q.failures.load(Ordering::SeqCst) <= 0, "the fan-out did die: every injected failure was used");
+    // Deliver every fan-out step again, late: stale steps change nothing.
+    let job_id = mapi_domain::JobId::parse(&id).expect("job id");
+    let steps = mapi_runs::get::<mapi_jobs::JobDoc>(&*p.platform.state.store, &id)
+        .await
+        .expect("get")
+        .expect("job")
+        .fanout
+        .step;
+    for step in 0..steps {
+        let body = json!({"job": job_id, "step": step});
+        let (status, _) = p
+            .call(
+                &p.platform.state.config.secrets.internal_token,
+                Method::POST,
+                mapi_jobs::tasks::FANOUT_PATH,
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, 200, "step {step} again");
+    }
+    assert_eq!(v["state"], "succeeded", "{v:#}");
+    assert_eq!(v["counts"]["succeeded"], 1000);
+    let results = objects(&p, &id, "results").await;
+    assert_eq!(results.len(), 1000, "no item lost");
+    let completions = log_outcomes(&objects(&p, &id, "logs").await, "succeeded");
+    assert_eq!(completions.len(), 1000);
+    let twice: Vec<_> = completions.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "items run to completion more than once: {twice:?}");
+    assert_eq!(active_items(&p, "dev").await, 0);
+    let after = job(&p, &token, &id).await;
+    assert_eq!(after["counts"], v["counts"], "late fan-out steps changed nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_burst_does_not_starve_a_small_job() {
+    let _serial = SERIAL.lock().await;
+    let p = TestPlatform::start_with(
+        &[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test")],
+        Options { background: false, ..Options::default() },
+    )
+    .await;
+    let operator = p.login("admin@dev.local").await;
+    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
+    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
+    let eve = p.login("eve@other.test").await;
+    let project = json!({"id": "default", "name": "D"});
+    assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    // Tenant A (dev): 20,000 items; then tenant B (other): 10.
+    let a_items: Vec<Value> = (0..20_000).map(|i| json!({"i": i})).collect();
+    let a = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": a_items})).await;
+    let b_items: Vec<Value> = (0..10).map(|i| json!({"i": i})).collect();
+    let b = submit_job(&p, &eve, "other", json!({"method": "item.echo", "items": b_items})).await;
+    let (status, _) = p.call(&eve, Method::GET, &format!("/v1/jobs/{a}"), None).await;
+    assert_eq!(status, 404, "tenant B cannot see tenant A's job");
+    let vb = wait_final(&p, &eve, &b, Duration::from_secs(60)).await;
+    let va = job(&p, &token, &a).await;
+    assert_eq!(vb["state"], "succeeded", "{vb:#}");
+    let a_done = va["counts"]["succeeded"].as_u64().expect("count");
+    let window = 200; // MAPI_JOB_TENANT_WINDOW's default, below the internal tier's 1,000
+    // B waited behind at most A's window, plus what A finished meanwhile:
+    // a few batches of 100, not A's 20,000.
+    assert!(a_done <= 4 * window, "A finished {a_done} items before B's 10: B was starved");
+    assert!(!is_final(&va), "A is still running: {va:#}");
+    assert!(va["counts"]["pending"].as_u64().expect("pending") > 10_000, "A is held to its window: {va:#}");
+    // Cancel A: queued items end as cancelled errors, the rest never runs.
+    let (status, _) = p.call(&token, Method::POST, &format!("/v1/jobs/{a}/cancel"), None).await;
+    assert_eq!(status, 200);
+    let va = wait_final(&p, &token, &a, Duration::from_secs(60)).await;
+    assert_eq!(va["state"], "completed_with_errors", "{va:#}");
+    let c = &va["counts"];
+    let sum = ["succeeded", "failed", "cancelled"].iter().map(|k| c[k].as_u64().expect("count")).sum::<u64>();
+    assert_eq!(sum, 20_000, "{c}");
+    assert!(c["cancelled"].as_u64().expect("cancelled") > 10_000, "{c}");
+    assert_eq!(active_items(&p, "dev").await, 0);
+    assert_eq!(active_items(&p, "other").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_failed_reruns_only_the_failed_items() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    // Every 10th item fails in round 0 only; item 5 fails transiently once.
+    let items: Vec<Value> = (0..200)
+        .map(|i| match i {
+            _ if i % 10 == 3 => json!({"i": i, "fail_rounds": 1}),
+            5 => json!({"i": i, "flaky": 1}),
+            _ => json!({"i": i}),
+        })
+        .collect();
+    let body = json!({"method": "diag.item", "items": items, "options": {"params": {"message": "bad item"}}});
+    let id = submit_job(&p, &token, "dev", body).await;
+    let v = wait_final(&p, &token, &id, Duration::from_secs(60)).await;
+    assert_eq!(v["state"], "completed_with_errors", "{v:#}");
+    assert_eq!((v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64()), (Some(180), Some(20)));
+    let (_, failed) =
+        p.call(&token, Method::GET, &format!("/v1/jobs/{id}/items?state=failed&page_size=100"), None).await;
+    let failed_idx: BTreeSet<u64> =
+        failed["items"].as_array().expect("items").iter().filter_map(|i| i["idx"].as_u64()).collect();
+    assert_eq!(failed_idx, (0..200).filter(|i| i % 10 == 3).collect());
+    assert_eq!(failed["items"][0]["error"]["type"], "input");
+    assert_eq!(failed["items"][0]["error"]["message"], "bad item");
+    let (_, log5) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}/items/5/log"), None).await;
+    let _ = log5;
+    let log5 = p
+        .http
+        .get(p.url(&format!("/v1/jobs/{id}/items/5/log")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("log");
+    let text = log5.text().await.expect("text");
+    assert_eq!(text.lines().count(), 2, "a retried attempt, then success: {text}");
+    assert!(text.lines().next().is_some_and(|l| l.contains("\"retrying\"")), "{text}");
+    let generations = |p: &TestPlatform| {
+        let objects = p.platform.state.objects.clone();
+        let id = id.clone();
+        async move {
+            let mut out = BTreeMap::new();
+            for i in (0..200u64).filter(|i| i % 10 != 3) {
+                let key =
+                    mapi_objects::ObjectKey::parse(&format!("t/dev/p/default/jobs/{id}/results/{i}.json"))
+                        .expect("key");
+                out.insert(i, objects.head(&key).await.expect("result").generation);
+            }
+            out
+        }
+    };
+    let before = generations(&p).await;
+    let (status, r) = p.call(&token, Method::POST, &format!("/v1/jobs/{id}/retry-failed"), None).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["round"], 1);
+    assert_ne!(r["state"], "completed_with_errors", "the failed items are running again: {r:#}");
+    let v = wait_final(&p, &token, &id, Duration::from_secs(60)).await;
+    assert_eq!(v["state"], "succeeded", "{v:#}");
+    assert_eq!((v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64()), (Some(200), Some(0)));
+    assert_eq!(generations(&p).await, before, "succeeded items were not touched");
+    let logs = objects(&p, &id, "logs").await;
+    let ran: BTreeMap<u64, usize> =
+        logs.iter().map(|(i, b)| (*i, String::from_utf8_lossy(b).lines().count())).collect();
+    for (i, n) in &ran {
+        let want = if i % 10 == 3 || *i == 5 { 2 } else { 1 };
+        assert_eq!(*n, want, "item {i} ran {n} times");
+    }
+    assert!(objects(&p, &id, "errors").await.is_empty(), "the retried items' errors are gone");
+    let history = p
+        .platform
+        .state
+        .store
+        .query(
+            &mapi_store::Query::new("job_item_history").filter("job", mapi_store::Op::Eq, id.as_str()),
+            None,
+        )
+        .await
+        .expect("history");
+    assert_eq!(history.len(), 20, "the first round's failures stay in the ledger");
+    assert_eq!(active_items(&p, "dev").await, 0);
+    let (status, again) = p.call(&token, Method::POST, &format!("/v1/jobs/{id}/cancel"), None).await;
+    assert_eq!((status, again["code"].as_str()), (409, Some("FAILED_PRECONDITION")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_jobs_are_problems_and_the_platform_describes_itself() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[("MAPI_JOB_MAX_ITEMS", "50")], None).await;
+    let token = p.token().to_owned();
+    let path = "/v1/tenants/dev/projects/default/jobs";
+    let cases = [
+        (json!({"method": "describe", "items": [1]}), 400, "INVALID_ARGUMENT"),
+        (json!({"method": "nope", "items": [1]}), 400, "INVALID_ARGUMENT"),
+        (json!({"method": "item.echo", "items": []}), 400, "INVALID_ARGUMENT"),
+        (
+            json!({"method": "text.stats", "items": [1], "options": {"params": {"field": 3}}}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (json!({"method": "item.echo", "items": [1], "extra": true}), 400, "INVALID_ARGUMENT"),
+        (json!({"method": "item.echo", "items": vec![1; 51]}), 429, "QUOTA_EXCEEDED"),
+    ];
+    for (body, status, code) in cases {
+        let (s, v) = p.call(&token, Method::POST, path, Some(body.clone())).await;
+        assert_eq!((s, v["code"].as_str()), (status, Some(code)), "{body}: {v}");
+    }
+    let (s, _) =
+        p.call("not-a-token", Method::POST, path, Some(json!({"method": "item.echo", "items": [1]}))).await;
+    assert_eq!(s, 401);
+    let (s, v) = p.call(&token, Method::GET, "/v1/jobs/job_nope", None).await;
+    assert_eq!((s, v["code"].as_str()), (404, Some("NOT_FOUND")));
+    let usage = p.http.get(p.url("/v1/usage")).send().await.expect("usage");
+    assert!(usage.headers()["content-type"].to_str().expect("type").starts_with("text/plain"));
+    let text = usage.text().await.expect("text");
+    for m in mapi_methods::all() {
+        assert!(text.contains(&format!("## {} (", m.name)), "{} is documented", m.name);
+    }
+    assert!(text.contains("\"method\": \"text.stats\""), "with an example call");
+    let (_, manifest) = p.call(&token, Method::GET, "/manifest", None).await;
+    assert_eq!(manifest["api_version"], "v1");
+    assert_eq!(manifest["method_registry_version"], mapi_methods::registry_version());
+    let (_, health) = p.call(&token, Method::GET, "/health", None).await;
+    assert_eq!(health, json!({"status": "ok"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_submits_watches_and_reads_a_job() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("items.jsonl");
+    std::fs::write(&file, "{\"text\": \"one two\"}\n\n\"three four five\"\n{\"nope\": 1}\n").expect("write");
+    let mapi = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(mapi_tests::binary("mapi"));
+        c.args(["--url", &p.platform.url, "--token", p.token()]).args(args).env("MAPI_HOME", dir.path());
+        c.output()
+    };
+    let out = mapi(&[
+        "--json",
+        "jobs",
+        "submit",
+        "text.stats",
+        "--items",
+        file.to_str().expect("path"),
+        "--watch",
+        "--tenant",
+        "dev",
+        "--project",
+        "default",
+    ])
+    .await
+    .expect("mapi jobs submit");
+    assert_eq!(out.status.code(), Some(1), "one item failed, so the job is not a success");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["state"], "completed_with_errors");
+    assert_eq!((v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64()), (Some(2), Some(1)));
+    let id = v["id"].as_str().expect("id");
+    let out = mapi(&["jobs", "items", id, "--state", "failed"]).await.expect("items");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("input: the item has no string field `text`"), "{text}");
+    let out = mapi(&["jobs", "log", id, "1"]).await.expect("log");
+    let line: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!((line["outcome"].as_str(), line["attempt"].as_u64()), (Some("succeeded"), Some(1)));
+    let out = mapi(&["jobs", "get", id]).await.expect("get");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3 total: 2 succeeded, 1 failed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_housekeeper_deletes_jobs_past_their_retention() {
+    let _serial = SERIAL.lock().await;
+    let clock = Arc::new(mapi_clock::VirtualClock::new(mapi_domain::Timestamp::from_secs(1_800_000_000)));
+    let p = TestPlatform::start_with(
+        &[("MAPI_JOB_RETENTION_DAYS", "7")],
+        Options { background: false, clock: clock.clone(), ..Options::default() },
+    )
+    .await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    let items: Vec<Value> = (0..30).map(|i| json!(i)).collect();
+    // Virtual time stands still unless moved: move it while waiting, so
+    // retries and waits scheduled ahead come due.
+    let settle = |id: String| {
+        let (p, clock, token) = (&p, clock.clone(), token.clone());
+        async move {
+            for _ in 0..600 {
+                if is_final(&job(p, &token, &id).await) {
+                    return;
+                }
+                clock.advance(Duration::from_secs(1));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("job {id} did not finish");
+        }
+    };
+    let old = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": items})).await;
+    settle(old.clone()).await;
+    clock.advance(Duration::from_secs(6 * 86_400));
+    let recent = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": [1, 2]})).await;
+    settle(recent.clone()).await;
+    clock.advance(Duration::from_secs(2 * 86_400));
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let (status, v) =
+        p.call(&internal, Method::POST, mapi_submit::jobs::housekeep::HOUSEKEEP_PATH, None).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["deleted_jobs"], 1, "only the job older than 7 days: {v}");
+    // Per item a result, a usage and a log; the manifest and one chunk.
+    assert_eq!(v["deleted_objects"], 30 * 3 + 2, "{v}");
+    assert_eq!(p.call(&token, Method::GET, &format!("/v1/jobs/{old}"), None).await.0, 404);
+    let left =
+        p.platform.state.objects.list(&format!("t/dev/p/default/jobs/{old}/"), None, 10).await.expect("list");
+    assert!(left.objects.is_empty(), "{left:?}");
+    let markers = p
+        .platform
+        .state
+        .store
+        .query(&mapi_store::Query::new("job_items").filter("job", mapi_store::Op::Eq, old.as_str()), None)
+        .await
+        .expect("markers");
+    assert!(markers.is_empty());
+    assert_eq!(job(&p, &token, &recent).await["state"], "succeeded", "the recent job stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_and_task_routes_can_be_served_by_separate_deployments() {
+    let _serial = SERIAL.lock().await;
+    let internal_item = json!({"job": "job_01arz3ndektsv4rrffq69g5fav", "idx": 0, "round": 0, "item": 1});
+    for (routes, api_status, task_status) in [("api", 200, 404), ("tasks", 404, 200), ("all", 200, 200)] {
+        let p = quiet(&[("MAPI_ROUTES", routes)], None).await;
+        let token = p.token().to_owned();
+        let (api, _) = p.call(&token, Method::GET, "/v1/usage", None).await;
+        let internal = p.platform.state.config.secrets.internal_token.clone();
+        let (task, body) =
+            p.call(&internal, Method::POST, mapi_jobs::tasks::ITEM_PATH, Some(internal_item.clone())).await;
+        assert_eq!((api, task), (api_status, task_status), "MAPI_ROUTES={routes}: {body}");
+        let (_, manifest) = p.call(&token, Method::GET, "/manifest", None).await;
+        assert_eq!(manifest["routes"], routes);
+    }
+}
