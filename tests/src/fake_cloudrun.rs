@@ -26,6 +26,9 @@ use mapi_executor::local::layout::Command;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// How long after its start an execution with `Fault::OutOfMemory` is killed.
+pub const OOM_AFTER: Duration = Duration::from_millis(1500);
+
 /// The push subscription the fake's log sink delivers through.
 pub const SUBSCRIPTION: &str = "projects/fake/subscriptions/mapi-run-events-push";
 
@@ -710,7 +713,9 @@ impl FakeCloudRun {
             });
         }
         if let (Some(Fault::OutOfMemory { .. }), Some(pid)) = (&fault, pid) {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Long enough for a worker to have started its method (and
+            // flushed a checkpoint, if it writes them often).
+            tokio::time::sleep(OOM_AFTER).await;
             signal(pid, nix::sys::signal::Signal::SIGKILL);
         }
         let oom_killed = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -121,6 +121,24 @@ async fn out_of_memory_reported_as_signal_9_retries_on_the_next_class() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_resumes_from_the_checkpoint_the_killed_attempt_flushed() {
+    let r = rig(&[]).await;
+    r.fake().inject(Fault::OutOfMemory { signal: false });
+    let ds = r.upload(LONGLEY).await;
+    let params = json!({"seconds": 4, "checkpoint_every_s": 0.1});
+    let id = r.submit(json!({"method": "diag.sleep", "dataset": ds, "params": params})).await;
+    let run = r.wait_final(&id).await;
+    assert_eq!(transitions(&run), retried_once("resource_exhausted", SUCCEEDED));
+    let out = run["outputs"].as_array().expect("outputs").first().expect("one output").clone();
+    let result: serde_json::Value =
+        r.http.get(out["url"].as_str().expect("url")).send().await.expect("get").json().await.expect("json");
+    let resumed = result["resumed_from_s"].as_f64().expect("resumed_from_s");
+    assert!(resumed > 0.1, "the second attempt started from the first one's checkpoint: {result}");
+    let this = result["this_attempt_s"].as_f64().expect("this_attempt_s");
+    assert!(this < 4.0 - resumed + 1.0, "the second attempt slept only the rest: {result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_execution_is_confirmed_gone_before_the_retry() {
     let r = rig(&[]).await;
     r.fake().inject(Fault::Vanish);
