@@ -525,3 +525,73 @@ async fn api_and_task_routes_can_be_served_by_separate_deployments() {
         assert_eq!(manifest["routes"], routes);
     }
 }
+
+/// The dev tenant's usage this month, grouped by kind.
+async fn usage_by_kind(p: &TestPlatform, token: &str) -> Value {
+    let (status, u) =
+        p.call(token, Method::GET, "/v1/tenants/dev/usage?period=month&group_by=kind", None).await;
+    assert_eq!(status, 200, "{u}");
+    u
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    // Items that take time (so they cost something), one of them failing.
+    let items: Vec<Value> = (0..12)
+        .map(|i| if i == 7 { json!({"i": i, "fail_rounds": 1}) } else { json!({"i": i, "sleep_ms": 40}) })
+        .collect();
+    let body =
+        json!({"method": "diag.item", "items": items.clone(), "options": {"params": {"message": "bad"}}});
+    let id = submit_job(&p, &token, "dev", body).await;
+    let v = wait_final(&p, &token, &id, Duration::from_secs(60)).await;
+    assert_eq!(v["state"], "completed_with_errors", "{v:#}");
+    let store = p.platform.state.store.clone();
+    let ledger = || {
+        let (store, id) = (store.clone(), id.clone());
+        async move {
+            let q = mapi_store::Query::new(<mapi_runs::ItemLedgerEntry as mapi_runs::Doc>::COLLECTION)
+                .filter("job", mapi_store::Op::Eq, id.as_str());
+            let docs = store.query(&q, None).await.expect("ledger");
+            docs.iter().map(|d| d.decode::<mapi_runs::ItemLedgerEntry>().expect("entry")).collect::<Vec<_>>()
+        }
+    };
+    let entries = ledger().await;
+    assert_eq!(entries.len(), 12, "one entry per item");
+    let idx: BTreeSet<u64> = entries.iter().map(|e| e.idx).collect();
+    assert_eq!(idx, (0..12).collect());
+    let cost: i64 = entries.iter().map(|e| e.charge.amount_micros).sum();
+    let vcpu: u64 = entries.iter().map(|e| e.charge.vcpu_ms).sum();
+    assert!(vcpu >= 11 * 40, "the items' time is metered: {vcpu}");
+    let operator = p.login("admin@dev.local").await;
+    let u = usage_by_kind(&p, &operator).await;
+    let item =
+        u["groups"].as_array().expect("groups").iter().find(|g| g["key"] == "item").expect("item group");
+    assert_eq!(item["totals"]["items"], 12, "{u:#}");
+    assert_eq!(item["totals"]["cost_micros"].as_i64(), Some(cost), "{u:#}");
+    assert_eq!(item["totals"]["vcpu_ms"].as_u64(), Some(vcpu), "{u:#}");
+    // The ledger and the tenant's counters agree.
+    let tenant: mapi_domain::TenantId = "dev".parse().expect("tenant");
+    let month =
+        mapi_runs::counters::tenant_period(&tenant, mapi_quota::Period::Month, p.platform.state.clock.now());
+    let counter = mapi_runs::counters::read(&*store, &month).await.expect("counter");
+    assert_eq!(counter.items, 12);
+    assert_eq!(counter.spend_micros, u["totals"]["cost_micros"].as_i64().expect("cost"), "{u:#}");
+    assert_eq!(counter.charged_vcpu_ms, i64::try_from(vcpu).expect("vcpu"));
+    // Every item's task delivered again: nothing more is metered.
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    for (i, item) in items.iter().enumerate() {
+        let task = json!({"job": id, "idx": i, "round": 0, "item": item});
+        let (status, r) = p.call(&internal, Method::POST, mapi_jobs::tasks::ITEM_PATH, Some(task)).await;
+        assert_eq!((status, r["outcome"].as_str()), (200, Some("done")), "{r}");
+    }
+    assert_eq!(ledger().await, entries, "a redelivered item writes no ledger entry");
+    assert_eq!(usage_by_kind(&p, &operator).await["totals"], u["totals"]);
+    assert_eq!(
+        mapi_runs::counters::read(&*store, &month).await.expect("counter").spend_micros,
+        counter.spend_micros
+    );
+}
