@@ -595,3 +595,74 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
         counter.spend_micros
     );
 }
+
+/// Calls the retention housekeeper once; the jobs it deleted.
+async fn housekeep(p: &TestPlatform) -> u64 {
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let (status, v) =
+        p.call(&internal, Method::POST, mapi_submit::jobs::housekeep::HOUSEKEEP_PATH, None).await;
+    assert_eq!(status, 200, "{v}");
+    v["deleted_jobs"].as_u64().expect("deleted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_housekeeper_honours_each_tenants_retention() {
+    let _serial = SERIAL.lock().await;
+    let clock = Arc::new(mapi_clock::VirtualClock::new(mapi_domain::Timestamp::from_secs(1_800_000_000)));
+    let p = TestPlatform::start_with(
+        &[
+            ("MAPI_JOB_RETENTION_DAYS", "7"),
+            ("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test"),
+        ],
+        Options { background: false, clock: clock.clone(), ..Options::default() },
+    )
+    .await;
+    let operator = p.login("admin@dev.local").await;
+    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
+    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
+    let eve = p.login("eve@other.test").await;
+    let project = json!({"id": "default", "name": "D"});
+    assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+    // dev keeps its jobs 2 days; other 10; the platform's default is 7.
+    for (tenant, days) in [("dev", 2), ("other", 10)] {
+        let policy = json!({"job_retention_days": days});
+        let (status, v) =
+            p.call(&operator, Method::PUT, &format!("/v1/admin/quotas/{tenant}"), Some(policy)).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    let settle = |token: String, id: String| {
+        let (p, clock) = (&p, clock.clone());
+        async move {
+            for _ in 0..600 {
+                if is_final(&job(p, &token, &id).await) {
+                    return;
+                }
+                clock.advance(Duration::from_secs(1));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("job {id} did not finish");
+        }
+    };
+    let dev_job = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": [1, 2, 3]})).await;
+    settle(token.clone(), dev_job.clone()).await;
+    let other_job = submit_job(&p, &eve, "other", json!({"method": "item.echo", "items": [1, 2]})).await;
+    settle(eve.clone(), other_job.clone()).await;
+    // Sign-ins expire in virtual time: eve signs in again after each move.
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(housekeep(&p).await, 0, "a day old: both kept");
+    clock.advance(Duration::from_secs(2 * 86_400));
+    assert_eq!(housekeep(&p).await, 1, "three days old: dev's 2-day retention has passed");
+    assert_eq!(p.call(&token, Method::GET, &format!("/v1/jobs/{dev_job}"), None).await.0, 404);
+    assert_eq!(job(&p, &p.login("eve@other.test").await, &other_job).await["state"], "succeeded");
+    clock.advance(Duration::from_secs(5 * 86_400));
+    assert_eq!(housekeep(&p).await, 0, "eight days old: past the platform's 7, not other's 10");
+    assert_eq!(job(&p, &p.login("eve@other.test").await, &other_job).await["state"], "succeeded");
+    clock.advance(Duration::from_secs(3 * 86_400));
+    assert_eq!(housekeep(&p).await, 1, "eleven days old: past other's 10");
+    assert_eq!(
+        p.call(&p.login("eve@other.test").await, Method::GET, &format!("/v1/jobs/{other_job}"), None).await.0,
+        404
+    );
+}

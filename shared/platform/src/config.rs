@@ -330,7 +330,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "MAPI_JOB_RETENTION_DAYS",
         "30",
-        "Job objects and documents older than this are deleted by the housekeeper",
+        "Job objects and documents older than this are deleted by the housekeeper, unless the tenant's quota policy sets `job_retention_days`",
     ),
     ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
     ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
