@@ -201,3 +201,57 @@ async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
         "OIDC token requests"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the_fake() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let queues = mapi_platform::job_queue_configs().expect("queues");
+    // The fake delivers with the platform's internal token (standing in for
+    // the OIDC token); the platform's own address is the target.
+    let internal = "cloudtasks-internal-token-0123456789";
+    let fake = FakeCloudTasks::start(
+        clock.clone(),
+        queues,
+        Some(internal.to_owned()),
+        ApiFaults::none(),
+        no_faults(),
+    )
+    .await;
+    let settings = [
+        ("MAPI_QUEUE", "cloudtasks"),
+        ("MAPI_CLOUDTASKS_PROJECT", "mapi-test"),
+        ("MAPI_CLOUDTASKS_LOCATION", "europe-west1"),
+        ("MAPI_CLOUDTASKS_SERVICE_ACCOUNT", SERVICE_ACCOUNT),
+        ("MAPI_CLOUDTASKS_ENDPOINT", fake.url.as_str()),
+        ("MAPI_INTERNAL_TOKEN", internal),
+        ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"),
+        ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"),
+    ];
+    let p = TestPlatform::start_with(&settings, Options { background: false, ..Options::default() }).await;
+    let _dispatcher = fake.run();
+    let token = p.token().to_owned();
+    let items: Vec<Value> = (0..20).map(|i| json!({"text": format!("item number {i}")})).collect();
+    let body = json!({"method": "text.stats", "items": items});
+    let (status, v) = p.call(&token, Method::POST, "/v1/tenants/dev/projects/default/jobs", Some(body)).await;
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let v = loop {
+        let (_, v) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}"), None).await;
+        if v["state"] == "succeeded" || v["state"] == "failed" || v["state"] == "completed_with_errors" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{v:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(v["state"], "succeeded", "{v:#}");
+    assert_eq!(v["counts"]["succeeded"], 20);
+    // The tasks went through the fake (a fan-out and 20 items at least),
+    // none through the embedded queue.
+    assert!(fake.stats().deliveries.load(Ordering::Relaxed) >= 21, "deliveries through Cloud Tasks");
+    let tasks = fake.tasks();
+    assert!(
+        tasks.iter().all(|t| t.service_account_email == SERVICE_ACCOUNT && t.audience == p.platform.url),
+        "OIDC token requests for the platform's own URL"
+    );
+}

@@ -525,3 +525,144 @@ async fn api_and_task_routes_can_be_served_by_separate_deployments() {
         assert_eq!(manifest["routes"], routes);
     }
 }
+
+/// The dev tenant's usage this month, grouped by kind.
+async fn usage_by_kind(p: &TestPlatform, token: &str) -> Value {
+    let (status, u) =
+        p.call(token, Method::GET, "/v1/tenants/dev/usage?period=month&group_by=kind", None).await;
+    assert_eq!(status, 200, "{u}");
+    u
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    // Items that take time (so they cost something), one of them failing.
+    let items: Vec<Value> = (0..12)
+        .map(|i| if i == 7 { json!({"i": i, "fail_rounds": 1}) } else { json!({"i": i, "sleep_ms": 40}) })
+        .collect();
+    let body =
+        json!({"method": "diag.item", "items": items.clone(), "options": {"params": {"message": "bad"}}});
+    let id = submit_job(&p, &token, "dev", body).await;
+    let v = wait_final(&p, &token, &id, Duration::from_secs(60)).await;
+    assert_eq!(v["state"], "completed_with_errors", "{v:#}");
+    let store = p.platform.state.store.clone();
+    let ledger = || {
+        let (store, id) = (store.clone(), id.clone());
+        async move {
+            let q = mapi_store::Query::new(<mapi_runs::ItemLedgerEntry as mapi_runs::Doc>::COLLECTION)
+                .filter("job", mapi_store::Op::Eq, id.as_str());
+            let docs = store.query(&q, None).await.expect("ledger");
+            docs.iter().map(|d| d.decode::<mapi_runs::ItemLedgerEntry>().expect("entry")).collect::<Vec<_>>()
+        }
+    };
+    let entries = ledger().await;
+    assert_eq!(entries.len(), 12, "one entry per item");
+    let idx: BTreeSet<u64> = entries.iter().map(|e| e.idx).collect();
+    assert_eq!(idx, (0..12).collect());
+    let cost: i64 = entries.iter().map(|e| e.charge.amount_micros).sum();
+    let vcpu: u64 = entries.iter().map(|e| e.charge.vcpu_ms).sum();
+    assert!(vcpu >= 11 * 40, "the items' time is metered: {vcpu}");
+    let operator = p.login("admin@dev.local").await;
+    let u = usage_by_kind(&p, &operator).await;
+    let item =
+        u["groups"].as_array().expect("groups").iter().find(|g| g["key"] == "item").expect("item group");
+    assert_eq!(item["totals"]["items"], 12, "{u:#}");
+    assert_eq!(item["totals"]["cost_micros"].as_i64(), Some(cost), "{u:#}");
+    assert_eq!(item["totals"]["vcpu_ms"].as_u64(), Some(vcpu), "{u:#}");
+    // The ledger and the tenant's counters agree.
+    let tenant: mapi_domain::TenantId = "dev".parse().expect("tenant");
+    let month =
+        mapi_runs::counters::tenant_period(&tenant, mapi_quota::Period::Month, p.platform.state.clock.now());
+    let counter = mapi_runs::counters::read(&*store, &month).await.expect("counter");
+    assert_eq!(counter.items, 12);
+    assert_eq!(counter.spend_micros, u["totals"]["cost_micros"].as_i64().expect("cost"), "{u:#}");
+    assert_eq!(counter.charged_vcpu_ms, i64::try_from(vcpu).expect("vcpu"));
+    // Every item's task delivered again: nothing more is metered.
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    for (i, item) in items.iter().enumerate() {
+        let task = json!({"job": id, "idx": i, "round": 0, "item": item});
+        let (status, r) = p.call(&internal, Method::POST, mapi_jobs::tasks::ITEM_PATH, Some(task)).await;
+        assert_eq!((status, r["outcome"].as_str()), (200, Some("done")), "{r}");
+    }
+    assert_eq!(ledger().await, entries, "a redelivered item writes no ledger entry");
+    assert_eq!(usage_by_kind(&p, &operator).await["totals"], u["totals"]);
+    assert_eq!(
+        mapi_runs::counters::read(&*store, &month).await.expect("counter").spend_micros,
+        counter.spend_micros
+    );
+}
+
+/// Calls the retention housekeeper once; the jobs it deleted.
+async fn housekeep(p: &TestPlatform) -> u64 {
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let (status, v) =
+        p.call(&internal, Method::POST, mapi_submit::jobs::housekeep::HOUSEKEEP_PATH, None).await;
+    assert_eq!(status, 200, "{v}");
+    v["deleted_jobs"].as_u64().expect("deleted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_housekeeper_honours_each_tenants_retention() {
+    let _serial = SERIAL.lock().await;
+    let clock = Arc::new(mapi_clock::VirtualClock::new(mapi_domain::Timestamp::from_secs(1_800_000_000)));
+    let p = TestPlatform::start_with(
+        &[
+            ("MAPI_JOB_RETENTION_DAYS", "7"),
+            ("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test"),
+        ],
+        Options { background: false, clock: clock.clone(), ..Options::default() },
+    )
+    .await;
+    let operator = p.login("admin@dev.local").await;
+    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
+    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
+    let eve = p.login("eve@other.test").await;
+    let project = json!({"id": "default", "name": "D"});
+    assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+    // dev keeps its jobs 2 days; other 10; the platform's default is 7.
+    for (tenant, days) in [("dev", 2), ("other", 10)] {
+        let policy = json!({"job_retention_days": days});
+        let (status, v) =
+            p.call(&operator, Method::PUT, &format!("/v1/admin/quotas/{tenant}"), Some(policy)).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let _deliverer = deliver(&p, &p.platform.url);
+    let token = p.token().to_owned();
+    let settle = |token: String, id: String| {
+        let (p, clock) = (&p, clock.clone());
+        async move {
+            for _ in 0..600 {
+                if is_final(&job(p, &token, &id).await) {
+                    return;
+                }
+                clock.advance(Duration::from_secs(1));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("job {id} did not finish");
+        }
+    };
+    let dev_job = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": [1, 2, 3]})).await;
+    settle(token.clone(), dev_job.clone()).await;
+    let other_job = submit_job(&p, &eve, "other", json!({"method": "item.echo", "items": [1, 2]})).await;
+    settle(eve.clone(), other_job.clone()).await;
+    // Sign-ins expire in virtual time: eve signs in again after each move.
+    clock.advance(Duration::from_secs(86_400));
+    assert_eq!(housekeep(&p).await, 0, "a day old: both kept");
+    clock.advance(Duration::from_secs(2 * 86_400));
+    assert_eq!(housekeep(&p).await, 1, "three days old: dev's 2-day retention has passed");
+    assert_eq!(p.call(&token, Method::GET, &format!("/v1/jobs/{dev_job}"), None).await.0, 404);
+    assert_eq!(job(&p, &p.login("eve@other.test").await, &other_job).await["state"], "succeeded");
+    clock.advance(Duration::from_secs(5 * 86_400));
+    assert_eq!(housekeep(&p).await, 0, "eight days old: past the platform's 7, not other's 10");
+    assert_eq!(job(&p, &p.login("eve@other.test").await, &other_job).await["state"], "succeeded");
+    clock.advance(Duration::from_secs(3 * 86_400));
+    assert_eq!(housekeep(&p).await, 1, "eleven days old: past other's 10");
+    assert_eq!(
+        p.call(&p.login("eve@other.test").await, Method::GET, &format!("/v1/jobs/{other_job}"), None).await.0,
+        404
+    );
+}

@@ -1,19 +1,21 @@
 //! Usage: what a project or a tenant spent in a UTC day or month, from the
-//! ledger (the one record of what was metered), grouped by resource class,
-//! token or day, with how near each quota is (warnings at 70 % and 90 %).
+//! ledger (the one record of what was metered: run attempts' entries and
+//! item jobs' per-item entries), grouped by resource class, kind (`run` or
+//! `item`), token or day, with how near each quota is (warnings at 70 % and 90 %).
 //! Amounts are estimates of compute cost at list prices, not an invoice.
 
 use std::collections::BTreeMap;
 
 use axum::extract::State;
 use mapi_access::{Action, Resource};
+use mapi_cost::Charge;
 use mapi_domain::{ProjectId, TenantId, Tier, Timestamp};
 use mapi_identity::{Caller, Target, authorize};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query};
 use mapi_quota::{Limits, Period, effective};
 use mapi_runs::counters;
-use mapi_runs::{Doc, LedgerEntry, QuotaPolicyDoc};
+use mapi_runs::{Doc, ItemLedgerEntry, LedgerEntry, QuotaPolicyDoc};
 use mapi_store::{Direction, Op};
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +24,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
     ResourceClass,
+    /// `run` (run attempts) or `item` (items of item jobs).
+    Kind,
     Token,
     Day,
 }
@@ -50,6 +54,9 @@ pub struct Totals {
     pub runs: u64,
     /// Attempts metered.
     pub attempts: u64,
+    /// Items of item jobs metered (one per item and round).
+    #[serde(default)]
+    pub items: u64,
 }
 
 /// One group of a report.
@@ -87,21 +94,57 @@ pub struct UsageReport {
     pub note: String,
 }
 
-fn add(t: &mut Totals, e: &LedgerEntry) {
-    t.cost_micros += e.charge.amount_micros;
-    t.vcpu_ms += e.charge.vcpu_ms;
-    t.gib_ms += e.charge.gib_ms;
-    t.accelerator_ms += e.charge.accelerator_ms;
-    t.attempts += 1;
+/// One metered entry of either ledger.
+#[derive(Clone, Copy, Debug)]
+pub enum Entry<'a> {
+    Run(&'a LedgerEntry),
+    Item(&'a ItemLedgerEntry),
+}
+
+impl Entry<'_> {
+    fn charge(&self) -> &Charge {
+        match self {
+            Entry::Run(e) => &e.charge,
+            Entry::Item(e) => &e.charge,
+        }
+    }
+    fn token(&self) -> Option<&str> {
+        match self {
+            Entry::Run(e) => e.token.as_deref(),
+            Entry::Item(e) => e.token.as_deref(),
+        }
+    }
+    fn at(&self) -> Timestamp {
+        match self {
+            Entry::Run(e) => e.at,
+            Entry::Item(e) => e.at,
+        }
+    }
+    fn kind(&self) -> &'static str {
+        match self {
+            Entry::Run(_) => "run",
+            Entry::Item(_) => "item",
+        }
+    }
 }
 
 /// Totals of `entries`, counting each run once.
-pub fn totals(entries: &[&LedgerEntry]) -> Totals {
+pub fn totals(entries: &[Entry<'_>]) -> Totals {
     let mut t = Totals::default();
     let mut runs = std::collections::BTreeSet::new();
     for e in entries {
-        add(&mut t, e);
-        runs.insert(e.run.clone());
+        let c = e.charge();
+        t.cost_micros += c.amount_micros;
+        t.vcpu_ms += c.vcpu_ms;
+        t.gib_ms += c.gib_ms;
+        t.accelerator_ms += c.accelerator_ms;
+        match e {
+            Entry::Run(r) => {
+                t.attempts += 1;
+                runs.insert(r.run.clone());
+            }
+            Entry::Item(_) => t.items += 1,
+        }
     }
     t.runs = runs.len() as u64;
     t
@@ -158,32 +201,48 @@ async fn report(
     let period = q.period.unwrap_or(Period::Month);
     let at = q.at.unwrap_or(now);
     let (start, end) = (period.start(at), period.end(at));
-    let mut query = mapi_store::Query::new(LedgerEntry::COLLECTION).filter("tenant", Op::Eq, tenant.as_str());
-    if let Some(p) = &project {
-        query = query.filter("project", Op::Eq, p.as_str());
-    }
-    let query = query
-        .filter("at", Op::Ge, start.to_rfc3339())
-        .filter("at", Op::Lt, end.to_rfc3339())
-        .order_by("at", Direction::Asc);
-    let entries: Vec<LedgerEntry> =
-        state.store.query(&query, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
-    let all: Vec<&LedgerEntry> = entries.iter().collect();
-    let mut groups: BTreeMap<String, Vec<&LedgerEntry>> = BTreeMap::new();
+    let query_of = |collection: &'static str| {
+        let mut query = mapi_store::Query::new(collection).filter("tenant", Op::Eq, tenant.as_str());
+        if let Some(p) = &project {
+            query = query.filter("project", Op::Eq, p.as_str());
+        }
+        query
+            .filter("at", Op::Ge, start.to_rfc3339())
+            .filter("at", Op::Lt, end.to_rfc3339())
+            .order_by("at", Direction::Asc)
+    };
+    let runs: Vec<LedgerEntry> = state
+        .store
+        .query(&query_of(LedgerEntry::COLLECTION), None)
+        .await?
+        .iter()
+        .map(|d| d.decode())
+        .collect::<Result<_, _>>()?;
+    let items: Vec<ItemLedgerEntry> = state
+        .store
+        .query(&query_of(ItemLedgerEntry::COLLECTION), None)
+        .await?
+        .iter()
+        .map(|d| d.decode())
+        .collect::<Result<_, _>>()?;
+    let mut all: Vec<Entry<'_>> = runs.iter().map(Entry::Run).chain(items.iter().map(Entry::Item)).collect();
+    all.sort_by_key(|e| e.at());
+    let mut groups: BTreeMap<String, Vec<Entry<'_>>> = BTreeMap::new();
     if let Some(g) = q.group_by {
-        for e in &entries {
+        for e in &all {
             let key = match g {
-                GroupBy::ResourceClass => e.charge.class.to_string(),
-                GroupBy::Token => e.token.clone().unwrap_or_else(|| "(session)".to_owned()),
-                GroupBy::Day => Period::Day.key(e.at),
+                GroupBy::ResourceClass => e.charge().class.to_string(),
+                GroupBy::Kind => e.kind().to_owned(),
+                GroupBy::Token => e.token().map_or_else(|| "(session)".to_owned(), str::to_owned),
+                GroupBy::Day => Period::Day.key(e.at()),
             };
-            groups.entry(key).or_default().push(e);
+            groups.entry(key).or_default().push(*e);
         }
     }
     Ok(UsageReport {
-        currency: entries
+        currency: all
             .first()
-            .map_or_else(|| mapi_cost::CURRENT.currency.to_owned(), |e| e.charge.currency.clone()),
+            .map_or_else(|| mapi_cost::CURRENT.currency.to_owned(), |e| e.charge().currency.clone()),
         totals: totals(&all),
         groups: groups.into_iter().map(|(key, es)| Group { key, totals: totals(&es) }).collect(),
         quotas: quotas(state, &tenant, tier, now).await?,

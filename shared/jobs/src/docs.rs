@@ -60,10 +60,10 @@ mapi_domain::wire_enum!(
     }
 );
 
-/// The marker of a finished item, and its ledger entry: created once (must
-/// not exist) after its result or error object, with the job's counts, the
-/// tenant's concurrent items and the usage counters moved in the same
-/// commit. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).
+/// The marker of a finished item: created once (must not exist) after its
+/// result or error object, with the job's counts, the tenant's concurrent
+/// items, the usage counters and the item's ledger entry
+/// (`mapi_runs::ItemLedgerEntry`) moved in the same commit. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobItemDoc {
     pub job: JobId,

@@ -93,6 +93,9 @@ pub struct Config {
     pub executor: ExecutorKind,
     /// The cloudrun-jobs executor's settings, when it is selected.
     pub cloudrun: Option<mapi_cloudrun::Settings>,
+    /// `MAPI_QUEUE=cloudtasks`: the Cloud Tasks queue's settings (`None`:
+    /// the embedded SQLite queue).
+    pub cloudtasks: Option<CloudTasksConfig>,
     /// `MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S`: how old conformance and security
     /// reports may be for the shared-tier gate.
     pub evidence_max_age: Duration,
@@ -117,6 +120,21 @@ pub enum SignerConfig {
     Local { key_file: PathBuf, trusted: Vec<PathBuf> },
     /// A Cloud KMS key version.
     Kms(mapi_signer::kms::KmsSettings),
+}
+
+/// Where the tasks go with `MAPI_QUEUE=cloudtasks` (`MAPI_CLOUDTASKS_*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloudTasksConfig {
+    pub project: String,
+    pub location: String,
+    /// The base URL tasks are delivered to; `MAPI_PUBLIC_URL` when `None`.
+    pub target: Option<String>,
+    /// The service account whose OIDC token each delivery carries.
+    pub service_account: String,
+    /// The token's audience; the target URL when `None`.
+    pub audience: Option<String>,
+    /// Another endpoint than Google's (a fake, over plain HTTP).
+    pub endpoint: Option<String>,
 }
 
 /// Where attempts run.
@@ -266,6 +284,21 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "Platform-wide limit of concurrent runs (protects the cloud project's quotas)",
     ),
     ("MAPI_EXECUTOR", "local-process", "Where attempts run: `local-process` or `cloudrun-jobs`"),
+    ("MAPI_QUEUE", "local", "The task queue: `local` (SQLite, embedded) or `cloudtasks`"),
+    ("MAPI_CLOUDTASKS_PROJECT", "none (necessary for cloudtasks)", "cloudtasks: the project of the queues"),
+    ("MAPI_CLOUDTASKS_LOCATION", "europe-west1", "cloudtasks: the location of the queues"),
+    ("MAPI_CLOUDTASKS_TARGET_URL", "MAPI_PUBLIC_URL", "cloudtasks: the base URL tasks are delivered to"),
+    (
+        "MAPI_CLOUDTASKS_SERVICE_ACCOUNT",
+        "none (necessary for cloudtasks)",
+        "cloudtasks: the service account whose OIDC token each delivery carries",
+    ),
+    ("MAPI_CLOUDTASKS_AUDIENCE", "the target URL", "cloudtasks: the audience of that token"),
+    (
+        "MAPI_CLOUDTASKS_ENDPOINT",
+        "https://cloudtasks.googleapis.com",
+        "cloudtasks: the API endpoint (a plain `http://` one is a local fake, called without credentials)",
+    ),
     (
         "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S",
         "259200",
@@ -330,7 +363,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "MAPI_JOB_RETENTION_DAYS",
         "30",
-        "Job objects and documents older than this are deleted by the housekeeper",
+        "Job objects and documents older than this are deleted by the housekeeper, unless the tenant's quota policy sets `job_retention_days`",
     ),
     ("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)"),
     ("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM"),
@@ -553,6 +586,26 @@ impl Config {
             }
             ExecutorKind::LocalProcess => None,
         };
+        let cloudtasks = match get("MAPI_QUEUE").as_deref().map(str::trim) {
+            None | Some("") | Some("local") => None,
+            Some("cloudtasks") => {
+                let get = |k: &str| get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+                let need = |k: &str| {
+                    get(k).ok_or_else(|| ConfigError::Invalid(format!("MAPI_QUEUE=cloudtasks needs {k}")))
+                };
+                Some(CloudTasksConfig {
+                    project: need("MAPI_CLOUDTASKS_PROJECT")?,
+                    location: get("MAPI_CLOUDTASKS_LOCATION").unwrap_or_else(|| "europe-west1".to_owned()),
+                    target: get("MAPI_CLOUDTASKS_TARGET_URL"),
+                    service_account: need("MAPI_CLOUDTASKS_SERVICE_ACCOUNT")?,
+                    audience: get("MAPI_CLOUDTASKS_AUDIENCE"),
+                    endpoint: get("MAPI_CLOUDTASKS_ENDPOINT"),
+                })
+            }
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!("MAPI_QUEUE `{other}`: use local or cloudtasks")));
+            }
+        };
         let signer = match get("MAPI_SIGNER").as_deref().map(str::trim) {
             None | Some("") | Some("local") => SignerConfig::Local {
                 key_file: get("MAPI_SIGNING_KEY_FILE")
@@ -642,6 +695,7 @@ impl Config {
             dev_accounts: emails(get, "MAPI_DEV_ACCOUNTS", DEV_ACCOUNTS)?,
             executor,
             cloudrun,
+            cloudtasks,
             evidence_max_age: seconds(get, "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S", 3 * 86_400)?,
             pubsub_push: push_auth(get)?,
             pubsub_push_subscriptions: subscriptions(get)?,
@@ -662,6 +716,37 @@ mod tests {
     fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(&|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn the_queue_is_local_unless_cloudtasks_is_chosen_with_its_settings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        let home_s = home.to_string_lossy().into_owned();
+        assert_eq!(with(&[("MAPI_HOME", &home_s)]).expect("defaults").cloudtasks, None);
+        let e = with(&[("MAPI_HOME", &home_s), ("MAPI_QUEUE", "cloudtasks")]).expect_err("no project");
+        assert!(e.to_string().contains("MAPI_CLOUDTASKS_PROJECT"), "{e}");
+        let e = with(&[("MAPI_HOME", &home_s), ("MAPI_QUEUE", "pubsub")]).expect_err("unknown");
+        assert!(e.to_string().contains("MAPI_QUEUE"), "{e}");
+        let c = with(&[
+            ("MAPI_HOME", &home_s),
+            ("MAPI_QUEUE", "cloudtasks"),
+            ("MAPI_CLOUDTASKS_PROJECT", "mapi-prod"),
+            ("MAPI_CLOUDTASKS_SERVICE_ACCOUNT", "tasks@mapi-prod.iam.gserviceaccount.com"),
+            ("MAPI_CLOUDTASKS_ENDPOINT", "http://127.0.0.1:9999"),
+        ])
+        .expect("cloudtasks");
+        assert_eq!(
+            c.cloudtasks,
+            Some(CloudTasksConfig {
+                project: "mapi-prod".into(),
+                location: "europe-west1".into(),
+                target: None,
+                service_account: "tasks@mapi-prod.iam.gserviceaccount.com".into(),
+                audience: None,
+                endpoint: Some("http://127.0.0.1:9999".into()),
+            })
+        );
     }
 
     #[test]

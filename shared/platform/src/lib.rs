@@ -275,7 +275,9 @@ impl Platform {
         })
     }
 
-    /// The embedded platform with the executor `MAPI_EXECUTOR` selects:
+    /// The embedded platform with the executor `MAPI_EXECUTOR` and the
+    /// queue `MAPI_QUEUE` select (`cloudtasks`: the Cloud Tasks adapter,
+    /// with the same credentials rule as below);
     /// for `cloudrun-jobs`, the Admin API client with Application Default
     /// Credentials (anonymous only towards a plain-HTTP endpoint, which can
     /// only be a local fake).
@@ -305,6 +307,29 @@ impl Platform {
             )
             .await?;
             platform.executor = Arc::new(executor);
+        }
+        if let Some(ct) = platform.config.cloudtasks.clone() {
+            let credentials = if ct.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+                mapi_cloudtasks::Credentials::Anonymous
+            } else {
+                mapi_cloudtasks::Credentials::ApplicationDefault
+            };
+            let settings = mapi_cloudtasks::Settings {
+                project: ct.project,
+                location: ct.location,
+                target: ct.target.unwrap_or_else(|| platform.config.public_url.clone()),
+                service_account_email: ct.service_account,
+                audience: ct.audience,
+                endpoint: ct.endpoint,
+                queues: [
+                    vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?],
+                    job_queue_configs()?,
+                ]
+                .concat(),
+            };
+            let queue =
+                mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, platform.clock.clone()).await?;
+            platform.queue = Arc::new(queue);
         }
         Ok(platform)
     }

@@ -79,6 +79,10 @@ pub struct Policy {
     pub storage_bytes: Option<u64>,
     pub egress_bytes_per_month: Option<u64>,
     pub requests_per_minute: Option<u32>,
+    /// Days an item job is kept before the retention housekeeper deletes
+    /// it; the platform's `MAPI_JOB_RETENTION_DAYS` when absent.
+    #[serde(default)]
+    pub job_retention_days: Option<u32>,
     /// Why the operator set it; no effect on the limits.
     pub note: Option<String>,
 }
@@ -209,6 +213,7 @@ mod tests {
             storage_bytes: Some(5),
             egress_bytes_per_month: Some(6),
             requests_per_minute: Some(7),
+            job_retention_days: Some(8),
             note: None,
         };
         let expected = Limits {

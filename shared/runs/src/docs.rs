@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use mapi_access::{Role, Scope};
 use mapi_cost::Charge;
 use mapi_domain::{
-    AttemptNo, DatasetId, ExecutionStatus, Nonce, ProjectId, Reason, Residency, ResourceClass, RunError,
-    RunId, RunState, TenantId, TenantStatus, Tier, Timestamp, Transition, TransitionError, UserId,
+    AttemptNo, DatasetId, ExecutionStatus, JobId, Nonce, ProjectId, Reason, Residency, ResourceClass,
+    RunError, RunId, RunState, TenantId, TenantStatus, Tier, Timestamp, Transition, TransitionError, UserId,
 };
 use mapi_events::progress::Progress;
 use mapi_executor::ExecutionHandle;
@@ -418,6 +418,41 @@ pub struct LedgerEntry {
     #[serde(default)]
     pub token: Option<String>,
     pub at: Timestamp,
+}
+
+/// One append-only ledger entry of an item job: the charge of one finished
+/// item in one round (class S, one task, the item's duration; the amount is
+/// the one counted in the tenant's usage counters). Id:
+/// `{job}:{idx}:{round}`, created once in the commit of the item's marker,
+/// so a redelivered item writes nothing more. Kept beside [`LedgerEntry`]
+/// (which stays the charge of one run attempt) in its own collection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ItemLedgerEntry {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    #[schema(value_type = String)]
+    pub job: JobId,
+    pub idx: u64,
+    pub round: u32,
+    pub charge: Charge,
+    /// The token the job was submitted with, if any.
+    #[serde(default)]
+    pub token: Option<String>,
+    pub at: Timestamp,
+}
+
+impl ItemLedgerEntry {
+    /// The entry's id.
+    pub fn id_of(job: &JobId, idx: u64, round: u32) -> String {
+        format!("{job}:{idx}:{round}")
+    }
+}
+
+impl Doc for ItemLedgerEntry {
+    const COLLECTION: &'static str = "item_ledger";
+    fn doc_id(&self) -> String {
+        Self::id_of(&self.job, self.idx, self.round)
+    }
 }
 
 /// A tenant's quota override (operators). Id: the tenant. The limits given

@@ -147,6 +147,15 @@ pub const INDEXES: &[Index] = &[
         collection: LedgerEntry::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("at", Direction::Asc)],
     },
+    // Item jobs' ledger entries of a tenant, or of one of its projects, in a period.
+    Index {
+        collection: ItemLedgerEntry::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("at", Direction::Asc)],
+    },
+    Index {
+        collection: ItemLedgerEntry::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("at", Direction::Asc)],
+    },
     // Datasets of a tenant (storage).
     Index {
         collection: DatasetDoc::COLLECTION,

@@ -1,17 +1,22 @@
-//! The retention housekeeper: deletes jobs older than the retention
-//! (`MAPI_JOB_RETENTION_DAYS`), objects first (everything under the job's
+//! The retention housekeeper: deletes jobs older than their tenant's
+//! retention (`job_retention_days` of the tenant's quota policy, else the
+//! platform's `MAPI_JOB_RETENTION_DAYS`), objects first (everything under the job's
 //! prefix), then markers, history and counts, the job document last, so a
 //! housekeeper that dies halfway finds the job again next time. Called by
 //! the scheduler (`mapi dev`'s tick loop locally).
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use axum::extract::State;
+use mapi_domain::TenantId;
 use mapi_identity::InternalCaller;
 use mapi_jobs::{JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc};
 use mapi_objects::{IfGeneration, ObjectError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::Doc;
 use mapi_runs::counters::{self, field};
+use mapi_runs::{Doc, QuotaPolicyDoc};
 use mapi_store::{Direction, Op, Query, transact};
 
 use super::{base, derived, object_key};
@@ -21,6 +26,24 @@ pub const HOUSEKEEP_PATH: &str = "/internal/tasks/jobs/housekeep";
 
 /// Jobs deleted per call: a bounded amount of work per request.
 const JOBS_PER_CALL: u32 = 20;
+
+/// Jobs looked at per call (older than the shortest retention, some kept
+/// by a longer one), a page at a time.
+const SCAN_PER_CALL: u32 = 2_000;
+const SCAN_PAGE: u32 = 200;
+
+/// Each tenant's retention that its quota policy sets.
+async fn retentions(state: &AppState) -> Result<HashMap<TenantId, Duration>, ApiError> {
+    let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
+    let mut out = HashMap::new();
+    for d in docs {
+        let p: QuotaPolicyDoc = d.decode()?;
+        if let Some(days) = p.policy.job_retention_days {
+            out.insert(p.tenant, Duration::from_secs(u64::from(days) * 86_400));
+        }
+    }
+    Ok(out)
+}
 
 #[derive(Debug, serde::Serialize)]
 pub struct Housekept {
@@ -32,16 +55,33 @@ pub async fn handle(
     State(state): State<AppState>,
     _internal: InternalCaller,
 ) -> Result<Json<Housekept>, ApiError> {
-    let cutoff = state.clock.now() - state.config.jobs.retention;
+    let now = state.clock.now();
+    let default = state.config.jobs.retention;
+    let by_tenant = retentions(&state).await?;
+    let shortest = by_tenant.values().copied().fold(default, Duration::min);
     let old = Query::new(JobDoc::COLLECTION)
-        .filter("created_at", Op::Lt, cutoff.to_rfc3339())
-        .order_by("created_at", Direction::Asc)
-        .limit(JOBS_PER_CALL);
+        .filter("created_at", Op::Lt, (now - shortest).to_rfc3339())
+        .order_by("created_at", Direction::Asc);
     let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0 };
-    for d in state.store.query(&old, None).await? {
-        let job: JobDoc = d.decode()?;
-        out.deleted_objects += delete_job(&state, &job).await?;
-        out.deleted_jobs += 1;
+    let (mut token, mut scanned) = (None::<String>, 0);
+    'pages: loop {
+        let (docs, next) = old.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;
+        for d in docs {
+            scanned += 1;
+            let job: JobDoc = d.decode()?;
+            let retention = by_tenant.get(&job.tenant).copied().unwrap_or(default);
+            if job.created_at < now - retention {
+                out.deleted_objects += delete_job(&state, &job).await?;
+                out.deleted_jobs += 1;
+                if out.deleted_jobs >= JOBS_PER_CALL {
+                    break 'pages;
+                }
+            }
+        }
+        match next {
+            Some(t) if scanned < SCAN_PER_CALL => token = Some(t),
+            _ => break,
+        }
     }
     if out.deleted_jobs > 0 {
         tracing::info!(jobs = out.deleted_jobs, objects = out.deleted_objects, "expired jobs deleted");

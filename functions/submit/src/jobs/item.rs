@@ -36,7 +36,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode};
 use mapi_quota::Period;
 use mapi_runs::counters::{self, Bumps, field};
-use mapi_runs::{tx_create, tx_get, tx_put};
+use mapi_runs::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde_json::{Value, json};
 
@@ -262,9 +262,23 @@ async fn mark_from_objects(
         at: now,
     };
     let shard = mapi_runs::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
-    let (m_ref, shard) = (&m, &shard);
+    // The item's ledger entry: the same amount the counters take.
+    let mut charge = mapi_cost::CURRENT.charge(ResourceClass::S, 1, Duration::from_millis(m.duration_ms));
+    charge.amount_micros = m.cost_micros;
+    let entry = ItemLedgerEntry {
+        tenant: m.tenant.clone(),
+        project: m.project.clone(),
+        job: m.job.clone(),
+        idx,
+        round: m.round,
+        charge,
+        token: job.token.clone(),
+        at: now,
+    };
+    let (m_ref, shard, entry) = (&m, &shard, &entry);
     let upgraded = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(&m_ref.job, m_ref.idx)).await?;
+        let ledger_seen = tx_get::<ItemLedgerEntry>(&mut tx, &entry.doc_id()).await?.is_some();
         match existing {
             Some(e) if e.outcome == ItemOutcome::Failed && m_ref.outcome == ItemOutcome::Succeeded => {
                 tx_put(&mut tx, m_ref)?;
@@ -275,6 +289,10 @@ async fn mark_from_objects(
             Some(_) => Ok(tx.finish(false)),
             None => {
                 tx_create(&mut tx, m_ref)?;
+                // Create-only, in the marker's commit: once per item and round.
+                if !ledger_seen {
+                    tx_create(&mut tx, entry)?;
+                }
                 let f = if m_ref.outcome == ItemOutcome::Succeeded {
                     count_field::SUCCEEDED
                 } else {
@@ -295,7 +313,8 @@ async fn mark_from_objects(
                 for id in &periods {
                     bumps.add(id, field::ITEMS, 1);
                 }
-                bumps.extend(Bumps::charge(&periods, m_ref.duration_ms, m_ref.cost_micros));
+                // vCPU-ms of the item's class (as its ledger entry), not wall ms.
+                bumps.extend(Bumps::charge(&periods, entry.charge.vcpu_ms, m_ref.cost_micros));
                 bumps.apply(&mut tx)?;
                 Ok(tx.finish(false))
             }
