@@ -623,6 +623,9 @@ async fn the_housekeeper_honours_each_tenants_retention() {
     let eve = p.login("eve@other.test").await;
     let project = json!({"id": "default", "name": "D"});
     assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+    // 0 days would delete a tenant's jobs at once: refused.
+    let zero = json!({"job_retention_days": 0});
+    assert_eq!(p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(zero)).await.0, 400);
     // dev keeps its jobs 2 days; other 10; the platform's default is 7.
     for (tenant, days) in [("dev", 2), ("other", 10)] {
         let policy = json!({"job_retention_days": days});

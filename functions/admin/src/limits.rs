@@ -67,6 +67,11 @@ pub async fn set(
     let what = format!("tenant {tenant}");
     let granted =
         authorize(&state, &caller, Target::tenant(&tenant, &what), Resource::Quota, Action::Update).await?;
+    if policy.job_retention_days == Some(0) {
+        return Err(ApiError::invalid(
+            "job_retention_days must be at least 1 (0 would delete the tenant's jobs at the next housekeeping); omit it for the platform's default",
+        ));
+    }
     let now = state.clock.now();
     let doc = QuotaPolicyDoc {
         tenant: tenant.clone(),
