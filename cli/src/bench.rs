@@ -61,23 +61,10 @@ pub async fn submit(
 ) -> Result<SubmitReport, Box<dyn std::error::Error>> {
     let home = dir.join("home");
     let sync = if durability == Durability::Full { "full" } else { "normal" };
-    let config = mapi_platform::Config::from_lookup(&|k| match k {
-        "MAPI_HOME" => Some(home.to_string_lossy().into_owned()),
-        "MAPI_SQLITE_SYNC" => Some(sync.to_owned()),
-        // Every run stays queued (nothing dispatches), so concurrency limits
-        // are lifted for the measurement; the admission checks still run.
-        "MAPI_PLATFORM_CONCURRENT_RUNS" => Some(u32::MAX.to_string()),
-        _ => None,
-    })?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let worker = mapi_platform::worker_command(None, true);
-    let platform = DevPlatform::start_with(
-        config,
-        listener,
-        worker,
-        crate::dev::Options { background: false, ..Default::default() },
-    )
-    .await?;
+    // Every run stays queued (nothing dispatches), so concurrency limits
+    // are lifted for the measurement; the admission checks still run.
+    let lifted = [("MAPI_PLATFORM_CONCURRENT_RUNS", u32::MAX.to_string())];
+    let platform = bench_platform(&home, sync, false, &lifted).await?;
     let creds = platform.credentials.clone();
     let lifted = mapi_runs::QuotaPolicyDoc {
         tenant: creds.tenant.clone(),
@@ -415,25 +402,13 @@ pub async fn events(
 
     let home = dir.join("home");
     let sync = if durability == Durability::Full { "full" } else { "normal" };
-    let config = mapi_platform::Config::from_lookup(&|k| match k {
-        "MAPI_HOME" => Some(home.to_string_lossy().into_owned()),
-        "MAPI_SQLITE_SYNC" => Some(sync.to_owned()),
-        "MAPI_LOG" => Some("warn".to_owned()),
-        "MAPI_PUBSUB_PUSH_AUDIENCE" => Some(PUSH_AUDIENCE.to_owned()),
-        "MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT" => Some(PUSH_ACCOUNT.to_owned()),
-        "MAPI_PUBSUB_PUSH_SUBSCRIPTIONS" => Some(PUSH_SUBSCRIPTION.to_owned()),
-        "MAPI_GOOGLE_JWKS_URL" => Some(jwks_url.clone()),
-        _ => None,
-    })?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let worker = mapi_platform::worker_command(None, true);
-    let platform = DevPlatform::start_with(
-        config,
-        listener,
-        worker,
-        crate::dev::Options { background: false, ..Default::default() },
-    )
-    .await?;
+    let push = [
+        ("MAPI_PUBSUB_PUSH_AUDIENCE", PUSH_AUDIENCE.to_owned()),
+        ("MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT", PUSH_ACCOUNT.to_owned()),
+        ("MAPI_PUBSUB_PUSH_SUBSCRIPTIONS", PUSH_SUBSCRIPTION.to_owned()),
+        ("MAPI_GOOGLE_JWKS_URL", jwks_url.clone()),
+    ];
+    let platform = bench_platform(&home, sync, false, &push).await?;
 
     // Running attempts, as the dispatcher writes them.
     let now = clock.now();
@@ -608,16 +583,19 @@ pub struct JobsReport {
     pub e2e_items_per_s: f64,
 }
 
+/// The platform a benchmark measures: the embedded defaults in `home` with
+/// `sync`, plus the `extra` settings, with its background work on or off.
 async fn bench_platform(
     home: &Path,
     sync: &str,
     background: bool,
+    extra: &[(&str, String)],
 ) -> Result<DevPlatform, Box<dyn std::error::Error>> {
     let config = mapi_platform::Config::from_lookup(&|k| match k {
         "MAPI_HOME" => Some(home.to_string_lossy().into_owned()),
         "MAPI_SQLITE_SYNC" => Some(sync.to_owned()),
         "MAPI_LOG" => Some("warn".to_owned()),
-        _ => None,
+        _ => extra.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone()),
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let worker = mapi_platform::worker_command(None, true);
@@ -644,7 +622,7 @@ pub async fn jobs(
 ) -> Result<JobsReport, Box<dyn std::error::Error>> {
     let sync = if durability == Durability::Full { "full" } else { "normal" };
     let http = reqwest::Client::new();
-    let platform = bench_platform(&dir.join("submit"), sync, false).await?;
+    let platform = bench_platform(&dir.join("submit"), sync, false, &[]).await?;
     let creds = platform.credentials.clone();
     let url = format!("{}/v1/tenants/{}/projects/{}/jobs", platform.url, creds.tenant, creds.project);
     let mut submit = Vec::new();
@@ -678,7 +656,7 @@ pub async fn jobs(
     }
     platform.shutdown().await;
 
-    let platform = bench_platform(&dir.join("e2e"), sync, true).await?;
+    let platform = bench_platform(&dir.join("e2e"), sync, true, &[]).await?;
     let creds = platform.credentials.clone();
     let url = format!("{}/v1/tenants/{}/projects/{}/jobs", platform.url, creds.tenant, creds.project);
     let t = Instant::now();
