@@ -138,6 +138,30 @@ impl TestPlatform {
         token
     }
 
+    /// Submits an item job as `token` to `tenant/default`; returns its id.
+    /// A job starts `enqueuing`.
+    pub async fn submit_job(&self, token: &str, tenant: &str, body: serde_json::Value) -> String {
+        let path = format!("/v1/tenants/{tenant}/projects/default/jobs");
+        let (status, v) = self.call(token, reqwest::Method::POST, &path, Some(body)).await;
+        assert_eq!(status, 201, "submit: {v}");
+        assert_eq!(v["state"], "enqueuing", "a job starts enqueuing: {v}");
+        v["id"].as_str().expect("job id").to_owned()
+    }
+
+    /// Polls an item job until it is final (bounded by `limit`).
+    pub async fn wait_job(&self, token: &str, id: &str, limit: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let (status, v) = self.call(token, reqwest::Method::GET, &format!("/v1/jobs/{id}"), None).await;
+            assert_eq!(status, 200, "{v}");
+            if job_is_final(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "job {id} did not finish: {v:#}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn login(&self, email: &str) -> String {
         let resp = self
             .http
@@ -300,6 +324,11 @@ pub fn retried_once(reason: &str, end: (&str, &str, &str)) -> Vec<(String, Strin
     all.extend_from_slice(&START[1..]);
     all.push(end);
     path(&all)
+}
+
+/// Whether a job view is in a final state.
+pub fn job_is_final(v: &serde_json::Value) -> bool {
+    matches!(v["state"].as_str(), Some("succeeded" | "completed_with_errors" | "failed"))
 }
 
 /// Writes the expected history compactly: `[("queued","dispatching","intent_written"), …]`.

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use mapi_clock::{Clock, SystemClock, VirtualClock};
@@ -19,7 +19,6 @@ use mapi_queue::{NewTask, QueueConfig, QueueError, QueueName, TaskName, TaskQueu
 use mapi_tests::chaos::{ChaosProxy, Faults};
 use mapi_tests::fake_cloudtasks::{ApiFaults, FakeCloudTasks};
 use mapi_tests::{Options, QueueWrap, TestPlatform};
-use reqwest::Method;
 use serde_json::{Value, json};
 
 const SERVICE_ACCOUNT: &str = "mapi-tasks@project.iam.gserviceaccount.com";
@@ -166,18 +165,8 @@ async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
     let token = p.token().to_owned();
     let items: Vec<Value> = (0..1000).map(|i| json!({"text": format!("item number {i}")})).collect();
     let body = json!({"method": "text.stats", "items": items});
-    let (status, v) = p.call(&token, Method::POST, "/v1/tenants/dev/projects/default/jobs", Some(body)).await;
-    assert_eq!(status, 201, "{v}");
-    let id = v["id"].as_str().expect("id").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let v = loop {
-        let (_, v) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}"), None).await;
-        if v["state"] == "succeeded" || v["state"] == "failed" || v["state"] == "completed_with_errors" {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "{v:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let id = p.submit_job(&token, "dev", body).await;
+    let v = p.wait_job(&token, &id, Duration::from_secs(120)).await;
     assert_eq!(v["state"], "succeeded", "{v:#}");
     assert_eq!(v["counts"]["succeeded"], 1000);
     let prefix = format!("t/dev/p/default/jobs/{id}/results/");
@@ -232,18 +221,8 @@ async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the
     let token = p.token().to_owned();
     let items: Vec<Value> = (0..20).map(|i| json!({"text": format!("item number {i}")})).collect();
     let body = json!({"method": "text.stats", "items": items});
-    let (status, v) = p.call(&token, Method::POST, "/v1/tenants/dev/projects/default/jobs", Some(body)).await;
-    assert_eq!(status, 201, "{v}");
-    let id = v["id"].as_str().expect("id").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let v = loop {
-        let (_, v) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}"), None).await;
-        if v["state"] == "succeeded" || v["state"] == "failed" || v["state"] == "completed_with_errors" {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "{v:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let id = p.submit_job(&token, "dev", body).await;
+    let v = p.wait_job(&token, &id, Duration::from_secs(60)).await;
     assert_eq!(v["state"], "succeeded", "{v:#}");
     assert_eq!(v["counts"]["succeeded"], 20);
     // The tasks went through the fake (a fan-out and 20 items at least),

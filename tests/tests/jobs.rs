@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use mapi_jobs::tasks::ITEMS_QUEUE;
@@ -42,11 +42,7 @@ async fn quiet(extra: &[(&str, &str)], queue: Option<QueueWrap>) -> TestPlatform
 }
 
 async fn submit_job(p: &TestPlatform, token: &str, tenant: &str, body: Value) -> String {
-    let path = format!("/v1/tenants/{tenant}/projects/default/jobs");
-    let (status, v) = p.call(token, Method::POST, &path, Some(body)).await;
-    assert_eq!(status, 201, "submit: {v}");
-    assert_eq!(v["state"], "enqueuing", "a job starts enqueuing: {v}");
-    v["id"].as_str().expect("job id").to_owned()
+    p.submit_job(token, tenant, body).await
 }
 
 async fn job(p: &TestPlatform, token: &str, id: &str) -> Value {
@@ -55,20 +51,8 @@ async fn job(p: &TestPlatform, token: &str, id: &str) -> Value {
     v
 }
 
-fn is_final(v: &Value) -> bool {
-    matches!(v["state"].as_str(), Some("succeeded" | "completed_with_errors" | "failed"))
-}
-
 async fn wait_final(p: &TestPlatform, token: &str, id: &str, limit: Duration) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let v = job(p, token, id).await;
-        if is_final(&v) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "job {id} did not finish: {v:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    p.wait_job(token, id, limit).await
 }
 
 /// Every object of `job` under `dir` (`results`, `errors`, `logs`, …), by item index.
@@ -270,7 +254,7 @@ async fn another_tenants_burst_does_not_starve_a_small_job() {
     // B waited behind at most A's window, plus what A finished meanwhile:
     // a few batches of 100, not A's 20,000.
     assert!(a_done <= 4 * window, "A finished {a_done} items before B's 10: B was starved");
-    assert!(!is_final(&va), "A is still running: {va:#}");
+    assert!(!mapi_tests::job_is_final(&va), "A is still running: {va:#}");
     assert!(va["counts"]["pending"].as_u64().expect("pending") > 10_000, "A is held to its window: {va:#}");
     // Cancel A: queued items end as cancelled errors, the rest never runs.
     let (status, _) = p.call(&token, Method::POST, &format!("/v1/jobs/{a}/cancel"), None).await;
@@ -472,7 +456,7 @@ async fn the_housekeeper_deletes_jobs_past_their_retention() {
         let (p, clock, token) = (&p, clock.clone(), token.clone());
         async move {
             for _ in 0..600 {
-                if is_final(&job(p, &token, &id).await) {
+                if mapi_tests::job_is_final(&job(p, &token, &id).await) {
                     return;
                 }
                 clock.advance(Duration::from_secs(1));
@@ -639,7 +623,7 @@ async fn the_housekeeper_honours_each_tenants_retention() {
         let (p, clock) = (&p, clock.clone());
         async move {
             for _ in 0..600 {
-                if is_final(&job(p, &token, &id).await) {
+                if mapi_tests::job_is_final(&job(p, &token, &id).await) {
                     return;
                 }
                 clock.advance(Duration::from_secs(1));
