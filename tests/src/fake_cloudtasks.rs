@@ -2,9 +2,10 @@
 //! tasks) on 127.0.0.1, written from Google's REST reference, and a
 //! dispatcher that delivers each task to its HTTP target as Cloud Tasks
 //! does: `POST` with the task's headers and body, `X-CloudTasks-QueueName`,
-//! `-TaskName`, `-TaskRetryCount`, `-TaskExecutionCount` and `-TaskETA`, a
-//! bearer token standing in for the OIDC token Cloud Tasks mints (the fake
-//! records the service account and audience it was asked for), the task's
+//! `-TaskName`, `-TaskRetryCount`, `-TaskExecutionCount` and `-TaskETA`, an
+//! ID token minted for the task's service account and audience and signed
+//! by a stand-in for Google ([`DeliveryAuth::IdToken`]; the fake also
+//! records what it was asked for), the task's
 //! dispatch deadline as the timeout, retries with the queue's back-off (and
 //! `Retry-After` on 429 and 503) until its attempts are spent.
 //!
@@ -97,6 +98,23 @@ pub struct Stats {
     pub overlapped: AtomicUsize,
 }
 
+/// The credential deliveries carry.
+#[derive(Clone, Debug)]
+pub enum DeliveryAuth {
+    None,
+    /// A fixed bearer token (the queue conformance suite's target checks one).
+    Bearer(String),
+    /// What Cloud Tasks sends: a Google-signed ID token of the task's
+    /// service account for its audience, minted at each delivery.
+    IdToken(Arc<crate::google::FakeGoogle>),
+}
+
+impl From<Option<String>> for DeliveryAuth {
+    fn from(token: Option<String>) -> DeliveryAuth {
+        token.map_or(DeliveryAuth::None, DeliveryAuth::Bearer)
+    }
+}
+
 struct FakeState {
     clock: Arc<dyn Clock>,
     queues: BTreeMap<String, QueueConfig>,
@@ -105,7 +123,7 @@ struct FakeState {
     api_faults: ApiFaults,
     delivery_faults: Faults,
     api_rolls: Mutex<Rng>,
-    auth: Option<String>,
+    auth: DeliveryAuth,
     http: reqwest::Client,
     stats: Stats,
 }
@@ -351,8 +369,13 @@ async fn deliver_once(s: &FakeState, t: &FakeTask) -> (Option<u16>, Option<Durat
     for (k, v) in &t.headers {
         req = req.header(k, v);
     }
-    if let Some(token) = &s.auth {
-        req = req.bearer_auth(token);
+    match &s.auth {
+        DeliveryAuth::None => {}
+        DeliveryAuth::Bearer(token) => req = req.bearer_auth(token),
+        DeliveryAuth::IdToken(google) => {
+            let token = google.id_token(&t.service_account_email, &t.audience, s.clock.now());
+            req = req.bearer_auth(token);
+        }
     }
     match req.send().await {
         Ok(r) => {
@@ -433,12 +456,11 @@ fn take_due(state: &FakeState) -> Vec<FakeTask> {
 }
 
 impl FakeCloudTasks {
-    /// Starts the fake serving `queues`, delivering with `Authorization:
-    /// Bearer <auth>` (standing in for the OIDC token).
+    /// Starts the fake serving `queues`, delivering with `auth`.
     pub async fn start(
         clock: Arc<dyn Clock>,
         queues: Vec<QueueConfig>,
-        auth: Option<String>,
+        auth: DeliveryAuth,
         api_faults: ApiFaults,
         delivery_faults: Faults,
     ) -> FakeCloudTasks {

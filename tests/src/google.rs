@@ -137,6 +137,16 @@ impl FakeGoogle {
         self.idp.sign(&self.idp.header(), claims).expect("sign")
     }
 
+    /// An ID token Google mints for `service_account` with `audience` at
+    /// `now` (what Cloud Tasks and Cloud Scheduler send to HTTP targets).
+    pub fn id_token(&self, service_account: &str, audience: &str, now: Timestamp) -> String {
+        let claims = with(
+            &self.claims(now),
+            &[("aud", json!(audience)), ("email", json!(service_account)), ("azp", json!(service_account))],
+        );
+        self.token(&claims)
+    }
+
     /// A genuine push token issued at `now`.
     pub fn push_token(&self, now: Timestamp) -> String {
         self.token(&self.claims(now))

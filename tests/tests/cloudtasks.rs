@@ -17,7 +17,8 @@ use mapi_domain::Timestamp;
 use mapi_queue::conformance::{Harness, Setup};
 use mapi_queue::{NewTask, QueueConfig, QueueError, QueueName, TaskName, TaskQueue};
 use mapi_tests::chaos::{ChaosProxy, Faults};
-use mapi_tests::fake_cloudtasks::{ApiFaults, FakeCloudTasks};
+use mapi_tests::fake_cloudtasks::{ApiFaults, DeliveryAuth, FakeCloudTasks};
+use mapi_tests::google::FakeGoogle;
 use mapi_tests::{Options, QueueWrap, TestPlatform};
 use serde_json::{Value, json};
 
@@ -75,7 +76,7 @@ async fn make(setup: Setup) -> CloudTasksHarness {
     let fake = FakeCloudTasks::start(
         clock.clone(),
         setup.queues.clone(),
-        setup.auth.clone(),
+        setup.auth.clone().into(),
         ApiFaults::none(),
         no_faults(),
     )
@@ -112,7 +113,8 @@ async fn lost_answers_and_throttling_are_retried_and_a_409_after_a_lost_answer_i
     let clock: Arc<dyn Clock> = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
     let queues = mapi_queue::conformance::queues();
     let faults = ApiFaults { seed: 7, throttle_percent: 20, lose_answer_percent: 20 };
-    let fake = FakeCloudTasks::start(clock.clone(), queues.clone(), None, faults, no_faults()).await;
+    let fake =
+        FakeCloudTasks::start(clock.clone(), queues.clone(), DeliveryAuth::None, faults, no_faults()).await;
     let q = adapter(&fake, "http://127.0.0.1:9", queues, clock).await;
     let mut gave_up = 0;
     for i in 0..100 {
@@ -150,7 +152,7 @@ async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
     let queues = mapi_platform::job_queue_configs().expect("queues");
     let api = ApiFaults { seed: 11, throttle_percent: 5, lose_answer_percent: 5 };
     let delivery = Faults { seed: 12, duplicate_percent: 10, overlap_percent: 2 };
-    let fake = FakeCloudTasks::start(clock.clone(), queues.clone(), None, api, delivery).await;
+    let fake = FakeCloudTasks::start(clock.clone(), queues.clone(), DeliveryAuth::None, api, delivery).await;
     // Deliveries reach the platform through a proxy: its address and
     // credential are known only once the platform has started.
     let front = ChaosProxy::start("http://127.0.0.1:9", no_faults()).await;
@@ -195,13 +197,15 @@ async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
 async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the_fake() {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let queues = mapi_platform::job_queue_configs().expect("queues");
-    // The fake delivers with the platform's internal token (standing in for
-    // the OIDC token); the platform's own address is the target.
+    // The fake delivers with ID tokens it mints for the task's service
+    // account and audience, signed by a stand-in for Google whose key set
+    // the platform fetches: the task routes accept them as Cloud Tasks'.
+    let google = Arc::new(FakeGoogle::start().await);
     let internal = "cloudtasks-internal-token-0123456789";
     let fake = FakeCloudTasks::start(
         clock.clone(),
         queues,
-        Some(internal.to_owned()),
+        DeliveryAuth::IdToken(google.clone()),
         ApiFaults::none(),
         no_faults(),
     )
@@ -212,6 +216,7 @@ async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the
         ("MAPI_CLOUDTASKS_LOCATION", "europe-west1"),
         ("MAPI_CLOUDTASKS_SERVICE_ACCOUNT", SERVICE_ACCOUNT),
         ("MAPI_CLOUDTASKS_ENDPOINT", fake.url.as_str()),
+        ("MAPI_GOOGLE_JWKS_URL", google.keys.url.as_str()),
         ("MAPI_INTERNAL_TOKEN", internal),
         ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"),
         ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"),
@@ -233,4 +238,41 @@ async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the
         tasks.iter().all(|t| t.service_account_email == SERVICE_ACCOUNT && t.audience == p.platform.url),
         "OIDC token requests for the platform's own URL"
     );
+    // The task routes take Cloud Tasks' ID token and refuse every other.
+    let now = clock.now();
+    let url = p.platform.url.clone();
+    let step = json!({"job": id, "step": 0});
+    let refused = [
+        ("no token", None),
+        ("another account's token", Some(google.id_token("eve@evil.iam.gserviceaccount.com", &url, now))),
+        (
+            "a token for another audience",
+            Some(google.id_token(SERVICE_ACCOUNT, "https://elsewhere.example", now)),
+        ),
+        ("an expired token", Some(google.id_token(SERVICE_ACCOUNT, &url, now - Duration::from_secs(7200)))),
+        ("a token signed by another key", {
+            let other = FakeGoogle::start().await;
+            Some(other.id_token(SERVICE_ACCOUNT, &url, now))
+        }),
+    ];
+    let http = reqwest::Client::new();
+    for (what, token) in refused {
+        let mut req = http.post(format!("{url}{}", mapi_jobs::tasks::FANOUT_PATH)).json(&step);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let r = req.send().await.expect("send");
+        assert_eq!(r.status(), 401, "{what} is refused");
+        let problem: Value = r.json().await.expect("problem");
+        assert_eq!(problem["code"], "UNAUTHENTICATED", "{what}: {problem}");
+    }
+    let genuine = google.id_token(SERVICE_ACCOUNT, &url, now);
+    let r = http
+        .post(format!("{url}{}", mapi_jobs::tasks::FANOUT_PATH))
+        .bearer_auth(genuine)
+        .json(&step)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200, "a late fan-out step with Cloud Tasks' token is answered");
 }

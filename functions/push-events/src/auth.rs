@@ -37,28 +37,16 @@
 //! its key meanwhile; a token is only remembered after every check passed,
 //! and with the verifier's own expiry (`exp` plus the leeway).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use mapi_clock::Clock;
-use mapi_domain::Timestamp;
 use mapi_identity::{InternalCaller, bearer};
 use mapi_metrics::{Metrics, ReasonLabels};
-use mapi_oidc::{GOOGLE_ISSUERS, JwksCache, OidcError, Verifier, VerifierConfig};
+use mapi_oidc::{AccountRefusal, OidcError, ServiceAccountTokens};
 use mapi_platform::{AppState, Config, Profile};
 use mapi_problem::{ApiError, ProblemCode};
-use sha2::{Digest, Sha256};
-
-/// How many verified tokens are remembered at most. Pub/Sub sends one token
-/// per subscription at a time (renewed before it expires), so a handful are
-/// live; the bound only matters against a flood of distinct valid tokens.
-pub const VERIFIED_TOKENS_CAPACITY: usize = 1024;
-
-/// The bound on one key-set fetch.
-const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a push was refused: one variant per check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,70 +99,14 @@ impl Refusal {
     }
 }
 
-/// Tokens that passed every check, by their SHA-256, each until the instant
-/// the verifier would start refusing it (`exp` plus the leeway). At most
-/// `capacity` are kept: when full, the expired ones go, then the one that
-/// expires soonest. Only successes are remembered, so a refused token is
-/// checked again each time (a key-set outage must not stick).
-#[derive(Debug)]
-pub struct VerifiedTokens {
-    capacity: usize,
-    entries: Mutex<HashMap<[u8; 32], Timestamp>>,
-}
-
-impl VerifiedTokens {
-    pub fn new(capacity: usize) -> VerifiedTokens {
-        VerifiedTokens { capacity: capacity.max(1), entries: Mutex::new(HashMap::new()) }
-    }
-
-    fn key(token: &str) -> [u8; 32] {
-        Sha256::digest(token.as_bytes()).into()
-    }
-
-    /// Whether `token` verified before and is still valid at `now`.
-    pub fn contains(&self, token: &str, now: Timestamp) -> bool {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.get(&Self::key(token)).is_some_and(|until| now < *until)
-    }
-
-    /// Remembers `token` as valid until `until`.
-    pub fn insert(&self, token: &str, until: Timestamp, now: Timestamp) {
-        let key = Self::key(token);
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if !entries.contains_key(&key) && entries.len() >= self.capacity {
-            entries.retain(|_, u| now < *u);
-            if entries.len() >= self.capacity
-                && let Some(soonest) = entries.iter().min_by_key(|(_, u)| **u).map(|(k, _)| *k)
-            {
-                entries.remove(&soonest);
-            }
-        }
-        entries.insert(key, until);
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-}
-
-/// Google-signed push tokens of one service account for one audience.
-#[derive(Debug)]
-struct GooglePush {
-    verifier: Verifier,
-    service_account: String,
-    verified: VerifiedTokens,
-}
-
 /// Who may push, decided once from the configuration.
 #[derive(Debug)]
 pub struct PushAuth {
-    google: Option<GooglePush>,
+    google: Option<ServiceAccountTokens>,
     /// `MAPI_INTERNAL_TOKEN` is accepted (the `dev` profile).
     internal_token: bool,
     /// Accepted subscriptions; empty: any.
     subscriptions: Vec<String>,
-    clock: Arc<dyn Clock>,
     metrics: Metrics,
 }
 
@@ -182,24 +114,17 @@ impl PushAuth {
     /// Push authentication as `config` sets it, judged by `clock`, refusals counted in `metrics`.
     pub fn from_config(config: &Config, clock: Arc<dyn Clock>, metrics: Metrics) -> PushAuth {
         let google = config.pubsub_push.as_ref().map(|push| {
-            let http = reqwest::Client::builder().timeout(JWKS_TIMEOUT).build().unwrap_or_default();
-            let jwks = JwksCache::new(config.google_jwks_url.clone(), http, clock.clone());
-            let issuers = GOOGLE_ISSUERS.iter().map(|i| (*i).to_owned()).collect();
-            GooglePush {
-                verifier: Verifier::new(
-                    VerifierConfig::new(issuers, push.audience.clone()),
-                    jwks,
-                    clock.clone(),
-                ),
-                service_account: push.service_account.clone(),
-                verified: VerifiedTokens::new(VERIFIED_TOKENS_CAPACITY),
-            }
+            ServiceAccountTokens::google(
+                config.google_jwks_url.clone(),
+                push.audience.clone(),
+                push.service_account.clone(),
+                clock,
+            )
         });
         PushAuth {
             google,
             internal_token: config.profile == Profile::Dev,
             subscriptions: config.pubsub_push_subscriptions.clone(),
-            clock,
             metrics,
         }
     }
@@ -217,18 +142,10 @@ impl PushAuth {
         }
         let Some(google) = &self.google else { return Err(Refusal::BadInternalToken) };
         let token = bearer(parts).unwrap_or_default();
-        let now = self.clock.now();
-        if google.verified.contains(token, now) {
-            return Ok(Authenticated::PubSub);
-        }
-        let claims = google.verifier.verify(token).await.map_err(Refusal::Token)?;
-        if claims.email != google.service_account {
-            return Err(Refusal::WrongServiceAccount);
-        }
-        // Saturating: `exp` is the token's to choose (a signed one, but still).
-        let exp = Timestamp::from_micros(claims.exp.saturating_mul(1_000_000));
-        let until = exp + google.verifier.config().leeway;
-        google.verified.insert(token, until, now);
+        google.check(token).await.map_err(|refusal| match refusal {
+            AccountRefusal::Token(e) => Refusal::Token(e),
+            AccountRefusal::WrongServiceAccount => Refusal::WrongServiceAccount,
+        })?;
         Ok(Authenticated::PubSub)
     }
 
@@ -283,44 +200,6 @@ impl FromRequestParts<PushState> for Authenticated {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(secs: i64) -> Timestamp {
-        Timestamp::from_secs(secs)
-    }
-
-    #[test]
-    fn verified_tokens_last_until_their_expiry() {
-        let cache = VerifiedTokens::new(8);
-        assert!(!cache.contains("a.b.c", t(0)));
-        cache.insert("a.b.c", t(100), t(0));
-        assert!(cache.contains("a.b.c", t(99)));
-        assert!(!cache.contains("a.b.c", t(100)), "expired at its instant");
-        assert!(!cache.contains("a.b.d", t(0)), "keyed by the whole token");
-        assert_eq!(cache.len(), 1);
-    }
-
-    #[test]
-    fn verified_tokens_are_bounded_expired_first_then_soonest_expiring() {
-        let cache = VerifiedTokens::new(3);
-        cache.insert("expired", t(10), t(0));
-        cache.insert("late", t(1000), t(0));
-        cache.insert("soon", t(500), t(0));
-        // Full: the expired one makes room.
-        cache.insert("new", t(900), t(20));
-        assert_eq!(cache.len(), 3);
-        assert!(!cache.contains("expired", t(5)));
-        // Full of live tokens: the one expiring soonest goes.
-        cache.insert("newer", t(800), t(30));
-        assert_eq!(cache.len(), 3);
-        assert!(!cache.contains("soon", t(30)));
-        for kept in ["late", "new", "newer"] {
-            assert!(cache.contains(kept, t(30)), "{kept}");
-        }
-        for _ in 0..100 {
-            cache.insert("late", t(1000), t(30));
-        }
-        assert_eq!(cache.len(), 3, "re-inserting a token does not grow the cache");
-    }
 
     #[test]
     fn refusals_have_distinct_reasons_and_retryable_statuses() {

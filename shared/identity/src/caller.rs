@@ -256,9 +256,26 @@ impl<S: IdentityState> FromRequestParts<S> for InternalCaller {
         // how much of the token matched.
         let pepper = state.pepper();
         if !expected.is_empty() && pepper.hash(given) == pepper.hash(expected) {
-            Ok(InternalCaller)
-        } else {
-            Err(ApiError::unauthenticated("internal routes need the platform's internal token"))
+            return Ok(InternalCaller);
+        }
+        let Some(invoker) = state.task_invoker() else {
+            return Err(ApiError::unauthenticated("internal routes need the platform's internal token"));
+        };
+        if given.is_empty() {
+            return Err(ApiError::unauthenticated(
+                "internal routes need `Authorization: Bearer` with the internal token or the task queue's ID token",
+            ));
+        }
+        match invoker.check(given).await {
+            Ok(()) => Ok(InternalCaller),
+            Err(refusal) => {
+                tracing::warn!(detail = %refusal, "internal route refused a bearer token");
+                Err(ApiError::unauthenticated(format!(
+                    "internal routes need the internal token or an ID token of {} for {}: {refusal}",
+                    invoker.service_account(),
+                    invoker.audience()
+                )))
+            }
         }
     }
 }

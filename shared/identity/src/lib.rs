@@ -72,6 +72,11 @@ pub trait IdentityState: Send + Sync {
     fn sessions(&self) -> Option<&Verifier>;
     /// Whether a verified e-mail is an operator's.
     fn is_operator(&self, email: &UserId) -> bool;
+    /// The verifier of the ID tokens a task queue (Cloud Tasks) sends to
+    /// internal routes; `None`: only the internal token is accepted there.
+    fn task_invoker(&self) -> Option<&mapi_oidc::ServiceAccountTokens> {
+        None
+    }
 }
 
 /// A new token's secret: `mapi_` and 64 hex characters.

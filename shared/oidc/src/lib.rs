@@ -9,11 +9,13 @@
 //! authentication (Google-signed tokens). [`dev`] is the identity provider
 //! `mapi dev` runs for its seeded accounts.
 
+pub mod accounts;
 pub mod dev;
 mod error;
 mod jwks;
 mod verifier;
 
+pub use accounts::{AccountRefusal, ServiceAccountTokens, VerifiedTokens};
 pub use error::OidcError;
 pub use jwks::{DEFAULT_MAX_AGE, JwksCache, MAX_MAX_AGE, MIN_REFETCH};
 pub use verifier::{Claims, DEFAULT_LEEWAY, GOOGLE_ISSUERS, GOOGLE_JWKS_URL, Verifier, VerifierConfig};

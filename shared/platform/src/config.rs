@@ -137,6 +137,19 @@ pub struct CloudTasksConfig {
     pub endpoint: Option<String>,
 }
 
+impl CloudTasksConfig {
+    /// The base URL tasks are delivered to.
+    pub fn target_url(&self, public_url: &str) -> String {
+        self.target.clone().unwrap_or_else(|| public_url.to_owned()).trim_end_matches('/').to_owned()
+    }
+
+    /// The audience of the ID tokens deliveries carry, which the task
+    /// routes check: the configured one, else the target URL.
+    pub fn token_audience(&self, public_url: &str) -> String {
+        self.audience.clone().unwrap_or_else(|| self.target_url(public_url))
+    }
+}
+
 /// Where attempts run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecutorKind {

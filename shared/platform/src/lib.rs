@@ -58,6 +58,10 @@ pub struct Platform {
     pub pepper: Pepper,
     /// Verifies session ID tokens; `None` when no issuer is configured.
     pub sessions: Option<mapi_oidc::Verifier>,
+    /// Verifies the ID tokens Cloud Tasks sends with each delivery (of
+    /// `MAPI_CLOUDTASKS_SERVICE_ACCOUNT` for the tasks' audience); `None`
+    /// unless `MAPI_QUEUE=cloudtasks`.
+    pub task_invoker: Option<mapi_oidc::ServiceAccountTokens>,
     /// Present when the embedded adapters are in use: what `mapi dev` needs
     /// to drive them (the queue's deliverer, the executor's log forwarder,
     /// the signed-URL routes).
@@ -109,6 +113,10 @@ impl IdentityState for AppState {
 
     fn is_operator(&self, email: &mapi_domain::UserId) -> bool {
         self.0.config.operator_emails.contains(email)
+    }
+
+    fn task_invoker(&self) -> Option<&mapi_oidc::ServiceAccountTokens> {
+        self.0.task_invoker.as_ref()
     }
 }
 
@@ -259,8 +267,17 @@ impl Platform {
         )?;
         let pepper = Pepper::new(config.secrets.token_pepper.clone());
         let sessions = session_verifier(&config, clock.clone());
+        let task_invoker = config.cloudtasks.as_ref().map(|ct| {
+            mapi_oidc::ServiceAccountTokens::google(
+                config.google_jwks_url.clone(),
+                ct.token_audience(&config.public_url),
+                ct.service_account.clone(),
+                clock.clone(),
+            )
+        });
         Ok(Platform {
             sessions,
+            task_invoker,
             store: Arc::new(store),
             objects: Arc::new(objects.clone()),
             bootstrap: Arc::new(bootstrap.clone()),
@@ -314,12 +331,14 @@ impl Platform {
             } else {
                 mapi_cloudtasks::Credentials::ApplicationDefault
             };
+            let target = ct.target_url(&platform.config.public_url);
+            let audience = Some(ct.token_audience(&platform.config.public_url));
             let settings = mapi_cloudtasks::Settings {
                 project: ct.project,
                 location: ct.location,
-                target: ct.target.unwrap_or_else(|| platform.config.public_url.clone()),
+                target,
+                audience,
                 service_account_email: ct.service_account,
-                audience: ct.audience,
                 endpoint: ct.endpoint,
                 queues: [
                     vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?],

@@ -190,6 +190,7 @@ pub(super) async fn push_items(
         match done {
             Ok(Ok(_) | Err(QueueError::AlreadyExists(_))) => {}
             Ok(Err(e)) => {
+                tracing::warn!(%job, error = %e, "an item task could not be enqueued");
                 first_error.get_or_insert(ApiError::from(e));
             }
             Err(e) => {

@@ -52,6 +52,18 @@ pub async fn handle(
     headers: axum::http::HeaderMap,
     Json(task): Json<FanoutTask>,
 ) -> Result<(StatusCode, Json<StepOutcome>), ApiError> {
+    let (job, step) = (task.job.clone(), task.step);
+    step_once(&state, &headers, task).await.inspect_err(|e| {
+        tracing::warn!(%job, step, code = ?e.code(), error = %e, "fan-out step failed; the queue delivers it again");
+    })
+}
+
+async fn step_once(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    task: FanoutTask,
+) -> Result<(StatusCode, Json<StepOutcome>), ApiError> {
+    let state = state.clone();
     let Some(job) = load(&state, &task.job).await? else {
         let retries: u32 = headers
             .get("x-cloudtasks-taskretrycount")
