@@ -68,6 +68,11 @@ impl TestPlatform {
 
     /// Starts with `options`: a virtual clock, or nothing in the background.
     pub async fn start_with(extra: &[(&str, &str)], options: Options) -> TestPlatform {
+        // `MAPI_TEST_LOG=info,mapi_queue=debug cargo test …` shows the
+        // platform's log lines (JSON, to stdout, captured per test).
+        if let Ok(filter) = std::env::var("MAPI_TEST_LOG") {
+            mapi_runtime::init_logging("mapi-test", None, &filter);
+        }
         let home = tempfile::tempdir().expect("tempdir");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let platform = DevPlatform::start_with(config(home.path(), extra), listener, worker(), options)

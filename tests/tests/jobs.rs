@@ -154,6 +154,7 @@ impl TaskQueue for DyingQueue {
             && self.allowed.fetch_sub(1, Ordering::SeqCst) <= 0
             && self.failures.fetch_sub(1, Ordering::SeqCst) > 0
         {
+            tracing::warn!("injected: the fan-out's process died");
             return Err(QueueError::Unavailable("the fan-out's process died".into()));
         }
         self.inner.create(task).await
