@@ -184,6 +184,8 @@ pub enum Fault {
 struct ProxyState {
     target: String,
     next: Mutex<VecDeque<Fault>>,
+    /// Writes another writer makes just before the next media reads.
+    before_read: Mutex<VecDeque<(String, &'static [u8])>>,
     uploads: Mutex<u32>,
     http: reqwest::Client,
 }
@@ -261,6 +263,20 @@ async fn forward(s: &ProxyState, method: Method, uri: &Uri, headers: &HeaderMap,
     }
 }
 
+/// Another writer stores `bytes` at `key`, in the bucket `uri` names.
+async fn another_write(s: &ProxyState, uri: &Uri, key: &str, bytes: &'static [u8]) {
+    let bucket = uri.path().split("/b/").nth(1).and_then(|p| p.split('/').next()).unwrap_or_default();
+    let r = s
+        .http
+        .post(format!("{}/upload/storage/v1/b/{bucket}/o", s.target))
+        .query(&[("uploadType", "media"), ("name", key)])
+        .body(bytes)
+        .send()
+        .await
+        .expect("the other writer's write");
+    assert!(r.status().is_success(), "the other writer's write: {}", r.status());
+}
+
 async fn proxy(
     State(s): State<Arc<ProxyState>>,
     method: Method,
@@ -268,6 +284,12 @@ async fn proxy(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if uri.query().is_some_and(|q| q.split('&').any(|p| p == "alt=media")) {
+        let replace = s.before_read.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        if let Some((key, bytes)) = replace {
+            another_write(&s, &uri, &key, bytes).await;
+        }
+    }
     let upload = uri.path().starts_with("/upload/");
     let fault = if upload { s.next.lock().unwrap_or_else(|e| e.into_inner()).pop_front() } else { None };
     if upload {
@@ -283,17 +305,7 @@ async fn proxy(
         return (status, axum::Json(object)).into_response();
     }
     if let Fault::LoseAnswerAfterAnotherWrite { key, bytes } = &fault {
-        let bucket =
-            uri.path().trim_start_matches("/upload/storage/v1/b/").split('/').next().unwrap_or_default();
-        let r = s
-            .http
-            .post(format!("{}/upload/storage/v1/b/{bucket}/o", s.target))
-            .query(&[("uploadType", "media"), ("name", key.as_str())])
-            .body(*bytes)
-            .send()
-            .await
-            .expect("the other writer's write");
-        assert!(r.status().is_success(), "the other writer's write: {}", r.status());
+        another_write(&s, &uri, key, bytes).await;
     }
     let answer = forward(&s, method, &uri, &headers, body).await;
     drop(answer);
@@ -309,6 +321,7 @@ impl GcsProxy {
         let state = Arc::new(ProxyState {
             target: target.trim_end_matches('/').to_owned(),
             next: Mutex::new(VecDeque::new()),
+            before_read: Mutex::new(VecDeque::new()),
             uploads: Mutex::new(0),
             http: reqwest::Client::new(),
         });
@@ -324,6 +337,12 @@ impl GcsProxy {
     /// Applies `fault` to the next upload not yet given one.
     pub fn fail_next(&self, fault: Fault) {
         self.state.next.lock().unwrap_or_else(|e| e.into_inner()).push_back(fault);
+    }
+
+    /// Another writer replaces `key` with `bytes` just before the next
+    /// read of an object's bytes (after its metadata was read).
+    pub fn replace_before_next_read(&self, key: &str, bytes: &'static [u8]) {
+        self.state.before_read.lock().unwrap_or_else(|e| e.into_inner()).push_back((key.to_owned(), bytes));
     }
 
     /// Uploads seen so far.

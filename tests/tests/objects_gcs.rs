@@ -376,3 +376,22 @@ async fn an_answer_whose_crc32c_is_not_ours_fails_the_put() {
     );
     assert_eq!(env.proxy.uploads(), 1, "an integrity failure is not retried");
 }
+
+#[tokio::test]
+async fn an_unpinned_read_replaced_between_metadata_and_bytes_reads_the_new_object() {
+    let env = Env::start().await;
+    let s = env.store().await;
+    let k = key("t/ckpt/state.json");
+    let g1 = s
+        .put(&k, Bytes::from_static(b"old"), "text/plain", IfGeneration::ABSENT)
+        .await
+        .expect("put")
+        .generation;
+    env.proxy.replace_before_next_read(k.as_str(), b"new!");
+    let (meta, bytes) = s.get(&k, None).await.expect("get");
+    assert_eq!(&bytes[..], b"new!");
+    assert!(meta.generation != g1 && meta.size == 4, "{meta:?}");
+    env.proxy.replace_before_next_read(k.as_str(), b"newer");
+    let pinned = s.get(&k, Some(meta.generation)).await;
+    assert!(matches!(pinned, Err(ObjectError::NotFound(_))), "a pinned read never moves on: {pinned:?}");
+}

@@ -12,7 +12,8 @@
 //!   as done only when the live object has our CRC32C, MD5 and size,
 //!   otherwise it is `PreconditionFailed`.
 //! - **Reads** are pinned: the metadata is read first and the bytes are
-//!   read at that generation, then checked against its CRC32C.
+//!   read at that generation, then checked against its CRC32C. An
+//!   unpinned read whose object was replaced in between reads again.
 //! - **Metadata, deletes and listings** use the JSON API over `reqwest`:
 //!   the crate offers them only in its gRPC `StorageControl` client. Page
 //!   tokens are wrapped with the prefix they belong to, so a token from
@@ -405,6 +406,30 @@ impl GcsObjectStore {
         }
     }
 
+    /// The bytes of exactly the generation `stored` describes, checked
+    /// against its CRC32C and size.
+    async fn read_pinned(&self, key: &ObjectKey, stored: &Stored) -> Result<Bytes, ObjectError> {
+        let mut read = self
+            .inner
+            .storage
+            .read_object(self.bucket_path(), key.as_str())
+            .set_generation(stored.meta.generation.0)
+            .send()
+            .await
+            .map_err(|e| gax_error("read", key.as_str(), &e))?;
+        let mut body = Vec::with_capacity(usize::try_from(stored.meta.size).unwrap_or(0));
+        while let Some(chunk) = read.next().await {
+            body.extend_from_slice(&chunk.map_err(|e| gax_error("read", key.as_str(), &e))?);
+        }
+        if stored.crc32c.is_some_and(|c| c != crc32c::crc32c(&body)) || body.len() as u64 != stored.meta.size
+        {
+            return Err(ObjectError::Unavailable(format!(
+                "read {key}: the bytes do not match the stored CRC32C or size"
+            )));
+        }
+        Ok(Bytes::from(body))
+    }
+
     /// A signed create-only form upload of `key`, at most `max_bytes`,
     /// signed by the uploader account.
     pub async fn post_policy(
@@ -462,26 +487,17 @@ impl ObjectStore for GcsObjectStore {
         key: &ObjectKey,
         generation: Option<Generation>,
     ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        let stored = self.stored(key, generation).await?;
-        let mut read = self
-            .inner
-            .storage
-            .read_object(self.bucket_path(), key.as_str())
-            .set_generation(stored.meta.generation.0)
-            .send()
-            .await
-            .map_err(|e| gax_error("read", key.as_str(), &e))?;
-        let mut body = Vec::with_capacity(usize::try_from(stored.meta.size).unwrap_or(0));
-        while let Some(chunk) = read.next().await {
-            body.extend_from_slice(&chunk.map_err(|e| gax_error("read", key.as_str(), &e))?);
+        // Unpinned, the live generation may be replaced between the
+        // metadata and the bytes: then read the new one, a few times.
+        let mut tries = if generation.is_some() { 1 } else { 3 };
+        loop {
+            let stored = self.stored(key, generation).await?;
+            match self.read_pinned(key, &stored).await {
+                Err(ObjectError::NotFound(_)) if tries > 1 => tries -= 1,
+                Ok(bytes) => return Ok((stored.meta, bytes)),
+                Err(e) => return Err(e),
+            }
         }
-        if stored.crc32c.is_some_and(|c| c != crc32c::crc32c(&body)) || body.len() as u64 != stored.meta.size
-        {
-            return Err(ObjectError::Unavailable(format!(
-                "read {key}: the bytes do not match the stored CRC32C or size"
-            )));
-        }
-        Ok((stored.meta, Bytes::from(body)))
     }
 
     async fn head(&self, key: &ObjectKey) -> Result<ObjectMeta, ObjectError> {
