@@ -46,7 +46,7 @@ pub fn document(req: &PolicyRequest<'_>, email: &str, now: OffsetDateTime) -> Re
             req.expires_in.as_secs()
         )));
     }
-    let date_time = timestamp(now);
+    let date_time = timestamp(now)?;
     let expires_in = time::Duration::try_from(req.expires_in)
         .map_err(|e| SigningError::Config(format!("policy lifetime: {e}")))?;
     let expiration = (now.to_offset(time::UtcOffset::UTC) + expires_in)
@@ -74,7 +74,7 @@ pub async fn sign_policy(
     req: &PolicyRequest<'_>,
     now: OffsetDateTime,
 ) -> Result<PostPolicy, SigningError> {
-    let date_time = timestamp(now);
+    let date_time = timestamp(now)?;
     let policy = STANDARD.encode(document(req, signer.email(), now)?);
     let signature = hex::encode(signer.sign(policy.as_bytes()).await?);
     let fields = [

@@ -53,9 +53,10 @@ pub fn percent_encode(s: &str, keep_slash: bool) -> String {
 }
 
 /// `YYYYMMDD'T'HHMMSS'Z'` of `t` (UTC).
-pub fn timestamp(t: OffsetDateTime) -> String {
+pub fn timestamp(t: OffsetDateTime) -> Result<String, SigningError> {
     let t = t.to_offset(time::UtcOffset::UTC);
-    t.format(format_description!("[year][month][day]T[hour][minute][second]Z")).unwrap_or_default()
+    t.format(format_description!("[year][month][day]T[hour][minute][second]Z"))
+        .map_err(|e| SigningError::Config(format!("cannot write the signing time: {e}")))
 }
 
 /// `{date}/auto/storage/goog4_request`.
@@ -96,7 +97,7 @@ pub fn canonical(req: &UrlRequest<'_>, email: &str, now: OffsetDateTime) -> Resu
         )));
     }
     let host = host_of(req.base)?;
-    let date_time = timestamp(now);
+    let date_time = timestamp(now)?;
     let mut headers: Vec<(String, String)> = req
         .headers
         .iter()
