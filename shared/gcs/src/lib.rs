@@ -179,7 +179,8 @@ impl JsonObject {
         let bad = |what: &str| {
             ObjectError::Internal(format!("Cloud Storage answered a bad {what} for {}", self.name))
         };
-        let key = ObjectKey::parse(&self.name)?;
+        let key =
+            ObjectKey::parse(&self.name).map_err(|_| bad("object name (not a key this store writes)"))?;
         let generation = self.generation.parse::<i64>().map_err(|_| bad("generation"))?;
         let size = self.size.parse::<u64>().map_err(|_| bad("size"))?;
         let created = match &self.time_created {
