@@ -10,7 +10,9 @@ pub mod backend;
 pub mod chaos;
 pub mod fake_cloudrun;
 pub mod fake_cloudtasks;
+pub mod fake_gcs;
 pub mod fake_kms;
+pub mod gcs_front;
 pub mod google;
 pub mod scripted;
 
