@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod fake_cloudrun;
 pub mod fake_cloudtasks;
 pub mod fake_kms;
+pub mod firestore_emulator;
 pub mod google;
 pub mod scripted;
 
