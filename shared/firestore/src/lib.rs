@@ -88,6 +88,8 @@ struct Inner {
     names: Names,
     /// `x-goog-request-params`: routes the call to the database.
     routing: http::HeaderValue,
+    /// `google-cloud-resource-prefix`: the database, as Google's clients send it.
+    prefix: http::HeaderValue,
     auth: Option<google_cloud_auth::credentials::Credentials>,
     /// Open transactions: the port's handle to Firestore's id.
     txns: Mutex<HashMap<u64, (Vec<u8>, Instant)>>,
@@ -121,6 +123,13 @@ fn status_err(s: &tonic::Status) -> StoreError {
     }
 }
 
+/// The routing parameters of every call: the project and database ids,
+/// form-encoded (ids are letters, digits and `-`, or `(default)`).
+fn routing_params(settings: &Settings) -> String {
+    let enc = |v: &str| v.replace('(', "%28").replace(')', "%29");
+    format!("project_id={}&database_id={}", enc(&settings.project), enc(&settings.database))
+}
+
 impl FirestoreStore {
     /// A store on the database of `settings`. The channel connects on first
     /// use; credentials are resolved now, so missing ADC fails here.
@@ -151,14 +160,16 @@ impl FirestoreStore {
                     .map_err(|e| StoreError::Internal(format!("Application Default Credentials: {e}")))?,
             ),
         };
-        let routing = format!("project_id={}&database_id={}", settings.project, settings.database);
-        let routing = http::HeaderValue::from_str(&routing)
+        let routing = http::HeaderValue::from_str(&routing_params(settings))
+            .map_err(|e| StoreError::InvalidArgument(format!("database name: {e}")))?;
+        let prefix = http::HeaderValue::from_str(&settings.database_path())
             .map_err(|e| StoreError::InvalidArgument(format!("database name: {e}")))?;
         Ok(FirestoreStore {
             inner: std::sync::Arc::new(Inner {
                 client: FirestoreClient::new(endpoint.connect_lazy()),
                 names: Names::new(settings.database_path()),
                 routing,
+                prefix,
                 auth,
                 txns: Mutex::new(HashMap::new()),
                 next_txn: AtomicU64::new(1),
@@ -185,6 +196,7 @@ impl FirestoreStore {
             }
         };
         headers.insert("x-goog-request-params", self.inner.routing.clone());
+        headers.insert("google-cloud-resource-prefix", self.inner.prefix.clone());
         Ok(tonic::Request::from_parts(
             tonic::metadata::MetadataMap::from_headers(headers),
             tonic::Extensions::default(),
@@ -719,6 +731,16 @@ mod tests {
         let e = status_err(&Status::new(Code::FailedPrecondition, "The query requires an index."));
         assert!(matches!(&e, StoreError::Internal(m) if m.contains("index")), "{e:?}");
         assert!(!status_err(&Status::new(Code::PermissionDenied, "x")).is_transient());
+    }
+
+    #[test]
+    fn calls_are_routed_to_the_database() {
+        assert_eq!(
+            routing_params(&Settings::new("mapi-prod")),
+            "project_id=mapi-prod&database_id=%28default%29"
+        );
+        let named = Settings { database: "mapi-eu".into(), ..Settings::new("p") };
+        assert_eq!(routing_params(&named), "project_id=p&database_id=mapi-eu");
     }
 
     #[tokio::test]
