@@ -50,9 +50,9 @@ use wire::Names;
 /// Google's Firestore endpoint.
 pub const GOOGLE_ENDPOINT: &str = "https://firestore.googleapis.com";
 
-/// How many times a guarded increment's own transaction is retried on
-/// contention before the commit answers `Aborted`.
-const GUARDED_ATTEMPTS: u32 = 16;
+/// How many times a guarded increment's own transaction is run on
+/// contention before the commit answers `Aborted` (as `transact` does).
+const GUARDED_ATTEMPTS: u32 = 64;
 
 /// Firestore ends a transaction after 270 s idle; handles older than this
 /// are forgotten (their futures were dropped without commit or rollback).
@@ -260,12 +260,15 @@ impl FirestoreStore {
             .collect()
     }
 
-    async fn begin_txn(&self) -> Result<Vec<u8>, StoreError> {
+    /// Begins a read-write transaction; `retry` is the id of the one it
+    /// replaces after contention (empty if none), which keeps its place in
+    /// Firestore's lock queue.
+    async fn begin_txn(&self, retry: Vec<u8>) -> Result<Vec<u8>, StoreError> {
         let req = fs::BeginTransactionRequest {
             database: self.inner.names.database.clone(),
             options: Some(fs::TransactionOptions {
                 mode: Some(fs::transaction_options::Mode::ReadWrite(fs::transaction_options::ReadWrite {
-                    retry_transaction: Vec::new(),
+                    retry_transaction: retry,
                 })),
             }),
         };
@@ -400,10 +403,12 @@ impl FirestoreStore {
             return self.send_commit(plan, writes, bytes).await;
         }
         let mut attempt = 0;
+        let mut previous = Vec::new();
         loop {
             attempt += 1;
-            let bytes = self.begin_txn().await?;
+            let bytes = self.begin_txn(std::mem::take(&mut previous)).await?;
             if let Err(e) = self.check_guards(plan, writes, bytes.clone()).await {
+                // Rolled back, so not a transaction to name as retried.
                 let _ = self.rollback_txn(bytes).await;
                 if e == StoreError::Aborted && attempt < GUARDED_ATTEMPTS {
                     tokio::time::sleep(backoff(attempt)).await;
@@ -411,6 +416,7 @@ impl FirestoreStore {
                 }
                 return Err(e);
             }
+            previous = bytes.clone();
             match self.send_commit(plan, writes, bytes).await {
                 Err(StoreError::Aborted) if attempt < GUARDED_ATTEMPTS => {
                     tracing::debug!(attempt, "guarded increment aborted by contention; retrying");
@@ -596,7 +602,7 @@ impl Store for FirestoreStore {
     }
 
     async fn begin(&self) -> Result<TxnId, StoreError> {
-        let bytes = self.begin_txn().await?;
+        let bytes = self.begin_txn(Vec::new()).await?;
         let id = self.inner.next_txn.fetch_add(1, Ordering::Relaxed);
         let mut txns = self.inner.txns.lock().unwrap_or_else(|e| e.into_inner());
         txns.retain(|_, (_, at)| at.elapsed() < TXN_HANDLE_TTL);
