@@ -12,6 +12,7 @@ pub mod fake_cloudrun;
 pub mod fake_cloudtasks;
 pub mod fake_gcs;
 pub mod fake_kms;
+pub mod firestore_emulator;
 pub mod gcs_front;
 pub mod google;
 pub mod scripted;

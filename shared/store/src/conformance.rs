@@ -326,6 +326,29 @@ pub async fn racing_guarded_increments_never_pass_the_limit(s: Arc<dyn Store>) {
     assert_eq!(s.get_one(&key("slots")).await.expect("get").expect("doc").fields["used"].as_i64(), Some(20));
 }
 
+/// The name of every case, as [`conformance_suite!`](crate::conformance_suite)
+/// runs them: an adapter's suite that runs only some of them (because its
+/// test server cannot prove the others) checks its lists against this one.
+pub const CASES: &[&str] = &[
+    "create_then_get",
+    "batch_get_keeps_order_and_reports_absent",
+    "version_preconditions",
+    "replace_keeps_create_time",
+    "delete_semantics",
+    "commits_are_atomic",
+    "query_filters_and_orders",
+    "cursors_page_through_every_document_once",
+    "malformed_queries_are_refused",
+    "transaction_aborts_when_a_read_document_changed",
+    "transaction_aborts_on_a_phantom",
+    "transaction_refuses_reads_after_writes",
+    "transaction_errors_write_nothing",
+    "increments_create_add_and_combine",
+    "guarded_increments_fail_the_whole_commit",
+    "racing_guarded_increments_never_pass_the_limit",
+    "transactions_serialize_concurrent_increments",
+];
+
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
 /// expression evaluating to `(guard, store)`; the guard is kept alive for
 /// the test (a temporary directory, a child process).
@@ -355,6 +378,20 @@ macro_rules! conformance_suite {
         }
     };
     (@cases $make:expr; $($case:ident),+) => {
+        /// The cases expanded here are exactly [`CASES`](crate::conformance::CASES).
+        #[test]
+        fn conformance_cases_are_the_listed_ones() {
+            let mut ran = vec![
+                $(stringify!($case),)+
+                "racing_guarded_increments_never_pass_the_limit",
+                "transactions_serialize_concurrent_increments",
+            ];
+            let mut listed = $crate::conformance::CASES.to_vec();
+            ran.sort_unstable();
+            listed.sort_unstable();
+            assert_eq!(ran, listed);
+        }
+
         $(
             #[tokio::test]
             async fn $case() {
