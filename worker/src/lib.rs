@@ -8,6 +8,7 @@
 //! The `mapi` CLI embeds the same entry point as its `worker` subcommand,
 //! so `mapi dev` runs without a separately built worker.
 
+pub mod bootstrap;
 pub mod supervisor;
 
 use std::path::PathBuf;

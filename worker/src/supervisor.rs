@@ -1,6 +1,7 @@
 //! The supervisor: one task of one attempt, from bootstrap to exit code.
 //!
-//! 1. Take the bootstrap: GET `MAPI_BOOTSTRAP_URL` (with this task's nonce),
+//! 1. Take the bootstrap: GET `MAPI_BOOTSTRAP_URL` (with this task's nonce;
+//!    an `http(s)://` route or a `gs://` object, see [`crate::bootstrap`]),
 //!    then DELETE it pinned to the generation read. Only one reader can win
 //!    that delete, so a duplicate execution exits 0 having done nothing.
 //! 2. Print a signed `started` event, fetch the dataset (and the checkpoint
@@ -23,6 +24,8 @@ use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, Nonce, exit};
 use mapi_events::{AttemptKey, EventBody, EventSequencer};
 use mapi_methods::{Context, MethodError};
 use tokio::runtime::Handle;
+
+use crate::bootstrap::Source;
 
 /// Exit code for a task that could not start (bad environment, unreadable
 /// bootstrap): the reconciler treats it as an infrastructure failure.
@@ -49,7 +52,7 @@ pub fn main() -> i32 {
 struct Env {
     nonce: Nonce,
     task: u32,
-    bootstrap_url: String,
+    bootstrap: Source,
 }
 
 fn read_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Env, String> {
@@ -59,7 +62,8 @@ fn read_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Env, String> {
     let task = get("CLOUD_RUN_TASK_INDEX").map_or(Ok(0), |v| v.parse::<u32>()).map_err(|e| e.to_string())?;
     let template = need("MAPI_BOOTSTRAP_URL")?;
     let task_nonce = nonce.for_task(task);
-    Ok(Env { nonce, task, bootstrap_url: template.replace("{nonce}", task_nonce.as_str()) })
+    let bootstrap = Source::parse(&template.replace("{nonce}", task_nonce.as_str()), get)?;
+    Ok(Env { nonce, task, bootstrap })
 }
 
 /// What taking the bootstrap found.
@@ -69,16 +73,13 @@ enum Taken {
     Gone,
 }
 
-async fn take_bootstrap(http: &reqwest::Client, url: &str) -> Result<Taken, String> {
-    if !url.starts_with("http://") && !url.starts_with("https://") {
-        return Err(format!("unsupported bootstrap URL scheme in `{url}`: this build reads http(s) only"));
-    }
+async fn take_bootstrap(http: &reqwest::Client, source: &Source) -> Result<Taken, String> {
     let mut last = String::new();
     for attempt in 0..4u32 {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
         }
-        let resp = match http.get(url).send().await {
+        let resp = match source.read(http).await?.send().await {
             Ok(r) => r,
             Err(e) => {
                 last = e.to_string();
@@ -101,9 +102,9 @@ async fn take_bootstrap(http: &reqwest::Client, url: &str) -> Result<Taken, Stri
             .map(str::to_owned)
             .ok_or("the bootstrap response has no generation")?;
         let body = resp.bytes().await.map_err(|e| e.to_string())?;
-        let del = http
-            .delete(url)
-            .header("x-goog-if-generation-match", &generation)
+        let del = source
+            .take(http, &generation)
+            .await?
             .send()
             .await
             .map_err(|e| format!("bootstrap DELETE failed: {e}"))?;
@@ -206,7 +207,15 @@ async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<(),
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(500 * 2u64.pow(attempt - 1))).await;
         }
-        let sent = http.put(url).header("content-type", "application/json").body(bytes.clone()).send().await;
+        // The URL is create-only: Cloud Storage's signs this header, and
+        // refuses the upload without it.
+        let sent = http
+            .put(url)
+            .header("content-type", "application/json")
+            .header("x-goog-if-generation-match", "0")
+            .body(bytes.clone())
+            .send()
+            .await;
         match sent.map(|r| r.status().as_u16()) {
             // 412: written already by this attempt (a redelivered task); the
             // URL is create-only and belongs to this attempt alone.
@@ -238,7 +247,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
         }
     };
     let http = reqwest::Client::new();
-    let boot = match take_bootstrap(&http, &env.bootstrap_url).await {
+    let boot = match take_bootstrap(&http, &env.bootstrap).await {
         Ok(Taken::Mine(b)) => *b,
         Ok(Taken::Gone) => {
             log(

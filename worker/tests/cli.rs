@@ -30,9 +30,24 @@ fn a_missing_bootstrap_means_a_duplicate_that_does_no_work() {
         .env("MAPI_RUN_ID", "run_01arz3ndektsv4rrffq69g5fav")
         .env("MAPI_NONCE", "0123456789abcdef0123456789abcdef")
         .env("MAPI_BOOTSTRAP_URL", "gs://bucket/{nonce}")
+        .env("MAPI_GCS_ENDPOINT", "http://127.0.0.1:9")
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(mapi_worker::supervisor::EXIT_SETUP));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported bootstrap URL scheme"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the bootstrap"), "{out:?}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_bootstrap_url_of_another_scheme_is_a_setup_failure() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mapi-worker"))
+        .env_clear()
+        .env("MAPI_RUN_ID", "run_01arz3ndektsv4rrffq69g5fav")
+        .env("MAPI_NONCE", "0123456789abcdef0123456789abcdef")
+        .env("MAPI_BOOTSTRAP_URL", "ftp://bucket/{nonce}")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(mapi_worker::supervisor::EXIT_SETUP));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported bootstrap URL"), "{out:?}");
     assert!(out.stdout.is_empty());
 }

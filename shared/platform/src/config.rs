@@ -96,6 +96,10 @@ pub struct Config {
     /// `MAPI_QUEUE=cloudtasks`: the Cloud Tasks queue's settings (`None`:
     /// the embedded SQLite queue).
     pub cloudtasks: Option<CloudTasksConfig>,
+    /// `MAPI_STORE`: where the platform's state lives.
+    pub store_backend: StoreBackend,
+    /// `MAPI_OBJECTS`: where objects live.
+    pub objects_backend: ObjectsBackend,
     /// `MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S`: how old conformance and security
     /// reports may be for the shared-tier gate.
     pub evidence_max_age: Duration,
@@ -110,6 +114,36 @@ pub struct Config {
     pub signer: SignerConfig,
     pub routes: RouteSet,
     pub jobs: JobSettings,
+}
+
+/// Where the platform's state lives (`MAPI_STORE`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// The embedded SQLite file under `MAPI_HOME`.
+    Sqlite,
+    /// Firestore (`MAPI_FIRESTORE_*`).
+    Firestore(mapi_firestore::Settings),
+}
+
+/// Where objects live (`MAPI_OBJECTS`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ObjectsBackend {
+    /// Files under `MAPI_HOME/objects`, served with the platform's signed URLs.
+    Local,
+    /// Cloud Storage (`MAPI_GCS_*`): the data bucket's settings, and the
+    /// bootstrap bucket's name (same endpoint and signers).
+    Gcs { data: mapi_gcs::Settings, bootstrap_bucket: String },
+}
+
+impl ObjectsBackend {
+    /// The `MAPI_BOOTSTRAP_URL` template a worker reads its bootstrap from:
+    /// the platform's own object route, or `gs://{bucket}/{nonce}`.
+    pub fn bootstrap_url_template(&self, public_url: &str) -> String {
+        match self {
+            ObjectsBackend::Local => format!("{public_url}/o/{}/{{nonce}}", crate::BOOTSTRAP_BUCKET),
+            ObjectsBackend::Gcs { bootstrap_bucket, .. } => format!("gs://{bootstrap_bucket}/{{nonce}}"),
+        }
+    }
 }
 
 /// What signs model-version bundles.
@@ -233,7 +267,12 @@ pub const DEV_ACCOUNTS: &str = "admin@dev.local,analyst@dev.local,viewer@dev.loc
 
 /// Every variable of the platform and its adapters, in the README's order.
 pub fn variables() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
-    VARIABLES.iter().chain(mapi_cloudrun::settings::VARIABLES).chain(mapi_signer::kms::VARIABLES)
+    VARIABLES
+        .iter()
+        .chain(mapi_cloudrun::settings::VARIABLES)
+        .chain(mapi_signer::kms::VARIABLES)
+        .chain(mapi_firestore::settings::VARIABLES)
+        .chain(mapi_gcs::settings::VARIABLES)
 }
 
 /// Every variable, its default and meaning: the source of the README's table.
@@ -298,6 +337,13 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     ("MAPI_EXECUTOR", "local-process", "Where attempts run: `local-process` or `cloudrun-jobs`"),
     ("MAPI_QUEUE", "local", "The task queue: `local` (SQLite, embedded) or `cloudtasks`"),
+    ("MAPI_STORE", "sqlite", "Where state lives: `sqlite` (embedded, in MAPI_HOME) or `firestore`"),
+    ("MAPI_OBJECTS", "local", "Where objects live: `local` (files in MAPI_HOME) or `gcs`"),
+    (
+        "MAPI_GCS_BOOTSTRAP_BUCKET",
+        "MAPI_GCS_BUCKET with `-bootstrap`",
+        "gcs: the bucket of attempt bootstraps (one object per task, taken once)",
+    ),
     ("MAPI_CLOUDTASKS_PROJECT", "none (necessary for cloudtasks)", "cloudtasks: the project of the queues"),
     ("MAPI_CLOUDTASKS_LOCATION", "europe-west1", "cloudtasks: the location of the queues"),
     ("MAPI_CLOUDTASKS_TARGET_URL", "MAPI_PUBLIC_URL", "cloudtasks: the base URL tasks are delivered to"),
@@ -619,6 +665,37 @@ impl Config {
                 return Err(ConfigError::Invalid(format!("MAPI_QUEUE `{other}`: use local or cloudtasks")));
             }
         };
+        let store_backend = match get("MAPI_STORE").as_deref().map(str::trim) {
+            None | Some("") | Some("sqlite") => StoreBackend::Sqlite,
+            Some("firestore") => StoreBackend::Firestore(
+                mapi_firestore::Settings::from_env(get).map_err(|e| ConfigError::Invalid(e.to_string()))?,
+            ),
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!("MAPI_STORE `{other}`: use sqlite or firestore")));
+            }
+        };
+        let objects_backend = match get("MAPI_OBJECTS").as_deref().map(str::trim) {
+            None | Some("") | Some("local") => ObjectsBackend::Local,
+            Some("gcs") => {
+                let data = mapi_gcs::Settings::from_env(get).map_err(ConfigError::Invalid)?;
+                let bootstrap_bucket = get("MAPI_GCS_BOOTSTRAP_BUCKET")
+                    .map(|b| b.trim().to_owned())
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or_else(|| format!("{}-bootstrap", data.bucket));
+                let mut bootstrap = data.clone();
+                bootstrap.bucket = bootstrap_bucket.clone();
+                bootstrap.validate().map_err(|e| {
+                    ConfigError::Invalid(format!(
+                        "MAPI_GCS_BOOTSTRAP_BUCKET: {}",
+                        e.replace("MAPI_GCS_BUCKET", "the bucket")
+                    ))
+                })?;
+                ObjectsBackend::Gcs { data, bootstrap_bucket }
+            }
+            Some(other) => {
+                return Err(ConfigError::Invalid(format!("MAPI_OBJECTS `{other}`: use local or gcs")));
+            }
+        };
         let signer = match get("MAPI_SIGNER").as_deref().map(str::trim) {
             None | Some("") | Some("local") => SignerConfig::Local {
                 key_file: get("MAPI_SIGNING_KEY_FILE")
@@ -709,6 +786,8 @@ impl Config {
             executor,
             cloudrun,
             cloudtasks,
+            store_backend,
+            objects_backend,
             evidence_max_age: seconds(get, "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S", 3 * 86_400)?,
             pubsub_push: push_auth(get)?,
             pubsub_push_subscriptions: subscriptions(get)?,

@@ -30,8 +30,9 @@ use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
 pub use config::{
-    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, JOB_ITEM_DISPATCH_DEADLINE, JobSettings, Profile,
-    PushAuthConfig, RouteSet, Secrets, SignerConfig, VARIABLES, variables,
+    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, JOB_ITEM_DISPATCH_DEADLINE, JobSettings,
+    ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets, SignerConfig, StoreBackend, VARIABLES,
+    variables,
 };
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
@@ -137,6 +138,8 @@ pub enum StartError {
     CloudRun(#[from] mapi_cloudrun::BuildError),
     #[error("cannot start the bundle signer: {0}")]
     Signer(#[from] mapi_signer::SignError),
+    #[error("cannot start the Cloud Storage object store: {0}")]
+    Gcs(#[from] mapi_gcs::BuildError),
 }
 
 /// The signer `config` selects: the local key (made on first use), or the
@@ -251,8 +254,14 @@ impl Platform {
         let mut static_env = std::collections::BTreeMap::new();
         static_env.insert(
             "MAPI_BOOTSTRAP_URL".to_owned(),
-            format!("{}/o/{BOOTSTRAP_BUCKET}/{{nonce}}", config.public_url),
+            config.objects_backend.bootstrap_url_template(&config.public_url),
         );
+        if let ObjectsBackend::Gcs { data, .. } = &config.objects_backend
+            && let Some(endpoint) = &data.endpoint
+        {
+            // The worker reads `gs://` bootstraps from the same service.
+            static_env.insert("MAPI_GCS_ENDPOINT".to_owned(), endpoint.clone());
+        }
         let executor = LocalProcessExecutor::new(
             LocalConfig {
                 dir: home.join("executions"),
@@ -349,6 +358,21 @@ impl Platform {
             let queue =
                 mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, platform.clock.clone()).await?;
             platform.queue = Arc::new(queue);
+        }
+        if let StoreBackend::Firestore(settings) = &platform.config.store_backend {
+            let credentials = mapi_firestore::Credentials::for_settings(settings);
+            platform.store = Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?);
+        }
+        if let ObjectsBackend::Gcs { data, bootstrap_bucket } = platform.config.objects_backend.clone() {
+            let credentials = if data.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+                mapi_gcs::Credentials::Anonymous
+            } else {
+                mapi_gcs::Credentials::ApplicationDefault
+            };
+            let mut bootstrap = data.clone();
+            bootstrap.bucket = bootstrap_bucket;
+            platform.objects = Arc::new(mapi_gcs::GcsObjectStore::new(data, credentials).await?);
+            platform.bootstrap = Arc::new(mapi_gcs::GcsObjectStore::new(bootstrap, credentials).await?);
         }
         Ok(platform)
     }

@@ -1,0 +1,87 @@
+//! The whole platform on the cloud adapters: state in Firestore (the local
+//! emulator), objects in Cloud Storage (fake-gcs-server, behind a front
+//! that checks V4 signatures as Cloud Storage does). A fit is submitted
+//! through the API, its bootstrap is written to and taken from the
+//! bootstrap bucket (`gs://`), its dataset and outputs move through signed
+//! URLs, and it reaches `succeeded` with its outputs downloadable.
+//!
+//! The emulator cannot prove everything the store promises (see
+//! `store_firestore.rs` and ARCHITECTURE.md): this test proves the wiring,
+//! `MAPI_STORE=firestore` and `MAPI_OBJECTS=gcs` from configuration to a
+//! final state, not Firestore's transactions.
+
+use mapi_tests::fake_gcs::{FakeGcs, GcsProxy};
+use mapi_tests::firestore_emulator::FirestoreEmulator;
+use mapi_tests::gcs_front::{SigningFront, TestAccount};
+use mapi_tests::{Options, TestPlatform, transitions, with_start};
+use serde_json::{Value, json};
+
+const LONGLEY: &str = include_str!("../../examples/longley.csv");
+const DATA: &str = "mapi-test-data";
+const BOOTSTRAP: &str = "mapi-test-bootstrap";
+const API: &str = "api@fake.iam.gserviceaccount.com";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fit_succeeds_on_firestore_and_cloud_storage() {
+    let firestore = tokio::task::spawn_blocking(FirestoreEmulator::start).await.expect("emulator");
+    let gcs = FakeGcs::start(DATA).await;
+    let made = reqwest::Client::new()
+        .post(format!("{}/storage/v1/b", gcs.url))
+        .json(&json!({ "name": BOOTSTRAP }))
+        .send()
+        .await
+        .expect("make the bootstrap bucket");
+    assert!(made.status().is_success(), "{}", made.status());
+    let proxy = GcsProxy::start(&gcs.url).await;
+    let api = TestAccount::new(API, true);
+    let front = SigningFront::start(&gcs.url, vec![api.clone()]).await;
+    let keys = tempfile::tempdir().expect("tempdir");
+    let key_file = keys.path().join("api.json");
+    std::fs::write(&key_file, api.key_file_json()).expect("key file");
+    let key_file = key_file.to_string_lossy().into_owned();
+    let project = format!("mapi-platform-{}", std::process::id());
+    let settings = [
+        ("MAPI_STORE", "firestore"),
+        ("MAPI_FIRESTORE_PROJECT", project.as_str()),
+        ("MAPI_FIRESTORE_ENDPOINT", firestore.endpoint.as_str()),
+        ("MAPI_OBJECTS", "gcs"),
+        ("MAPI_GCS_BUCKET", DATA),
+        ("MAPI_GCS_BOOTSTRAP_BUCKET", BOOTSTRAP),
+        ("MAPI_GCS_ENDPOINT", proxy.url.as_str()),
+        ("MAPI_GCS_URL_BASE", front.url.as_str()),
+        ("MAPI_GCS_SIGNING_KEY_FILE", key_file.as_str()),
+    ];
+    let p = TestPlatform::start_with(&settings, Options::default()).await;
+    let state = &p.platform.state;
+    assert_eq!(state.objects.bucket(), DATA, "the data bucket is Cloud Storage's");
+    assert_eq!(state.bootstrap.bucket(), BOOTSTRAP);
+    assert!(format!("{:?}", state.store).contains("Firestore"), "the store is Firestore: {:?}", state.store);
+
+    let ds = p.upload(LONGLEY).await;
+    let id = p
+        .submit(
+            json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "employed"}, "timeout_s": 120}),
+        )
+        .await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
+
+    // The output, downloaded through its V4 URL (checked by the front).
+    let out = &run["outputs"][0];
+    let url = out["url"].as_str().expect("url");
+    assert!(url.starts_with(&front.url) && url.contains("X-Goog-Signature="), "a V4 URL: {url}");
+    let model: Value = p.http.get(url).send().await.expect("get").json().await.expect("json");
+    let intercept = model["coefficients"][0]["estimate"].as_f64().expect("estimate");
+    assert!((intercept - -3_482_258.634_595_82).abs() < 1e-3, "NIST certified intercept, got {intercept}");
+
+    // The objects are in Cloud Storage; the bootstrap was taken.
+    let outputs =
+        state.objects.list(&format!("t/{}/", p.platform.credentials.tenant), None, 100).await.expect("list");
+    assert!(
+        outputs.objects.iter().any(|o| o.key.as_str().ends_with("model.json")),
+        "the output is in the data bucket: {outputs:?}"
+    );
+    let left = state.bootstrap.list("", None, 10).await.expect("list bootstraps");
+    assert!(left.objects.is_empty(), "the worker took its bootstrap: {left:?}");
+}
