@@ -85,3 +85,71 @@ async fn a_fit_succeeds_on_firestore_and_cloud_storage() {
     let left = state.bootstrap.list("", None, 10).await.expect("list bootstraps");
     assert!(left.objects.is_empty(), "the worker took its bootstrap: {left:?}");
 }
+
+/// On Cloud Run a worker takes its `gs://` bootstrap with its own service
+/// account: an access token from the metadata server (here a fake one,
+/// named by `GCE_METADATA_HOST`) on every Cloud Storage request.
+#[tokio::test]
+async fn a_worker_takes_a_gs_bootstrap_with_the_metadata_servers_token() {
+    use axum::http::{HeaderMap, StatusCode};
+    use std::sync::{Arc, Mutex};
+
+    type Seen = Arc<Mutex<Vec<(String, String)>>>;
+    let seen: Seen = Arc::default();
+    let app = axum::Router::new()
+        .route(
+            "/computeMetadata/v1/instance/service-accounts/default/token",
+            axum::routing::get(|headers: HeaderMap| async move {
+                if headers.get("metadata-flavor").and_then(|v| v.to_str().ok()) != Some("Google") {
+                    return (StatusCode::FORBIDDEN, axum::Json(json!({"error": "Metadata-Flavor missing"})));
+                }
+                (
+                    StatusCode::OK,
+                    axum::Json(
+                        json!({"access_token": "ya29.worker", "expires_in": 3599, "token_type": "Bearer"}),
+                    ),
+                )
+            }),
+        )
+        .route(
+            "/storage/v1/b/{bucket}/o/{object}",
+            axum::routing::get({
+                let seen = seen.clone();
+                move |axum::extract::Path((bucket, object)): axum::extract::Path<(String, String)>,
+                      headers: HeaderMap| async move {
+                    let auth =
+                        headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                    seen.lock().expect("seen").push((format!("{bucket}/{object}"), auth.clone()));
+                    if auth != "Bearer ya29.worker" {
+                        return StatusCode::UNAUTHORIZED;
+                    }
+                    // Already taken by another execution: the worker does nothing.
+                    StatusCode::NOT_FOUND
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let out = tokio::process::Command::new(mapi_tests::binary("mapi-worker"))
+        .env_clear()
+        .env("MAPI_RUN_ID", "run_01arz3ndektsv4rrffq69g5fav")
+        .env("MAPI_NONCE", "0123456789abcdef0123456789abcdef")
+        .env("MAPI_BOOTSTRAP_URL", "gs://mapi-test-bootstrap/{nonce}")
+        .env("MAPI_GCS_ENDPOINT", format!("http://{addr}"))
+        .env("GCE_METADATA_HOST", addr.to_string())
+        .output()
+        .await
+        .expect("run the worker");
+    assert_eq!(out.status.code(), Some(0), "a bootstrap already taken: exit 0 doing nothing: {out:?}");
+    assert!(out.stdout.is_empty(), "no event printed");
+    let seen = seen.lock().expect("seen").clone();
+    assert_eq!(
+        seen,
+        vec![(
+            "mapi-test-bootstrap/0123456789abcdef0123456789abcdef".to_owned(),
+            "Bearer ya29.worker".to_owned()
+        )],
+        "one read of the task's own object, with the metadata server's token"
+    );
+}

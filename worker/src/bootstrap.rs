@@ -5,8 +5,9 @@
 //! store's route), or `gs://{bucket}/{object}`: an object in Cloud Storage,
 //! read and deleted through the JSON API with the execution's own service
 //! account (an access token from the metadata server, as on Cloud Run).
-//! `MAPI_GCS_ENDPOINT` points the JSON API elsewhere (a local fake over
-//! plain HTTP, called without a token).
+//! `MAPI_GCS_ENDPOINT` points the JSON API elsewhere: a local fake over
+//! plain HTTP is called without a token, unless `GCE_METADATA_HOST` names a
+//! (fake) metadata server to take one from.
 
 use serde_json::Value;
 
@@ -25,8 +26,9 @@ pub enum Source {
         api: String,
         bucket: String,
         object: String,
-        /// Where access tokens come from (`GCE_METADATA_HOST` or Google's).
-        metadata_host: String,
+        /// Where access tokens come from (`GCE_METADATA_HOST` or Google's);
+        /// `None`: no token (a plain-HTTP fake without a metadata server).
+        metadata_host: Option<String>,
     },
 }
 
@@ -58,24 +60,23 @@ impl Source {
             .filter(|(b, o)| !b.is_empty() && !o.is_empty())
             .ok_or_else(|| format!("bootstrap URL `{url}` names no object: use gs://bucket/object"))?;
         let non_empty = |k: &str| get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        Ok(Source::Gcs {
-            api: non_empty("MAPI_GCS_ENDPOINT")
-                .unwrap_or_else(|| GOOGLE_STORAGE.to_owned())
-                .trim_end_matches('/')
-                .to_owned(),
-            bucket: bucket.to_owned(),
-            object: object.to_owned(),
-            metadata_host: non_empty("GCE_METADATA_HOST").unwrap_or_else(|| METADATA_HOST.to_owned()),
-        })
+        let api = non_empty("MAPI_GCS_ENDPOINT")
+            .unwrap_or_else(|| GOOGLE_STORAGE.to_owned())
+            .trim_end_matches('/')
+            .to_owned();
+        let metadata_host = match non_empty("GCE_METADATA_HOST") {
+            Some(host) => Some(host),
+            None if api.starts_with("http://") => None,
+            None => Some(METADATA_HOST.to_owned()),
+        };
+        Ok(Source::Gcs { api, bucket: bucket.to_owned(), object: object.to_owned(), metadata_host })
     }
 
     /// The bearer token requests need: none for an `http(s)://` route or a
-    /// plain-HTTP fake, else the execution's service account's.
+    /// plain-HTTP fake without a metadata server, else the execution's
+    /// service account's.
     async fn token(&self, http: &reqwest::Client) -> Result<Option<String>, String> {
-        let Source::Gcs { api, metadata_host, .. } = self else { return Ok(None) };
-        if api.starts_with("http://") {
-            return Ok(None);
-        }
+        let Source::Gcs { metadata_host: Some(metadata_host), .. } = self else { return Ok(None) };
         let url =
             format!("http://{metadata_host}/computeMetadata/v1/instance/service-accounts/default/token");
         let resp = http
@@ -151,13 +152,16 @@ mod tests {
                 api: GOOGLE_STORAGE.into(),
                 bucket: "mapi-prod-bootstrap".into(),
                 object: "n1.t0".into(),
-                metadata_host: METADATA_HOST.into(),
+                metadata_host: Some(METADATA_HOST.into()),
             })
         );
         let fake = env(&[("MAPI_GCS_ENDPOINT", "http://127.0.0.1:9/"), ("GCE_METADATA_HOST", "127.0.0.1:8")]);
         match Source::parse("gs://b/o", &fake) {
             Ok(Source::Gcs { api, metadata_host, .. }) => {
-                assert_eq!((api.as_str(), metadata_host.as_str()), ("http://127.0.0.1:9", "127.0.0.1:8"));
+                assert_eq!(
+                    (api.as_str(), metadata_host.as_deref()),
+                    ("http://127.0.0.1:9", Some("127.0.0.1:8"))
+                );
             }
             other => panic!("{other:?}"),
         }
