@@ -127,6 +127,10 @@ pub enum QuotasCmd {
         egress_per_month: Option<String>,
         #[arg(long)]
         requests_per_minute: Option<u32>,
+        /// Days a job's objects and documents are kept (at least 1; unset:
+        /// the platform's MAPI_JOB_RETENTION_DAYS).
+        #[arg(long)]
+        job_retention_days: Option<u32>,
         #[arg(long)]
         note: Option<String>,
         #[arg(long)]
@@ -503,6 +507,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             storage,
             egress_per_month,
             requests_per_minute,
+            job_retention_days,
             note,
             ..
         }) => {
@@ -511,12 +516,18 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 "concurrent_runs": concurrent_runs, "max_fanout_tasks": max_fanout_tasks,
                 "max_resource_class": max_resource_class, "storage_bytes": storage.as_deref().map(bytes).transpose()?,
                 "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
-                "requests_per_minute": requests_per_minute, "note": note,
+                "requests_per_minute": requests_per_minute, "job_retention_days": job_retention_days,
+                "note": note,
             });
             let t: Value = client
                 .send(client.request(Method::PUT, &format!("/v1/admin/quotas/{tenant}")).json(&body))
                 .await?;
-            print(json_out, &t, || format!("quotas of {tenant}: {}\n", t["effective"]));
+            print(json_out, &t, || {
+                format!(
+                    "quotas of {tenant}: {}; jobs kept {} days\n",
+                    t["effective"], t["job_retention_days"]
+                )
+            });
         }
         AdminCmd::Quotas(QuotasCmd::Ls) => {
             let list: Value = client.get("/v1/admin/quotas").await?;

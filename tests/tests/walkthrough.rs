@@ -8,10 +8,14 @@ use mapi_tests::{TestPlatform, binary};
 use serde_json::Value;
 
 fn mapi(p: &TestPlatform, args: &[&str]) -> (i32, String, String) {
+    mapi_as(p, p.token(), args)
+}
+
+fn mapi_as(p: &TestPlatform, token: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(binary("mapi"))
         .args(args)
         .env("MAPI_URL", &p.platform.url)
-        .env("MAPI_TOKEN", p.token())
+        .env("MAPI_TOKEN", token)
         .env("MAPI_TENANT", "dev")
         .env("MAPI_PROJECT", "default")
         .output()
@@ -71,4 +75,28 @@ async fn the_readme_walkthrough_works() {
     let (code, out, _) = mapi(&p, &["runs", "submit", "--method", "diag.fail", "--dataset", &ds, "--watch"]);
     assert_eq!(code, 1, "a failed run exits non-zero");
     assert!(out.contains("METHOD_ERROR"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sets_a_tenants_job_retention_from_the_cli() {
+    let p = TestPlatform::start(&[]).await;
+    let operator = p.login("admin@dev.local").await;
+    let set = |days: &str| {
+        mapi_as(
+            &p,
+            &operator,
+            &["--json", "admin", "quotas", "set", "tenant", "dev", "--job-retention-days", days, "--yes"],
+        )
+    };
+    let (code, out, err) = set("3");
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        (v["policy"]["job_retention_days"].as_u64(), v["job_retention_days"].as_u64()),
+        (Some(3), Some(3)),
+        "{v:#}"
+    );
+    let (code, out, err) = set("0");
+    assert_ne!(code, 0, "0 days is refused: {out}");
+    assert!(err.contains("job_retention_days must be at least 1"), "{err}");
 }

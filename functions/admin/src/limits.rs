@@ -21,6 +21,19 @@ pub struct TenantLimits {
     pub tier: Tier,
     pub policy: Option<Policy>,
     pub effective: Limits,
+    /// Days the tenant's jobs are kept: the policy's, else the platform's
+    /// `MAPI_JOB_RETENTION_DAYS`.
+    pub job_retention_days: u64,
+}
+
+impl TenantLimits {
+    fn of(state: &AppState, tenant: TenantId, tier: Tier, policy: Option<Policy>) -> TenantLimits {
+        let job_retention_days = policy
+            .as_ref()
+            .and_then(|p| p.job_retention_days)
+            .map_or(state.config.jobs.retention.as_secs() / 86_400, u64::from);
+        TenantLimits { effective: effective(tier, policy.as_ref()), tenant, tier, policy, job_retention_days }
+    }
 }
 
 /// Every tenant's limits, and the platform's.
@@ -44,12 +57,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<
     let mut out = Vec::new();
     for t in tenants {
         let policy = mapi_runs::get::<QuotaPolicyDoc>(&*state.store, t.id.as_str()).await?.map(|p| p.policy);
-        out.push(TenantLimits {
-            effective: effective(t.tier, policy.as_ref()),
-            tenant: t.id,
-            tier: t.tier,
-            policy,
-        });
+        out.push(TenantLimits::of(&state, t.id, t.tier, policy));
     }
     Ok(Json(QuotaList { tenants: out, platform: platform_limits() }))
 }
@@ -92,7 +100,7 @@ pub async fn set(
     })
     .await?;
     let tier = granted.tenant.tier;
-    Ok(Json(TenantLimits { tenant, tier, effective: effective(tier, Some(&policy)), policy: Some(policy) }))
+    Ok(Json(TenantLimits::of(&state, tenant, tier, Some(policy))))
 }
 
 /// Remove a tenant's override: its tier's defaults apply again (operators).
@@ -120,7 +128,7 @@ pub async fn remove(
     })
     .await?;
     let tier = granted.tenant.tier;
-    Ok(Json(TenantLimits { tenant, tier, effective: effective(tier, None), policy: None }))
+    Ok(Json(TenantLimits::of(&state, tenant, tier, None)))
 }
 
 /// The kill switches in force.
