@@ -194,9 +194,9 @@ async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the_fake() {
+async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_fit_and_a_job_through_the_fake() {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let queues = mapi_platform::job_queue_configs().expect("queues");
+    let queues = mapi_platform::queue_configs().expect("queues");
     // The fake delivers with ID tokens it mints for the task's service
     // account and audience, signed by a stand-in for Google whose key set
     // the platform fetches: the task routes accept them as Cloud Tasks'.
@@ -221,9 +221,20 @@ async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the
         ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"),
         ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"),
     ];
-    let p = TestPlatform::start_with(&settings, Options { background: false, ..Options::default() }).await;
+    // In the background: the tick (which pushes finalize tasks) and the
+    // log forwarder; the embedded queue's deliverer has nothing to deliver.
+    let p = TestPlatform::start_with(&settings, Options::default()).await;
     let _dispatcher = fake.run();
     let token = p.token().to_owned();
+    // A fit: its dispatch and finalize tasks go through Cloud Tasks too.
+    let ds = p.upload(include_str!("../../examples/longley.csv")).await;
+    let run = p.submit(json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "employed"}})).await;
+    let run = p.wait_final(&run).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let paths: Vec<String> = fake.tasks().iter().map(|t| t.url.clone()).collect();
+    for path in [mapi_runs::tasks::DISPATCH_PATH, mapi_runs::tasks::FINALIZE_PATH] {
+        assert!(paths.iter().any(|u| u.ends_with(path)), "a {path} task went through Cloud Tasks: {paths:?}");
+    }
     let items: Vec<Value> = (0..20).map(|i| json!({"text": format!("item number {i}")})).collect();
     let body = json!({"method": "text.stats", "items": items});
     let id = p.submit_job(&token, "dev", body).await;
@@ -275,4 +286,27 @@ async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_job_through_the
         .await
         .expect("send");
     assert_eq!(r.status(), 200, "a late fan-out step with Cloud Tasks' token is answered");
+}
+
+#[tokio::test]
+async fn a_queue_missing_in_cloud_tasks_is_named_in_the_error() {
+    let clock: Arc<dyn Clock> = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    // The project has only the item jobs' queues; the platform knows all four.
+    let fake = FakeCloudTasks::start(
+        clock.clone(),
+        mapi_platform::job_queue_configs().expect("queues"),
+        DeliveryAuth::None,
+        ApiFaults::none(),
+        no_faults(),
+    )
+    .await;
+    let q =
+        adapter(&fake, "http://127.0.0.1:9", mapi_platform::queue_configs().expect("queues"), clock).await;
+    let e = q.create(named(mapi_platform::DISPATCH_QUEUE, "d1")).await.expect_err("no such queue");
+    match e {
+        QueueError::InvalidArgument(m) => {
+            assert!(m.contains("has no queue") && m.contains("/queues/dispatch"), "{m}")
+        }
+        other => panic!("a missing queue is not a missing task: {other:?}"),
+    }
 }

@@ -107,3 +107,65 @@ async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
     let again = tick(&p).await;
     assert_eq!(again["polled"], 500, "{again}");
 }
+
+/// Refuses the dispatch pushes of one run, as a queue that lost that task's
+/// queue or its quota would: the rest of the sweep must go on.
+#[derive(Debug)]
+struct RefusingQueue {
+    inner: Arc<dyn mapi_queue::TaskQueue>,
+    refused: std::sync::Mutex<Option<String>>,
+}
+
+#[async_trait::async_trait]
+impl mapi_queue::TaskQueue for RefusingQueue {
+    async fn create(
+        &self,
+        task: mapi_queue::NewTask,
+    ) -> Result<mapi_queue::TaskInfo, mapi_queue::QueueError> {
+        let refused = self.refused.lock().expect("refused").clone();
+        if let (Some(run), Some(name)) = (refused, &task.name)
+            && name.as_str().contains(&run)
+        {
+            return Err(mapi_queue::QueueError::InvalidArgument(format!("no queue for {run}")));
+        }
+        self.inner.create(task).await
+    }
+
+    async fn delete(
+        &self,
+        queue: &mapi_queue::QueueName,
+        name: &mapi_queue::TaskName,
+    ) -> Result<(), mapi_queue::QueueError> {
+        self.inner.delete(queue, name).await
+    }
+
+    async fn depth(&self, queue: &mapi_queue::QueueName) -> Result<u64, mapi_queue::QueueError> {
+        self.inner.depth(queue).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_runs_failing_push_does_not_stop_the_sweep_nor_keep_the_lease() {
+    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let slot: Arc<std::sync::Mutex<Option<Arc<RefusingQueue>>>> = Arc::default();
+    let made = slot.clone();
+    let wrap = mapi_tests::QueueWrap(Arc::new(move |inner| {
+        let q = Arc::new(RefusingQueue { inner, refused: std::sync::Mutex::default() });
+        *made.lock().expect("slot") = Some(q.clone());
+        q as Arc<dyn mapi_queue::TaskQueue>
+    }));
+    let options = Options { background: false, clock: clock.clone(), executor: None, queue: Some(wrap) };
+    let p = TestPlatform::start_with(&[], options).await;
+    let ds = p.upload("x,y\n1,2\n").await;
+    let a = p.submit(json!({"method": "describe", "dataset": ds})).await;
+    let _b = p.submit(json!({"method": "describe", "dataset": ds})).await;
+    let queue = slot.lock().expect("slot").clone().expect("wrapped");
+    *queue.refused.lock().expect("refused") = Some(a.clone());
+    // Both runs look as if their first push was lost.
+    clock.advance(p.platform.state.config.dispatch_lease + std::time::Duration::from_secs(1));
+    let report = tick(&p).await;
+    assert_eq!((report["errors"].as_u64(), report["redispatched"].as_u64()), (Some(1), Some(1)), "{report}");
+    let again = tick(&p).await;
+    assert_eq!(again["busy"], false, "the first tick released its lease: {again}");
+    assert_eq!(again["errors"], 1, "and the next tick tries the refused run again: {again}");
+}

@@ -130,8 +130,14 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         if run.updated_at + state.config.dispatch_lease > now {
             break;
         }
-        push_dispatch(&*state.queue, &run.id, run.attempt, Some(round_of(now)), None).await?;
-        report.redispatched += 1;
+        // One run's failed push must not stop the sweep (nor keep the lease).
+        match push_dispatch(&*state.queue, &run.id, run.attempt, Some(round_of(now)), None).await {
+            Ok(()) => report.redispatched += 1,
+            Err(e) => {
+                report.errors += 1;
+                tracing::warn!(run = %run.id, error = %e, "re-pushing a queued run's dispatch failed; the next tick retries");
+            }
+        }
     }
     if !release_lease(&state, &holder, lease.token, next_cursor).await? {
         report.fenced = true;

@@ -213,6 +213,12 @@ impl TaskQueue for CloudTasksQueue {
                         created: created.create_time.as_ref().map_or(now, from_wkt_time),
                     });
                 }
+                // A 404 on create names the queue, not the task.
+                Err(e) if e.http_status_code() == Some(404) => {
+                    return Err(QueueError::InvalidArgument(format!(
+                        "Cloud Tasks has no queue {parent}: create it (terraform applies the queues) before starting: {e}"
+                    )));
+                }
                 Err(e) => match map_error(&e, task.name.as_ref()) {
                     // A retry finds what its lost first try created.
                     QueueError::AlreadyExists(name) if attempt > 1 => {

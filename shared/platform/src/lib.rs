@@ -205,6 +205,12 @@ pub fn job_queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
     Ok(vec![fanout, items])
 }
 
+/// Every queue the platform pushes to: dispatch, finalize, and the item
+/// jobs' two.
+pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
+    Ok([vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?], job_queue_configs()?].concat())
+}
+
 /// Every index the store needs: the runs' and the jobs'.
 pub fn indexes() -> Vec<mapi_store::Index> {
     [mapi_runs::INDEXES, mapi_jobs::INDEXES].concat()
@@ -245,12 +251,7 @@ impl Platform {
         let objects_root = home.join("objects");
         let objects = FsObjectStore::open(&objects_root, DATA_BUCKET, signer.clone(), clock.clone())?;
         let bootstrap = FsObjectStore::open(&objects_root, BOOTSTRAP_BUCKET, signer.clone(), clock.clone())?;
-        let queue = SqliteQueue::open(
-            &db,
-            clock.clone(),
-            [vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?], job_queue_configs()?]
-                .concat(),
-        )?;
+        let queue = SqliteQueue::open(&db, clock.clone(), queue_configs()?)?;
         let mut static_env = std::collections::BTreeMap::new();
         static_env.insert(
             "MAPI_BOOTSTRAP_URL".to_owned(),
@@ -349,11 +350,7 @@ impl Platform {
                 audience,
                 service_account_email: ct.service_account,
                 endpoint: ct.endpoint,
-                queues: [
-                    vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?],
-                    job_queue_configs()?,
-                ]
-                .concat(),
+                queues: queue_configs()?,
             };
             let queue =
                 mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, platform.clock.clone()).await?;
