@@ -71,9 +71,14 @@ fn internal(e: serde_json::Error) -> BundleError {
     BundleError::Objects(ObjectError::Internal(e.to_string()))
 }
 
-/// Seals `artifacts` under `prefix`: hashes each as it is now, signs the
-/// manifest, writes manifest and signature create-only. Sealing again
-/// (a retry whose answer was lost) returns the bundle already sealed, if it verifies.
+/// Seals `artifacts` under `prefix`: hashes each as it is now, writes the
+/// manifest create-only, then signs it and writes the signature
+/// create-only. Every step can be retried after a crash or a lost answer:
+/// a manifest already there with the same bytes is kept and signed if its
+/// signature is missing; a complete bundle is returned as it is (verified);
+/// a manifest already there with other bytes (the artifacts changed since
+/// it was written) is not signed again, so it stands or falls by its own
+/// signature.
 pub async fn seal(
     objects: &dyn ObjectStore,
     signer: &dyn Signer,
@@ -95,30 +100,54 @@ pub async fn seal(
     }
     let manifest = Manifest { bundle: prefix.clone(), artifacts: pinned };
     let bytes = serde_json::to_vec(&manifest).map_err(internal)?;
-    let signature = signer.sign(&bytes).await?;
-    let sig_bytes = serde_json::to_vec(&signature).map_err(internal)?;
     let written = objects
-        .put(&manifest_key(prefix)?, Bytes::from(bytes), "application/json", IfGeneration::ABSENT)
+        .put(&manifest_key(prefix)?, Bytes::from(bytes.clone()), "application/json", IfGeneration::ABSENT)
         .await;
     match written {
         Ok(_) => {}
-        Err(ObjectError::PreconditionFailed(_)) => return open(objects, signer, prefix).await,
+        Err(ObjectError::PreconditionFailed(_)) => {
+            let (_, stored) = objects.get(&manifest_key(prefix)?, None).await?;
+            if stored != bytes {
+                return open(objects, signer, prefix).await;
+            }
+            match objects.head(&signature_key(prefix)?).await {
+                Ok(_) => return open(objects, signer, prefix).await,
+                Err(ObjectError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Err(e) => return Err(e.into()),
     }
-    objects
+    // Signing is outside I/O (KMS): only once the manifest is stored, and
+    // only when no signature is.
+    let signature = signer.sign(&bytes).await?;
+    let sig_bytes = serde_json::to_vec(&signature).map_err(internal)?;
+    let written = objects
         .put(&signature_key(prefix)?, Bytes::from(sig_bytes), "application/json", IfGeneration::ABSENT)
-        .await?;
-    Ok(manifest)
+        .await;
+    match written {
+        Ok(_) => Ok(manifest),
+        Err(ObjectError::PreconditionFailed(_)) => open(objects, signer, prefix).await,
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// Reads and verifies a bundle's manifest.
+/// Reads and verifies a bundle's manifest. A missing manifest or signature
+/// is an integrity failure: a sealed bundle has both.
 pub async fn open(
     objects: &dyn ObjectStore,
     signer: &dyn Signer,
     prefix: &ObjectKey,
 ) -> Result<Manifest, BundleError> {
-    let (_, bytes) = objects.get(&manifest_key(prefix)?, None).await?;
-    let (_, sig) = objects.get(&signature_key(prefix)?, None).await?;
+    let read = |key: ObjectKey| async move {
+        match objects.get(&key, None).await {
+            Ok((_, bytes)) => Ok(bytes),
+            Err(ObjectError::NotFound(_)) => Err(integrity(prefix, format!("{key} is missing"))),
+            Err(e) => Err(e.into()),
+        }
+    };
+    let bytes = read(manifest_key(prefix)?).await?;
+    let sig = read(signature_key(prefix)?).await?;
     let signature: Signature =
         serde_json::from_slice(&sig).map_err(|e| integrity(prefix, format!("unreadable signature: {e}")))?;
     signer.verify(&bytes, &signature).map_err(|e| integrity(prefix, e.to_string()))?;
@@ -141,7 +170,11 @@ pub async fn artifact_urls(
     let manifest = open(objects, signer, prefix).await?;
     let mut urls = Vec::with_capacity(manifest.artifacts.len());
     for a in &manifest.artifacts {
-        let meta = objects.head(&a.key).await?;
+        let meta = match objects.head(&a.key).await {
+            Ok(meta) => meta,
+            Err(ObjectError::NotFound(_)) => return Err(integrity(prefix, format!("{} is missing", a.key))),
+            Err(e) => return Err(e.into()),
+        };
         if (meta.generation, meta.size) != (a.generation, a.size) {
             return Err(integrity(prefix, format!("{} is not the generation the manifest pins", a.key)));
         }
@@ -213,6 +246,20 @@ mod tests {
         let keys: Vec<String> = urls.iter().map(|(k, _)| k.to_string()).collect();
         assert_eq!(keys, ["t/a/runs/r1/metrics.json", "t/a/runs/r1/model.json"]);
         assert_eq!(sealed(&e).await, m, "a retried seal returns the sealed bundle");
+    }
+
+    #[tokio::test]
+    async fn a_seal_that_died_after_the_manifest_is_completed_by_the_next() {
+        let e = env().await;
+        let m = sealed(&e).await;
+        let p = key(PREFIX);
+        // As if the first seal died before it wrote the signature.
+        let sig = signature_key(&p).expect("key");
+        let meta = e.objects.head(&sig).await.expect("signature");
+        e.objects.delete(&sig, IfGeneration::Match(meta.generation)).await.expect("delete");
+        assert!(matches!(open(&e.objects, &e.signer, &p).await, Err(BundleError::Integrity { .. })));
+        assert_eq!(sealed(&e).await, m, "the retry signs the manifest already stored");
+        artifact_urls(&e.objects, &e.signer, &p, Duration::from_secs(60)).await.expect("urls");
     }
 
     #[tokio::test]
