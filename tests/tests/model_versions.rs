@@ -14,6 +14,8 @@ use mapi_executor::ExecutionInfo;
 use mapi_objects::{IfGeneration, ObjectKey, ObjectMeta};
 use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask};
 use mapi_runs::{AttemptDoc, ModelVersionDoc};
+use mapi_signer::Signer;
+use mapi_signer::local::LocalSigner;
 use mapi_store::Query;
 use mapi_tests::TestPlatform;
 use mapi_tests::fake_kms::{FakeKms, KmsFault};
@@ -239,17 +241,35 @@ async fn a_changed_artifact_or_manifest_is_refused_audited_and_never_linked() {
     let (s, body) = p.call(p.token(), Method::POST, &urls_path, None).await;
     assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
 
-    // A manifest changed by one byte no longer verifies: not even read.
-    let manifest =
-        ObjectKey::parse(&format!("{}/manifest.json", version["bundle"].as_str().expect("bundle")))
-            .expect("manifest key");
-    let (_, bytes) = objects.get(&manifest, None).await.expect("manifest");
-    let forged = String::from_utf8(bytes.to_vec()).expect("utf8").replacen("\"size\":", "\"size\":1", 1);
-    objects.put(&manifest, Bytes::from(forged), "application/json", IfGeneration::Any).await.expect("forge");
+    // The manifest as it was, but signed by a key the platform does not trust.
+    let bundle = version["bundle"].as_str().expect("bundle");
+    let manifest_key = ObjectKey::parse(&format!("{bundle}/manifest.json")).expect("manifest key");
+    let sig_key = ObjectKey::parse(&format!("{bundle}/manifest.sig.json")).expect("signature key");
+    let (_, manifest_bytes) = objects.get(&manifest_key, None).await.expect("manifest");
+    let (_, genuine) = objects.get(&sig_key, None).await.expect("signature");
+    let stranger = LocalSigner::from_pem(&LocalSigner::generate_pem().expect("pem"), &[]).expect("signer");
+    let foreign = serde_json::to_vec(&stranger.sign(&manifest_bytes).await.expect("sign")).expect("json");
+    objects
+        .put(&sig_key, Bytes::from(foreign), "application/json", IfGeneration::Any)
+        .await
+        .expect("replace");
     let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
     assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
-    assert_eq!(audited(&p, &operator, "model_version.read").await.len(), 1);
-    assert_eq!(integrity_failures(&p).await, 3);
+    objects.put(&sig_key, genuine, "application/json", IfGeneration::Any).await.expect("restore signature");
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    assert_eq!(s, 200, "the genuine signature verifies again: {body}");
+
+    // A manifest changed by one byte no longer verifies: not even read.
+    let bytes = manifest_bytes;
+    let forged = String::from_utf8(bytes.to_vec()).expect("utf8").replacen("\"size\":", "\"size\":1", 1);
+    objects
+        .put(&manifest_key, Bytes::from(forged), "application/json", IfGeneration::Any)
+        .await
+        .expect("forge");
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
+    assert_eq!(audited(&p, &operator, "model_version.read").await.len(), 2);
+    assert_eq!(integrity_failures(&p).await, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
