@@ -154,6 +154,30 @@ async fn a_successful_fit_becomes_exactly_one_signed_version() {
         assert_eq!(a["sha256"], sha256_hex(&bytes).as_str(), "{a}");
     }
 
+    // The CLI shows the same.
+    let home = tempfile::tempdir().expect("tempdir");
+    let mapi = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(mapi_tests::binary("mapi"));
+        c.args(["--url", &p.platform.url, "--token", p.token()]).args(args).env("MAPI_HOME", home.path());
+        c.output()
+    };
+    let out = mapi(&["--json", "models", "versions", "ls", "--tenant", "dev", "--project", "default"])
+        .await
+        .expect("mapi models versions ls");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(listed["model_versions"][0]["id"], id.as_str());
+    let out = mapi(&["models", "versions", "get", &id]).await.expect("mapi models versions get");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&format!("model version {id}")), "{text}");
+    for (name, _, sha) in &expected {
+        assert!(text.contains(&format!("{name}  ")) && text.contains(sha.as_str()), "{name} {sha}: {text}");
+    }
+    let out = mapi(&["--json", "models", "versions", "urls", &id]).await.expect("mapi models versions urls");
+    let minted: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let url = minted["artifacts"][0]["url"].as_str().expect("url");
+    assert_eq!(minted["artifacts"][0]["sha256"], sha256_hex(&fetch(&p, url).await).as_str());
+
     // A redelivered finalization makes no second version and no second manifest.
     let task = finalize_task(&p, &run).await;
     let internal = p.platform.state.config.secrets.internal_token.clone();
