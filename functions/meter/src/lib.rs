@@ -271,9 +271,6 @@ async fn finalize(
             Ok(Done::NeedsSeal(run)) if sealed.is_none() => {
                 sealed = Some(seal::seal(&state, &run, task.attempt, now).await?);
             }
-            Ok(Done::NeedsSeal(_)) => {
-                return Err(ApiError::internal("the transaction asked for a seal it was given"));
-            }
             Ok(done) => break done,
             Err(TxError::Limit(limit)) if refused_retry.is_none() => {
                 refused_retry = Some(format!("it would pass {limit}"));
@@ -292,7 +289,7 @@ async fn finalize(
         Done::Waiting => {
             Err(ApiError::unavailable("the attempt has no verdict yet (waiting for its complete event)", 10))
         }
-        Done::NeedsSeal(_) => Err(ApiError::internal("a seal was asked for after the loop")),
+        Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
         Done::Applied { transition, next, amount, state: run_state } => {
             if let Some(t) = &transition {
                 state.metrics.transition(
