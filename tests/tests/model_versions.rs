@@ -250,6 +250,9 @@ async fn a_changed_artifact_or_manifest_is_refused_audited_and_never_linked() {
     assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
     assert!(!body.to_string().contains("http"), "no URL in a refusal: {body}");
     let entries = audited(&p, &operator, "model_version.urls").await;
+    assert_eq!(entries.len(), 2, "the links minted, then the refusal: {entries:#?}");
+    assert_eq!(entries[1]["outcome"], "success", "newest first: {entries:#?}");
+    let entries = audited(&p, &operator, "model_version.urls&outcome=failed").await;
     assert_eq!(entries.len(), 1, "{entries:#?}");
     let e = &entries[0];
     assert_eq!(e["outcome"], "failed");
@@ -293,6 +296,7 @@ async fn a_changed_artifact_or_manifest_is_refused_audited_and_never_linked() {
     let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
     assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
     assert_eq!(audited(&p, &operator, "model_version.read").await.len(), 2);
+    assert_eq!(audited(&p, &operator, "model_version.urls&outcome=failed").await.len(), 2);
     assert_eq!(integrity_failures(&p).await, 4);
 }
 

@@ -4,7 +4,7 @@
 //! verified at every request before anything of it is shown or any URL is
 //! minted. Authorized exactly as the run they come from (reading a run).
 //!
-//! An integrity failure (a manifest that does not verify or is not the one
+//! Minting artifact URLs is audited. An integrity failure (a manifest that does not verify or is not the one
 //! recorded, a signature of an untrusted key, an artifact replaced or gone)
 //! answers `INTEGRITY_FAILURE`, is audited with who asked and what failed,
 //! logged as an `ALARM` and counted in `mapi_bundle_integrity_failures_total`.
@@ -50,6 +50,11 @@ async fn load_for(state: &AppState, caller: &Caller, id: &str) -> Result<ModelVe
     Ok(version)
 }
 
+/// How the audit log names a version.
+fn resource_of(version: &ModelVersionDoc) -> String {
+    format!("{}/{}", ModelVersionDoc::COLLECTION, version.id)
+}
+
 fn prefix_of(version: &ModelVersionDoc) -> Result<ObjectKey, ApiError> {
     ObjectKey::parse(&version.bundle)
         .map_err(|e| ApiError::internal(format!("bundle prefix of {}: {e}", version.id)))
@@ -75,7 +80,7 @@ async fn refuse(
                 %detail,
                 "ALARM model version failed its integrity check: refused"
             );
-            let entry = Audit::by(caller, action, format!("{}/{}", ModelVersionDoc::COLLECTION, version.id))
+            let entry = Audit::by(caller, action, resource_of(version))
                 .tenant(&version.tenant)
                 .project(&version.project)
                 .outcome(Outcome::Failed, ProblemCode::IntegrityFailure)
@@ -220,6 +225,12 @@ pub async fn urls(
         Ok(m) => m,
         Err(e) => return Err(refuse(&state, &caller, &version, "model_version.urls", e).await),
     };
+    // Artifact links are audited (the seed's audit list: "artifact links").
+    let entry = Audit::by(&caller, "model_version.urls", resource_of(&version))
+        .tenant(&version.tenant)
+        .project(&version.project)
+        .detail(format!("{} artifact URLs, valid {} s", minted.len(), URL_TTL.as_secs()));
+    audit(&state, entry).await;
     let dir = layout::attempt_dir(&version.tenant, &version.project, &version.run, version.attempt);
     let artifacts = minted
         .into_iter()
