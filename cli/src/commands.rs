@@ -82,6 +82,9 @@ enum Command {
     /// Item jobs: a method on every line of a JSON Lines file.
     #[command(subcommand)]
     Jobs(crate::jobs::JobsCmd),
+    /// Model versions: succeeded runs' outputs as signed bundles.
+    #[command(subcommand)]
+    Models(crate::models::ModelsCmd),
     /// Measure this machine (see BENCHMARKS.md).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -326,6 +329,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::jobs::run(&ctx.client, scope, parse_params, cmd, ctx.json).await
         }
+        Command::Models(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::models::run(&ctx.client, scope, cmd, ctx.json).await
+        }
     }
 }
 
@@ -505,6 +512,9 @@ pub fn describe_run(r: &RunView) -> String {
         for o in &r.outputs {
             out.push_str(&format!("  {} ({} bytes): mapi runs output {} {}\n", o.name, o.size, r.id, o.name));
         }
+    }
+    if let Some(v) = &r.model_version {
+        out.push_str(&format!("model     {v}: mapi models versions get {v}\n"));
     }
     out
 }

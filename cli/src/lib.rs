@@ -2,7 +2,7 @@
 //!
 //! - `mapi dev`: the whole platform on one machine (see [`dev`]).
 //! - `mapi datasets upload|ls`, `mapi runs submit|get|ls|cancel|watch`,
-//!   `mapi whoami`: talk to a platform over HTTP, as the token in
+//!   `mapi models versions ls|get|urls`, `mapi whoami`: talk to a platform over HTTP, as the token in
 //!   `MAPI_TOKEN` (or the one `mapi dev` wrote to
 //!   `$MAPI_HOME/credentials.json`). Human tables by default, `--json` for
 //!   programs.
@@ -16,5 +16,6 @@ pub mod client;
 mod commands;
 pub mod dev;
 mod jobs;
+mod models;
 
 pub use commands::main;

@@ -10,6 +10,11 @@
 //!   attempt (the next class after running out of memory, the same class
 //!   after a lost execution).
 //!
+//! A verdict of `succeeded` is applied only with the run's model version:
+//! the attempt's outputs are sealed first, outside the transaction
+//! ([`seal`]), and the version's document is created in the same commit
+//! as the transition.
+//!
 //! Then it pushes the next attempt's dispatch, if there is one.
 
 use std::time::Duration;
@@ -29,12 +34,13 @@ use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask, push_dispatch};
 use mapi_quota::{Period, effective};
 use mapi_runs::counters::{self, Bumps};
 use mapi_runs::{
-    AttemptDoc, LedgerEntry, ProgressDoc, QuotaPolicyDoc, RunDoc, TenantDoc, attempt_facts, tx_create,
-    tx_get, tx_put,
+    AttemptDoc, Doc, LedgerEntry, ModelVersionDoc, ProgressDoc, QuotaPolicyDoc, RunDoc, TenantDoc,
+    attempt_facts, tx_create, tx_get, tx_put,
 };
 use mapi_store::{StoreError, transact};
 use serde::Serialize;
 
+pub mod seal;
 pub mod usage;
 
 /// The OpenAPI description of this function's public routes.
@@ -104,7 +110,15 @@ fn refuse_retry(code: ErrorCode, reason: Reason, message: String) -> Verdict {
 enum Done {
     Already,
     Waiting,
-    Applied { transition: Option<Transition>, next: Option<Box<RunDoc>>, amount: i64, state: RunState },
+    /// The verdict is `succeeded` and the outputs are not sealed yet:
+    /// nothing was written; seal, then run the transaction again.
+    NeedsSeal(Box<RunDoc>),
+    Applied {
+        transition: Option<Transition>,
+        next: Option<Box<RunDoc>>,
+        amount: i64,
+        state: RunState,
+    },
 }
 
 async fn finalize(
@@ -120,8 +134,11 @@ async fn finalize(
     // against; when that fails the commit, the attempt is finalized again
     // with the retry refused.
     let mut refused_retry: Option<String> = None;
+    // The model version, once the outputs are sealed (outside the transaction).
+    let mut sealed: Option<ModelVersionDoc> = None;
     let done = loop {
         let refused = refused_retry.as_deref();
+        let version = sealed.as_ref();
         let done = transact::<_, TxError, _, _>(&*state.store, |mut tx| async move {
         let id = AttemptDoc::id_of(&task.run, task.attempt);
         let mut run = tx_get::<RunDoc>(&mut tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
@@ -163,6 +180,17 @@ async fn finalize(
             }
             v => v,
         };
+        // A run succeeds only with its model version, sealed before this
+        // commit (signing is outside I/O: never inside the closure).
+        let succeeds = run.attempt == attempt.attempt
+            && !run.state.is_terminal()
+            && matches!(verdict, Verdict::Finalize { state: RunState::Succeeded, .. });
+        let version = match (succeeds, version) {
+            (false, _) => None,
+            (true, None) => return Ok(tx.finish(Done::NeedsSeal(Box::new(run)))),
+            (true, Some(v)) if tx_get::<ModelVersionDoc>(&mut tx, &v.doc_id()).await?.is_some() => None,
+            (true, Some(v)) => Some(v),
+        };
         let wall = match (info.started, info.finished) {
             (Some(s), Some(f)) => f.since(s),
             _ => Duration::ZERO,
@@ -199,6 +227,9 @@ async fn finalize(
                     let t = run.transition(*to, *reason, now);
                     if t.is_ok() {
                         run.error = error.clone();
+                        if let Some(v) = version {
+                            tx_create(&mut tx, v)?;
+                        }
                     }
                     t
                 }
@@ -237,6 +268,9 @@ async fn finalize(
         })
         .await;
         match done {
+            Ok(Done::NeedsSeal(run)) if sealed.is_none() => {
+                sealed = Some(seal::seal(&state, &run, task.attempt, now).await?);
+            }
             Ok(done) => break done,
             Err(TxError::Limit(limit)) if refused_retry.is_none() => {
                 refused_retry = Some(format!("it would pass {limit}"));
@@ -255,6 +289,7 @@ async fn finalize(
         Done::Waiting => {
             Err(ApiError::unavailable("the attempt has no verdict yet (waiting for its complete event)", 10))
         }
+        Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
         Done::Applied { transition, next, amount, state: run_state } => {
             if let Some(t) = &transition {
                 state.metrics.transition(
@@ -263,6 +298,9 @@ async fn finalize(
                     t.reason.as_str(),
                 );
                 tracing::info!(run = %task.run, attempt = %task.attempt, to = %t.to, reason = %t.reason, amount_micros = amount, "attempt finalized");
+                if let (RunState::Succeeded, Some(v)) = (t.to, &sealed) {
+                    tracing::info!(run = %task.run, model_version = %v.id, manifest_sha256 = %v.manifest_sha256, key_version = %v.key_version, "model version recorded");
+                }
             }
             if let Some(run) = next {
                 push_dispatch(&*state.queue, &run.id, run.attempt, None, None).await?;

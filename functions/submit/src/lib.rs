@@ -7,6 +7,8 @@
 //! - `POST /v1/tenants/{tenant}/projects/{project}/runs` (submit, with
 //!   `Idempotency-Key`), `GET` to list;
 //! - `GET /v1/runs/{id}`, `POST /v1/runs/{id}/cancel`;
+//! - model versions: `GET /v1/tenants/{tenant}/projects/{project}/model-versions`,
+//!   `GET /v1/model-versions/{id}`, `POST /v1/model-versions/{id}/urls`;
 //! - item jobs: `POST /v1/tenants/{tenant}/projects/{project}/jobs`,
 //!   `GET /v1/jobs/{id}`, `GET /v1/jobs/{id}/items`,
 //!   `GET /v1/jobs/{id}/items/{idx}/log`, `POST /v1/jobs/{id}/cancel`,
@@ -21,6 +23,7 @@
 mod datasets;
 mod dispatch;
 pub mod jobs;
+mod model_versions;
 mod quota;
 mod runs;
 mod view;
@@ -37,7 +40,8 @@ use utoipa::OpenApi;
     paths(
         datasets::upload, datasets::list, runs::submit, runs::list, runs::get_run, runs::cancel,
         jobs::api::submit, jobs::api::get_job, jobs::api::list_items, jobs::api::item_log,
-        jobs::api::cancel, jobs::api::retry_failed, jobs::docs::usage, jobs::docs::manifest
+        jobs::api::cancel, jobs::api::retry_failed, jobs::docs::usage, jobs::docs::manifest,
+        model_versions::list, model_versions::get_version, model_versions::urls
     ),
     components(schemas(
         mapi_problem::Problem,
@@ -46,6 +50,12 @@ use utoipa::OpenApi;
         mapi_runs::views::RunPage,
         mapi_runs::views::DatasetView,
         mapi_runs::views::DatasetPage,
+        mapi_runs::views::ModelVersionView,
+        mapi_runs::views::ModelVersionSummary,
+        mapi_runs::views::ModelVersionPage,
+        mapi_runs::views::ArtifactView,
+        mapi_runs::views::ArtifactUrl,
+        mapi_runs::views::ArtifactUrls,
         jobs::api::JobSpec,
         jobs::api::JobOptions,
         jobs::api::JobView,
@@ -61,6 +71,7 @@ use utoipa::OpenApi;
     tags(
         (name = "runs", description = "Submit, watch and cancel runs"),
         (name = "datasets", description = "Upload datasets"),
+        (name = "model-versions", description = "Succeeded runs' outputs as signed bundles, verified before every download"),
         (name = "jobs", description = "Item jobs: a method on every item of a list")
     )
 )]
@@ -81,6 +92,9 @@ pub fn router(state: AppState) -> Router {
             .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
             .route("/v1/runs/{id}", get(runs::get_run))
             .route("/v1/runs/{id}/cancel", post(runs::cancel))
+            .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
+            .route("/v1/model-versions/{id}", get(model_versions::get_version))
+            .route("/v1/model-versions/{id}/urls", post(model_versions::urls))
             .route(
                 "/v1/tenants/{tenant}/projects/{project}/jobs",
                 post(jobs::api::submit).layer(DefaultBodyLimit::max(job_limit)),

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use mapi_domain::RunState;
+use mapi_domain::{ModelVersionId, RunState};
 use mapi_objects::SignedMethod;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_runs::views::{AttemptView, CostView, OutputView, RunView};
-use mapi_runs::{AttemptDoc, LedgerEntry, ProgressDoc, RunDoc, layout};
+use mapi_runs::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, RunDoc, layout};
 
 /// How long the download URLs in a view stay valid.
 const DOWNLOAD_TTL: Duration = Duration::from_secs(900);
@@ -46,12 +46,19 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
             }
         }
     }
-    Ok(assemble(run, &attempts, &ledger, summary, outputs))
+    // Created in the commit that made the run succeed.
+    let model_version = if run.state == RunState::Succeeded {
+        let id = ModelVersionId::of_run(&run.id);
+        mapi_runs::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.map(|v| v.id)
+    } else {
+        None
+    };
+    Ok(assemble(run, &attempts, &ledger, summary, outputs, model_version))
 }
 
 /// The view of a run that was just accepted: nothing has happened to it yet.
 pub fn of_new(run: &RunDoc) -> RunView {
-    assemble(run, &[], &[], None, Vec::new())
+    assemble(run, &[], &[], None, Vec::new(), None)
 }
 
 fn assemble(
@@ -60,6 +67,7 @@ fn assemble(
     ledger: &[LedgerEntry],
     summary: Option<mapi_events::progress::Summary>,
     outputs: Vec<OutputView>,
+    model_version: Option<ModelVersionId>,
 ) -> RunView {
     let attempts = attempts
         .iter()
@@ -95,6 +103,7 @@ fn assemble(
         attempts,
         history: run.history.clone(),
         outputs,
+        model_version,
         cost: CostView {
             estimate_micros: run.estimate.amount_micros,
             charged_micros: run.charged_micros,

@@ -40,6 +40,22 @@ pub struct Manifest {
     pub artifacts: Vec<Artifact>,
 }
 
+/// A sealed bundle: its manifest, the SHA-256 of the exact signed bytes,
+/// and the signature (which names its key version).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    pub manifest: Manifest,
+    /// Hex SHA-256 of `manifest.json` as stored and signed.
+    pub sha256: String,
+    pub signature: Signature,
+}
+
+impl Sealed {
+    fn of(manifest: Manifest, bytes: &[u8], signature: Signature) -> Sealed {
+        Sealed { manifest, sha256: hex::encode(Sha256::digest(bytes)), signature }
+    }
+}
+
 /// Why a bundle could not be made or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BundleError {
@@ -71,15 +87,20 @@ fn internal(e: serde_json::Error) -> BundleError {
     BundleError::Objects(ObjectError::Internal(e.to_string()))
 }
 
-/// Seals `artifacts` under `prefix`: hashes each as it is now, signs the
-/// manifest, writes manifest and signature create-only. Sealing again
-/// (a retry whose answer was lost) returns the bundle already sealed, if it verifies.
+/// Seals `artifacts` under `prefix`: hashes each as it is now, writes the
+/// manifest create-only, then signs it and writes the signature
+/// create-only. Every step can be retried after a crash or a lost answer:
+/// a manifest already there with the same bytes is kept and signed if its
+/// signature is missing; a complete bundle is returned as it is (verified);
+/// a manifest already there with other bytes (the artifacts changed since
+/// it was written) is not signed again, so it stands or falls by its own
+/// signature.
 pub async fn seal(
     objects: &dyn ObjectStore,
     signer: &dyn Signer,
     prefix: &ObjectKey,
     artifacts: &[ObjectKey],
-) -> Result<Manifest, BundleError> {
+) -> Result<Sealed, BundleError> {
     let mut keys = artifacts.to_vec();
     keys.sort();
     keys.dedup();
@@ -95,30 +116,54 @@ pub async fn seal(
     }
     let manifest = Manifest { bundle: prefix.clone(), artifacts: pinned };
     let bytes = serde_json::to_vec(&manifest).map_err(internal)?;
-    let signature = signer.sign(&bytes).await?;
-    let sig_bytes = serde_json::to_vec(&signature).map_err(internal)?;
     let written = objects
-        .put(&manifest_key(prefix)?, Bytes::from(bytes), "application/json", IfGeneration::ABSENT)
+        .put(&manifest_key(prefix)?, Bytes::from(bytes.clone()), "application/json", IfGeneration::ABSENT)
         .await;
     match written {
         Ok(_) => {}
-        Err(ObjectError::PreconditionFailed(_)) => return open(objects, signer, prefix).await,
+        Err(ObjectError::PreconditionFailed(_)) => {
+            let (_, stored) = objects.get(&manifest_key(prefix)?, None).await?;
+            if stored != bytes {
+                return open(objects, signer, prefix).await;
+            }
+            match objects.head(&signature_key(prefix)?).await {
+                Ok(_) => return open(objects, signer, prefix).await,
+                Err(ObjectError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Err(e) => return Err(e.into()),
     }
-    objects
+    // Signing is outside I/O (KMS): only once the manifest is stored, and
+    // only when no signature is.
+    let signature = signer.sign(&bytes).await?;
+    let sig_bytes = serde_json::to_vec(&signature).map_err(internal)?;
+    let written = objects
         .put(&signature_key(prefix)?, Bytes::from(sig_bytes), "application/json", IfGeneration::ABSENT)
-        .await?;
-    Ok(manifest)
+        .await;
+    match written {
+        Ok(_) => Ok(Sealed::of(manifest, &bytes, signature)),
+        Err(ObjectError::PreconditionFailed(_)) => open(objects, signer, prefix).await,
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// Reads and verifies a bundle's manifest.
+/// Reads and verifies a bundle's manifest. A missing manifest or signature
+/// is an integrity failure: a sealed bundle has both.
 pub async fn open(
     objects: &dyn ObjectStore,
     signer: &dyn Signer,
     prefix: &ObjectKey,
-) -> Result<Manifest, BundleError> {
-    let (_, bytes) = objects.get(&manifest_key(prefix)?, None).await?;
-    let (_, sig) = objects.get(&signature_key(prefix)?, None).await?;
+) -> Result<Sealed, BundleError> {
+    let read = |key: ObjectKey| async move {
+        match objects.get(&key, None).await {
+            Ok((_, bytes)) => Ok(bytes),
+            Err(ObjectError::NotFound(_)) => Err(integrity(prefix, format!("{key} is missing"))),
+            Err(e) => Err(e.into()),
+        }
+    };
+    let bytes = read(manifest_key(prefix)?).await?;
+    let sig = read(signature_key(prefix)?).await?;
     let signature: Signature =
         serde_json::from_slice(&sig).map_err(|e| integrity(prefix, format!("unreadable signature: {e}")))?;
     signer.verify(&bytes, &signature).map_err(|e| integrity(prefix, e.to_string()))?;
@@ -127,25 +172,51 @@ pub async fn open(
     if manifest.bundle != *prefix {
         return Err(integrity(prefix, format!("the manifest is of bundle {}", manifest.bundle)));
     }
-    Ok(manifest)
+    Ok(Sealed::of(manifest, &bytes, signature))
 }
 
-/// GET URLs to every artifact of a bundle, minted only after its manifest
-/// verified and each artifact still has the generation and size it pins.
+/// Opens a bundle and checks that its manifest is exactly the one whose
+/// SHA-256 was recorded when it was sealed (a model version's document).
+pub async fn open_pinned(
+    objects: &dyn ObjectStore,
+    signer: &dyn Signer,
+    prefix: &ObjectKey,
+    sha256: &str,
+) -> Result<Sealed, BundleError> {
+    let sealed = open(objects, signer, prefix).await?;
+    if sealed.sha256 != sha256 {
+        return Err(integrity(prefix, format!("the manifest is not the one recorded ({sha256})")));
+    }
+    Ok(sealed)
+}
+
+/// GET URLs to every artifact of a bundle (with the artifact as the
+/// manifest pins it), minted only after its manifest
+/// verified (and, with `sha256`, is the one recorded) and each artifact
+/// still has the generation and size it pins.
 pub async fn artifact_urls(
     objects: &dyn ObjectStore,
     signer: &dyn Signer,
     prefix: &ObjectKey,
+    sha256: Option<&str>,
     expires_in: Duration,
-) -> Result<Vec<(ObjectKey, String)>, BundleError> {
-    let manifest = open(objects, signer, prefix).await?;
+) -> Result<Vec<(Artifact, String)>, BundleError> {
+    let manifest = match sha256 {
+        Some(sha) => open_pinned(objects, signer, prefix, sha).await?.manifest,
+        None => open(objects, signer, prefix).await?.manifest,
+    };
     let mut urls = Vec::with_capacity(manifest.artifacts.len());
     for a in &manifest.artifacts {
-        let meta = objects.head(&a.key).await?;
+        let meta = match objects.head(&a.key).await {
+            Ok(meta) => meta,
+            Err(ObjectError::NotFound(_)) => return Err(integrity(prefix, format!("{} is missing", a.key))),
+            Err(e) => return Err(e.into()),
+        };
         if (meta.generation, meta.size) != (a.generation, a.size) {
             return Err(integrity(prefix, format!("{} is not the generation the manifest pins", a.key)));
         }
-        urls.push((a.key.clone(), objects.signed_url(SignedMethod::Get, &a.key, expires_in).await?));
+        let url = objects.signed_url(SignedMethod::Get, &a.key, expires_in).await?;
+        urls.push((a.clone(), url));
     }
     Ok(urls)
 }
@@ -197,7 +268,7 @@ mod tests {
     const PREFIX: &str = "t/a/runs/r1/bundle";
     const ARTIFACTS: [&str; 2] = ["t/a/runs/r1/model.json", "t/a/runs/r1/metrics.json"];
 
-    async fn sealed(e: &Env) -> Manifest {
+    async fn sealed(e: &Env) -> Sealed {
         let artifacts: Vec<ObjectKey> = ARTIFACTS.iter().map(|k| key(k)).collect();
         seal(&e.objects, &e.signer, &key(PREFIX), &artifacts).await.expect("seal")
     }
@@ -206,13 +277,37 @@ mod tests {
     async fn a_sealed_bundle_pins_every_artifact_and_mints_urls() {
         let e = env().await;
         let m = sealed(&e).await;
-        assert_eq!(m.artifacts.len(), 2);
-        assert_eq!(m.artifacts[1].sha256, hex::encode(Sha256::digest(b"{\"w\":[1,2]}")));
-        let urls =
-            artifact_urls(&e.objects, &e.signer, &key(PREFIX), Duration::from_secs(60)).await.expect("urls");
-        let keys: Vec<String> = urls.iter().map(|(k, _)| k.to_string()).collect();
+        assert_eq!(m.manifest.artifacts.len(), 2);
+        assert_eq!(m.manifest.artifacts[1].sha256, hex::encode(Sha256::digest(b"{\"w\":[1,2]}")));
+        let urls = artifact_urls(&e.objects, &e.signer, &key(PREFIX), None, Duration::from_secs(60))
+            .await
+            .expect("urls");
+        let keys: Vec<String> = urls.iter().map(|(a, _)| a.key.to_string()).collect();
         assert_eq!(keys, ["t/a/runs/r1/metrics.json", "t/a/runs/r1/model.json"]);
+        let pinned = open_pinned(&e.objects, &e.signer, &key(PREFIX), &m.sha256).await.expect("pinned");
+        assert_eq!(pinned.manifest, m.manifest);
+        let other = open_pinned(&e.objects, &e.signer, &key(PREFIX), &"0".repeat(64)).await;
+        assert!(matches!(other, Err(BundleError::Integrity { .. })), "another manifest than recorded");
         assert_eq!(sealed(&e).await, m, "a retried seal returns the sealed bundle");
+    }
+
+    #[tokio::test]
+    async fn a_seal_that_died_after_the_manifest_is_completed_by_the_next() {
+        let e = env().await;
+        let m = sealed(&e).await;
+        let p = key(PREFIX);
+        // As if the first seal died before it wrote the signature.
+        let sig = signature_key(&p).expect("key");
+        let meta = e.objects.head(&sig).await.expect("signature");
+        e.objects.delete(&sig, IfGeneration::Match(meta.generation)).await.expect("delete");
+        assert!(matches!(open(&e.objects, &e.signer, &p).await, Err(BundleError::Integrity { .. })));
+        let again = sealed(&e).await;
+        assert_eq!(
+            (&again.manifest, &again.sha256),
+            (&m.manifest, &m.sha256),
+            "the retry signs the stored manifest"
+        );
+        artifact_urls(&e.objects, &e.signer, &p, None, Duration::from_secs(60)).await.expect("urls");
     }
 
     #[tokio::test]
@@ -220,7 +315,7 @@ mod tests {
         let e = env().await;
         sealed(&e).await;
         let p = key(PREFIX);
-        let urls = || artifact_urls(&e.objects, &e.signer, &p, Duration::from_secs(60));
+        let urls = || artifact_urls(&e.objects, &e.signer, &p, None, Duration::from_secs(60));
 
         let (_, good) = e.objects.get(&manifest_key(&p).expect("key"), None).await.expect("manifest");
         let forged = String::from_utf8(good.to_vec()).expect("utf8").replacen("\"size\":2", "\"size\":3", 1);
@@ -237,7 +332,7 @@ mod tests {
 
         let stranger =
             LocalSigner::from_pem(&LocalSigner::generate_pem().expect("key"), &[]).expect("signer");
-        let r = artifact_urls(&e.objects, &stranger, &p, Duration::from_secs(60)).await;
+        let r = artifact_urls(&e.objects, &stranger, &p, None, Duration::from_secs(60)).await;
         assert!(matches!(r, Err(BundleError::Integrity { .. })), "an untrusted key");
 
         e.objects

@@ -152,6 +152,11 @@ string_id!(
     JobId, "job id", |s| check_generated("job id", "job_", s)
 );
 string_id!(
+    /// A model version: the signed bundle of a succeeded run's outputs
+    /// (`mv_…`, the run id's time and entropy, so a run has at most one).
+    ModelVersionId, "model version id", |s| check_generated("model version id", "mv_", s)
+);
+string_id!(
     /// A person or service principal: a lower-case e-mail address.
     UserId, "user (e-mail address)", check_email
 );
@@ -187,6 +192,15 @@ impl RunId {
     /// A new run id from the time and 80 bits of entropy.
     pub fn generate(now: Timestamp, entropy: [u8; 10]) -> Self {
         RunId(format!("run_{}", encode_sortable(now, entropy)))
+    }
+}
+
+impl ModelVersionId {
+    /// The one version a run can have: its id with the `mv_` prefix, so
+    /// every redelivery of the run's finalization names the same version.
+    pub fn of_run(run: &RunId) -> Self {
+        let body = run.as_str().strip_prefix("run_").unwrap_or(run.as_str());
+        ModelVersionId(format!("mv_{body}"))
     }
 }
 
@@ -250,6 +264,17 @@ impl fmt::Display for AttemptNo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runs_model_version_id_is_derived_from_it() {
+        let run = RunId::generate(Timestamp::from_secs(1_800_000_000), [7; 10]);
+        let v = ModelVersionId::of_run(&run);
+        assert_eq!(ModelVersionId::parse(v.as_str()), Ok(v.clone()));
+        assert_eq!(v.as_str()[3..], run.as_str()[4..]);
+        let other = RunId::generate(Timestamp::from_secs(1_800_000_000), [8; 10]);
+        assert_ne!(ModelVersionId::of_run(&other), v);
+        assert!(ModelVersionId::parse(run.as_str()).is_err(), "a run id is not a version id");
+    }
 
     #[test]
     fn slugs_are_validated() {

@@ -15,7 +15,9 @@ pub mod timestamp;
 
 pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap};
 pub use class::ResourceClass;
-pub use ids::{AttemptNo, DatasetId, IdError, JobId, Nonce, ProjectId, RunId, TenantId, UserId};
+pub use ids::{
+    AttemptNo, DatasetId, IdError, JobId, ModelVersionId, Nonce, ProjectId, RunId, TenantId, UserId,
+};
 pub use outcome::{
     AttemptFacts, AttemptOutcome, ExecutionStatus, RetryPolicy, Verdict, classify, decide, exit,
 };

@@ -80,6 +80,9 @@ pub struct Metrics {
     pub push_rejected: Family<KindLabels, Counter>,
     /// Pushes refused with 401/403 by push authentication, by the failed check.
     pub push_auth_refused: Family<ReasonLabels, Counter>,
+    /// Model-version bundles refused because they failed their integrity
+    /// check (`mapi_bundle_integrity_failures_total`), each also an `ALARM`.
+    pub bundle_integrity_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -129,6 +132,12 @@ impl Metrics {
             "Pushes refused (401/403) by push authentication, by the failed check",
             push_auth_refused.clone(),
         );
+        let bundle_integrity_failures = Counter::default();
+        r.register(
+            "bundle_integrity_failures",
+            "Model-version bundles refused: a manifest did not verify or an artifact changed",
+            bundle_integrity_failures.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             http_requests,
@@ -143,6 +152,7 @@ impl Metrics {
             sandbox_violations,
             push_rejected,
             push_auth_refused,
+            bundle_integrity_failures,
         }
     }
 

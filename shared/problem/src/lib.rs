@@ -29,6 +29,11 @@ mapi_domain::wire_enum!(
         AlreadyExists => "ALREADY_EXISTS",
         /// 409: the resource's state does not allow this now.
         FailedPrecondition => "FAILED_PRECONDITION",
+        /// 409: stored data failed its integrity check (a model version's
+        /// manifest does not verify, or an artifact is not the one it pins).
+        /// Not the caller's to fix and not transient: retrying is refused
+        /// the same way, so it is not a 5xx that clients retry.
+        IntegrityFailure => "INTEGRITY_FAILURE",
         /// 413: the body is too large.
         PayloadTooLarge => "PAYLOAD_TOO_LARGE",
         /// 415: the body has the wrong media type.
@@ -52,7 +57,9 @@ impl ProblemCode {
             ProblemCode::Forbidden => StatusCode::FORBIDDEN,
             ProblemCode::NotFound => StatusCode::NOT_FOUND,
             ProblemCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ProblemCode::AlreadyExists | ProblemCode::FailedPrecondition => StatusCode::CONFLICT,
+            ProblemCode::AlreadyExists | ProblemCode::FailedPrecondition | ProblemCode::IntegrityFailure => {
+                StatusCode::CONFLICT
+            }
             ProblemCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProblemCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ProblemCode::QuotaExceeded | ProblemCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -251,6 +258,7 @@ mod tests {
             ("METHOD_NOT_ALLOWED", 405),
             ("ALREADY_EXISTS", 409),
             ("FAILED_PRECONDITION", 409),
+            ("INTEGRITY_FAILURE", 409),
             ("PAYLOAD_TOO_LARGE", 413),
             ("UNSUPPORTED_MEDIA_TYPE", 415),
             ("QUOTA_EXCEEDED", 429),

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use mapi_access::{Role, Scope};
 use mapi_cost::Charge;
 use mapi_domain::{
-    AttemptNo, DatasetId, ExecutionStatus, JobId, Nonce, ProjectId, Reason, Residency, ResourceClass,
-    RunError, RunId, RunState, TenantId, TenantStatus, Tier, Timestamp, Transition, TransitionError, UserId,
+    AttemptNo, DatasetId, ExecutionStatus, JobId, ModelVersionId, Nonce, ProjectId, Reason, Residency,
+    ResourceClass, RunError, RunId, RunState, TenantId, TenantStatus, Tier, Timestamp, Transition,
+    TransitionError, UserId,
 };
 use mapi_events::progress::Progress;
 use mapi_executor::ExecutionHandle;
@@ -402,6 +403,36 @@ impl Doc for EventSeenDoc {
     const COLLECTION: &'static str = "event_seen";
     fn doc_id(&self) -> String {
         format!("{}:{}:{}", self.run, self.attempt, self.seq)
+    }
+}
+
+/// A model version: the signed bundle of a succeeded run's outputs. Id:
+/// [`ModelVersionId::of_run`], created once, in the same commit as the
+/// run's `succeeded` transition (the bundle was sealed before that commit),
+/// so a run is `succeeded` exactly when its version exists.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelVersionDoc {
+    pub id: ModelVersionId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub run: RunId,
+    /// The attempt whose outputs were sealed.
+    pub attempt: AttemptNo,
+    pub method: String,
+    /// The bundle's prefix in the data bucket (`…/runs/{run}/bundle`).
+    pub bundle: String,
+    /// Hex SHA-256 of the signed manifest: the version is exactly that manifest.
+    pub manifest_sha256: String,
+    /// The key version that signed the manifest.
+    pub key_version: String,
+    pub artifact_count: u32,
+    pub created_at: Timestamp,
+}
+
+impl Doc for ModelVersionDoc {
+    const COLLECTION: &'static str = "model_versions";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
     }
 }
 

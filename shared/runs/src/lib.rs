@@ -104,6 +104,11 @@ pub const INDEXES: &[Index] = &[
         collection: RunDoc::COLLECTION,
         fields: &[("state", Direction::Asc), ("updated_at", Direction::Asc)],
     },
+    // Model versions of a project, newest first.
+    Index {
+        collection: ModelVersionDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
+    },
     // Datasets of a project, newest first.
     Index {
         collection: DatasetDoc::COLLECTION,

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use mapi_cost::Charge;
 use mapi_domain::{
-    AttemptNo, DatasetId, ExecutionStatus, ProjectId, ResourceClass, RunError, RunId, RunState, TenantId,
-    Timestamp, Transition, UserId,
+    AttemptNo, DatasetId, ExecutionStatus, ModelVersionId, ProjectId, ResourceClass, RunError, RunId,
+    RunState, TenantId, Timestamp, Transition, UserId,
 };
 use mapi_events::progress::Summary;
 use mapi_executor::ExecutionHandle;
@@ -71,6 +71,8 @@ pub struct RunView {
     pub attempts: Vec<AttemptView>,
     pub history: Vec<Transition>,
     pub outputs: Vec<OutputView>,
+    /// The model version the run's outputs were sealed into, once it succeeded.
+    pub model_version: Option<ModelVersionId>,
     pub cost: CostView,
 }
 
@@ -93,6 +95,91 @@ pub struct RunPage {
     pub runs: Vec<RunSummary>,
     /// Pass as `page_token` for the next page; absent on the last.
     pub next_page_token: Option<String>,
+}
+
+/// One artifact of a model version, as its verified manifest pins it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ArtifactView {
+    /// The output's name in the run (`{task}/{name}` for a fan-out).
+    pub name: String,
+    /// The object's key in the data bucket.
+    pub key: String,
+    /// The object generation the manifest pins.
+    pub generation: i64,
+    pub size: u64,
+    /// Hex SHA-256 of the bytes.
+    pub sha256: String,
+}
+
+/// A model version, as `GET /v1/model-versions/{id}` shows it: its record
+/// and the artifacts of its manifest, which verified for this answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ModelVersionView {
+    pub id: ModelVersionId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub run: RunId,
+    pub attempt: AttemptNo,
+    pub method: String,
+    /// The bundle's prefix (`manifest.json` and `manifest.sig.json` under it).
+    pub bundle: String,
+    /// Hex SHA-256 of the signed manifest.
+    pub manifest_sha256: String,
+    /// The key version that signed it.
+    pub key_version: String,
+    pub created_at: Timestamp,
+    pub artifacts: Vec<ArtifactView>,
+}
+
+/// A model version in a listing (from its record; nothing verified).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ModelVersionSummary {
+    pub id: ModelVersionId,
+    pub run: RunId,
+    pub method: String,
+    pub artifact_count: u32,
+    pub manifest_sha256: String,
+    pub created_at: Timestamp,
+}
+
+/// A page of model versions, newest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ModelVersionPage {
+    pub model_versions: Vec<ModelVersionSummary>,
+    /// Pass as `page_token` for the next page; absent on the last.
+    pub next_page_token: Option<String>,
+}
+
+/// A signed GET URL to one artifact.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ArtifactUrl {
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+    pub url: String,
+}
+
+/// URLs to every artifact of a model version, minted after its manifest
+/// verified and every artifact was found to be the one it pins.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ArtifactUrls {
+    pub model_version: ModelVersionId,
+    /// Seconds the URLs stay valid.
+    pub expires_in_s: u64,
+    pub artifacts: Vec<ArtifactUrl>,
+}
+
+impl From<&crate::ModelVersionDoc> for ModelVersionSummary {
+    fn from(v: &crate::ModelVersionDoc) -> Self {
+        ModelVersionSummary {
+            id: v.id.clone(),
+            run: v.run.clone(),
+            method: v.method.clone(),
+            artifact_count: v.artifact_count,
+            manifest_sha256: v.manifest_sha256.clone(),
+            created_at: v.created_at,
+        }
+    }
 }
 
 /// A dataset, as the API shows it.

@@ -1,0 +1,105 @@
+//! `mapi models versions`: the model versions of succeeded runs (signed
+//! bundles of their outputs), their verified manifests, and download URLs
+//! minted only after the manifest verifies.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use mapi_runs::views::{ArtifactUrls, ModelVersionPage, ModelVersionView};
+use reqwest::Method;
+
+use crate::client::Client;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCmd {
+    /// Model versions: succeeded runs' outputs, sealed and signed.
+    #[command(subcommand)]
+    Versions(VersionsCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VersionsCmd {
+    /// List a project's model versions, newest first.
+    Ls {
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[arg(long, env = "MAPI_TENANT")]
+        tenant: Option<String>,
+        #[arg(long, env = "MAPI_PROJECT")]
+        project: Option<String>,
+    },
+    /// Show a version: its run, signing key and the artifacts of its verified manifest.
+    Get { id: String },
+    /// Signed download URLs for every artifact (refused if anything fails its integrity check).
+    Urls { id: String },
+}
+
+fn print<T: serde::Serialize>(json: bool, value: &T, human: String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{human}");
+    }
+    Ok(())
+}
+
+fn describe(v: &ModelVersionView) -> String {
+    let mut out = format!(
+        "model version {}\nrun           {} (attempt {}, {})\ncreated       {}\nmanifest      sha256 {}\nsigned by     {}\nartifacts\n",
+        v.id, v.run, v.attempt, v.method, v.created_at, v.manifest_sha256, v.key_version
+    );
+    for a in &v.artifacts {
+        out.push_str(&format!("  {}  {} bytes  sha256 {}\n", a.name, a.size, a.sha256));
+    }
+    out
+}
+
+/// Runs `cmd`; `scope` resolves a tenant and project from flags or the credentials.
+pub async fn run(
+    client: &Client,
+    scope: impl FnOnce(Option<String>, Option<String>) -> Result<(String, String)>,
+    cmd: ModelsCmd,
+    json: bool,
+) -> Result<ExitCode> {
+    let ModelsCmd::Versions(cmd) = cmd;
+    match cmd {
+        VersionsCmd::Ls { limit, tenant, project } => {
+            let (t, p) = scope(tenant, project)?;
+            let req = client
+                .request(Method::GET, &format!("/v1/tenants/{t}/projects/{p}/model-versions"))
+                .query(&[("page_size", limit.to_string())]);
+            let page: ModelVersionPage = client.send(req).await?;
+            let mut out = format!(
+                "{:<30} {:<31} {:<16} {:>9}  {:<28}\n",
+                "ID", "RUN", "METHOD", "ARTIFACTS", "CREATED"
+            );
+            for v in &page.model_versions {
+                out.push_str(&format!(
+                    "{:<30} {:<31} {:<16} {:>9}  {:<28}\n",
+                    v.id,
+                    v.run,
+                    v.method,
+                    v.artifact_count,
+                    v.created_at.to_string()
+                ));
+            }
+            print(json, &page, out)?;
+        }
+        VersionsCmd::Get { id } => {
+            let v: ModelVersionView = client.get(&format!("/v1/model-versions/{id}")).await?;
+            print(json, &v, describe(&v))?;
+        }
+        VersionsCmd::Urls { id } => {
+            let urls: ArtifactUrls =
+                client.send(client.request(Method::POST, &format!("/v1/model-versions/{id}/urls"))).await?;
+            let mut out = format!("valid for {} s\n", urls.expires_in_s);
+            for a in &urls.artifacts {
+                out.push_str(&format!("{}  sha256 {}\n  {}\n", a.name, a.sha256, a.url));
+            }
+            print(json, &urls, out)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

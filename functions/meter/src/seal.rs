@@ -1,0 +1,79 @@
+//! Sealing a succeeded run's outputs into its model version.
+//!
+//! The finalization that would make a run `succeeded` first seals the
+//! attempt's outputs into a bundle (`mapi_bundles::seal`: hashes, a signed
+//! manifest, create-only), outside any transaction because signing is
+//! outside I/O (Cloud KMS) and a transaction may rerun. Only then does the
+//! commit that makes the run `succeeded` create the version's document, so
+//! a run is `succeeded` exactly when its version exists. A seal that fails
+//! answers 503: the attempt stays unfinalized, the queue redelivers the
+//! finalize task and the reconciler re-pushes it, and the next seal
+//! completes the bundle the last one left (every write is create-only and
+//! the version id is derived from the run's).
+
+use mapi_bundles::BundleError;
+use mapi_domain::{AttemptNo, ModelVersionId, Timestamp};
+use mapi_objects::ObjectKey;
+use mapi_platform::AppState;
+use mapi_problem::ApiError;
+use mapi_runs::{ModelVersionDoc, RunDoc, layout};
+
+/// Every output object an attempt wrote (all its tasks), in key order.
+async fn outputs(state: &AppState, run: &RunDoc, attempt: AttemptNo) -> Result<Vec<ObjectKey>, ApiError> {
+    let dir = layout::attempt_dir(&run.tenant, &run.project, &run.id, attempt);
+    let prefix = format!("{dir}/");
+    let mut keys = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = state.objects.list(&prefix, token.as_deref(), 1000).await?;
+        keys.extend(
+            page.objects
+                .into_iter()
+                .map(|m| m.key)
+                .filter(|k| layout::output_name(&dir, k.as_str()).is_some()),
+        );
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => return Ok(keys),
+        }
+    }
+}
+
+/// Seals the outputs of `attempt` of `run` and returns the version's
+/// document, to be created in the commit that makes the run `succeeded`.
+pub async fn seal(
+    state: &AppState,
+    run: &RunDoc,
+    attempt: AttemptNo,
+    now: Timestamp,
+) -> Result<ModelVersionDoc, ApiError> {
+    let artifacts = outputs(state, run, attempt).await?;
+    let prefix = ObjectKey::parse(&layout::bundle(&run.tenant, &run.project, &run.id))
+        .map_err(|e| ApiError::internal(format!("bundle prefix of {}: {e}", run.id)))?;
+    let sealed = match mapi_bundles::seal(&*state.objects, &*state.signer, &prefix, &artifacts).await {
+        Ok(s) => s,
+        Err(e) => {
+            if matches!(e, BundleError::Integrity { .. }) {
+                // Already logged as an ALARM by the bundle: a bundle of this
+                // run is there and does not verify. The run waits (503) for
+                // an operator rather than succeed without a version.
+                state.metrics.bundle_integrity_failures.inc();
+            }
+            tracing::warn!(run = %run.id, attempt = %attempt, error = %e, "sealing the run's outputs failed; the finalization is retried");
+            return Err(ApiError::unavailable("the run's outputs could not be sealed yet; retry", 10));
+        }
+    };
+    Ok(ModelVersionDoc {
+        id: ModelVersionId::of_run(&run.id),
+        tenant: run.tenant.clone(),
+        project: run.project.clone(),
+        run: run.id.clone(),
+        attempt,
+        method: run.method.clone(),
+        bundle: prefix.to_string(),
+        manifest_sha256: sealed.sha256,
+        key_version: sealed.signature.key_version,
+        artifact_count: u32::try_from(sealed.manifest.artifacts.len()).unwrap_or(u32::MAX),
+        created_at: now,
+    })
+}

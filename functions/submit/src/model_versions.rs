@@ -1,0 +1,245 @@
+//! Model versions: the signed bundles of succeeded runs' outputs (sealed by
+//! `meter` in the commit that makes a run `succeeded`). Listed from their
+//! records; read and downloaded only through their manifest, which is
+//! verified at every request before anything of it is shown or any URL is
+//! minted. Authorized exactly as the run they come from (reading a run).
+//!
+//! Minting artifact URLs is audited. An integrity failure (a manifest that does not verify or is not the one
+//! recorded, a signature of an untrusted key, an artifact replaced or gone)
+//! answers `INTEGRITY_FAILURE`, is audited with who asked and what failed,
+//! logged as an `ALARM` and counted in `mapi_bundle_integrity_failures_total`.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use mapi_access::{Action, Resource};
+use mapi_bundles::BundleError;
+use mapi_domain::{ModelVersionId, ProjectId, TenantId};
+use mapi_identity::{Audit, Caller, Target, audit, authorize};
+use mapi_objects::ObjectKey;
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
+use mapi_runs::views::{
+    ArtifactUrl, ArtifactUrls, ArtifactView, ModelVersionPage, ModelVersionSummary, ModelVersionView,
+};
+use mapi_runs::{Doc, ModelVersionDoc, Outcome, layout};
+use mapi_store::{Direction, Op};
+use serde::Deserialize;
+
+use crate::datasets::require_project;
+
+/// How long artifact URLs stay valid.
+const URL_TTL: Duration = Duration::from_secs(900);
+
+/// Loads a version `caller` may read. A version of another tenant, or of a
+/// project the caller cannot see, answers exactly as a missing one.
+async fn load_for(state: &AppState, caller: &Caller, id: &str) -> Result<ModelVersionDoc, ApiError> {
+    let what = format!("model version {}", id.chars().take(64).collect::<String>());
+    let not_found = || ApiError::not_found(format!("{what} not found"));
+    let id = ModelVersionId::parse(id).map_err(|_| not_found())?;
+    let version =
+        mapi_runs::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
+    authorize(
+        state,
+        caller,
+        Target::project(&version.tenant, &version.project, &what),
+        Resource::Run,
+        Action::Read,
+    )
+    .await?;
+    Ok(version)
+}
+
+/// How the audit log names a version.
+fn resource_of(version: &ModelVersionDoc) -> String {
+    format!("{}/{}", ModelVersionDoc::COLLECTION, version.id)
+}
+
+fn prefix_of(version: &ModelVersionDoc) -> Result<ObjectKey, ApiError> {
+    ObjectKey::parse(&version.bundle)
+        .map_err(|e| ApiError::internal(format!("bundle prefix of {}: {e}", version.id)))
+}
+
+/// Turns a bundle's failure into the answer. An integrity failure is
+/// refused, audited, logged as an `ALARM` and counted.
+async fn refuse(
+    state: &AppState,
+    caller: &Caller,
+    version: &ModelVersionDoc,
+    action: &str,
+    e: BundleError,
+) -> ApiError {
+    match e {
+        BundleError::Integrity { detail, .. } => {
+            state.metrics.bundle_integrity_failures.inc();
+            tracing::error!(
+                model_version = %version.id,
+                tenant = %version.tenant,
+                caller = %caller.user(),
+                action,
+                %detail,
+                "ALARM model version failed its integrity check: refused"
+            );
+            let entry = Audit::by(caller, action, resource_of(version))
+                .tenant(&version.tenant)
+                .project(&version.project)
+                .outcome(Outcome::Failed, ProblemCode::IntegrityFailure)
+                .detail(detail);
+            audit(state, entry).await;
+            ApiError::new(
+                ProblemCode::IntegrityFailure,
+                format!(
+                    "model version {} failed its integrity check (its manifest or an artifact is not what was signed): refused, and the refusal is audited",
+                    version.id
+                ),
+            )
+        }
+        BundleError::Objects(e) => e.into(),
+        BundleError::Sign(e) => ApiError::internal(format!("bundle of {}: {e}", version.id)),
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// 1 to 200; 50 when absent.
+    page_size: Option<u32>,
+    page_token: Option<String>,
+}
+
+/// List a project's model versions, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/projects/{project}/model-versions",
+    tag = "model-versions",
+    params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
+    responses((status = 200, body = ModelVersionPage), (status = 400, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<ModelVersionPage>, ApiError> {
+    require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
+    let (docs, next_page_token) = mapi_store::Query::new(ModelVersionDoc::COLLECTION)
+        .filter("tenant", Op::Eq, tenant.as_str())
+        .filter("project", Op::Eq, project.as_str())
+        .order_by("created_at", Direction::Desc)
+        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
+        .await?;
+    let model_versions = docs
+        .iter()
+        .map(|d| d.decode::<ModelVersionDoc>().map(|v| ModelVersionSummary::from(&v)))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(ModelVersionPage { model_versions, next_page_token }))
+}
+
+/// A model version: its record and the artifacts of its manifest, which
+/// verified for this answer.
+#[utoipa::path(
+    get,
+    path = "/v1/model-versions/{id}",
+    tag = "model-versions",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = ModelVersionView),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify; refused and audited"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_version(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ModelVersionView>, ApiError> {
+    let version = load_for(&state, &caller, &id).await?;
+    let prefix = prefix_of(&version)?;
+    let sealed =
+        match mapi_bundles::open_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => return Err(refuse(&state, &caller, &version, "model_version.read", e).await),
+        };
+    let dir = layout::attempt_dir(&version.tenant, &version.project, &version.run, version.attempt);
+    let artifacts = sealed
+        .manifest
+        .artifacts
+        .iter()
+        .map(|a| ArtifactView {
+            name: layout::output_name(&dir, a.key.as_str()).unwrap_or_else(|| a.key.to_string()),
+            key: a.key.to_string(),
+            generation: a.generation.0,
+            size: a.size,
+            sha256: a.sha256.clone(),
+        })
+        .collect();
+    Ok(Json(ModelVersionView {
+        id: version.id,
+        tenant: version.tenant,
+        project: version.project,
+        run: version.run,
+        attempt: version.attempt,
+        method: version.method,
+        bundle: version.bundle,
+        manifest_sha256: version.manifest_sha256,
+        key_version: sealed.signature.key_version,
+        created_at: version.created_at,
+        artifacts,
+    }))
+}
+
+/// Signed GET URLs to every artifact of a model version, minted only after
+/// its manifest verified and every artifact is still the one it pins.
+#[utoipa::path(
+    post,
+    path = "/v1/model-versions/{id}/urls",
+    tag = "model-versions",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = ArtifactUrls),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify or an artifact changed; no URL is minted, the refusal is audited"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn urls(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ArtifactUrls>, ApiError> {
+    let version = load_for(&state, &caller, &id).await?;
+    let prefix = prefix_of(&version)?;
+    let minted = mapi_bundles::artifact_urls(
+        &*state.objects,
+        &*state.signer,
+        &prefix,
+        Some(&version.manifest_sha256),
+        URL_TTL,
+    )
+    .await;
+    let minted = match minted {
+        Ok(m) => m,
+        Err(e) => return Err(refuse(&state, &caller, &version, "model_version.urls", e).await),
+    };
+    // Artifact links are audited (the seed's audit list: "artifact links").
+    let entry = Audit::by(&caller, "model_version.urls", resource_of(&version))
+        .tenant(&version.tenant)
+        .project(&version.project)
+        .detail(format!("{} artifact URLs, valid {} s", minted.len(), URL_TTL.as_secs()));
+    audit(&state, entry).await;
+    let dir = layout::attempt_dir(&version.tenant, &version.project, &version.run, version.attempt);
+    let artifacts = minted
+        .into_iter()
+        .map(|(a, url)| ArtifactUrl {
+            name: layout::output_name(&dir, a.key.as_str()).unwrap_or_else(|| a.key.to_string()),
+            size: a.size,
+            sha256: a.sha256,
+            url,
+        })
+        .collect();
+    Ok(Json(ArtifactUrls { model_version: version.id, expires_in_s: URL_TTL.as_secs(), artifacts }))
+}

@@ -1,0 +1,365 @@
+//! Model versions over HTTP against the platform started in this process,
+//! with real worker processes: a succeeded fit's outputs become exactly one
+//! signed version, listed, read and downloaded only through its verified
+//! manifest; a failed run has none; a redelivered finalization seals
+//! nothing twice; a replaced artifact or a changed manifest is refused
+//! with `INTEGRITY_FAILURE`, audited, counted, and no URL is minted; a
+//! version is invisible to another tenant; and the Cloud KMS signer (over
+//! FakeKms) signs versions, a failed signature only delaying the success.
+
+use aws_lc_rs::digest::{SHA256, digest};
+use bytes::Bytes;
+use mapi_domain::{AttemptNo, ModelVersionId, RunId};
+use mapi_executor::ExecutionInfo;
+use mapi_objects::{IfGeneration, ObjectKey, ObjectMeta};
+use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask};
+use mapi_runs::{AttemptDoc, ModelVersionDoc};
+use mapi_signer::Signer;
+use mapi_signer::local::LocalSigner;
+use mapi_store::Query;
+use mapi_tests::TestPlatform;
+use mapi_tests::fake_kms::{FakeKms, KmsFault};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const LONGLEY: &str = include_str!("../../examples/longley.csv");
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    digest(&SHA256, bytes).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Submits a linear fit and waits until it ends; the run's view.
+async fn fit(p: &TestPlatform) -> Value {
+    let ds = p.upload(LONGLEY).await;
+    let id = p
+        .submit(
+            json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "employed"}, "timeout_s": 120}),
+        )
+        .await;
+    p.wait_final(&id).await
+}
+
+async fn fetch(p: &TestPlatform, url: &str) -> Vec<u8> {
+    let resp = p.http.get(url).send().await.expect("fetch");
+    assert_eq!(resp.status(), 200, "{url}");
+    resp.bytes().await.expect("bytes").to_vec()
+}
+
+/// Every object under the run's bundle prefix.
+async fn bundle_objects(p: &TestPlatform, run: &Value) -> Vec<ObjectMeta> {
+    let prefix = format!(
+        "t/{}/p/{}/runs/{}/bundle/",
+        run["tenant"].as_str().expect("tenant"),
+        run["project"].as_str().expect("project"),
+        run["id"].as_str().expect("id")
+    );
+    p.platform.state.objects.list(&prefix, None, 100).await.expect("list").objects
+}
+
+/// Every model-version document in the store.
+async fn version_docs(p: &TestPlatform) -> Vec<ModelVersionDoc> {
+    let q = Query::new(<ModelVersionDoc as mapi_runs::Doc>::COLLECTION);
+    let docs = p.platform.state.store.query(&q, None).await.expect("query");
+    docs.iter().map(|d| d.decode().expect("decode")).collect()
+}
+
+async fn list_versions(p: &TestPlatform) -> Value {
+    let (s, page) =
+        p.call(p.token(), Method::GET, &format!("{}/model-versions", p.project_path()), None).await;
+    assert_eq!(s, 200, "{page}");
+    page
+}
+
+/// The finalize task of the run's current attempt, as the reconciler pushed it.
+async fn finalize_task(p: &TestPlatform, run: &Value) -> FinalizeTask {
+    let id = RunId::parse(run["id"].as_str().expect("id")).expect("run id");
+    let attempt = AttemptNo(u32::try_from(run["attempt"].as_u64().expect("attempt")).expect("attempt"));
+    let doc: AttemptDoc = mapi_runs::get(&*p.platform.state.store, &AttemptDoc::id_of(&id, attempt))
+        .await
+        .expect("get")
+        .expect("attempt");
+    let execution = ExecutionInfo {
+        handle: doc.handle.clone().expect("handle"),
+        nonce: Some(doc.nonce.clone()),
+        run: Some(id.clone()),
+        created: doc.submitted_at.expect("submitted"),
+        started: doc.started,
+        finished: doc.finished,
+        task_count: doc.task_count,
+        status: doc.status.clone().expect("status"),
+    };
+    FinalizeTask { run: id, attempt, execution }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_fit_becomes_exactly_one_signed_version() {
+    let p = TestPlatform::start(&[]).await;
+    let run = fit(&p).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let run_id = RunId::parse(run["id"].as_str().expect("id")).expect("run id");
+    let id = ModelVersionId::of_run(&run_id).to_string();
+    assert_eq!(run["model_version"], id.as_str(), "the run names its version");
+
+    let page = list_versions(&p).await;
+    let listed: Vec<&str> =
+        page["model_versions"].as_array().expect("list").iter().filter_map(|v| v["id"].as_str()).collect();
+    assert_eq!(listed, [id.as_str()]);
+
+    // The manifest lists every output the run shows, with the SHA-256 of its bytes.
+    let (s, version) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    assert_eq!(s, 200, "{version}");
+    assert_eq!(version["run"], run["id"]);
+    assert_eq!(version["method"], "tabular.linear");
+    assert!(version["key_version"].as_str().expect("key version").starts_with("local/"), "{version}");
+    let outputs = run["outputs"].as_array().expect("outputs");
+    assert!(!outputs.is_empty(), "{run:#}");
+    let artifacts = version["artifacts"].as_array().expect("artifacts");
+    let mut expected = Vec::new();
+    for out in outputs {
+        let bytes = fetch(&p, out["url"].as_str().expect("url")).await;
+        expected.push((
+            out["name"].as_str().expect("name").to_owned(),
+            bytes.len() as u64,
+            sha256_hex(&bytes),
+        ));
+    }
+    expected.sort();
+    let mut pinned: Vec<(String, u64, String)> = artifacts
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().expect("name").to_owned(),
+                a["size"].as_u64().expect("size"),
+                a["sha256"].as_str().expect("sha256").to_owned(),
+            )
+        })
+        .collect();
+    pinned.sort();
+    assert_eq!(pinned, expected);
+
+    // The recorded SHA-256 is the stored manifest's; a signature lies beside it.
+    let objects = bundle_objects(&p, &run).await;
+    let names: Vec<&str> = objects.iter().map(|o| o.key.as_str().rsplit('/').next().unwrap_or("")).collect();
+    assert_eq!(names, ["manifest.json", "manifest.sig.json"]);
+    let (_, manifest) = p.platform.state.objects.get(&objects[0].key, None).await.expect("manifest");
+    assert_eq!(version["manifest_sha256"], sha256_hex(&manifest).as_str());
+
+    // The URLs fetch exactly the pinned bytes.
+    let (s, urls) = p.call(p.token(), Method::POST, &format!("/v1/model-versions/{id}/urls"), None).await;
+    assert_eq!(s, 200, "{urls}");
+    let urls = urls["artifacts"].as_array().expect("artifacts");
+    assert_eq!(urls.len(), artifacts.len());
+    for a in urls {
+        let bytes = fetch(&p, a["url"].as_str().expect("url")).await;
+        assert_eq!(a["sha256"], sha256_hex(&bytes).as_str(), "{a}");
+    }
+
+    // The CLI shows the same.
+    let home = tempfile::tempdir().expect("tempdir");
+    let mapi = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(mapi_tests::binary("mapi"));
+        c.args(["--url", &p.platform.url, "--token", p.token()]).args(args).env("MAPI_HOME", home.path());
+        c.output()
+    };
+    let out = mapi(&["--json", "models", "versions", "ls", "--tenant", "dev", "--project", "default"])
+        .await
+        .expect("mapi models versions ls");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(listed["model_versions"][0]["id"], id.as_str());
+    let out = mapi(&["models", "versions", "get", &id]).await.expect("mapi models versions get");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&format!("model version {id}")), "{text}");
+    for (name, _, sha) in &expected {
+        assert!(text.contains(&format!("{name}  ")) && text.contains(sha.as_str()), "{name} {sha}: {text}");
+    }
+    let out = mapi(&["--json", "models", "versions", "urls", &id]).await.expect("mapi models versions urls");
+    let minted: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let url = minted["artifacts"][0]["url"].as_str().expect("url");
+    assert_eq!(minted["artifacts"][0]["sha256"], sha256_hex(&fetch(&p, url).await).as_str());
+
+    // A redelivered finalization makes no second version and no second manifest.
+    let task = finalize_task(&p, &run).await;
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    for _ in 0..2 {
+        let (s, answer) = p
+            .call(&internal, Method::POST, FINALIZE_PATH, Some(serde_json::to_value(&task).expect("task")))
+            .await;
+        assert_eq!((s, answer["outcome"].as_str()), (200, Some("already finalized")), "{answer}");
+    }
+    let docs = version_docs(&p).await;
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0].id.as_str(), id);
+    let again = bundle_objects(&p, &run).await;
+    assert_eq!(again, objects, "the bundle's objects are the ones first written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_has_no_version() {
+    let p = TestPlatform::start(&[]).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "diag.fail", "dataset": ds, "params": {"message": "no"}})).await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(run["state"], "failed", "{run:#}");
+    assert!(run["model_version"].is_null(), "{run:#}");
+    assert_eq!(list_versions(&p).await["model_versions"], json!([]));
+    assert!(version_docs(&p).await.is_empty());
+    assert!(bundle_objects(&p, &run).await.is_empty(), "nothing was sealed");
+    let missing = ModelVersionId::of_run(&RunId::parse(&id).expect("run id"));
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{missing}"), None).await;
+    assert_eq!((s, body["code"].as_str()), (404, Some("NOT_FOUND")), "{body}");
+}
+
+/// The audit entries of `action`, as an operator reads them.
+async fn audited(p: &TestPlatform, operator: &str, action: &str) -> Vec<Value> {
+    let (s, log) =
+        p.call(operator, Method::GET, &format!("/v1/admin/audit?page_size=200&action={action}"), None).await;
+    assert_eq!(s, 200, "{log}");
+    log["entries"].as_array().expect("entries").clone()
+}
+
+async fn integrity_failures(p: &TestPlatform) -> u64 {
+    let text = p.http.get(p.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix("mapi_bundle_integrity_failures_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_artifact_or_manifest_is_refused_audited_and_never_linked() {
+    let p = TestPlatform::start(&[]).await;
+    let operator = p.login("admin@dev.local").await;
+    let run = fit(&p).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let id = run["model_version"].as_str().expect("version").to_owned();
+    let urls_path = format!("/v1/model-versions/{id}/urls");
+    assert_eq!(p.call(p.token(), Method::POST, &urls_path, None).await.0, 200, "intact, it is served");
+    assert_eq!(integrity_failures(&p).await, 0);
+
+    // The artifact is overwritten behind the platform's back.
+    let (_, version) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    let key = ObjectKey::parse(version["artifacts"][0]["key"].as_str().expect("key")).expect("object key");
+    let objects = &p.platform.state.objects;
+    let (_, original) = objects.get(&key, None).await.expect("artifact");
+    objects
+        .put(&key, Bytes::from_static(b"{\"coefficients\":[]}"), "application/json", IfGeneration::Any)
+        .await
+        .expect("overwrite");
+    let (s, body) = p.call(p.token(), Method::POST, &urls_path, None).await;
+    assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
+    assert!(!body.to_string().contains("http"), "no URL in a refusal: {body}");
+    let entries = audited(&p, &operator, "model_version.urls").await;
+    assert_eq!(entries.len(), 2, "the links minted, then the refusal: {entries:#?}");
+    assert_eq!(entries[1]["outcome"], "success", "newest first: {entries:#?}");
+    let entries = audited(&p, &operator, "model_version.urls&outcome=failed").await;
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    let e = &entries[0];
+    assert_eq!(e["outcome"], "failed");
+    assert_eq!(e["problem"], "INTEGRITY_FAILURE");
+    assert_eq!(e["resource"], format!("model_versions/{id}").as_str());
+    assert_eq!(e["tenant"], run["tenant"]);
+    assert!(e["actor"].is_string(), "who asked: {e}");
+    assert!(e["detail"].as_str().expect("detail").contains(key.as_str()), "what failed: {e}");
+    assert_eq!(integrity_failures(&p).await, 1);
+
+    // The same bytes again are a new generation: still not what was signed.
+    objects.put(&key, original, "application/json", IfGeneration::Any).await.expect("restore bytes");
+    let (s, body) = p.call(p.token(), Method::POST, &urls_path, None).await;
+    assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
+
+    // The manifest as it was, but signed by a key the platform does not trust.
+    let bundle = version["bundle"].as_str().expect("bundle");
+    let manifest_key = ObjectKey::parse(&format!("{bundle}/manifest.json")).expect("manifest key");
+    let sig_key = ObjectKey::parse(&format!("{bundle}/manifest.sig.json")).expect("signature key");
+    let (_, manifest_bytes) = objects.get(&manifest_key, None).await.expect("manifest");
+    let (_, genuine) = objects.get(&sig_key, None).await.expect("signature");
+    let stranger = LocalSigner::from_pem(&LocalSigner::generate_pem().expect("pem"), &[]).expect("signer");
+    let foreign = serde_json::to_vec(&stranger.sign(&manifest_bytes).await.expect("sign")).expect("json");
+    objects
+        .put(&sig_key, Bytes::from(foreign), "application/json", IfGeneration::Any)
+        .await
+        .expect("replace");
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
+    objects.put(&sig_key, genuine, "application/json", IfGeneration::Any).await.expect("restore signature");
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    assert_eq!(s, 200, "the genuine signature verifies again: {body}");
+
+    // A manifest changed by one byte no longer verifies: not even read.
+    let bytes = manifest_bytes;
+    let forged = String::from_utf8(bytes.to_vec()).expect("utf8").replacen("\"size\":", "\"size\":1", 1);
+    objects
+        .put(&manifest_key, Bytes::from(forged), "application/json", IfGeneration::Any)
+        .await
+        .expect("forge");
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
+    assert_eq!(audited(&p, &operator, "model_version.read").await.len(), 2);
+    assert_eq!(audited(&p, &operator, "model_version.urls&outcome=failed").await.len(), 2);
+    assert_eq!(integrity_failures(&p).await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_is_invisible_to_another_tenant() {
+    let p =
+        TestPlatform::start(&[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test")]).await;
+    let operator = p.login("admin@dev.local").await;
+    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
+    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
+    let eve = p.login("eve@other.test").await;
+    let project = json!({"id": "default", "name": "D"});
+    assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+
+    let run = fit(&p).await;
+    let id = run["model_version"].as_str().expect("version").to_owned();
+    let missing = "mv_01arz3ndektsv4rrffq69g5fav";
+    let answer = |(s, b): (u16, Value), id: &str| {
+        (
+            s,
+            b["code"].as_str().unwrap_or_default().to_owned(),
+            b["detail"].as_str().unwrap_or_default().replace(id, "<id>"),
+        )
+    };
+    for (method, path) in
+        [(Method::GET, "/v1/model-versions/{}"), (Method::POST, "/v1/model-versions/{}/urls")]
+    {
+        let theirs = answer(p.call(&eve, method.clone(), &path.replace("{}", &id), None).await, &id);
+        let nothing = answer(p.call(&eve, method.clone(), &path.replace("{}", missing), None).await, missing);
+        assert_eq!(theirs.0, 404, "{path}: {theirs:?}");
+        assert_eq!(theirs, nothing, "{path}: another tenant's version answers as a missing one");
+    }
+    let (s, _) = p.call(&eve, Method::GET, &format!("{}/model-versions", p.project_path()), None).await;
+    assert_eq!(s, 404, "another tenant's project cannot be listed");
+    let (s, page) =
+        p.call(&eve, Method::GET, "/v1/tenants/other/projects/default/model-versions", None).await;
+    assert_eq!((s, page["model_versions"].clone()), (200, json!([])), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kms_signs_versions_and_a_failed_signature_only_delays_the_success() {
+    let kms = FakeKms::start().await;
+    let active = kms.version(1);
+    let p = TestPlatform::start(&[
+        ("MAPI_SIGNER", "kms"),
+        ("MAPI_KMS_KEY_VERSION", active.as_str()),
+        ("MAPI_KMS_ENDPOINT", kms.url.as_str()),
+    ])
+    .await;
+    // The first signature KMS returns is corrupt: that seal fails (the
+    // manifest is stored, unsigned), the finalization answers 503 and is
+    // redelivered, and the next seal signs the stored manifest.
+    kms.fail_next(KmsFault::CorruptSignatureCrc);
+    let run = fit(&p).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let signs = kms.calls().iter().filter(|c| c.method == "asymmetricSign").count();
+    assert_eq!(signs, 2, "one refused signature, one kept");
+    let id = run["model_version"].as_str().expect("version").to_owned();
+    let (s, version) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    assert_eq!(s, 200, "{version}");
+    assert_eq!(version["key_version"], active.as_str());
+    let (s, urls) = p.call(p.token(), Method::POST, &format!("/v1/model-versions/{id}/urls"), None).await;
+    assert_eq!(s, 200, "{urls}");
+    assert_eq!(version_docs(&p).await.len(), 1);
+    assert_eq!(bundle_objects(&p, &run).await.len(), 2);
+}
