@@ -97,9 +97,9 @@ impl CounterDoc {
         u64::try_from(self.committed_vcpu_ms).unwrap_or(0)
     }
 
-    /// The value of `field` (one of [`field`]'s names; 0 for any other).
-    pub fn get(&self, name: &str) -> i64 {
-        match name {
+    /// The value of the field `field_name` (one of [`field`]'s; 0 for any other).
+    pub fn get(&self, field_name: &str) -> i64 {
+        match field_name {
             field::ACTIVE => self.active_runs,
             field::RESERVED => self.reserved_vcpu_ms,
             field::CHARGED => self.charged_vcpu_ms,
@@ -113,9 +113,10 @@ impl CounterDoc {
         }
     }
 
-    /// Adds `delta` to `field` (one of [`field`]'s names; others are ignored).
-    pub fn add(&mut self, name: &str, delta: i64) {
-        let slot = match name {
+    /// Adds `delta` to the field `field_name` (one of [`field`]'s; others
+    /// are ignored).
+    pub fn add(&mut self, field_name: &str, delta: i64) {
+        let slot = match field_name {
             field::ACTIVE => &mut self.active_runs,
             field::RESERVED => &mut self.reserved_vcpu_ms,
             field::CHARGED => &mut self.charged_vcpu_ms,
@@ -278,21 +279,23 @@ impl Sharded {
         self.shards.iter().fold(self.legacy.clone(), |sum, s| sum.plus(s))
     }
 
-    /// Shard `k`'s share of `limit`: the limit less the legacy part, split
-    /// evenly, the remainder one each to the first shards.
-    pub fn share(&self, name: &str, limit: i64, k: usize) -> i64 {
+    /// Shard `k`'s share of the limit on `field_name`: the limit less the
+    /// legacy part, split evenly, the remainder one each to the first shards.
+    pub fn share(&self, field_name: &str, limit: i64, k: usize) -> i64 {
         let n = i64::try_from(self.shards.len().max(1)).unwrap_or(i64::MAX);
-        let base = limit.saturating_sub(self.legacy.get(name)).max(0);
+        let base = limit.saturating_sub(self.legacy.get(field_name)).max(0);
         let extra = i64::from(i64::try_from(k).unwrap_or(i64::MAX) < base % n);
         base / n + extra
     }
 
-    /// Plans adding `amount` to `name` without passing `limit`: from the
-    /// shard `seed` picks on, each shard with room under its share takes
-    /// what it can. `None` when the shards' room is less than `amount`
-    /// (the sum would pass the limit, or nearly: see the module's doc).
-    /// With no limit, all of it goes to the seed's shard.
-    pub fn take(&self, name: &str, amount: i64, limit: Option<i64>, seed: &str) -> Option<Vec<Take>> {
+    /// Plans adding `amount` to the field `field_name` without passing
+    /// `limit`: from the shard `seed` picks on, each shard with room under
+    /// its share takes what it can. `None` when the shards' room is less
+    /// than `amount`, which happens only when the sum plus `amount` passes
+    /// the limit (the room left under the shares adds up to at least the
+    /// room left under the limit). With no limit, all of it goes to the
+    /// seed's shard.
+    pub fn take(&self, field_name: &str, amount: i64, limit: Option<i64>, seed: &str) -> Option<Vec<Take>> {
         let n = self.shards.len();
         if n == 0 {
             return None;
@@ -308,8 +311,8 @@ impl Sharded {
                 break;
             }
             let k = (start + i) % n;
-            let share = self.share(name, limit, k);
-            let room = share.saturating_sub(self.shards[k].get(name));
+            let share = self.share(field_name, limit, k);
+            let room = share.saturating_sub(self.shards[k].get(field_name));
             if room <= 0 {
                 continue;
             }
@@ -438,17 +441,6 @@ impl Bumps {
 
     pub fn extend(&mut self, other: Bumps) {
         self.steps.extend(other.steps);
-    }
-
-    /// The documents these increments write, in order, without repeats.
-    pub fn ids(&self) -> Vec<&str> {
-        let mut ids: Vec<&str> = Vec::new();
-        for (id, ..) in &self.steps {
-            if !ids.contains(&id.as_str()) {
-                ids.push(id);
-            }
-        }
-        ids
     }
 
     /// Buffers the increments in `tx`.
