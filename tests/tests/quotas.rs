@@ -1,7 +1,8 @@
 //! Quotas through the API, in virtual time, on a scripted executor: racing
 //! submits never over-admit, the tier table is enforced as the seed states,
-//! Retry-After is right across UTC day and month boundaries, and the spend
-//! cap stops new compute for non-internal tenants within one request.
+//! Retry-After is right across UTC day and month boundaries, the spend cap
+//! stops new compute for non-internal tenants within one request, and the
+//! sharded counters still count what their documents of before hold.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -287,6 +288,86 @@ fn seed_tier(tier: &str) -> Value {
         }
         other => panic!("no tier {other}"),
     }
+}
+
+/// Counters written before they were sharded still count: with the single
+/// `counters/tenant:dev` holding 2 runs, a limit of 4 admits 2 more. New
+/// runs write only shards, taken back on release: no submit writes
+/// `counters/platform` or `counters/tenant:dev`, and the platform slots of
+/// many runs are spread over its 16 shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn counters_from_before_sharding_count_and_no_submit_writes_one_counter_document() {
+    use mapi_runs::counters::{self, Bumps, field};
+    use mapi_store::StoreExt;
+    let h = Harness::start("2026-03-10T12:00:00Z", &[]).await;
+    let store = h.p.platform.state.store.clone();
+    h.set_quota("dev", json!({"concurrent_runs": 4})).await;
+    let ds = h.p.upload("x,y\n1,2\n2,3\n3,5\n").await;
+    let mut before = Bumps::default();
+    before.add("tenant:dev", field::ACTIVE, 2);
+    before.add(counters::PLATFORM, field::ACTIVE, 2);
+    let b = &before;
+    mapi_store::transact::<_, mapi_store::StoreError, _, _>(&*store, |mut tx| async move {
+        b.apply(&mut tx)?;
+        Ok(tx.finish(()))
+    })
+    .await
+    .expect("counters of before");
+    let versions = async || {
+        let mut v = Vec::new();
+        for id in ["tenant:dev", counters::PLATFORM] {
+            let key = mapi_runs::key::<counters::CounterDoc>(id).expect("key");
+            v.push(store.get_one(&key).await.expect("read").map(|d| d.version));
+        }
+        v
+    };
+    let legacy = versions().await;
+    assert!(legacy.iter().all(Option::is_some));
+
+    let (admitted, refused) = race(&h, &ds, 5).await;
+    assert_eq!((admitted.len(), refused.len()), (2, 3), "2 of the 4 slots were held before sharding");
+    for r in &refused {
+        refused_with(r, "tenant limit concurrent_runs is 4");
+    }
+    assert_eq!(h.active("dev").await, 4);
+    let slots = |run: RunId| {
+        let store = store.clone();
+        async move {
+            let doc =
+                mapi_runs::get::<mapi_runs::RunDoc>(&*store, run.as_str()).await.expect("read").expect("run");
+            doc.reservation.expect("reservation").slots
+        }
+    };
+    for run in &admitted {
+        let held = slots(run.clone()).await;
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert!(held[0].starts_with("tenant:dev#") && held[1].starts_with("platform#"), "{held:?}");
+    }
+    // Ending a run gives its slot back to its shard; the old count stays.
+    assert!(end(&h, &admitted[0], None).await);
+    assert_eq!(h.active("dev").await, 3);
+    assert_eq!(counters::read(&*store, "tenant:dev").await.expect("read").active_runs, 3);
+
+    // Many runs: each takes a platform shard its id picks, none the old document.
+    h.set_quota("dev", json!({"concurrent_runs": 100})).await;
+    let (admitted, refused) = race(&h, &ds, 32).await;
+    assert_eq!((admitted.len(), refused.len()), (32, 0));
+    let mut shards = std::collections::BTreeSet::new();
+    for run in admitted {
+        shards.insert(slots(run).await[1].clone());
+    }
+    assert!(shards.len() >= 8, "32 runs over 16 platform shards: {shards:?}");
+    assert_eq!(versions().await, legacy, "no submit wrote the counters' old documents");
+    assert_eq!(counters::read(&*store, counters::PLATFORM).await.expect("read").active_runs, 2 + 1 + 32);
+    h.p.platform.shutdown().await;
+}
+
+/// Asserts a concurrency refusal whose detail contains `what`.
+#[track_caller]
+fn refused_with(answer: &(u16, Option<u64>, Value), what: &str) {
+    assert_eq!(answer.0, 429, "{}", answer.2);
+    let detail = answer.2["detail"].as_str().expect("detail");
+    assert!(detail.contains(what), "{detail}");
 }
 
 fn spec(dataset: &str, class: &str, timeout_s: u32) -> Value {

@@ -191,6 +191,16 @@ async fn finalize(
             (true, Some(v)) if tx_get::<ModelVersionDoc>(&mut tx, &v.doc_id()).await?.is_some() => None,
             (true, Some(v)) => Some(v),
         };
+        // A retry that goes ahead is admitted again against its sharded
+        // budgets, read here (reads come before the commit's first write).
+        let budgets = match (&verdict, &run.reservation) {
+            (Verdict::Retry { .. }, Some(r)) if !r.holds.is_empty() => {
+                let names = r.hold_counters();
+                let docs = tx.get_all(&counters::keys(&names)?).await?;
+                counters::Sharded::decode_all(&names, &docs)?
+            }
+            _ => Vec::new(),
+        };
         let wall = match (info.started, info.finished) {
             (Some(s), Some(f)) => f.since(s),
             _ => Duration::ZERO,
@@ -198,8 +208,13 @@ async fn finalize(
         let charge = mapi_cost::CURRENT.charge(attempt.class, attempt.task_count, wall);
         let amount = charge.amount_micros;
         // The charge goes to the usage counters once, with the ledger entry.
+        let charged = if ledger_seen {
+            Bumps::default()
+        } else {
+            Bumps::charge(&usage_counters(&run, now), run.id.as_str(), charge.vcpu_ms, amount)
+        };
         if !ledger_seen {
-            Bumps::charge(&usage_counters(&run, now), charge.vcpu_ms, amount).apply(&mut tx)?;
+            charged.apply(&mut tx)?;
             let entry = LedgerEntry {
                 tenant: run.tenant.clone(),
                 project: run.project.clone(),
@@ -240,7 +255,7 @@ async fn finalize(
                         run.class = *class;
                         if let Some(r) = run.reservation.as_mut() {
                             let hold = counters::reserve_ms(*class, run.task_count, run.timeout_s);
-                            Bumps::renew(r, hold).apply(&mut tx)?;
+                            Bumps::renew(r, hold, &budgets, &charged, run.id.as_str())?.apply(&mut tx)?;
                         }
                         if *infra { run.infra_retries += 1 } else { run.oom_retried = true }
                         next = Some(Box::new(run.clone()));

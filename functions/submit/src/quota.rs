@@ -1,12 +1,15 @@
 //! Admission: the three levels of quotas (the token's, the tenant's policy
 //! or tier defaults, the platform's) and the kill switches.
 //!
-//! A request is first checked against what is in use now, which gives the
-//! refusal its detail and Retry-After; then its reservation is written as
-//! guarded increments in the same commit as the run or dataset, each
-//! increment at most its limit. Racing requests therefore never over-admit
-//! (the store checks the limit where it writes the counter) and never
-//! conflict with each other (increments read nothing).
+//! A request is first checked against what is in use now (the sum of each
+//! counter's shards), which gives the refusal its detail and Retry-After;
+//! then its reservation is written as guarded increments of the shards with
+//! room, in the same commit as the run or dataset, each increment at most
+//! its shard's share of the limit (see `mapi_runs::counters`). Racing
+//! requests therefore never over-admit (the shares add up to the limit, and
+//! the store checks each where it writes it) and never conflict with each
+//! other (increments read nothing); a race for the last room of one shard
+//! fails the commit, and the request is planned again.
 
 use mapi_domain::{TenantId, Tier, Timestamp};
 use mapi_identity::{Audit, Caller, audit};
@@ -15,7 +18,7 @@ use mapi_problem::{ApiError, ProblemCode};
 use mapi_quota::{
     Ask, Limits, Period, Refusal, RefusalCode, TokenBudget, Usage, admit, effective, platform_limits,
 };
-use mapi_runs::counters::{self, Bumps, CounterDoc, Reservation, field};
+use mapi_runs::counters::{self, Bumps, CounterDoc, Hold, Reservation, field};
 use mapi_runs::{BudgetPeriod, KillSwitchDoc, Outcome, QuotaPolicyDoc, TenantDoc, TokenDoc};
 
 /// What an admitted request writes.
@@ -44,7 +47,9 @@ fn limit(n: Option<impl Into<u64>>) -> Option<i64> {
 }
 
 /// Checks `ask` against what is in use now and plans its reservation.
-/// `tier` is the tenant's, as the caller's authorization read it.
+/// `tier` is the tenant's, as the caller's authorization read it. `seed`
+/// (the run's or dataset's id) picks the counter shards it starts from.
+#[allow(clippy::too_many_arguments)]
 pub async fn plan(
     state: &AppState,
     now: Timestamp,
@@ -52,6 +57,7 @@ pub async fn plan(
     tier: Tier,
     token: Option<&TokenDoc>,
     ask: &Ask,
+    seed: &str,
 ) -> Result<Result<Plan, Refusal>, ApiError> {
     let store = &*state.store;
     let budget = budget_of(token);
@@ -64,8 +70,9 @@ pub async fn plan(
         counters::tenant_minute(tenant, now),
     );
     // One read for everything admission looks at: the policy, the kill
-    // switches and the counters (both spend periods: the switches say which).
-    let mut ids = vec![
+    // switches and the counters' shards (both spend periods: the switches
+    // say which).
+    let mut names = vec![
         total.clone(),
         day.clone(),
         month.clone(),
@@ -74,14 +81,12 @@ pub async fn plan(
         counters::platform_period(Period::Day, now),
         counters::platform_period(Period::Month, now),
     ];
-    ids.extend(token_counter.clone());
+    names.extend(token_counter.clone());
     let mut keys = vec![
         mapi_runs::key::<QuotaPolicyDoc>(tenant.as_str())?,
         mapi_runs::key::<KillSwitchDoc>(KillSwitchDoc::ID)?,
     ];
-    for id in &ids {
-        keys.push(mapi_runs::key::<CounterDoc>(id)?);
-    }
+    keys.extend(counters::keys(&names)?);
     let docs = store.get(&keys, None).await?;
     let policy = docs[0].as_ref().map(|d| d.decode::<QuotaPolicyDoc>()).transpose()?.map(|p| p.policy);
     let switches = docs[1]
@@ -90,14 +95,12 @@ pub async fn plan(
         .transpose()?
         .map(|k| k.switches)
         .unwrap_or_default();
-    let read: Vec<CounterDoc> = docs[2..]
-        .iter()
-        .map(|d| d.as_ref().map(|d| d.decode::<CounterDoc>()).transpose().map(Option::unwrap_or_default))
-        .collect::<Result<_, _>>()?;
+    let read = counters::Sharded::decode_all(&names, &docs[2..])?;
+    let sums: Vec<CounterDoc> = read.iter().map(counters::Sharded::total).collect();
     let spend_index = if switches.spend_cap_period == Period::Day { 5 } else { 6 };
     let (c_total, c_day, c_month, c_minute, c_platform, c_spend) =
-        (&read[0], &read[1], &read[2], &read[3], &read[4], &read[spend_index]);
-    let c_token = read.get(7).cloned().unwrap_or_default();
+        (&sums[0], &sums[1], &sums[2], &sums[3], &sums[4], &sums[spend_index]);
+    let c_token = sums.get(7).cloned().unwrap_or_default();
     let usage = Usage {
         token_vcpu_ms: c_token.vcpu_ms(),
         tenant_requests_this_minute: u32::try_from(c_minute.requests).unwrap_or(u32::MAX),
@@ -114,42 +117,61 @@ pub async fn plan(
     if let Err(refusal) = admit(now, tier, budget.as_ref(), &limits, &platform, &switches, &usage, ask) {
         return Ok(Err(refusal));
     }
-    // The same limits, as guards on the increments, in the order of the checks.
+    // The same limits, as guards on the increments of the shards with room,
+    // in the order of the checks. The check above passed, so every take
+    // finds room unless the shards' counts are uneven past their shares
+    // (see `counters`): that is answered as a race, to be retried.
+    let take = |c: &counters::Sharded, field: &str, amount: i64, limit: Option<i64>| {
+        c.take(field, amount, limit, seed)
+            .ok_or_else(|| ApiError::unavailable(format!("{} has no shard with room now: retry", c.name), 1))
+    };
     let mut bumps = Bumps::default();
     let reservation = match ask {
         Ask::Run { vcpu_ms, .. } => {
             let held = i64::try_from(*vcpu_ms).unwrap_or(i64::MAX);
-            let (mut budgets, mut at_most) = (Vec::new(), Vec::new());
-            if let (Some(id), Some(b)) = (&token_counter, &budget) {
-                bumps.add(id, field::RESERVED, held);
-                bumps.guarded(id, field::COMMITTED, held, limit_ms(Some(b.vcpu_seconds)));
-                budgets.push(id.clone());
-                at_most.push(limit_ms(Some(b.vcpu_seconds)));
+            let mut holds = Vec::new();
+            let mut budget_takes = |bumps: &mut Bumps, c: &counters::Sharded, max: Option<i64>| {
+                let takes = take(c, field::COMMITTED, held, max)?;
+                for t in &takes {
+                    bumps.add(&t.shard, field::RESERVED, t.amount);
+                    bumps.guarded(&t.shard, field::COMMITTED, t.amount, t.at_most);
+                    holds.push(Hold {
+                        shard: t.shard.clone(),
+                        vcpu_ms: u64::try_from(t.amount).unwrap_or(0),
+                        at_most: t.at_most,
+                        limit: max,
+                    });
+                }
+                Ok::<_, ApiError>(())
+            };
+            if let (Some(c), Some(b)) = (read.get(7), &budget) {
+                budget_takes(&mut bumps, c, limit_ms(Some(b.vcpu_seconds)))?;
             }
-            bumps.guarded(&minute, field::REQUESTS, 1, limit(limits.requests_per_minute));
-            bumps.guarded(&total, field::ACTIVE, 1, limit(limits.concurrent_runs));
-            for (id, max) in [(&day, limits.vcpu_seconds_per_day), (&month, limits.vcpu_seconds_per_month)] {
-                bumps.add(id, field::RESERVED, held);
-                bumps.guarded(id, field::COMMITTED, held, limit_ms(max));
-                budgets.push(id.clone());
-                at_most.push(limit_ms(max));
-            }
-            bumps.guarded(counters::PLATFORM, field::ACTIVE, 1, limit(platform.concurrent_runs));
+            bumps.take(
+                field::REQUESTS,
+                &take(&read[3], field::REQUESTS, 1, limit(limits.requests_per_minute))?,
+            );
+            let tenant_slot = take(&read[0], field::ACTIVE, 1, limit(limits.concurrent_runs))?;
+            bumps.take(field::ACTIVE, &tenant_slot);
+            budget_takes(&mut bumps, &read[1], limit_ms(limits.vcpu_seconds_per_day))?;
+            budget_takes(&mut bumps, &read[2], limit_ms(limits.vcpu_seconds_per_month))?;
+            let platform_slot = take(&read[4], field::ACTIVE, 1, limit(platform.concurrent_runs))?;
+            bumps.take(field::ACTIVE, &platform_slot);
             Some(Reservation {
                 vcpu_ms: *vcpu_ms,
-                budgets,
-                at_most,
-                slots: vec![total, counters::PLATFORM.to_owned()],
+                budgets: Vec::new(),
+                at_most: Vec::new(),
+                slots: tenant_slot.into_iter().chain(platform_slot).map(|t| t.shard).collect(),
+                holds,
             })
         }
         Ask::Upload { bytes } => {
-            bumps.guarded(&minute, field::REQUESTS, 1, limit(limits.requests_per_minute));
-            bumps.guarded(
-                &total,
-                field::STORAGE,
-                i64::try_from(*bytes).unwrap_or(i64::MAX),
-                limit(limits.storage_bytes),
+            bumps.take(
+                field::REQUESTS,
+                &take(&read[3], field::REQUESTS, 1, limit(limits.requests_per_minute))?,
             );
+            let bytes = i64::try_from(*bytes).unwrap_or(i64::MAX);
+            bumps.take(field::STORAGE, &take(&read[0], field::STORAGE, bytes, limit(limits.storage_bytes))?);
             None
         }
     };
@@ -158,8 +180,15 @@ pub async fn plan(
 
 pub use mapi_runs::counters::reserve_ms;
 
+/// How many times a request is planned again after its commit lost a race
+/// for a shard's last room.
+pub const RACE_RETRIES: u32 = 4;
+
 /// A guard failed in the commit: another request took what the first check
-/// saw free. Checking again names the limit that is now reached.
+/// saw free. Checking again names the limit that is now reached, or, when
+/// there is room still (in another shard), gives the plan to commit again,
+/// `attempt` (from 1) being how many commits were refused so far.
+#[allow(clippy::too_many_arguments)]
 pub async fn raced(
     state: &AppState,
     caller: &Caller,
@@ -167,11 +196,14 @@ pub async fn raced(
     tier: Tier,
     what: &str,
     ask: &Ask,
-) -> ApiError {
-    match plan(state, state.clock.now(), tenant, tier, caller.token(), ask).await {
-        Ok(Err(r)) => refused(state, caller, tenant, what, r).await,
-        Ok(Ok(_)) => ApiError::unavailable("a quota changed while the request was admitted: retry", 1),
-        Err(e) => e,
+    seed: &str,
+    attempt: u32,
+) -> Result<Plan, ApiError> {
+    match plan(state, state.clock.now(), tenant, tier, caller.token(), ask, seed).await {
+        Ok(Err(r)) => Err(refused(state, caller, tenant, what, r).await),
+        Ok(Ok(plan)) if attempt < RACE_RETRIES => Ok(plan),
+        Ok(Ok(_)) => Err(ApiError::unavailable("a quota changed while the request was admitted: retry", 1)),
+        Err(e) => Err(e),
     }
 }
 

@@ -212,7 +212,7 @@ pub async fn submit(
         .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
         .into_doc(now);
     let what = format!("projects/{tenant}/{project}/runs");
-    let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask).await?;
+    let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
     if q.dry_run {
         // A question, not a request: a refusal is the answer, not a denial.
         let refusal = plan.as_ref().err().map(|r| DryRunRefusal {
@@ -239,35 +239,41 @@ pub async fn submit(
         Ok(plan) => plan,
         Err(r) => return Err(quota::refused(&state, &caller, &tenant, &what, r).await),
     };
-    let mut run = run;
-    run.reservation = plan.reservation.clone();
-    let (run_ref, idem_ref, record, bumps) = (&run, &idem_doc, &record, &plan.bumps);
-    let outcome = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if let Some(doc) = idem_ref
-            && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
-            && seen.expires_at > now
-        {
-            if seen.request_hash != doc.request_hash {
-                return Err(ApiError::new(
-                    ProblemCode::FailedPrecondition,
-                    "this Idempotency-Key was used with a different request: use a new key",
-                ));
+    let (mut run, mut plan, mut raced) = (run, plan, 0);
+    let outcome = loop {
+        run.reservation = plan.reservation.clone();
+        let (run_ref, idem_ref, record, bumps) = (&run, &idem_doc, &record, &plan.bumps);
+        let outcome = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+            if let Some(doc) = idem_ref
+                && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
+                && seen.expires_at > now
+            {
+                if seen.request_hash != doc.request_hash {
+                    return Err(ApiError::new(
+                        ProblemCode::FailedPrecondition,
+                        "this Idempotency-Key was used with a different request: use a new key",
+                    ));
+                }
+                return Ok(tx.finish(Submitted::Replayed(seen.run)));
             }
-            return Ok(tx.finish(Submitted::Replayed(seen.run)));
+            if let Some(doc) = idem_ref {
+                tx_put(&mut tx, doc)?;
+            }
+            tx_create(&mut tx, run_ref)?;
+            tx_create(&mut tx, record)?;
+            bumps.apply(&mut tx)?;
+            Ok(tx.finish(Submitted::New(Box::new(run_ref.clone()))))
+        })
+        .await;
+        match outcome {
+            Ok(o) => break o,
+            Err(e) if is_limit(&e) => {
+                raced += 1;
+                plan =
+                    quota::raced(&state, &caller, &tenant, tier, &what, &ask, run.id.as_str(), raced).await?;
+            }
+            Err(e) => return Err(e),
         }
-        if let Some(doc) = idem_ref {
-            tx_put(&mut tx, doc)?;
-        }
-        tx_create(&mut tx, run_ref)?;
-        tx_create(&mut tx, record)?;
-        bumps.apply(&mut tx)?;
-        Ok(tx.finish(Submitted::New(Box::new(run_ref.clone()))))
-    })
-    .await;
-    let outcome = match outcome {
-        Ok(o) => o,
-        Err(e) if is_limit(&e) => return Err(quota::raced(&state, &caller, &tenant, tier, &what, &ask).await),
-        Err(e) => return Err(e),
     };
     let mut out_headers = HeaderMap::new();
     match outcome {

@@ -137,12 +137,29 @@ pub const INDEXES: &[Index] = &[
         collection: ProjectDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc)],
     },
-    // The audit log, newest first: of a tenant, and of everything.
+    // The audit log, newest first: of everything, and filtered by any mix
+    // of tenant, project, actor, action and outcome (`functions/admin`'s
+    // audit_log). One index per filter field, each ending in `at desc`:
+    // Firestore merges them for a query with several equality filters, so
+    // five indexes serve all 31 mixes (with or without a time range on `at`).
+    Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Desc)] },
     Index {
         collection: AuditDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("at", Direction::Desc)],
     },
-    Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Desc)] },
+    Index {
+        collection: AuditDoc::COLLECTION,
+        fields: &[("project", Direction::Asc), ("at", Direction::Desc)],
+    },
+    Index { collection: AuditDoc::COLLECTION, fields: &[("actor", Direction::Asc), ("at", Direction::Desc)] },
+    Index {
+        collection: AuditDoc::COLLECTION,
+        fields: &[("action", Direction::Asc), ("at", Direction::Desc)],
+    },
+    Index {
+        collection: AuditDoc::COLLECTION,
+        fields: &[("outcome", Direction::Asc), ("at", Direction::Desc)],
+    },
     // Ledger entries of a tenant, or of one of its projects, in a period.
     Index {
         collection: LedgerEntry::COLLECTION,

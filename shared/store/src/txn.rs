@@ -12,8 +12,15 @@
 //! The closure may run more than once (each conflict reruns it from a fresh
 //! transaction), so it must do no outside I/O and keep its effects in the
 //! value it returns. As in Firestore, all reads come before the first write.
+//!
+//! A conflict is `Aborted` from the commit, or from a read inside the
+//! closure (Firestore aborts a transaction's read when it loses a lock):
+//! either reruns the closure, whatever error type the closure turned the
+//! read's error into.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::{DocKey, Document, Fields, Precondition, Query, ReadRecord, Store, StoreError, TxnId, Write};
@@ -39,6 +46,8 @@ pub struct Txn<'s> {
     id: TxnId,
     reads: Vec<ReadRecord>,
     writes: Vec<Write>,
+    /// Set when a read was aborted: the transaction is rerun.
+    aborted: Arc<AtomicBool>,
 }
 
 /// A transaction's buffered work and the value to return once it commits.
@@ -57,10 +66,19 @@ impl<'s> Txn<'s> {
         }
     }
 
+    /// Notes a read's `Aborted`, so that the transaction is rerun.
+    fn noted<T>(&self, read: Result<T, StoreError>) -> Result<T, StoreError> {
+        if matches!(read, Err(StoreError::Aborted)) {
+            self.aborted.store(true, Ordering::Relaxed);
+        }
+        read
+    }
+
     /// Reads one document.
     pub async fn get(&mut self, key: &DocKey) -> Result<Option<Document>, StoreError> {
         self.check_no_writes()?;
-        let doc = self.store.get(std::slice::from_ref(key), Some(self.id)).await?.pop().flatten();
+        let read = self.store.get(std::slice::from_ref(key), Some(self.id)).await;
+        let doc = self.noted(read)?.pop().flatten();
         self.reads.push(ReadRecord::Doc { key: key.clone(), version: doc.as_ref().map(|d| d.version) });
         Ok(doc)
     }
@@ -68,7 +86,8 @@ impl<'s> Txn<'s> {
     /// Reads several documents at once.
     pub async fn get_all(&mut self, keys: &[DocKey]) -> Result<Vec<Option<Document>>, StoreError> {
         self.check_no_writes()?;
-        let docs = self.store.get(keys, Some(self.id)).await?;
+        let read = self.store.get(keys, Some(self.id)).await;
+        let docs = self.noted(read)?;
         for (key, doc) in keys.iter().zip(&docs) {
             self.reads.push(ReadRecord::Doc { key: key.clone(), version: doc.as_ref().map(|d| d.version) });
         }
@@ -78,7 +97,8 @@ impl<'s> Txn<'s> {
     /// Runs a query inside the transaction: a commit fails if its result changed.
     pub async fn query(&mut self, query: &Query) -> Result<Vec<Document>, StoreError> {
         self.check_no_writes()?;
-        let docs = self.store.query(query, Some(self.id)).await?;
+        let read = self.store.query(query, Some(self.id)).await;
+        let docs = self.noted(read)?;
         let seen = docs.iter().map(|d| (d.key.clone(), d.version)).collect();
         self.reads.push(ReadRecord::Query { query: query.clone(), seen });
         Ok(docs)
@@ -108,8 +128,9 @@ impl<'s> Txn<'s> {
 }
 
 /// Runs `f` in a transaction and commits what it buffered, rerunning it on
-/// `Aborted` (with a short back-off) up to a bound. Errors from `f` roll the
-/// transaction back and are returned as they are.
+/// `Aborted` (with a short back-off) up to a bound: from the commit, or from
+/// a read of `f`'s transaction (whatever `f` made of that error). Other
+/// errors from `f` roll the transaction back and are returned as they are.
 pub async fn transact<'s, T, E, F, Fut>(store: &'s dyn Store, mut f: F) -> Result<T, E>
 where
     F: FnMut(Txn<'s>) -> Fut,
@@ -120,12 +141,18 @@ where
     loop {
         attempt += 1;
         let id = store.begin().await?;
-        let txn = Txn { store, id, reads: Vec::new(), writes: Vec::new() };
+        let aborted = Arc::new(AtomicBool::new(false));
+        let txn = Txn { store, id, reads: Vec::new(), writes: Vec::new(), aborted: Arc::clone(&aborted) };
         let done = match f(txn).await {
             Ok(done) => done,
             Err(e) => {
                 // Best effort: an unreleased transaction times out on its own.
                 let _ = store.rollback(id).await;
+                if aborted.load(Ordering::Relaxed) && attempt < MAX_ATTEMPTS {
+                    tracing::debug!(attempt, "a read of a store transaction was aborted; retrying");
+                    tokio::time::sleep(backoff(attempt)).await;
+                    continue;
+                }
                 return Err(e);
             }
         };
@@ -138,5 +165,128 @@ where
             }
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::Version;
+    use crate::sqlite::{Durability, SqliteStore};
+
+    /// A store whose first `aborts` reads inside a transaction fail with
+    /// `Aborted`, as Firestore's do when a transaction loses a lock.
+    #[derive(Debug)]
+    struct AbortingReads {
+        inner: SqliteStore,
+        aborts: AtomicU32,
+        reads: AtomicU32,
+    }
+
+    #[async_trait]
+    impl Store for AbortingReads {
+        async fn get(
+            &self,
+            keys: &[DocKey],
+            txn: Option<TxnId>,
+        ) -> Result<Vec<Option<Document>>, StoreError> {
+            if txn.is_some() {
+                self.reads.fetch_add(1, Ordering::SeqCst);
+                if self.aborts.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+                {
+                    return Err(StoreError::Aborted);
+                }
+            }
+            self.inner.get(keys, txn).await
+        }
+        async fn query(&self, query: &Query, txn: Option<TxnId>) -> Result<Vec<Document>, StoreError> {
+            self.inner.query(query, txn).await
+        }
+        async fn begin(&self) -> Result<TxnId, StoreError> {
+            self.inner.begin().await
+        }
+        async fn commit(
+            &self,
+            txn: Option<(TxnId, &[ReadRecord])>,
+            writes: &[Write],
+        ) -> Result<Vec<Option<Version>>, StoreError> {
+            self.inner.commit(txn, writes).await
+        }
+        async fn rollback(&self, txn: TxnId) -> Result<(), StoreError> {
+            self.inner.rollback(txn).await
+        }
+    }
+
+    fn store(dir: &tempfile::TempDir, aborts: u32) -> AbortingReads {
+        let clock: Arc<dyn mapi_clock::Clock> = Arc::new(mapi_clock::SystemClock);
+        let inner =
+            SqliteStore::open(&dir.path().join("store.db"), clock, &[], Durability::Normal).expect("open");
+        AbortingReads { inner, aborts: AtomicU32::new(aborts), reads: AtomicU32::new(0) }
+    }
+
+    /// A closure's own error type, as handlers have: the read's `Aborted`
+    /// is turned into it, and the transaction is rerun all the same.
+    #[derive(Debug, PartialEq)]
+    struct Mine(String);
+
+    impl From<StoreError> for Mine {
+        fn from(e: StoreError) -> Mine {
+            Mine(e.to_string())
+        }
+    }
+
+    async fn bump(s: &dyn Store, key: &DocKey) -> Result<i64, Mine> {
+        transact::<_, Mine, _, _>(s, |mut tx| async move {
+            let n =
+                tx.get(key).await?.and_then(|d| d.fields.get("n").and_then(|v| v.as_i64())).unwrap_or(0) + 1;
+            let mut fields = Fields::new();
+            fields.insert("n".to_owned(), serde_json::Value::from(n));
+            tx.put(key, fields, Precondition::None);
+            Ok(tx.finish(n))
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn an_aborted_read_reruns_the_transaction() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = store(&dir, 1);
+        let key = DocKey::new("things", "a").expect("key");
+        assert_eq!(bump(&s, &key).await, Ok(1));
+        // The first read was aborted, the rerun's read went through.
+        assert_eq!(s.reads.load(Ordering::SeqCst), 2);
+        assert_eq!(bump(&s, &key).await, Ok(2));
+    }
+
+    #[tokio::test]
+    async fn reads_aborted_every_time_give_up_after_the_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = store(&dir, u32::MAX);
+        let key = DocKey::new("things", "a").expect("key");
+        let err = bump(&s, &key).await.expect_err("never committed");
+        assert_eq!(err, Mine::from(StoreError::Aborted));
+        assert_eq!(s.reads.load(Ordering::SeqCst), MAX_ATTEMPTS);
+    }
+
+    #[tokio::test]
+    async fn other_errors_of_the_closure_are_not_retried() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = store(&dir, 0);
+        let key = DocKey::new("things", "a").expect("key");
+        let runs = AtomicU32::new(0);
+        let (runs_ref, key_ref) = (&runs, &key);
+        let out = transact::<(), Mine, _, _>(&s, |mut tx| async move {
+            runs_ref.fetch_add(1, Ordering::SeqCst);
+            tx.get(key_ref).await?;
+            Err(Mine("refused".to_owned()))
+        })
+        .await;
+        assert_eq!(out, Err(Mine("refused".to_owned())));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }

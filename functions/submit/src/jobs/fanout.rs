@@ -116,31 +116,43 @@ async fn step_once(
 /// Step 1: reserves the next batch within the tenant's window. Returns the
 /// job as committed (`reserved == enqueued` when the window is full).
 async fn reserve(state: &AppState, job: &JobDoc, step: u64) -> Result<JobDoc, ApiError> {
-    let tenant_counter = counters::tenant(&job.tenant);
-    let counter_key = mapi_runs::key::<counters::CounterDoc>(&tenant_counter)?;
+    // The tenant's items in flight: the sum of its counter's shards, read in
+    // the transaction; the batch is taken from the shards with room.
+    let names = [counters::tenant(&job.tenant)];
+    let counter_keys = counters::keys(&names)?;
     let batch = u64::from(state.config.jobs.fanout_batch);
-    let (id, counter_key) = (&job.id, &counter_key);
+    let (id, names, counter_keys) = (&job.id, &names, &counter_keys);
     let result = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut job =
             tx_get::<JobDoc>(&mut tx, id.as_str()).await?.ok_or_else(|| ApiError::not_found("job gone"))?;
         if job.fanout.step != step || job.fanout.reserved != job.fanout.enqueued {
             return Ok(tx.finish(job));
         }
-        let active = tx
-            .get(counter_key)
-            .await?
-            .map(|d| d.decode::<counters::CounterDoc>())
-            .transpose()?
-            .unwrap_or_default()
-            .active_items;
+        let docs = tx.get_all(counter_keys).await?;
+        let counter = counters::Sharded::decode_all(names, &docs)?.pop().unwrap_or_default();
+        let active = counter.total().active_items;
         let window = i64::from(job.window);
         let free = u64::try_from(window - active).unwrap_or(0);
         let take = batch.min(job.items - job.fanout.enqueued).min(free);
         if take > 0 {
+            let delta = i64::try_from(take).unwrap_or(i64::MAX);
+            // The shards' room adds up to at least `free` (their shares add
+            // up to the window): a take that finds less is a bug, not a race.
+            let Some(takes) = counter.take(field::ACTIVE_ITEMS, delta, Some(window), id.as_str()) else {
+                return Err(ApiError::internal(
+                    "the tenant's item counter has less room in its shards than in its sum",
+                ));
+            };
             job.fanout.reserved = job.fanout.enqueued + take;
             tx_put(&mut tx, &job)?;
-            let delta = i64::try_from(take).unwrap_or(i64::MAX);
-            tx.increment(counter_key, field::ACTIVE_ITEMS, delta, Some(window));
+            for t in &takes {
+                tx.increment(
+                    &mapi_runs::key::<counters::CounterDoc>(&t.shard)?,
+                    field::ACTIVE_ITEMS,
+                    t.amount,
+                    t.at_most,
+                );
+            }
         }
         Ok(tx.finish(job))
     })

@@ -127,7 +127,9 @@ async fn delete_job(state: &AppState, job: &JobDoc) -> Result<u64, ApiError> {
     // Items still counted as in flight give their window slots back.
     let (_, counts, _) = derived(state, job).await?;
     let running = i64::try_from(counts.running).unwrap_or(0);
-    let (id, tenant) = (&job.id, counters::tenant(&job.tenant));
+    let tenant = counters::tenant(&job.tenant);
+    let (id, tenant) =
+        (&job.id, counters::shard_id(&tenant, counters::pick(job.id.as_str(), counters::shards_of(&tenant))));
     let tenant = &tenant;
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         for shard in JobCountsDoc::shard_ids(id) {

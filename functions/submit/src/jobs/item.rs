@@ -307,14 +307,16 @@ async fn mark_from_objects(
                 );
                 tx.increment(shard, count_field::COST, m_ref.cost_micros, None);
                 let mut bumps = Bumps::default();
-                bumps.add(&counters::tenant(&m_ref.tenant), field::ACTIVE_ITEMS, -1);
+                // The counters' shards are picked by the item's ledger id.
+                let seed = entry.doc_id();
+                bumps.add_to(&counters::tenant(&m_ref.tenant), &seed, field::ACTIVE_ITEMS, -1);
                 let periods: Vec<String> =
                     Period::ALL.iter().map(|p| counters::tenant_period(&m_ref.tenant, *p, now)).collect();
                 for id in &periods {
-                    bumps.add(id, field::ITEMS, 1);
+                    bumps.add_to(id, &seed, field::ITEMS, 1);
                 }
                 // vCPU-ms of the item's class (as its ledger entry), not wall ms.
-                bumps.extend(Bumps::charge(&periods, entry.charge.vcpu_ms, m_ref.cost_micros));
+                bumps.extend(Bumps::charge(&periods, &seed, entry.charge.vcpu_ms, m_ref.cost_micros));
                 bumps.apply(&mut tx)?;
                 Ok(tx.finish(false))
             }
@@ -337,7 +339,13 @@ async fn mark_from_objects(
 /// Idempotent: an item not failed in an earlier round is left alone.
 pub(super) async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Result<(), ApiError> {
     let shard = mapi_runs::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
+    // The window takes the item again, in the shard of the tenant's counter
+    // the item's marker id picks.
     let tenant = counters::tenant(&job.tenant);
+    let tenant = counters::shard_id(
+        &tenant,
+        counters::pick(&JobItemDoc::id_of(&job.id, idx), counters::shards_of(&tenant)),
+    );
     let (id, shard, tenant) = (&job.id, &shard, &tenant);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let m_id = JobItemDoc::id_of(id, idx);
