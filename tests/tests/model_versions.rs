@@ -363,3 +363,39 @@ async fn kms_signs_versions_and_a_failed_signature_only_delays_the_success() {
     assert_eq!(version_docs(&p).await.len(), 1);
     assert_eq!(bundle_objects(&p, &run).await.len(), 2);
 }
+
+/// Model versions are the matrix's `model` resource: a token scoped
+/// `models:read` (or `score:*`) reads them; one scoped only for datasets
+/// or workflows does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_scopes_follow_the_model_row_of_the_matrix() {
+    let p = TestPlatform::start(&[]).await;
+    let run = fit(&p).await;
+    let id = run["model_version"].as_str().expect("version").to_owned();
+    let session = p.login("dev@dev.local").await;
+    for (scopes, allowed) in [
+        (json!(["models:read"]), true),
+        (json!(["score:*"]), true),
+        (json!(["datasets:write"]), false),
+        (json!(["workflows:run"]), false),
+    ] {
+        let (s, created) = p
+            .call(
+                &session,
+                Method::POST,
+                &format!("{}/tokens", p.project_path()),
+                Some(json!({"name": "scoped", "scopes": scopes})),
+            )
+            .await;
+        assert_eq!(s, 201, "{created}");
+        let secret = created["secret"].as_str().expect("secret").to_owned();
+        let (get, body) = p.call(&secret, Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+        let (list, _) =
+            p.call(&secret, Method::GET, &format!("{}/model-versions", p.project_path()), None).await;
+        if allowed {
+            assert_eq!((get, list), (200, 200), "{scopes}: {body}");
+        } else {
+            assert_eq!((get, list), (403, 403), "{scopes}: {body}");
+        }
+    }
+}

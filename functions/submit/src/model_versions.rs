@@ -43,7 +43,7 @@ async fn load_for(state: &AppState, caller: &Caller, id: &str) -> Result<ModelVe
         state,
         caller,
         Target::project(&version.tenant, &version.project, &what),
-        Resource::Run,
+        Resource::Model,
         Action::Read,
     )
     .await?;
@@ -122,7 +122,7 @@ pub async fn list(
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<ModelVersionPage>, ApiError> {
-    require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
+    require_project(&state, &caller, &tenant, &project, Resource::Model, Action::Read).await?;
     let (docs, next_page_token) = mapi_store::Query::new(ModelVersionDoc::COLLECTION)
         .filter("tenant", Op::Eq, tenant.as_str())
         .filter("project", Op::Eq, project.as_str())
