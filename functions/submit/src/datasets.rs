@@ -38,6 +38,33 @@ pub async fn require_project(
     authorize(state, caller, Target::project(tenant, project, &what), resource, action).await
 }
 
+/// A page of a listing: `?page_size=&page_token=`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// 1 to 200; 50 when absent.
+    page_size: Option<u32>,
+    page_token: Option<String>,
+}
+
+/// A page of the project's documents of `D`, newest first (by
+/// `created_at`), and the token of the next page.
+pub async fn newest_first<D: Doc>(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    q: &PageQuery,
+) -> Result<(Vec<D>, Option<String>), ApiError> {
+    let (docs, next_page_token) = mapi_store::Query::new(D::COLLECTION)
+        .filter("tenant", Op::Eq, tenant.as_str())
+        .filter("project", Op::Eq, project.as_str())
+        .order_by("created_at", Direction::Desc)
+        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
+        .await?;
+    let docs = docs.iter().map(|d| d.decode::<D>()).collect::<Result<_, _>>()?;
+    Ok((docs, next_page_token))
+}
+
 /// 80 bits of entropy for a new identifier.
 pub fn entropy() -> Result<[u8; 10], ApiError> {
     let mut e = [0u8; 10];
@@ -159,20 +186,12 @@ pub async fn upload(
     Ok((StatusCode::CREATED, Json(DatasetView::from(&doc))))
 }
 
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// 1 to 200; 50 when absent.
-    page_size: Option<u32>,
-    page_token: Option<String>,
-}
-
 /// List a project's datasets, newest first.
 #[utoipa::path(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets",
     tag = "datasets",
-    params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
+    params(("tenant" = String, Path), ("project" = String, Path), PageQuery),
     responses((status = 200, body = DatasetPage)),
     security(("bearer" = []))
 )]
@@ -180,18 +199,10 @@ pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
-    Query(q): Query<ListQuery>,
+    Query(q): Query<PageQuery>,
 ) -> Result<Json<DatasetPage>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Read).await?;
-    let (docs, next_page_token) = mapi_store::Query::new(DatasetDoc::COLLECTION)
-        .filter("tenant", Op::Eq, tenant.as_str())
-        .filter("project", Op::Eq, project.as_str())
-        .order_by("created_at", Direction::Desc)
-        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
-        .await?;
-    let datasets = docs
-        .iter()
-        .map(|d| d.decode::<DatasetDoc>().map(|d| DatasetView::from(&d)))
-        .collect::<Result<_, _>>()?;
+    let (docs, next_page_token) = newest_first::<DatasetDoc>(&state, &tenant, &project, &q).await?;
+    let datasets = docs.iter().map(DatasetView::from).collect();
     Ok(Json(DatasetPage { datasets, next_page_token }))
 }

@@ -18,15 +18,13 @@ use mapi_domain::{ModelVersionId, ProjectId, TenantId};
 use mapi_identity::{Audit, Caller, Target, audit, authorize};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
 use mapi_runs::views::{
     ArtifactUrl, ArtifactUrls, ArtifactView, ModelVersionPage, ModelVersionSummary, ModelVersionView,
 };
 use mapi_runs::{Doc, ModelVersionDoc, Outcome, layout};
-use mapi_store::{Direction, Op};
-use serde::Deserialize;
 
-use crate::datasets::require_project;
+use crate::datasets::{PageQuery, newest_first, require_project};
 
 /// How long artifact URLs stay valid.
 const URL_TTL: Duration = Duration::from_secs(900);
@@ -99,20 +97,12 @@ async fn refuse(
     }
 }
 
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// 1 to 200; 50 when absent.
-    page_size: Option<u32>,
-    page_token: Option<String>,
-}
-
 /// List a project's model versions, newest first.
 #[utoipa::path(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/model-versions",
     tag = "model-versions",
-    params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
+    params(("tenant" = String, Path), ("project" = String, Path), PageQuery),
     responses((status = 200, body = ModelVersionPage), (status = 400, body = mapi_problem::Problem)),
     security(("bearer" = []))
 )]
@@ -120,19 +110,11 @@ pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
-    Query(q): Query<ListQuery>,
+    Query(q): Query<PageQuery>,
 ) -> Result<Json<ModelVersionPage>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Model, Action::Read).await?;
-    let (docs, next_page_token) = mapi_store::Query::new(ModelVersionDoc::COLLECTION)
-        .filter("tenant", Op::Eq, tenant.as_str())
-        .filter("project", Op::Eq, project.as_str())
-        .order_by("created_at", Direction::Desc)
-        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
-        .await?;
-    let model_versions = docs
-        .iter()
-        .map(|d| d.decode::<ModelVersionDoc>().map(|v| ModelVersionSummary::from(&v)))
-        .collect::<Result<_, _>>()?;
+    let (docs, next_page_token) = newest_first::<ModelVersionDoc>(&state, &tenant, &project, &q).await?;
+    let model_versions = docs.iter().map(ModelVersionSummary::from).collect();
     Ok(Json(ModelVersionPage { model_versions, next_page_token }))
 }
 
