@@ -18,18 +18,10 @@ fn normalized((status, body): (u16, Value), ids: &[&str]) -> (u16, String, Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_tenants_ids_answer_as_missing_ones() {
     let p =
-        TestPlatform::start(&[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test")]).await;
-    // Tenant A is `dev`; tenant B is `other`, whose admin is Eve.
+        TestPlatform::start(&[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@other.test")]).await;
+    // Tenant A is `dev`; tenant B is `other`, whose admin (`owner@other.test`) is Eve.
     let operator = p.login("admin@dev.local").await;
-    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
-    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
-    let eve = p.login("eve@other.test").await;
-    assert_eq!(
-        p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(json!({"id": "default", "name": "D"})))
-            .await
-            .0,
-        201
-    );
+    let eve = p.create_tenant(&operator, "other", "internal").await;
 
     // Tenant A's things.
     let ds = p.upload("x,y\n1,2\n2,3\n3,5\n").await;

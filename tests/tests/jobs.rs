@@ -231,16 +231,12 @@ async fn a_fanout_that_dies_halfway_and_is_delivered_again_loses_and_doubles_not
 async fn another_tenants_burst_does_not_starve_a_small_job() {
     let _serial = SERIAL.lock().await;
     let p = TestPlatform::start_with(
-        &[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test")],
+        &[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@other.test")],
         Options { background: false, ..Options::default() },
     )
     .await;
     let operator = p.login("admin@dev.local").await;
-    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
-    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
-    let eve = p.login("eve@other.test").await;
-    let project = json!({"id": "default", "name": "D"});
-    assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+    let eve = p.create_tenant(&operator, "other", "internal").await;
     let _deliverer = deliver(&p, &p.platform.url);
     let token = p.token().to_owned();
     // Tenant A (dev): 20,000 items; then tenant B (other): 10.
@@ -600,17 +596,13 @@ async fn the_housekeeper_honours_each_tenants_retention() {
     let p = TestPlatform::start_with(
         &[
             ("MAPI_JOB_RETENTION_DAYS", "7"),
-            ("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test"),
+            ("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@other.test"),
         ],
         Options { background: false, clock: clock.clone(), ..Options::default() },
     )
     .await;
     let operator = p.login("admin@dev.local").await;
-    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
-    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
-    let eve = p.login("eve@other.test").await;
-    let project = json!({"id": "default", "name": "D"});
-    assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+    let eve = p.create_tenant(&operator, "other", "internal").await;
     // 0 days would delete a tenant's jobs at once: refused.
     let zero = json!({"job_retention_days": 0});
     assert_eq!(p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(zero)).await.0, 400);
@@ -646,14 +638,16 @@ async fn the_housekeeper_honours_each_tenants_retention() {
     clock.advance(Duration::from_secs(2 * 86_400));
     assert_eq!(housekeep(&p).await, 1, "three days old: dev's 2-day retention has passed");
     assert_eq!(p.call(&token, Method::GET, &format!("/v1/jobs/{dev_job}"), None).await.0, 404);
-    assert_eq!(job(&p, &p.login("eve@other.test").await, &other_job).await["state"], "succeeded");
+    assert_eq!(job(&p, &p.login("owner@other.test").await, &other_job).await["state"], "succeeded");
     clock.advance(Duration::from_secs(5 * 86_400));
     assert_eq!(housekeep(&p).await, 0, "eight days old: past the platform's 7, not other's 10");
-    assert_eq!(job(&p, &p.login("eve@other.test").await, &other_job).await["state"], "succeeded");
+    assert_eq!(job(&p, &p.login("owner@other.test").await, &other_job).await["state"], "succeeded");
     clock.advance(Duration::from_secs(3 * 86_400));
     assert_eq!(housekeep(&p).await, 1, "eleven days old: past other's 10");
     assert_eq!(
-        p.call(&p.login("eve@other.test").await, Method::GET, &format!("/v1/jobs/{other_job}"), None).await.0,
+        p.call(&p.login("owner@other.test").await, Method::GET, &format!("/v1/jobs/{other_job}"), None)
+            .await
+            .0,
         404
     );
 }

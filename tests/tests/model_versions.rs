@@ -303,13 +303,9 @@ async fn a_changed_artifact_or_manifest_is_refused_audited_and_never_linked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_is_invisible_to_another_tenant() {
     let p =
-        TestPlatform::start(&[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,eve@other.test")]).await;
+        TestPlatform::start(&[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@other.test")]).await;
     let operator = p.login("admin@dev.local").await;
-    let body = json!({"id": "other", "name": "Other", "tier": "internal", "residency": "eu", "admin_email": "eve@other.test"});
-    assert_eq!(p.call(&operator, Method::POST, "/v1/admin/tenants", Some(body)).await.0, 201);
-    let eve = p.login("eve@other.test").await;
-    let project = json!({"id": "default", "name": "D"});
-    assert_eq!(p.call(&eve, Method::POST, "/v1/tenants/other/projects", Some(project)).await.0, 201);
+    let eve = p.create_tenant(&operator, "other", "internal").await;
 
     let run = fit(&p).await;
     let id = run["model_version"].as_str().expect("version").to_owned();
