@@ -142,6 +142,14 @@ pub enum StartError {
     Gcs(#[from] mapi_gcs::BuildError),
 }
 
+/// The credentials of a Google client towards `endpoint`: none only
+/// towards a plain-HTTP one (which can only be a local fake), Application
+/// Default Credentials otherwise (Google's endpoint when `None`). Each
+/// client crate has its own `Credentials`; this is the one rule for all.
+fn credentials<C>(endpoint: Option<&str>, anonymous: C, application_default: C) -> C {
+    if endpoint.is_some_and(|e| e.starts_with("http://")) { anonymous } else { application_default }
+}
+
 /// The signer `config` selects: the local key (made on first use), or the
 /// Cloud KMS key version with its public keys loaded (anonymous only
 /// towards a plain-HTTP endpoint, which can only be a local fake).
@@ -149,11 +157,11 @@ pub async fn signer(config: &Config) -> Result<Arc<dyn Signer>, StartError> {
     Ok(match &config.signer {
         SignerConfig::Local { key_file, trusted } => Arc::new(LocalSigner::open(key_file, true, trusted)?),
         SignerConfig::Kms(settings) => {
-            let credentials = if settings.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
-                mapi_signer::kms::Credentials::Anonymous
-            } else {
-                mapi_signer::kms::Credentials::ApplicationDefault
-            };
+            let credentials = credentials(
+                settings.endpoint.as_deref(),
+                mapi_signer::kms::Credentials::Anonymous,
+                mapi_signer::kms::Credentials::ApplicationDefault,
+            );
             Arc::new(mapi_signer::kms::KmsSigner::connect(settings.clone(), credentials).await?)
         }
     })
@@ -316,11 +324,11 @@ impl Platform {
         let signer = signer(&config).await?;
         let mut platform = Platform::embedded_with(config, clock, worker, signer)?;
         if let Some(settings) = platform.config.cloudrun.clone() {
-            let credentials = if settings.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
-                mapi_cloudrun::Credentials::Anonymous
-            } else {
-                mapi_cloudrun::Credentials::ApplicationDefault
-            };
+            let credentials = credentials(
+                settings.endpoint.as_deref(),
+                mapi_cloudrun::Credentials::Anonymous,
+                mapi_cloudrun::Credentials::ApplicationDefault,
+            );
             let throttled = platform
                 .metrics
                 .executor_submit_throttled
@@ -336,11 +344,11 @@ impl Platform {
             platform.executor = Arc::new(executor);
         }
         if let Some(ct) = platform.config.cloudtasks.clone() {
-            let credentials = if ct.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
-                mapi_cloudtasks::Credentials::Anonymous
-            } else {
-                mapi_cloudtasks::Credentials::ApplicationDefault
-            };
+            let credentials = credentials(
+                ct.endpoint.as_deref(),
+                mapi_cloudtasks::Credentials::Anonymous,
+                mapi_cloudtasks::Credentials::ApplicationDefault,
+            );
             let target = ct.target_url(&platform.config.public_url);
             let audience = Some(ct.token_audience(&platform.config.public_url));
             let settings = mapi_cloudtasks::Settings {
@@ -361,11 +369,11 @@ impl Platform {
             platform.store = Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?);
         }
         if let ObjectsBackend::Gcs { data, bootstrap_bucket } = platform.config.objects_backend.clone() {
-            let credentials = if data.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
-                mapi_gcs::Credentials::Anonymous
-            } else {
-                mapi_gcs::Credentials::ApplicationDefault
-            };
+            let credentials = credentials(
+                data.endpoint.as_deref(),
+                mapi_gcs::Credentials::Anonymous,
+                mapi_gcs::Credentials::ApplicationDefault,
+            );
             let mut bootstrap = data.clone();
             bootstrap.bucket = bootstrap_bucket;
             platform.objects = Arc::new(mapi_gcs::GcsObjectStore::new(data, credentials).await?);
