@@ -127,6 +127,9 @@ pub enum QuotasCmd {
         egress_per_month: Option<String>,
         #[arg(long)]
         requests_per_minute: Option<u32>,
+        /// Items one item job may hold.
+        #[arg(long)]
+        max_items_per_job: Option<u64>,
         /// Days a job's objects and documents are kept (at least 1; unset:
         /// the platform's MAPI_JOB_RETENTION_DAYS).
         #[arg(long)]
@@ -507,6 +510,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             storage,
             egress_per_month,
             requests_per_minute,
+            max_items_per_job,
             job_retention_days,
             note,
             ..
@@ -516,8 +520,8 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 "concurrent_runs": concurrent_runs, "max_fanout_tasks": max_fanout_tasks,
                 "max_resource_class": max_resource_class, "storage_bytes": storage.as_deref().map(bytes).transpose()?,
                 "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
-                "requests_per_minute": requests_per_minute, "job_retention_days": job_retention_days,
-                "note": note,
+                "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
+                "job_retention_days": job_retention_days, "note": note,
             });
             let t: Value = client
                 .send(client.request(Method::PUT, &format!("/v1/admin/quotas/{tenant}")).json(&body))
@@ -533,8 +537,16 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             let list: Value = client.get("/v1/admin/quotas").await?;
             print(json_out, &list, || {
                 let mut out = format!(
-                    "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8}  OVERRIDE\n",
-                    "TENANT", "TIER", "VCPU-S/DAY", "VCPU-S/MONTH", "CONC", "FANOUT", "CLASS", "REQ/MIN"
+                    "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8} {:>9}  OVERRIDE\n",
+                    "TENANT",
+                    "TIER",
+                    "VCPU-S/DAY",
+                    "VCPU-S/MONTH",
+                    "CONC",
+                    "FANOUT",
+                    "CLASS",
+                    "REQ/MIN",
+                    "ITEMS/JOB"
                 );
                 let cell = |v: &Value| {
                     if v.is_null() { "—".to_owned() } else { v.to_string().trim_matches('"').to_owned() }
@@ -542,7 +554,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 for t in list["tenants"].as_array().into_iter().flatten() {
                     let e = &t["effective"];
                     out.push_str(&format!(
-                        "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8}  {}\n",
+                        "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8} {:>9}  {}\n",
                         t["tenant"].as_str().unwrap_or(""),
                         t["tier"].as_str().unwrap_or(""),
                         cell(&e["vcpu_seconds_per_day"]),
@@ -551,6 +563,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                         cell(&e["max_fanout_tasks"]),
                         cell(&e["max_resource_class"]),
                         cell(&e["requests_per_minute"]),
+                        cell(&e["max_items_per_job"]),
                         if t["policy"].is_null() { "" } else { "yes" }
                     ));
                 }

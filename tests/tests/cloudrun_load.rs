@@ -1,4 +1,4 @@
-//! The seed's load test: 100 concurrent fits through cloudrun-jobs over
+//! The load test: 100 concurrent fits through cloudrun-jobs over
 //! FakeCloudRun, in virtual time. Three `jobs.run` calls answer 429 and two
 //! answers are lost after the execution was made; the workers are real and
 //! write their outputs to the object store; their events arrive as Pub/Sub
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use mapi_clock::{Clock, VirtualClock};
 use mapi_domain::{AttemptNo, RunId, RunState, Timestamp};
-use mapi_runs::RunDoc;
+use mapi_lifecycle::RunDoc;
 use mapi_tests::Options;
 use mapi_tests::backend::{Backend, start};
 use mapi_tests::fake_cloudrun::Fault;
@@ -97,7 +97,7 @@ async fn a_hundred_fits_through_cloudrun_jobs_with_429s_lost_answers_and_late_du
     let mut to_running = Vec::new();
     for id in &ids {
         let run: RunDoc = mapi_runs::get(&*store, id.as_str()).await.expect("read").expect("run");
-        let at = run.history.iter().find(|t| t.to == RunState::Running).expect("running").at;
+        let at = run.history().iter().find(|t| t.to == RunState::Running).expect("running").at;
         to_running.push(at.since(t0));
     }
     to_running.sort();
@@ -145,7 +145,7 @@ async fn a_hundred_fits_through_cloudrun_jobs_with_429s_lost_answers_and_late_du
         let mut finals = 0;
         for id in &ids {
             let run: RunDoc = mapi_runs::get(&*store, id.as_str()).await.expect("read").expect("run");
-            finals += usize::from(run.state.is_terminal());
+            finals += usize::from(run.state().is_terminal());
         }
         if finals == RUNS {
             break;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mapi_clock::{Clock, VirtualClock};
 use mapi_domain::{AttemptNo, RunId, Timestamp};
-use mapi_runs::{AttemptDoc, RunDoc};
+use mapi_runs::AttemptDoc;
 use mapi_tests::backend::{Backend, Rig, start};
 use mapi_tests::fake_cloudrun::Fault;
 use mapi_tests::{Options, path, retried_once, transitions, with_start};
@@ -246,7 +246,8 @@ async fn the_dispatch_lease_is_renewed_while_a_submit_waits_for_its_slot() {
     .await;
     assert!(waited >= Duration::from_secs(59), "the slot is a minute after the first: {waited:?}");
     assert_eq!(waiting.await.expect("join").expect("answer"), 200);
-    let run: RunDoc = mapi_runs::get(&*store, second.as_str()).await.expect("read").expect("run");
-    assert_eq!(run.state, mapi_domain::RunState::Running);
+    let run: mapi_lifecycle::RunDoc =
+        mapi_runs::get(&*store, second.as_str()).await.expect("read").expect("run");
+    assert_eq!(run.state(), mapi_domain::RunState::Running);
     assert_eq!(r.fake().executions().len(), 2, "one execution per run");
 }

@@ -1,5 +1,5 @@
 //! Quotas through the API, in virtual time, on a scripted executor: racing
-//! submits never over-admit, the tier table is enforced as the seed states,
+//! submits never over-admit, each tier's default limits are enforced,
 //! Retry-After is right across UTC day and month boundaries, the spend cap
 //! stops new compute for non-internal tenants within one request, and the
 //! sharded counters still count what their documents of before hold.
@@ -73,6 +73,39 @@ impl Harness {
             .await
             .expect("submit");
         answer(resp).await
+    }
+
+    /// Submits an item job of `items` `item.echo` items as `token` to
+    /// `tenant/default`: status, Retry-After, body.
+    async fn job_as(&self, token: &str, tenant: &str, items: usize) -> (u16, Option<u64>, Value) {
+        let resp = self
+            .p
+            .http
+            .post(self.p.url(&format!("/v1/tenants/{tenant}/projects/default/jobs")))
+            .bearer_auth(token)
+            .json(&json!({"method": "item.echo", "items": vec![0; items]}))
+            .send()
+            .await
+            .expect("submit job");
+        answer(resp).await
+    }
+
+    /// Adds `delta` to `field` of counter `counter` (its unsharded
+    /// document, which counts as a shard does), standing in for usage too
+    /// large or slow to make in a test.
+    async fn add_usage(&self, counter: &str, field: &'static str, delta: i64) {
+        let mut b = mapi_runs::counters::Bumps::default();
+        b.add(counter, field, delta);
+        let b = &b;
+        mapi_store::transact::<_, mapi_store::StoreError, _, _>(
+            &*self.p.platform.state.store,
+            |mut tx| async move {
+                b.apply(&mut tx)?;
+                Ok(tx.finish(()))
+            },
+        )
+        .await
+        .expect("add usage");
     }
 
     /// Uploads a small CSV as `token` to `tenant/default`.
@@ -265,26 +298,26 @@ async fn fifty_racing_submits_against_twenty_slots_admit_exactly_twenty() {
 
 const GIB: u64 = 1 << 30;
 
-/// The seed's tier table, typed from the seed by hand: vCPU-s a day and a
+/// The tier table's default limits, typed by hand: vCPU-s a day and a
 /// month, concurrent runs, fan-out tasks, largest class, storage, egress a
 /// month, requests a minute (`null`: no limit at that level).
-fn seed_tier(tier: &str) -> Value {
+fn tier_table(tier: &str) -> Value {
     match tier {
         "internal" => {
             json!({"vcpu_seconds_per_day": null, "vcpu_seconds_per_month": null, "concurrent_runs": 100,
             "max_fanout_tasks": 1000, "max_resource_class": null, "storage_bytes": null,
-            "egress_bytes_per_month": null, "requests_per_minute": 6000})
+            "egress_bytes_per_month": null, "requests_per_minute": 6000, "max_items_per_job": 100_000})
         }
         "self-hosted-trusted" => json!({"vcpu_seconds_per_day": null, "vcpu_seconds_per_month": null,
             "concurrent_runs": null, "max_fanout_tasks": null, "max_resource_class": null, "storage_bytes": null,
-            "egress_bytes_per_month": null, "requests_per_minute": null}),
+            "egress_bytes_per_month": null, "requests_per_minute": null, "max_items_per_job": null}),
         "verified" => json!({"vcpu_seconds_per_day": 86_400, "vcpu_seconds_per_month": 1_000_000,
             "concurrent_runs": 20, "max_fanout_tasks": 256, "max_resource_class": "L", "storage_bytes": 100 * GIB,
-            "egress_bytes_per_month": 100 * GIB, "requests_per_minute": 600}),
+            "egress_bytes_per_month": 100 * GIB, "requests_per_minute": 600, "max_items_per_job": 10_000}),
         "public" => {
             json!({"vcpu_seconds_per_day": 3_600, "vcpu_seconds_per_month": 36_000, "concurrent_runs": 2,
             "max_fanout_tasks": 16, "max_resource_class": "S", "storage_bytes": 2 * GIB,
-            "egress_bytes_per_month": 5 * GIB, "requests_per_minute": 60})
+            "egress_bytes_per_month": 5 * GIB, "requests_per_minute": 60, "max_items_per_job": 1_000})
         }
         other => panic!("no tier {other}"),
     }
@@ -333,9 +366,11 @@ async fn counters_from_before_sharding_count_and_no_submit_writes_one_counter_do
     let slots = |run: RunId| {
         let store = store.clone();
         async move {
-            let doc =
-                mapi_runs::get::<mapi_runs::RunDoc>(&*store, run.as_str()).await.expect("read").expect("run");
-            doc.reservation.expect("reservation").slots
+            let doc = mapi_runs::get::<mapi_lifecycle::RunDoc>(&*store, run.as_str())
+                .await
+                .expect("read")
+                .expect("run");
+            doc.reservation().clone().expect("reservation").slots
         }
     };
     for run in &admitted {
@@ -416,13 +451,13 @@ async fn the_tier_table_is_enforced_through_the_api() {
     for (id, tier) in tiers {
         h.tenant(id, tier).await;
     }
-    // The limits in force are the seed's table, tier by tier, and the platform's 700.
+    // The limits in force are the tier table's, tier by tier, and the platform's 700.
     let (s, list) = h.p.call(&h.operator, Method::GET, "/v1/admin/quotas", None).await;
     assert_eq!(s, 200, "{list}");
     for (id, tier) in tiers {
         let t =
             list["tenants"].as_array().expect("tenants").iter().find(|t| t["tenant"] == id).expect("listed");
-        assert_eq!(t["effective"], seed_tier(tier), "tier {tier}");
+        assert_eq!(t["effective"], tier_table(tier), "tier {tier}");
     }
     assert_eq!(list["platform"]["concurrent_runs"], 700);
 
@@ -809,5 +844,100 @@ async fn a_retry_is_admitted_against_the_limits_its_run_was() {
     h.cancel(&owner, &fits).await;
     assert_eq!(h.usage_of("pub", "concurrent_runs").await, 0);
     assert_eq!(h.usage_of("pub", "vcpu_seconds_per_day").await, 20 + 20 + 1_800);
+    h.p.platform.shutdown().await;
+}
+
+/// An item job is admitted by the code that admits a run: its items per job
+/// (the tier's, then an operator's policy, then the platform's), the
+/// tenant's vCPU-seconds, the token's budget, the requests per minute and
+/// the spend cap each refuse it through the API, and every refusal is
+/// audited as a quota denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_job_is_refused_by_each_limit_a_run_is() {
+    use mapi_runs::counters::{self, field};
+    let h = Harness::start("2026-06-15T10:00:00Z", &[("MAPI_JOB_MAX_ITEMS", "800")]).await;
+    let owner = h.tenant("pub", "public").await;
+    let tenant = mapi_domain::TenantId::parse("pub").expect("tenant");
+    assert_eq!(h.job_as(&owner, "pub", 2).await.0, 201, "a small job is admitted");
+
+    // Items per job: the platform's cap (800) is below the public tier's 1,000.
+    refused(
+        &h.job_as(&owner, "pub", 801).await,
+        "QUOTA_EXCEEDED",
+        "platform limit max_items_per_job is 800",
+        None,
+    );
+    h.set_quota("pub", json!({"max_items_per_job": 5})).await;
+    refused(&h.job_as(&owner, "pub", 6).await, "QUOTA_EXCEEDED", "tenant limit max_items_per_job is 5", None);
+    assert_eq!(h.job_as(&owner, "pub", 5).await.0, 201, "exactly at the operator's limit");
+
+    // The tenant's vCPU-seconds of the day, once spent, refuse a job until the day ends.
+    let day = counters::tenant_period(&tenant, mapi_quota::Period::Day, h.now());
+    h.add_usage(&day, field::COMMITTED, 3_600_000).await;
+    refused(
+        &h.job_as(&owner, "pub", 1).await,
+        "QUOTA_EXCEEDED",
+        "tenant limit vcpu_seconds_per_day",
+        Some(50_400),
+    );
+    h.add_usage(&day, field::COMMITTED, -3_600_000).await;
+
+    // A token's budget, once spent, refuses its jobs.
+    let (s, tok) = h
+        .p
+        .call(
+            &owner,
+            Method::POST,
+            "/v1/tenants/pub/projects/default/tokens",
+            Some(json!({"name": "ci", "scopes": ["runs:create"], "budget_vcpu_seconds": 10, "budget_period": "day"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{tok}");
+    let token = tok["secret"].as_str().expect("secret").to_owned();
+    assert_eq!(h.job_as(&token, "pub", 1).await.0, 201, "the budget has room");
+    let public_id = tok["token"]["id"].as_str().expect("token id");
+    let spent = counters::token_period(public_id, mapi_quota::Period::Day, h.now());
+    h.add_usage(&spent, field::COMMITTED, 10_000).await;
+    refused(
+        &h.job_as(&token, "pub", 1).await,
+        "QUOTA_EXCEEDED",
+        "token limit budget_vcpu_seconds is 10",
+        Some(50_400),
+    );
+
+    // Requests per minute count jobs as they count runs.
+    h.set_quota("pub", json!({"requests_per_minute": 1})).await;
+    h.clock.advance(Duration::from_secs(60));
+    assert_eq!(h.job_as(&owner, "pub", 1).await.0, 201);
+    refused(
+        &h.job_as(&owner, "pub", 1).await,
+        "RATE_LIMITED",
+        "tenant limit requests_per_minute is 1",
+        Some(60),
+    );
+    h.set_quota("pub", json!({})).await;
+
+    // The spend cap stops new jobs of all but internal tenants.
+    let switch = json!({"spend_cap_micros": 1_000, "spend_cap_period": "day", "reason": "incident 7"});
+    let (s, b) = h.p.call(&h.operator, Method::PUT, "/v1/admin/kill-switches", Some(switch)).await;
+    assert_eq!(s, 200, "{b}");
+    let platform_day = counters::platform_period(mapi_quota::Period::Day, h.now());
+    h.add_usage(&platform_day, field::SPEND, 1_000).await;
+    refused(&h.job_as(&owner, "pub", 1).await, "QUOTA_EXCEEDED", "platform limit spend_cap", Some(50_340));
+    let dev = h.p.token().to_owned();
+    assert_eq!(h.job_as(&dev, "dev", 1).await.0, 201, "the internal tenant keeps working");
+
+    let (s, log) =
+        h.p.call(&h.operator, Method::GET, "/v1/tenants/pub/audit?action=quota.denied&page_size=50", None)
+            .await;
+    assert_eq!(s, 200, "{log}");
+    let denied: Vec<&str> = log["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["resource"] == "projects/pub/default/jobs")
+        .filter_map(|e| e["detail"].as_str())
+        .collect();
+    assert_eq!(denied.len(), 6, "one denial per refusal: {log}");
     h.p.platform.shutdown().await;
 }

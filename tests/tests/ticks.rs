@@ -9,7 +9,8 @@ use std::sync::Arc;
 use mapi_clock::VirtualClock;
 use mapi_domain::{AttemptNo, RunId, Timestamp};
 use mapi_executor::{AttemptSubmit, Executor};
-use mapi_runs::{AttemptDoc, RunDoc, tx_put};
+use mapi_lifecycle::RunDoc;
+use mapi_runs::{AttemptDoc, tx_put};
 use mapi_store::transact;
 use mapi_tests::scripted::{Rng, ScriptedExecutor};
 use mapi_tests::{Options, TestPlatform};
@@ -50,9 +51,12 @@ async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
         for b in &mut bytes {
             *b = rng.below(256) as u8;
         }
-        let run_id = RunId::generate(template.created_at, bytes);
-        let mut run = template.clone();
-        run.id = run_id.clone();
+        let run_id = RunId::generate(template.created_at(), bytes);
+        // A copy under another id: the run's fields are the lifecycle's, so
+        // the copy is made from its stored form.
+        let mut stored = serde_json::to_value(&template).expect("encode");
+        stored["id"] = json!(run_id.as_str());
+        let run: RunDoc = serde_json::from_value(stored).expect("decode");
         let mut a = attempt.clone();
         a.run = run_id.clone();
         // The executor knows each copy's execution as running.

@@ -1,7 +1,7 @@
 //! `/v1/admin/executors`: the executors of this deployment, their health,
-//! the operators' switch and the shared-tier evidence (the seed's "The
-//! shared-tier gate"). Operators only; every change is audited in the same
-//! transaction as the change.
+//! the operators' switch and the shared-tier evidence (the suites' reports
+//! that open the gate for `verified` and `public` tenants). Operators only;
+//! every change is audited in the same transaction as the change.
 
 use axum::extract::{Path, State};
 use mapi_access::{Action, Resource};
@@ -9,9 +9,10 @@ use mapi_domain::RunState;
 use mapi_executor::evidence::{Evidence, GateDecision, shared_tier_gate};
 use mapi_executor::{Capabilities, SubmitHealth};
 use mapi_identity::{Audit, Caller, authorize_operator};
+use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::{Doc, ExecutorDoc, RunDoc, tx_create, tx_get, tx_put};
+use mapi_runs::{Doc, ExecutorDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 

@@ -6,9 +6,10 @@ use axum::http::StatusCode;
 use mapi_access::{Action, Decision, Resource};
 use mapi_domain::{ProjectId, TenantId};
 use mapi_identity::{Audit, Caller, Target, authorize, check};
+use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode};
-use mapi_runs::{DatasetDoc, Doc, MembershipDoc, ProjectDoc, RunDoc, tx_create, tx_get, tx_put};
+use mapi_runs::{DatasetDoc, Doc, MembershipDoc, ProjectDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 use serde::{Deserialize, Serialize};
 

@@ -17,25 +17,22 @@
 //!
 //! Then it pushes the next attempt's dispatch, if there is one.
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use mapi_domain::{
-    ErrorCode, Reason, RunError, RunState, Tier, Timestamp, Transition, Verdict, classify, decide,
-};
+use mapi_domain::{RunState, Tier, Timestamp, Verdict};
 use mapi_identity::InternalCaller;
+use mapi_lifecycle::commands::{self, Applied, Ended, Finalized};
+use mapi_lifecycle::{Rules, RunDoc, verdict};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask, push_dispatch};
+use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask};
 
-use mapi_quota::{Period, effective};
-use mapi_runs::counters::{self, Bumps};
+use mapi_quota::effective;
+use mapi_runs::counters;
 use mapi_runs::{
-    AttemptDoc, Doc, LedgerEntry, ModelVersionDoc, ProgressDoc, QuotaPolicyDoc, RunDoc, TenantDoc,
-    attempt_facts, tx_create, tx_get, tx_put,
+    AttemptDoc, Doc, LedgerEntry, ModelVersionDoc, ProgressDoc, QuotaPolicyDoc, TenantDoc, tx_get,
 };
 use mapi_store::{StoreError, transact};
 use serde::Serialize;
@@ -56,27 +53,14 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// What the finalize route answers.
 #[derive(Debug, Serialize)]
-pub struct Finalized {
+pub struct FinalizeAnswer {
     pub outcome: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<RunState>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amount_micros: Option<i64>,
-}
-
-/// The counters a metered charge adds to: the tenant's and the platform's
-/// day and month, and the submitting token's.
-fn usage_counters(run: &RunDoc, now: Timestamp) -> Vec<String> {
-    let mut ids = Vec::new();
-    for period in [Period::Day, Period::Month] {
-        ids.push(counters::tenant_period(&run.tenant, period, now));
-        ids.push(counters::platform_period(period, now));
-        if let Some(t) = &run.token {
-            ids.push(counters::token_period(t, period, now));
-        }
-    }
-    ids
 }
 
 /// What the finalize transaction fails with: a guarded increment that
@@ -102,33 +86,82 @@ impl From<ApiError> for TxError {
     }
 }
 
-/// A retry that is not started: the run fails instead.
-fn refuse_retry(code: ErrorCode, reason: Reason, message: String) -> Verdict {
-    Verdict::Finalize { state: RunState::Failed, reason, error: Some(RunError { code, message }) }
-}
-
 enum Done {
     Already,
     Waiting,
     /// The verdict is `succeeded` and the outputs are not sealed yet:
     /// nothing was written; seal, then run the transaction again.
     NeedsSeal(Box<RunDoc>),
-    Applied {
-        transition: Option<Transition>,
-        next: Option<Box<RunDoc>>,
-        amount: i64,
-        state: RunState,
-    },
+    Applied(Box<Finalized>),
+}
+
+/// Reads what the finalization of `task` needs, asks the lifecycle for
+/// the verdict and the step, and buffers its writes. `refused` names the
+/// limit an earlier commit found the retry would pass; `sealed` is the
+/// model version once the outputs are sealed.
+async fn finalize_in(
+    tx: &mut mapi_store::Txn<'_>,
+    task: &FinalizeTask,
+    rules: Rules,
+    now: Timestamp,
+    refused: Option<&str>,
+    sealed: Option<&ModelVersionDoc>,
+) -> Result<Done, TxError> {
+    let id = AttemptDoc::id_of(&task.run, task.attempt);
+    let run =
+        tx_get::<RunDoc>(tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
+    let row = tx_get::<AttemptDoc>(tx, &id).await?.ok_or_else(|| ApiError::not_found("no such attempt"))?;
+    let progress = tx_get::<ProgressDoc>(tx, &id).await?;
+    let ledger_seen = tx_get::<LedgerEntry>(tx, &id).await?.is_some();
+    if row.finalized {
+        return Ok(Done::Already);
+    }
+    let execution = &task.execution;
+    let Some(decided) = verdict(&run, &row, progress.as_ref(), &execution.status, now, rules) else {
+        return Ok(Done::Waiting);
+    };
+    let decided = match decided.verdict() {
+        Verdict::Retry { .. } => {
+            let tenant = tx_get::<TenantDoc>(tx, run.tenant().as_str()).await?;
+            let policy = tx_get::<QuotaPolicyDoc>(tx, run.tenant().as_str()).await?;
+            let tier = tenant.map_or(Tier::Public, |t| t.tier);
+            let largest = effective(tier, policy.as_ref().map(|p| &p.policy)).max_resource_class;
+            commands::admit_retry(decided, row.class, largest, refused)
+        }
+        _ => decided,
+    };
+    // A run succeeds only with its model version, sealed before this
+    // commit (signing is I/O: never inside the transaction).
+    let version = match (commands::succeeds(&run, &row, &decided), sealed) {
+        (false, _) => None,
+        (true, None) => return Ok(Done::NeedsSeal(Box::new(run))),
+        (true, Some(v)) if tx_get::<ModelVersionDoc>(tx, &v.doc_id()).await?.is_some() => None,
+        (true, Some(v)) => Some(v),
+    };
+    // A retry that goes ahead is admitted again against its sharded
+    // budgets, read here (reads come before the commit's first write).
+    let names = commands::renewal_reads(&run, &decided);
+    let budgets = if names.is_empty() {
+        Vec::new()
+    } else {
+        counters::Sharded::decode_all(&names, &tx.get_all(&counters::keys(&names)?).await?)?
+    };
+    let ended = Ended { run, row, execution, verdict: decided, ledger_seen, version, budgets, now };
+    let finalized = commands::finalize(ended)?;
+    finalized.step.write(tx)?;
+    Ok(Done::Applied(Box::new(finalized)))
 }
 
 async fn finalize(
     State(state): State<AppState>,
     _caller: InternalCaller,
     Json(task): Json<FinalizeTask>,
-) -> Result<(StatusCode, Json<Finalized>), ApiError> {
+) -> Result<(StatusCode, Json<FinalizeAnswer>), ApiError> {
     let now = state.clock.now();
-    let grace = state.config.event_grace;
-    let policy = mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries };
+    let rules = Rules {
+        event_grace: state.config.event_grace,
+        retry: mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries },
+    };
     let task = &task;
     // A retry is admitted again, against the limits its run was admitted
     // against; when that fails the commit, the attempt is finalized again
@@ -137,149 +170,10 @@ async fn finalize(
     // The model version, once the outputs are sealed (outside the transaction).
     let mut sealed: Option<ModelVersionDoc> = None;
     let done = loop {
-        let refused = refused_retry.as_deref();
-        let version = sealed.as_ref();
+        let (refused, version) = (refused_retry.as_deref(), sealed.as_ref());
         let done = transact::<_, TxError, _, _>(&*state.store, |mut tx| async move {
-        let id = AttemptDoc::id_of(&task.run, task.attempt);
-        let mut run = tx_get::<RunDoc>(&mut tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
-        let mut attempt = tx_get::<AttemptDoc>(&mut tx, &id).await?.ok_or_else(|| ApiError::not_found("no such attempt"))?;
-        let progress = tx_get::<ProgressDoc>(&mut tx, &id).await?;
-        let ledger_seen = tx_get::<LedgerEntry>(&mut tx, &id).await?.is_some();
-        if attempt.finalized {
-            return Ok(tx.finish(Done::Already));
-        }
-        let info = &task.execution;
-        let Some(outcome) = classify(&info.status) else { return Ok(tx.finish(Done::Waiting)) };
-        let verdict = decide(&outcome, &attempt_facts(&run, &attempt, progress.as_ref(), now, grace), policy);
-        if verdict == Verdict::Wait {
-            return Ok(tx.finish(Done::Waiting));
-        }
-        let verdict = match verdict {
-            Verdict::Retry { class, reason, .. } => {
-                let tenant = tx_get::<TenantDoc>(&mut tx, run.tenant.as_str()).await?;
-                let policy = tx_get::<QuotaPolicyDoc>(&mut tx, run.tenant.as_str()).await?;
-                let tier = tenant.map_or(Tier::Public, |t| t.tier);
-                let largest = effective(tier, policy.as_ref().map(|p| &p.policy)).max_resource_class;
-                match (largest, refused) {
-                    // Only a retry onto a larger class (after running out of memory).
-                    (Some(max), _) if class > attempt.class && class > max => refuse_retry(
-                        ErrorCode::ResourceExhausted,
-                        Reason::ResourceExhausted,
-                        format!(
-                            "the attempt ran out of memory on class {}; class {class} is above the tenant's largest class {max}",
-                            attempt.class
-                        ),
-                    ),
-                    (_, Some(why)) => refuse_retry(
-                        ErrorCode::QuotaExceeded,
-                        reason,
-                        format!("the attempt failed and its retry was not started: {why}"),
-                    ),
-                    _ => verdict,
-                }
-            }
-            v => v,
-        };
-        // A run succeeds only with its model version, sealed before this
-        // commit (signing is outside I/O: never inside the closure).
-        let succeeds = run.attempt == attempt.attempt
-            && !run.state.is_terminal()
-            && matches!(verdict, Verdict::Finalize { state: RunState::Succeeded, .. });
-        let version = match (succeeds, version) {
-            (false, _) => None,
-            (true, None) => return Ok(tx.finish(Done::NeedsSeal(Box::new(run)))),
-            (true, Some(v)) if tx_get::<ModelVersionDoc>(&mut tx, &v.doc_id()).await?.is_some() => None,
-            (true, Some(v)) => Some(v),
-        };
-        // A retry that goes ahead is admitted again against its sharded
-        // budgets, read here (reads come before the commit's first write).
-        let budgets = match (&verdict, &run.reservation) {
-            (Verdict::Retry { .. }, Some(r)) if !r.holds.is_empty() => {
-                let names = r.hold_counters();
-                let docs = tx.get_all(&counters::keys(&names)?).await?;
-                counters::Sharded::decode_all(&names, &docs)?
-            }
-            _ => Vec::new(),
-        };
-        let wall = match (info.started, info.finished) {
-            (Some(s), Some(f)) => f.since(s),
-            _ => Duration::ZERO,
-        };
-        let charge = mapi_cost::CURRENT.charge(attempt.class, attempt.task_count, wall);
-        let amount = charge.amount_micros;
-        // The charge goes to the usage counters once, with the ledger entry.
-        let charged = if ledger_seen {
-            Bumps::default()
-        } else {
-            Bumps::charge(&usage_counters(&run, now), run.id.as_str(), charge.vcpu_ms, amount)
-        };
-        if !ledger_seen {
-            charged.apply(&mut tx)?;
-            let entry = LedgerEntry {
-                tenant: run.tenant.clone(),
-                project: run.project.clone(),
-                run: run.id.clone(),
-                attempt: attempt.attempt,
-                charge,
-                token: run.token.clone(),
-                at: now,
-            };
-            tx_create(&mut tx, &entry)?;
-            run.charged_micros += amount;
-        }
-        attempt.finalized = true;
-        attempt.status = Some(info.status.clone());
-        attempt.started = info.started;
-        attempt.finished = info.finished;
-        tx_put(&mut tx, &attempt)?;
-        let mut next = None;
-        let transition = if run.attempt != attempt.attempt || run.state.is_terminal() {
-            tracing::warn!(run = %run.id, attempt = %attempt.attempt, state = %run.state, "finalized an attempt the run has moved past");
-            None
-        } else {
-            let step = match &verdict {
-                Verdict::Finalize { state: to, reason, error } => {
-                    let t = run.transition(*to, *reason, now);
-                    if t.is_ok() {
-                        run.error = error.clone();
-                        if let Some(v) = version {
-                            tx_create(&mut tx, v)?;
-                        }
-                    }
-                    t
-                }
-                Verdict::Retry { class, reason, infra } => {
-                    let t = run.transition(RunState::Queued, *reason, now);
-                    if t.is_ok() {
-                        run.attempt = run.attempt.next();
-                        run.class = *class;
-                        if let Some(r) = run.reservation.as_mut() {
-                            let hold = counters::reserve_ms(*class, run.task_count, run.timeout_s);
-                            Bumps::renew(r, hold, &budgets, &charged, run.id.as_str())?.apply(&mut tx)?;
-                        }
-                        if *infra { run.infra_retries += 1 } else { run.oom_retried = true }
-                        next = Some(Box::new(run.clone()));
-                    }
-                    t
-                }
-                Verdict::Wait => unreachable!("handled above"),
-            };
-            match step {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    tracing::error!(run = %run.id, error = %e, "the verdict is not a legal transition; the run is left as it is");
-                    None
-                }
-            }
-        };
-        // A run that ended gives back what it reserved (not when the verdict
-        // could not be applied: the run still holds its slot then).
-        if transition.is_some() && run.state.is_terminal() {
-            counters::end_reservation(&mut run).apply(&mut tx)?;
-        }
-        tx_put(&mut tx, &run)?;
-        let state_now = run.state;
-        Ok(tx.finish(Done::Applied { transition, next, amount, state: state_now }))
+            let done = finalize_in(&mut tx, task, rules, now, refused, version).await?;
+            Ok(tx.finish(done))
         })
         .await;
         match done {
@@ -299,31 +193,46 @@ async fn finalize(
     match done {
         Done::Already => Ok((
             StatusCode::OK,
-            Json(Finalized { outcome: "already finalized", state: None, amount_micros: None }),
+            Json(FinalizeAnswer { outcome: "already finalized", state: None, amount_micros: None }),
         )),
         Done::Waiting => {
             Err(ApiError::unavailable("the attempt has no verdict yet (waiting for its complete event)", 10))
         }
         Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
-        Done::Applied { transition, next, amount, state: run_state } => {
-            if let Some(t) = &transition {
-                state.metrics.transition(
-                    t.from.map_or("none", |s| s.as_str()),
-                    t.to.as_str(),
-                    t.reason.as_str(),
-                );
-                tracing::info!(run = %task.run, attempt = %task.attempt, to = %t.to, reason = %t.reason, amount_micros = amount, "attempt finalized");
-                if let (RunState::Succeeded, Some(v)) = (t.to, &sealed) {
-                    tracing::info!(run = %task.run, model_version = %v.id, manifest_sha256 = %v.manifest_sha256, key_version = %v.key_version, "model version recorded");
-                }
-            }
-            if let Some(run) = next {
-                push_dispatch(&*state.queue, &run.id, run.attempt, None, None).await?;
-            }
-            Ok((
-                StatusCode::OK,
-                Json(Finalized { outcome: "finalized", state: Some(run_state), amount_micros: Some(amount) }),
-            ))
-        }
+        Done::Applied(f) => applied(&state, task, &f, sealed.as_ref()).await,
     }
+}
+
+/// After the commit: the metric, the log lines, the next attempt's dispatch.
+async fn applied(
+    state: &AppState,
+    task: &FinalizeTask,
+    f: &Finalized,
+    sealed: Option<&ModelVersionDoc>,
+) -> Result<(StatusCode, Json<FinalizeAnswer>), ApiError> {
+    f.step.committed(&state.metrics);
+    match (&f.applied, &f.step.transition) {
+        (Applied::Moved, Some(t)) => {
+            tracing::info!(run = %task.run, attempt = %task.attempt, to = %t.to, reason = %t.reason, amount_micros = f.amount_micros, "attempt finalized");
+            if let (RunState::Succeeded, Some(v)) = (t.to, sealed) {
+                tracing::info!(run = %task.run, model_version = %v.id, manifest_sha256 = %v.manifest_sha256, key_version = %v.key_version, "model version recorded");
+            }
+        }
+        (Applied::MovedPast, _) => {
+            tracing::warn!(run = %task.run, attempt = %task.attempt, state = %f.state, "finalized an attempt the run has moved past");
+        }
+        (Applied::Illegal(e), _) => {
+            tracing::error!(run = %task.run, error = %e, "the verdict is not a legal transition; the run is left as it is");
+        }
+        (Applied::Moved, None) => {}
+    }
+    mapi_lifecycle::carry_out(&f.step.follow_ups, &*state.queue, &*state.executor).await?;
+    Ok((
+        StatusCode::OK,
+        Json(FinalizeAnswer {
+            outcome: "finalized",
+            state: Some(f.state),
+            amount_micros: Some(f.amount_micros),
+        }),
+    ))
 }

@@ -13,14 +13,15 @@
 
 use mapi_bundles::BundleError;
 use mapi_domain::{AttemptNo, ModelVersionId, Timestamp};
+use mapi_lifecycle::RunDoc;
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
-use mapi_runs::{ModelVersionDoc, RunDoc, layout};
+use mapi_runs::{ModelVersionDoc, layout};
 
 /// Every output object an attempt wrote (all its tasks), in key order.
 async fn outputs(state: &AppState, run: &RunDoc, attempt: AttemptNo) -> Result<Vec<ObjectKey>, ApiError> {
-    let dir = layout::attempt_dir(&run.tenant, &run.project, &run.id, attempt);
+    let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), attempt);
     let prefix = format!("{dir}/");
     let mut keys = Vec::new();
     let mut token: Option<String> = None;
@@ -48,8 +49,8 @@ pub async fn seal(
     now: Timestamp,
 ) -> Result<ModelVersionDoc, ApiError> {
     let artifacts = outputs(state, run, attempt).await?;
-    let prefix = ObjectKey::parse(&layout::bundle(&run.tenant, &run.project, &run.id))
-        .map_err(|e| ApiError::internal(format!("bundle prefix of {}: {e}", run.id)))?;
+    let prefix = ObjectKey::parse(&layout::bundle(run.tenant(), run.project(), run.id()))
+        .map_err(|e| ApiError::internal(format!("bundle prefix of {}: {e}", run.id())))?;
     let sealed = match mapi_bundles::seal(&*state.objects, &*state.signer, &prefix, &artifacts).await {
         Ok(s) => s,
         Err(e) => {
@@ -59,17 +60,17 @@ pub async fn seal(
                 // an operator rather than succeed without a version.
                 state.metrics.bundle_integrity_failures.inc();
             }
-            tracing::warn!(run = %run.id, attempt = %attempt, error = %e, "sealing the run's outputs failed; the finalization is retried");
+            tracing::warn!(run = %run.id(), attempt = %attempt, error = %e, "sealing the run's outputs failed; the finalization is retried");
             return Err(ApiError::unavailable("the run's outputs could not be sealed yet; retry", 10));
         }
     };
     Ok(ModelVersionDoc {
-        id: ModelVersionId::of_run(&run.id),
-        tenant: run.tenant.clone(),
-        project: run.project.clone(),
-        run: run.id.clone(),
+        id: ModelVersionId::of_run(run.id()),
+        tenant: run.tenant().clone(),
+        project: run.project().clone(),
+        run: run.id().clone(),
         attempt,
-        method: run.method.clone(),
+        method: run.method().to_owned(),
         bundle: prefix.to_string(),
         manifest_sha256: sealed.sha256,
         key_version: sealed.signature.key_version,

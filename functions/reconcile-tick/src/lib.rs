@@ -28,13 +28,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
-use mapi_domain::{ExecutionStatus, RunState, Verdict, classify, decide};
+use mapi_domain::{ExecutionStatus, RunState};
 use mapi_executor::ExecutionInfo;
 use mapi_identity::InternalCaller;
+use mapi_lifecycle::{Rules, RunDoc, commands, verdict};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_runs::tasks::{FinalizeTask, push_dispatch, push_finalize, round_of};
-use mapi_runs::{AttemptDoc, Doc, ProgressDoc, RunDoc, TickLeaseDoc, attempt_facts, tx_get, tx_put};
+use mapi_runs::{AttemptDoc, Doc, ProgressDoc, TickLeaseDoc, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::Serialize;
 
@@ -79,8 +80,9 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         report.busy = true;
         return Ok(Json(report));
     };
+    let watched: Vec<&str> = RunState::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
     let mut active = mapi_store::Query::new(RunDoc::COLLECTION)
-        .filter("state", Op::In, serde_json::json!(["dispatching", "running", "cancelling"]))
+        .filter("state", Op::In, serde_json::json!(watched))
         .order_by("updated_at", Direction::Asc)
         .limit(SWEEP_LIMIT);
     if let Some(cursor) = lease.cursor.as_deref().and_then(mapi_store::Cursor::from_token) {
@@ -116,7 +118,7 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         report.polled += 1;
         if let Err(e) = reconcile_run(&state, &run, &mut report).await {
             report.errors += 1;
-            tracing::warn!(run = %run.id, error = %e, "reconciling a run failed; the next tick retries");
+            tracing::warn!(run = %run.id(), error = %e, "reconciling a run failed; the next tick retries");
         }
     }
     let now = state.clock.now();
@@ -127,15 +129,15 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     for doc in state.store.query(&queued, None).await? {
         let run: RunDoc = doc.decode()?;
         // A queued run untouched for a dispatch lease has probably lost its push.
-        if run.updated_at + state.config.dispatch_lease > now {
+        if run.updated_at() + state.config.dispatch_lease > now {
             break;
         }
         // One run's failed push must not stop the sweep (nor keep the lease).
-        match push_dispatch(&*state.queue, &run.id, run.attempt, Some(round_of(now)), None).await {
+        match push_dispatch(&*state.queue, run.id(), run.attempt(), Some(round_of(now)), None).await {
             Ok(()) => report.redispatched += 1,
             Err(e) => {
                 report.errors += 1;
-                tracing::warn!(run = %run.id, error = %e, "re-pushing a queued run's dispatch failed; the next tick retries");
+                tracing::warn!(run = %run.id(), error = %e, "re-pushing a queued run's dispatch failed; the next tick retries");
             }
         }
     }
@@ -209,7 +211,7 @@ async fn release_lease(
 
 async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let attempt_id = AttemptDoc::id_of(&run.id, run.attempt);
+    let attempt_id = AttemptDoc::id_of(run.id(), run.attempt());
     let Some(attempt) = mapi_runs::get::<AttemptDoc>(&*state.store, &attempt_id).await? else {
         return Ok(());
     };
@@ -218,7 +220,7 @@ async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) 
     }
     let Some(handle) = &attempt.handle else {
         if attempt.lease_until <= now {
-            push_dispatch(&*state.queue, &run.id, run.attempt, Some(round_of(now)), None).await?;
+            push_dispatch(&*state.queue, run.id(), run.attempt(), Some(round_of(now)), None).await?;
             report.redispatched += 1;
         }
         return Ok(());
@@ -226,13 +228,13 @@ async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) 
     let info = state.executor.status(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
     match &info.status {
         ExecutionStatus::Running => {
-            let backstop = Duration::from_secs(u64::from(run.timeout_s))
+            let backstop = Duration::from_secs(u64::from(run.timeout_s()))
                 + state.executor.backstop_margin()
                 + Duration::from_secs(60);
             let overdue = attempt.submitted_at.is_some_and(|t| t + backstop <= now);
-            if run.state == RunState::Cancelling || overdue {
+            if run.state() == RunState::Cancelling || overdue {
                 if overdue {
-                    tracing::warn!(run = %run.id, execution = %handle, "execution ran past its timeout: cancelling");
+                    tracing::warn!(run = %run.id(), execution = %handle, "execution ran past its timeout: cancelling");
                 }
                 state.executor.cancel(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
                 report.cancels_sent += 1;
@@ -263,16 +265,17 @@ async fn finalize(
         attempt.clone()
     };
     let progress: Option<ProgressDoc> =
-        mapi_runs::get(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
-    let facts = attempt_facts(run, &attempt, progress.as_ref(), now, state.config.event_grace);
-    let Some(outcome) = classify(&info.status) else { return Ok(()) };
-    let policy = mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries };
-    if decide(&outcome, &facts, policy) == Verdict::Wait {
+        mapi_runs::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
+    let rules = Rules {
+        event_grace: state.config.event_grace,
+        retry: mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries },
+    };
+    if verdict(run, &attempt, progress.as_ref(), &info.status, now, rules).is_none() {
         return Ok(());
     }
     push_finalize(
         &*state.queue,
-        &FinalizeTask { run: run.id.clone(), attempt: attempt.attempt, execution: info },
+        &FinalizeTask { run: run.id().clone(), attempt: attempt.attempt, execution: info },
     )
     .await?;
     report.finalizing += 1;
@@ -306,26 +309,23 @@ async fn mark_stalled(
 ) -> Result<(), ApiError> {
     let now = state.clock.now();
     let progress: Option<ProgressDoc> =
-        mapi_runs::get(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
+        mapi_runs::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
     let last = progress.map_or(attempt.submitted_at, |p| Some(p.updated_at));
     let stalled = last.is_some_and(|t| t + state.config.stall_after <= now);
-    if stalled == run.stalled {
+    if stalled == run.stalled() {
         return Ok(());
     }
-    let id = run.id.as_str();
+    let id = run.id().as_str();
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if let Some(mut r) = tx_get::<RunDoc>(&mut tx, id).await?
-            && r.stalled != stalled
-        {
-            r.stalled = stalled;
-            tx_put(&mut tx, &r)?;
+        if let Some(r) = tx_get::<RunDoc>(&mut tx, id).await? {
+            commands::mark_stalled(r, stalled).write(&mut tx)?;
         }
         Ok(tx.finish(()))
     })
     .await?;
     if stalled {
         report.stalled += 1;
-        tracing::warn!(run = %run.id, "no events for a while: the run is marked stalled");
+        tracing::warn!(run = %run.id(), "no events for a while: the run is marked stalled");
     }
     Ok(())
 }

@@ -136,46 +136,25 @@ pub async fn upload(
     };
     // Storage and the request rate are admitted with the dataset's record;
     // a refused upload's object is removed again.
-    let ask = Ask::Upload { bytes: size };
-    let what = format!("datasets/{}", doc.id);
-    let admitted =
-        match quota::plan(&state, now, &doc.tenant, tier, caller.token(), &ask, doc.id.as_str()).await {
-            Ok(Ok(mut plan)) => {
-                let mut raced = 0;
-                loop {
-                    let (doc_ref, bumps) = (&doc, &plan.bumps);
-                    let committed = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-                        bumps.apply(&mut tx)?;
-                        tx_create(&mut tx, doc_ref)?;
-                        Ok(tx.finish(()))
-                    })
-                    .await;
-                    match committed {
-                        Err(e) if crate::runs::is_limit(&e) => {
-                            raced += 1;
-                            match quota::raced(
-                                &state,
-                                &caller,
-                                &doc.tenant,
-                                tier,
-                                &what,
-                                &ask,
-                                doc.id.as_str(),
-                                raced,
-                            )
-                            .await
-                            {
-                                Ok(next) => plan = next,
-                                Err(e) => break Err(e),
-                            }
-                        }
-                        other => break other,
-                    }
-                }
-            }
-            Ok(Err(r)) => Err(quota::refused(&state, &caller, &doc.tenant, &what, r).await),
-            Err(e) => Err(e),
-        };
+    let request = quota::Request {
+        caller: &caller,
+        tenant: &doc.tenant,
+        tier,
+        ask: Ask::Upload { bytes: size },
+        seed: doc.id.as_str(),
+        what: format!("datasets/{}", doc.id),
+    };
+    let (doc_ref, store) = (&doc, &*state.store);
+    let admitted = quota::admit_and_commit(&state, &request, |plan| async move {
+        let bumps = &plan.bumps;
+        transact::<_, ApiError, _, _>(store, |mut tx| async move {
+            bumps.apply(&mut tx)?;
+            tx_create(&mut tx, doc_ref)?;
+            Ok(tx.finish(()))
+        })
+        .await
+    })
+    .await;
     if let Err(e) = admitted {
         if let Err(d) = state.objects.delete(&key, IfGeneration::Match(meta.generation)).await {
             tracing::warn!(object = %key, error = %d, "could not remove the object of a refused upload");

@@ -19,16 +19,18 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use bytes::Bytes;
-use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ErrorCode, Nonce, Reason, RunError, RunState};
+use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, Nonce, Reason, RunState};
 use mapi_events::AttemptKey;
 use mapi_executor::{AttemptSubmit, ExecutionHandle, SubmitError};
 use mapi_identity::InternalCaller;
+use mapi_lifecycle::commands::{self, Claim, Intent};
+use mapi_lifecycle::{RunDoc, Step};
 use mapi_metrics::ExecutorLabels;
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, SignedMethod};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_runs::tasks::DispatchTask;
-use mapi_runs::{AttemptDoc, DatasetDoc, RunDoc, layout, tx_get, tx_put};
+use mapi_runs::{AttemptDoc, DatasetDoc, layout, tx_get};
 use mapi_store::transact;
 use serde::Serialize;
 
@@ -44,17 +46,6 @@ fn done(outcome: &'static str) -> Json<Outcome> {
     Json(Outcome { outcome, execution: None })
 }
 
-enum Claim {
-    Nothing(&'static str),
-    Busy(Duration),
-    /// The intent row; `fresh` when this delivery wrote it.
-    Mine {
-        run: Box<RunDoc>,
-        attempt: Box<AttemptDoc>,
-        fresh: bool,
-    },
-}
-
 fn metric(state: &AppState, result: &str) {
     let labels =
         ExecutorLabels { executor: state.executor.capabilities().executor, result: result.to_owned() };
@@ -67,99 +58,53 @@ pub async fn handle(
     Json(task): Json<DispatchTask>,
 ) -> Result<(StatusCode, Json<Outcome>), ApiError> {
     let now = state.clock.now();
-    let lease = state.config.dispatch_lease;
     // Generated outside the transaction, which may run more than once.
     let mut nonce_bytes = [0u8; 16];
     let mut key_bytes = [0u8; 32];
     getrandom::fill(&mut nonce_bytes).map_err(|e| ApiError::internal(e.to_string()))?;
     getrandom::fill(&mut key_bytes).map_err(|e| ApiError::internal(e.to_string()))?;
-    let nonce = Nonce::from_bytes(nonce_bytes);
-    let event_key = AttemptKey::from_bytes(key_bytes).to_hex();
-    let (task_ref, nonce_ref, key_ref) = (&task, &nonce, &event_key);
+    let intent = Intent {
+        nonce: Nonce::from_bytes(nonce_bytes),
+        event_key: AttemptKey::from_bytes(key_bytes).to_hex(),
+        lease: state.config.dispatch_lease,
+    };
+    let (task_ref, intent) = (&task, &intent);
 
     if let Some(run) = mapi_runs::get::<RunDoc>(&*state.store, task.run.as_str()).await?
-        && run.state == RunState::Queued
+        && run.state() == RunState::Queued
     {
-        if let Some((wait, why)) = crate::quota::compute_stopped(&state, &run.tenant).await? {
-            tracing::warn!(run = %run.id, "{why}");
+        if let Some((wait, why)) = crate::quota::compute_stopped(&state, run.tenant()).await? {
+            tracing::warn!(run = %run.id(), "{why}");
             return Err(ApiError::unavailable(why, wait.min(3600)));
         }
         if let Some((wait, why)) = hold(&state, &run).await? {
-            tracing::info!(run = %run.id, "{why}");
+            tracing::info!(run = %run.id(), "{why}");
             return Err(ApiError::unavailable(why, wait));
         }
     }
     let claim = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let attempt_id = AttemptDoc::id_of(&task_ref.run, task_ref.attempt);
-        let Some(mut run) = tx_get::<RunDoc>(&mut tx, task_ref.run.as_str()).await? else {
-            return Ok(tx.finish(Claim::Nothing("no such run")));
-        };
-        if run.state.is_terminal() || run.attempt != task_ref.attempt {
-            return Ok(tx.finish(Claim::Nothing("the run is past this attempt")));
+        let run = tx_get::<RunDoc>(&mut tx, task_ref.run.as_str()).await?;
+        let row = tx_get::<AttemptDoc>(&mut tx, &AttemptDoc::id_of(&task_ref.run, task_ref.attempt)).await?;
+        let claim = commands::claim(run, row, task_ref.attempt, intent, now)?;
+        if let Claim::Mine { step, .. } = &claim {
+            step.write(&mut tx)?;
         }
-        match tx_get::<AttemptDoc>(&mut tx, &attempt_id).await? {
-            Some(a) if a.handle.is_some() => {
-                Ok(tx.finish(Claim::Nothing("the attempt already has an execution")))
-            }
-            Some(a) if a.lease_until > now => Ok(tx.finish(Claim::Busy(a.lease_until.since(now)))),
-            Some(mut a) => {
-                a.lease_until = now + lease;
-                if run.state == RunState::Queued {
-                    // Sent back to the queue by throttling: the same attempt
-                    // and nonce go out again (adopting first).
-                    run.transition(RunState::Dispatching, Reason::IntentWritten, now)
-                        .map_err(|e| ApiError::internal(e.to_string()))?;
-                    tx_put(&mut tx, &run)?;
-                }
-                tx_put(&mut tx, &a)?;
-                Ok(tx.finish(Claim::Mine { run: Box::new(run), attempt: Box::new(a), fresh: false }))
-            }
-            None if run.state != RunState::Queued => Ok(tx.finish(Claim::Nothing("the run is not queued"))),
-            None => {
-                let a = AttemptDoc {
-                    run: run.id.clone(),
-                    tenant: run.tenant.clone(),
-                    project: run.project.clone(),
-                    attempt: run.attempt,
-                    nonce: nonce_ref.clone(),
-                    class: run.class,
-                    task_count: run.task_count,
-                    event_key: key_ref.clone(),
-                    created_at: now,
-                    lease_until: now + lease,
-                    handle: None,
-                    submitted_at: None,
-                    finished_seen_at: None,
-                    started: None,
-                    finished: None,
-                    status: None,
-                    finalized: false,
-                };
-                run.transition(RunState::Dispatching, Reason::IntentWritten, now)
-                    .map_err(|e| ApiError::internal(e.to_string()))?;
-                tx_put(&mut tx, &run)?;
-                tx_put(&mut tx, &a)?;
-                Ok(tx.finish(Claim::Mine { run: Box::new(run), attempt: Box::new(a), fresh: true }))
-            }
-        }
+        Ok(tx.finish(claim))
     })
     .await?;
 
     let (run, attempt, fresh) = match claim {
-        Claim::Nothing(why) => return Ok((StatusCode::OK, done(why))),
+        Claim::Nothing(why) => return Ok((StatusCode::OK, done(why.as_str()))),
         Claim::Busy(wait) => {
             let secs = wait.as_secs().max(1);
             return Err(ApiError::unavailable("another dispatcher holds this attempt", secs));
         }
-        Claim::Mine { run, attempt, fresh } => (*run, *attempt, fresh),
+        Claim::Mine { step, run, attempt, fresh } => {
+            step.committed(&state.metrics);
+            (*run, *attempt, fresh)
+        }
     };
-    if fresh {
-        state.metrics.transition(
-            RunState::Queued.as_str(),
-            RunState::Dispatching.as_str(),
-            Reason::IntentWritten.as_str(),
-        );
-    } else {
+    if !fresh {
         // An earlier delivery may have made the execution before it failed:
         // never submit again without looking.
         let since = attempt.created_at - Duration::from_secs(60);
@@ -178,15 +123,15 @@ pub async fn handle(
 
     write_bootstraps(&state, &run, &attempt).await?;
     let mut env = BTreeMap::new();
-    env.insert("MAPI_RUN_ID".to_owned(), run.id.to_string());
+    env.insert("MAPI_RUN_ID".to_owned(), run.id().to_string());
     env.insert("MAPI_NONCE".to_owned(), attempt.nonce.to_string());
     let submit = AttemptSubmit {
-        run: run.id.clone(),
+        run: run.id().clone(),
         attempt: attempt.attempt,
         nonce: attempt.nonce.clone(),
         class: attempt.class,
-        method: run.method.clone(),
-        timeout: Duration::from_secs(u64::from(run.timeout_s)),
+        method: run.method().to_owned(),
+        timeout: Duration::from_secs(u64::from(run.timeout_s())),
         task_count: attempt.task_count,
         env,
     };
@@ -216,7 +161,7 @@ pub async fn handle(
             } else {
                 release_lease(&state, &attempt).await?;
             }
-            tracing::warn!(run = %run.id, attempt = %attempt.attempt, error = %e, "submit failed; the queue will retry");
+            tracing::warn!(run = %run.id(), attempt = %attempt.attempt, error = %e, "submit failed; the queue will retry");
             Err(ApiError::unavailable(format!("the executor did not start the attempt: {e}"), retry))
         }
     }
@@ -241,7 +186,7 @@ async fn hold(state: &AppState, run: &RunDoc) -> Result<Option<(u64, String)>, A
         )));
     }
     let tier =
-        mapi_runs::get::<mapi_runs::TenantDoc>(&*state.store, run.tenant.as_str()).await?.map(|t| t.tier);
+        mapi_runs::get::<mapi_runs::TenantDoc>(&*state.store, run.tenant().as_str()).await?.map(|t| t.tier);
     if !matches!(tier, Some(mapi_domain::Tier::Verified | mapi_domain::Tier::Public)) {
         return Ok(None);
     }
@@ -301,79 +246,54 @@ async fn submit_renewing_lease(
     }
 }
 
+/// Reads the run and the intent row of `attempt`, applies `command` to
+/// them, and commits its step. Nothing is written when either is gone.
+async fn apply<F>(state: &AppState, attempt: &AttemptDoc, command: F) -> Result<Option<Step>, ApiError>
+where
+    F: Fn(RunDoc, AttemptDoc) -> Result<Step, ApiError>,
+{
+    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+    let (id, run_id, command) = (&id, attempt.run.as_str(), &command);
+    let step = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let row = tx_get::<AttemptDoc>(&mut tx, id).await?;
+        let run = tx_get::<RunDoc>(&mut tx, run_id).await?;
+        let (Some(row), Some(run)) = (row, run) else { return Ok(tx.finish(None)) };
+        let step = command(run, row)?;
+        step.write(&mut tx)?;
+        Ok(tx.finish(Some(step)))
+    })
+    .await?;
+    if let Some(step) = &step {
+        step.committed(&state.metrics);
+        let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+    }
+    Ok(step)
+}
+
 /// Moves the lease of an attempt not yet submitted to `until`.
 async fn extend_lease(
     state: &AppState,
     attempt: &AttemptDoc,
     until: mapi_domain::Timestamp,
 ) -> Result<(), ApiError> {
-    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
-    let id = &id;
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await?
-            && a.handle.is_none()
-            && a.lease_until < until
-        {
-            a.lease_until = until;
-            tx_put(&mut tx, &a)?;
-        }
-        Ok::<_, ApiError>(tx.finish(()))
-    })
-    .await
+    apply(state, attempt, |_, row| Ok(commands::extend_lease(row, until))).await.map(drop)
 }
 
-/// Throttling made nothing: the run goes back to the queue, keeping its
-/// attempt and nonce and without spending an infrastructure retry. Late,
-/// never failed.
+/// A 429 made nothing: the run goes back to the queue with its attempt
+/// and nonce, spending no infrastructure retry.
 async fn requeue_throttled(state: &AppState, attempt: &AttemptDoc) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
-    let (id, run_id) = (&id, attempt.run.as_str());
-    let moved = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await? else { return Ok(tx.finish(false)) };
-        let Some(mut run) = tx_get::<RunDoc>(&mut tx, run_id).await? else { return Ok(tx.finish(false)) };
-        if a.handle.is_some() {
-            return Ok(tx.finish(false));
-        }
-        a.lease_until = now;
-        tx_put(&mut tx, &a)?;
-        let moved = run.state == RunState::Dispatching && run.attempt == a.attempt;
-        if moved {
-            run.transition(RunState::Queued, Reason::Throttled, now)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
-            tx_put(&mut tx, &run)?;
-        }
-        Ok(tx.finish(moved))
-    })
-    .await?;
-    if moved {
-        state.metrics.transition(
-            RunState::Dispatching.as_str(),
-            RunState::Queued.as_str(),
-            Reason::Throttled.as_str(),
-        );
-    }
-    Ok(())
+    apply(state, attempt, |run, row| Ok(commands::requeue_throttled(run, row, now)?)).await.map(drop)
 }
 
 /// Lets the next delivery take the attempt at once (it will adopt first).
 async fn release_lease(state: &AppState, attempt: &AttemptDoc) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
-    let id = &id;
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if let Some(mut a) = tx_get::<AttemptDoc>(&mut tx, id).await?
-            && a.handle.is_none()
-        {
-            a.lease_until = now;
-            tx_put(&mut tx, &a)?;
-        }
-        Ok::<_, ApiError>(tx.finish(()))
-    })
-    .await
+    apply(state, attempt, |_, row| Ok(commands::release_lease(row, now))).await.map(drop)
 }
 
-/// Keeps the execution's name as the attempt's handle and moves the run on.
+/// Keeps the execution's name as the attempt's handle and moves the run on
+/// (a run cancelled meanwhile has what was just started stopped).
 async fn record_handle(
     state: &AppState,
     attempt: &AttemptDoc,
@@ -381,44 +301,12 @@ async fn record_handle(
     reason: Reason,
 ) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
-    let (id, run_id) = (&id, attempt.run.as_str());
-    let transition = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let mut a = tx_get::<AttemptDoc>(&mut tx, id)
+    let step =
+        apply(state, attempt, |run, row| Ok(commands::record_execution(run, row, handle, reason, now)?))
             .await?
-            .ok_or_else(|| ApiError::internal("intent row vanished"))?;
-        let mut run =
-            tx_get::<RunDoc>(&mut tx, run_id).await?.ok_or_else(|| ApiError::internal("run vanished"))?;
-        if a.handle.is_some() {
-            return Ok(tx.finish(None));
-        }
-        a.handle = Some(handle.clone());
-        a.submitted_at = Some(now);
-        let t = if run.state == RunState::Dispatching && run.attempt == a.attempt {
-            Some(
-                run.transition(RunState::Running, reason, now)
-                    .map_err(|e| ApiError::internal(e.to_string()))?,
-            )
-        } else {
-            None
-        };
-        tx_put(&mut tx, &a)?;
-        tx_put(&mut tx, &run)?;
-        Ok(tx.finish(Some((t, run.state))))
-    })
-    .await?;
-    match transition {
-        Some((Some(t), _)) => {
-            state.metrics.transition(RunState::Dispatching.as_str(), t.to.as_str(), t.reason.as_str());
-            tracing::info!(run = %attempt.run, attempt = %attempt.attempt, execution = %handle, reason = %reason, "attempt running");
-        }
-        Some((None, RunState::Cancelling)) => {
-            // Cancelled while we were submitting: stop what we just started.
-            if let Err(e) = state.executor.cancel(handle).await {
-                tracing::warn!(execution = %handle, error = %e, "cancel after submit failed; the reconciler retries");
-            }
-        }
-        _ => {}
+            .ok_or_else(|| ApiError::internal("the run or its intent row vanished"))?;
+    if step.transition.is_some() {
+        tracing::info!(run = %attempt.run, attempt = %attempt.attempt, execution = %handle, reason = %reason, "attempt running");
     }
     Ok(())
 }
@@ -426,52 +314,36 @@ async fn record_handle(
 /// Placement refused the attempt: the run fails with INFRA_ERROR.
 async fn refuse(state: &AppState, attempt: &AttemptDoc, why: String) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
-    let (id, run_id, why) = (&id, attempt.run.as_str(), &why);
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let mut a = tx_get::<AttemptDoc>(&mut tx, id)
-            .await?
-            .ok_or_else(|| ApiError::internal("intent row vanished"))?;
-        let mut run =
-            tx_get::<RunDoc>(&mut tx, run_id).await?.ok_or_else(|| ApiError::internal("run vanished"))?;
-        if run.state.is_terminal() {
-            return Ok(tx.finish(()));
-        }
-        mapi_runs::counters::end_reservation(&mut run).apply(&mut tx)?;
-        run.transition(RunState::Failed, Reason::PlacementRefused, now)
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        run.error = Some(RunError { code: ErrorCode::InfraError, message: why.clone() });
-        a.finalized = true;
-        tx_put(&mut tx, &a)?;
-        tx_put(&mut tx, &run)?;
-        Ok(tx.finish(()))
-    })
-    .await?;
-    state.metrics.transition(
-        RunState::Dispatching.as_str(),
-        RunState::Failed.as_str(),
-        Reason::PlacementRefused.as_str(),
-    );
-    Ok(())
+    apply(state, attempt, |run, row| Ok(commands::refuse_placement(run, row, &why, now)?))
+        .await?
+        .map(drop)
+        .ok_or_else(|| ApiError::internal("the run or its intent row vanished"))
 }
 
 /// Writes each task's bootstrap object (create-only: one left by an earlier
 /// delivery of this attempt is the same attempt's and is kept).
 async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) -> Result<(), ApiError> {
-    let dataset = mapi_runs::get::<DatasetDoc>(&*state.store, run.dataset.as_str())
-        .await?
-        .ok_or_else(|| ApiError::internal(format!("dataset {} of run {} vanished", run.dataset, run.id)))?;
+    let dataset =
+        mapi_runs::get::<DatasetDoc>(&*state.store, run.dataset().as_str()).await?.ok_or_else(|| {
+            ApiError::internal(format!("dataset {} of run {} vanished", run.dataset(), run.id()))
+        })?;
     // URLs must outlive the run: its timeout, the executor's margin, an hour to spare.
-    let ttl = Duration::from_secs(u64::from(run.timeout_s))
+    let ttl = Duration::from_secs(u64::from(run.timeout_s()))
         + state.executor.backstop_margin()
         + Duration::from_secs(3600);
     let dataset_url =
         state.objects.signed_url(SignedMethod::Get, &ObjectKey::parse(&dataset.object)?, ttl).await?;
-    let spec = mapi_methods::find(&run.method)
+    let spec = mapi_methods::find(run.method())
         .ok_or_else(|| ApiError::internal("method vanished from the registry"))?;
     for task in 0..attempt.task_count {
-        let dir =
-            layout::task_dir(&run.tenant, &run.project, &run.id, attempt.attempt, task, attempt.task_count);
+        let dir = layout::task_dir(
+            run.tenant(),
+            run.project(),
+            run.id(),
+            attempt.attempt,
+            task,
+            attempt.task_count,
+        );
         let mut outputs = BTreeMap::new();
         for out in spec.outputs {
             let key = ObjectKey::parse(&layout::output(&dir, out.name))?;
@@ -487,15 +359,15 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
         let resume_url = previous_checkpoint(state, run, attempt, task, ttl).await?;
         let boot = Bootstrap {
             v: BOOTSTRAP_VERSION,
-            tenant: run.tenant.clone(),
-            project: run.project.clone(),
-            run: run.id.clone(),
+            tenant: run.tenant().clone(),
+            project: run.project().clone(),
+            run: run.id().clone(),
             attempt: attempt.attempt,
             task,
             task_count: attempt.task_count,
-            method: run.method.clone(),
-            params: run.params.clone(),
-            timeout_s: run.timeout_s,
+            method: run.method().to_owned(),
+            params: run.params().clone(),
+            timeout_s: run.timeout_s(),
             dataset_url: dataset_url.clone(),
             outputs,
             checkpoint_url,
@@ -522,9 +394,9 @@ async fn previous_checkpoint(
 ) -> Result<Option<String>, ApiError> {
     let Some(prev) = attempt.attempt.0.checked_sub(1).filter(|n| *n > 0) else { return Ok(None) };
     let dir = layout::task_dir(
-        &run.tenant,
-        &run.project,
-        &run.id,
+        run.tenant(),
+        run.project(),
+        run.id(),
         mapi_domain::AttemptNo(prev),
         task,
         attempt.task_count,

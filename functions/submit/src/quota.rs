@@ -21,11 +21,13 @@ use mapi_quota::{
 use mapi_runs::counters::{self, Bumps, CounterDoc, Hold, Reservation, field};
 use mapi_runs::{BudgetPeriod, KillSwitchDoc, Outcome, QuotaPolicyDoc, TenantDoc, TokenDoc};
 
-/// What an admitted request writes.
+/// What an admitted request writes, and the limits it was admitted under.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub bumps: Bumps,
     pub reservation: Option<Reservation>,
+    /// The tenant's limits in force (its policy's, else its tier's).
+    pub limits: Limits,
 }
 
 fn budget_of(token: Option<&TokenDoc>) -> Option<TokenBudget> {
@@ -112,8 +114,11 @@ pub async fn plan(
         platform_spend_micros: c_spend.spend_micros,
     };
     let limits: Limits = effective(tier, policy.as_ref());
-    let platform =
-        Limits { concurrent_runs: Some(state.config.platform_concurrent_runs), ..platform_limits() };
+    let platform = Limits {
+        concurrent_runs: Some(state.config.platform_concurrent_runs),
+        max_items_per_job: Some(state.config.jobs.max_items),
+        ..platform_limits()
+    };
     if let Err(refusal) = admit(now, tier, budget.as_ref(), &limits, &platform, &switches, &usage, ask) {
         return Ok(Err(refusal));
     }
@@ -165,6 +170,15 @@ pub async fn plan(
                 holds,
             })
         }
+        Ask::Job { .. } => {
+            // A job's compute is reserved item by item as the fan-out
+            // enqueues them; admission takes only the request.
+            bumps.take(
+                field::REQUESTS,
+                &take(&read[3], field::REQUESTS, 1, limit(limits.requests_per_minute))?,
+            );
+            None
+        }
         Ask::Upload { bytes } => {
             bumps.take(
                 field::REQUESTS,
@@ -175,7 +189,7 @@ pub async fn plan(
             None
         }
     };
-    Ok(Ok(Plan { bumps, reservation }))
+    Ok(Ok(Plan { bumps, reservation, limits }))
 }
 
 pub use mapi_runs::counters::reserve_ms;
@@ -204,6 +218,80 @@ pub async fn raced(
         Ok(Ok(plan)) if attempt < RACE_RETRIES => Ok(plan),
         Ok(Ok(_)) => Err(ApiError::unavailable("a quota changed while the request was admitted: retry", 1)),
         Err(e) => Err(e),
+    }
+}
+
+/// Who asks for what: the inputs of one admission.
+#[derive(Debug)]
+pub struct Request<'a> {
+    pub caller: &'a Caller,
+    pub tenant: &'a TenantId,
+    /// The tenant's, as the caller's authorization read it.
+    pub tier: Tier,
+    pub ask: Ask,
+    /// The new document's id: picks the counter shards it starts from.
+    pub seed: &'a str,
+    /// What is asked for, for the audit of a refusal (`projects/…/runs`).
+    pub what: String,
+}
+
+/// Whether a commit failed on a guarded increment: a racing request took
+/// what the check before it saw free.
+pub fn is_limit(e: &ApiError) -> bool {
+    e.code() == ProblemCode::QuotaExceeded
+}
+
+/// The one admission of runs, uploads and item jobs: checks the request
+/// against the quotas (a refusal is audited and answered), then runs
+/// `commit` with the plan, which writes the plan's increments in the
+/// request's own transaction. A commit that lost a race for a shard's last
+/// room is planned again from a fresh read ([`RACE_RETRIES`] times).
+pub async fn admit_and_commit<T, F, Fut>(
+    state: &AppState,
+    req: &Request<'_>,
+    commit: F,
+) -> Result<T, ApiError>
+where
+    F: FnMut(Plan) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ApiError>>,
+{
+    let first = admission(state, req).await?;
+    commit_admitted(state, req, first, commit).await
+}
+
+/// The first half of [`admit_and_commit`], for a request that has work to
+/// do between its admission and its commit: the plan, or the refusal
+/// (audited) as the answer.
+pub async fn admission(state: &AppState, req: &Request<'_>) -> Result<Plan, ApiError> {
+    let now = state.clock.now();
+    match plan(state, now, req.tenant, req.tier, req.caller.token(), &req.ask, req.seed).await? {
+        Ok(plan) => Ok(plan),
+        Err(r) => Err(refused(state, req.caller, req.tenant, &req.what, r).await),
+    }
+}
+
+/// The second half of [`admit_and_commit`]: commits with `first`, planning
+/// again after each commit that lost a race.
+pub async fn commit_admitted<T, F, Fut>(
+    state: &AppState,
+    req: &Request<'_>,
+    first: Plan,
+    mut commit: F,
+) -> Result<T, ApiError>
+where
+    F: FnMut(Plan) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ApiError>>,
+{
+    let (mut plan, mut lost) = (first, 0);
+    loop {
+        match commit(plan).await {
+            Err(e) if is_limit(&e) => {
+                lost += 1;
+                plan = raced(state, req.caller, req.tenant, req.tier, &req.what, &req.ask, req.seed, lost)
+                    .await?;
+            }
+            other => return other,
+        }
     }
 }
 

@@ -5,12 +5,13 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use mapi_access::{Action, Resource};
-use mapi_domain::{AttemptNo, ProjectId, Reason, RunId, RunSpecInput, RunState, TenantId};
+use mapi_domain::{ProjectId, RunId, RunSpecInput, RunState, TenantId};
 use mapi_identity::{Audit, Caller, Granted, Target, authorize};
+use mapi_lifecycle::{NewRun, RunDoc};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
 use mapi_runs::views::{RunPage, RunSummary, RunView};
-use mapi_runs::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, RunDoc, tx_create, tx_get, tx_put};
+use mapi_runs::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -82,14 +83,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 enum Submitted {
-    New(Box<RunDoc>),
+    New(Box<mapi_lifecycle::Step>),
     Replayed(RunId),
-}
-
-/// Whether a commit failed on a guarded increment: a racing request took
-/// what the first check saw free (the closure itself never answers this).
-pub fn is_limit(e: &ApiError) -> bool {
-    e.code() == ProblemCode::QuotaExceeded
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -163,7 +158,7 @@ pub async fn submit(
     let now = state.clock.now();
     let estimate =
         mapi_cost::CURRENT.estimate(spec.class, spec.tasks, Duration::from_secs(u64::from(spec.timeout_s)));
-    let run = RunDoc {
+    let new = NewRun {
         id: RunId::generate(now, entropy()?),
         tenant: tenant.clone(),
         project: project.clone(),
@@ -171,25 +166,13 @@ pub async fn submit(
         params: spec.params.clone(),
         dataset: spec.dataset.clone(),
         class: spec.class,
-        requested_class: spec.class,
         timeout_s: spec.timeout_s,
         task_count: spec.tasks,
-        state: RunState::Queued,
-        attempt: AttemptNo::FIRST,
-        created_at: now,
-        updated_at: now,
         created_by: caller.user().clone(),
-        history: vec![RunDoc::submitted(now)],
-        error: None,
-        oom_retried: false,
-        infra_retries: 0,
-        cancel_requested: false,
         estimate,
-        charged_micros: 0,
-        stalled: false,
         token: caller.token().map(|t| t.public_id().to_owned()),
-        reservation: None,
     };
+    let run = &new;
     let ask = mapi_quota::Ask::Run {
         class: run.class,
         task_count: run.task_count,
@@ -202,7 +185,7 @@ pub async fn submit(
         tenant: tenant.clone(),
         project: project.clone(),
         run: run.id.clone(),
-        request_hash: request_hash.clone(),
+        request_hash,
         created_at: now,
         expires_at: now + state.config.idempotency_ttl,
     });
@@ -211,70 +194,24 @@ pub async fn submit(
         .project(&project)
         .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
         .into_doc(now);
-    let what = format!("projects/{tenant}/{project}/runs");
-    let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
     if q.dry_run {
-        // A question, not a request: a refusal is the answer, not a denial.
-        let refusal = plan.as_ref().err().map(|r| DryRunRefusal {
-            code: quota::problem_code(r.code),
-            level: r.level.as_str().to_owned(),
-            limit: r.limit.to_owned(),
-            detail: r.detail.clone(),
-            retry_after_s: r.retry_after_s,
-        });
-        return Ok(Json(DryRunView {
-            dry_run: true,
-            admitted: refusal.is_none(),
-            refusal,
-            method: run.method.clone(),
-            class: run.class,
-            timeout_s: run.timeout_s,
-            estimate: run.estimate.clone(),
-            note: "estimate at list prices: one attempt of the class for the whole timeout; nothing was submitted"
-                .to_owned(),
-        })
-        .into_response());
+        let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
+        return Ok(Json(dry_run(run, plan.err())).into_response());
     }
-    let plan = match plan {
-        Ok(plan) => plan,
-        Err(r) => return Err(quota::refused(&state, &caller, &tenant, &what, r).await),
+    let request = quota::Request {
+        caller: &caller,
+        tenant: &tenant,
+        tier,
+        ask,
+        seed: run.id.as_str(),
+        what: format!("projects/{tenant}/{project}/runs"),
     };
-    let (mut run, mut plan, mut raced) = (run, plan, 0);
-    let outcome = loop {
-        run.reservation = plan.reservation.clone();
-        let (run_ref, idem_ref, record, bumps) = (&run, &idem_doc, &record, &plan.bumps);
-        let outcome = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-            if let Some(doc) = idem_ref
-                && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
-                && seen.expires_at > now
-            {
-                if seen.request_hash != doc.request_hash {
-                    return Err(ApiError::new(
-                        ProblemCode::FailedPrecondition,
-                        "this Idempotency-Key was used with a different request: use a new key",
-                    ));
-                }
-                return Ok(tx.finish(Submitted::Replayed(seen.run)));
-            }
-            if let Some(doc) = idem_ref {
-                tx_put(&mut tx, doc)?;
-            }
-            tx_create(&mut tx, run_ref)?;
-            tx_create(&mut tx, record)?;
-            bumps.apply(&mut tx)?;
-            Ok(tx.finish(Submitted::New(Box::new(run_ref.clone()))))
-        })
-        .await;
-        match outcome {
-            Ok(o) => break o,
-            Err(e) if is_limit(&e) => {
-                raced += 1;
-                plan =
-                    quota::raced(&state, &caller, &tenant, tier, &what, &ask, run.id.as_str(), raced).await?;
-            }
-            Err(e) => return Err(e),
-        }
-    };
+    let (idem, record, new, shared) = (&idem_doc, &record, &new, &state);
+    let outcome = quota::admit_and_commit(&state, &request, |plan| async move {
+        let step = mapi_lifecycle::commands::admit(new.clone(), plan.reservation.clone(), now);
+        commit(shared, &step, &plan.bumps, idem.as_ref(), record, now).await
+    })
+    .await?;
     let mut out_headers = HeaderMap::new();
     match outcome {
         Submitted::Replayed(id) => {
@@ -282,19 +219,75 @@ pub async fn submit(
             let run = load(&state, &id).await?;
             Ok((StatusCode::OK, out_headers, Json(view::build(&state, &run).await?)).into_response())
         }
-        Submitted::New(run) => {
-            state.metrics.transition("none", RunState::Queued.as_str(), Reason::Submitted.as_str());
-            // The run is stored: if this push fails, the reconciler re-pushes
-            // the dispatch of queued runs, so the submit still succeeds.
-            if let Err(e) =
-                mapi_runs::tasks::push_dispatch(&*state.queue, &run.id, run.attempt, None, None).await
-            {
-                tracing::warn!(run = %run.id, error = %e, "dispatch push failed; the reconciler will retry it");
-            }
-            tracing::info!(run = %run.id, method = %run.method, class = %run.class, "run submitted");
-            Ok((StatusCode::CREATED, out_headers, Json(view::of_new(&run))).into_response())
+        Submitted::New(step) => {
+            step.committed(&state.metrics);
+            // The run is stored: a failed push is re-pushed by the
+            // reconciler, so the submit still succeeds.
+            let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+            let run = step.run().ok_or_else(|| ApiError::internal("an admitted step without its run"))?;
+            tracing::info!(run = %run.id(), method = %run.method(), class = %run.class(), "run submitted");
+            Ok((StatusCode::CREATED, out_headers, Json(view::of_new(run))).into_response())
         }
     }
+}
+
+/// What a dry run answers: a refusal is the answer, not a denial (a
+/// question, not a request).
+fn dry_run(run: &NewRun, refusal: Option<mapi_quota::Refusal>) -> DryRunView {
+    let refusal = refusal.map(|r| DryRunRefusal {
+        code: quota::problem_code(r.code),
+        level: r.level.as_str().to_owned(),
+        limit: r.limit.to_owned(),
+        detail: r.detail,
+        retry_after_s: r.retry_after_s,
+    });
+    DryRunView {
+        dry_run: true,
+        admitted: refusal.is_none(),
+        refusal,
+        method: run.method.clone(),
+        class: run.class,
+        timeout_s: run.timeout_s,
+        estimate: run.estimate.clone(),
+        note:
+            "estimate at list prices: one attempt of the class for the whole timeout; nothing was submitted"
+                .to_owned(),
+    }
+}
+
+/// Commits an admitted run with its audit record, its quota increments and
+/// its idempotency key; a key seen before (and unexpired) replays the run
+/// it made instead, and a key reused with another request is refused.
+async fn commit(
+    state: &AppState,
+    step: &mapi_lifecycle::Step,
+    bumps: &mapi_runs::counters::Bumps,
+    idem: Option<&IdempotencyDoc>,
+    record: &mapi_runs::AuditDoc,
+    now: mapi_domain::Timestamp,
+) -> Result<Submitted, ApiError> {
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if let Some(doc) = idem
+            && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
+            && seen.expires_at > now
+        {
+            if seen.request_hash != doc.request_hash {
+                return Err(ApiError::new(
+                    ProblemCode::FailedPrecondition,
+                    "this Idempotency-Key was used with a different request: use a new key",
+                ));
+            }
+            return Ok(tx.finish(Submitted::Replayed(seen.run)));
+        }
+        if let Some(doc) = idem {
+            tx_put(&mut tx, doc)?;
+        }
+        step.write(&mut tx)?;
+        tx_create(&mut tx, record)?;
+        bumps.apply(&mut tx)?;
+        Ok(tx.finish(Submitted::New(Box::new(step.clone()))))
+    })
+    .await
 }
 
 /// Loads a run.
@@ -317,7 +310,7 @@ async fn load_for(
     let id = RunId::parse(id).map_err(|_| not_found())?;
     let run = mapi_runs::get::<RunDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
     let granted =
-        authorize(state, caller, Target::project(&run.tenant, &run.project, &what), Resource::Run, action)
+        authorize(state, caller, Target::project(run.tenant(), run.project(), &what), Resource::Run, action)
             .await?;
     Ok((run, granted))
 }
@@ -402,58 +395,45 @@ pub async fn cancel(
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let (run, granted) = load_for(&state, &caller, &id, Action::Cancel).await?;
     let now = state.clock.now();
-    let key = mapi_runs::key::<RunDoc>(run.id.as_str())?;
-    let record = Audit::by(&caller, "run.cancel", format!("runs/{}", run.id))
-        .tenant(&run.tenant)
-        .project(&run.project)
+    let record = Audit::by(&caller, "run.cancel", format!("runs/{}", run.id()))
+        .tenant(run.tenant())
+        .project(run.project())
         .operator(granted.as_operator)
         .into_doc(now);
-    let (key, record) = (&key, &record);
-    let (run, transition) = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let mut run: RunDoc =
-            tx.get(key).await?.ok_or_else(|| ApiError::not_found("run not found"))?.decode()?;
-        // A queued run ends here: what it reserved goes back.
-        let released = if run.state == RunState::Queued {
-            mapi_runs::counters::end_reservation(&mut run)
-        } else {
-            Default::default()
-        };
-        let to = match run.state {
-            s if s.is_terminal() => {
-                return Err(ApiError::precondition(format!(
-                    "run {} already ended ({s}): nothing to cancel",
-                    run.id
-                )));
-            }
-            RunState::Queued => RunState::Cancelled,
-            RunState::Cancelling => return Ok(tx.finish((run, None))),
-            _ => RunState::Cancelling,
-        };
-        let t = run
-            .transition(to, Reason::CancelRequested, now)
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        run.cancel_requested = true;
-        tx_put(&mut tx, &run)?;
-        tx_create(&mut tx, record)?;
-        released.apply(&mut tx)?;
-        Ok(tx.finish((run, Some(t))))
+    let (id, record) = (run.id(), &record);
+    let step = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let run = tx_get::<RunDoc>(&mut tx, id.as_str())
+            .await?
+            .ok_or_else(|| ApiError::not_found("run not found"))?;
+        let row = tx_get::<AttemptDoc>(&mut tx, &AttemptDoc::id_of(id, run.attempt())).await?;
+        let step =
+            mapi_lifecycle::commands::request_cancel(run, row.as_ref(), now).map_err(cancel_refused)?;
+        if step.transition.is_some() {
+            step.write(&mut tx)?;
+            tx_create(&mut tx, record)?;
+        }
+        Ok(tx.finish(step))
     })
     .await?;
-    if let Some(t) = &transition {
-        state.metrics.transition(t.from.map_or("none", |s| s.as_str()), t.to.as_str(), t.reason.as_str());
-        tracing::info!(run = %run.id, to = %t.to, "cancel requested");
+    step.committed(&state.metrics);
+    if let Some(t) = &step.transition {
+        tracing::info!(run = %run.id(), to = %t.to, "cancel requested");
     }
-    if run.state == RunState::Cancelling {
-        // Ask the executor now; the reconciler repeats it until confirmed.
-        let attempt =
-            mapi_runs::get::<AttemptDoc>(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
-        if let Some(a) = attempt
-            && let Some(handle) = &a.handle
-            && let Err(e) = state.executor.cancel(handle).await
-        {
-            tracing::warn!(run = %run.id, error = %e, "executor cancel failed; the reconciler will retry");
-        }
-    }
-    let status = if run.state == RunState::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
+    // Ask the executor now; the reconciler repeats it until confirmed.
+    let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+    let run = match step.run() {
+        Some(r) => r.clone(),
+        None => load(&state, run.id()).await?,
+    };
+    let status = if run.state() == RunState::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
     Ok((status, Json(view::build(&state, &run).await?)))
+}
+
+/// A cancel the lifecycle refused: a run that ended is the caller's
+/// conflict; an illegal transition is the platform's bug.
+fn cancel_refused(e: mapi_lifecycle::commands::CancelError) -> ApiError {
+    match e {
+        e @ mapi_lifecycle::commands::CancelError::Ended { .. } => ApiError::precondition(e.to_string()),
+        mapi_lifecycle::commands::CancelError::Transition(e) => ApiError::internal(e.to_string()),
+    }
 }

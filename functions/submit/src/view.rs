@@ -3,33 +3,41 @@
 use std::time::Duration;
 
 use mapi_domain::{ModelVersionId, RunState};
+use mapi_lifecycle::RunDoc;
 use mapi_objects::SignedMethod;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_runs::views::{AttemptView, CostView, OutputView, RunView};
-use mapi_runs::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, RunDoc, layout};
+use mapi_runs::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, layout};
 
 /// How long the download URLs in a view stay valid.
 const DOWNLOAD_TTL: Duration = Duration::from_secs(900);
 
 pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> {
-    let attempts: Vec<AttemptDoc> = mapi_runs::of_run(&*state.store, &run.id).await?;
-    let ledger: Vec<LedgerEntry> = mapi_runs::of_run(&*state.store, &run.id).await?;
+    let attempts: Vec<AttemptDoc> = mapi_runs::of_run(&*state.store, run.id()).await?;
+    let ledger: Vec<LedgerEntry> = mapi_runs::of_run(&*state.store, run.id()).await?;
     let progress: Option<ProgressDoc> =
-        mapi_runs::get(&*state.store, &AttemptDoc::id_of(&run.id, run.attempt)).await?;
+        mapi_runs::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
     let summary = progress.as_ref().map(|p| p.progress.summary());
 
     // Outputs are what the attempt wrote to the object store, not what its
     // events announced: an `output` event delayed past the `complete` that
     // finalized the run is refused, but the object it announced is there.
     let mut outputs = Vec::new();
-    if matches!(run.state, RunState::Succeeded | RunState::Partial) {
-        for task in 0..run.task_count {
-            let dir = layout::task_dir(&run.tenant, &run.project, &run.id, run.attempt, task, run.task_count);
+    if matches!(run.state(), RunState::Succeeded | RunState::Partial) {
+        for task in 0..run.task_count() {
+            let dir = layout::task_dir(
+                run.tenant(),
+                run.project(),
+                run.id(),
+                run.attempt(),
+                task,
+                run.task_count(),
+            );
             let prefix = layout::output(&dir, "");
             // One task's outputs keep their names; a fan-out's are `{task}/{name}`.
             let shown = |name: &str| {
-                if run.task_count == 1 { name.to_owned() } else { format!("{task}/{name}") }
+                if run.task_count() == 1 { name.to_owned() } else { format!("{task}/{name}") }
             };
             let mut token: Option<String> = None;
             loop {
@@ -47,8 +55,8 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
         }
     }
     // Created in the commit that made the run succeed.
-    let model_version = if run.state == RunState::Succeeded {
-        let id = ModelVersionId::of_run(&run.id);
+    let model_version = if run.state() == RunState::Succeeded {
+        let id = ModelVersionId::of_run(run.id());
         mapi_runs::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.map(|v| v.id)
     } else {
         None
@@ -83,32 +91,32 @@ fn assemble(
         })
         .collect();
     RunView {
-        id: run.id.clone(),
-        tenant: run.tenant.clone(),
-        project: run.project.clone(),
-        method: run.method.clone(),
-        params: run.params.clone(),
-        dataset: run.dataset.clone(),
-        class: run.class,
-        requested_class: run.requested_class,
-        timeout_s: run.timeout_s,
-        state: run.state,
-        attempt: run.attempt,
-        created_at: run.created_at,
-        updated_at: run.updated_at,
-        created_by: run.created_by.clone(),
-        error: run.error.clone(),
-        stalled: run.stalled,
+        id: run.id().clone(),
+        tenant: run.tenant().clone(),
+        project: run.project().clone(),
+        method: run.method().to_owned(),
+        params: run.params().clone(),
+        dataset: run.dataset().clone(),
+        class: run.class(),
+        requested_class: run.requested_class(),
+        timeout_s: run.timeout_s(),
+        state: run.state(),
+        attempt: run.attempt(),
+        created_at: run.created_at(),
+        updated_at: run.updated_at(),
+        created_by: run.created_by().clone(),
+        error: run.error().cloned(),
+        stalled: run.stalled(),
         progress: summary,
         attempts,
-        history: run.history.clone(),
+        history: run.history().to_vec(),
         outputs,
         model_version,
         cost: CostView {
-            estimate_micros: run.estimate.amount_micros,
-            charged_micros: run.charged_micros,
-            currency: run.estimate.currency.clone(),
-            price_table: run.estimate.price_table.clone(),
+            estimate_micros: run.estimate().amount_micros,
+            charged_micros: run.charged_micros(),
+            currency: run.estimate().currency.clone(),
+            price_table: run.estimate().price_table.clone(),
             note: "estimates at list prices".to_owned(),
         },
     }

@@ -1,12 +1,14 @@
 //! Resource classes, ordered S < M < L < XL < GPU, with the resources each
-//! one gets on the Cloud Run Jobs inventory (seed: "The Job inventory").
+//! one gets: S 2 vCPU and 8 GiB, M 4 and 16, L 8 and 32, XL 16 and 64 (no
+//! Cloud Run Job has it), GPU 8 and 32 with one GPU.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A resource class. The order is the order of the spec (S < M < L < XL < GPU).
+/// A resource class, ordered S < M < L < XL < GPU: a limit on the largest
+/// class refuses every class above it.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
 )]
@@ -95,7 +97,7 @@ impl FromStr for ResourceClass {
 mod tests {
     use super::*;
 
-    /// The seed's inventory table, typed by hand.
+    /// The inventory's classes and their resources, typed by hand.
     #[test]
     fn resources_match_the_inventory_table() {
         let spec = [("S", 2, 8, 0), ("M", 4, 16, 0), ("L", 8, 32, 0), ("GPU", 8, 32, 1)];

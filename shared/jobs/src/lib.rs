@@ -7,7 +7,7 @@
 //! - [`JobDoc`], [`JobItemDoc`], [`JobCountsDoc`]: the store's documents;
 //! - [`tasks`]: the queue tasks, their routes and their hashed names;
 //! - [`derive`]: a job's state and counts, derived, never stored;
-//! - [`limits`]: items per job and concurrent items per tenant, by tier.
+//! - [`limits`]: concurrent items per tenant.
 //!
 //! Architecture invariant: a job's state is never stored. It is derived
 //! from the manifest's item count, the fan-out cursor and the per-item

@@ -1,18 +1,8 @@
-//! The job quotas of a tenant: items per job, and items in flight at once
-//! (enqueued and not finished). The second is also what keeps tenants fair:
-//! the fan-out never lets one tenant have more than its window of tasks in
-//! the queue, so another tenant's items wait behind at most that many.
-
-use mapi_domain::Tier;
-
-/// Items one job may hold, by tier (the platform's `MAPI_JOB_MAX_ITEMS` caps it too).
-pub fn max_items_per_job(tier: Tier) -> u64 {
-    match tier {
-        Tier::Internal | Tier::SelfHostedTrusted => 100_000,
-        Tier::Verified => 10_000,
-        Tier::Public => 1_000,
-    }
-}
+//! Items in flight at once for a tenant (enqueued and not finished). This
+//! is also what keeps tenants fair: the fan-out never lets one tenant have
+//! more than its window of tasks in the queue, so another tenant's items
+//! wait behind at most that many. (Items per job is a quota, admitted with
+//! the job by `mapi_quota::admit`.)
 
 /// A tenant's concurrent items: its `max_fanout_tasks` limit (the tier's
 /// or its policy's; none means no limit), capped by the platform's window
@@ -31,6 +21,5 @@ mod tests {
         assert_eq!(concurrent_items(Some(1_000), 200), 200);
         assert_eq!(concurrent_items(None, 200), 200);
         assert_eq!(concurrent_items(Some(0), 200), 1);
-        assert!(max_items_per_job(Tier::Public) < max_items_per_job(Tier::Verified));
     }
 }

@@ -219,9 +219,9 @@ pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
     Ok([vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?], job_queue_configs()?].concat())
 }
 
-/// Every index the store needs: the runs' and the jobs'.
+/// Every index the store needs: the runs', the other documents' and the jobs'.
 pub fn indexes() -> Vec<mapi_store::Index> {
-    [mapi_runs::INDEXES, mapi_jobs::INDEXES].concat()
+    [mapi_lifecycle::INDEXES, mapi_runs::INDEXES, mapi_jobs::INDEXES].concat()
 }
 
 impl Platform {

@@ -237,6 +237,14 @@ impl From<mapi_queue::QueueError> for ApiError {
     }
 }
 
+/// A transition the state machine refused, asked for by the platform's
+/// own code: a bug, never the caller's input.
+impl From<mapi_domain::TransitionError> for ApiError {
+    fn from(e: mapi_domain::TransitionError) -> Self {
+        ApiError::internal(format!("lifecycle: {e}"))
+    }
+}
+
 impl From<mapi_domain::IdError> for ApiError {
     fn from(e: mapi_domain::IdError) -> Self {
         ApiError::invalid(e.to_string())

@@ -43,6 +43,10 @@ pub enum Ask {
     Run { class: ResourceClass, task_count: u32, vcpu_ms: u64, plugin: bool },
     /// An upload of this many bytes.
     Upload { bytes: u64 },
+    /// An item job of this many items. Its compute is metered item by item
+    /// and reserves nothing up front, so a vCPU limit refuses it once the
+    /// limit is spent.
+    Job { items: u64 },
 }
 
 /// The level whose limit refused a request.
@@ -109,12 +113,14 @@ pub struct Refusal {
 /// Checks the three levels in the spec's order; the first limit the request
 /// would exceed refuses it. A request exactly at a limit is admitted.
 ///
-/// 1. Token: the budget, for a run.
+/// 1. Token: the budget, for a run or a job.
 /// 2. Tenant (`tenant`, usually [`crate::effective`]): requests per minute;
 ///    for a run, the largest class, fan-out tasks, concurrent runs, vCPU-seconds
-///    per day, then per month; for an upload, storage.
-/// 3. Platform, for a run: the uploaded-code switch, `platform.concurrent_runs`,
-///    then the spend cap, which internal tenants pass.
+///    per day, then per month; for a job, items per job, then the same
+///    vCPU-seconds; for an upload, storage.
+/// 3. Platform: for a job, items per job; for a run, the uploaded-code
+///    switch and `platform.concurrent_runs`; for both, the spend cap, which
+///    internal tenants pass.
 ///
 /// Only the limits listed are checked: egress is metered where data leaves,
 /// and [`Usage`] carries no platform-wide vCPU, storage or request counts, so
@@ -135,21 +141,32 @@ pub fn admit(
     check_platform(now, tier, platform, switches, usage, ask)
 }
 
+/// What a request asks of a vCPU limit, and how the refusal says it: a
+/// run its reservation; a job the least compute there is (one
+/// millisecond), so it is refused exactly when the limit is spent.
+fn vcpu_ask(ask: &Ask) -> Option<(u64, String)> {
+    match ask {
+        Ask::Run { vcpu_ms, .. } => {
+            Some((*vcpu_ms, format!("this run would reserve {} more", vcpu_s(*vcpu_ms))))
+        }
+        Ask::Job { .. } => Some((1, "this job needs compute and none is left".to_owned())),
+        Ask::Upload { .. } => None,
+    }
+}
+
 fn check_token(now: Timestamp, token: Option<&TokenBudget>, usage: &Usage, ask: &Ask) -> Result<(), Refusal> {
-    let (Some(budget), Ask::Run { vcpu_ms, .. }) = (token, ask) else { return Ok(()) };
-    if over_vcpu(usage.token_vcpu_ms, *vcpu_ms, budget.vcpu_seconds) {
+    let (Some(budget), Some((vcpu_ms, wants))) = (token, vcpu_ask(ask)) else { return Ok(()) };
+    if over_vcpu(usage.token_vcpu_ms, vcpu_ms, budget.vcpu_seconds) {
         return Err(refuse(
             Level::Token,
             "budget_vcpu_seconds",
             RefusalCode::QuotaExceeded,
             format!(
-                "is {} vCPU-seconds per {}; {} are charged or reserved in this {} (UTC) and this run would \
-                 reserve {} more",
+                "is {} vCPU-seconds per {}; {} are charged or reserved in this {} (UTC) and {wants}",
                 budget.vcpu_seconds,
                 budget.period,
                 vcpu_s(usage.token_vcpu_ms),
                 budget.period,
-                vcpu_s(*vcpu_ms),
             ),
             Reset::At { now, boundary: budget.period.end(now) },
         ));
@@ -171,7 +188,7 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
         ));
     }
     match ask {
-        Ask::Run { class, task_count, vcpu_ms, .. } => {
+        Ask::Run { class, task_count, .. } => {
             if let Some(max) = tenant.max_resource_class
                 && *class > max
             {
@@ -199,34 +216,19 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
                     Reset::Unknowable("a slot frees when one of the tenant's runs ends"),
                 ));
             }
-            if let Some(limit) = tenant.vcpu_seconds_per_day
-                && over_vcpu(usage.tenant_vcpu_ms_day, *vcpu_ms, limit)
+            check_vcpu(now, tenant, usage, ask)?;
+        }
+        Ask::Job { items } => {
+            if let Some(max) = tenant.max_items_per_job
+                && *items > max
             {
                 return Err(quota(
-                    "vcpu_seconds_per_day",
-                    format!(
-                        "is {limit}; {} vCPU-seconds are charged or reserved in this UTC day and this run \
-                         would reserve {} more",
-                        vcpu_s(usage.tenant_vcpu_ms_day),
-                        vcpu_s(*vcpu_ms),
-                    ),
-                    Reset::At { now, boundary: Period::Day.end(now) },
+                    "max_items_per_job",
+                    format!("is {max} and the job has {items} items"),
+                    Reset::Never("split the job or ask an operator for a larger limit"),
                 ));
             }
-            if let Some(limit) = tenant.vcpu_seconds_per_month
-                && over_vcpu(usage.tenant_vcpu_ms_month, *vcpu_ms, limit)
-            {
-                return Err(quota(
-                    "vcpu_seconds_per_month",
-                    format!(
-                        "is {limit}; {} vCPU-seconds are charged or reserved in this UTC month and this run \
-                         would reserve {} more",
-                        vcpu_s(usage.tenant_vcpu_ms_month),
-                        vcpu_s(*vcpu_ms),
-                    ),
-                    Reset::At { now, boundary: Period::Month.end(now) },
-                ));
-            }
+            check_vcpu(now, tenant, usage, ask)?;
         }
         Ask::Upload { bytes } => {
             if let Some(limit) = tenant.storage_bytes
@@ -246,6 +248,32 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
     Ok(())
 }
 
+/// The tenant's vCPU-seconds per day, then per month.
+fn check_vcpu(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Result<(), Refusal> {
+    let Some((vcpu_ms, wants)) = vcpu_ask(ask) else { return Ok(()) };
+    let periods = [
+        ("vcpu_seconds_per_day", tenant.vcpu_seconds_per_day, usage.tenant_vcpu_ms_day, Period::Day),
+        ("vcpu_seconds_per_month", tenant.vcpu_seconds_per_month, usage.tenant_vcpu_ms_month, Period::Month),
+    ];
+    for (name, limit, used, period) in periods {
+        if let Some(limit) = limit
+            && over_vcpu(used, vcpu_ms, limit)
+        {
+            return Err(refuse(
+                Level::Tenant,
+                name,
+                RefusalCode::QuotaExceeded,
+                format!(
+                    "is {limit}; {} vCPU-seconds are charged or reserved in this UTC {period} and {wants}",
+                    vcpu_s(used)
+                ),
+                Reset::At { now, boundary: period.end(now) },
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_platform(
     now: Timestamp,
     tier: Tier,
@@ -254,8 +282,24 @@ fn check_platform(
     usage: &Usage,
     ask: &Ask,
 ) -> Result<(), Refusal> {
-    let Ask::Run { plugin, .. } = ask else { return Ok(()) };
-    if *plugin && !switches.untrusted_execution_enabled {
+    if let Ask::Job { items } = ask
+        && let Some(max) = platform.max_items_per_job
+        && *items > max
+    {
+        return Err(refuse(
+            Level::Platform,
+            "max_items_per_job",
+            RefusalCode::QuotaExceeded,
+            format!("is {max} and the job has {items} items"),
+            Reset::Never("split the job"),
+        ));
+    }
+    let plugin = match ask {
+        Ask::Run { plugin, .. } => *plugin,
+        Ask::Job { .. } => false,
+        Ask::Upload { .. } => return Ok(()),
+    };
+    if plugin && !switches.untrusted_execution_enabled {
         return Err(refuse(
             Level::Platform,
             "untrusted_execution",
@@ -267,6 +311,7 @@ fn check_platform(
         ));
     }
     if let Some(limit) = platform.concurrent_runs
+        && matches!(ask, Ask::Run { .. })
         && over(u64::from(usage.platform_active_runs), 1, u64::from(limit))
     {
         return Err(refuse(
@@ -398,6 +443,19 @@ mod tests {
                 &self.usage,
                 ask,
             )
+        }
+
+        /// The same usage and switches, for a tenant of another tier.
+        fn clone_tier(&self, tier: Tier) -> Case {
+            Case {
+                now: self.now,
+                tier,
+                token: self.token.clone(),
+                tenant: tier_defaults(tier),
+                platform: self.platform.clone(),
+                switches: self.switches.clone(),
+                usage: self.usage.clone(),
+            }
         }
 
         fn refusal(&self, ask: &Ask) -> Refusal {
@@ -700,5 +758,53 @@ mod tests {
         assert_eq!(vcpu_s(3_599_500), "3599.5");
         assert_eq!(vcpu_s(2_000), "2");
         assert_eq!(vcpu_s(7), "0.007");
+    }
+
+    #[test]
+    fn a_job_is_refused_by_each_limit_a_run_is_and_by_its_items() {
+        let job = Ask::Job { items: 500 };
+        let mut c = Case::new(MID).tier(Tier::Public);
+        assert_eq!(c.admit(&job), Ok(()));
+        assert_eq!(c.admit(&Ask::Job { items: 1_000 }), Ok(()), "exactly at the tier's items per job");
+        let r = c.refusal(&Ask::Job { items: 1_001 });
+        assert_eq!(shape(&r), (Tenant, "max_items_per_job", QuotaExceeded, None));
+        assert!(r.detail.contains("is 1000 and the job has 1001 items"), "{}", r.detail);
+
+        c.usage.tenant_requests_this_minute = 60;
+        assert_eq!(shape(&c.refusal(&job)), (Tenant, "requests_per_minute", RateLimited, Some(25)));
+        c.usage.tenant_requests_this_minute = 0;
+
+        // A job reserves nothing, so a vCPU limit refuses it once it is spent.
+        c.usage.tenant_vcpu_ms_day = 3_599_999;
+        assert_eq!(c.admit(&job), Ok(()), "a millisecond is left today");
+        c.usage.tenant_vcpu_ms_day = 3_600_000;
+        let r = c.refusal(&job);
+        assert_eq!((r.level, r.limit, r.code), (Tenant, "vcpu_seconds_per_day", QuotaExceeded));
+        assert!(r.detail.contains("this job needs compute and none is left"), "{}", r.detail);
+        c.usage.tenant_vcpu_ms_day = 0;
+        c.usage.tenant_vcpu_ms_month = 36_000_000;
+        assert_eq!(c.refusal(&job).limit, "vcpu_seconds_per_month");
+        c.usage.tenant_vcpu_ms_month = 0;
+
+        c.token = Some(TokenBudget { vcpu_seconds: 10, period: Period::Month });
+        c.usage.token_vcpu_ms = 10_000;
+        assert_eq!(shape(&c.refusal(&job)).0, Token);
+        assert_eq!(c.refusal(&job).limit, "budget_vcpu_seconds");
+        c.token = None;
+
+        c.switches.spend_cap_micros = Some(100);
+        c.usage.platform_spend_micros = 100;
+        assert_eq!(c.refusal(&job).limit, "spend_cap");
+        assert_eq!(c.clone_tier(Tier::Internal).admit(&job), Ok(()), "internal tenants pass the spend cap");
+        c.switches.spend_cap_micros = None;
+
+        // Jobs are built-in methods: the uploaded-code switch and the
+        // platform's concurrent runs do not apply.
+        c.switches.untrusted_execution_enabled = false;
+        c.usage.platform_active_runs = 700;
+        c.usage.tenant_active_runs = 2;
+        assert_eq!(c.admit(&job), Ok(()));
+        c.platform.max_items_per_job = Some(400);
+        assert_eq!(shape(&c.refusal(&job)), (Platform, "max_items_per_job", QuotaExceeded, None));
     }
 }

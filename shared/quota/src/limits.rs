@@ -25,6 +25,9 @@ pub struct Limits {
     pub storage_bytes: Option<u64>,
     pub egress_bytes_per_month: Option<u64>,
     pub requests_per_minute: Option<u32>,
+    /// Items one item job may hold.
+    #[serde(default)]
+    pub max_items_per_job: Option<u64>,
 }
 
 /// The defaults of a trust tier, exactly the spec's tier table.
@@ -34,6 +37,7 @@ pub fn tier_defaults(tier: Tier) -> Limits {
             concurrent_runs: Some(100),
             max_fanout_tasks: Some(1_000),
             requests_per_minute: Some(6_000),
+            max_items_per_job: Some(100_000),
             ..Limits::default()
         },
         Tier::SelfHostedTrusted => Limits::default(),
@@ -46,6 +50,7 @@ pub fn tier_defaults(tier: Tier) -> Limits {
             storage_bytes: Some(100 * GIB),
             egress_bytes_per_month: Some(100 * GIB),
             requests_per_minute: Some(600),
+            max_items_per_job: Some(10_000),
         },
         Tier::Public => Limits {
             vcpu_seconds_per_day: Some(3_600),
@@ -56,6 +61,7 @@ pub fn tier_defaults(tier: Tier) -> Limits {
             storage_bytes: Some(2 * GIB),
             egress_bytes_per_month: Some(5 * GIB),
             requests_per_minute: Some(60),
+            max_items_per_job: Some(1_000),
         },
     }
 }
@@ -79,6 +85,8 @@ pub struct Policy {
     pub storage_bytes: Option<u64>,
     pub egress_bytes_per_month: Option<u64>,
     pub requests_per_minute: Option<u32>,
+    #[serde(default)]
+    pub max_items_per_job: Option<u64>,
     /// Days an item job is kept before the retention housekeeper deletes
     /// it; the platform's `MAPI_JOB_RETENTION_DAYS` when absent.
     #[serde(default)]
@@ -100,6 +108,7 @@ pub fn effective(tier: Tier, policy: Option<&Policy>) -> Limits {
         storage_bytes: p.storage_bytes.or(tier.storage_bytes),
         egress_bytes_per_month: p.egress_bytes_per_month.or(tier.egress_bytes_per_month),
         requests_per_minute: p.requests_per_minute.or(tier.requests_per_minute),
+        max_items_per_job: p.max_items_per_job.or(tier.max_items_per_job),
     }
 }
 
@@ -134,12 +143,13 @@ mod tests {
 
     /// The spec's tier table, typed again by hand. Columns: tier, vCPU-s/day,
     /// vCPU-s/month, concurrent runs, fan-out tasks, largest class, storage,
-    /// egress/month, requests/min. A dash means no limit.
+    /// egress/month, requests/min, items per item job. A dash means no limit
+    /// (the platform's `MAPI_JOB_MAX_ITEMS` still caps a job's items).
     const TABLE: &str = "
-        | internal            | —      | —         | 100 | 1,000 | — | —       | —       | 6,000 |
-        | self-hosted-trusted | —      | —         | —   | —     | — | —       | —       | —     |
-        | verified            | 86,400 | 1,000,000 | 20  | 256   | L | 100 GiB | 100 GiB | 600   |
-        | public              | 3,600  | 36,000    | 2   | 16    | S | 2 GiB   | 5 GiB   | 60    |
+        | internal            | —      | —         | 100 | 1,000 | — | —       | —       | 6,000 | 100,000 |
+        | self-hosted-trusted | —      | —         | —   | —     | — | —       | —       | —     | —       |
+        | verified            | 86,400 | 1,000,000 | 20  | 256   | L | 100 GiB | 100 GiB | 600   | 10,000  |
+        | public              | 3,600  | 36,000    | 2   | 16    | S | 2 GiB   | 5 GiB   | 60    | 1,000   |
     ";
 
     fn number(cell: &str) -> Option<u64> {
@@ -162,7 +172,7 @@ mod tests {
         let mut seen = Vec::new();
         for row in TABLE.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let c: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-            assert_eq!(c.len(), 9, "{row}");
+            assert_eq!(c.len(), 10, "{row}");
             let tier: Tier = c[0].parse().expect("a tier");
             let expected = Limits {
                 vcpu_seconds_per_day: number(c[1]),
@@ -173,6 +183,7 @@ mod tests {
                 storage_bytes: bytes(c[6]),
                 egress_bytes_per_month: bytes(c[7]),
                 requests_per_minute: small(c[8]),
+                max_items_per_job: number(c[9]),
             };
             assert_eq!(tier_defaults(tier), expected, "{tier}");
             seen.push(tier);
@@ -213,6 +224,7 @@ mod tests {
             storage_bytes: Some(5),
             egress_bytes_per_month: Some(6),
             requests_per_minute: Some(7),
+            max_items_per_job: Some(9),
             job_retention_days: Some(8),
             note: None,
         };
@@ -225,6 +237,7 @@ mod tests {
             storage_bytes: Some(5),
             egress_bytes_per_month: Some(6),
             requests_per_minute: Some(7),
+            max_items_per_job: Some(9),
         };
         assert_eq!(effective(Tier::Verified, Some(&every)), expected);
         // A policy also limits a tier that has no defaults.

@@ -50,6 +50,62 @@
 //! Architecture invariant: no counter document is written by every submit:
 //! the platform's counters are spread over 16 shards, a tenant's and a
 //! token's over 4, and the shard is chosen by the run (or dataset) id.
+//!
+//! # Which counters, and who writes them
+//!
+//! | Counter `C` | Shards (`C#k`) | Written by |
+//! |---|---|---|
+//! | `platform` | 16 | every run admitted and ended (`active_runs`) |
+//! | `platform@{day}`, `platform@{month}` | 16 | every metered charge (`charged_vcpu_ms`, `committed_vcpu_ms`, `spend_micros`) |
+//! | `tenant:T` | 4 | T's runs admitted and ended, uploads (`storage_bytes`), items reserved and finished (`active_items`, `items`) |
+//! | `tenant:T@{day}`, `tenant:T@{month}` | 4 | T's vCPU reservations and charges |
+//! | `tenant:T@m{minute}` | 4 | T's submits (`requests`) |
+//! | `token:ID@{period}` | 4 | submits with a budgeted token, and their charges |
+//!
+//! Every counter is also read under its own unsharded name `counters/{C}`, the
+//! legacy part: nothing new is added to it, and only reservations that name it
+//! give back into it.
+//!
+//! So the platform's admissions and charges stand about 16 writes a second
+//! before a counter document is hot, and one tenant's (or one token's) about 4.
+//!
+//! # Reading
+//!
+//! Admission reads every shard of its counters and their legacy documents in one
+//! batch read outside any transaction, with the tenant's policy and the kill
+//! switches: 78 documents with a budgeted token, 51 of them the platform's three
+//! counters. That read is the price of spreading the writes. A retry's renewal
+//! reads only its budgets' shards, inside the finalize transaction.
+//!
+//! # Reservations
+//!
+//! What a run holds is its reservation, stored on the run:
+//!
+//! - `slots`: one slot in the tenant's and the platform's `active_runs`, and the
+//!   shard of each that gave it;
+//! - `holds`: its class × timeout in vCPU-ms on each vCPU budget (the tenant's
+//!   day and month, the token's period), shard by shard, with the limit each was
+//!   admitted against.
+//!
+//! A vCPU limit is measured against `committed` = reserved + charged.
+//!
+//! - Admission: `mapi_quota::admit` decides on the sums; the same limits become
+//!   guarded increments of the shards with room, written in the run's own
+//!   commit. Two submits racing for the last room of one shard fail one commit
+//!   (`StoreError::LimitReached`); that submit is planned again from a fresh read
+//!   (up to 4 times), which takes another shard or names the limit now reached.
+//! - Metering (`meter`): each attempt's charge is added once, with its ledger
+//!   entry, to `charged_vcpu_ms`, `committed_vcpu_ms` and `spend_micros` of the
+//!   day and month it is metered in (the run's shard of each).
+//! - A retry renews the reservation against the same limits: the finalize
+//!   transaction reads its budget counters' shards, gives the old holds back and
+//!   takes the new hold as an admission would, the attempt's charge counted (or
+//!   the run fails with `QUOTA_EXCEEDED`).
+//! - The run's end gives the reservation back to the shards that hold it.
+//!
+//! Architecture invariant: every counter change is written in the same commit as
+//! the document whose existence it counts (the run, the dataset, the ledger
+//! entry, the item marker), so counters never drift from what they count.
 
 use mapi_domain::{TenantId, Timestamp};
 use mapi_quota::Period;
@@ -579,12 +635,6 @@ pub fn describe(id: &str) -> String {
 /// timeout, per task.
 pub fn reserve_ms(class: mapi_domain::ResourceClass, task_count: u32, timeout_s: u32) -> u64 {
     u64::from(class.vcpu()) * u64::from(task_count) * u64::from(timeout_s) * 1000
-}
-
-/// Takes a run's reservation, for a run that is ending: the increments
-/// that give it back (empty when it held none).
-pub fn end_reservation(run: &mut crate::RunDoc) -> Bumps {
-    run.reservation.take().map(|r| Bumps::release(&r)).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,14 +1,11 @@
 //! The document types. Ids are chosen so no document is hot: one run, one
 //! attempt, one progress record, one ledger entry each.
 
-use std::collections::BTreeMap;
-
 use mapi_access::{Role, Scope};
 use mapi_cost::Charge;
 use mapi_domain::{
-    AttemptNo, DatasetId, ExecutionStatus, JobId, ModelVersionId, Nonce, ProjectId, Reason, Residency,
-    ResourceClass, RunError, RunId, RunState, TenantId, TenantStatus, Tier, Timestamp, Transition,
-    TransitionError, UserId,
+    AttemptNo, DatasetId, ExecutionStatus, JobId, ModelVersionId, Nonce, ProjectId, Residency, ResourceClass,
+    RunId, TenantId, TenantStatus, Tier, Timestamp, UserId,
 };
 use mapi_events::progress::Progress;
 use mapi_executor::ExecutionHandle;
@@ -250,83 +247,6 @@ impl Doc for DatasetDoc {
     }
 }
 
-/// A run: what was asked, where it is, and how it got there.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunDoc {
-    pub id: RunId,
-    pub tenant: TenantId,
-    pub project: ProjectId,
-    pub method: String,
-    pub params: BTreeMap<String, serde_json::Value>,
-    pub dataset: DatasetId,
-    /// The class of the current attempt (raised after an out-of-memory retry).
-    pub class: ResourceClass,
-    /// The class the caller asked for.
-    pub requested_class: ResourceClass,
-    pub timeout_s: u32,
-    pub task_count: u32,
-    pub state: RunState,
-    /// The current attempt (1-based).
-    pub attempt: AttemptNo,
-    pub created_at: Timestamp,
-    pub updated_at: Timestamp,
-    pub created_by: UserId,
-    pub history: Vec<Transition>,
-    pub error: Option<RunError>,
-    pub oom_retried: bool,
-    pub infra_retries: u32,
-    pub cancel_requested: bool,
-    /// The estimate shown at submit: one attempt of the class for the whole timeout.
-    pub estimate: Charge,
-    /// Sum of the ledger entries of this run, in micros.
-    pub charged_micros: i64,
-    /// No event arrived for a while although the execution runs (informational).
-    #[serde(default)]
-    pub stalled: bool,
-    /// The token the run was submitted with (public id), if any.
-    #[serde(default)]
-    pub token: Option<String>,
-    /// What the run holds until it ends (a concurrent slot, reserved vCPU-seconds).
-    #[serde(default)]
-    pub reservation: Option<crate::counters::Reservation>,
-}
-
-impl Doc for RunDoc {
-    const COLLECTION: &'static str = "runs";
-    fn doc_id(&self) -> String {
-        self.id.to_string()
-    }
-}
-
-impl RunDoc {
-    /// Moves the run to `to`, if the state machine allows it, and records the
-    /// transition in its history. The one way a run's state changes.
-    pub fn transition(
-        &mut self,
-        to: RunState,
-        reason: Reason,
-        at: Timestamp,
-    ) -> Result<Transition, TransitionError> {
-        self.state.check(to, reason)?;
-        let t = Transition { from: Some(self.state), to, at, reason, attempt: self.attempt };
-        self.history.push(t.clone());
-        self.state = to;
-        self.updated_at = at;
-        Ok(t)
-    }
-
-    /// The first history entry of a new run.
-    pub fn submitted(at: Timestamp) -> Transition {
-        Transition {
-            from: None,
-            to: RunState::Queued,
-            at,
-            reason: Reason::Submitted,
-            attempt: AttemptNo::FIRST,
-        }
-    }
-}
-
 /// One attempt: the intent row the dispatcher writes before it calls the
 /// executor. Id: `{run}:{attempt}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -548,64 +468,6 @@ impl Doc for IdempotencyDoc {
     const COLLECTION: &'static str = "idempotency";
     fn doc_id(&self) -> String {
         self.id.clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run() -> RunDoc {
-        let at = Timestamp::from_secs(10);
-        RunDoc {
-            id: RunId::generate(at, [1; 10]),
-            tenant: TenantId::parse("dev").expect("tenant"),
-            project: ProjectId::parse("default").expect("project"),
-            method: "describe".into(),
-            params: BTreeMap::new(),
-            dataset: DatasetId::generate(at, [2; 10]),
-            class: ResourceClass::S,
-            requested_class: ResourceClass::S,
-            timeout_s: 60,
-            task_count: 1,
-            state: RunState::Queued,
-            attempt: AttemptNo::FIRST,
-            created_at: at,
-            updated_at: at,
-            created_by: UserId::parse("dev@dev.local").expect("user"),
-            history: vec![RunDoc::submitted(at)],
-            error: None,
-            oom_retried: false,
-            infra_retries: 0,
-            cancel_requested: false,
-            estimate: mapi_cost::CURRENT.estimate(ResourceClass::S, 1, std::time::Duration::from_secs(60)),
-            charged_micros: 0,
-            stalled: false,
-            token: None,
-            reservation: None,
-        }
-    }
-
-    #[test]
-    fn transitions_append_history_and_refuse_illegal_moves() {
-        let mut r = run();
-        r.transition(RunState::Dispatching, Reason::IntentWritten, Timestamp::from_secs(11)).expect("legal");
-        assert_eq!(r.state, RunState::Dispatching);
-        assert_eq!(r.history.len(), 2);
-        assert_eq!(r.history[1].from, Some(RunState::Queued));
-        let before = r.clone();
-        assert!(r.transition(RunState::Succeeded, Reason::Completed, Timestamp::from_secs(12)).is_err());
-        assert_eq!(r, before, "a refused transition changes nothing");
-    }
-
-    #[test]
-    fn documents_round_trip_through_the_store_encoding() {
-        let r = run();
-        let fields = mapi_store::encode(&r).expect("encode");
-        assert_eq!(fields["state"], "queued");
-        assert_eq!(fields["tenant"], "dev");
-        let back: RunDoc = serde_json::from_value(serde_json::Value::Object(fields)).expect("decode");
-        assert_eq!(back, r);
     }
 }
 

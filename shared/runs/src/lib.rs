@@ -1,14 +1,12 @@
-//! The platform's documents and the one way a run changes state.
+//! The platform's documents (but the run's) and the typed store helpers.
 //!
 //! Every document names its tenant and project. Each type knows its
 //! collection and key ([`Doc`]); [`INDEXES`] lists every composite index the
 //! platform's queries need (the SQLite adapter creates them; the Firestore
 //! deploy applies the same list).
 //!
-//! Architecture invariant: a run's state changes only through
-//! [`RunDoc::transition`], which checks the state machine and appends the
-//! history entry to the same document, so the change and its record are
-//! one write in one transaction.
+//! The run document itself and every change of its state live in
+//! `mapi-lifecycle`.
 
 pub mod counters;
 mod docs;
@@ -85,25 +83,6 @@ pub fn tx_create<T: Doc>(tx: &mut Txn<'_>, value: &T) -> Result<(), StoreError> 
 
 /// Every composite index the platform's queries use.
 pub const INDEXES: &[Index] = &[
-    // Runs of a project, newest first, optionally by state.
-    Index {
-        collection: RunDoc::COLLECTION,
-        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
-    },
-    Index {
-        collection: RunDoc::COLLECTION,
-        fields: &[
-            ("tenant", Direction::Asc),
-            ("project", Direction::Asc),
-            ("state", Direction::Asc),
-            ("created_at", Direction::Desc),
-        ],
-    },
-    // The reconciler's sweep: runs in a state, least recently changed first.
-    Index {
-        collection: RunDoc::COLLECTION,
-        fields: &[("state", Direction::Asc), ("updated_at", Direction::Asc)],
-    },
     // Model versions of a project, newest first.
     Index {
         collection: ModelVersionDoc::COLLECTION,
@@ -194,24 +173,3 @@ pub const INDEXES: &[Index] = &[
         fields: &[("run", Direction::Asc), ("attempt", Direction::Asc)],
     },
 ];
-
-/// What the outcome table needs to know about an attempt besides the
-/// executor's report, from the run, the intent row and the merged events.
-/// `now` and `grace` decide whether the complete event is overdue.
-pub fn attempt_facts(
-    run: &RunDoc,
-    attempt: &AttemptDoc,
-    progress: Option<&ProgressDoc>,
-    now: mapi_domain::Timestamp,
-    grace: std::time::Duration,
-) -> mapi_domain::AttemptFacts {
-    mapi_domain::AttemptFacts {
-        class: attempt.class,
-        oom_retried: run.oom_retried,
-        infra_retries: run.infra_retries,
-        cancel_requested: run.cancel_requested,
-        complete_seen: progress.is_some_and(|p| p.progress.complete()),
-        event_grace_over: attempt.finished_seen_at.is_some_and(|t| t + grace <= now),
-        error_message: progress.and_then(|p| p.progress.error().map(str::to_owned)),
-    }
-}

@@ -218,18 +218,3 @@ impl From<&crate::DatasetDoc> for DatasetView {
         }
     }
 }
-
-impl From<&crate::RunDoc> for RunSummary {
-    fn from(r: &crate::RunDoc) -> Self {
-        RunSummary {
-            id: r.id.clone(),
-            method: r.method.clone(),
-            state: r.state,
-            class: r.class,
-            attempt: r.attempt,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-            charged_micros: r.charged_micros,
-        }
-    }
-}

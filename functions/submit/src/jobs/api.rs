@@ -14,15 +14,16 @@ use mapi_identity::{Audit, Caller, Target, authorize};
 use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, FanoutTask, ITEM_PATH, ITEMS_QUEUE, ItemTask};
 use mapi_jobs::{Counts, Fanout, ItemFailure, ItemOutcome, JobDoc, JobItemDoc, JobState, layout};
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
+use mapi_problem::{ApiError, Json, Path, Query, page_size};
 use mapi_queue::{NewTask, QueueError, QueueName, TaskName};
-use mapi_runs::{QuotaPolicyDoc, tx_create, tx_get, tx_put};
+use mapi_runs::{tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{base, create_only, derived, load, object_key, read_object};
 use crate::datasets::{entropy, require_project};
+use crate::quota;
 
 /// What a job is asked to do.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -225,7 +226,7 @@ struct Manifest {
         (status = 201, body = JobView, description = "Accepted: the job is enqueuing"),
         (status = 400, body = mapi_problem::Problem, description = "Not an item method, bad params, no items, an item too large"),
         (status = 413, body = mapi_problem::Problem, description = "Body larger than MAPI_JOB_MAX_BODY_BYTES"),
-        (status = 429, body = mapi_problem::Problem, description = "More items than the tenant's items-per-job quota (QUOTA_EXCEEDED)"),
+        (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded: items per job, vCPU-seconds, the token's budget, the spend cap (QUOTA_EXCEEDED) or requests per minute (RATE_LIMITED), with Retry-After when the limit resets"),
     ),
     security(("bearer" = []))
 )]
@@ -257,20 +258,23 @@ pub async fn submit(
     if n == 0 {
         return Err(ApiError::invalid("`items` is empty: a job needs at least one item"));
     }
-    let max_items = mapi_jobs::limits::max_items_per_job(tier).min(state.config.jobs.max_items);
-    if n > max_items {
-        return Err(ApiError::new(
-            ProblemCode::QuotaExceeded,
-            format!(
-                "{n} items exceed the tenant's limit of {max_items} items per job (tenant: max_items_per_job): split the job"
-            ),
-        ));
-    }
-    let policy = mapi_runs::get::<QuotaPolicyDoc>(&*state.store, tenant.as_str()).await?;
-    let fanout_limit = mapi_quota::effective(tier, policy.as_ref().map(|p| &p.policy)).max_fanout_tasks;
-    let window = mapi_jobs::limits::concurrent_items(fanout_limit, state.config.jobs.tenant_window);
     let now = state.clock.now();
     let id = JobId::generate(now, entropy()?);
+    // A job is admitted as a run is: the token's budget, the tenant's
+    // requests per minute, items per job and vCPU-seconds, the platform's
+    // items per job and spend cap. Its items reserve their compute as the
+    // fan-out enqueues them.
+    let request = quota::Request {
+        caller: &caller,
+        tenant: &tenant,
+        tier,
+        ask: mapi_quota::Ask::Job { items: n },
+        seed: id.as_str(),
+        what: format!("projects/{tenant}/{project}/jobs"),
+    };
+    let plan = quota::admission(&state, &request).await?;
+    let window =
+        mapi_jobs::limits::concurrent_items(plan.limits.max_fanout_tasks, state.config.jobs.tenant_window);
     let job = JobDoc {
         id: id.clone(),
         tenant: tenant.clone(),
@@ -293,11 +297,16 @@ pub async fn submit(
         .project(&project)
         .detail(format!("{} on {n} items", job.method))
         .into_doc(now);
-    let (job_ref, record) = (&job, &record);
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        tx_create(&mut tx, job_ref)?;
-        tx_create(&mut tx, record)?;
-        Ok(tx.finish(()))
+    let (job_ref, record, store) = (&job, &record, &*state.store);
+    quota::commit_admitted(&state, &request, plan, |plan| async move {
+        let bumps = &plan.bumps;
+        transact::<_, ApiError, _, _>(store, |mut tx| async move {
+            tx_create(&mut tx, job_ref)?;
+            tx_create(&mut tx, record)?;
+            bumps.apply(&mut tx)?;
+            Ok(tx.finish(()))
+        })
+        .await
     })
     .await?;
     if let Err(e) = push_fanout(&state, &id, 0, None).await {

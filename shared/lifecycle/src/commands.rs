@@ -1,0 +1,581 @@
+//! Every change of a run's state, each one pure command over the documents
+//! a transaction read. A command returns a [`Step`]: the writes (in the
+//! order the commit must buffer them), the typed [`Transition`] and the
+//! follow-ups to carry out after the commit. Handlers read, call a command,
+//! buffer its writes with [`Step::write`], commit, then call
+//! [`Step::committed`] (the transition metric, in one place) and carry out
+//! [`Step::follow_ups`].
+//!
+//! | command | from → to | reason |
+//! |---|---|---|
+//! | [`admit`] | · → queued | submitted |
+//! | [`claim`] | queued → dispatching | intent_written |
+//! | [`record_execution`] | dispatching → running | execution_created, adopted |
+//! | [`requeue_throttled`] | dispatching → queued | throttled |
+//! | [`refuse_placement`] | queued, dispatching → failed | placement_refused |
+//! | [`request_cancel`] | queued → cancelled; dispatching, running → cancelling | cancel_requested |
+//! | [`finalize`] | running, cancelling → a final state, or → queued for a retry | the verdict's |
+
+use std::time::Duration;
+
+use mapi_domain::{
+    ErrorCode, Nonce, Reason, ResourceClass, RunError, RunId, RunState, Timestamp, Transition,
+    TransitionError, Verdict,
+};
+use mapi_executor::{ExecutionHandle, ExecutionInfo};
+use mapi_metrics::Metrics;
+use mapi_quota::Period;
+use mapi_runs::counters::{self, Bumps, Sharded};
+use mapi_runs::{AttemptDoc, LedgerEntry, ModelVersionDoc, tx_create, tx_put};
+use mapi_store::{StoreError, Txn};
+
+use crate::run::{NewRun, RunDoc};
+use crate::verdict::Decided;
+
+/// One buffered write of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Write {
+    CreateRun(Box<RunDoc>),
+    PutRun(Box<RunDoc>),
+    PutAttempt(Box<AttemptDoc>),
+    CreateLedger(Box<LedgerEntry>),
+    CreateVersion(Box<ModelVersionDoc>),
+    Bumps(Bumps),
+}
+
+/// What to do after the commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowUp {
+    /// Push the dispatch task of the run's (new) attempt.
+    Dispatch { run: RunId, attempt: mapi_domain::AttemptNo },
+    /// Ask the executor to stop this execution.
+    CancelExecution(ExecutionHandle),
+}
+
+/// What a command decided: the writes, the transition, the follow-ups.
+#[must_use = "a step does nothing until its writes are buffered and committed"]
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Step {
+    pub(crate) writes: Vec<Write>,
+    /// The run's change of state, if it changed.
+    pub transition: Option<Transition>,
+    pub follow_ups: Vec<FollowUp>,
+}
+
+impl Step {
+    /// Buffers the step's writes in `tx`, in order.
+    pub fn write(&self, tx: &mut Txn<'_>) -> Result<(), StoreError> {
+        for w in &self.writes {
+            match w {
+                Write::CreateRun(run) => tx_create(tx, &**run)?,
+                Write::PutRun(run) => tx_put(tx, &**run)?,
+                Write::PutAttempt(a) => tx_put(tx, &**a)?,
+                Write::CreateLedger(e) => tx_create(tx, &**e)?,
+                Write::CreateVersion(v) => tx_create(tx, &**v)?,
+                Write::Bumps(b) => b.apply(tx)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The run as this step leaves it, if the step writes it.
+    pub fn run(&self) -> Option<&RunDoc> {
+        self.writes.iter().rev().find_map(|w| match w {
+            Write::CreateRun(r) | Write::PutRun(r) => Some(&**r),
+            _ => None,
+        })
+    }
+
+    /// The attempt as this step leaves it, if the step writes it.
+    pub fn attempt(&self) -> Option<&AttemptDoc> {
+        self.writes.iter().rev().find_map(|w| match w {
+            Write::PutAttempt(a) => Some(&**a),
+            _ => None,
+        })
+    }
+
+    /// Whether the step writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// After the commit: counts the transition. The one place the run
+    /// transition metric is emitted.
+    pub fn committed(&self, metrics: &Metrics) {
+        if let Some(t) = &self.transition {
+            metrics.transition(t.from.map_or("none", |s| s.as_str()), t.to.as_str(), t.reason.as_str());
+        }
+    }
+
+    fn put_run(&mut self, run: RunDoc) {
+        self.writes.push(Write::PutRun(Box::new(run)));
+    }
+
+    fn put_attempt(&mut self, attempt: AttemptDoc) {
+        self.writes.push(Write::PutAttempt(Box::new(attempt)));
+    }
+
+    fn bumps(&mut self, bumps: Bumps) {
+        self.writes.push(Write::Bumps(bumps));
+    }
+}
+
+/// A new run: `queued`, holding `reservation`. The run is created (the
+/// commit fails if its id exists).
+pub fn admit(new: NewRun, reservation: Option<counters::Reservation>, now: Timestamp) -> Step {
+    let run = RunDoc::new(new, reservation, now);
+    let transition = run.history().first().cloned();
+    let follow_ups = vec![FollowUp::Dispatch { run: run.id().clone(), attempt: run.attempt() }];
+    Step { writes: vec![Write::CreateRun(Box::new(run))], transition, follow_ups }
+}
+
+/// Why a dispatch delivery has nothing to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    NoSuchRun,
+    PastAttempt,
+    HasExecution,
+    NotQueued,
+}
+
+impl Skip {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::NoSuchRun => "no such run",
+            Skip::PastAttempt => "the run is past this attempt",
+            Skip::HasExecution => "the attempt already has an execution",
+            Skip::NotQueued => "the run is not queued",
+        }
+    }
+}
+
+/// The intent a dispatcher brings: made outside the transaction, which
+/// may run more than once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intent {
+    pub nonce: Nonce,
+    /// The attempt's event-signing key (hex).
+    pub event_key: String,
+    /// How long the dispatcher holds the attempt.
+    pub lease: Duration,
+}
+
+/// What a dispatch delivery may do with its attempt.
+#[derive(Debug)]
+pub enum Claim {
+    Nothing(Skip),
+    /// Another dispatcher holds the attempt for this long.
+    Busy(Duration),
+    /// The attempt is this delivery's. `fresh` when it wrote the intent
+    /// row; otherwise an earlier delivery may have made an execution, so
+    /// it adopts by nonce before it submits.
+    Mine {
+        step: Step,
+        attempt: Box<AttemptDoc>,
+        run: Box<RunDoc>,
+        fresh: bool,
+    },
+}
+
+/// Claims `attempt` of a run for a dispatcher: writes the intent row and
+/// moves the run to `dispatching`, or takes over an intent row whose
+/// lease lapsed (a run sent back to the queue by throttling goes out again
+/// with the same attempt and nonce).
+pub fn claim(
+    run: Option<RunDoc>,
+    row: Option<AttemptDoc>,
+    attempt: mapi_domain::AttemptNo,
+    intent: &Intent,
+    now: Timestamp,
+) -> Result<Claim, TransitionError> {
+    let Some(mut run) = run else { return Ok(Claim::Nothing(Skip::NoSuchRun)) };
+    if !run.is_current(attempt) {
+        return Ok(Claim::Nothing(Skip::PastAttempt));
+    }
+    let mut step = Step::default();
+    let (row, fresh) = match row {
+        Some(a) if a.handle.is_some() => return Ok(Claim::Nothing(Skip::HasExecution)),
+        Some(a) if a.lease_until > now => return Ok(Claim::Busy(a.lease_until.since(now))),
+        Some(mut a) => {
+            a.lease_until = now + intent.lease;
+            (a, false)
+        }
+        None if run.state() != RunState::Queued => return Ok(Claim::Nothing(Skip::NotQueued)),
+        None => (new_row(&run, intent, now), true),
+    };
+    if run.state() == RunState::Queued {
+        step.transition = Some(run.transition(RunState::Dispatching, Reason::IntentWritten, now)?);
+        step.put_run(run.clone());
+    }
+    step.put_attempt(row.clone());
+    Ok(Claim::Mine { step, attempt: Box::new(row), run: Box::new(run), fresh })
+}
+
+fn new_row(run: &RunDoc, intent: &Intent, now: Timestamp) -> AttemptDoc {
+    AttemptDoc {
+        run: run.id().clone(),
+        tenant: run.tenant().clone(),
+        project: run.project().clone(),
+        attempt: run.attempt(),
+        nonce: intent.nonce.clone(),
+        class: run.class(),
+        task_count: run.task_count(),
+        event_key: intent.event_key.clone(),
+        created_at: now,
+        lease_until: now + intent.lease,
+        handle: None,
+        submitted_at: None,
+        finished_seen_at: None,
+        started: None,
+        finished: None,
+        status: None,
+        finalized: false,
+    }
+}
+
+/// Moves the lease of an attempt not yet submitted to `until` (never back).
+pub fn extend_lease(mut row: AttemptDoc, until: Timestamp) -> Step {
+    let mut step = Step::default();
+    if row.handle.is_none() && row.lease_until < until {
+        row.lease_until = until;
+        step.put_attempt(row);
+    }
+    step
+}
+
+/// Lets the next delivery take an attempt not yet submitted at once (it
+/// adopts by nonce first).
+pub fn release_lease(mut row: AttemptDoc, now: Timestamp) -> Step {
+    let mut step = Step::default();
+    if row.handle.is_none() {
+        row.lease_until = now;
+        step.put_attempt(row);
+    }
+    step
+}
+
+/// The executor named the attempt's execution (it made it, or it was
+/// found by nonce): the intent row keeps the handle and the run goes to
+/// `running`. A run cancelled meanwhile has the execution stopped.
+/// Nothing happens when the row already has a handle.
+pub fn record_execution(
+    mut run: RunDoc,
+    mut row: AttemptDoc,
+    handle: &ExecutionHandle,
+    reason: Reason,
+    now: Timestamp,
+) -> Result<Step, TransitionError> {
+    let mut step = Step::default();
+    if row.handle.is_some() {
+        return Ok(step);
+    }
+    row.handle = Some(handle.clone());
+    row.submitted_at = Some(now);
+    if run.state() == RunState::Dispatching && run.attempt() == row.attempt {
+        step.transition = Some(run.transition(RunState::Running, reason, now)?);
+        step.put_run(run.clone());
+    } else if run.state() == RunState::Cancelling {
+        step.follow_ups.push(FollowUp::CancelExecution(handle.clone()));
+    }
+    step.put_attempt(row);
+    Ok(step)
+}
+
+/// The executor kept answering 429, and a 429 made nothing: the run goes
+/// back to the queue keeping its attempt and nonce, spending no
+/// infrastructure retry (late, never failed). The lease is let go so the
+/// next delivery takes the attempt at once.
+pub fn requeue_throttled(mut run: RunDoc, row: AttemptDoc, now: Timestamp) -> Result<Step, TransitionError> {
+    if row.handle.is_some() {
+        return Ok(Step::default());
+    }
+    let current = run.state() == RunState::Dispatching && run.attempt() == row.attempt;
+    let mut step = release_lease(row, now);
+    if current {
+        step.transition = Some(run.transition(RunState::Queued, Reason::Throttled, now)?);
+        step.put_run(run);
+    }
+    Ok(step)
+}
+
+/// Placement refused the attempt: the run fails with INFRA_ERROR, gives
+/// back what it reserved, and its attempt is finalized (nothing ran).
+pub fn refuse_placement(
+    mut run: RunDoc,
+    mut row: AttemptDoc,
+    why: &str,
+    now: Timestamp,
+) -> Result<Step, TransitionError> {
+    let mut step = Step::default();
+    if run.state().is_terminal() {
+        return Ok(step);
+    }
+    let released = run.end_reservation();
+    step.transition = Some(run.transition(RunState::Failed, Reason::PlacementRefused, now)?);
+    run.set_error(Some(RunError { code: ErrorCode::InfraError, message: why.to_owned() }));
+    row.finalized = true;
+    step.bumps(released);
+    step.put_attempt(row);
+    step.put_run(run);
+    Ok(step)
+}
+
+/// Why a cancel was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CancelError {
+    #[error("run {run} already ended ({state}): nothing to cancel")]
+    Ended { run: RunId, state: RunState },
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+}
+
+/// A cancel: a queued run ends at once (`cancelled`, its reservation given
+/// back); a started one goes to `cancelling` and its execution is asked to
+/// stop (the executor's report confirms it). A run already cancelling
+/// writes nothing; its execution is asked again.
+pub fn request_cancel(
+    mut run: RunDoc,
+    row: Option<&AttemptDoc>,
+    now: Timestamp,
+) -> Result<Step, CancelError> {
+    let mut step = Step::default();
+    let state = run.state();
+    if state.is_terminal() {
+        return Err(CancelError::Ended { run: run.id().clone(), state });
+    }
+    if state != RunState::Cancelling {
+        let released = if state == RunState::Queued { run.end_reservation() } else { Bumps::default() };
+        let to = if state == RunState::Queued { RunState::Cancelled } else { RunState::Cancelling };
+        step.transition = Some(run.transition(to, Reason::CancelRequested, now)?);
+        run.request_cancel();
+        step.bumps(released);
+    }
+    let handle = row.filter(|a| a.attempt == run.attempt()).and_then(|a| a.handle.clone());
+    if let (RunState::Cancelling, Some(handle)) = (run.state(), handle) {
+        step.follow_ups.push(FollowUp::CancelExecution(handle));
+    }
+    if step.transition.is_some() {
+        step.put_run(run);
+    }
+    Ok(step)
+}
+
+/// Marks whether a running attempt has gone quiet (informational only: the
+/// executor, not the events, decides whether it is alive).
+pub fn mark_stalled(mut run: RunDoc, stalled: bool) -> Step {
+    let mut step = Step::default();
+    if run.stalled() != stalled {
+        run.set_stalled(stalled);
+        step.put_run(run);
+    }
+    step
+}
+
+/// The counters a metered charge adds to: the tenant's and the platform's
+/// day and month, and the submitting token's.
+fn usage_counters(run: &RunDoc, now: Timestamp) -> Vec<String> {
+    let mut ids = Vec::new();
+    for period in [Period::Day, Period::Month] {
+        ids.push(counters::tenant_period(run.tenant(), period, now));
+        ids.push(counters::platform_period(period, now));
+        if let Some(t) = run.token() {
+            ids.push(counters::token_period(t, period, now));
+        }
+    }
+    ids
+}
+
+/// A retry that is not started: the run fails instead.
+fn refuse_retry(code: ErrorCode, reason: Reason, message: String) -> Verdict {
+    Verdict::Finalize { state: RunState::Failed, reason, error: Some(RunError { code, message }) }
+}
+
+/// A retry is admitted again: onto a larger class only up to the tenant's
+/// largest class (`largest`), and against the limits its run was admitted
+/// against (`refused` says which one its renewal would pass, when an
+/// earlier commit found out). Any other verdict passes unchanged.
+pub fn admit_retry(
+    decided: Decided,
+    attempt_class: ResourceClass,
+    largest: Option<ResourceClass>,
+    refused: Option<&str>,
+) -> Decided {
+    let Verdict::Retry { class, reason, .. } = *decided.verdict() else { return decided };
+    Decided(match (largest, refused) {
+        (Some(max), _) if class > attempt_class && class > max => refuse_retry(
+            ErrorCode::ResourceExhausted,
+            Reason::ResourceExhausted,
+            format!(
+                "the attempt ran out of memory on class {attempt_class}; class {class} is above the tenant's largest class {max}"
+            ),
+        ),
+        (_, Some(why)) => refuse_retry(
+            ErrorCode::QuotaExceeded,
+            reason,
+            format!("the attempt failed and its retry was not started: {why}"),
+        ),
+        _ => return decided,
+    })
+}
+
+/// Whether applying `verdict` makes the run `succeeded`: it then needs its
+/// model version, sealed before the commit.
+pub fn succeeds(run: &RunDoc, row: &AttemptDoc, decided: &Decided) -> bool {
+    run.is_current(row.attempt)
+        && matches!(decided.verdict(), Verdict::Finalize { state: RunState::Succeeded, .. })
+}
+
+/// The budget counters a retry's renewal must read (in the transaction,
+/// before the commit's first write): none for any other verdict.
+pub fn renewal_reads(run: &RunDoc, decided: &Decided) -> Vec<String> {
+    match (decided.verdict(), run.reservation()) {
+        (Verdict::Retry { .. }, Some(r)) if !r.holds.is_empty() => r.hold_counters(),
+        _ => Vec::new(),
+    }
+}
+
+/// Everything the finalization of an ended attempt reads.
+#[derive(Debug)]
+pub struct Ended<'a> {
+    pub run: RunDoc,
+    pub row: AttemptDoc,
+    /// The executor's report of the execution.
+    pub execution: &'a ExecutionInfo,
+    /// From [`crate::verdict()`], after [`admit_retry`].
+    pub verdict: Decided,
+    /// The attempt's ledger entry exists (an earlier finalization charged it).
+    pub ledger_seen: bool,
+    /// The model version to create with a `succeeded` transition (sealed,
+    /// and not stored yet).
+    pub version: Option<&'a ModelVersionDoc>,
+    /// The counters of [`renewal_reads`], as read.
+    pub budgets: Vec<Sharded>,
+    pub now: Timestamp,
+}
+
+/// What became of the verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The run moved (the step's transition).
+    Moved,
+    /// The run has moved past the attempt, or ended: the attempt was only
+    /// charged and finalized.
+    MovedPast,
+    /// The verdict is not a legal transition from the run's state: the
+    /// run is left as it is (failing would redeliver the same verdict
+    /// forever), still holding what it reserved.
+    Illegal(TransitionError),
+}
+
+/// What a finalization did, besides its step.
+#[derive(Debug)]
+pub struct Finalized {
+    pub step: Step,
+    pub applied: Applied,
+    /// The attempt's charge, in micros.
+    pub amount_micros: i64,
+    /// The run's state after the step.
+    pub state: RunState,
+}
+
+/// Finalizes an ended attempt: charges it once (the ledger entry and the
+/// usage counters, in the same commit), marks the intent row finalized, and
+/// applies the verdict to the run: a final state (with its model version
+/// for `succeeded`, giving back the reservation), or the next attempt
+/// (renewing the reservation for the new class, and dispatching it). An
+/// attempt the run has moved past is charged and finalized only.
+///
+/// `Err(LimitReached)` when the retry's renewal would pass a limit: the
+/// caller finalizes again with the retry refused ([`admit_retry`]).
+pub fn finalize(ended: Ended<'_>) -> Result<Finalized, StoreError> {
+    let Ended { mut run, mut row, execution, verdict, ledger_seen, version, budgets, now } = ended;
+    let mut step = Step::default();
+    let wall = match (execution.started, execution.finished) {
+        (Some(s), Some(f)) => f.since(s),
+        _ => Duration::ZERO,
+    };
+    let charge = mapi_cost::CURRENT.charge(row.class, row.task_count, wall);
+    let amount = charge.amount_micros;
+    // The charge goes to the usage counters once, with the ledger entry.
+    let charged = if ledger_seen {
+        Bumps::default()
+    } else {
+        Bumps::charge(&usage_counters(&run, now), run.id().as_str(), charge.vcpu_ms, amount)
+    };
+    if !ledger_seen {
+        step.bumps(charged.clone());
+        let entry = LedgerEntry {
+            tenant: run.tenant().clone(),
+            project: run.project().clone(),
+            run: run.id().clone(),
+            attempt: row.attempt,
+            charge,
+            token: run.token().map(str::to_owned),
+            at: now,
+        };
+        step.writes.push(Write::CreateLedger(Box::new(entry)));
+        run.add_charge(amount);
+    }
+    row.finalized = true;
+    row.status = Some(execution.status.clone());
+    row.started = execution.started;
+    row.finished = execution.finished;
+    step.put_attempt(row.clone());
+    let applied = if run.is_current(row.attempt) {
+        apply_verdict(&mut run, verdict.verdict(), version, &budgets, &charged, now, &mut step)?
+    } else {
+        Applied::MovedPast
+    };
+    // A run that ended gives back what it reserved (not when the verdict
+    // could not be applied: the run still holds its slot then).
+    if step.transition.is_some() && run.state().is_terminal() {
+        step.bumps(run.end_reservation());
+    }
+    let state = run.state();
+    step.put_run(run);
+    Ok(Finalized { step, applied, amount_micros: amount, state })
+}
+
+fn apply_verdict(
+    run: &mut RunDoc,
+    verdict: &Verdict,
+    version: Option<&ModelVersionDoc>,
+    budgets: &[Sharded],
+    charged: &Bumps,
+    now: Timestamp,
+    step: &mut Step,
+) -> Result<Applied, StoreError> {
+    let applied = match verdict {
+        Verdict::Finalize { state: to, reason, error } => {
+            let t = run.transition(*to, *reason, now);
+            if t.is_ok() {
+                run.set_error(error.clone());
+                if let Some(v) = version {
+                    step.writes.push(Write::CreateVersion(Box::new(v.clone())));
+                }
+            }
+            t
+        }
+        Verdict::Retry { class, reason, infra } => {
+            let t = run.transition(RunState::Queued, *reason, now);
+            if t.is_ok() {
+                run.next_attempt(*class, *infra);
+                let (id, hold) =
+                    (run.id().clone(), counters::reserve_ms(*class, run.task_count(), run.timeout_s()));
+                if let Some(r) = run.reservation_mut() {
+                    step.bumps(Bumps::renew(r, hold, budgets, charged, id.as_str())?);
+                }
+                step.follow_ups.push(FollowUp::Dispatch { run: id, attempt: run.attempt() });
+            }
+            t
+        }
+        Verdict::Wait => unreachable!("a decided verdict is never wait"),
+    };
+    Ok(match applied {
+        Ok(t) => {
+            step.transition = Some(t);
+            Applied::Moved
+        }
+        Err(e) => Applied::Illegal(e),
+    })
+}

@@ -1,0 +1,237 @@
+//! The run document. Every field is private: what was asked is read through
+//! getters, and what changes (state, history, attempt, class, retries, the
+//! reservation, the charge) changes only through the commands of
+//! [`crate::commands`], so the state machine is held by the compiler, not
+//! by a convention.
+
+use std::collections::BTreeMap;
+
+use mapi_cost::Charge;
+use mapi_domain::{
+    AttemptNo, DatasetId, ProjectId, Reason, ResourceClass, RunError, RunId, RunState, TenantId, Timestamp,
+    Transition, TransitionError, UserId,
+};
+use mapi_runs::Doc;
+use mapi_runs::counters::{Bumps, Reservation};
+use serde::{Deserialize, Serialize};
+
+/// What a new run is asked to do: everything [`crate::commands::admit`]
+/// needs besides the clock and the reservation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewRun {
+    pub id: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub method: String,
+    pub params: BTreeMap<String, serde_json::Value>,
+    pub dataset: DatasetId,
+    pub class: ResourceClass,
+    pub timeout_s: u32,
+    pub task_count: u32,
+    pub created_by: UserId,
+    /// The estimate shown at submit: one attempt of the class for the whole timeout.
+    pub estimate: Charge,
+    /// The token the run is submitted with (public id), if any.
+    pub token: Option<String>,
+}
+
+/// A run: what was asked, where it is, and how it got there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunDoc {
+    id: RunId,
+    tenant: TenantId,
+    project: ProjectId,
+    method: String,
+    params: BTreeMap<String, serde_json::Value>,
+    dataset: DatasetId,
+    /// The class of the current attempt (raised after an out-of-memory retry).
+    class: ResourceClass,
+    /// The class the caller asked for.
+    requested_class: ResourceClass,
+    timeout_s: u32,
+    task_count: u32,
+    state: RunState,
+    /// The current attempt (1-based).
+    attempt: AttemptNo,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    created_by: UserId,
+    history: Vec<Transition>,
+    error: Option<RunError>,
+    oom_retried: bool,
+    infra_retries: u32,
+    cancel_requested: bool,
+    estimate: Charge,
+    /// Sum of the ledger entries of this run, in micros.
+    charged_micros: i64,
+    /// No event arrived for a while although the execution runs (informational).
+    #[serde(default)]
+    stalled: bool,
+    #[serde(default)]
+    token: Option<String>,
+    /// What the run holds until it ends (a concurrent slot, reserved vCPU-seconds).
+    #[serde(default)]
+    reservation: Option<Reservation>,
+}
+
+impl Doc for RunDoc {
+    const COLLECTION: &'static str = "runs";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+macro_rules! by_ref {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),+ $(,)?) => {
+        $($(#[$doc])* pub fn $name(&self) -> &$ty { &self.$name })+
+    };
+}
+
+macro_rules! by_value {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty),+ $(,)?) => {
+        $($(#[$doc])* pub fn $name(&self) -> $ty { self.$name })+
+    };
+}
+
+impl RunDoc {
+    /// A new run in `queued`, its history opened by the `submitted` entry.
+    pub(crate) fn new(new: NewRun, reservation: Option<Reservation>, at: Timestamp) -> RunDoc {
+        let first = Transition {
+            from: None,
+            to: RunState::Queued,
+            at,
+            reason: Reason::Submitted,
+            attempt: AttemptNo::FIRST,
+        };
+        RunDoc {
+            id: new.id,
+            tenant: new.tenant,
+            project: new.project,
+            method: new.method,
+            params: new.params,
+            dataset: new.dataset,
+            class: new.class,
+            requested_class: new.class,
+            timeout_s: new.timeout_s,
+            task_count: new.task_count,
+            state: RunState::Queued,
+            attempt: AttemptNo::FIRST,
+            created_at: at,
+            updated_at: at,
+            created_by: new.created_by,
+            history: vec![first],
+            error: None,
+            oom_retried: false,
+            infra_retries: 0,
+            cancel_requested: false,
+            estimate: new.estimate,
+            charged_micros: 0,
+            stalled: false,
+            token: new.token,
+            reservation,
+        }
+    }
+
+    by_ref!(
+        id: RunId,
+        tenant: TenantId,
+        project: ProjectId,
+        method: str,
+        params: BTreeMap<String, serde_json::Value>,
+        dataset: DatasetId,
+        created_by: UserId,
+        /// The transitions so far, oldest first; the first is `submitted`.
+        history: [Transition],
+        estimate: Charge,
+        reservation: Option<Reservation>,
+    );
+
+    by_value!(
+        /// The class of the current attempt (raised after an out-of-memory retry).
+        class: ResourceClass,
+        /// The class the caller asked for.
+        requested_class: ResourceClass,
+        timeout_s: u32,
+        task_count: u32,
+        state: RunState,
+        /// The current attempt (1-based).
+        attempt: AttemptNo,
+        created_at: Timestamp,
+        updated_at: Timestamp,
+        oom_retried: bool,
+        infra_retries: u32,
+        cancel_requested: bool,
+        /// Sum of the ledger entries of this run, in micros.
+        charged_micros: i64,
+        /// No event arrived for a while although the execution runs (informational).
+        stalled: bool,
+    );
+
+    /// The error a failed run carries.
+    pub fn error(&self) -> Option<&RunError> {
+        self.error.as_ref()
+    }
+
+    /// The token the run was submitted with (public id), if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// Whether `attempt` is the run's current one and the run has not ended.
+    pub fn is_current(&self, attempt: AttemptNo) -> bool {
+        self.attempt == attempt && !self.state.is_terminal()
+    }
+
+    /// Moves the run to `to`, if the state machine allows it, and records
+    /// the transition in its history; a refused move changes nothing.
+    pub(crate) fn transition(
+        &mut self,
+        to: RunState,
+        reason: Reason,
+        at: Timestamp,
+    ) -> Result<Transition, TransitionError> {
+        self.state.check(to, reason)?;
+        let t = Transition { from: Some(self.state), to, at, reason, attempt: self.attempt };
+        self.history.push(t.clone());
+        self.state = to;
+        self.updated_at = at;
+        Ok(t)
+    }
+
+    /// Takes the reservation of a run that is ending: the increments that
+    /// give it back (none when it held nothing).
+    pub(crate) fn end_reservation(&mut self) -> Bumps {
+        self.reservation.take().map(|r| Bumps::release(&r)).unwrap_or_default()
+    }
+
+    pub(crate) fn set_error(&mut self, error: Option<RunError>) {
+        self.error = error;
+    }
+
+    pub(crate) fn request_cancel(&mut self) {
+        self.cancel_requested = true;
+    }
+
+    pub(crate) fn add_charge(&mut self, micros: i64) {
+        self.charged_micros += micros;
+    }
+
+    pub(crate) fn set_stalled(&mut self, stalled: bool) {
+        self.stalled = stalled;
+    }
+
+    /// Opens the next attempt on `class`, counting the retry it spends.
+    pub(crate) fn next_attempt(&mut self, class: ResourceClass, infra: bool) {
+        self.attempt = self.attempt.next();
+        self.class = class;
+        if infra {
+            self.infra_retries += 1;
+        } else {
+            self.oom_retried = true;
+        }
+    }
+
+    pub(crate) fn reservation_mut(&mut self) -> Option<&mut Reservation> {
+        self.reservation.as_mut()
+    }
+}

@@ -1,0 +1,618 @@
+//! The commands without a store: each case names the documents a
+//! transaction would read and what the step must write.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mapi_domain::run::TRANSITIONS;
+use mapi_domain::{
+    AttemptNo, DatasetId, ErrorCode, ExecutionStatus, Nonce, ProjectId, Reason, ResourceClass, RetryPolicy,
+    RunId, RunState, TenantId, Timestamp, UserId, Verdict,
+};
+use mapi_events::progress::Progress;
+use mapi_events::{Event, EventBody};
+use mapi_executor::{ExecutionHandle, ExecutionInfo};
+use mapi_runs::counters::Reservation;
+use mapi_runs::{AttemptDoc, ProgressDoc};
+
+use super::commands::{self, Applied, CancelError, Claim, Ended, Intent, Skip, Write};
+use super::{FollowUp, NewRun, Rules, RunDoc, Step, verdict};
+
+const T0: Timestamp = Timestamp::from_secs(1_000);
+const LEASE: Duration = Duration::from_secs(30);
+const RULES: Rules =
+    Rules { event_grace: Duration::from_secs(60), retry: RetryPolicy { max_infra_retries: 2 } };
+
+fn at(s: u64) -> Timestamp {
+    T0 + Duration::from_secs(s)
+}
+
+fn reservation() -> Reservation {
+    Reservation {
+        vcpu_ms: 60_000,
+        budgets: Vec::new(),
+        at_most: Vec::new(),
+        slots: vec!["tenant:dev#0".into(), "platform#3".into()],
+        holds: Vec::new(),
+    }
+}
+
+fn new_run() -> NewRun {
+    NewRun {
+        id: RunId::generate(T0, [1; 10]),
+        tenant: TenantId::parse("dev").expect("tenant"),
+        project: ProjectId::parse("default").expect("project"),
+        method: "describe".into(),
+        params: BTreeMap::new(),
+        dataset: DatasetId::generate(T0, [2; 10]),
+        class: ResourceClass::S,
+        timeout_s: 60,
+        task_count: 1,
+        created_by: UserId::parse("dev@dev.local").expect("user"),
+        estimate: mapi_cost::CURRENT.estimate(ResourceClass::S, 1, Duration::from_secs(60)),
+        token: None,
+    }
+}
+
+fn queued() -> RunDoc {
+    commands::admit(new_run(), Some(reservation()), T0).run().cloned().expect("admitted run")
+}
+
+fn intent() -> Intent {
+    Intent { nonce: Nonce::from_bytes([7; 16]), event_key: "ab".repeat(32), lease: LEASE }
+}
+
+/// A run claimed at `at(1)`: dispatching, with its intent row.
+fn claimed() -> (RunDoc, AttemptDoc) {
+    match commands::claim(Some(queued()), None, AttemptNo::FIRST, &intent(), at(1)).expect("legal") {
+        Claim::Mine { run, attempt, .. } => (*run, *attempt),
+        other => panic!("not claimed: {other:?}"),
+    }
+}
+
+fn handle() -> ExecutionHandle {
+    ExecutionHandle("executions/e-1".into())
+}
+
+/// A run running attempt 1 since `at(2)`.
+fn running() -> (RunDoc, AttemptDoc) {
+    let (run, row) = claimed();
+    let step =
+        commands::record_execution(run, row, &handle(), Reason::ExecutionCreated, at(2)).expect("legal");
+    (step.run().cloned().expect("run"), step.attempt().cloned().expect("row"))
+}
+
+fn released(step: &Step) -> bool {
+    step.writes
+        .iter()
+        .any(|w| matches!(w, Write::Bumps(b) if *b == mapi_runs::counters::Bumps::release(&reservation())))
+}
+
+/// Every transition a step makes is in the table, and is the run's last
+/// history entry.
+fn check(step: &Step) {
+    if let Some(t) = &step.transition {
+        let from = t.from.expect("from");
+        assert!(
+            TRANSITIONS.iter().any(|(f, to, rs)| *f == from && *to == t.to && rs.contains(&t.reason)),
+            "{t:?} is not in the table"
+        );
+        let run = step.run().expect("a transition writes its run");
+        assert_eq!(run.history().last(), Some(t));
+        assert_eq!(run.state(), t.to);
+    }
+}
+
+#[test]
+fn admit_opens_the_history_and_asks_for_the_dispatch() {
+    let step = commands::admit(new_run(), Some(reservation()), T0);
+    let run = step.run().expect("run");
+    assert_eq!(run.state(), RunState::Queued);
+    assert_eq!(run.history().len(), 1);
+    assert_eq!(run.history()[0].from, None);
+    assert_eq!(run.history()[0].reason, Reason::Submitted);
+    assert_eq!(step.transition.as_ref(), run.history().first());
+    assert!(matches!(step.writes[..], [Write::CreateRun(_)]), "a new run is created, never replaced");
+    assert_eq!(
+        step.follow_ups,
+        vec![FollowUp::Dispatch { run: run.id().clone(), attempt: AttemptNo::FIRST }]
+    );
+    assert_eq!(run.reservation(), &Some(reservation()));
+}
+
+#[test]
+fn claim_follows_the_intent_row() {
+    let (_, row) = claimed();
+    let with_handle = AttemptDoc { handle: Some(handle()), ..row.clone() };
+    let lapsed = AttemptDoc { lease_until: at(5), ..row.clone() };
+    let (dispatching, _) = claimed();
+    let throttled = commands::requeue_throttled(dispatching.clone(), row.clone(), at(3))
+        .expect("legal")
+        .run()
+        .cloned()
+        .expect("run");
+    let (cancelling, _) = {
+        let (run, row) = claimed();
+        let step = commands::request_cancel(run, Some(&row), at(2)).expect("cancel");
+        (step.run().cloned().expect("run"), row)
+    };
+    let ended = commands::request_cancel(queued(), None, at(1)).expect("cancel").run().cloned().expect("run");
+    // (run, row, delivered attempt, now) → what the claim does.
+    enum Want {
+        Skip(Skip),
+        Busy(u64),
+        Mine { fresh: bool, moves: bool },
+    }
+    type Case = (&'static str, Option<RunDoc>, Option<AttemptDoc>, AttemptNo, Timestamp, Want);
+    let cases: Vec<Case> = vec![
+        ("no run", None, None, AttemptNo::FIRST, at(1), Want::Skip(Skip::NoSuchRun)),
+        ("later attempt", Some(queued()), None, AttemptNo(2), at(1), Want::Skip(Skip::PastAttempt)),
+        ("ended run", Some(ended), None, AttemptNo::FIRST, at(1), Want::Skip(Skip::PastAttempt)),
+        (
+            "has execution",
+            Some(dispatching.clone()),
+            Some(with_handle),
+            AttemptNo::FIRST,
+            at(99),
+            Want::Skip(Skip::HasExecution),
+        ),
+        (
+            "live lease",
+            Some(dispatching.clone()),
+            Some(row.clone()),
+            AttemptNo::FIRST,
+            at(11),
+            Want::Busy(20),
+        ),
+        (
+            "lapsed lease",
+            Some(dispatching),
+            Some(lapsed.clone()),
+            AttemptNo::FIRST,
+            at(6),
+            Want::Mine { fresh: false, moves: false },
+        ),
+        (
+            "throttled back",
+            Some(throttled),
+            Some(lapsed),
+            AttemptNo::FIRST,
+            at(6),
+            Want::Mine { fresh: false, moves: true },
+        ),
+        ("not queued", Some(cancelling), None, AttemptNo::FIRST, at(3), Want::Skip(Skip::NotQueued)),
+        (
+            "first delivery",
+            Some(queued()),
+            None,
+            AttemptNo::FIRST,
+            at(1),
+            Want::Mine { fresh: true, moves: true },
+        ),
+    ];
+    for (name, run, row, attempt, now, want) in cases {
+        let got = commands::claim(run, row, attempt, &intent(), now).expect(name);
+        match (got, want) {
+            (Claim::Nothing(s), Want::Skip(w)) => assert_eq!(s, w, "{name}"),
+            (Claim::Busy(d), Want::Busy(s)) => assert_eq!(d, Duration::from_secs(s), "{name}"),
+            (Claim::Mine { step, attempt, run, fresh }, Want::Mine { fresh: f, moves }) => {
+                check(&step);
+                assert_eq!(fresh, f, "{name}");
+                assert_eq!(step.transition.is_some(), moves, "{name}");
+                assert_eq!(run.state(), RunState::Dispatching, "{name}");
+                assert_eq!(attempt.lease_until, now + LEASE, "{name}: the claimer holds the lease");
+                assert_eq!(step.attempt(), Some(&*attempt), "{name}: the row is written");
+                if fresh {
+                    assert_eq!(attempt.nonce, intent().nonce, "{name}");
+                }
+            }
+            (got, _) => panic!("{name}: unexpected {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_execution_is_recorded_once_and_stopped_when_cancelled_meanwhile() {
+    let (run, row) = claimed();
+    for reason in [Reason::ExecutionCreated, Reason::Adopted] {
+        let step =
+            commands::record_execution(run.clone(), row.clone(), &handle(), reason, at(2)).expect("legal");
+        check(&step);
+        assert_eq!(step.run().map(RunDoc::state), Some(RunState::Running));
+        assert_eq!(step.attempt().and_then(|a| a.handle.clone()), Some(handle()));
+        assert!(step.follow_ups.is_empty());
+    }
+    let (_, recorded) = running();
+    assert!(
+        commands::record_execution(run.clone(), recorded, &handle(), Reason::Adopted, at(3))
+            .expect("legal")
+            .is_empty()
+    );
+    let cancelling =
+        commands::request_cancel(run, Some(&row), at(2)).expect("cancel").run().cloned().expect("run");
+    let step = commands::record_execution(cancelling, row, &handle(), Reason::ExecutionCreated, at(3))
+        .expect("legal");
+    assert!(step.transition.is_none());
+    assert_eq!(step.follow_ups, vec![FollowUp::CancelExecution(handle())]);
+    assert!(
+        step.attempt().is_some_and(|a| a.handle.is_some()),
+        "the handle is kept, so the tick can confirm"
+    );
+}
+
+#[test]
+fn throttling_requeues_with_the_same_attempt_and_no_retry_spent() {
+    let (run, row) = claimed();
+    let step = commands::requeue_throttled(run, row.clone(), at(4)).expect("legal");
+    check(&step);
+    let back = step.run().expect("run");
+    assert_eq!((back.state(), back.attempt(), back.infra_retries()), (RunState::Queued, AttemptNo::FIRST, 0));
+    assert_eq!(step.attempt().map(|a| (a.lease_until, a.nonce.clone())), Some((at(4), row.nonce)));
+    let (run, row) = running();
+    assert!(commands::requeue_throttled(run, row, at(4)).expect("legal").is_empty(), "an execution exists");
+}
+
+#[test]
+fn leases_move_only_forward_and_only_before_the_submit() {
+    let (_, row) = claimed();
+    assert_eq!(commands::extend_lease(row.clone(), at(50)).attempt().map(|a| a.lease_until), Some(at(50)));
+    assert!(commands::extend_lease(row.clone(), at(10)).is_empty(), "never back");
+    assert_eq!(commands::release_lease(row, at(3)).attempt().map(|a| a.lease_until), Some(at(3)));
+    let (_, submitted) = running();
+    assert!(commands::extend_lease(submitted.clone(), at(50)).is_empty());
+    assert!(commands::release_lease(submitted, at(3)).is_empty());
+}
+
+#[test]
+fn a_refused_placement_fails_the_run_and_gives_back_its_reservation() {
+    let (run, row) = claimed();
+    let step = commands::refuse_placement(run, row, "class XL is not offered", at(2)).expect("legal");
+    check(&step);
+    let failed = step.run().expect("run");
+    assert_eq!(failed.state(), RunState::Failed);
+    assert_eq!(failed.error().map(|e| e.code), Some(ErrorCode::InfraError));
+    assert_eq!(failed.reservation(), &None);
+    assert!(released(&step));
+    assert!(step.attempt().is_some_and(|a| a.finalized));
+    let again = commands::refuse_placement(failed.clone(), step.attempt().cloned().expect("row"), "x", at(3));
+    assert!(again.expect("legal").is_empty(), "an ended run is left alone");
+}
+
+#[test]
+fn cancel_by_state() {
+    let (dispatching, row) = claimed();
+    let (running, running_row) = running();
+    // (state before, row) → state after, gives back the reservation, asks the executor.
+    let cases = vec![
+        (queued(), None, RunState::Cancelled, true, false),
+        (dispatching, Some(row), RunState::Cancelling, false, false),
+        (running.clone(), Some(running_row.clone()), RunState::Cancelling, false, true),
+    ];
+    for (run, row, to, gives_back, asks) in cases {
+        let from = run.state();
+        let step = commands::request_cancel(run, row.as_ref(), at(5)).expect("cancel");
+        check(&step);
+        let after = step.run().expect("run");
+        assert_eq!(after.state(), to, "{from}");
+        assert!(after.cancel_requested(), "{from}");
+        assert_eq!(released(&step), gives_back, "{from}");
+        assert_eq!(step.follow_ups == vec![FollowUp::CancelExecution(handle())], asks, "{from}");
+    }
+    let cancelling = commands::request_cancel(running, Some(&running_row), at(5))
+        .expect("cancel")
+        .run()
+        .cloned()
+        .expect("run");
+    let again = commands::request_cancel(cancelling.clone(), Some(&running_row), at(6)).expect("cancel");
+    assert!(again.is_empty() && again.transition.is_none(), "a second cancel writes nothing");
+    assert_eq!(again.follow_ups, vec![FollowUp::CancelExecution(handle())], "but asks the executor again");
+    let ended = commands::request_cancel(queued(), None, at(1)).expect("cancel").run().cloned().expect("run");
+    assert!(matches!(commands::request_cancel(ended, None, at(2)), Err(CancelError::Ended { .. })));
+}
+
+fn progress(run: &RunDoc, bodies: &[EventBody]) -> ProgressDoc {
+    let mut p = Progress::new(1);
+    for (seq, body) in bodies.iter().enumerate() {
+        p.apply(&Event {
+            v: mapi_events::VERSION,
+            run: run.id().clone(),
+            attempt: run.attempt(),
+            task: 0,
+            seq: seq as u64,
+            at: at(3),
+            body: body.clone(),
+        });
+    }
+    ProgressDoc {
+        run: run.id().clone(),
+        tenant: run.tenant().clone(),
+        project: run.project().clone(),
+        attempt: run.attempt(),
+        progress: p,
+        updated_at: at(3),
+    }
+}
+
+fn info(status: ExecutionStatus) -> ExecutionInfo {
+    ExecutionInfo {
+        handle: handle(),
+        nonce: None,
+        run: None,
+        created: at(2),
+        started: Some(at(2)),
+        finished: Some(at(12)),
+        task_count: 1,
+        status,
+    }
+}
+
+fn failed(exit_code: Option<i32>, signal: Option<i32>) -> ExecutionStatus {
+    ExecutionStatus::Failed { exit_code, signal, message: String::new() }
+}
+
+#[test]
+fn finalize_applies_the_outcome_table() {
+    let complete = [EventBody::Complete];
+    let error = [EventBody::Error { message: "column y is constant".into() }];
+    // (status, events, cancel first) → state, reason, next attempt's class.
+    type Case<'a> = (ExecutionStatus, &'a [EventBody], bool, RunState, Reason, Option<ResourceClass>);
+    let cases: Vec<Case> = vec![
+        (ExecutionStatus::Succeeded, &complete, false, RunState::Succeeded, Reason::Completed, None),
+        (failed(Some(1), None), &error, false, RunState::Failed, Reason::MethodError, None),
+        (failed(Some(143), None), &[], false, RunState::Failed, Reason::Timeout, None),
+        (
+            failed(Some(137), None),
+            &[],
+            false,
+            RunState::Queued,
+            Reason::ResourceExhausted,
+            Some(ResourceClass::M),
+        ),
+        (
+            failed(None, Some(9)),
+            &[],
+            false,
+            RunState::Queued,
+            Reason::ResourceExhausted,
+            Some(ResourceClass::M),
+        ),
+        (failed(Some(16), None), &[], false, RunState::Partial, Reason::CheckpointFlushed, None),
+        (
+            failed(Some(3), None),
+            &[],
+            false,
+            RunState::Queued,
+            Reason::InfrastructureFailure,
+            Some(ResourceClass::S),
+        ),
+        (
+            ExecutionStatus::NotFound,
+            &[],
+            false,
+            RunState::Queued,
+            Reason::InfrastructureFailure,
+            Some(ResourceClass::S),
+        ),
+        (ExecutionStatus::NotFound, &[], true, RunState::Cancelled, Reason::CancelConfirmed, None),
+        (
+            ExecutionStatus::Cancelled { exit_code: None },
+            &[],
+            true,
+            RunState::Cancelled,
+            Reason::CancelConfirmed,
+            None,
+        ),
+        (
+            ExecutionStatus::Cancelled { exit_code: Some(16) },
+            &[],
+            true,
+            RunState::Partial,
+            Reason::CheckpointFlushed,
+            None,
+        ),
+    ];
+    for (status, events, cancel, to, reason, next) in cases {
+        let (mut run, row) = running();
+        if cancel {
+            run = commands::request_cancel(run, Some(&row), at(3))
+                .expect("cancel")
+                .run()
+                .cloned()
+                .expect("run");
+        }
+        let progress = progress(&run, events);
+        let name = format!("{status:?}");
+        let decided = verdict(&run, &row, Some(&progress), &status, at(13), RULES).expect(&name);
+        let version = commands::succeeds(&run, &row, &decided).then(|| version_of(&run));
+        let execution = info(status);
+        let ended = Ended {
+            run,
+            row,
+            execution: &execution,
+            verdict: decided,
+            ledger_seen: false,
+            version: version.as_ref(),
+            budgets: Vec::new(),
+            now: at(13),
+        };
+        let f = commands::finalize(ended).expect(&name);
+        check(&f.step);
+        assert_eq!(f.applied, Applied::Moved, "{name}");
+        let t = f.step.transition.as_ref().expect(&name);
+        assert_eq!((t.to, t.reason), (to, reason), "{name}");
+        let after = f.step.run().expect(&name);
+        assert_eq!(after.charged_micros(), f.amount_micros, "{name}: charged once");
+        assert!(f.amount_micros > 0, "{name}: ten seconds of class S cost something");
+        assert!(f.step.writes.iter().any(|w| matches!(w, Write::CreateLedger(_))), "{name}");
+        assert!(f.step.attempt().is_some_and(|a| a.finalized), "{name}");
+        assert_eq!(
+            f.step.writes.iter().any(|w| matches!(w, Write::CreateVersion(_))),
+            to == RunState::Succeeded,
+            "{name}: a run succeeds exactly with its model version"
+        );
+        match next {
+            Some(class) => {
+                assert_eq!((after.attempt(), after.class()), (AttemptNo(2), class), "{name}");
+                assert_eq!(
+                    f.step.follow_ups,
+                    vec![FollowUp::Dispatch { run: after.id().clone(), attempt: AttemptNo(2) }],
+                    "{name}"
+                );
+                assert!(after.reservation().is_some(), "{name}: a retry keeps its reservation");
+            }
+            None => {
+                assert!(f.step.follow_ups.is_empty(), "{name}");
+                assert_eq!(after.reservation(), &None, "{name}: an ended run gives back what it reserved");
+                assert!(released(&f.step), "{name}");
+            }
+        }
+    }
+}
+
+fn version_of(run: &RunDoc) -> mapi_runs::ModelVersionDoc {
+    mapi_runs::ModelVersionDoc {
+        id: mapi_domain::ModelVersionId::of_run(run.id()),
+        tenant: run.tenant().clone(),
+        project: run.project().clone(),
+        run: run.id().clone(),
+        attempt: run.attempt(),
+        method: run.method().to_owned(),
+        bundle: "bundle".into(),
+        manifest_sha256: "00".repeat(32),
+        key_version: "local:1".into(),
+        artifact_count: 1,
+        created_at: at(13),
+    }
+}
+
+#[test]
+fn no_verdict_while_the_execution_runs_or_its_complete_event_may_still_come() {
+    let (run, row) = running();
+    assert_eq!(verdict(&run, &row, None, &ExecutionStatus::Running, at(99), RULES), None);
+    let seen = AttemptDoc { finished_seen_at: Some(at(12)), ..row };
+    assert_eq!(
+        verdict(&run, &seen, None, &ExecutionStatus::Succeeded, at(71), RULES),
+        None,
+        "within the grace"
+    );
+    let late = verdict(&run, &seen, None, &ExecutionStatus::Succeeded, at(72), RULES).expect("grace over");
+    assert!(matches!(late.verdict(), Verdict::Finalize { state: RunState::Failed, .. }));
+}
+
+#[test]
+fn retries_run_out_and_oom_retries_once() {
+    let (run, row) = running();
+    let mut run = run;
+    let mut row = row;
+    for n in 1..=3u32 {
+        let status = ExecutionStatus::NotFound;
+        let decided = verdict(&run, &row, None, &status, at(13), RULES).expect("decided");
+        let execution = info(status);
+        let ended = Ended {
+            run,
+            row: row.clone(),
+            execution: &execution,
+            verdict: decided,
+            ledger_seen: false,
+            version: None,
+            budgets: Vec::new(),
+            now: at(13),
+        };
+        let f = commands::finalize(ended).expect("finalize");
+        run = f.step.run().cloned().expect("run");
+        if n <= 2 {
+            assert_eq!((run.state(), run.infra_retries()), (RunState::Queued, n));
+            let claim =
+                commands::claim(Some(run.clone()), None, run.attempt(), &intent(), at(20)).expect("legal");
+            let Claim::Mine { run: r, attempt: a, .. } = claim else { panic!("claim") };
+            let s = commands::record_execution(*r, *a, &handle(), Reason::ExecutionCreated, at(21))
+                .expect("legal");
+            run = s.run().cloned().expect("run");
+            row = s.attempt().cloned().expect("row");
+        } else {
+            assert_eq!(run.state(), RunState::Failed, "gave up after two infrastructure retries");
+            assert_eq!(run.error().map(|e| e.code), Some(ErrorCode::InfraError));
+        }
+    }
+}
+
+#[test]
+fn a_retry_above_the_largest_class_or_past_a_limit_fails_instead() {
+    let (run, row) = running();
+    let oom = failed(Some(137), None);
+    let decided = verdict(&run, &row, None, &oom, at(13), RULES).expect("decided");
+    let capped = commands::admit_retry(decided.clone(), row.class, Some(ResourceClass::S), None);
+    assert!(matches!(
+        capped.verdict(),
+        Verdict::Finalize { state: RunState::Failed, error: Some(e), .. } if e.code == ErrorCode::ResourceExhausted
+    ));
+    let refused =
+        commands::admit_retry(decided.clone(), row.class, None, Some("it would pass the tenant's budget"));
+    assert!(matches!(
+        refused.verdict(),
+        Verdict::Finalize { state: RunState::Failed, error: Some(e), .. } if e.code == ErrorCode::QuotaExceeded
+    ));
+    assert_eq!(commands::admit_retry(decided.clone(), row.class, Some(ResourceClass::L), None), decided);
+}
+
+#[test]
+fn an_attempt_the_run_moved_past_is_charged_once_and_changes_nothing_else() {
+    let (run, row) = running();
+    let cancelled =
+        commands::request_cancel(run, Some(&row), at(3)).expect("cancel").run().cloned().expect("run");
+    let status = ExecutionStatus::Cancelled { exit_code: None };
+    let decided = verdict(&cancelled, &row, None, &status, at(13), RULES).expect("decided");
+    let execution = info(status);
+    let first = commands::finalize(Ended {
+        run: cancelled,
+        row: row.clone(),
+        execution: &execution,
+        verdict: decided.clone(),
+        ledger_seen: false,
+        version: None,
+        budgets: Vec::new(),
+        now: at(13),
+    })
+    .expect("finalize");
+    let done = first.step.run().cloned().expect("run");
+    assert_eq!(done.state(), RunState::Cancelled);
+    let again = commands::finalize(Ended {
+        run: done.clone(),
+        row,
+        execution: &execution,
+        verdict: decided,
+        ledger_seen: true,
+        version: None,
+        budgets: Vec::new(),
+        now: at(14),
+    })
+    .expect("finalize");
+    assert_eq!(again.applied, Applied::MovedPast);
+    assert!(again.step.transition.is_none());
+    assert_eq!(
+        again.step.run().map(RunDoc::charged_micros),
+        Some(done.charged_micros()),
+        "not charged twice"
+    );
+    assert!(!again.step.writes.iter().any(|w| matches!(w, Write::CreateLedger(_) | Write::Bumps(_))));
+}
+
+#[test]
+fn stalled_is_written_only_when_it_changes() {
+    let (run, _) = running();
+    let step = commands::mark_stalled(run.clone(), true);
+    assert_eq!(step.run().map(RunDoc::stalled), Some(true));
+    assert!(step.transition.is_none());
+    assert!(commands::mark_stalled(run, false).is_empty());
+}
+
+#[test]
+fn the_stored_form_keeps_its_field_names() {
+    let run = queued();
+    let fields = mapi_store::encode(&run).expect("encode");
+    assert_eq!(fields["state"], "queued");
+    assert_eq!(fields["tenant"], "dev");
+    assert_eq!(fields["history"][0]["reason"], "submitted");
+    let back: RunDoc = serde_json::from_value(serde_json::Value::Object(fields)).expect("decode");
+    assert_eq!(back, run);
+}
