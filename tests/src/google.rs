@@ -17,7 +17,8 @@ use mapi_domain::Timestamp;
 use mapi_oidc::dev::DevIdp;
 use serde_json::{Value, json};
 
-/// The seed's push settings.
+/// The push settings of a production deployment: audience, push service
+/// account and subscription.
 pub const AUDIENCE: &str = "https://api.example.com/internal/events";
 pub const PUSH_ACCOUNT: &str = "mapi-events-push@mapi-prod-control.iam.gserviceaccount.com";
 pub const SUBSCRIPTION: &str = "projects/mapi-prod-control/subscriptions/mapi-run-events-push";

@@ -1,6 +1,59 @@
 //! Helpers for the cross-crate suites in `tests/tests/`: where the built
 //! binaries are, a platform started in-process on port 0 with a fresh
 //! `MAPI_HOME`, and polling with a deadline (never a bare sleep).
+//!
+//! The fakes, each on 127.0.0.1 and written from Google's REST reference
+//! rather than from the client crates' types: [`fake_cloudrun`] (the Cloud
+//! Run Admin API v2: Jobs, executions and tasks run as `mapi-worker`
+//! children with Cloud Run's environment, memory limits and timeouts, a log
+//! sink, and faults on demand: 429 with `Retry-After`, lost answers, 503,
+//! slow answers, OOM as exit 137 or signal 9, vanishing executions),
+//! [`fake_cloudtasks`] (409s, seeded 429s, lost answers, doubled
+//! deliveries), [`fake_kms`] (corrupted CRCs, another key version, an
+//! unverified digest, a foreign signature), [`google`] (Google's key set and
+//! ID tokens for Pub/Sub pushes), [`fake_gcs`] and [`gcs_front`]
+//! (fake-gcs-server behind a front that verifies V4 URLs and POST policies)
+//! and [`firestore_emulator`]. [`backend`] starts one platform on either
+//! executor; [`scripted`] is an executor a suite drives by hand in virtual
+//! time; [`chaos`] duplicates and overlaps queue deliveries.
+//!
+//! The suites (`tests/tests/`):
+//!
+//! - Runs end to end: `e2e` (over HTTP, every case on both executors, the
+//!   exact history asserted), `cloudrun_runs` (what only Cloud Run has:
+//!   adoption after a lost answer, 429s, signal 9, vanished executions,
+//!   lease renewal, checkpoint resume after an OOM kill), `cloudrun_load`
+//!   (100 fits in virtual time), `delivery` (duplicate and forged
+//!   deliveries), `crash` (SIGKILL of `mapi dev` loses nothing
+//!   acknowledged), `ticks` (two overlapping ticks do nothing twice),
+//!   `walkthrough` (the README's, through the `mapi` binary).
+//! - Adapters: `executor_conformance` (local-process, real worker),
+//!   `cloudrun` (the executor against FakeCloudRun), `cloudtasks` (queue
+//!   conformance and an item job on FakeCloudTasks), `signer_kms` (Signer
+//!   conformance on FakeKms), `objects_gcs` (ObjectStore conformance on
+//!   fake-gcs-server), `store_firestore` (Store conformance on the Firestore
+//!   emulator, and the index file), `cloud_platform` (a fit from submit to
+//!   `succeeded` on Firestore and Cloud Storage), `adc` (Application Default
+//!   Credentials from a fake metadata server named by `GCE_METADATA_HOST`).
+//! - Access: `authz` (every cell of the permission matrix and the scope
+//!   table over HTTP), `auth_attacks` (credential attacks), `push_auth`
+//!   (push authentication and event attacks against a fake Google, 100 runs'
+//!   events delivered 1 to 5 times in any order), `cross_tenant` (nothing
+//!   enumerable across tenants), `admin_tour` (the administration
+//!   walkthrough against `mapi dev`), `shared_tiers` (the gate and the
+//!   executors admin).
+//! - Money: `quotas` (racing submits, the tier table, `Retry-After` across
+//!   day and month boundaries, the spend cap, retries re-admitted), `ledger`
+//!   (seeded sequences of attempts, retries, repeated finalizations and
+//!   cancels: every attempt metered once), `model_versions` (one signed
+//!   version per succeeded fit; integrity failures refused, audited and
+//!   counted).
+//! - Item jobs: `jobs` (5,000 items through a chaos proxy duplicating 10 %
+//!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
+//!   between tenants, cancel, retry-failed, the CLI).
+//! - Documents: `docs` (the README's variable table, `docs/openapi.json` and
+//!   `docs/permissions.md` are the code's), `api` (the HTTP contract: problems, idempotent
+//!   submits, the service routes).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

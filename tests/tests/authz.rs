@@ -2,7 +2,7 @@
 //! (resource, action) × every role × project or tenant-wide grant (and the
 //! reviewer capability) × own tenant or a foreign one, plus operators and
 //! strangers; then every scope of the scope table on a token. Expectations
-//! come from the hand-typed copies of the seed's tables in
+//! come from the hand-typed copies of the two tables in
 //! `tests/fixtures/`, never from the code's data. Then a few real routes
 //! show that they enforce the same decisions.
 

@@ -6,9 +6,9 @@
 //! URLs, and it reaches `succeeded` with its outputs downloadable.
 //!
 //! The emulator cannot prove everything the store promises (see
-//! `store_firestore.rs` and ARCHITECTURE.md): this test proves the wiring,
-//! `MAPI_STORE=firestore` and `MAPI_OBJECTS=gcs` from configuration to a
-//! final state, not Firestore's transactions.
+//! `store_firestore.rs` and the `mapi-firestore` module doc): this test
+//! proves the wiring, `MAPI_STORE=firestore` and `MAPI_OBJECTS=gcs` from
+//! configuration to a final state, not Firestore's transactions.
 
 use mapi_tests::fake_gcs::{FakeGcs, GcsProxy};
 use mapi_tests::firestore_emulator::FirestoreEmulator;

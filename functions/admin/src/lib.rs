@@ -1,10 +1,10 @@
-//! `admin`: the administrative API (Administration v0.3).
+//! `admin`: the administrative API.
 //!
 //! - sessions and identity: `POST /v1/sessions` (sign in with an ID token),
 //!   `GET /v1/whoami`;
 //! - operators: `/v1/admin/tenants` (create, list, update: tier, status,
 //!   residency; suspending and deleting need a reason), `/v1/admin/audit`,
-//!   `/v1/admin/executors`;
+//!   `/v1/admin/executors`, `/v1/admin/quotas`, `/v1/admin/kill-switches`;
 //! - tenants: `GET|PATCH /v1/tenants/{tenant}`, tenant-wide members,
 //!   projects, project members, API tokens, the tenant's audit log, and
 //!   access checks (`can I?`).

@@ -2,7 +2,8 @@
 //!
 //! With `MAPI_PUBSUB_PUSH_AUDIENCE` and `MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT`
 //! set, a push must carry the OIDC token Pub/Sub mints for the push
-//! subscription, and the checks run in the seed's order:
+//! subscription, and the checks run in this order, each before anything it
+//! protects is read:
 //!
 //! 1. before the body is read ([`Authenticated`], an extractor): the
 //!    token's RS256 signature against Google's key set

@@ -207,7 +207,7 @@ pub async fn urls(
         Ok(m) => m,
         Err(e) => return Err(refuse(&state, &caller, &version, "model_version.urls", e).await),
     };
-    // Artifact links are audited (the seed's audit list: "artifact links").
+    // Every batch of artifact links minted is audited.
     let entry = Audit::by(&caller, "model_version.urls", resource_of(&version))
         .tenant(&version.tenant)
         .project(&version.project)

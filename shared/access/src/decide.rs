@@ -1,8 +1,8 @@
-//! The one authorization decision, in the seed's order of checks: the
+//! The one authorization decision. The checks run in this order: the
 //! action must exist; internal callers may only deliver events; an
 //! operator's session may do what the operator column allows; otherwise
 //! the caller must see the tenant (a member of it, and it is not being
-//! deleting), hold the role the rule needs where the rule needs it (in the
+//! deleted), hold the role the rule needs where the rule needs it (in the
 //! project, or tenant-wide), and, for a token, be in the token's project,
 //! not a tenant-level or session-only action, and within the token's scopes.
 //! A suspended tenant refuses everything but reads.

@@ -1,9 +1,9 @@
 //! Who may do what.
 //!
 //! The permission matrix ([`PERMISSIONS`]) and the token scope table
-//! ([`SCOPES`]) of Administration v0.3 are data, in one place; [`decide`] is
-//! the one function every handler authorizes through, and
-//! [`permissions_markdown`] renders `docs/permissions.md` from the same data.
+//! ([`SCOPES`]) are data, in one place; [`decide`] is the one function every
+//! handler authorizes through, and [`permissions_markdown`] renders
+//! `docs/permissions.md` from the same data.
 //!
 //! Architecture invariant: no handler compares roles itself; it names a
 //! (resource, action) and asks [`decide`].

@@ -1,14 +1,14 @@
-//! The permission matrix of Administration v0.3 ("This is the complete
-//! matrix"), as data.
+//! The permission matrix, as data: every (resource, action) the platform
+//! knows, with the grant it needs and whether operators may do it. A pair
+//! that is not listed is refused to everyone.
 //!
-//! Reading the seed: its table reached us with empty cells collapsed, so a
-//! row shows its check marks but not their columns. Because each role
-//! includes the one before it, a row's marks are the roles from its lowest
-//! role up to admin, then the operator column. The rows here follow that
-//! rule and the seed's prose (operators create, suspend and delete tenants
-//! and set quotas, kill switches and executors; operators never read tenant
-//! content; approving needs the reviewer capability, which admins have
-//! implicitly). The hand-typed copy in the tests checks every row.
+//! Each role includes the one before it (viewer < editor < runner < admin),
+//! so a rule names only its lowest role: every role above it is allowed
+//! too. The operator column stands apart from the roles: operators create,
+//! suspend and delete tenants and set quotas, kill switches and executors,
+//! and never read tenant content (datasets, specs, models, plots).
+//! Approving needs the reviewer capability, which admins hold implicitly.
+//! A hand-typed copy of the matrix in `tests/fixtures/` checks every row.
 
 use mapi_domain::wire_enum;
 

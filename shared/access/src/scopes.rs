@@ -1,12 +1,12 @@
-//! Token scopes (Administration v0.3, "Scopes", `scope_allows`).
+//! Token scopes and what each allows (`scope_allows`).
 //!
-//! Reading the seed: like the matrix, its scope table reached us with empty
-//! cells collapsed, so each row tells how many scopes allow it but not
-//! which. The rows here keep every row's count and give each scope what its
-//! name promises (`models:read` reads, `runs:create` starts and follows
-//! runs, `score:*` scores endpoints, the `…:write`, `…:manage`, `…:publish`
-//! and `…:promote` scopes change their own resource). The hand-typed copy
-//! in the tests checks every row and its count.
+//! A scope only narrows a token: an action needs both the owner's role and
+//! one of the token's scopes, and `admin` covers whatever the role allows.
+//! Each scope allows what its name promises (`models:read` reads,
+//! `runs:create` starts and follows runs, `score:*` scores the project's
+//! endpoints, the `…:write`, `…:manage`, `…:publish` and `…:promote` scopes
+//! change their own resource). The hand-typed copy in `tests/fixtures/`
+//! checks every row and how many scopes allow it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -37,7 +37,7 @@ pub enum Scope {
     RunsWrite,
 }
 
-/// The columns of the scope table, in the seed's order.
+/// The columns of the scope table, in the order `docs/permissions.md` shows them.
 pub const COLUMNS: [Scope; 12] = [
     Scope::ModelsRead,
     Scope::RunsCreate,

@@ -1,9 +1,10 @@
-//! The seed's two tables, typed again by hand, checked against the data
-//! through [`decide`], for every role, grant kind, tenant state and caller.
+//! The permission matrix and the scope table, typed a second time by hand in
+//! `tests/fixtures/` (one row a line), checked against the data through
+//! [`decide`], for every role, grant kind, tenant state and caller.
 
 use crate::*;
 
-/// The seed's matrix, typed by hand (see the file's header).
+/// The permission matrix, typed by hand (see the file's header).
 const SEED_MATRIX: &str = include_str!("../../../tests/fixtures/seed_permissions.txt");
 
 const ROLES: [Role; 4] = [Role::Viewer, Role::Editor, Role::Runner, Role::Admin];
@@ -122,7 +123,7 @@ fn suspended_tenants_read_only_and_deleting_tenants_vanish() {
     );
 }
 
-/// The seed's scope table, typed by hand (see the file's header).
+/// The scope table, typed by hand (see the file's header).
 const SEED_SCOPES: &str = include_str!("../../../tests/fixtures/seed_scopes.txt");
 
 #[test]

@@ -1,6 +1,6 @@
-//! Every behaviour of Cloud Run this executor relies on that the seed marks
-//! **[verify M0]**: built as written, kept here so that checking them in a
-//! real project means reading one file. Each is exercised by the fake in
+//! Every behaviour of Cloud Run this executor relies on that has not yet
+//! been confirmed against a real Cloud Run project: each is one constant
+//! here, so that checking them in a real project means reading one file. Each is exercised by the fake in
 //! `mapi-tests` exactly as stated, so a wrong assumption shows up as a
 //! difference between this file and a real project, not as scattered code.
 
@@ -30,6 +30,6 @@ pub const MEMORY_LIMIT_MESSAGE: &str = "memory limit";
 /// exit code, its status message contains this text.
 pub const TIMEOUT_MESSAGE: &str = "timed out";
 
-/// A 429 from `jobs.run` means nothing was made (the seed's rate-limit
-/// section), so the same nonce may be submitted again without adopting.
+/// A 429 from `jobs.run` means Cloud Run made nothing, so the same nonce
+/// may be submitted again without adopting first.
 pub const THROTTLED_MADE_NOTHING: bool = true;

@@ -1,4 +1,4 @@
-//! The cloudrun-jobs executor (the seed's "Cloud Run Jobs executor"): each
+//! The cloudrun-jobs executor (`MAPI_EXECUTOR=cloudrun-jobs`): each
 //! attempt is a new execution of one Job of a fixed inventory, started with
 //! `jobs.run` and only these overrides: `MAPI_RUN_ID` and `MAPI_NONCE`, the
 //! task count, and the task timeout (the run's plus
@@ -19,7 +19,30 @@
 //!   executor adopts by nonce first, and if nothing is found yet it answers
 //!   `Ambiguous`, so the next submit of that nonce adopts again first.
 //! - **Status**: `executions.get`, then `tasks.list` for exit codes once the
-//!   execution completed; a missing execution is `NotFound`.
+//!   execution completed; a missing execution is `NotFound`. The mapping
+//!   from the Admin API's shapes is in `wire`.
+//!
+//! The inventory ([`inventory`]) is one Job per base image and resource
+//! class, named by `MAPI_CLOUDRUN_JOB_TEMPLATE`; placement refuses XL (it
+//! needs another executor) and the GPU class for anything but `dl.*`. The
+//! execution name is read from the operation's metadata as soon as
+//! `jobs.run` answers, so the handle exists before the execution ends. The
+//! gate is a token bucket kept as a reservation schedule (GCRA, so no slot
+//! is wasted while callers wait) plus the cool-down every submitter shares
+//! after a 429. Adoption keeps the oldest execution of a nonce and cancels
+//! the others (their workers find no bootstrap). Every behaviour of Cloud
+//! Run the executor relies on without having seen it in a real project is
+//! one constant in [`assumptions`]; [`settings`] holds every variable with
+//! its default.
+//!
+//! Architecture invariant: a submit returns a handle only for an execution
+//! that exists, `Throttled` only when nothing was made, and `Ambiguous`
+//! otherwise; after an ambiguous answer no `jobs.run` is sent for that
+//! nonce before adoption has looked for it.
+//!
+//! Tested against `FakeCloudRun` (in `mapi-tests`), which speaks the Admin
+//! API's REST JSON and injects 429s, lost answers, OOM kills and vanished
+//! executions.
 
 pub mod assumptions;
 pub mod gate;

@@ -1,5 +1,5 @@
-//! The executor's settings, named and defaulted as the seed's Settings
-//! table has them.
+//! The executor's settings: every variable it reads (`MAPI_ENV` and the
+//! `MAPI_CLOUDRUN_*` ones), with its default and meaning.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

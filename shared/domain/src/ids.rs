@@ -226,8 +226,8 @@ impl Nonce {
     }
 
     /// The nonce of task `index` of a fan-out execution whose execution nonce
-    /// is `self` (the seed's `task_nonce`). Task 0 keeps the execution nonce,
-    /// so a single-task execution has one nonce throughout.
+    /// is `self`; each task reads the bootstrap of its own nonce. Task 0 keeps
+    /// the execution nonce, so a single-task execution has one nonce throughout.
     pub fn for_task(&self, index: u32) -> Nonce {
         if index == 0 {
             return self.clone();

@@ -1,6 +1,18 @@
-//! What an execution's end means for its run: the seed's outcome table as
-//! two pure functions. [`classify`] reads the executor's report of one
-//! attempt; [`decide`] turns that outcome into the run's next step.
+//! What an execution's end means for its run, as two pure functions.
+//! [`classify`] reads the executor's report of one attempt; [`decide`] turns
+//! that outcome into the run's next step:
+//!
+//! - every task exited 0: `succeeded` once the attempt's complete event is
+//!   merged (`failed` if it never arrives);
+//! - exit 16 (the supervisor flushed checkpoints), failed or cancelled: `partial`;
+//! - exit 137, signal 9 or a "memory limit" message: one new attempt on the
+//!   next larger class, else `failed` with `RESOURCE_EXHAUSTED`;
+//! - exit 143 (stopped at the task timeout): `failed` with `TIMEOUT`;
+//! - exit 1 (the method's error): `failed` with `METHOD_ERROR`;
+//! - cancelled through the executor: `cancelled`;
+//! - the execution is gone, or any other exit: a new attempt on the same
+//!   class that spends an infrastructure retry (`MAPI_MAX_INFRA_RETRIES`),
+//!   or `cancelled` when a cancel was asked for.
 
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +51,7 @@ pub enum ExecutionStatus {
     NotFound,
 }
 
-/// How one attempt ended (the middle column of the seed's table).
+/// How one attempt ended, read from the executor's report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum AttemptOutcome {
@@ -122,7 +134,7 @@ fn failed(reason: Reason, code: ErrorCode, message: impl Into<String>) -> Verdic
     }
 }
 
-/// Decides the run's next step (the right column of the seed's table).
+/// Decides the run's next step from how its attempt ended.
 pub fn decide(outcome: &AttemptOutcome, facts: &AttemptFacts, policy: RetryPolicy) -> Verdict {
     let infra_retry = |what: String| {
         if facts.cancel_requested {
@@ -200,7 +212,7 @@ mod tests {
         ExecutionStatus::Failed { exit_code, signal, message: message.to_owned() }
     }
 
-    /// The seed's outcome table, typed by hand: executor report → run state.
+    /// The outcome table, typed by hand: executor report → run state.
     #[test]
     fn the_seed_outcome_table() {
         use RunState as S;

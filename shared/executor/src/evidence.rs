@@ -1,11 +1,10 @@
-//! The shared-tier gate (the seed's "The shared-tier gate"): `verified`
-//! and `public` tenants' runs are placed on an executor only when its caps
-//! allow it (isolation of gVisor or stronger, egress and DNS enforced) and
-//! a passing conformance report and a passing security report are on
-//! record for exactly the caps it reports now, neither older than
-//! `MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S`. Until then such runs wait in the
-//! queue; they never fail for missing evidence. Pure: the caller brings
-//! the caps, the recorded evidence and the time.
+//! The shared-tier gate: `verified` and `public` tenants' runs are placed
+//! on an executor only when its caps allow it (isolation of gVisor or
+//! stronger, egress and DNS enforced) and a passing conformance report and
+//! a passing security report are on record for exactly the caps it reports
+//! now, neither older than `MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S`. Until then
+//! such runs wait in the queue; they never fail for missing evidence. Pure:
+//! the caller brings the caps, the recorded evidence and the time.
 
 use std::time::Duration;
 

@@ -173,9 +173,10 @@ pub trait Executor: Send + Sync + Debug {
     }
 }
 
-/// Finds the execution of `nonce` made at or after `since` (the seed's
-/// `adopt(nonce)`). When several have the nonce, keeps the oldest and
-/// cancels the others: their duplicate workers find no bootstrap anyway.
+/// Finds the execution of `nonce` made at or after `since`: the nonce, not
+/// the executor's execution name, identifies an attempt's execution. When
+/// several have the nonce, keeps the oldest and cancels the others: their
+/// duplicate workers find no bootstrap anyway.
 pub async fn adopt(
     executor: &dyn Executor,
     nonce: &Nonce,

@@ -1,9 +1,17 @@
 //! The Firestore adapter of the Store port (`MAPI_STORE=firestore`).
 //!
+//! Settings: `MAPI_FIRESTORE_PROJECT`, `MAPI_FIRESTORE_DATABASE` (default
+//! `(default)`) and `MAPI_FIRESTORE_ENDPOINT` ([`settings::VARIABLES`]).
+//!
 //! It speaks Firestore's gRPC API through tonic with the generated v1
-//! protos of `googleapis-tonic-google-firestore-v1` (the `firestore` crate
-//! was evaluated and not taken: its `gcloud-sdk` brings a second
-//! `jsonwebtoken` and its own token sources; see ARCHITECTURE.md). Only
+//! protos of `googleapis-tonic-google-firestore-v1` (four small crates;
+//! tonic, prost and the rustls stack already come with
+//! `google-cloud-gax-internal`). The `firestore` crate was evaluated and not
+//! taken: its `gcloud-sdk` brings a second `jsonwebtoken` (10, beside the
+//! workspace's 11) and its own token sources instead of `google-cloud-auth`.
+//! Credentials are Application Default Credentials in the cloud and none
+//! towards a plain-http emulator (`Credentials::for_settings`); an http
+//! endpoint with ADC is refused, so a token never leaves in clear. Only
 //! five RPCs are used, which is also what the test emulator serves:
 //!
 //! - reads: `BatchGetDocuments` (inside a transaction when one is given);
@@ -15,16 +23,86 @@
 //!   read records are not sent; a conflict answers `ABORTED`, which is the
 //!   port's `Aborted` that [`mapi_store::transact`] retries.
 //!
+//! `Version` is the document's `update_time` in nanoseconds;
+//! `Precondition::{Absent, Exists, Version}` are `exists: false`,
+//! `exists: true` and `update_time`. Queries have Firestore's semantics,
+//! which are the port's: documents lacking a filtered or ordered field are
+//! left out, ties go by name in the last order's direction, and a cursor
+//! orders by `__name__` explicitly and starts after the document's name.
+//! Increments of one document are one write with an empty update mask and
+//! one `increment` transform per field.
+//!
 //! A guarded increment (`at_most`) needs the counter's value: its commit
 //! runs as a transaction that reads the counters first (its own, retried
-//! on contention, or the caller's), and refuses with `LimitReached` before
+//! on contention up to 64 times, each retry naming the transaction it
+//! replaces, or the caller's), and refuses with `LimitReached` before
 //! writing anything.
 //!
 //! Errors: `ABORTED` → `Aborted`; `ALREADY_EXISTS`, `NOT_FOUND` and
 //! `FAILED_PRECONDITION` of a commit → the port's answer for the write
 //! whose precondition failed; `UNAVAILABLE`, `DEADLINE_EXCEEDED` and
 //! `RESOURCE_EXHAUSTED` → `Unavailable` (transient); `INVALID_ARGUMENT` →
-//! `InvalidArgument`; anything else `Internal`.
+//! `InvalidArgument`; anything else `Internal`. The documents with
+//! preconditions are read again to tell which write failed; a query's
+//! missing index is an `Internal` error that says so.
+//!
+//! Architecture invariant: only the five RPCs above are used, and every
+//! write of a port commit is in one Firestore `Commit`, so a commit is all
+//! or nothing.
+//!
+//! Architecture invariant: a guarded increment is never sent without the
+//! counter having been read in the same transaction; an unguarded
+//! increment reads nothing.
+//!
+//! Architecture invariant: no credentials are sent to a plain-http endpoint.
+//!
+//! Two differences from the SQLite adapter that callers may see: a write
+//! that changes nothing keeps its `update_time` (so its version), and a
+//! range filter on a field that is not in `order_by` makes Firestore order
+//! by that field first (every query in the code orders by its range field).
+//!
+//! Keys and write rates: ids are natural keys, never sequential, except
+//! `audit/{micros}-{random}`, whose time prefix puts every new entry at the
+//! end of the key range (fine at the audit's rate; Firestore starts to
+//! throttle such ranges around 500 writes a second). A run, attempt,
+//! dataset, token, job or item marker takes a handful of writes in its
+//! life; `job_counts/{job}:{k}` is sharded eight ways, and the usage
+//! counters are sharded as `mapi_runs::counters` describes (16 shards for
+//! the platform's, 4 for a tenant's or a token's), so no document is
+//! written by every submit. `leases/reconcile-tick` is written once a tick.
+//!
+//! The composite indexes: `terraform/firestore.indexes.json` is
+//! [`wire::indexes_file`] of `mapi_platform::indexes()` (the list SQLite
+//! creates, single-field entries left out, as Firestore builds those
+//! itself), and `tests/tests/store_firestore.rs` fails when the two differ.
+//! The audit log's optional filters on `project`, `actor`, `action` and
+//! `outcome` ordered by `at` have no composite index yet.
+//!
+//! # Tested against the emulator, and what it cannot prove
+//!
+//! `tests/tests/store_firestore.rs` runs the Store conformance cases
+//! against `@firestore-emulator/server` 0.3.15 (installed and started by
+//! `mapi_tests::firestore_emulator`). These cases are checked only against
+//! real Firestore (and proven on SQLite), because of the emulator's gaps:
+//!
+//! - `version_preconditions`, `delete_semantics`: it ignores `update_time`
+//!   preconditions, so a write or delete at a stale version succeeds;
+//! - `replace_keeps_create_time`: it merges a write's fields into the
+//!   stored ones instead of replacing the document;
+//! - `commits_are_atomic`: it applies a commit's writes one by one and
+//!   keeps those before the one that fails;
+//! - `query_filters_and_orders`: it has no dotted field paths, returns
+//!   documents lacking the ordered field, fails comparing a number with a
+//!   string, and does not break ties by document name;
+//! - `cursors_page_through_every_document_once`: it ignores a query's
+//!   `start_at` cursor;
+//! - `transaction_aborts_when_a_read_document_changed`,
+//!   `transaction_aborts_on_a_phantom`: its transactions detect no
+//!   conflict, so the commit succeeds;
+//! - `transactions_serialize_concurrent_increments`: no conflict is
+//!   detected, so concurrent increments are lost;
+//! - `racing_guarded_increments_never_pass_the_limit`: no conflict is
+//!   detected, so racing guards all read the same count.
 
 pub mod settings;
 pub mod wire;

@@ -23,6 +23,45 @@
 //!   and the uploader must send that header. POST policies ([`policy`]) are
 //!   signed by the create-only uploader account. Both are signed by a
 //!   [`signing::BlobSigner`]: a JSON key or the IAM Credentials `signBlob`.
+//!
+//! URLs are path-style against `MAPI_GCS_URL_BASE`. A POST policy limits
+//! the bucket, the key, the size and the time; it is create-only because
+//! its uploader account has `storage.objects.create` but not
+//! `storage.objects.delete` (a POST form takes no generation precondition,
+//! and replacing an object needs delete). `signBlob` runs as the service's
+//! own account (configurable endpoint; a 429 or 5xx is `Unavailable`).
+//! Credentials are Application Default Credentials through
+//! `google-cloud-auth` in the cloud, and anonymous towards a plain-http
+//! fake. The settings and their variables are in [`settings::VARIABLES`].
+//! A lost-answer retry that meets a 412 also checks the live object is not
+//! the generation the write was to replace.
+//!
+//! Architecture invariant: a put returns `Ok` only for an object whose
+//! stored CRC32C and MD5 are those of the bytes given; a create-only write,
+//! URL or policy never replaces an object.
+//!
+//! Architecture invariant: signing never needs a key file on Cloud Run
+//! (`signBlob` as the service's own account); a key file is only a
+//! configured alternative.
+//!
+//! Tested in `tests/tests/objects_gcs.rs` against fake-gcs-server (installed
+//! from PyPI by the test harness) behind `GcsProxy` (which gives the media
+//! part the metadata's content type, as Cloud Storage reads it, and loses
+//! answers and corrupts checksums on demand), with `SigningFront` checking
+//! V4 URLs and POST policies and `FakeSignBlob` playing IAM Credentials.
+//! Checked only against real Cloud Storage:
+//!
+//! - deletes under a generation precondition (fake-gcs ignores them; the
+//!   case is proven on the local object store);
+//! - that Cloud Storage itself refuses an upload whose CRC32C or MD5 does
+//!   not match the bytes;
+//! - the service's own V4 and POST-policy verification (the front follows
+//!   Google's documentation; the canonical request is checked against one
+//!   derived by hand, and whole URLs byte for byte against the official
+//!   crate's `SignedUrlBuilder` with the same key and time);
+//! - IAM's rule that replacing an object needs `storage.objects.delete`;
+//! - resumable uploads (objects of 16 MiB and more);
+//! - `signBlob` with real ADC tokens.
 
 pub mod policy;
 pub mod settings;

@@ -10,6 +10,11 @@
 //! ([`SqliteQueue::dead_tasks`]) until their name is used again after the
 //! window.
 //!
+//! Concurrent creates share one write transaction and one sync (group
+//! commit). The [`Deliverer`] POSTs each leased task to its route with Cloud
+//! Tasks' `X-CloudTasks-*` headers, so the handlers it calls are the ones
+//! Cloud Tasks calls in the cloud.
+//!
 //! Leasing takes one write transaction that also honours each queue's
 //! `max_concurrent_dispatches` across every deliverer on the file. A lease
 //! lasts the dispatch deadline plus a margin; a lease that expires (its

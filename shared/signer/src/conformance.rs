@@ -44,8 +44,8 @@ pub async fn tampering_is_refused(keys: &dyn Keys) {
     assert!(matches!(s.verify(MANIFEST, &renamed), Err(VerifyError::UntrustedKey(_))));
 }
 
-/// The seed's three steps: a new version; it becomes active; the old one
-/// stays trusted until nothing it signed is in use.
+/// Key rotation in three steps: a new version; it becomes active; the old
+/// one stays trusted until nothing it signed is in use.
 pub async fn rotation_in_three_steps(keys: &dyn Keys) {
     let v1 = keys.signer(1, &[]).await;
     let old = v1.sign(MANIFEST).await.expect("sign with 1");

@@ -2,13 +2,25 @@
 //!
 //! Documents live in one table keyed by `(collection, id)` with their fields
 //! as JSON; queries compile to `json_extract` expressions, and each declared
-//! [`Index`] becomes an expression index on exactly those expressions.
+//! [`Index`] becomes an expression index on exactly those expressions,
+//! partial to its collection (a write maintains only its collection's
+//! indexes). The platform's file is `$MAPI_HOME/mapi.db`.
+//!
 //! Writes go through one connection owned by a writer thread, which applies
 //! every commit waiting for it in one `BEGIN IMMEDIATE` transaction, each in
-//! its own savepoint, and syncs once for the batch (group commit); reads use
-//! a small pool of connections. Transactions are optimistic: a
+//! its own savepoint, and syncs once for the batch (group commit). Reads run
+//! on the calling thread from a small pool of connections: in WAL mode a
+//! reader never waits for the writer. Transactions are optimistic: a
 //! commit re-checks every document version and query result the transaction
 //! read, inside the write lock, and answers `Aborted` if any changed.
+//!
+//! Guarded increments read nothing before the commit, so they never make a
+//! transaction conflict: the writer applies one commit's increments of a
+//! document in order to one copy of it, refuses the whole commit with
+//! `LimitReached` when one would pass its `at_most`, and writes the copy
+//! once. Two visible differences from Firestore: a write that changes
+//! nothing still gets a new version, and a range filter on a field that is
+//! not ordered on does not reorder the results.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
