@@ -29,14 +29,18 @@ fn header(h: &HeaderMap, name: &str) -> String {
 /// In the child: one task created with ADC against `MAPI_ADC_API`.
 async fn child() {
     let api = std::env::var("MAPI_ADC_API").expect("the fake API's address");
+    let queues = mapi_platform::job_queue_configs().expect("queues");
     let settings = Settings {
         project: "p".into(),
         location: "europe-west1".into(),
-        target: "https://submit.example".into(),
+        targets: queues
+            .iter()
+            .map(|q| (q.name.as_str().to_owned(), "https://submit.example".to_owned()))
+            .collect(),
         service_account_email: "tasks@p.iam.gserviceaccount.com".into(),
-        audience: None,
+        audience: "https://submit.example".into(),
         endpoint: Some(api),
-        queues: mapi_platform::job_queue_configs().expect("queues"),
+        queues,
     };
     let q = CloudTasksQueue::new(settings, Credentials::ApplicationDefault, Arc::new(SystemClock))
         .await

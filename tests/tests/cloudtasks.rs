@@ -34,12 +34,13 @@ async fn adapter(
     queues: Vec<QueueConfig>,
     clock: Arc<dyn Clock>,
 ) -> CloudTasksQueue {
+    // One host serves every queue here: each queue's target is `target`.
     let settings = Settings {
         project: "project".into(),
         location: "europe-west1".into(),
-        target: target.into(),
+        targets: queues.iter().map(|q| (q.name.as_str().to_owned(), target.to_owned())).collect(),
         service_account_email: SERVICE_ACCOUNT.into(),
-        audience: None,
+        audience: target.trim_end_matches('/').to_owned(),
         endpoint: Some(fake.url.clone()),
         queues,
     };

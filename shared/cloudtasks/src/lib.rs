@@ -19,11 +19,13 @@
 //! Cloud Tasks deduplicates names only for about an hour after a task ran
 //! or was deleted; handlers must be idempotent on their own.
 //!
-//! Selected with `MAPI_QUEUE=cloudtasks`; the project, location, target base
-//! URL, service account and audience are the `MAPI_CLOUDTASKS_*` variables.
-//! Every task of a process goes to the one target base URL, the task's path
-//! appended. The routes the tasks reach accept the ID token Cloud Tasks
-//! mints for that service account and audience (`mapi_identity`). v2 has no
+//! Selected with `MAPI_QUEUE=cloudtasks`; the project, location, service
+//! account and audience are the `MAPI_CLOUDTASKS_*` variables. Each queue has
+//! its own target, the URL of the service that serves its route
+//! (`mapi_platform::QUEUE_ROUTES`), the task's path appended; a task for a
+//! queue without one is refused. Every delivery carries the one audience,
+//! and the routes the tasks reach accept the ID token Cloud Tasks mints for
+//! that service account and audience (`mapi_identity`). v2 has no
 //! queue statistics, so a queue's depth is counted by listing its tasks.
 //!
 //! Tested against `FakeCloudTasks` (in `mapi-tests`, the v2 REST API on
@@ -50,12 +52,13 @@ const CREATE_TRIES: u32 = 4;
 pub struct Settings {
     pub project: String,
     pub location: String,
-    /// The base URL tasks are POSTed to (the service's URL); a task's path is appended.
-    pub target: String,
+    /// Each queue's base URL (the URL of the service that serves its
+    /// route), by queue name; a task's path is appended.
+    pub targets: BTreeMap<String, String>,
     /// The service account whose OIDC token each delivery carries.
     pub service_account_email: String,
-    /// The token's audience; the target URL when `None`.
-    pub audience: Option<String>,
+    /// The token's audience, the same for every queue.
+    pub audience: String,
     /// Another endpoint than `https://cloudtasks.googleapis.com` (a fake).
     pub endpoint: Option<String>,
     /// The queues the deployment created, with their dispatch deadlines.
@@ -89,7 +92,7 @@ impl fmt::Debug for CloudTasksQueue {
         f.debug_struct("CloudTasksQueue")
             .field("project", &self.inner.settings.project)
             .field("location", &self.inner.settings.location)
-            .field("target", &self.inner.settings.target)
+            .field("targets", &self.inner.settings.targets)
             .finish_non_exhaustive()
     }
 }
@@ -159,11 +162,13 @@ impl CloudTasksQueue {
         format!("projects/{}/locations/{}/queues/{queue}", s.project, s.location)
     }
 
-    fn task(&self, task: &NewTask, cfg: &QueueConfig) -> Task {
+    fn task(&self, task: &NewTask, cfg: &QueueConfig) -> Result<Task, QueueError> {
         let s = &self.inner.settings;
-        let target = s.target.trim_end_matches('/');
-        let url = format!("{target}{}", task.path);
-        let audience = s.audience.clone().unwrap_or_else(|| target.to_owned());
+        let target = s.targets.get(task.queue.as_str()).ok_or_else(|| {
+            QueueError::InvalidArgument(format!("queue `{}` has no target service", task.queue))
+        })?;
+        let url = format!("{}{}", target.trim_end_matches('/'), task.path);
+        let audience = s.audience.clone();
         let mut t = Task::new()
             .set_http_request(
                 HttpRequest::new()
@@ -184,7 +189,7 @@ impl CloudTasksQueue {
         if let Some(at) = task.schedule_time {
             t = t.set_schedule_time(to_wkt_time(at));
         }
-        t
+        Ok(t)
     }
 }
 
@@ -200,7 +205,7 @@ impl TaskQueue for CloudTasksQueue {
         let cfg = self.config(&task.queue)?;
         let now = self.inner.clock.now();
         task.validate(now)?;
-        let request = self.task(&task, cfg);
+        let request = self.task(&task, cfg)?;
         let parent = self.queue_path(&task.queue);
         let mut last = None;
         for attempt in 1..=CREATE_TRIES {

@@ -161,8 +161,13 @@ pub enum SignerConfig {
 pub struct CloudTasksConfig {
     pub project: String,
     pub location: String,
-    /// The base URL tasks are delivered to; `MAPI_PUBLIC_URL` when `None`.
+    /// The base URL tasks are delivered to when one host serves every task
+    /// route; `MAPI_PUBLIC_URL` when `None`.
     pub target: Option<String>,
+    /// The `submit-tasks` service's URL; `target` when `None`.
+    pub submit_tasks_url: Option<String>,
+    /// The `meter` service's URL; `target` when `None`.
+    pub meter_url: Option<String>,
     /// The service account whose OIDC token each delivery carries.
     pub service_account: String,
     /// The token's audience; the target URL when `None`.
@@ -172,13 +177,25 @@ pub struct CloudTasksConfig {
 }
 
 impl CloudTasksConfig {
-    /// The base URL tasks are delivered to.
+    /// The base URL tasks are delivered to when one host serves them all.
     pub fn target_url(&self, public_url: &str) -> String {
         self.target.clone().unwrap_or_else(|| public_url.to_owned()).trim_end_matches('/').to_owned()
     }
 
+    /// The URL of `service`, where the queues it serves deliver.
+    pub fn service_url(&self, service: crate::Service, public_url: &str) -> String {
+        let own = match service {
+            crate::Service::SubmitTasks => self.submit_tasks_url.as_ref(),
+            crate::Service::Meter => self.meter_url.as_ref(),
+            _ => None,
+        };
+        own.map_or_else(|| self.target_url(public_url), |u| u.trim_end_matches('/').to_owned())
+    }
+
     /// The audience of the ID tokens deliveries carry, which the task
-    /// routes check: the configured one, else the target URL.
+    /// routes check: the configured one, else the target URL (one
+    /// audience for every queue, so a service split off keeps accepting
+    /// them as a custom audience).
     pub fn token_audience(&self, public_url: &str) -> String {
         self.audience.clone().unwrap_or_else(|| self.target_url(public_url))
     }
@@ -346,13 +363,31 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     ("MAPI_CLOUDTASKS_PROJECT", "none (necessary for cloudtasks)", "cloudtasks: the project of the queues"),
     ("MAPI_CLOUDTASKS_LOCATION", "europe-west1", "cloudtasks: the location of the queues"),
-    ("MAPI_CLOUDTASKS_TARGET_URL", "MAPI_PUBLIC_URL", "cloudtasks: the base URL tasks are delivered to"),
+    (
+        "MAPI_CLOUDTASKS_TARGET_URL",
+        "MAPI_PUBLIC_URL",
+        "cloudtasks: the base URL tasks are delivered to, when one host serves every task route",
+    ),
+    (
+        "MAPI_SUBMIT_TASKS_URL",
+        "MAPI_CLOUDTASKS_TARGET_URL",
+        "cloudtasks: the URL of the `submit-tasks` service, where the dispatch, job-fanout and job-items queues deliver",
+    ),
+    (
+        "MAPI_METER_URL",
+        "MAPI_CLOUDTASKS_TARGET_URL",
+        "cloudtasks: the URL of the `meter` service, where the finalize queue delivers",
+    ),
     (
         "MAPI_CLOUDTASKS_SERVICE_ACCOUNT",
         "none (necessary for cloudtasks)",
         "cloudtasks: the service account whose OIDC token each delivery carries",
     ),
-    ("MAPI_CLOUDTASKS_AUDIENCE", "the target URL", "cloudtasks: the audience of that token"),
+    (
+        "MAPI_CLOUDTASKS_AUDIENCE",
+        "MAPI_CLOUDTASKS_TARGET_URL",
+        "cloudtasks: the audience of that token, one for every queue (with one service per queue, a custom audience of each)",
+    ),
     (
         "MAPI_CLOUDTASKS_ENDPOINT",
         "https://cloudtasks.googleapis.com",
@@ -656,6 +691,8 @@ impl Config {
                     project: need("MAPI_CLOUDTASKS_PROJECT")?,
                     location: get("MAPI_CLOUDTASKS_LOCATION").unwrap_or_else(|| "europe-west1".to_owned()),
                     target: get("MAPI_CLOUDTASKS_TARGET_URL"),
+                    submit_tasks_url: get("MAPI_SUBMIT_TASKS_URL"),
+                    meter_url: get("MAPI_METER_URL"),
                     service_account: need("MAPI_CLOUDTASKS_SERVICE_ACCOUNT")?,
                     audience: get("MAPI_CLOUDTASKS_AUDIENCE"),
                     endpoint: get("MAPI_CLOUDTASKS_ENDPOINT"),
@@ -826,6 +863,7 @@ mod tests {
             ("MAPI_CLOUDTASKS_PROJECT", "mapi-prod"),
             ("MAPI_CLOUDTASKS_SERVICE_ACCOUNT", "tasks@mapi-prod.iam.gserviceaccount.com"),
             ("MAPI_CLOUDTASKS_ENDPOINT", "http://127.0.0.1:9999"),
+            ("MAPI_METER_URL", "https://meter.example"),
         ])
         .expect("cloudtasks");
         assert_eq!(
@@ -834,6 +872,8 @@ mod tests {
                 project: "mapi-prod".into(),
                 location: "europe-west1".into(),
                 target: None,
+                submit_tasks_url: None,
+                meter_url: Some("https://meter.example".into()),
                 service_account: "tasks@mapi-prod.iam.gserviceaccount.com".into(),
                 audience: None,
                 endpoint: Some("http://127.0.0.1:9999".into()),

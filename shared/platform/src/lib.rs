@@ -7,6 +7,7 @@
 //! never from the environment.
 
 mod config;
+mod services;
 
 use std::ops::Deref;
 use std::path::PathBuf;
@@ -30,12 +31,13 @@ use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
 pub use config::{
-    Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, JOB_ITEM_DISPATCH_DEADLINE, JobSettings,
-    ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets, SignerConfig, StoreBackend, VARIABLES,
-    variables,
+    CloudTasksConfig, Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, JOB_ITEM_DISPATCH_DEADLINE,
+    JobSettings, ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets, SignerConfig, StoreBackend,
+    VARIABLES, variables,
 };
 
 pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
+pub use services::{QUEUE_ROUTES, QueueRoute, Service, service_of_queue};
 /// The data bucket's name locally.
 pub const DATA_BUCKET: &str = "data";
 /// The bootstrap bucket's name locally.
@@ -219,6 +221,26 @@ pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
     Ok([vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?], job_queue_configs()?].concat())
 }
 
+/// The Cloud Tasks adapter's settings: each queue delivers to the service
+/// that serves its route ([`QUEUE_ROUTES`]), every delivery with one token
+/// audience.
+pub fn cloudtasks_settings(
+    ct: &config::CloudTasksConfig,
+    public_url: &str,
+) -> Result<mapi_cloudtasks::Settings, mapi_queue::QueueError> {
+    let targets =
+        QUEUE_ROUTES.iter().map(|q| (q.queue.to_owned(), ct.service_url(q.service, public_url))).collect();
+    Ok(mapi_cloudtasks::Settings {
+        project: ct.project.clone(),
+        location: ct.location.clone(),
+        targets,
+        audience: ct.token_audience(public_url),
+        service_account_email: ct.service_account.clone(),
+        endpoint: ct.endpoint.clone(),
+        queues: queue_configs()?,
+    })
+}
+
 /// Every index the store needs: the runs', the other documents' and the jobs'.
 pub fn indexes() -> Vec<mapi_store::Index> {
     [mapi_lifecycle::INDEXES, mapi_runs::INDEXES, mapi_jobs::INDEXES].concat()
@@ -349,17 +371,7 @@ impl Platform {
                 mapi_cloudtasks::Credentials::Anonymous,
                 mapi_cloudtasks::Credentials::ApplicationDefault,
             );
-            let target = ct.target_url(&platform.config.public_url);
-            let audience = Some(ct.token_audience(&platform.config.public_url));
-            let settings = mapi_cloudtasks::Settings {
-                project: ct.project,
-                location: ct.location,
-                target,
-                audience,
-                service_account_email: ct.service_account,
-                endpoint: ct.endpoint,
-                queues: queue_configs()?,
-            };
+            let settings = cloudtasks_settings(&ct, &platform.config.public_url)?;
             let queue =
                 mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, platform.clock.clone()).await?;
             platform.queue = Arc::new(queue);
