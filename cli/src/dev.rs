@@ -94,8 +94,8 @@ pub fn router(state: &AppState) -> Router {
         .merge(mapi_reconcile_tick::router(state.clone()))
         .merge(mapi_meter::router(state.clone()))
         .merge(mapi_admin::router(state.clone()));
-    if let Some(local) = &state.local {
-        let data: Arc<dyn ObjectStore> = Arc::new(local.objects.clone());
+    if let Some(local) = &state.local.objects {
+        let data: Arc<dyn ObjectStore> = Arc::new(local.data.clone());
         let boot: Arc<dyn ObjectStore> = Arc::new(local.bootstrap.clone());
         app = app.merge(signed::router(
             vec![(data, Access::Signed), (boot, Access::SecretNames)],
@@ -339,17 +339,19 @@ impl DevPlatform {
             .build()
             .map_err(std::io::Error::other)?;
         let internal = state.config.secrets.internal_token.clone();
-        if let Some(local) = &state.local {
+        if let Some(queue) = &state.local.queue {
             let deliverer = Deliverer::new(
-                local.queue.clone(),
+                queue.clone(),
                 http.clone(),
                 url.clone(),
                 Some(internal.clone()),
                 metrics.clone(),
             );
             self.tasks.push(tokio::spawn(deliverer.run(until_stop(stopped.clone()))));
+        }
+        if let Some(executor) = &state.local.executor {
             let forwarder = LogForwarder::new(
-                local.executor.dir(),
+                executor.dir(),
                 http.clone(),
                 format!("{url}{}", mapi_push_events::EVENTS_PATH),
                 internal.clone(),

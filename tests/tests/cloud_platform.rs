@@ -153,3 +153,71 @@ async fn a_worker_takes_a_gs_bootstrap_with_the_metadata_servers_token() {
         "one read of the task's own object, with the metadata server's token"
     );
 }
+
+/// Each port is built from its own setting: a process configured for
+/// Firestore, Cloud Storage, Cloud Tasks, Cloud Run Jobs and Cloud KMS opens
+/// no SQLite file and makes no local directory (its `MAPI_HOME` is never
+/// created); the same configuration with the local queue does make it, so
+/// the check can fail. The cloud clients connect lazily: only KMS is asked
+/// anything at start (its public keys), by a fake.
+#[tokio::test]
+async fn a_cloud_configured_platform_opens_no_local_file() {
+    use std::sync::Arc;
+    let kms = mapi_tests::fake_kms::FakeKms::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let home_s = home.to_string_lossy().into_owned();
+    let key = kms.version(1);
+    let closed = "http://127.0.0.1:9";
+    let cloud = vec![
+        ("MAPI_HOME", home_s.as_str()),
+        ("MAPI_PROFILE", "multi-tenant"),
+        ("MAPI_INTERNAL_TOKEN", "an-internal-token-of-enough-length"),
+        ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff"),
+        ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100"),
+        ("MAPI_STORE", "firestore"),
+        ("MAPI_FIRESTORE_PROJECT", "mapi-test"),
+        ("MAPI_FIRESTORE_ENDPOINT", closed),
+        ("MAPI_OBJECTS", "gcs"),
+        ("MAPI_GCS_BUCKET", DATA),
+        ("MAPI_GCS_ENDPOINT", closed),
+        ("MAPI_GCS_SIGNING_SERVICE_ACCOUNT", API),
+        ("MAPI_QUEUE", "cloudtasks"),
+        ("MAPI_CLOUDTASKS_PROJECT", "mapi-test"),
+        ("MAPI_CLOUDTASKS_SERVICE_ACCOUNT", "tasks@mapi-test.iam.gserviceaccount.com"),
+        ("MAPI_CLOUDTASKS_ENDPOINT", closed),
+        ("MAPI_EXECUTOR", "cloudrun-jobs"),
+        ("MAPI_CLOUDRUN_PROJECT", "mapi-test"),
+        ("MAPI_CLOUDRUN_ENDPOINT", closed),
+        ("MAPI_SIGNER", "kms"),
+        ("MAPI_KMS_KEY_VERSION", key.as_str()),
+        ("MAPI_KMS_ENDPOINT", kms.url.as_str()),
+    ];
+    let get =
+        |vars: &[(&str, &str)], k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned());
+    let config = mapi_platform::Config::from_lookup(&|k| get(&cloud, k)).expect("a cloud configuration");
+    let clock = Arc::new(mapi_clock::SystemClock);
+    let platform = mapi_platform::Platform::configured(config, clock.clone(), mapi_tests::worker())
+        .await
+        .expect("start");
+    assert!(!home.exists(), "MAPI_HOME was made by a cloud-configured platform");
+    let local = &platform.local;
+    assert!(local.queue.is_none() && local.executor.is_none() && local.objects.is_none(), "{local:?}");
+    for (port, name) in [
+        (format!("{:?}", platform.store), "Firestore"),
+        (format!("{:?}", platform.queue), "CloudTasks"),
+        (format!("{:?}", platform.executor), "CloudRun"),
+    ] {
+        assert!(port.contains(name), "{name} expected: {port}");
+    }
+    assert_eq!(platform.objects.bucket(), DATA);
+
+    let mut with_local_queue = cloud.clone();
+    with_local_queue.retain(|(k, _)| !k.starts_with("MAPI_CLOUDTASKS") && *k != "MAPI_QUEUE");
+    let config = mapi_platform::Config::from_lookup(&|k| get(&with_local_queue, k)).expect("config");
+    let platform =
+        mapi_platform::Platform::configured(config, clock, mapi_tests::worker()).await.expect("start");
+    assert!(home.join("mapi.db").is_file(), "the local queue lives in MAPI_HOME");
+    assert!(platform.local.queue.is_some() && platform.local.executor.is_none());
+    assert!(!home.join("objects").exists() && !home.join("executions").exists(), "only the queue is local");
+}

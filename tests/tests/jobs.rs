@@ -26,9 +26,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Starts the embedded deliverer, delivering through `target` (the
 /// platform itself, or a chaos proxy in front of it).
 fn deliver(p: &TestPlatform, target: &str) -> JoinHandle<()> {
-    let local = p.platform.state.local.as_ref().expect("embedded adapters");
+    let queue = p.platform.state.local.queue.as_ref().expect("the embedded queue");
     let deliverer = Deliverer::new(
-        local.queue.clone(),
+        queue.clone(),
         reqwest::Client::new(),
         target,
         Some(p.platform.state.config.secrets.internal_token.clone()),

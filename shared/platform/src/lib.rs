@@ -65,19 +65,28 @@ pub struct Platform {
     /// `MAPI_CLOUDTASKS_SERVICE_ACCOUNT` for the tasks' audience); `None`
     /// unless `MAPI_QUEUE=cloudtasks`.
     pub task_invoker: Option<mapi_oidc::ServiceAccountTokens>,
-    /// Present when the embedded adapters are in use: what `mapi dev` needs
-    /// to drive them (the queue's deliverer, the executor's log forwarder,
-    /// the signed-URL routes).
-    pub local: Option<LocalParts>,
+    /// The embedded adapters in use, each present only when its port is
+    /// local: what `mapi dev` drives (the queue's deliverer, the
+    /// executor's log forwarder, the signed-URL routes).
+    pub local: LocalParts,
 }
 
 /// The concrete embedded adapters, for the background work that only the
-/// one-machine platform runs.
-#[derive(Clone, Debug)]
+/// one-machine platform runs. A cloud port has no local part.
+#[derive(Clone, Debug, Default)]
 pub struct LocalParts {
-    pub queue: SqliteQueue,
-    pub executor: LocalProcessExecutor,
-    pub objects: FsObjectStore,
+    /// `MAPI_QUEUE=local`: the SQLite queue.
+    pub queue: Option<SqliteQueue>,
+    /// `MAPI_EXECUTOR=local-process`: the local-process executor.
+    pub executor: Option<LocalProcessExecutor>,
+    /// `MAPI_OBJECTS=local`: the two buckets on disk and their URL signer.
+    pub objects: Option<LocalObjects>,
+}
+
+/// The local object stores.
+#[derive(Clone, Debug)]
+pub struct LocalObjects {
+    pub data: FsObjectStore,
     pub bootstrap: FsObjectStore,
     pub signer: UrlSigner,
 }
@@ -246,6 +255,111 @@ pub fn indexes() -> Vec<mapi_store::Index> {
     [mapi_lifecycle::INDEXES, mapi_runs::INDEXES, mapi_jobs::INDEXES].concat()
 }
 
+/// The ports of one platform.
+struct Ports {
+    store: Arc<dyn Store>,
+    objects: Arc<dyn ObjectStore>,
+    bootstrap: Arc<dyn ObjectStore>,
+    queue: Arc<dyn TaskQueue>,
+    executor: Arc<dyn Executor>,
+    signer: Arc<dyn Signer>,
+}
+
+/// `MAPI_HOME`, made if missing: only a local adapter needs it.
+fn home(config: &Config) -> Result<PathBuf, StartError> {
+    let home = config.home.clone();
+    std::fs::create_dir_all(&home)
+        .map_err(|e| ConfigError::Invalid(format!("MAPI_HOME {}: {e}", home.display())))?;
+    Ok(home)
+}
+
+/// The SQLite store in `$MAPI_HOME/mapi.db`.
+fn local_store(config: &Config, clock: &Arc<dyn Clock>) -> Result<SqliteStore, StartError> {
+    let db = home(config)?.join("mapi.db");
+    Ok(SqliteStore::open(&db, clock.clone(), &indexes(), config.sqlite_durability)?)
+}
+
+/// The SQLite queue, in the same file as the store.
+fn local_queue(config: &Config, clock: &Arc<dyn Clock>) -> Result<SqliteQueue, StartError> {
+    let db = home(config)?.join("mapi.db");
+    Ok(SqliteQueue::open(&db, clock.clone(), queue_configs()?)?)
+}
+
+/// The two buckets under `$MAPI_HOME/objects/`, with the URL signer their
+/// signed-URL routes check.
+fn local_objects(config: &Config, clock: &Arc<dyn Clock>) -> Result<LocalObjects, StartError> {
+    let root = home(config)?.join("objects");
+    let signer = UrlSigner::new(config.secrets.url_signing_key.clone(), &config.public_url);
+    let data = FsObjectStore::open(&root, DATA_BUCKET, signer.clone(), clock.clone())?;
+    let bootstrap = FsObjectStore::open(&root, BOOTSTRAP_BUCKET, signer.clone(), clock.clone())?;
+    Ok(LocalObjects { data, bootstrap, signer })
+}
+
+/// The local-process executor, its executions under `$MAPI_HOME/executions/`.
+fn local_executor(
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+    worker: Command,
+) -> Result<LocalProcessExecutor, StartError> {
+    let mut static_env = std::collections::BTreeMap::new();
+    static_env.insert(
+        "MAPI_BOOTSTRAP_URL".to_owned(),
+        config.objects_backend.bootstrap_url_template(&config.public_url),
+    );
+    if let ObjectsBackend::Gcs { data, .. } = &config.objects_backend
+        && let Some(endpoint) = &data.endpoint
+    {
+        // The worker reads `gs://` bootstraps from the same service.
+        static_env.insert("MAPI_GCS_ENDPOINT".to_owned(), endpoint.clone());
+    }
+    let local = LocalConfig {
+        dir: home(config)?.join("executions"),
+        host: worker.clone(),
+        task: worker,
+        static_env,
+        timeout_margin: config.local_timeout_margin,
+        grace: config.local_grace,
+        memory_mib: config.local_memory_mib.clone(),
+    };
+    Ok(LocalProcessExecutor::new(local, clock.clone())?)
+}
+
+/// The data and bootstrap buckets in Cloud Storage.
+async fn gcs_buckets(
+    data: mapi_gcs::Settings,
+    bootstrap_bucket: String,
+) -> Result<(Arc<dyn ObjectStore>, Arc<dyn ObjectStore>), StartError> {
+    let credentials = credentials(
+        data.endpoint.as_deref(),
+        mapi_gcs::Credentials::Anonymous,
+        mapi_gcs::Credentials::ApplicationDefault,
+    );
+    let mut bootstrap = data.clone();
+    bootstrap.bucket = bootstrap_bucket;
+    Ok((
+        Arc::new(mapi_gcs::GcsObjectStore::new(data, credentials).await?),
+        Arc::new(mapi_gcs::GcsObjectStore::new(bootstrap, credentials).await?),
+    ))
+}
+
+/// The Cloud Run Jobs executor, its 429s counted in the platform's metrics.
+async fn cloudrun_executor(
+    settings: mapi_cloudrun::Settings,
+    metrics: &Metrics,
+    clock: &Arc<dyn Clock>,
+) -> Result<mapi_cloudrun::CloudRunJobsExecutor, StartError> {
+    let credentials = credentials(
+        settings.endpoint.as_deref(),
+        mapi_cloudrun::Credentials::Anonymous,
+        mapi_cloudrun::Credentials::ApplicationDefault,
+    );
+    let throttled = metrics
+        .executor_submit_throttled
+        .get_or_create(&mapi_metrics::ExecutorName { executor: mapi_cloudrun::NAME.to_owned() })
+        .clone();
+    Ok(mapi_cloudrun::CloudRunJobsExecutor::new(settings, credentials, clock.clone(), throttled).await?)
+}
+
 impl Platform {
     /// The platform on embedded adapters under `config.home`: SQLite store
     /// and queue in `mapi.db`, objects under `objects/`, executions under
@@ -272,39 +386,88 @@ impl Platform {
         worker: Command,
         bundle_signer: Arc<dyn Signer>,
     ) -> Result<Platform, StartError> {
-        let home = config.home.clone();
-        std::fs::create_dir_all(&home)
-            .map_err(|e| ConfigError::Invalid(format!("MAPI_HOME {}: {e}", home.display())))?;
-        let db = home.join("mapi.db");
-        let store = SqliteStore::open(&db, clock.clone(), &indexes(), config.sqlite_durability)?;
-        let signer = UrlSigner::new(config.secrets.url_signing_key.clone(), &config.public_url);
-        let objects_root = home.join("objects");
-        let objects = FsObjectStore::open(&objects_root, DATA_BUCKET, signer.clone(), clock.clone())?;
-        let bootstrap = FsObjectStore::open(&objects_root, BOOTSTRAP_BUCKET, signer.clone(), clock.clone())?;
-        let queue = SqliteQueue::open(&db, clock.clone(), queue_configs()?)?;
-        let mut static_env = std::collections::BTreeMap::new();
-        static_env.insert(
-            "MAPI_BOOTSTRAP_URL".to_owned(),
-            config.objects_backend.bootstrap_url_template(&config.public_url),
-        );
-        if let ObjectsBackend::Gcs { data, .. } = &config.objects_backend
-            && let Some(endpoint) = &data.endpoint
-        {
-            // The worker reads `gs://` bootstraps from the same service.
-            static_env.insert("MAPI_GCS_ENDPOINT".to_owned(), endpoint.clone());
-        }
-        let executor = LocalProcessExecutor::new(
-            LocalConfig {
-                dir: home.join("executions"),
-                host: worker.clone(),
-                task: worker,
-                static_env,
-                timeout_margin: config.local_timeout_margin,
-                grace: config.local_grace,
-                memory_mib: config.local_memory_mib.clone(),
-            },
-            clock.clone(),
-        )?;
+        let objects = local_objects(&config, &clock)?;
+        let queue = local_queue(&config, &clock)?;
+        let executor = local_executor(&config, &clock, worker)?;
+        let ports = Ports {
+            store: Arc::new(local_store(&config, &clock)?),
+            objects: Arc::new(objects.data.clone()),
+            bootstrap: Arc::new(objects.bootstrap.clone()),
+            queue: Arc::new(queue.clone()),
+            executor: Arc::new(executor.clone()),
+            signer: bundle_signer,
+        };
+        let local = LocalParts { queue: Some(queue), executor: Some(executor), objects: Some(objects) };
+        Ok(Platform::assemble(config, clock, ports, local, Metrics::new()))
+    }
+
+    /// The ports wired as `config` selects each: `MAPI_STORE`,
+    /// `MAPI_OBJECTS`, `MAPI_QUEUE`, `MAPI_EXECUTOR` and `MAPI_SIGNER`
+    /// (Google's clients with Application Default Credentials, anonymous
+    /// only towards a plain-HTTP endpoint, which can only be a local fake).
+    /// Each port is built from its own setting, so a process on Firestore,
+    /// Cloud Storage, Cloud Tasks and Cloud Run Jobs opens no SQLite file
+    /// and no local directory.
+    pub async fn configured(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        worker: Command,
+    ) -> Result<Platform, StartError> {
+        let signer = signer(&config).await?;
+        let metrics = Metrics::new();
+        let mut local = LocalParts::default();
+        let store: Arc<dyn Store> = match &config.store_backend {
+            StoreBackend::Sqlite => Arc::new(local_store(&config, &clock)?),
+            StoreBackend::Firestore(settings) => {
+                let credentials = mapi_firestore::Credentials::for_settings(settings);
+                Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?)
+            }
+        };
+        let (objects, bootstrap): (Arc<dyn ObjectStore>, Arc<dyn ObjectStore>) =
+            match config.objects_backend.clone() {
+                ObjectsBackend::Local => {
+                    let parts = local_objects(&config, &clock)?;
+                    let pair = (Arc::new(parts.data.clone()) as _, Arc::new(parts.bootstrap.clone()) as _);
+                    local.objects = Some(parts);
+                    pair
+                }
+                ObjectsBackend::Gcs { data, bootstrap_bucket } => gcs_buckets(data, bootstrap_bucket).await?,
+            };
+        let queue: Arc<dyn TaskQueue> = match &config.cloudtasks {
+            None => {
+                let q = local_queue(&config, &clock)?;
+                local.queue = Some(q.clone());
+                Arc::new(q)
+            }
+            Some(ct) => {
+                let credentials = credentials(
+                    ct.endpoint.as_deref(),
+                    mapi_cloudtasks::Credentials::Anonymous,
+                    mapi_cloudtasks::Credentials::ApplicationDefault,
+                );
+                let settings = cloudtasks_settings(ct, &config.public_url)?;
+                Arc::new(mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, clock.clone()).await?)
+            }
+        };
+        let executor: Arc<dyn Executor> = match config.cloudrun.clone() {
+            None => {
+                let e = local_executor(&config, &clock, worker)?;
+                local.executor = Some(e.clone());
+                Arc::new(e)
+            }
+            Some(settings) => Arc::new(cloudrun_executor(settings, &metrics, &clock).await?),
+        };
+        let ports = Ports { store, objects, bootstrap, queue, executor, signer };
+        Ok(Platform::assemble(config, clock, ports, local, metrics))
+    }
+
+    fn assemble(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        ports: Ports,
+        local: LocalParts,
+        metrics: Metrics,
+    ) -> Platform {
         let pepper = Pepper::new(config.secrets.token_pepper.clone());
         let sessions = session_verifier(&config, clock.clone());
         let task_invoker = config.cloudtasks.as_ref().map(|ct| {
@@ -315,83 +478,22 @@ impl Platform {
                 clock.clone(),
             )
         });
-        Ok(Platform {
+        let Ports { store, objects, bootstrap, queue, executor, signer } = ports;
+        Platform {
             sessions,
             task_invoker,
-            store: Arc::new(store),
-            objects: Arc::new(objects.clone()),
-            bootstrap: Arc::new(bootstrap.clone()),
-            queue: Arc::new(queue.clone()),
-            executor: Arc::new(executor.clone()),
-            signer: bundle_signer,
+            store,
+            objects,
+            bootstrap,
+            queue,
+            executor,
+            signer,
             clock,
-            metrics: Metrics::new(),
+            metrics,
             pepper,
-            local: Some(LocalParts { queue, executor, objects, bootstrap, signer }),
+            local,
             config,
-        })
-    }
-
-    /// The embedded platform with the executor `MAPI_EXECUTOR` and the
-    /// queue `MAPI_QUEUE` select (`cloudtasks`: the Cloud Tasks adapter,
-    /// with the same credentials rule as below);
-    /// for `cloudrun-jobs`, the Admin API client with Application Default
-    /// Credentials (anonymous only towards a plain-HTTP endpoint, which can
-    /// only be a local fake).
-    pub async fn configured(
-        config: Config,
-        clock: Arc<dyn Clock>,
-        worker: Command,
-    ) -> Result<Platform, StartError> {
-        let signer = signer(&config).await?;
-        let mut platform = Platform::embedded_with(config, clock, worker, signer)?;
-        if let Some(settings) = platform.config.cloudrun.clone() {
-            let credentials = credentials(
-                settings.endpoint.as_deref(),
-                mapi_cloudrun::Credentials::Anonymous,
-                mapi_cloudrun::Credentials::ApplicationDefault,
-            );
-            let throttled = platform
-                .metrics
-                .executor_submit_throttled
-                .get_or_create(&mapi_metrics::ExecutorName { executor: mapi_cloudrun::NAME.to_owned() })
-                .clone();
-            let executor = mapi_cloudrun::CloudRunJobsExecutor::new(
-                settings,
-                credentials,
-                platform.clock.clone(),
-                throttled,
-            )
-            .await?;
-            platform.executor = Arc::new(executor);
         }
-        if let Some(ct) = platform.config.cloudtasks.clone() {
-            let credentials = credentials(
-                ct.endpoint.as_deref(),
-                mapi_cloudtasks::Credentials::Anonymous,
-                mapi_cloudtasks::Credentials::ApplicationDefault,
-            );
-            let settings = cloudtasks_settings(&ct, &platform.config.public_url)?;
-            let queue =
-                mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, platform.clock.clone()).await?;
-            platform.queue = Arc::new(queue);
-        }
-        if let StoreBackend::Firestore(settings) = &platform.config.store_backend {
-            let credentials = mapi_firestore::Credentials::for_settings(settings);
-            platform.store = Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?);
-        }
-        if let ObjectsBackend::Gcs { data, bootstrap_bucket } = platform.config.objects_backend.clone() {
-            let credentials = credentials(
-                data.endpoint.as_deref(),
-                mapi_gcs::Credentials::Anonymous,
-                mapi_gcs::Credentials::ApplicationDefault,
-            );
-            let mut bootstrap = data.clone();
-            bootstrap.bucket = bootstrap_bucket;
-            platform.objects = Arc::new(mapi_gcs::GcsObjectStore::new(data, credentials).await?);
-            platform.bootstrap = Arc::new(mapi_gcs::GcsObjectStore::new(bootstrap, credentials).await?);
-        }
-        Ok(platform)
     }
 
     /// Where `mapi dev` writes the CLI's credentials.
