@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::client::Client;
-use crate::dev::Credentials;
+use mapi_api::credentials::Credentials;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -27,7 +27,7 @@ fn save_credentials(c: &Credentials) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    crate::dev::write_private(&path, &serde_json::to_vec_pretty(c)?)?;
+    mapi_api::credentials::write_private(&path, &serde_json::to_vec_pretty(c)?)?;
     Ok(())
 }
 

@@ -28,7 +28,7 @@ use mapi_store::sqlite::{Durability, open_connection};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::dev::DevPlatform;
+use mapi_embedded::DevPlatform;
 
 /// The figures of one submit benchmark.
 #[derive(Debug, Serialize)]
@@ -424,8 +424,8 @@ pub async fn events(
         let execution = format!("bench-{i}-x7k2p");
         let attempt = mapi_runs::AttemptDoc {
             run: run.clone(),
-            tenant: TenantId::parse(crate::dev::DEV_TENANT)?,
-            project: ProjectId::parse(crate::dev::DEV_PROJECT)?,
+            tenant: TenantId::parse(mapi_embedded::DEV_TENANT)?,
+            project: ProjectId::parse(mapi_embedded::DEV_PROJECT)?,
             attempt: AttemptNo(1),
             nonce: Nonce::from_bytes([0; 16]),
             class: ResourceClass::S,
@@ -599,7 +599,7 @@ async fn bench_platform(
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let worker = mapi_platform::worker_command(None, true);
-    let options = crate::dev::Options { background, ..Default::default() };
+    let options = mapi_embedded::Options { background, ..Default::default() };
     Ok(DevPlatform::start_with(config, listener, worker, options).await?)
 }
 

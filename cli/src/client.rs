@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mapi_problem::Problem;
+use mapi_api::problem::Problem;
 use serde::de::DeserializeOwned;
 
 /// Why a command's request failed.

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use mapi_api::views::{DatasetPage, DatasetView, RunPage, RunView};
 use mapi_domain::{ResourceClass, RunState};
-use mapi_runs::views::{DatasetPage, DatasetView, RunPage, RunView};
 use reqwest::Method;
 
 use crate::client::{Client, ClientError};
-use crate::dev::{Credentials, DevPlatform};
+use mapi_api::credentials::Credentials;
 
 #[derive(Debug, Parser)]
 #[command(name = "mapi", version, about = "The mapi model API platform")]
@@ -32,6 +32,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the whole platform on this machine (embedded store, queue, objects, executor).
+    #[cfg(feature = "platform")]
     Dev,
     /// Sign in: `--dev EMAIL` against `mapi dev`, or `--id-token TOKEN` from your identity provider.
     Login {
@@ -86,60 +87,15 @@ enum Command {
     #[command(subcommand)]
     Models(crate::models::ModelsCmd),
     /// Measure this machine (see BENCHMARKS.md).
+    #[cfg(feature = "platform")]
     #[command(subcommand)]
-    Bench(BenchCmd),
+    Bench(crate::platform::BenchCmd),
     /// The execution entry point (what `mapi-worker` runs).
+    #[cfg(feature = "platform")]
     #[command(hide = true)]
     Worker {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum BenchCmd {
-    /// Submit throughput over loopback, beside raw SQLite inserts of the same documents.
-    Submit {
-        #[arg(long, default_value_t = 2000)]
-        runs: usize,
-        #[arg(long, default_value_t = 16)]
-        concurrency: usize,
-        /// SQLite synchronous setting for both sides: full or normal.
-        #[arg(long, default_value = "full")]
-        sync: String,
-    },
-    /// Event ingestion over loopback (push token, envelope, HMAC, dedupe,
-    /// merge), with distinct and with reused push tokens, beside one bare RS256 verification.
-    Events {
-        /// Pushes per phase.
-        #[arg(long, default_value_t = 5000)]
-        events: usize,
-        #[arg(long, default_value_t = 16)]
-        concurrency: usize,
-        /// SQLite synchronous setting: full or normal.
-        #[arg(long, default_value = "full")]
-        sync: String,
-    },
-    /// Item jobs: submit latency per job size, and items per second end to end.
-    Jobs {
-        /// Job sizes whose submit latency is measured.
-        #[arg(long, value_delimiter = ',', default_value = "10,1000,100000")]
-        sizes: Vec<usize>,
-        #[arg(long, default_value_t = 5)]
-        samples: usize,
-        /// Items of the job measured end to end.
-        #[arg(long, default_value_t = 5000)]
-        e2e_items: usize,
-        /// SQLite synchronous setting: full or normal.
-        #[arg(long, default_value = "full")]
-        sync: String,
-    },
-    /// Process start to first 200 from /health, binary size, idle memory.
-    ColdStart {
-        /// A function binary, e.g. target/release/mapi-submit.
-        binary: PathBuf,
-        #[arg(long, default_value_t = 10)]
-        samples: usize,
     },
 }
 
@@ -225,8 +181,9 @@ enum RunsCmd {
 /// Runs the command line; the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(feature = "platform")]
     if let Command::Worker { args } = cli.command {
-        return ExitCode::from(u8::try_from(mapi_worker::main_with_args(args)).unwrap_or(1));
+        return crate::platform::worker(args);
     }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -244,7 +201,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 struct Ctx {
     client: Client,
@@ -275,8 +232,10 @@ impl Ctx {
 async fn run(cli: Cli) -> Result<ExitCode> {
     let creds = crate::account::load_credentials();
     match cli.command {
-        Command::Dev => return dev().await,
-        Command::Bench(b) => return bench(b, cli.json).await,
+        #[cfg(feature = "platform")]
+        Command::Dev => return crate::platform::dev().await,
+        #[cfg(feature = "platform")]
+        Command::Bench(b) => return crate::platform::bench(b, cli.json).await,
         Command::Use { target } => {
             crate::account::use_scope(&target)?;
             return Ok(ExitCode::SUCCESS);
@@ -296,11 +255,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     };
     let ctx = Ctx { client: Client::new(&url, &token), creds, json: cli.json };
     match cli.command {
-        Command::Dev
-        | Command::Bench(_)
-        | Command::Worker { .. }
-        | Command::Use { .. }
-        | Command::Login { .. } => Ok(ExitCode::SUCCESS),
+        #[cfg(feature = "platform")]
+        Command::Dev | Command::Bench(_) | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
+        Command::Use { .. } | Command::Login { .. } => Ok(ExitCode::SUCCESS),
         Command::Whoami => {
             crate::account::whoami(&ctx.client, ctx.json).await?;
             Ok(ExitCode::SUCCESS)
@@ -334,70 +291,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             crate::models::run(&ctx.client, scope, cmd, ctx.json).await
         }
     }
-}
-
-async fn dev() -> Result<ExitCode> {
-    let config = mapi_platform::Config::from_env()?;
-    if config.profile != mapi_platform::Profile::Dev {
-        return Err("mapi dev runs the dev profile only: its local-process executor and development identity provider never serve many tenants (unset MAPI_PROFILE)".into());
-    }
-    let filter = std::env::var("MAPI_LOG").unwrap_or_else(|_| "info".into());
-    mapi_runtime::init_logging_to("mapi-dev", None, &filter, std::io::stderr);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await.map_err(|e| {
-        format!("cannot listen on 127.0.0.1:{}: {e} (set PORT to use another port)", config.port)
-    })?;
-    let worker = mapi_platform::worker_command(config.worker_bin.as_deref(), true);
-    let home = config.home.clone();
-    let platform = DevPlatform::start(config, listener, worker).await?;
-    eprintln!("mapi dev: the platform is up at {}", platform.url);
-    eprintln!(
-        "  state in {}; CLI credentials in {}",
-        home.display(),
-        home.join("credentials.json").display()
-    );
-    eprintln!(
-        "  try: mapi datasets upload data.csv; mapi runs submit --method describe --dataset ds_… --watch"
-    );
-    println!("{}", platform.url);
-    mapi_runtime::shutdown_signal().await;
-    eprintln!("mapi dev: stopping (executions keep running and are found at the next start)");
-    platform.shutdown().await;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn durability(sync: &str) -> Result<mapi_store::sqlite::Durability> {
-    match sync {
-        "full" => Ok(mapi_store::sqlite::Durability::Full),
-        "normal" => Ok(mapi_store::sqlite::Durability::Normal),
-        other => Err(format!("--sync {other}: use full or normal").into()),
-    }
-}
-
-async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
-    let dir = tempfile::tempdir()?;
-    let report = match cmd {
-        BenchCmd::Submit { runs, concurrency, sync } => serde_json::to_value(
-            crate::bench::submit(dir.path(), runs, concurrency.max(1), durability(&sync)?).await?,
-        )?,
-        BenchCmd::Events { events, concurrency, sync } => serde_json::to_value(
-            crate::bench::events(dir.path(), events.max(1), concurrency.max(1), durability(&sync)?).await?,
-        )?,
-        BenchCmd::Jobs { sizes, samples, e2e_items, sync } => serde_json::to_value(
-            crate::bench::jobs(dir.path(), &sizes, samples.max(1), e2e_items.max(1), durability(&sync)?)
-                .await?,
-        )?,
-        BenchCmd::ColdStart { binary, samples } => {
-            serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?
-        }
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if let Some(map) = report.as_object() {
-        for (k, v) in map {
-            println!("{k:<24} {v}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn dataset_row(d: &DatasetView) -> String {

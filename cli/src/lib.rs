@@ -1,6 +1,6 @@
 //! The `mapi` command.
 //!
-//! - `mapi dev`: the whole platform on one machine (see [`dev`]).
+//! - `mapi dev`: the whole platform on one machine (`mapi-embedded`).
 //! - `mapi datasets upload|ls`, `mapi runs submit|get|ls|cancel|watch`,
 //!   `mapi models versions ls|get|urls`, `mapi whoami`: talk to a platform over HTTP, as the token in
 //!   `MAPI_TOKEN` (or the one `mapi dev` wrote to
@@ -11,11 +11,13 @@
 //!   `mapi dev` needs no second binary.
 
 mod account;
+#[cfg(feature = "platform")]
 pub mod bench;
 pub mod client;
 mod commands;
-pub mod dev;
 mod jobs;
 mod models;
+#[cfg(feature = "platform")]
+mod platform;
 
 pub use commands::main;

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use mapi_runs::views::{ArtifactUrls, ModelVersionPage, ModelVersionView};
+use mapi_api::views::{ArtifactUrls, ModelVersionPage, ModelVersionView};
 use reqwest::Method;
 
 use crate::client::Client;

@@ -70,8 +70,8 @@ pub mod gcs_front;
 pub mod google;
 pub mod scripted;
 
-use mapi_cli::dev::DevPlatform;
-pub use mapi_cli::dev::{Options, QueueWrap};
+use mapi_embedded::DevPlatform;
+pub use mapi_embedded::{Options, QueueWrap};
 use mapi_executor::local::layout::Command;
 use mapi_platform::Config;
 

@@ -39,7 +39,7 @@ fn readme_lists_every_environment_variable() {
 #[test]
 fn openapi_document_matches_the_snapshot() {
     let path = root().join("docs/openapi.json");
-    let doc = serde_json::to_string_pretty(&mapi_cli::dev::openapi()).expect("openapi json") + "\n";
+    let doc = serde_json::to_string_pretty(&mapi_embedded::openapi()).expect("openapi json") + "\n";
     if updating() {
         std::fs::write(&path, &doc).expect("write openapi.json");
         return;
@@ -50,7 +50,7 @@ fn openapi_document_matches_the_snapshot() {
 
 #[test]
 fn openapi_document_describes_the_runs_api() {
-    let doc = serde_json::to_value(mapi_cli::dev::openapi()).expect("json");
+    let doc = serde_json::to_value(mapi_embedded::openapi()).expect("json");
     for path in [
         "/v1/tenants/{tenant}/projects/{project}/runs",
         "/v1/tenants/{tenant}/projects/{project}/datasets",

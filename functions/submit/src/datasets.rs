@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
+use mapi_api::views::{DatasetPage, DatasetView};
 use mapi_domain::{DatasetId, ProjectId, TenantId};
 use mapi_identity::{Caller, Granted, Target, authorize};
 use mapi_methods::table::Table;
@@ -10,7 +11,6 @@ use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
 use mapi_quota::Ask;
-use mapi_runs::views::{DatasetPage, DatasetView};
 use mapi_runs::{DatasetDoc, Doc, layout, tx_create};
 use mapi_store::transact;
 

@@ -13,15 +13,15 @@ use std::time::Duration;
 
 use axum::extract::State;
 use mapi_access::{Action, Resource};
+use mapi_api::views::{
+    ArtifactUrl, ArtifactUrls, ArtifactView, ModelVersionPage, ModelVersionSummary, ModelVersionView,
+};
 use mapi_bundles::BundleError;
 use mapi_domain::{ModelVersionId, ProjectId, TenantId};
 use mapi_identity::{Audit, Caller, Target, audit, authorize};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
-use mapi_runs::views::{
-    ArtifactUrl, ArtifactUrls, ArtifactView, ModelVersionPage, ModelVersionSummary, ModelVersionView,
-};
 use mapi_runs::{Doc, ModelVersionDoc, Outcome, layout};
 
 use crate::datasets::{PageQuery, newest_first, require_project};

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
+use mapi_api::views::{AttemptView, CostView, OutputView, RunView};
 use mapi_domain::{ModelVersionId, RunState};
 use mapi_lifecycle::RunDoc;
 use mapi_objects::SignedMethod;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
-use mapi_runs::views::{AttemptView, CostView, OutputView, RunView};
 use mapi_runs::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, layout};
 
 /// How long the download URLs in a view stay valid.

@@ -19,7 +19,8 @@ pub use ids::{
     AttemptNo, DatasetId, IdError, JobId, ModelVersionId, Nonce, ProjectId, RunId, TenantId, UserId,
 };
 pub use outcome::{
-    AttemptFacts, AttemptOutcome, ExecutionStatus, RetryPolicy, Verdict, classify, decide, exit,
+    AttemptFacts, AttemptOutcome, ExecutionHandle, ExecutionStatus, RetryPolicy, Verdict, classify, decide,
+    exit,
 };
 pub use run::{ErrorCode, Reason, RunError, RunState, Transition, TransitionError};
 pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};

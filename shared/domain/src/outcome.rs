@@ -34,6 +34,17 @@ pub mod exit {
     pub const SIGNAL_KILL: i32 = 9;
 }
 
+/// The executor's name for an execution (Cloud Run's execution name).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(transparent)]
+pub struct ExecutionHandle(pub String);
+
+impl std::fmt::Display for ExecutionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The executor's view of one execution, as every adapter reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]

@@ -59,16 +59,7 @@ pub struct AttemptSubmit {
     pub env: BTreeMap<String, String>,
 }
 
-/// The executor's name for an execution (Cloud Run's execution name).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(transparent)]
-pub struct ExecutionHandle(pub String);
-
-impl std::fmt::Display for ExecutionHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+pub use mapi_domain::ExecutionHandle;
 
 /// What the executor knows about one execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

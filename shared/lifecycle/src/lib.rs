@@ -27,10 +27,10 @@ pub use commands::{FollowUp, Step};
 pub use run::{NewRun, RunDoc};
 pub use verdict::{Decided, Rules, verdict};
 
+use mapi_api::views::RunSummary;
 use mapi_executor::Executor;
 use mapi_queue::{QueueError, TaskQueue};
 use mapi_runs::Doc;
-use mapi_runs::views::RunSummary;
 use mapi_store::{Direction, Index};
 
 /// The indexes of the runs' queries.

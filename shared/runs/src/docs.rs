@@ -532,3 +532,32 @@ impl Doc for ExecutorDoc {
         self.name.clone()
     }
 }
+
+impl From<&crate::ModelVersionDoc> for mapi_api::views::ModelVersionSummary {
+    fn from(v: &crate::ModelVersionDoc) -> Self {
+        mapi_api::views::ModelVersionSummary {
+            id: v.id.clone(),
+            run: v.run.clone(),
+            method: v.method.clone(),
+            artifact_count: v.artifact_count,
+            manifest_sha256: v.manifest_sha256.clone(),
+            created_at: v.created_at,
+        }
+    }
+}
+
+impl From<&crate::DatasetDoc> for mapi_api::views::DatasetView {
+    fn from(d: &crate::DatasetDoc) -> Self {
+        mapi_api::views::DatasetView {
+            id: d.id.clone(),
+            tenant: d.tenant.clone(),
+            project: d.project.clone(),
+            name: d.name.clone(),
+            size: d.size,
+            rows: d.rows,
+            columns: d.columns.clone(),
+            numeric_columns: d.numeric_columns.clone(),
+            created_at: d.created_at,
+        }
+    }
+}

@@ -12,7 +12,6 @@ pub mod counters;
 mod docs;
 pub mod layout;
 pub mod tasks;
-pub mod views;
 
 pub use docs::*;
 

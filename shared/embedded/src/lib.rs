@@ -1,11 +1,13 @@
-//! `mapi dev`: the whole platform in one process on one port, on the
-//! embedded adapters. It serves all five functions' routes and the local
+//! The embedded platform: the whole platform in one process on one port, on
+//! the embedded adapters, as `mapi dev` runs it and the test suites start it. It serves all five functions' routes and the local
 //! object routes, and runs what Google runs in the cloud: the queue's
 //! deliverer (Cloud Tasks), the executor's log forwarder (Cloud Logging
 //! sink + Pub/Sub push) and the reconcile tick and job housekeeper (Cloud
-//! Scheduler). All three
-//! reach the platform over HTTP, like their cloud counterparts, so the
-//! handlers are the same in both worlds.
+//! Scheduler). All three reach the platform over HTTP, like their cloud
+//! counterparts, so the handlers are the same in both worlds.
+//!
+//! Architecture invariant: this crate composes; it decides nothing a
+//! function decides (every route here is a function's router, merged).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +27,6 @@ use mapi_platform::{AppState, Config, Platform, StartError};
 use mapi_queue::sqlite::Deliverer;
 use mapi_runs::{Doc, MembershipDoc, ProjectDoc, TenantDoc, TokenDoc};
 use mapi_store::{Precondition, StoreError, StoreExt};
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -36,14 +37,7 @@ pub const DEV_TENANT: &str = "dev";
 pub const DEV_PROJECT: &str = "default";
 pub const DEV_USER: &str = "dev@dev.local";
 
-/// What `mapi dev` writes for the CLI: `$MAPI_HOME/credentials.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Credentials {
-    pub url: String,
-    pub token: String,
-    pub tenant: TenantId,
-    pub project: ProjectId,
-}
+pub use mapi_api::credentials::{Credentials, write_private};
 
 /// A running platform.
 #[derive(Debug)]
@@ -205,17 +199,6 @@ async fn seed(platform: &Platform, url: &str) -> Result<Credentials, DevError> {
     let creds = Credentials { url: url.to_owned(), token, tenant, project };
     write_private(&path, &serde_json::to_vec_pretty(&creds).map_err(std::io::Error::other)?)?;
     Ok(creds)
-}
-
-/// Writes a file only its owner can read, atomically.
-pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(tmp, path)
 }
 
 /// How [`DevPlatform::start_with`] starts the platform.

@@ -1,15 +1,14 @@
-//! The API's representations of runs and datasets, shared by the server
-//! (which builds them) and the CLI (which reads them).
+//! The API's representations of runs, datasets and model versions.
 
 use std::collections::BTreeMap;
 
 use mapi_cost::Charge;
+use mapi_domain::ExecutionHandle;
 use mapi_domain::{
     AttemptNo, DatasetId, ExecutionStatus, ModelVersionId, ProjectId, ResourceClass, RunError, RunId,
     RunState, TenantId, Timestamp, Transition, UserId,
 };
 use mapi_events::progress::Summary;
-use mapi_executor::ExecutionHandle;
 use serde::{Deserialize, Serialize};
 
 /// One attempt of a run.
@@ -169,19 +168,6 @@ pub struct ArtifactUrls {
     pub artifacts: Vec<ArtifactUrl>,
 }
 
-impl From<&crate::ModelVersionDoc> for ModelVersionSummary {
-    fn from(v: &crate::ModelVersionDoc) -> Self {
-        ModelVersionSummary {
-            id: v.id.clone(),
-            run: v.run.clone(),
-            method: v.method.clone(),
-            artifact_count: v.artifact_count,
-            manifest_sha256: v.manifest_sha256.clone(),
-            created_at: v.created_at,
-        }
-    }
-}
-
 /// A dataset, as the API shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DatasetView {
@@ -201,20 +187,4 @@ pub struct DatasetView {
 pub struct DatasetPage {
     pub datasets: Vec<DatasetView>,
     pub next_page_token: Option<String>,
-}
-
-impl From<&crate::DatasetDoc> for DatasetView {
-    fn from(d: &crate::DatasetDoc) -> Self {
-        DatasetView {
-            id: d.id.clone(),
-            tenant: d.tenant.clone(),
-            project: d.project.clone(),
-            name: d.name.clone(),
-            size: d.size,
-            rows: d.rows,
-            columns: d.columns.clone(),
-            numeric_columns: d.numeric_columns.clone(),
-            created_at: d.created_at,
-        }
-    }
 }

@@ -1,0 +1,82 @@
+//! The body of every error answer (`application/problem+json`, RFC 9457)
+//! and its stable codes.
+
+use serde::{Deserialize, Serialize};
+
+mapi_domain::wire_enum!(
+    /// Stable problem codes. Never renamed: clients switch on them.
+    ProblemCode {
+        /// 400: the request is malformed or a value is out of range.
+        InvalidArgument => "INVALID_ARGUMENT",
+        /// 401: no valid credentials.
+        Unauthenticated => "UNAUTHENTICATED",
+        /// 403: the caller may not do this.
+        Forbidden => "FORBIDDEN",
+        /// 404: no such resource (or the caller may not know it exists).
+        NotFound => "NOT_FOUND",
+        /// 405: the route exists but not with this method.
+        MethodNotAllowed => "METHOD_NOT_ALLOWED",
+        /// 409: the resource exists already.
+        AlreadyExists => "ALREADY_EXISTS",
+        /// 409: the resource's state does not allow this now.
+        FailedPrecondition => "FAILED_PRECONDITION",
+        /// 409: stored data failed its integrity check (a model version's
+        /// manifest does not verify, or an artifact is not the one it pins).
+        /// Not the caller's to fix and not transient: retrying is refused
+        /// the same way, so it is not a 5xx that clients retry.
+        IntegrityFailure => "INTEGRITY_FAILURE",
+        /// 413: the body is too large.
+        PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+        /// 415: the body has the wrong media type.
+        UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+        /// 429: a quota would be exceeded.
+        QuotaExceeded => "QUOTA_EXCEEDED",
+        /// 429: too many requests in the window.
+        RateLimited => "RATE_LIMITED",
+        /// 503: a dependency is unavailable; retry.
+        Unavailable => "UNAVAILABLE",
+        /// 500: a fault of the platform.
+        Internal => "INTERNAL",
+    }
+);
+
+impl ProblemCode {
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            ProblemCode::InvalidArgument => http::StatusCode::BAD_REQUEST,
+            ProblemCode::Unauthenticated => http::StatusCode::UNAUTHORIZED,
+            ProblemCode::Forbidden => http::StatusCode::FORBIDDEN,
+            ProblemCode::NotFound => http::StatusCode::NOT_FOUND,
+            ProblemCode::MethodNotAllowed => http::StatusCode::METHOD_NOT_ALLOWED,
+            ProblemCode::AlreadyExists | ProblemCode::FailedPrecondition | ProblemCode::IntegrityFailure => {
+                http::StatusCode::CONFLICT
+            }
+            ProblemCode::PayloadTooLarge => http::StatusCode::PAYLOAD_TOO_LARGE,
+            ProblemCode::UnsupportedMediaType => http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ProblemCode::QuotaExceeded | ProblemCode::RateLimited => http::StatusCode::TOO_MANY_REQUESTS,
+            ProblemCode::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+            ProblemCode::Internal => http::StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The status line's reason phrase, the problem's title.
+    pub fn title(self) -> &'static str {
+        self.status().canonical_reason().unwrap_or("Error")
+    }
+}
+
+/// The body of every error response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URI naming the problem type: `urn:mapi:problem:<code>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub code: ProblemCode,
+    /// What went wrong and what to do about it.
+    pub detail: String,
+    /// Seconds to wait before retrying, when the answer is 429 or 503.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+}
