@@ -473,7 +473,7 @@ async fn the_housekeeper_deletes_jobs_past_their_retention() {
     clock.advance(Duration::from_secs(2 * 86_400));
     let internal = p.platform.state.config.secrets.internal_token.clone();
     let (status, v) =
-        p.call(&internal, Method::POST, mapi_submit::jobs::housekeep::HOUSEKEEP_PATH, None).await;
+        p.call(&internal, Method::POST, mapi_submit::tasks::housekeep::HOUSEKEEP_PATH, None).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["deleted_jobs"], 1, "only the job older than 7 days: {v}");
     // Per item a result, a usage and a log; the manifest and one chunk.
@@ -584,7 +584,7 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
 async fn housekeep(p: &TestPlatform) -> u64 {
     let internal = p.platform.state.config.secrets.internal_token.clone();
     let (status, v) =
-        p.call(&internal, Method::POST, mapi_submit::jobs::housekeep::HOUSEKEEP_PATH, None).await;
+        p.call(&internal, Method::POST, mapi_submit::tasks::housekeep::HOUSEKEEP_PATH, None).await;
     assert_eq!(status, 200, "{v}");
     v["deleted_jobs"].as_u64().expect("deleted")
 }

@@ -18,19 +18,22 @@
 //!   `/internal/tasks/jobs/item`, `/internal/tasks/jobs/housekeep`.
 //!
 //! `MAPI_ROUTES` chooses which of the two sets a process serves, so the
-//! task routes can be a second deployment of the same function.
+//! task routes can be a second deployment of the same function
+//! (`submit-tasks`).
+//!
+//! Two module trees that do not import each other: [`api`] (the tenant
+//! routes) and [`tasks`] (the queue and scheduler callbacks). What both use
+//! is beside them: [`quota`] (admission, and the spend cap's hold on new
+//! compute) and [`job_store`] (a job's documents and objects).
 
-mod datasets;
-mod dispatch;
-pub mod jobs;
-mod model_versions;
+pub mod api;
+pub mod job_store;
 mod quota;
-mod runs;
-mod view;
+pub mod tasks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::get;
 use mapi_platform::AppState;
 use utoipa::OpenApi;
 
@@ -38,10 +41,10 @@ use utoipa::OpenApi;
 #[derive(Debug, OpenApi)]
 #[openapi(
     paths(
-        datasets::upload, datasets::list, runs::submit, runs::list, runs::get_run, runs::cancel,
-        jobs::api::submit, jobs::api::get_job, jobs::api::list_items, jobs::api::item_log,
-        jobs::api::cancel, jobs::api::retry_failed, jobs::docs::usage, jobs::docs::manifest,
-        model_versions::list, model_versions::get_version, model_versions::urls
+        api::datasets::upload, api::datasets::list, api::runs::submit, api::runs::list, api::runs::get_run,
+        api::runs::cancel, api::jobs::submit, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
+        api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
+        api::model_versions::list, api::model_versions::get_version, api::model_versions::urls
     ),
     components(schemas(
         mapi_problem::Problem,
@@ -56,13 +59,13 @@ use utoipa::OpenApi;
         mapi_api::views::ArtifactView,
         mapi_api::views::ArtifactUrl,
         mapi_api::views::ArtifactUrls,
-        jobs::api::JobSpec,
-        jobs::api::JobOptions,
-        jobs::api::JobView,
-        jobs::api::JobCost,
-        jobs::api::ItemView,
-        jobs::api::ItemPage,
-        jobs::docs::Manifest,
+        api::jobs::JobSpec,
+        api::jobs::JobOptions,
+        api::jobs::JobView,
+        api::jobs::JobCost,
+        api::jobs::ItemView,
+        api::jobs::ItemPage,
+        api::docs::Manifest,
         mapi_jobs::Counts,
         mapi_jobs::JobState,
         mapi_jobs::ItemOutcome,
@@ -78,42 +81,17 @@ use utoipa::OpenApi;
 pub struct ApiDoc;
 
 /// The function's routes: the API, the task routes, or both (`MAPI_ROUTES`).
+/// `GET /manifest` is served by both deployments.
 pub fn router(state: AppState) -> Router {
     let json_limit = state.config.max_json_bytes;
-    let dataset_limit = state.config.max_dataset_bytes;
-    let job_limit = state.config.jobs.max_body_bytes;
     let mut app = Router::new();
     if state.config.routes.serves_api() {
-        app = app
-            .route(
-                "/v1/tenants/{tenant}/projects/{project}/datasets",
-                post(datasets::upload).layer(DefaultBodyLimit::max(dataset_limit)).get(datasets::list),
-            )
-            .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
-            .route("/v1/runs/{id}", get(runs::get_run))
-            .route("/v1/runs/{id}/cancel", post(runs::cancel))
-            .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
-            .route("/v1/model-versions/{id}", get(model_versions::get_version))
-            .route("/v1/model-versions/{id}/urls", post(model_versions::urls))
-            .route(
-                "/v1/tenants/{tenant}/projects/{project}/jobs",
-                post(jobs::api::submit).layer(DefaultBodyLimit::max(job_limit)),
-            )
-            .route("/v1/jobs/{id}", get(jobs::api::get_job))
-            .route("/v1/jobs/{id}/items", get(jobs::api::list_items))
-            .route("/v1/jobs/{id}/items/{idx}/log", get(jobs::api::item_log))
-            .route("/v1/jobs/{id}/cancel", post(jobs::api::cancel))
-            .route("/v1/jobs/{id}/retry-failed", post(jobs::api::retry_failed))
-            .route("/v1/usage", get(jobs::docs::usage));
+        app = app.merge(api::router(&state));
     }
     if state.config.routes.serves_tasks() {
-        app = app
-            .route(mapi_runs::tasks::DISPATCH_PATH, post(dispatch::handle))
-            .route(mapi_jobs::tasks::FANOUT_PATH, post(jobs::fanout::handle))
-            .route(mapi_jobs::tasks::ITEM_PATH, post(jobs::item::handle))
-            .route(jobs::housekeep::HOUSEKEEP_PATH, post(jobs::housekeep::handle));
+        app = app.merge(tasks::router());
     }
-    app.route("/manifest", get(jobs::docs::manifest))
+    app.route("/manifest", get(api::docs::manifest))
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
 }

@@ -344,7 +344,7 @@ impl DevPlatform {
         }
         let tick = state.config.tick_interval;
         self.tasks.push(tokio::spawn({
-            let housekeep = format!("{url}{}", mapi_submit::jobs::housekeep::HOUSEKEEP_PATH);
+            let housekeep = format!("{url}{}", mapi_submit::tasks::housekeep::HOUSEKEEP_PATH);
             let (url, mut rx) = (format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped);
             async move {
                 loop {

@@ -5,7 +5,10 @@
 //! range), so the same work always has the same name and a second enqueue
 //! of it is refused as already existing.
 
-use mapi_domain::JobId;
+use std::sync::Arc;
+
+use mapi_domain::{JobId, Timestamp};
+use mapi_queue::{NewTask, QueueError, QueueName, TaskName, TaskQueue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -32,6 +35,62 @@ pub struct ItemTask {
     pub idx: u64,
     pub round: u32,
     pub item: Value,
+}
+
+fn body<T: Serialize>(v: &T) -> Result<Vec<u8>, QueueError> {
+    serde_json::to_vec(v).map_err(|e| QueueError::InvalidArgument(e.to_string()))
+}
+
+/// Enqueues fan-out step `step` of `job`, at `at` (now when `None`). A
+/// name already taken means this step was enqueued before: success.
+pub async fn push_fanout(
+    queue: &dyn TaskQueue,
+    job: &JobId,
+    step: u64,
+    at: Option<Timestamp>,
+) -> Result<(), QueueError> {
+    let payload = body(&FanoutTask { job: job.clone(), step })?;
+    let mut task = NewTask::new(QueueName::new(FANOUT_QUEUE)?, FANOUT_PATH, payload)
+        .named(TaskName::new(fanout_name(job, step))?);
+    task.schedule_time = at;
+    match queue.create(task).await {
+        Ok(_) | Err(QueueError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Enqueues the tasks of `items` (index, item) of `job` in `round`,
+/// concurrently. Names already taken are success; the first other
+/// failure is returned once every push has been tried.
+pub async fn push_items(
+    queue: &Arc<dyn TaskQueue>,
+    job: &JobId,
+    round: u32,
+    items: Vec<(u64, Value)>,
+) -> Result<(), QueueError> {
+    let q = QueueName::new(ITEMS_QUEUE)?;
+    let mut pushes = tokio::task::JoinSet::new();
+    for (idx, item) in items {
+        let name = TaskName::new(item_name(job, idx, round))?;
+        let payload = body(&ItemTask { job: job.clone(), idx, round, item })?;
+        let task = NewTask::new(q.clone(), ITEM_PATH, payload).named(name);
+        let queue = queue.clone();
+        pushes.spawn(async move { queue.create(task).await });
+    }
+    let mut first_error = None;
+    while let Some(done) = pushes.join_next().await {
+        match done {
+            Ok(Ok(_) | Err(QueueError::AlreadyExists(_))) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(%job, error = %e, "an item task could not be enqueued");
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(QueueError::Internal(format!("an enqueue panicked: {e}")));
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 fn hashed(prefix: &str, parts: &str) -> String {

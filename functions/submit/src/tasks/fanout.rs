@@ -28,8 +28,9 @@ use mapi_runs::counters::{self, field};
 use mapi_runs::{tx_get, tx_put};
 use mapi_store::transact;
 
-use super::api::{push_fanout, push_items, read_items};
-use super::load;
+use mapi_jobs::tasks::{push_fanout, push_items};
+
+use crate::job_store::{load, read_items};
 
 /// A fan-out task that finds no job after this many deliveries gives up:
 /// the job was withdrawn (its submit failed) or deleted by the housekeeper.
@@ -83,7 +84,7 @@ async fn step_once(
     if job.fanout.step == step + 1 {
         // This step committed; make sure its successor exists.
         if job.fanout.finished_at.is_none() {
-            push_fanout(&state, &job.id, step + 1, None).await?;
+            push_fanout(&*state.queue, &job.id, step + 1, None).await?;
         }
         return Ok(done("redelivered", job.fanout.enqueued));
     }
@@ -103,13 +104,13 @@ async fn step_once(
     if job.fanout.reserved == job.fanout.enqueued {
         // The tenant's window is full: look again after a wait.
         let job = advance(&state, &job, step, false).await?;
-        push_fanout(&state, &job.id, step + 1, Some(now + state.config.jobs.fanout_wait)).await?;
+        push_fanout(&*state.queue, &job.id, step + 1, Some(now + state.config.jobs.fanout_wait)).await?;
         return Ok(done("window_full", job.fanout.enqueued));
     }
     let items = read_items(&state, &job, job.fanout.enqueued, job.fanout.reserved).await?;
-    push_items(&state, &job.id, job.round, items).await?;
+    push_items(&state.queue, &job.id, job.round, items).await?;
     let job = advance(&state, &job, step, false).await?;
-    push_fanout(&state, &job.id, step + 1, None).await?;
+    push_fanout(&*state.queue, &job.id, step + 1, None).await?;
     Ok(done("enqueued", job.fanout.enqueued))
 }
 

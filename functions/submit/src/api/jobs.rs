@@ -11,18 +11,16 @@ use bytes::Bytes;
 use mapi_access::{Action, Resource};
 use mapi_domain::{JobId, ProjectId, TenantId, Timestamp};
 use mapi_identity::{Audit, Caller, Target, authorize};
-use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, FanoutTask, ITEM_PATH, ITEMS_QUEUE, ItemTask};
 use mapi_jobs::{Counts, Fanout, ItemFailure, ItemOutcome, JobDoc, JobItemDoc, JobState, layout};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query, page_size};
-use mapi_queue::{NewTask, QueueError, QueueName, TaskName};
 use mapi_runs::{tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{base, create_only, derived, load, object_key, read_object};
-use crate::datasets::{entropy, require_project};
+use super::datasets::{entropy, require_project};
+use crate::job_store::{base, create_only, derived, load, object_key, read_items, read_object};
 use crate::quota;
 
 /// What a job is asked to do.
@@ -141,67 +139,6 @@ async fn load_for(state: &AppState, caller: &Caller, id: &str, action: Action) -
     Ok(job)
 }
 
-fn queue(name: &str) -> Result<QueueName, ApiError> {
-    QueueName::new(name).map_err(|e| ApiError::internal(e.to_string()))
-}
-
-fn task_name(name: String) -> Result<TaskName, ApiError> {
-    TaskName::new(name).map_err(|e| ApiError::internal(e.to_string()))
-}
-
-/// Enqueues fan-out step `step` of `job`, at `at` (now when `None`). A
-/// name already taken means this step was enqueued before: success.
-pub(super) async fn push_fanout(
-    state: &AppState,
-    job: &JobId,
-    step: u64,
-    at: Option<Timestamp>,
-) -> Result<(), ApiError> {
-    let body = serde_json::to_vec(&FanoutTask { job: job.clone(), step })
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let mut task = NewTask::new(queue(FANOUT_QUEUE)?, FANOUT_PATH, body)
-        .named(task_name(mapi_jobs::tasks::fanout_name(job, step))?);
-    task.schedule_time = at;
-    match state.queue.create(task).await {
-        Ok(_) | Err(QueueError::AlreadyExists(_)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Enqueues the tasks of `items` (index, item) of `job` in `round`,
-/// concurrently. Names already taken are success.
-pub(super) async fn push_items(
-    state: &AppState,
-    job: &JobId,
-    round: u32,
-    items: Vec<(u64, Value)>,
-) -> Result<(), ApiError> {
-    let q = queue(ITEMS_QUEUE)?;
-    let mut pushes = tokio::task::JoinSet::new();
-    for (idx, item) in items {
-        let name = task_name(mapi_jobs::tasks::item_name(job, idx, round))?;
-        let body = serde_json::to_vec(&ItemTask { job: job.clone(), idx, round, item })
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        let task = NewTask::new(q.clone(), ITEM_PATH, body).named(name);
-        let queue = state.queue.clone();
-        pushes.spawn(async move { queue.create(task).await });
-    }
-    let mut first_error = None;
-    while let Some(done) = pushes.join_next().await {
-        match done {
-            Ok(Ok(_) | Err(QueueError::AlreadyExists(_))) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(%job, error = %e, "an item task could not be enqueued");
-                first_error.get_or_insert(ApiError::from(e));
-            }
-            Err(e) => {
-                first_error.get_or_insert(ApiError::internal(e.to_string()));
-            }
-        }
-    }
-    first_error.map_or(Ok(()), Err)
-}
-
 /// The manifest object: what the job is, without its items.
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
@@ -309,7 +246,7 @@ pub async fn submit(
         .await
     })
     .await?;
-    if let Err(e) = push_fanout(&state, &id, 0, None).await {
+    if let Err(e) = mapi_jobs::tasks::push_fanout(&*state.queue, &id, 0, None).await {
         // Nothing will fan the job out: take it back, so no job waits
         // forever in `enqueuing`. Its manifest objects stay behind (logged).
         let key = mapi_runs::key::<JobDoc>(id.as_str())?;
@@ -319,7 +256,7 @@ pub async fn submit(
             tracing::error!(job = %id, error = %d, "a job whose fan-out could not be enqueued stays stored");
         }
         tracing::warn!(job = %id, error = %e, "the fan-out could not be enqueued: job withdrawn, manifest objects left");
-        return Err(e);
+        return Err(e.into());
     }
     tracing::info!(job = %id, method = %job.method, items = n, "job submitted");
     Ok((StatusCode::CREATED, Json(view(&state, &job).await?)))
@@ -376,34 +313,6 @@ async fn write_manifest(state: &AppState, job: &JobDoc, items: Vec<Value>) -> Re
         return Err(ApiError::internal(format!("manifest of {} exists already", job.id)));
     }
     Ok(())
-}
-
-/// Reads items `[from, to)` of a job from its chunks.
-pub(super) async fn read_items(
-    state: &AppState,
-    job: &JobDoc,
-    from: u64,
-    to: u64,
-) -> Result<Vec<(u64, Value)>, ApiError> {
-    let per = u64::from(job.chunk_items.max(1));
-    let base = base(job);
-    let mut out = Vec::with_capacity(usize::try_from(to - from).unwrap_or(0));
-    let mut c = from / per;
-    while c * per < to {
-        let bytes = read_object(state, &layout::chunk(&base, c))
-            .await?
-            .ok_or_else(|| ApiError::internal(format!("chunk {c} of {} is missing", job.id)))?;
-        let items: Vec<Value> =
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(format!("chunk {c}: {e}")))?;
-        for (i, item) in items.into_iter().enumerate() {
-            let idx = c * per + i as u64;
-            if (from..to).contains(&idx) {
-                out.push((idx, item));
-            }
-        }
-        c += 1;
-    }
-    Ok(out)
 }
 
 /// A job: its state (derived from its counts), counts, timings and cost.
@@ -640,9 +549,9 @@ pub async fn retry_failed(
                 .into_iter()
                 .filter(|(i, _)| wanted.contains(i))
                 .collect();
-            push_items(&state, &job.id, job.round, items).await?;
+            mapi_jobs::tasks::push_items(&state.queue, &job.id, job.round, items).await?;
             for m in &failed {
-                super::item::reopen(&state, &job, m.idx, job.round).await?;
+                crate::job_store::reopen(&state, &job, m.idx, job.round).await?;
                 reopened += 1;
             }
         }

@@ -24,7 +24,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
 use mapi_runs::{Doc, ModelVersionDoc, Outcome, layout};
 
-use crate::datasets::{PageQuery, newest_first, require_project};
+use super::datasets::{PageQuery, newest_first, require_project};
 
 /// How long artifact URLs stay valid.
 const URL_TTL: Duration = Duration::from_secs(900);

@@ -16,8 +16,9 @@ use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::datasets::{entropy, require_project};
-use crate::{quota, view};
+use super::datasets::{entropy, require_project};
+use super::view;
+use crate::quota;
 
 const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 

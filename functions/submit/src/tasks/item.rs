@@ -26,10 +26,7 @@ use axum::http::{HeaderMap, StatusCode};
 use mapi_domain::ResourceClass;
 use mapi_identity::InternalCaller;
 use mapi_jobs::tasks::ItemTask;
-use mapi_jobs::{
-    ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc, count_field,
-    layout,
-};
+use mapi_jobs::{ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, count_field, layout};
 use mapi_methods::{ItemContext, ItemError};
 use mapi_objects::{IfGeneration, ObjectError};
 use mapi_platform::AppState;
@@ -40,7 +37,9 @@ use mapi_runs::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde_json::{Value, json};
 
-use super::{append, base, create_only, load, marker, object_key, read_object};
+use crate::job_store::{
+    append, base, create_only, load, marker, object_key, read_object, remove_stale, reopen,
+};
 
 /// What a delivery came to.
 #[derive(Debug, serde::Serialize)]
@@ -328,59 +327,6 @@ async fn mark_from_objects(
         match state.objects.delete(&object_key(&layout::error(&base, idx))?, IfGeneration::Any).await {
             Ok(()) | Err(ObjectError::NotFound(_)) => {}
             Err(e) => tracing::warn!(job = %job.id, idx, error = %e, "removing a stray error object failed"),
-        }
-    }
-    Ok(())
-}
-
-/// Reopens a failed item for `round`: its marker moves to the history (the
-/// ledger stays append-only), the job's failed count drops, the tenant's
-/// window takes the item again, and its error and usage objects go.
-/// Idempotent: an item not failed in an earlier round is left alone.
-pub(super) async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Result<(), ApiError> {
-    let shard = mapi_runs::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
-    // The window takes the item again, in the shard of the tenant's counter
-    // the item's marker id picks.
-    let tenant = counters::tenant(&job.tenant);
-    let tenant = counters::shard_id(
-        &tenant,
-        counters::pick(&JobItemDoc::id_of(&job.id, idx), counters::shards_of(&tenant)),
-    );
-    let (id, shard, tenant) = (&job.id, &shard, &tenant);
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let m_id = JobItemDoc::id_of(id, idx);
-        match tx_get::<JobItemDoc>(&mut tx, &m_id).await? {
-            Some(m) if m.outcome == ItemOutcome::Failed && m.round < round => {
-                tx_create(&mut tx, &JobItemHistoryDoc(m))?;
-                tx.delete(&mapi_runs::key::<JobItemDoc>(&m_id)?);
-                tx.increment(shard, count_field::FAILED, -1, None);
-                tx.increment(&mapi_runs::key::<counters::CounterDoc>(tenant)?, field::ACTIVE_ITEMS, 1, None);
-                Ok(tx.finish(()))
-            }
-            _ => Ok(tx.finish(())),
-        }
-    })
-    .await
-    .or_else(|e| if e.code() == ProblemCode::AlreadyExists { Ok(()) } else { Err(e) })?;
-    remove_stale(state, &base(job), idx, round).await
-}
-
-/// Deletes the error and usage objects of an earlier round than `round`.
-async fn remove_stale(state: &AppState, base: &str, idx: u64, round: u32) -> Result<(), ApiError> {
-    for key in [layout::error(base, idx), layout::usage(base, idx)] {
-        let key = object_key(&key)?;
-        let (meta, bytes) = match state.objects.get(&key, None).await {
-            Ok(found) => found,
-            Err(ObjectError::NotFound(_)) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let of_round =
-            serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v["round"].as_u64()).unwrap_or(0);
-        if of_round < u64::from(round) {
-            match state.objects.delete(&key, IfGeneration::Match(meta.generation)).await {
-                Ok(()) | Err(ObjectError::NotFound(_) | ObjectError::PreconditionFailed(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
         }
     }
     Ok(())

@@ -19,7 +19,7 @@ use mapi_runs::counters::{self, field};
 use mapi_runs::{Doc, QuotaPolicyDoc};
 use mapi_store::{Direction, Op, Query, transact};
 
-use super::{base, derived, object_key};
+use crate::job_store::{base, derived, object_key};
 
 /// The housekeeper's route.
 pub const HOUSEKEEP_PATH: &str = "/internal/tasks/jobs/housekeep";

@@ -1,0 +1,41 @@
+//! The tenant-facing routes: datasets, runs, model versions, item jobs and
+//! the method docs. Nothing here imports the task routes (the `tasks` tree).
+
+pub mod datasets;
+pub mod docs;
+pub mod jobs;
+pub mod model_versions;
+pub mod runs;
+mod view;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use mapi_platform::AppState;
+
+/// The tenant API's routes, with the body limits of uploads and job submits.
+pub fn router(state: &AppState) -> Router<AppState> {
+    let dataset_limit = state.config.max_dataset_bytes;
+    let job_limit = state.config.jobs.max_body_bytes;
+    Router::new()
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/datasets",
+            post(datasets::upload).layer(DefaultBodyLimit::max(dataset_limit)).get(datasets::list),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
+        .route("/v1/runs/{id}", get(runs::get_run))
+        .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
+        .route("/v1/model-versions/{id}", get(model_versions::get_version))
+        .route("/v1/model-versions/{id}/urls", post(model_versions::urls))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/jobs",
+            post(jobs::submit).layer(DefaultBodyLimit::max(job_limit)),
+        )
+        .route("/v1/jobs/{id}", get(jobs::get_job))
+        .route("/v1/jobs/{id}/items", get(jobs::list_items))
+        .route("/v1/jobs/{id}/items/{idx}/log", get(jobs::item_log))
+        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/jobs/{id}/retry-failed", post(jobs::retry_failed))
+        .route("/v1/usage", get(docs::usage))
+}
