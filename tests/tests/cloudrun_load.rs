@@ -38,7 +38,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_fits_through_cloudrun_jobs_with_429s_lost_answers_and_late_duplicated_events() {
     let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
-    let options = Options { background: false, clock: clock.clone(), executor: None, queue: None };
+    let options =
+        Options { background: false, clock: clock.clone(), executor: None, queue: None, entropy: None };
     let mut r = start(Backend::CloudRunJobs, &[("MAPI_DISPATCH_LEASE_S", "60")], options).await;
     let fake = r.fake().clone();
     fake.collect_events();

@@ -193,7 +193,8 @@ async fn advance_until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dispatch_lease_is_renewed_while_a_submit_waits_for_its_slot() {
     let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
-    let options = Options { background: false, clock: clock.clone(), executor: None, queue: None };
+    let options =
+        Options { background: false, clock: clock.clone(), executor: None, queue: None, entropy: None };
     let r = start(
         Backend::CloudRunJobs,
         &[

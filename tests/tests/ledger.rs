@@ -165,6 +165,7 @@ async fn scenario(seed: u64) -> usize {
             clock: clock.clone(),
             executor: Some(Arc::new(ScriptedExecutor::default())),
             queue: None,
+            entropy: None,
         },
     )
     .await;

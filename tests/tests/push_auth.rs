@@ -93,7 +93,8 @@ impl World {
         let mut settings: Vec<(&str, String)> = if push_auth { google.settings() } else { vec![] };
         settings.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
         let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let options = Options { background: false, clock: clock.clone(), executor: None, queue: None };
+        let options =
+            Options { background: false, clock: clock.clone(), executor: None, queue: None, entropy: None };
         let p = TestPlatform::start_with(&settings, options).await;
         World { google, clock, p }
     }

@@ -41,6 +41,7 @@ impl Harness {
                 clock: clock.clone(),
                 executor: Some(executor.clone()),
                 queue: None,
+                entropy: None,
             },
         )
         .await;

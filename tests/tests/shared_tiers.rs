@@ -30,6 +30,7 @@ async fn rig() -> Rig {
         clock: clock.clone(),
         executor: Some(Arc::new(ScriptedExecutor::default())),
         queue: None,
+        entropy: None,
     };
     let p = TestPlatform::start_with(
         &[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@ver.test")],

@@ -29,8 +29,13 @@ async fn tick(p: &TestPlatform) -> serde_json::Value {
 async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
     let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
     let executor = Arc::new(ScriptedExecutor::default());
-    let options =
-        Options { background: false, clock: clock.clone(), executor: Some(executor.clone()), queue: None };
+    let options = Options {
+        background: false,
+        clock: clock.clone(),
+        executor: Some(executor.clone()),
+        queue: None,
+        entropy: None,
+    };
     let p = TestPlatform::start_with(&[], options).await;
     let ds = p.upload("x,y\n1,2\n").await;
 
@@ -158,7 +163,8 @@ async fn one_runs_failing_push_does_not_stop_the_sweep_nor_keep_the_lease() {
         *made.lock().expect("slot") = Some(q.clone());
         q as Arc<dyn mapi_queue::TaskQueue>
     }));
-    let options = Options { background: false, clock: clock.clone(), executor: None, queue: Some(wrap) };
+    let options =
+        Options { background: false, clock: clock.clone(), executor: None, queue: Some(wrap), entropy: None };
     let p = TestPlatform::start_with(&[], options).await;
     let ds = p.upload("x,y\n1,2\n").await;
     let a = p.submit(json!({"method": "describe", "dataset": ds})).await;

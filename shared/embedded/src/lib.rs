@@ -213,6 +213,9 @@ pub struct Options {
     /// An executor to use instead of the local-process one (a scripted fake
     /// in tests); the log forwarder still reads the local one's directory.
     pub executor: Option<Arc<dyn Executor>>,
+    /// Where ids and nonces take their bytes instead of the operating
+    /// system (a seeded source in tests, so a run replays).
+    pub entropy: Option<Arc<dyn mapi_entropy::Entropy>>,
     /// Wraps the queue the handlers push to (a wrapper that injects faults
     /// in tests, or another adapter); the embedded deliverer still delivers
     /// the embedded queue.
@@ -233,7 +236,7 @@ impl std::fmt::Debug for QueueWrap {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { background: true, clock: Arc::new(SystemClock), executor: None, queue: None }
+        Options { background: true, clock: Arc::new(SystemClock), executor: None, queue: None, entropy: None }
     }
 }
 
@@ -264,6 +267,9 @@ impl DevPlatform {
         let mut platform = Platform::configured(config, clock.clone(), worker).await?;
         if let Some(executor) = options.executor {
             platform.executor = executor;
+        }
+        if let Some(entropy) = options.entropy {
+            platform.entropy = entropy;
         }
         if let Some(wrap) = options.queue {
             platform.queue = (wrap.0)(platform.queue.clone());

@@ -57,6 +57,9 @@ pub struct Platform {
     /// Signs and verifies model-version bundle manifests.
     pub signer: Arc<dyn Signer>,
     pub clock: Arc<dyn Clock>,
+    /// Where ids and nonces take their bytes (the operating system's; a
+    /// seeded source under test).
+    pub entropy: Arc<dyn mapi_entropy::Entropy>,
     pub metrics: Metrics,
     pub pepper: Pepper,
     /// Verifies session ID tokens; `None` when no issuer is configured.
@@ -489,6 +492,7 @@ impl Platform {
             executor,
             signer,
             clock,
+            entropy: Arc::new(mapi_entropy::OsEntropy),
             metrics,
             pepper,
             local,

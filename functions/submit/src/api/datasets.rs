@@ -65,11 +65,9 @@ pub async fn newest_first<D: Doc>(
     Ok((docs, next_page_token))
 }
 
-/// 80 bits of entropy for a new identifier.
-pub fn entropy() -> Result<[u8; 10], ApiError> {
-    let mut e = [0u8; 10];
-    getrandom::fill(&mut e).map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
-    Ok(e)
+/// 80 bits of entropy for a new identifier, from the platform's source.
+pub fn entropy(state: &AppState) -> Result<[u8; 10], ApiError> {
+    mapi_entropy::bytes(&*state.entropy).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// Upload a CSV dataset.
@@ -115,7 +113,7 @@ pub async fn upload(
     let table = Table::from_csv(&body)
         .map_err(|e| ApiError::invalid(format!("the dataset is not a valid CSV: {e}")))?;
     let now = state.clock.now();
-    let id = DatasetId::generate(now, entropy()?);
+    let id = DatasetId::generate(now, entropy(&state)?);
     let object = layout::dataset(&tenant, &project, &id);
     let key = ObjectKey::parse(&object)?;
     let size = body.len() as u64;

@@ -196,7 +196,7 @@ pub async fn submit(
         return Err(ApiError::invalid("`items` is empty: a job needs at least one item"));
     }
     let now = state.clock.now();
-    let id = JobId::generate(now, entropy()?);
+    let id = JobId::generate(now, entropy(&state)?);
     // A job is admitted as a run is: the token's budget, the tenant's
     // requests per minute, items per job and vCPU-seconds, the platform's
     // items per job and spend cap. Its items reserve their compute as the

@@ -160,7 +160,7 @@ pub async fn submit(
     let estimate =
         mapi_cost::CURRENT.estimate(spec.class, spec.tasks, Duration::from_secs(u64::from(spec.timeout_s)));
     let new = NewRun {
-        id: RunId::generate(now, entropy()?),
+        id: RunId::generate(now, entropy(&state)?),
         tenant: tenant.clone(),
         project: project.clone(),
         method: spec.method.clone(),

@@ -59,10 +59,9 @@ pub async fn handle(
 ) -> Result<(StatusCode, Json<Outcome>), ApiError> {
     let now = state.clock.now();
     // Generated outside the transaction, which may run more than once.
-    let mut nonce_bytes = [0u8; 16];
-    let mut key_bytes = [0u8; 32];
-    getrandom::fill(&mut nonce_bytes).map_err(|e| ApiError::internal(e.to_string()))?;
-    getrandom::fill(&mut key_bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+    let random = |e: mapi_entropy::EntropyError| ApiError::internal(e.to_string());
+    let nonce_bytes: [u8; 16] = mapi_entropy::bytes(&*state.entropy).map_err(random)?;
+    let key_bytes: [u8; 32] = mapi_entropy::bytes(&*state.entropy).map_err(random)?;
     let intent = Intent {
         nonce: Nonce::from_bytes(nonce_bytes),
         event_key: AttemptKey::from_bytes(key_bytes).to_hex(),
