@@ -60,11 +60,7 @@ async fn count(
         .order_by("updated_at", Direction::Asc)
         .limit(COUNT_LIMIT);
     if let Some(t) = since {
-        q = q.filter(
-            "updated_at",
-            Op::Ge,
-            serde_json::to_value(t).map_err(|e| ApiError::internal(e.to_string()))?,
-        );
+        q = q.filter("updated_at", Op::Ge, serde_json::to_value(t)?);
     }
     Ok(state.store.query(&q, None).await?.len())
 }

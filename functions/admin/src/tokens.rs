@@ -127,7 +127,7 @@ pub async fn create(
     }
     let (lifetime, budget) = validate(&body)?;
     let now = state.clock.now();
-    let secret = new_token().map_err(|e| ApiError::internal(format!("no randomness: {e}")))?;
+    let secret = new_token().map_err(|e| ApiError::internal_from("token secret", e))?;
     let doc = TokenDoc {
         hash: state.pepper.hash(&secret),
         tenant: tenant.clone(),

@@ -50,7 +50,7 @@ pub async fn seal(
 ) -> Result<ModelVersionDoc, ApiError> {
     let artifacts = outputs(state, run, attempt).await?;
     let prefix = ObjectKey::parse(&layout::bundle(run.tenant(), run.project(), run.id()))
-        .map_err(|e| ApiError::internal(format!("bundle prefix of {}: {e}", run.id())))?;
+        .map_err(|e| ApiError::internal_from(format!("bundle prefix of {}", run.id()), e))?;
     let sealed = match mapi_bundles::seal(&*state.objects, &*state.signer, &prefix, &artifacts).await {
         Ok(s) => s,
         Err(e) => {

@@ -133,7 +133,7 @@ async fn push(
         return Ok(ack(m, Disposition::UnknownAttempt, &attempt_id));
     };
     let key = mapi_events::AttemptKey::from_hex(&attempt.event_key)
-        .map_err(|e| ApiError::internal(format!("attempt {attempt_id} has a bad key: {e}")))?;
+        .map_err(|e| ApiError::internal_from(format!("attempt {attempt_id} has a bad key"), e))?;
     let event = match mapi_events::verify(&delivered.event, &key) {
         Ok(e) => e,
         Err(e) => {

@@ -73,8 +73,7 @@ pub struct TickReport {
 
 async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<Json<TickReport>, ApiError> {
     let mut report = TickReport::default();
-    let holder_bytes: [u8; 8] =
-        mapi_entropy::bytes(&*state.entropy).map_err(|e| ApiError::internal(e.to_string()))?;
+    let holder_bytes: [u8; 8] = mapi_entropy::bytes(&*state.entropy)?;
     let holder = hex::encode(holder_bytes);
     let Some(lease) = take_lease(&state, &holder).await? else {
         report.busy = true;

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 /// The object key of `key`, which our own layout built.
 pub fn object_key(key: &str) -> Result<ObjectKey, ApiError> {
-    ObjectKey::parse(key).map_err(|e| ApiError::internal(format!("job object key: {e}")))
+    ObjectKey::parse(key).map_err(|e| ApiError::internal_from("job object key", e))
 }
 
 /// The prefix of a job's objects.
@@ -135,7 +135,7 @@ pub async fn read_items(
             .await?
             .ok_or_else(|| ApiError::internal(format!("chunk {c} of {} is missing", job.id)))?;
         let items: Vec<Value> =
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(format!("chunk {c}: {e}")))?;
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::internal_from(format!("chunk {c}"), e))?;
         for (i, item) in items.into_iter().enumerate() {
             let idx = c * per + i as u64;
             if (from..to).contains(&idx) {

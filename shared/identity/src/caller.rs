@@ -110,9 +110,8 @@ async fn token_caller<S: IdentityState>(
     meta: RequestMeta,
 ) -> Result<Caller, ApiError> {
     let hash = state.pepper().hash(secret);
-    let found: Option<TokenDoc> = mapi_runs::get(state.store(), &hash)
-        .await
-        .map_err(|e| ApiError::internal(format!("token lookup: {e}")))?;
+    let found: Option<TokenDoc> =
+        mapi_runs::get(state.store(), &hash).await.map_err(|e| ApiError::internal_from("token lookup", e))?;
     let resource = format!("tokens/{}", &hash[..12]);
     let Some(token) = found else {
         return Err(refuse(state, &meta, "token.use_failed", resource, "the API token is not valid").await);

@@ -19,9 +19,14 @@ pub enum ApiError {
     /// A problem to show the caller as it is.
     #[error("{code}: {detail}")]
     Problem { code: ProblemCode, detail: String, retry_after_s: Option<u64> },
-    /// A fault of ours: the message is logged, the caller sees a generic detail.
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// A fault of ours: the context and the chain of its source are logged,
+    /// the caller sees a generic detail.
+    #[error("internal error: {context}")]
+    Internal {
+        context: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 }
 
 impl ApiError {
@@ -59,13 +64,21 @@ impl ApiError {
     }
 
     pub fn internal(context: impl Into<String>) -> ApiError {
-        ApiError::Internal(context.into())
+        ApiError::Internal { context: context.into(), source: None }
+    }
+
+    /// A fault of ours caused by `source`, which the log keeps.
+    pub fn internal_from(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> ApiError {
+        ApiError::Internal { context: context.into(), source: Some(source.into()) }
     }
 
     pub fn code(&self) -> ProblemCode {
         match self {
             ApiError::Problem { code, .. } => *code,
-            ApiError::Internal(_) => ProblemCode::Internal,
+            ApiError::Internal { .. } => ProblemCode::Internal,
         }
     }
 
@@ -73,7 +86,7 @@ impl ApiError {
     pub fn problem(&self) -> Problem {
         let (code, detail, retry_after_s) = match self {
             ApiError::Problem { code, detail, retry_after_s } => (*code, detail.clone(), *retry_after_s),
-            ApiError::Internal(_) => (
+            ApiError::Internal { .. } => (
                 ProblemCode::Internal,
                 "the platform failed to handle the request; it has been logged, retry later".to_owned(),
                 None,
@@ -92,8 +105,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal(context) = &self {
-            tracing::error!(error = %context, "request failed");
+        if let ApiError::Internal { context, source } = &self {
+            let mut chain = String::new();
+            let mut next = source.as_deref().map(|e| e as &(dyn std::error::Error + 'static));
+            while let Some(e) = next {
+                chain.push_str(": ");
+                chain.push_str(&e.to_string());
+                next = e.source();
+            }
+            tracing::error!(error = %format!("{context}{chain}"), "request failed");
         }
         let problem = self.problem();
         let status = problem.code.status();
@@ -134,7 +154,7 @@ impl From<mapi_store::StoreError> for ApiError {
                 ProblemCode::QuotaExceeded,
                 format!("the limit on {field} of {key} was reached by a concurrent request: retry later"),
             ),
-            other => ApiError::internal(format!("store: {other}")),
+            other => ApiError::internal_from("store", other),
         }
     }
 }
@@ -145,7 +165,7 @@ impl From<mapi_objects::ObjectError> for ApiError {
             mapi_objects::ObjectError::Unavailable(_) => {
                 ApiError::unavailable("the object store is busy: retry shortly", 1)
             }
-            other => ApiError::internal(format!("objects: {other}")),
+            other => ApiError::internal_from("objects", other),
         }
     }
 }
@@ -156,7 +176,7 @@ impl From<mapi_queue::QueueError> for ApiError {
             mapi_queue::QueueError::Unavailable(_) => {
                 ApiError::unavailable("the queue is busy: retry shortly", 1)
             }
-            other => ApiError::internal(format!("queue: {other}")),
+            other => ApiError::internal_from("queue", other),
         }
     }
 }
@@ -165,7 +185,21 @@ impl From<mapi_queue::QueueError> for ApiError {
 /// own code: a bug, never the caller's input.
 impl From<mapi_domain::TransitionError> for ApiError {
     fn from(e: mapi_domain::TransitionError) -> Self {
-        ApiError::internal(format!("lifecycle: {e}"))
+        ApiError::internal_from("lifecycle", e)
+    }
+}
+
+/// Encoding our own values failed: a bug, never the caller's input (which
+/// the extractors answer before a handler runs).
+impl From<serde_json::Error> for ApiError {
+    fn from(e: serde_json::Error) -> Self {
+        ApiError::internal_from("json", e)
+    }
+}
+
+impl From<mapi_entropy::EntropyError> for ApiError {
+    fn from(e: mapi_entropy::EntropyError) -> Self {
+        ApiError::internal_from("randomness", e)
     }
 }
 
@@ -220,5 +254,22 @@ mod tests {
         assert_eq!(v["status"], 503);
         assert_eq!(v["code"], "UNAVAILABLE");
         assert_eq!(v["retry_after_s"], 5);
+    }
+
+    #[test]
+    fn an_internal_error_keeps_its_source_and_tells_the_caller_nothing() {
+        let cause = mapi_store::StoreError::Internal("disk I/O error on mapi.db".into());
+        let e = ApiError::from(cause);
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(source.is_some_and(|s| s.contains("disk I/O error")), "{e:?}");
+        let problem = e.problem();
+        assert_eq!(problem.code, ProblemCode::Internal);
+        assert!(
+            !problem.detail.contains("disk") && !problem.detail.contains("mapi.db"),
+            "{}",
+            problem.detail
+        );
+        let json: serde_json::Error = serde_json::from_str::<u8>("x").expect_err("not json");
+        assert!(std::error::Error::source(&ApiError::from(json)).is_some());
     }
 }

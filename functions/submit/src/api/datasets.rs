@@ -67,7 +67,7 @@ pub async fn newest_first<D: Doc>(
 
 /// 80 bits of entropy for a new identifier, from the platform's source.
 pub fn entropy(state: &AppState) -> Result<[u8; 10], ApiError> {
-    mapi_entropy::bytes(&*state.entropy).map_err(|e| ApiError::internal(e.to_string()))
+    Ok(mapi_entropy::bytes(&*state.entropy)?)
 }
 
 /// Upload a CSV dataset.

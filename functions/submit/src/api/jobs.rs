@@ -272,7 +272,7 @@ async fn write_manifest(state: &AppState, job: &JobDoc, items: Vec<Value>) -> Re
         let mut bytes = Vec::with_capacity(64 * chunk.len());
         bytes.push(b'[');
         for (i, item) in chunk.iter().enumerate() {
-            let one = serde_json::to_vec(item).map_err(|e| ApiError::internal(e.to_string()))?;
+            let one = serde_json::to_vec(item)?;
             if one.len() > max_item {
                 let idx = c * job.chunk_items as usize + i;
                 return Err(ApiError::invalid(format!(
@@ -294,11 +294,11 @@ async fn write_manifest(state: &AppState, job: &JobDoc, items: Vec<Value>) -> Re
         if writes.len() >= 8
             && let Some(done) = writes.join_next().await
         {
-            done.map_err(|e| ApiError::internal(e.to_string()))??;
+            done.map_err(|e| ApiError::internal_from("a manifest write", e))??;
         }
     }
     while let Some(done) = writes.join_next().await {
-        done.map_err(|e| ApiError::internal(e.to_string()))??;
+        done.map_err(|e| ApiError::internal_from("a manifest write", e))??;
     }
     let manifest = Manifest {
         job: job.id.clone(),
@@ -308,7 +308,7 @@ async fn write_manifest(state: &AppState, job: &JobDoc, items: Vec<Value>) -> Re
         chunk_items: job.chunk_items,
         registry_version: mapi_methods::registry_version(),
     };
-    let bytes = serde_json::to_vec(&manifest).map_err(|e| ApiError::internal(e.to_string()))?;
+    let bytes = serde_json::to_vec(&manifest)?;
     if !create_only(state, &layout::manifest(&base), bytes, "application/json").await? {
         return Err(ApiError::internal(format!("manifest of {} exists already", job.id)));
     }

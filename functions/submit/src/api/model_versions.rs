@@ -55,7 +55,7 @@ fn resource_of(version: &ModelVersionDoc) -> String {
 
 fn prefix_of(version: &ModelVersionDoc) -> Result<ObjectKey, ApiError> {
     ObjectKey::parse(&version.bundle)
-        .map_err(|e| ApiError::internal(format!("bundle prefix of {}: {e}", version.id)))
+        .map_err(|e| ApiError::internal_from(format!("bundle prefix of {}", version.id), e))
 }
 
 /// Turns a bundle's failure into the answer. An integrity failure is
@@ -93,7 +93,7 @@ async fn refuse(
             )
         }
         BundleError::Objects(e) => e.into(),
-        BundleError::Sign(e) => ApiError::internal(format!("bundle of {}: {e}", version.id)),
+        BundleError::Sign(e) => ApiError::internal_from(format!("bundle of {}", version.id), e),
     }
 }
 

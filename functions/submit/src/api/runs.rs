@@ -180,7 +180,7 @@ pub async fn submit(
         vcpu_ms: quota::reserve_ms(run.class, run.task_count, run.timeout_s),
         plugin: false,
     };
-    let request_hash = sha256_hex(&serde_json::to_vec(&spec).map_err(|e| ApiError::internal(e.to_string()))?);
+    let request_hash = sha256_hex(&serde_json::to_vec(&spec)?);
     let idem_doc = idem.map(|k| IdempotencyDoc {
         id: sha256_hex(format!("{tenant}:{project}:{k}").as_bytes()),
         tenant: tenant.clone(),
@@ -435,6 +435,6 @@ pub async fn cancel(
 fn cancel_refused(e: mapi_lifecycle::commands::CancelError) -> ApiError {
     match e {
         e @ mapi_lifecycle::commands::CancelError::Ended { .. } => ApiError::precondition(e.to_string()),
-        mapi_lifecycle::commands::CancelError::Transition(e) => ApiError::internal(e.to_string()),
+        mapi_lifecycle::commands::CancelError::Transition(e) => e.into(),
     }
 }

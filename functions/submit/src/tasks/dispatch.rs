@@ -59,9 +59,8 @@ pub async fn handle(
 ) -> Result<(StatusCode, Json<Outcome>), ApiError> {
     let now = state.clock.now();
     // Generated outside the transaction, which may run more than once.
-    let random = |e: mapi_entropy::EntropyError| ApiError::internal(e.to_string());
-    let nonce_bytes: [u8; 16] = mapi_entropy::bytes(&*state.entropy).map_err(random)?;
-    let key_bytes: [u8; 32] = mapi_entropy::bytes(&*state.entropy).map_err(random)?;
+    let nonce_bytes: [u8; 16] = mapi_entropy::bytes(&*state.entropy)?;
+    let key_bytes: [u8; 32] = mapi_entropy::bytes(&*state.entropy)?;
     let intent = Intent {
         nonce: Nonce::from_bytes(nonce_bytes),
         event_key: AttemptKey::from_bytes(key_bytes).to_hex(),
@@ -373,7 +372,7 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
             resume_url,
             event_key: attempt.event_key.clone(),
         };
-        let bytes = Bytes::from(serde_json::to_vec(&boot).map_err(|e| ApiError::internal(e.to_string()))?);
+        let bytes = Bytes::from(serde_json::to_vec(&boot)?);
         let key = ObjectKey::parse(attempt.nonce.for_task(task).as_str())?;
         match state.bootstrap.put(&key, bytes, "application/json", IfGeneration::ABSENT).await {
             Ok(_) | Err(ObjectError::PreconditionFailed(_)) => {}

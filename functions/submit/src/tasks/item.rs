@@ -95,7 +95,7 @@ pub async fn handle(
     }
     if let Some(b) = read_object(&state, &layout::error(&base, idx)).await? {
         let f: ItemFailure =
-            serde_json::from_slice(&b).map_err(|e| ApiError::internal(format!("error object: {e}")))?;
+            serde_json::from_slice(&b).map_err(|e| ApiError::internal_from("error object", e))?;
         if f.round >= round {
             mark_from_objects(&state, &job, idx, ItemOutcome::Failed).await?;
             return Ok(ok("recovered"));
@@ -122,7 +122,7 @@ pub async fn handle(
             .ok_or_else(|| ApiError::internal(format!("method {} left the registry", job.method)))?,
         &job.params,
     )
-    .map_err(|e| ApiError::internal(format!("stored params: {e}")))?;
+    .map_err(|e| ApiError::internal_from("stored params", e))?;
     let ctx = ItemContext { attempt, round };
     let (method, item) = (job.method.clone(), task.item);
     let started = Instant::now();
@@ -230,7 +230,7 @@ async fn finish(
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
-    serde_json::to_vec(v).map_err(|e| ApiError::internal(e.to_string()))
+    Ok(serde_json::to_vec(v)?)
 }
 
 /// Makes the item's marker from its stored usage (the first delivery's
