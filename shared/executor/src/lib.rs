@@ -134,6 +134,11 @@ pub enum ExecutorError {
 }
 
 /// The Executor port.
+///
+/// Failure model: a `submit` error says whether an execution may exist ([`SubmitError`]). A submit
+/// is not idempotent; the attempt's nonce, looked up with [`adopt`], is what makes submitting again
+/// safe. `status` and `list_recent` only read and `cancel` is idempotent, so all three may be
+/// retried after any error.
 #[async_trait]
 pub trait Executor: Send + Sync + Debug {
     fn capabilities(&self) -> Capabilities;
@@ -142,16 +147,60 @@ pub trait Executor: Send + Sync + Debug {
     /// run's error will carry.
     fn check_placement(&self, class: ResourceClass, method: &str) -> Result<(), String>;
 
+    /// Starts one execution of `attempt`. Every call that reaches the backend makes a new
+    /// execution: neither adapter deduplicates by nonce.
+    ///
+    /// # Errors
+    ///
+    /// - `Refused`: placement refused the class or method, the task count is out of range (local: 1
+    ///   to 64), or Cloud Run answered 400. Nothing was made; a retry gets the same answer.
+    /// - `Throttled`: nothing was made. Cloud Run answered 429 more than
+    ///   `MAPI_CLOUDRUN_MAX_429_RETRIES` times in a row (the same nonce is retried inside the call),
+    ///   or the rate limit would hold the call longer than `MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S` and
+    ///   nothing was sent. The same nonce may be submitted again after `retry_after`.
+    /// - `Unavailable`: nothing was made (Cloud Run: a 4xx other than 400 and 429, or a request that
+    ///   could not be built). Exception: the local adapter also answers `Unavailable` for I/O errors
+    ///   after it wrote the execution's spec (the spec-only execution then lists under the nonce,
+    ///   as `NotFound`) or after it started the host (the execution then runs).
+    /// - `Ambiguous`: the request may have reached the backend and no clear answer came (Cloud Run:
+    ///   no answer, a timeout, a 5xx, an operation that names no execution). Cloud Run adopts by
+    ///   nonce itself first and answers `Ok` with what it finds; `Ambiguous` then means nothing was
+    ///   found yet or the listing failed. Call [`adopt`] before submitting the nonce again.
+    ///
+    /// The local adapter never answers `Throttled` or `Ambiguous`. Dropping the future once the
+    /// request left is ambiguous as well.
     async fn submit(&self, attempt: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError>;
 
     /// The execution's state; `ExecutionStatus::NotFound` when it is unknown.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` (Cloud Run: no answer, or an error other than 404, a 403 included); `Internal`
+    /// (local: the execution's files cannot be read or parsed). An unknown handle, a handle of
+    /// another executor, and (local) an execution whose host died without an outcome are not errors:
+    /// they report `ExecutionStatus::NotFound`. A read changes nothing: retrying is safe.
     async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError>;
 
     /// Executions created at or after `since`, for adoption by nonce.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` (Cloud Run: a listing page failed; a Job not made yet lists nothing); `Internal`
+    /// (local: one execution's files cannot be read, which fails the whole listing). Retrying is
+    /// safe. Cloud Run lists no further back than `MAPI_CLOUDRUN_ADOPT_LOOKBACK_S` (26 h by
+    /// default) whatever `since` says, and stops paging at the first older execution (it assumes
+    /// newest-first order). The local listing includes spec-only executions, reported `NotFound`.
     async fn list_recent(&self, since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError>;
 
     /// Asks the execution to stop (SIGTERM, then SIGKILL after a grace
     /// period). Idempotent; cancelling an unknown execution succeeds.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` (Cloud Run: no answer, or an error other than 404, 409 and 412, which count as
+    /// done): unknown whether the cancel was taken; retrying is safe. `Internal` (local: the cancel
+    /// file could not be written and synced). Cancelling a finished execution succeeds and changes
+    /// nothing.
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError>;
 
     /// How long after a run's timeout the executor's own backstop stops an
@@ -168,6 +217,13 @@ pub trait Executor: Send + Sync + Debug {
 /// the executor's execution name, identifies an attempt's execution. When
 /// several have the nonce, keeps the oldest and cancels the others: their
 /// duplicate workers find no bootstrap anyway.
+///
+/// # Errors
+///
+/// The [`ExecutorError`] of `list_recent`, or of cancelling a duplicate (then the duplicates before
+/// it are cancelled and the oldest is not returned). Adoption is safe to retry: it lists again, and
+/// cancelling is idempotent. `Ok(None)` does not prove that an ambiguous submit made nothing: its
+/// execution may not be listed yet.
 pub async fn adopt(
     executor: &dyn Executor,
     nonce: &Nonce,

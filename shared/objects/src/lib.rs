@@ -5,8 +5,10 @@
 //! single objects without credentials.
 //!
 //! Failure: `NotFound` and `PreconditionFailed` are answers; `Unavailable`
-//! is transient. Cancellation: a write whose future is dropped either
-//! completed (the object has the new generation) or left no trace.
+//! is transient. After `Unavailable` or `Internal` from a write, the write
+//! may or may not have happened (see [`ObjectStore::put`]). Cancellation: a
+//! write whose future is dropped either completed (the object has the new
+//! generation) or left no trace.
 
 pub mod fs;
 mod key;
@@ -107,12 +109,38 @@ pub enum ObjectError {
 }
 
 /// The ObjectStore port: one bucket.
+///
+/// Failure model: `NotFound`, `PreconditionFailed` and `InvalidArgument` are definite: nothing this
+/// call wrote is live. Reads, listings and URL signing change nothing and may be retried as they are.
+/// After `Unavailable` or `Internal` from `put` or `delete` the write may or may not have happened;
+/// a retry under the same generation precondition, and a comparison of the stored bytes, tell which.
 #[async_trait]
 pub trait ObjectStore: Send + Sync + Debug {
     /// The bucket's name.
     fn bucket(&self) -> &str;
 
     /// Writes an object under a generation precondition; returns its metadata.
+    ///
+    /// # Errors
+    ///
+    /// - `PreconditionFailed`: the live generation is not the one required (`ABSENT`: an object is
+    ///   there); nothing this call wrote is live. After an earlier call of the same write ended in
+    ///   `Unavailable` or `Internal`, the object there may be that write's: read it and compare the
+    ///   bytes (the metadata carries no checksum), as `mapi_bundles::seal` and the submit
+    ///   function's `create_only` do.
+    /// - `NotFound` (Cloud Storage): the bucket does not exist. `InvalidArgument` (Cloud Storage): a
+    ///   400.
+    /// - `Unavailable`: on Cloud Storage, unknown whether the object was written: no answer twice (a
+    ///   lost answer is tried once more with the same precondition), a 408, 429 or 5xx, or no access
+    ///   token. In the local adapter (its metadata database stayed locked) nothing was made live.
+    /// - `Internal`: in the local adapter an I/O or database error; nothing was made live. On Cloud
+    ///   Storage it may follow a write that happened: the stored object's CRC32C, MD5 or size are not
+    ///   those of the bytes sent, or the answer lacks its creation time.
+    ///
+    /// Retrying: with `IfGeneration::Any` a retry writes the object again, under a new generation.
+    /// With `Match(g)` or `ABSENT` a retry either writes or answers `PreconditionFailed`; compare the
+    /// bytes to tell. Within one call, the Cloud Storage adapter does that itself after a lost answer
+    /// and a 412 (same CRC32C, MD5 and size, and a live generation other than `g`).
     async fn put(
         &self,
         key: &ObjectKey,
@@ -123,6 +151,16 @@ pub trait ObjectStore: Send + Sync + Debug {
 
     /// Reads an object, optionally pinned to a generation (a generation that
     /// is no longer live is `NotFound`).
+    ///
+    /// # Errors
+    ///
+    /// - `NotFound`: no live object, or `generation` is not the live one.
+    /// - `Unavailable`: no answer, a 408, 429 or 5xx, or (Cloud Storage) bytes that do not match the
+    ///   stored CRC32C or size; (local) the metadata database stayed locked.
+    /// - `Internal`: an I/O error, or an answer the adapter cannot read. `InvalidArgument`: a 400.
+    ///
+    /// A read changes nothing: retrying is safe. Unpinned, a retry may return a newer generation;
+    /// pin `generation` to read the same bytes again.
     async fn get(
         &self,
         key: &ObjectKey,
@@ -130,15 +168,48 @@ pub trait ObjectStore: Send + Sync + Debug {
     ) -> Result<(ObjectMeta, Bytes), ObjectError>;
 
     /// Reads an object's metadata.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when there is no live object; otherwise as [`ObjectStore::get`]. Retrying is safe.
     async fn head(&self, key: &ObjectKey) -> Result<ObjectMeta, ObjectError>;
 
     /// Deletes an object. `NotFound` if there is none.
+    ///
+    /// # Errors
+    ///
+    /// - `NotFound`: no live object (the local adapter checks this before the precondition).
+    /// - `PreconditionFailed`: the live generation is not the one given; nothing was deleted. The
+    ///   fake Cloud Storage of the tests ignores delete preconditions; the case is proven locally.
+    /// - `Unavailable`: on Cloud Storage, no answer or a 408, 429 or 5xx: unknown whether it was
+    ///   deleted. A retry answers `NotFound` if it was, so a caller that wants the object gone
+    ///   treats `NotFound` as done. In the local adapter `Unavailable` and `Internal` leave the
+    ///   object as it was.
+    ///
+    /// Retrying is safe with `Match(g)`: it deletes at most generation `g`. With `Any` a retry
+    /// deletes whatever is live then, also an object written since the first call.
     async fn delete(&self, key: &ObjectKey, precondition: IfGeneration) -> Result<(), ObjectError>;
 
     /// Lists objects whose key starts with `prefix`, in key order.
+    ///
+    /// # Errors
+    ///
+    /// - `InvalidArgument`: a page token this listing did not return. Cloud Storage's tokens are
+    ///   bound to their prefix; the local adapter accepts any token it could have made.
+    /// - `Unavailable`, `Internal`: as for [`ObjectStore::get`].
+    ///
+    /// Listing changes nothing: retrying a page with the same token is safe. Pages are not one
+    /// snapshot: an object written or deleted between pages may or may not be listed.
     async fn list(&self, prefix: &str, page_token: Option<&str>, max: u32) -> Result<ListPage, ObjectError>;
 
     /// A URL that allows `method` on `key` until `expires_in` from now.
+    ///
+    /// # Errors
+    ///
+    /// The local adapter never fails (an HMAC). Cloud Storage: `Internal` when no signer is
+    /// configured, or `signBlob` refuses (a 4xx other than 429) or answers what cannot be used;
+    /// `Unavailable` when `signBlob` or the access token cannot be had (no answer, 429, 5xx).
+    /// Signing changes nothing: retrying is safe, and a retry may return another URL.
     async fn signed_url(
         &self,
         method: SignedMethod,

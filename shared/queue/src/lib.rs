@@ -187,17 +187,62 @@ pub struct TaskInfo {
 
 /// The TaskQueue port. A queue the adapter does not serve is an
 /// `InvalidArgument` in every method.
+///
+/// Failure model: `AlreadyExists`, `NotFound` and `InvalidArgument` are definite answers. After
+/// `Unavailable` or `Internal` from Cloud Tasks a `create` or `delete` may or may not have taken
+/// effect; the SQLite adapter's errors are definite. A deterministic task name is what makes a
+/// retried `create` safe: it answers `AlreadyExists` when the first one enqueued the task.
 #[async_trait]
 pub trait TaskQueue: Send + Sync + Debug {
     /// Enqueues a task. `AlreadyExists` if its name is pending or was used
     /// within the dedup window, even if that task ran or was deleted.
+    ///
+    /// # Errors
+    ///
+    /// - `AlreadyExists`: the name is taken; this call enqueued nothing. It cannot be told apart
+    ///   from an earlier call of ours whose answer was lost, so callers that name tasks
+    ///   deterministically count it as pushed (`mapi_runs::tasks`). The Cloud Tasks adapter itself
+    ///   answers `Ok` when a 409 comes on its own retry of a create.
+    /// - `InvalidArgument`: the task fails [`NewTask::validate`], or its queue is not served (Cloud
+    ///   Tasks: not configured, without a target, or not created by the deployment), or a 400.
+    /// - `Unavailable`: Cloud Tasks throttled (429), failed (5xx) or did not answer. A named task
+    ///   has then been tried four times, and it is unknown whether it was enqueued: a retry with the
+    ///   same name answers `Ok` or `AlreadyExists`. An unnamed task is not retried by the adapter,
+    ///   and a caller's retry may enqueue it twice. SQLite: the file stayed locked; nothing was
+    ///   enqueued.
+    /// - `Internal`: anything else (Cloud Tasks: e.g. a 401 or 403; SQLite: a database error, after
+    ///   which nothing was enqueued).
+    ///
+    /// Dropping the future does not withdraw the task: it may still be enqueued (SQLite writes
+    /// every create waiting for the connection in one transaction).
     async fn create(&self, task: NewTask) -> Result<TaskInfo, QueueError>;
 
     /// Deletes a pending task; `NotFound` if there is none of that name. The
     /// name stays reserved for the dedup window.
+    ///
+    /// # Errors
+    ///
+    /// - `NotFound`: no pending task of that name: never created, delivered, dead or deleted
+    ///   already. A retry after a lost answer gets it when the first call deleted the task, so a
+    ///   caller that wants the task gone treats `NotFound` as done.
+    /// - `InvalidArgument`: the queue is not served, or a 400. (Cloud Tasks answers a configured
+    ///   queue that the deployment did not create with a 404, which is `NotFound` here.)
+    /// - `Unavailable`: Cloud Tasks throttled, failed or did not answer: unknown whether the task was
+    ///   deleted; retrying is safe. SQLite: the file stayed locked; nothing changed.
+    /// - `Internal`: anything else.
+    ///
+    /// The SQLite adapter also deletes a task whose delivery is in flight: that delivery is not
+    /// stopped, and its outcome is not recorded.
     async fn delete(&self, queue: &QueueName, name: &TaskName) -> Result<(), QueueError>;
 
     /// The number of pending tasks: not yet delivered successfully, not dead.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a queue not served; `Unavailable` or `Internal` as for
+    /// [`TaskQueue::create`]. Counting changes nothing: retrying is safe. Cloud Tasks v2 has no
+    /// queue statistics: the adapter lists the queue's tasks page by page, so the count is not one
+    /// snapshot, and a page that fails fails the count.
     async fn depth(&self, queue: &QueueName) -> Result<u64, QueueError>;
 }
 

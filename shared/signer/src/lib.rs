@@ -142,15 +142,38 @@ pub enum VerifyError {
 }
 
 /// The Signer port.
+///
+/// Failure model: signing changes no state, so a `sign` that failed or whose answer was lost may be
+/// retried as it is; a retry may make a different signature value (the local key signs with a random
+/// nonce), which verifies as well. `verify` does no I/O: its errors are final for that signature.
 #[async_trait]
 pub trait Signer: Send + Sync + Debug {
     /// The key version new signatures are made with.
     fn key_version(&self) -> &str;
 
     /// Signs `message`. The returned signature has been verified locally.
+    ///
+    /// # Errors
+    ///
+    /// - `Unavailable`: KMS did not answer or answered an error, or the local key could not sign.
+    ///   The KMS adapter maps every `asymmetricSign` error here, also ones a retry will not cure
+    ///   (a refused permission, a missing key version), so retries may keep failing.
+    /// - `Integrity`: the answer failed a check (KMS: the digest's CRC32C not verified, another key
+    ///   version, the signature's CRC32C; either adapter: the signature does not verify under the
+    ///   loaded public key). Nothing was kept; the call may be retried.
+    /// - `Config` is a start-time error: neither adapter's `sign` returns it.
+    ///
+    /// A retry is always safe. Callers that store a signature create-only keep the first one that
+    /// was stored, as `mapi_bundles::seal` does, rather than compare signature bytes.
     async fn sign(&self, message: &[u8]) -> Result<Signature, SignError>;
 
     /// Verifies with the keys loaded at start: no I/O.
+    ///
+    /// # Errors
+    ///
+    /// `UntrustedKey`: the signature names a key version that is neither active nor trusted here.
+    /// `Invalid`: not a signature of `message` by that key (also when its algorithm is not the
+    /// key's). Nothing is fetched, so a retry answers the same.
     fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), VerifyError>;
 }
 

@@ -6,10 +6,14 @@
 //! commit of preconditioned writes. Everything else ([`StoreExt`],
 //! [`transact`]) is built on them, once, for every adapter.
 //!
-//! Failure: every method returns [`StoreError`]; `Aborted` and `Unavailable`
-//! are transient and safe to retry, the others are answers. Cancellation:
-//! dropping a future before `commit` returns leaves the store either with
-//! all of the commit's writes or none of them.
+//! Failure: every method returns [`StoreError`]. A read may be retried
+//! after any error; `Aborted` wrote nothing and is redone from a fresh
+//! transaction; `AlreadyExists`, `NotFound`, `FailedPrecondition`,
+//! `LimitReached` and `InvalidArgument` are answers. After `Unavailable` or
+//! `Internal` from `commit` it is unknown whether the commit applied (see
+//! [`Store::commit`]). Cancellation: dropping a future before `commit`
+//! returns leaves the store either with all of the commit's writes or none
+//! of them (not on the Firestore emulator, which applies them one by one).
 
 mod error;
 mod query;
@@ -165,22 +169,89 @@ pub enum ReadRecord {
 }
 
 /// The Store port.
+///
+/// Failure model: `get` and `query` change nothing, so any of their errors may be retried as is. A
+/// `commit` error is definite (nothing written) except `Unavailable` and `Internal`, after which the
+/// commit may or may not have applied: retry it only when its writes are idempotent or their
+/// preconditions tell the two cases apart. A transaction's handle is spent by its commit.
 #[async_trait]
 pub trait Store: Send + Sync + Debug {
     /// Reads documents; `None` for each absent one. Inside `txn`, the reads
     /// are part of the transaction.
+    ///
+    /// # Errors
+    ///
+    /// - `Aborted` (Firestore, inside `txn` only): the transaction lost its lock to another; rerun it
+    ///   from [`Store::begin`], as [`transact`] does. SQLite never aborts a read: it checks at commit.
+    /// - `InvalidArgument`: a malformed request; on Firestore also a `txn` that is unknown, already
+    ///   committed or rolled back, or forgotten (handles older than 300 s are dropped at the next
+    ///   `begin`). SQLite ignores `txn`.
+    /// - `Unavailable`: the backend did not answer in time or is overloaded (Firestore `UNAVAILABLE`,
+    ///   `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, an unreachable endpoint, a transient credentials
+    ///   failure; SQLite: the file stayed busy or locked).
+    /// - `Internal`: anything else: a stored document that does not decode, a missing answer for a
+    ///   key; on Firestore also a call that outlives the client's 60 s timeout (tonic reports it as
+    ///   `CANCELLED`, which is not mapped to `Unavailable`).
+    ///
+    /// A read writes nothing, so retrying it is safe; outside a transaction a retry may see newer
+    /// versions.
     async fn get(&self, keys: &[DocKey], txn: Option<TxnId>) -> Result<Vec<Option<Document>>, StoreError>;
 
     /// Runs a query (see [`Query`] for the ordering rules).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::get`], and: `InvalidArgument` for a query that fails [`Query`]'s rules;
+    /// `Internal` on Firestore for a query whose composite index is not deployed (the message says
+    /// so). Retrying is safe; a retry outside a transaction may return other documents.
     async fn query(&self, query: &Query, txn: Option<TxnId>) -> Result<Vec<Document>, StoreError>;
 
     /// Starts a read-write transaction.
+    ///
+    /// # Errors
+    ///
+    /// Firestore: `Unavailable` or `Internal` as for [`Store::get`]. A lost answer leaves at most a
+    /// server transaction that no handle names, which Firestore ends on its own once idle; retrying
+    /// is safe. SQLite never fails: its handle is a number, and the transaction is its read records.
     async fn begin(&self) -> Result<TxnId, StoreError>;
 
     /// Applies `writes` atomically, in order. With a transaction, the commit
     /// fails with `Aborted` when anything the transaction read has changed
     /// since; nothing is written then. Returns each write's new version
     /// (`None` for deletes).
+    ///
+    /// The commit spends the transaction's handle whatever it answers: commit a `TxnId` once.
+    /// Firestore answers `InvalidArgument` to a second commit of it; SQLite does not track handles
+    /// and would apply a second commit whose read records still hold.
+    ///
+    /// # Errors
+    ///
+    /// These leave nothing written:
+    /// - `AlreadyExists`, `NotFound`, `FailedPrecondition`: the named write's precondition did not
+    ///   hold (`Absent`; `Exists` or `Version`; `Version`). Firestore names the document only in
+    ///   text, so the adapter reads the conditioned documents again and names the first whose
+    ///   precondition fails at that read.
+    /// - `LimitReached`: a guarded increment would pass its `at_most`.
+    /// - `Aborted`: a conflict. Without a transaction SQLite never answers it; Firestore answers it
+    ///   for any `ABORTED` status, e.g. when a commit's guarded increments lost their own transaction
+    ///   64 times. Redo the work from a fresh transaction (re-reading what it depends on), as
+    ///   [`transact`] does.
+    /// - `InvalidArgument`: a malformed commit (a document put or deleted twice, an invalid field
+    ///   path) or, on Firestore, an unknown or spent `TxnId`.
+    ///
+    /// After `Unavailable` or `Internal` it is unknown whether the commit applied: on Firestore both
+    /// cover an answer lost or timed out after the commit reached the server. (SQLite answers only
+    /// once its transaction is durable or rolled back, so its errors are definite; with
+    /// `Durability::Normal` a power loss may still undo an answered commit.) Retrying the same
+    /// writes is safe when each is idempotent: a `Put` with `None` or `Exists`, a `Delete` with
+    /// `None`. It is not safe for an `Increment`, which would count twice. A `Put` with `Absent` or
+    /// `Version`, or a `Delete` with `Exists` or `Version`, retried after it applied answers
+    /// `AlreadyExists`, `FailedPrecondition` or `NotFound`: read the document (and compare its
+    /// fields) to tell. A transaction is retried by rerunning it, which reads what the first commit
+    /// may have written.
+    ///
+    /// On the Firestore emulator, version preconditions are ignored, the writes before a failing one
+    /// are kept, and transactions never abort (see `mapi-firestore`).
     async fn commit(
         &self,
         txn: Option<(TxnId, &[ReadRecord])>,
@@ -188,6 +259,13 @@ pub trait Store: Send + Sync + Debug {
     ) -> Result<Vec<Option<Version>>, StoreError>;
 
     /// Abandons a transaction. Safe to call for an unknown or finished one.
+    ///
+    /// # Errors
+    ///
+    /// Firestore only: `Unavailable` or `Internal` when the `Rollback` call fails. The handle is
+    /// forgotten before the call, so a retry answers `Ok` without sending anything; the server's
+    /// transaction then ends on its own. Callers may ignore the error, as [`transact`] does. SQLite
+    /// never fails: there is nothing to release.
     async fn rollback(&self, txn: TxnId) -> Result<(), StoreError>;
 }
 
@@ -199,11 +277,14 @@ pub trait StoreExt: Store {
     }
 
     /// Creates a document; `AlreadyExists` if one is there.
+    ///
+    /// After `Unavailable` or `Internal` a retry either creates it or answers `AlreadyExists`, also
+    /// when the first call wrote: compare the stored fields to tell.
     async fn create(&self, key: &DocKey, fields: Fields) -> Result<Version, StoreError> {
         self.put(key, fields, Precondition::Absent).await
     }
 
-    /// Writes a document under a precondition.
+    /// Writes a document under a precondition: one [`Store::commit`], with its errors.
     async fn put(
         &self,
         key: &DocKey,
@@ -218,6 +299,8 @@ pub trait StoreExt: Store {
             .ok_or_else(|| StoreError::Internal("commit returned no version".into()))
     }
 
+    /// Deletes a document under a precondition: one [`Store::commit`], with its errors. With
+    /// `Precondition::None` a retry is safe: a missing document is not an error.
     async fn delete(&self, key: &DocKey, precondition: Precondition) -> Result<(), StoreError> {
         let w = Write::Delete { key: key.clone(), precondition };
         self.commit(None, std::slice::from_ref(&w)).await.map(|_| ())
