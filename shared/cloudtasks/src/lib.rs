@@ -249,7 +249,8 @@ impl TaskQueue for CloudTasksQueue {
                     e @ QueueError::Unavailable(_) if task.name.is_some() => {
                         tracing::debug!(attempt, error = %e, "Cloud Tasks create failed; retrying");
                         last = Some(e);
-                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                        let clock = &self.inner.clock;
+                        clock.sleep_until(clock.now() + Duration::from_millis(50 << attempt)).await;
                     }
                     e => return Err(e),
                 },

@@ -22,7 +22,7 @@ pub use outcome::{
     AttemptFacts, AttemptOutcome, ExecutionHandle, ExecutionStatus, RetryPolicy, Verdict, classify, decide,
     exit,
 };
-pub use run::{ErrorCode, Reason, RunError, RunState, Transition, TransitionError};
+pub use run::{ErrorCode, ItemErrorKind, Reason, RunError, RunState, Transition, TransitionError};
 pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};
 pub use tenant::{Residency, TenantStatus, Tier};
 pub use timestamp::Timestamp;

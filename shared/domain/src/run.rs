@@ -113,6 +113,18 @@ wire_enum!(
 );
 
 wire_enum!(
+    /// The type of an item job's failed item: its input cannot work, its
+    /// last attempt failed or ran past the item timeout, or its job was
+    /// cancelled first.
+    ItemErrorKind {
+        Input => "input",
+        Transient => "transient",
+        Timeout => "timeout",
+        Cancelled => "cancelled",
+    }
+);
+
+wire_enum!(
     /// The stable code of a failed run's error.
     ErrorCode {
         MethodError => "METHOD_ERROR",

@@ -348,7 +348,7 @@ impl DevPlatform {
             );
             self.tasks.push(tokio::spawn(forwarder.run(until_stop(stopped.clone()))));
         }
-        let tick = state.config.tick_interval;
+        let (tick, clock) = (state.config.tick_interval, state.clock.clone());
         self.tasks.push(tokio::spawn({
             let housekeep = format!("{url}{}", mapi_submit::tasks::housekeep::HOUSEKEEP_PATH);
             let (url, mut rx) = (format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped);
@@ -356,7 +356,7 @@ impl DevPlatform {
                 loop {
                     tokio::select! {
                         _ = rx.wait_for(|s| *s) => return,
-                        _ = tokio::time::sleep(tick) => {}
+                        () = clock.sleep_until(clock.now() + tick) => {}
                     }
                     for (url, what) in [(&url, "the reconcile tick"), (&housekeep, "the job housekeeper")] {
                         match http.post(url).bearer_auth(&internal).send().await {

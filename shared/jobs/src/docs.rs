@@ -178,9 +178,8 @@ pub struct ItemUsage {
 pub struct ItemFailure {
     pub idx: u64,
     pub round: u32,
-    /// `input`, `transient`, `timeout` or `cancelled`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: mapi_domain::ItemErrorKind,
     pub message: String,
     pub attempts: u32,
 }

@@ -3,6 +3,7 @@
 //! same validated [`Params`] as dataset methods (job-wide), and an
 //! [`ItemContext`] saying which attempt and round this is.
 
+use mapi_domain::ItemErrorKind;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -28,14 +29,18 @@ pub enum ItemError {
     /// This attempt failed, a later one may not (the handler retries within its budget).
     #[error("{0}")]
     Transient(String),
+    /// This attempt ran past the item timeout; retried as a transient one.
+    #[error("{0}")]
+    Timeout(String),
 }
 
 impl ItemError {
-    /// The error's type as stored in `errors/{idx}.json`.
-    pub fn kind(&self) -> &'static str {
+    /// The error's type, as stored in `errors/{idx}.json`.
+    pub fn kind(&self) -> ItemErrorKind {
         match self {
-            ItemError::Input(_) => "input",
-            ItemError::Transient(_) => "transient",
+            ItemError::Input(_) => ItemErrorKind::Input,
+            ItemError::Transient(_) => ItemErrorKind::Transient,
+            ItemError::Timeout(_) => ItemErrorKind::Timeout,
         }
     }
 }

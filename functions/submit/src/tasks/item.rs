@@ -108,7 +108,7 @@ pub async fn handle(
         let f = ItemFailure {
             idx,
             round,
-            kind: "cancelled".into(),
+            kind: mapi_domain::ItemErrorKind::Cancelled,
             message: "the job was cancelled".into(),
             attempts: 0,
         };
@@ -127,10 +127,14 @@ pub async fn handle(
     let (method, item) = (job.method.clone(), task.item);
     let started = Instant::now();
     let run = tokio::task::spawn_blocking(move || mapi_methods::run_item(&method, &params, &item, ctx));
-    let result = match tokio::time::timeout(state.config.jobs.item_timeout, run).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(ItemError::Transient(format!("the method panicked: {e}"))),
-        Err(_) => Err(ItemError::Transient(format!(
+    // The timeout is waited for on the platform's clock (virtual in simulations).
+    let deadline = state.clock.sleep_until(state.clock.now() + state.config.jobs.item_timeout);
+    let result = tokio::select! {
+        done = run => match done {
+            Ok(r) => r,
+            Err(e) => Err(ItemError::Transient(format!("the method panicked: {e}"))),
+        },
+        () = deadline => Err(ItemError::Timeout(format!(
             "timed out after {} s (MAPI_JOB_ITEM_TIMEOUT_S)",
             state.config.jobs.item_timeout.as_secs()
         ))),
@@ -140,7 +144,7 @@ pub async fn handle(
     let last = attempt >= state.config.jobs.item_max_attempts;
     let (outcome, end) = match result {
         Ok(v) => ("succeeded", Some(End::Succeeded(v))),
-        Err(ItemError::Transient(m)) if !last => {
+        Err(ItemError::Transient(m) | ItemError::Timeout(m)) if !last => {
             log_line(&state, &base, idx, json!({"round": round, "attempt": attempt, "outcome": "retrying", "duration_ms": duration_ms, "error": m})).await?;
             return Err(ApiError::new(
                 ProblemCode::Unavailable,
@@ -148,13 +152,13 @@ pub async fn handle(
             ));
         }
         Err(e) => {
-            let kind = if e.to_string().starts_with("timed out") { "timeout" } else { e.kind() };
+            let kind = e.kind();
             (
                 "failed",
                 Some(End::Failed(ItemFailure {
                     idx,
                     round,
-                    kind: kind.into(),
+                    kind,
                     message: e.to_string(),
                     attempts: attempt,
                 })),
