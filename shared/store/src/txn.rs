@@ -39,6 +39,12 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_micros(50 + random % ceiling_us)
 }
 
+/// Waits `d` on the store's clock.
+async fn wait(store: &dyn Store, d: Duration) {
+    let clock = store.clock();
+    clock.sleep_until(clock.now() + d).await;
+}
+
 /// An open transaction: reads go to the store, writes are buffered until commit.
 #[derive(Debug)]
 pub struct Txn<'s> {
@@ -150,7 +156,7 @@ where
                 let _ = store.rollback(id).await;
                 if aborted.load(Ordering::Relaxed) && attempt < MAX_ATTEMPTS {
                     tracing::debug!(attempt, "a read of a store transaction was aborted; retrying");
-                    tokio::time::sleep(backoff(attempt)).await;
+                    wait(store, backoff(attempt)).await;
                     continue;
                 }
                 return Err(e);
@@ -161,7 +167,7 @@ where
             Ok(_) => return Ok(value),
             Err(StoreError::Aborted) if attempt < MAX_ATTEMPTS => {
                 tracing::debug!(attempt, "store transaction aborted; retrying");
-                tokio::time::sleep(backoff(attempt)).await;
+                wait(store, backoff(attempt)).await;
             }
             Err(e) => return Err(e.into()),
         }
@@ -190,6 +196,10 @@ mod tests {
 
     #[async_trait]
     impl Store for AbortingReads {
+        fn clock(&self) -> &dyn mapi_clock::Clock {
+            self.inner.clock()
+        }
+
         async fn get(
             &self,
             keys: &[DocKey],

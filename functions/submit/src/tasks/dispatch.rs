@@ -240,7 +240,9 @@ async fn submit_renewing_lease(
     };
     tokio::select! {
         r = state.executor.submit(submit) => r,
-        () = renew => Err(SubmitError::Unavailable("lease renewal ended".to_owned())),
+        // The submit in flight is dropped: it may have made the execution,
+        // so this is ambiguous (the next delivery adopts by nonce first).
+        () = renew => Err(SubmitError::Ambiguous("lease renewal ended while the submit was in flight".to_owned())),
     }
 }
 
