@@ -167,13 +167,7 @@ impl FirestoreEmulator {
         let project = format!("mapi-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let mut settings = Settings::new(project);
         settings.endpoint = Some(self.endpoint.clone());
-        let store = FirestoreStore::connect(
-            &settings,
-            Credentials::Anonymous,
-            std::sync::Arc::new(mapi_clock::SystemClock),
-        )
-        .await
-        .expect("connect");
+        let store = FirestoreStore::connect(&settings, Credentials::Anonymous).await.expect("connect");
         let probe = DocKey::new("probe", "probe").expect("key");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

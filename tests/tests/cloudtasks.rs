@@ -111,7 +111,19 @@ async fn tasks_carry_the_oidc_token_request_the_deadline_and_the_target() {
 
 #[tokio::test]
 async fn lost_answers_and_throttling_are_retried_and_a_409_after_a_lost_answer_is_success() {
-    let clock: Arc<dyn Clock> = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let virtual_clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    // The adapter's back-off waits on this clock: virtual time runs 50 times
+    // faster than real time while the test runs (bounded: 60 s of it).
+    let ticker = {
+        let clock = virtual_clock.clone();
+        tokio::spawn(async move {
+            for _ in 0..60_000 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                clock.advance(Duration::from_millis(50));
+            }
+        })
+    };
+    let clock: Arc<dyn Clock> = virtual_clock;
     let queues = mapi_queue::conformance::queues();
     let faults = ApiFaults { seed: 7, throttle_percent: 20, lose_answer_percent: 20 };
     let fake =
@@ -142,6 +154,7 @@ async fn lost_answers_and_throttling_are_retried_and_a_409_after_a_lost_answer_i
     // A first-try duplicate is still refused: the caller decides it is success.
     let again = q.create(named("main", "n0")).await;
     assert_eq!(again, Err(QueueError::AlreadyExists(TaskName::new("n0").expect("name"))));
+    ticker.abort();
 }
 
 /// The platform with its handlers pushing to Cloud Tasks (the fake), the

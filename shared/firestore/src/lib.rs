@@ -172,8 +172,6 @@ struct Inner {
     /// Open transactions: the port's handle to Firestore's id.
     txns: Mutex<HashMap<u64, (Vec<u8>, Instant)>>,
     next_txn: AtomicU64,
-    /// What the guarded increments' retries wait on.
-    clock: std::sync::Arc<dyn mapi_clock::Clock>,
 }
 
 impl std::fmt::Debug for FirestoreStore {
@@ -218,7 +216,6 @@ impl FirestoreStore {
     pub async fn connect(
         settings: &Settings,
         credentials: Credentials,
-        clock: std::sync::Arc<dyn mapi_clock::Clock>,
     ) -> Result<FirestoreStore, StoreError> {
         settings.validate().map_err(StoreError::InvalidArgument)?;
         let url = settings.endpoint.clone().unwrap_or_else(|| GOOGLE_ENDPOINT.to_owned());
@@ -256,7 +253,6 @@ impl FirestoreStore {
                 auth,
                 txns: Mutex::new(HashMap::new()),
                 next_txn: AtomicU64::new(1),
-                clock,
             }),
         })
     }
@@ -495,7 +491,7 @@ impl FirestoreStore {
                 // Rolled back, so not a transaction to name as retried.
                 let _ = self.rollback_txn(bytes).await;
                 if e == StoreError::Aborted && attempt < GUARDED_ATTEMPTS {
-                    self.wait(backoff(attempt)).await;
+                    tokio::time::sleep(backoff(attempt)).await;
                     continue;
                 }
                 return Err(e);
@@ -504,7 +500,7 @@ impl FirestoreStore {
             match self.send_commit(plan, writes, bytes).await {
                 Err(StoreError::Aborted) if attempt < GUARDED_ATTEMPTS => {
                     tracing::debug!(attempt, "guarded increment aborted by contention; retrying");
-                    self.wait(backoff(attempt)).await;
+                    tokio::time::sleep(backoff(attempt)).await;
                 }
                 other => return other,
             }
@@ -545,14 +541,6 @@ fn field_value<'a>(fields: &'a mapi_store::Fields, path: &str) -> Option<&'a Val
 }
 
 /// A random back-off of up to `1 ms × 2^min(attempt, 6)`.
-impl FirestoreStore {
-    /// Waits `d` on the store's clock.
-    async fn wait(&self, d: Duration) {
-        let clock = &self.inner.clock;
-        clock.sleep_until(clock.now() + d).await;
-    }
-}
-
 fn backoff(attempt: u32) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
@@ -668,10 +656,6 @@ fn plan(names: &Names, writes: &[Write]) -> Result<Plan, StoreError> {
 
 #[async_trait]
 impl Store for FirestoreStore {
-    fn clock(&self) -> &dyn mapi_clock::Clock {
-        &*self.inner.clock
-    }
-
     async fn get(&self, keys: &[DocKey], txn: Option<TxnId>) -> Result<Vec<Option<Document>>, StoreError> {
         let txn = txn.map(|id| self.txn_bytes(id, false)).transpose()?;
         self.batch_get(keys, txn).await
@@ -850,13 +834,7 @@ mod tests {
         let mut s = Settings::new("p");
         s.endpoint = Some("http://127.0.0.1:1".into());
         assert_eq!(Credentials::for_settings(&s), Credentials::Anonymous);
-        let e = FirestoreStore::connect(
-            &s,
-            Credentials::ApplicationDefault,
-            std::sync::Arc::new(mapi_clock::SystemClock),
-        )
-        .await
-        .expect_err("refused");
+        let e = FirestoreStore::connect(&s, Credentials::ApplicationDefault).await.expect_err("refused");
         assert!(matches!(e, StoreError::InvalidArgument(m) if m.contains("Anonymous")));
         assert_eq!(Credentials::for_settings(&Settings::new("p")), Credentials::ApplicationDefault);
     }
@@ -868,10 +846,7 @@ mod tests {
             std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
         let mut s = Settings::new("p");
         s.endpoint = Some(format!("http://127.0.0.1:{port}"));
-        let store =
-            FirestoreStore::connect(&s, Credentials::Anonymous, std::sync::Arc::new(mapi_clock::SystemClock))
-                .await
-                .expect("lazy connect");
+        let store = FirestoreStore::connect(&s, Credentials::Anonymous).await.expect("lazy connect");
         let e = store.get(&[key("a")], None).await.expect_err("nothing listens");
         assert!(e.is_transient(), "{e:?}");
     }

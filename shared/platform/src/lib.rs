@@ -423,7 +423,7 @@ impl Platform {
             StoreBackend::Sqlite => Arc::new(local_store(&config, &clock)?),
             StoreBackend::Firestore(settings) => {
                 let credentials = mapi_firestore::Credentials::for_settings(settings);
-                Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials, clock.clone()).await?)
+                Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?)
             }
         };
         let (objects, bootstrap): (Arc<dyn ObjectStore>, Arc<dyn ObjectStore>) =

@@ -176,9 +176,6 @@ pub enum ReadRecord {
 /// preconditions tell the two cases apart. A transaction's handle is spent by its commit.
 #[async_trait]
 pub trait Store: Send + Sync + Debug {
-    /// The store's clock: what its retries wait on (virtual in simulations).
-    fn clock(&self) -> &dyn mapi_clock::Clock;
-
     /// Reads documents; `None` for each absent one. Inside `txn`, the reads
     /// are part of the transaction.
     ///

@@ -74,7 +74,6 @@ struct Inner {
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     next_txn: AtomicU64,
-    clock: Arc<dyn Clock>,
 }
 
 /// The largest number of commits applied in one SQLite transaction.
@@ -244,10 +243,7 @@ impl SqliteStore {
         let (commits, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("mapi-store-writer".to_owned())
-            .spawn({
-                let clock = clock.clone();
-                move || writer_loop(writer, rx, clock)
-            })
+            .spawn(move || writer_loop(writer, rx, clock))
             .map_err(|e| StoreError::Internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -255,7 +251,6 @@ impl SqliteStore {
                 readers,
                 next_reader: AtomicUsize::new(0),
                 next_txn: AtomicU64::new(1),
-                clock,
             }),
         })
     }
@@ -567,10 +562,6 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
 
 #[async_trait]
 impl Store for SqliteStore {
-    fn clock(&self) -> &dyn Clock {
-        &*self.inner.clock
-    }
-
     async fn get(&self, keys: &[DocKey], _txn: Option<TxnId>) -> Result<Vec<Option<Document>>, StoreError> {
         self.with_reader(|conn| keys.iter().map(|k| get_doc(conn, k)).collect())
     }
