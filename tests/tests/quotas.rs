@@ -157,6 +157,17 @@ impl Harness {
         .expect("add storage");
     }
 
+    /// A token of `tenant/default` scoped `runs:create` with a budget of 10
+    /// vCPU-seconds a day, minted by `owner`: its secret and public id.
+    async fn budget_token(&self, owner: &str, tenant: &str) -> (String, String) {
+        let body = json!({"name": "ci", "scopes": ["runs:create"], "budget_vcpu_seconds": 10, "budget_period": "day"});
+        let path = format!("/v1/tenants/{tenant}/projects/default/tokens");
+        let (s, tok) = self.p.call(owner, Method::POST, &path, Some(body)).await;
+        assert_eq!(s, 201, "{tok}");
+        let secret = tok["secret"].as_str().expect("secret").to_owned();
+        (secret, tok["token"]["id"].as_str().expect("token id").to_owned())
+    }
+
     /// A new tenant of `tier` with a `default` project, and a session of its admin.
     async fn tenant(&self, id: &str, tier: &str) -> String {
         self.p.create_tenant(&self.operator, id, tier).await
@@ -693,17 +704,7 @@ async fn retry_after_counts_to_the_utc_day_and_month_boundaries() {
     admitted(&h.submit_as(&owner, "p2", &spec(&ds, "S", 1)).await);
 
     // A token's budget resets with its own period: 10 vCPU-s a day.
-    let (s, tok) = h
-        .p
-        .call(
-            &owner,
-            Method::POST,
-            "/v1/tenants/p2/projects/default/tokens",
-            Some(json!({"name": "ci", "scopes": ["runs:create"], "budget_vcpu_seconds": 10, "budget_period": "day"})),
-        )
-        .await;
-    assert_eq!(s, 201, "{tok}");
-    let token = tok["secret"].as_str().expect("secret").to_owned();
+    let (token, _) = h.budget_token(&owner, "p2").await;
     h.clock.advance(Duration::from_secs(86_400 - 100)); // March 1, 23:58:20
     admitted(&h.submit_as(&token, "p2", &spec(&ds, "S", 5)).await);
     refused(
@@ -884,20 +885,9 @@ async fn an_item_job_is_refused_by_each_limit_a_run_is() {
     h.add_usage(&day, field::COMMITTED, -3_600_000).await;
 
     // A token's budget, once spent, refuses its jobs.
-    let (s, tok) = h
-        .p
-        .call(
-            &owner,
-            Method::POST,
-            "/v1/tenants/pub/projects/default/tokens",
-            Some(json!({"name": "ci", "scopes": ["runs:create"], "budget_vcpu_seconds": 10, "budget_period": "day"})),
-        )
-        .await;
-    assert_eq!(s, 201, "{tok}");
-    let token = tok["secret"].as_str().expect("secret").to_owned();
+    let (token, public_id) = h.budget_token(&owner, "pub").await;
     assert_eq!(h.job_as(&token, "pub", 1).await.0, 201, "the budget has room");
-    let public_id = tok["token"]["id"].as_str().expect("token id");
-    let spent = counters::token_period(public_id, mapi_quota::Period::Day, h.now());
+    let spent = counters::token_period(&public_id, mapi_quota::Period::Day, h.now());
     h.add_usage(&spent, field::COMMITTED, 10_000).await;
     refused(
         &h.job_as(&token, "pub", 1).await,
