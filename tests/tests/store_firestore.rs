@@ -85,6 +85,9 @@ proven!(
     transaction_errors_write_nothing,
     increments_create_add_and_combine,
     guarded_increments_fail_the_whole_commit,
+    a_refused_commit_applies_nothing_and_its_retry_applies_once,
+    a_lost_answer_may_have_applied_and_a_create_only_retry_tells,
+    a_marked_increment_whose_answer_was_lost_counts_once,
 );
 
 #[test]

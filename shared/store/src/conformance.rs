@@ -305,6 +305,46 @@ pub async fn guarded_increments_fail_the_whole_commit(s: &dyn Store) {
     assert_eq!(s.get_one(&k).await.expect("get").expect("doc").fields["n"].as_i64(), Some(7));
 }
 
+/// A commit refused before it applied changed nothing, and its retry
+/// applies it once.
+pub async fn a_refused_commit_applies_nothing_and_its_retry_applies_once(s: &dyn Store) {
+    let u = crate::unreliable::Unreliable::new(s).refuse_next(1);
+    let r = u.create(&key("a"), fields(json!({"n": 1}))).await;
+    assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    assert!(s.get_one(&key("a")).await.expect("get").is_none(), "a refused commit wrote nothing");
+    u.create(&key("a"), fields(json!({"n": 1}))).await.expect("the retry");
+    assert_eq!(s.get_one(&key("a")).await.expect("get").expect("doc").fields["n"], 1);
+}
+
+/// A commit whose answer was lost may have applied: a create-only retry
+/// tells, answering `AlreadyExists` for the document the lost commit wrote.
+pub async fn a_lost_answer_may_have_applied_and_a_create_only_retry_tells(s: &dyn Store) {
+    let u = crate::unreliable::Unreliable::new(s).lose_next(1);
+    let r = u.create(&key("a"), fields(json!({"n": 7}))).await;
+    assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    assert_eq!(u.create(&key("a"), fields(json!({"n": 7}))).await, Err(StoreError::AlreadyExists(key("a"))));
+    assert_eq!(s.get_one(&key("a")).await.expect("get").expect("the lost commit applied").fields["n"], 7);
+}
+
+/// An increment is never retried alone after a lost answer: the platform
+/// writes it with a create-only marker (a ledger entry, an item's marker)
+/// in one commit, so the retry is refused whole and the count stays once.
+pub async fn a_marked_increment_whose_answer_was_lost_counts_once(s: &dyn Store) {
+    let u = crate::unreliable::Unreliable::new(s).lose_next(1);
+    let writes = [
+        Write::Put {
+            key: key("marker"),
+            fields: fields(json!({"done": true})),
+            precondition: Precondition::Absent,
+        },
+        Write::Increment { key: key("counter"), field: "n".into(), delta: 1, at_most: None },
+    ];
+    assert!(matches!(u.commit(None, &writes).await, Err(StoreError::Unavailable(_))));
+    assert_eq!(u.commit(None, &writes).await, Err(StoreError::AlreadyExists(key("marker"))));
+    let counter = s.get_one(&key("counter")).await.expect("get").expect("counter");
+    assert_eq!(counter.fields["n"].as_i64(), Some(1), "counted once");
+}
+
 pub async fn racing_guarded_increments_never_pass_the_limit(s: Arc<dyn Store>) {
     let mut tasks = Vec::new();
     for _ in 0..50 {
@@ -345,6 +385,9 @@ pub const CASES: &[&str] = &[
     "transaction_errors_write_nothing",
     "increments_create_add_and_combine",
     "guarded_increments_fail_the_whole_commit",
+    "a_refused_commit_applies_nothing_and_its_retry_applies_once",
+    "a_lost_answer_may_have_applied_and_a_create_only_retry_tells",
+    "a_marked_increment_whose_answer_was_lost_counts_once",
     "racing_guarded_increments_never_pass_the_limit",
     "transactions_serialize_concurrent_increments",
 ];
@@ -361,7 +404,10 @@ macro_rules! conformance_suite {
             cursors_page_through_every_document_once, malformed_queries_are_refused,
             transaction_aborts_when_a_read_document_changed, transaction_aborts_on_a_phantom,
             transaction_refuses_reads_after_writes, transaction_errors_write_nothing,
-            increments_create_add_and_combine, guarded_increments_fail_the_whole_commit);
+            increments_create_add_and_combine, guarded_increments_fail_the_whole_commit,
+            a_refused_commit_applies_nothing_and_its_retry_applies_once,
+            a_lost_answer_may_have_applied_and_a_create_only_retry_tells,
+            a_marked_increment_whose_answer_was_lost_counts_once);
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn racing_guarded_increments_never_pass_the_limit() {

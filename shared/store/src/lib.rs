@@ -22,6 +22,8 @@ mod txn;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod unreliable;
 
 use std::fmt::Debug;
 
