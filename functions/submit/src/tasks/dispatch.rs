@@ -23,7 +23,7 @@ use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, Nonce, Reason, RunState};
 use mapi_events::AttemptKey;
 use mapi_executor::{AttemptSubmit, ExecutionHandle, SubmitError};
 use mapi_identity::InternalCaller;
-use mapi_lifecycle::commands::{self, Claim, Intent};
+use mapi_lifecycle::commands::{self, Claim, Intent, Skip};
 use mapi_lifecycle::{RunDoc, Step};
 use mapi_metrics::ExecutorLabels;
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, SignedMethod};
@@ -34,15 +34,44 @@ use mapi_runs::{AttemptDoc, DatasetDoc, layout, tx_get};
 use mapi_store::transact;
 use serde::Serialize;
 
-/// What the handler did, for the queue's logs and the tests.
+/// What a delivery did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// Nothing to do.
+    Skipped(Skip),
+    /// An earlier delivery's execution was found by nonce.
+    Adopted,
+    Submitted,
+    /// Placement refused the attempt: the run failed.
+    Refused,
+}
+
+impl Handled {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Handled::Skipped(why) => why.as_str(),
+            Handled::Adopted => "adopted",
+            Handled::Submitted => "submitted",
+            Handled::Refused => "refused by placement",
+        }
+    }
+}
+
+impl Serialize for Handled {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// What the handler answers, for the queue's logs and the tests.
 #[derive(Debug, Serialize)]
 pub struct Outcome {
-    pub outcome: &'static str,
+    pub outcome: Handled,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub execution: Option<ExecutionHandle>,
 }
 
-fn done(outcome: &'static str) -> Json<Outcome> {
+fn done(outcome: Handled) -> Json<Outcome> {
     Json(Outcome { outcome, execution: None })
 }
 
@@ -92,7 +121,7 @@ pub async fn handle(
     .await?;
 
     let (run, attempt, fresh) = match claim {
-        Claim::Nothing(why) => return Ok((StatusCode::OK, done(why.as_str()))),
+        Claim::Nothing(why) => return Ok((StatusCode::OK, done(Handled::Skipped(why)))),
         Claim::Busy(wait) => {
             let secs = wait.as_secs().max(1);
             return Err(ApiError::unavailable("another dispatcher holds this attempt", secs));
@@ -111,7 +140,7 @@ pub async fn handle(
                 record_handle(&state, &attempt, &found.handle, Reason::Adopted).await?;
                 return Ok((
                     StatusCode::OK,
-                    Json(Outcome { outcome: "adopted", execution: Some(found.handle) }),
+                    Json(Outcome { outcome: Handled::Adopted, execution: Some(found.handle) }),
                 ));
             }
             Ok(None) => {}
@@ -137,12 +166,12 @@ pub async fn handle(
         Ok(handle) => {
             metric(&state, "ok");
             record_handle(&state, &attempt, &handle, Reason::ExecutionCreated).await?;
-            Ok((StatusCode::OK, Json(Outcome { outcome: "submitted", execution: Some(handle) })))
+            Ok((StatusCode::OK, Json(Outcome { outcome: Handled::Submitted, execution: Some(handle) })))
         }
         Err(SubmitError::Refused(why)) => {
             metric(&state, "refused");
             refuse(&state, &attempt, why).await?;
-            Ok((StatusCode::OK, done("refused by placement")))
+            Ok((StatusCode::OK, done(Handled::Refused)))
         }
         Err(e) => {
             let (result, retry) = match &e {
