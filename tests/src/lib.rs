@@ -43,7 +43,8 @@
 //!   walkthrough against `mapi dev`), `shared_tiers` (the gate and the
 //!   executors admin).
 //! - Money: `quotas` (racing submits, the tier table, `Retry-After` across
-//!   day and month boundaries, the spend cap, retries re-admitted), `ledger`
+//!   day and month boundaries, the spend cap, retries re-admitted, an item
+//!   job refused by each limit a run is), `ledger`
 //!   (seeded sequences of attempts, retries, repeated finalizations and
 //!   cancels: every attempt metered once), `model_versions` (one signed
 //!   version per succeeded fit; integrity failures refused, audited and
@@ -52,8 +53,10 @@
 //!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
 //!   between tenants, cancel, retry-failed, the CLI).
 //! - Documents: `docs` (the README's variable table, `docs/openapi.json` and
-//!   `docs/permissions.md` are the code's), `api` (the HTTP contract: problems, idempotent
-//!   submits, the service routes).
+//!   `docs/permissions.md` are the code's; ARCHITECTURE.md's route table is
+//!   the routers and the queues' targets), `api` (the HTTP contract:
+//!   problems, idempotent submits, the service routes).
+//! - Determinism: `replay` (a seeded entropy gives the same ids and nonces).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,7 +1,11 @@
 //! The documents stay true: the README's table of environment variables is
-//! the one the code reads, and `docs/openapi.json` is the document the
-//! platform serves. `MAPI_UPDATE_DOCS=1 cargo test -p mapi-tests --test docs`
-//! rewrites both after a deliberate change.
+//! the one the code reads, `docs/openapi.json` is the document the platform
+//! serves, and ARCHITECTURE.md's route table is the routers ([`routes`]).
+//! `MAPI_UPDATE_DOCS=1 cargo test -p mapi-tests --test docs` rewrites the
+//! generated ones after a deliberate change.
+
+#[path = "docs/routes.rs"]
+mod routes;
 
 use std::path::PathBuf;
 

@@ -25,7 +25,7 @@ struct Row {
 const RUNTIME_ROUTES: &[&str] = &["GET /health", "GET /build-info", "GET /metrics"];
 
 fn table() -> Vec<Row> {
-    let text = include_str!("../../ARCHITECTURE.md");
+    let text = include_str!("../../../ARCHITECTURE.md");
     let section = text.split("\n## Routes\n").nth(1).expect("a Routes section");
     let section = section.split("\n## ").next().unwrap_or(section);
     let mut rows = Vec::new();
