@@ -141,20 +141,9 @@ impl Harness {
     /// Adds `bytes` to the tenant's stored bytes, standing in for uploads
     /// too large to make in a test.
     async fn add_storage(&self, tenant: &str, bytes: i64) {
-        use mapi_runs::counters::{Bumps, field, tenant as tenant_counter};
+        use mapi_runs::counters::{field, tenant as tenant_counter};
         let id = tenant_counter(&mapi_domain::TenantId::parse(tenant).expect("tenant"));
-        let mut b = Bumps::default();
-        b.add(&id, field::STORAGE, bytes);
-        let b = &b;
-        mapi_store::transact::<_, mapi_store::StoreError, _, _>(
-            &*self.p.platform.state.store,
-            |mut tx| async move {
-                b.apply(&mut tx)?;
-                Ok(tx.finish(()))
-            },
-        )
-        .await
-        .expect("add storage");
+        self.add_usage(&id, field::STORAGE, bytes).await;
     }
 
     /// A token of `tenant/default` scoped `runs:create` with a budget of 10
