@@ -66,7 +66,7 @@ pub async fn submit(
     let lifted = [("MAPI_PLATFORM_CONCURRENT_RUNS", u32::MAX.to_string())];
     let platform = bench_platform(&home, sync, false, &lifted).await?;
     let creds = platform.credentials.clone();
-    let lifted = mapi_runs::QuotaPolicyDoc {
+    let lifted = mapi_schema::QuotaPolicyDoc {
         tenant: creds.tenant.clone(),
         policy: mapi_quota::Policy {
             concurrent_runs: Some(u32::MAX),
@@ -79,7 +79,7 @@ pub async fn submit(
     };
     mapi_store::StoreExt::put(
         &*platform.state.store,
-        &mapi_runs::Doc::key(&lifted)?,
+        &mapi_schema::Doc::key(&lifted)?,
         mapi_store::encode(&lifted)?,
         mapi_store::Precondition::None,
     )
@@ -422,7 +422,7 @@ pub async fn events(
         key[..4].copy_from_slice(&i.to_be_bytes());
         let key = AttemptKey::from_bytes(key);
         let execution = format!("bench-{i}-x7k2p");
-        let attempt = mapi_runs::AttemptDoc {
+        let attempt = mapi_schema::AttemptDoc {
             run: run.clone(),
             tenant: TenantId::parse(mapi_embedded::DEV_TENANT)?,
             project: ProjectId::parse(mapi_embedded::DEV_PROJECT)?,
@@ -443,7 +443,7 @@ pub async fn events(
         };
         mapi_store::StoreExt::put(
             &*platform.state.store,
-            &mapi_runs::Doc::key(&attempt)?,
+            &mapi_schema::Doc::key(&attempt)?,
             mapi_store::encode(&attempt)?,
             mapi_store::Precondition::None,
         )

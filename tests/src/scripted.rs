@@ -13,8 +13,8 @@ use mapi_executor::{
     SubmitError,
 };
 use mapi_push_events::EVENTS_PATH;
-use mapi_runs::AttemptDoc;
-use mapi_runs::tasks::{DISPATCH_PATH, DispatchTask, FINALIZE_PATH, FinalizeTask};
+use mapi_schema::AttemptDoc;
+use mapi_schema::tasks::{DISPATCH_PATH, DispatchTask, FINALIZE_PATH, FinalizeTask};
 
 use crate::TestPlatform;
 
@@ -251,7 +251,7 @@ impl TestPlatform {
     /// worker would print it and Pub/Sub would push it.
     pub async fn complete(&self, run: &RunId, attempt: AttemptNo) {
         let store = &*self.platform.state.store;
-        let a: AttemptDoc = mapi_runs::get(store, &AttemptDoc::id_of(run, attempt))
+        let a: AttemptDoc = mapi_schema::get(store, &AttemptDoc::id_of(run, attempt))
             .await
             .expect("read the attempt")
             .expect("the attempt was dispatched");

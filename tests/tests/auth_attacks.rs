@@ -133,7 +133,7 @@ async fn forged_and_stale_credentials_are_refused_and_audited() {
 
     // Expired: a token whose expiry has passed (written as the store would hold it).
     let expired_secret = mapi_identity::new_token().expect("secret");
-    let doc = mapi_runs::TokenDoc {
+    let doc = mapi_schema::TokenDoc {
         hash: state.pepper.hash(&expired_secret),
         tenant: mapi_domain::TenantId::parse("dev").expect("t"),
         project: mapi_domain::ProjectId::parse("default").expect("p"),
@@ -147,7 +147,7 @@ async fn forged_and_stale_credentials_are_refused_and_audited() {
         rate_limit_per_minute: None,
         budget: None,
     };
-    let key = mapi_runs::Doc::key(&doc).expect("key");
+    let key = mapi_schema::Doc::key(&doc).expect("key");
     mapi_store::StoreExt::create(&*state.store, &key, mapi_store::encode(&doc).expect("fields"))
         .await
         .expect("insert");

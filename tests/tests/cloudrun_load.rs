@@ -62,7 +62,7 @@ async fn a_hundred_fits_through_cloudrun_jobs_with_429s_lost_answers_and_late_du
     let internal = r.platform.platform.state.config.secrets.internal_token.clone();
     let mut inflight = tokio::task::JoinSet::new();
     for id in &ids {
-        let (http, url, token) = (r.http.clone(), r.url(mapi_runs::tasks::DISPATCH_PATH), internal.clone());
+        let (http, url, token) = (r.http.clone(), r.url(mapi_schema::tasks::DISPATCH_PATH), internal.clone());
         let body = json!({"run": id.to_string(), "attempt": AttemptNo::FIRST.0});
         inflight.spawn(async move {
             let resp = http.post(url).bearer_auth(token).json(&body).send().await.expect("dispatch");
@@ -97,7 +97,7 @@ async fn a_hundred_fits_through_cloudrun_jobs_with_429s_lost_answers_and_late_du
     let store = r.platform.platform.state.store.clone();
     let mut to_running = Vec::new();
     for id in &ids {
-        let run: RunDoc = mapi_runs::get(&*store, id.as_str()).await.expect("read").expect("run");
+        let run: RunDoc = mapi_schema::get(&*store, id.as_str()).await.expect("read").expect("run");
         let at = run.history().iter().find(|t| t.to == RunState::Running).expect("running").at;
         to_running.push(at.since(t0));
     }
@@ -145,7 +145,7 @@ async fn a_hundred_fits_through_cloudrun_jobs_with_429s_lost_answers_and_late_du
         }
         let mut finals = 0;
         for id in &ids {
-            let run: RunDoc = mapi_runs::get(&*store, id.as_str()).await.expect("read").expect("run");
+            let run: RunDoc = mapi_schema::get(&*store, id.as_str()).await.expect("read").expect("run");
             finals += usize::from(run.state().is_terminal());
         }
         if finals == RUNS {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mapi_clock::{Clock, VirtualClock};
 use mapi_domain::{AttemptNo, RunId, Timestamp};
-use mapi_runs::AttemptDoc;
+use mapi_schema::AttemptDoc;
 use mapi_tests::backend::{Backend, Rig, start};
 use mapi_tests::fake_cloudrun::Fault;
 use mapi_tests::{Options, path, retried_once, transitions, with_start};
@@ -215,7 +215,7 @@ async fn the_dispatch_lease_is_renewed_while_a_submit_waits_for_its_slot() {
     let waiting = {
         let p = r.platform.http.clone();
         let (url, token) = (
-            r.url(mapi_runs::tasks::DISPATCH_PATH),
+            r.url(mapi_schema::tasks::DISPATCH_PATH),
             r.platform.platform.state.config.secrets.internal_token.clone(),
         );
         let body = json!({"run": second.to_string(), "attempt": 1});
@@ -226,7 +226,7 @@ async fn the_dispatch_lease_is_renewed_while_a_submit_waits_for_its_slot() {
     let store = r.platform.platform.state.store.clone();
     let id = AttemptDoc::id_of(&second, AttemptNo::FIRST);
     let waited = advance_until(&clock, Duration::from_secs(90), async || {
-        let a: Option<AttemptDoc> = mapi_runs::get(&*store, &id).await.expect("read");
+        let a: Option<AttemptDoc> = mapi_schema::get(&*store, &id).await.expect("read");
         let Some(a) = a else { return false };
         if a.handle.is_some() {
             return true;
@@ -248,7 +248,7 @@ async fn the_dispatch_lease_is_renewed_while_a_submit_waits_for_its_slot() {
     assert!(waited >= Duration::from_secs(59), "the slot is a minute after the first: {waited:?}");
     assert_eq!(waiting.await.expect("join").expect("answer"), 200);
     let run: mapi_lifecycle::RunDoc =
-        mapi_runs::get(&*store, second.as_str()).await.expect("read").expect("run");
+        mapi_schema::get(&*store, second.as_str()).await.expect("read").expect("run");
     assert_eq!(run.state(), mapi_domain::RunState::Running);
     assert_eq!(r.fake().executions().len(), 2, "one execution per run");
 }

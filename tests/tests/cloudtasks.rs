@@ -246,7 +246,7 @@ async fn a_platform_configured_with_mapi_queue_cloudtasks_runs_a_fit_and_a_job_t
     let run = p.wait_final(&run).await;
     assert_eq!(run["state"], "succeeded", "{run:#}");
     let paths: Vec<String> = fake.tasks().iter().map(|t| t.url.clone()).collect();
-    for path in [mapi_runs::tasks::DISPATCH_PATH, mapi_runs::tasks::FINALIZE_PATH] {
+    for path in [mapi_schema::tasks::DISPATCH_PATH, mapi_schema::tasks::FINALIZE_PATH] {
         assert!(paths.iter().any(|u| u.ends_with(path)), "a {path} task went through Cloud Tasks: {paths:?}");
     }
     let items: Vec<Value> = (0..20).map(|i| json!({"text": format!("item number {i}")})).collect();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mapi_domain::{AttemptNo, RunId, Timestamp};
 use mapi_events::{AttemptKey, Event, EventBody, pubsub};
-use mapi_runs::AttemptDoc;
+use mapi_schema::AttemptDoc;
 use mapi_store::StoreExt;
 use mapi_tests::TestPlatform;
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ const CSV: &str = "x,y\n1,2\n2,4.1\n3,5.9\n";
 
 async fn attempt(p: &TestPlatform, run: &str, n: u32) -> AttemptDoc {
     let id = AttemptDoc::id_of(&RunId::parse(run).expect("run id"), AttemptNo(n));
-    let key = mapi_runs::key::<AttemptDoc>(&id).expect("key");
+    let key = mapi_schema::key::<AttemptDoc>(&id).expect("key");
     p.platform
         .state
         .store

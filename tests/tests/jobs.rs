@@ -77,7 +77,7 @@ async fn objects(p: &TestPlatform, id: &str, dir: &str) -> BTreeMap<u64, Vec<u8>
 }
 
 async fn active_items(p: &TestPlatform, tenant: &str) -> i64 {
-    mapi_runs::counters::read(&*p.platform.state.store, &format!("tenant:{tenant}"))
+    mapi_quota::counters::read(&*p.platform.state.store, &format!("tenant:{tenant}"))
         .await
         .expect("counter")
         .active_items
@@ -196,7 +196,7 @@ async fn a_fanout_that_dies_halfway_and_is_delivered_again_loses_and_doubles_not
     assert!(q.failures.load(Ordering::SeqCst) <= 0, "the fan-out did die: every injected failure was used");
     // Deliver every fan-out step again, late: stale steps change nothing.
     let job_id = mapi_domain::JobId::parse(&id).expect("job id");
-    let steps = mapi_runs::get::<mapi_jobs::JobDoc>(&*p.platform.state.store, &id)
+    let steps = mapi_schema::get::<mapi_jobs::JobDoc>(&*p.platform.state.store, &id)
         .await
         .expect("get")
         .expect("job")
@@ -537,10 +537,12 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
     let ledger = || {
         let (store, id) = (store.clone(), id.clone());
         async move {
-            let q = mapi_store::Query::new(<mapi_runs::ItemLedgerEntry as mapi_runs::Doc>::COLLECTION)
+            let q = mapi_store::Query::new(<mapi_schema::ItemLedgerEntry as mapi_schema::Doc>::COLLECTION)
                 .filter("job", mapi_store::Op::Eq, id.as_str());
             let docs = store.query(&q, None).await.expect("ledger");
-            docs.iter().map(|d| d.decode::<mapi_runs::ItemLedgerEntry>().expect("entry")).collect::<Vec<_>>()
+            docs.iter()
+                .map(|d| d.decode::<mapi_schema::ItemLedgerEntry>().expect("entry"))
+                .collect::<Vec<_>>()
         }
     };
     let entries = ledger().await;
@@ -560,8 +562,8 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
     // The ledger and the tenant's counters agree.
     let tenant: mapi_domain::TenantId = "dev".parse().expect("tenant");
     let month =
-        mapi_runs::counters::tenant_period(&tenant, mapi_quota::Period::Month, p.platform.state.clock.now());
-    let counter = mapi_runs::counters::read(&*store, &month).await.expect("counter");
+        mapi_quota::counters::tenant_period(&tenant, mapi_quota::Period::Month, p.platform.state.clock.now());
+    let counter = mapi_quota::counters::read(&*store, &month).await.expect("counter");
     assert_eq!(counter.items, 12);
     assert_eq!(counter.spend_micros, u["totals"]["cost_micros"].as_i64().expect("cost"), "{u:#}");
     assert_eq!(counter.charged_vcpu_ms, i64::try_from(vcpu).expect("vcpu"));
@@ -575,7 +577,7 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
     assert_eq!(ledger().await, entries, "a redelivered item writes no ledger entry");
     assert_eq!(usage_by_kind(&p, &operator).await["totals"], u["totals"]);
     assert_eq!(
-        mapi_runs::counters::read(&*store, &month).await.expect("counter").spend_micros,
+        mapi_quota::counters::read(&*store, &month).await.expect("counter").spend_micros,
         counter.spend_micros
     );
 }

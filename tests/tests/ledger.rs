@@ -13,8 +13,8 @@ use std::time::Duration;
 use mapi_clock::{Clock, VirtualClock};
 use mapi_domain::{AttemptNo, ResourceClass, RunId, Timestamp};
 use mapi_executor::ExecutionInfo;
-use mapi_runs::LedgerEntry;
-use mapi_runs::counters::CounterDoc;
+use mapi_quota::counters::CounterDoc;
+use mapi_schema::LedgerEntry;
 use mapi_tests::scripted::{Ending, Rng, ScriptedExecutor, ended};
 use mapi_tests::{Options, TestPlatform};
 use reqwest::Method;
@@ -238,7 +238,7 @@ async fn scenario(seed: u64) -> usize {
 /// Checks the properties; how many months the ledger spans.
 async fn check(w: &World, seed: u64) -> usize {
     let store = &*w.p.platform.state.store;
-    let q = mapi_store::Query::new(<LedgerEntry as mapi_runs::Doc>::COLLECTION);
+    let q = mapi_store::Query::new(<LedgerEntry as mapi_schema::Doc>::COLLECTION);
     let entries: Vec<LedgerEntry> =
         store.query(&q, None).await.expect("ledger").iter().map(|d| d.decode().expect("entry")).collect();
 
@@ -308,7 +308,7 @@ async fn check(w: &World, seed: u64) -> usize {
         }
         // Each counter is its shards (and a legacy document): a month's are
         // the documents of the counter `tenant:dev@2026-01`.
-        let counter = mapi_runs::counters::counter_of(id);
+        let counter = mapi_quota::counters::counter_of(id);
         if counter.starts_with("tenant:dev@") && counter.len() == "tenant:dev@2026-01".len() {
             month_spend += c.spend_micros;
             month_vcpu += c.charged_vcpu_ms;

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use mapi_domain::{AttemptNo, ModelVersionId, RunId};
 use mapi_executor::ExecutionInfo;
 use mapi_objects::{IfGeneration, ObjectKey, ObjectMeta};
-use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask};
-use mapi_runs::{AttemptDoc, ModelVersionDoc};
+use mapi_schema::tasks::{FINALIZE_PATH, FinalizeTask};
+use mapi_schema::{AttemptDoc, ModelVersionDoc};
 use mapi_signer::Signer;
 use mapi_signer::local::LocalSigner;
 use mapi_store::Query;
@@ -58,7 +58,7 @@ async fn bundle_objects(p: &TestPlatform, run: &Value) -> Vec<ObjectMeta> {
 
 /// Every model-version document in the store.
 async fn version_docs(p: &TestPlatform) -> Vec<ModelVersionDoc> {
-    let q = Query::new(<ModelVersionDoc as mapi_runs::Doc>::COLLECTION);
+    let q = Query::new(<ModelVersionDoc as mapi_schema::Doc>::COLLECTION);
     let docs = p.platform.state.store.query(&q, None).await.expect("query");
     docs.iter().map(|d| d.decode().expect("decode")).collect()
 }
@@ -74,7 +74,7 @@ async fn list_versions(p: &TestPlatform) -> Value {
 async fn finalize_task(p: &TestPlatform, run: &Value) -> FinalizeTask {
     let id = RunId::parse(run["id"].as_str().expect("id")).expect("run id");
     let attempt = AttemptNo(u32::try_from(run["attempt"].as_u64().expect("attempt")).expect("attempt"));
-    let doc: AttemptDoc = mapi_runs::get(&*p.platform.state.store, &AttemptDoc::id_of(&id, attempt))
+    let doc: AttemptDoc = mapi_schema::get(&*p.platform.state.store, &AttemptDoc::id_of(&id, attempt))
         .await
         .expect("get")
         .expect("attempt");

@@ -22,7 +22,7 @@ use mapi_events::progress::Progress;
 use mapi_events::{AttemptKey, Event, EventBody, EventSequencer, task_seq};
 use mapi_executor::ExecutionHandle;
 use mapi_push_events::EVENTS_PATH;
-use mapi_runs::{AttemptDoc, ProgressDoc};
+use mapi_schema::{AttemptDoc, ProgressDoc};
 use mapi_store::{Precondition, StoreExt};
 use mapi_tests::google::{
     FakeGoogle, GOOGLE_ISSUER, KeySetServer, SUBSCRIPTION, b64url, envelope_of, log_entry, provider,
@@ -148,7 +148,7 @@ impl World {
             finalized,
         };
         let store = &*self.p.platform.state.store;
-        let key_of = mapi_runs::key::<AttemptDoc>(&AttemptDoc::id_of(run, AttemptNo(n))).expect("key");
+        let key_of = mapi_schema::key::<AttemptDoc>(&AttemptDoc::id_of(run, AttemptNo(n))).expect("key");
         store.put(&key_of, mapi_store::encode(&doc).expect("encode"), Precondition::None).await.expect("put");
         Attempt { run: run.clone(), n: AttemptNo(n), key, execution, task_count }
     }
@@ -156,7 +156,7 @@ impl World {
     /// The merged progress of an attempt, if any event was applied.
     async fn progress(&self, a: &Attempt) -> Option<Progress> {
         let doc: Option<ProgressDoc> =
-            mapi_runs::get(&*self.p.platform.state.store, &a.id()).await.expect("read progress");
+            mapi_schema::get(&*self.p.platform.state.store, &a.id()).await.expect("read progress");
         doc.map(|d| d.progress)
     }
 }

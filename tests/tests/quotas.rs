@@ -95,7 +95,7 @@ impl Harness {
     /// document, which counts as a shard does), standing in for usage too
     /// large or slow to make in a test.
     async fn add_usage(&self, counter: &str, field: &'static str, delta: i64) {
-        let mut b = mapi_runs::counters::Bumps::default();
+        let mut b = mapi_quota::counters::Bumps::default();
         b.add(counter, field, delta);
         let b = &b;
         mapi_store::transact::<_, mapi_store::StoreError, _, _>(
@@ -141,7 +141,7 @@ impl Harness {
     /// Adds `bytes` to the tenant's stored bytes, standing in for uploads
     /// too large to make in a test.
     async fn add_storage(&self, tenant: &str, bytes: i64) {
-        use mapi_runs::counters::{field, tenant as tenant_counter};
+        use mapi_quota::counters::{field, tenant as tenant_counter};
         let id = tenant_counter(&mapi_domain::TenantId::parse(tenant).expect("tenant"));
         self.add_usage(&id, field::STORAGE, bytes).await;
     }
@@ -331,7 +331,7 @@ fn tier_table(tier: &str) -> Value {
 /// many runs are spread over its 16 shards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn counters_from_before_sharding_count_and_no_submit_writes_one_counter_document() {
-    use mapi_runs::counters::{self, Bumps, field};
+    use mapi_quota::counters::{self, Bumps, field};
     use mapi_store::StoreExt;
     let h = Harness::start("2026-03-10T12:00:00Z", &[]).await;
     let store = h.p.platform.state.store.clone();
@@ -350,7 +350,7 @@ async fn counters_from_before_sharding_count_and_no_submit_writes_one_counter_do
     let versions = async || {
         let mut v = Vec::new();
         for id in ["tenant:dev", counters::PLATFORM] {
-            let key = mapi_runs::key::<counters::CounterDoc>(id).expect("key");
+            let key = mapi_schema::key::<counters::CounterDoc>(id).expect("key");
             v.push(store.get_one(&key).await.expect("read").map(|d| d.version));
         }
         v
@@ -367,7 +367,7 @@ async fn counters_from_before_sharding_count_and_no_submit_writes_one_counter_do
     let slots = |run: RunId| {
         let store = store.clone();
         async move {
-            let doc = mapi_runs::get::<mapi_lifecycle::RunDoc>(&*store, run.as_str())
+            let doc = mapi_schema::get::<mapi_lifecycle::RunDoc>(&*store, run.as_str())
                 .await
                 .expect("read")
                 .expect("run");
@@ -845,7 +845,7 @@ async fn a_retry_is_admitted_against_the_limits_its_run_was() {
 /// audited as a quota denial.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_item_job_is_refused_by_each_limit_a_run_is() {
-    use mapi_runs::counters::{self, field};
+    use mapi_quota::counters::{self, field};
     let h = Harness::start("2026-06-15T10:00:00Z", &[("MAPI_JOB_MAX_ITEMS", "800")]).await;
     let owner = h.tenant("pub", "public").await;
     let tenant = mapi_domain::TenantId::parse("pub").expect("tenant");

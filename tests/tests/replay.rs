@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mapi_clock::VirtualClock;
 use mapi_domain::{AttemptNo, RunId, Timestamp};
 use mapi_entropy::SeededEntropy;
-use mapi_runs::AttemptDoc;
+use mapi_schema::AttemptDoc;
 use mapi_tests::scripted::ScriptedExecutor;
 use mapi_tests::{Options, TestPlatform};
 use serde_json::json;
@@ -27,7 +27,7 @@ async fn ids_from(seed: u64) -> (String, String, String, String) {
     let run = RunId::parse(&p.submit(json!({"method": "describe", "dataset": ds})).await).expect("run id");
     assert_eq!(p.dispatch(&run, AttemptNo::FIRST).await.0, 200);
     let attempt: AttemptDoc =
-        mapi_runs::get(&*p.platform.state.store, &AttemptDoc::id_of(&run, AttemptNo::FIRST))
+        mapi_schema::get(&*p.platform.state.store, &AttemptDoc::id_of(&run, AttemptNo::FIRST))
             .await
             .expect("read")
             .expect("attempt");

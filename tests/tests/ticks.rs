@@ -10,7 +10,7 @@ use mapi_clock::VirtualClock;
 use mapi_domain::{AttemptNo, RunId, Timestamp};
 use mapi_executor::{AttemptSubmit, Executor};
 use mapi_lifecycle::RunDoc;
-use mapi_runs::{AttemptDoc, tx_put};
+use mapi_schema::{AttemptDoc, tx_put};
 use mapi_store::transact;
 use mapi_tests::scripted::{Rng, ScriptedExecutor};
 use mapi_tests::{Options, TestPlatform};
@@ -44,8 +44,8 @@ async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
     assert_eq!(p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
     assert_eq!(p.cancel(p.token(), id.as_str()).await.0, 202);
     let store = p.platform.state.store.clone();
-    let template: RunDoc = mapi_runs::get(&*store, id.as_str()).await.expect("read").expect("run");
-    let attempt: AttemptDoc = mapi_runs::get(&*store, &AttemptDoc::id_of(&id, AttemptNo::FIRST))
+    let template: RunDoc = mapi_schema::get(&*store, id.as_str()).await.expect("read").expect("run");
+    let attempt: AttemptDoc = mapi_schema::get(&*store, &AttemptDoc::id_of(&id, AttemptNo::FIRST))
         .await
         .expect("read")
         .expect("attempt");

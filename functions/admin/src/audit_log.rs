@@ -8,7 +8,7 @@ use mapi_domain::{ProjectId, TenantId, Timestamp, UserId};
 use mapi_identity::{Caller, Target, authorize, authorize_operator};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query, page_size};
-use mapi_runs::{AuditDoc, Doc, Outcome};
+use mapi_schema::{AuditDoc, Doc, Outcome};
 use mapi_store::{Direction, Op};
 use serde::{Deserialize, Serialize};
 

@@ -12,7 +12,7 @@ use mapi_identity::{Audit, Caller, authorize_operator};
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::{Doc, ExecutorDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{Doc, ExecutorDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 
@@ -67,7 +67,7 @@ async fn count(
 
 async fn record(state: &AppState) -> Result<ExecutorDoc, ApiError> {
     let name = state.executor.capabilities().executor;
-    Ok(mapi_runs::get::<ExecutorDoc>(&*state.store, &name)
+    Ok(mapi_schema::get::<ExecutorDoc>(&*state.store, &name)
         .await?
         .unwrap_or_else(|| ExecutorDoc::fresh(&name)))
 }

@@ -9,7 +9,7 @@ use mapi_identity::{Audit, Caller, Target, authorize, authorize_operator};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path};
 use mapi_quota::{KillSwitches, Limits, Period, Policy, effective, platform_limits};
-use mapi_runs::{Doc, KillSwitchDoc, QuotaPolicyDoc, TenantDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{Doc, KillSwitchDoc, QuotaPolicyDoc, TenantDoc, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +56,8 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<
         .collect::<Result<_, _>>()?;
     let mut out = Vec::new();
     for t in tenants {
-        let policy = mapi_runs::get::<QuotaPolicyDoc>(&*state.store, t.id.as_str()).await?.map(|p| p.policy);
+        let policy =
+            mapi_schema::get::<QuotaPolicyDoc>(&*state.store, t.id.as_str()).await?.map(|p| p.policy);
         out.push(TenantLimits::of(&state, t.id, t.tier, policy));
     }
     Ok(Json(QuotaList { tenants: out, platform: platform_limits() }))
@@ -119,7 +120,7 @@ pub async fn remove(
         .tenant(&tenant)
         .operator(true)
         .into_doc(now);
-    let key = mapi_runs::key::<QuotaPolicyDoc>(tenant.as_str())?;
+    let key = mapi_schema::key::<QuotaPolicyDoc>(tenant.as_str())?;
     let (key, record) = (&key, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         tx.delete(key);
@@ -147,7 +148,7 @@ pub async fn get_switches(
     caller: Caller,
 ) -> Result<Json<KillSwitchView>, ApiError> {
     authorize_operator(&state, &caller, Resource::KillSwitch, Action::Read, "kill switches").await?;
-    let doc = mapi_runs::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?;
+    let doc = mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?;
     Ok(Json(match doc {
         Some(d) => KillSwitchView {
             switches: d.switches,

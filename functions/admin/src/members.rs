@@ -11,7 +11,7 @@ use mapi_domain::{ProjectId, TenantId, UserId};
 use mapi_identity::{Audit, Caller, Target, authorize};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode};
-use mapi_runs::{Doc, MembershipDoc, UserDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{Doc, MembershipDoc, UserDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 use serde::{Deserialize, Serialize};
 

@@ -9,7 +9,7 @@ use mapi_identity::{Audit, Caller, Target, authorize, check};
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode};
-use mapi_runs::{DatasetDoc, Doc, MembershipDoc, ProjectDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{DatasetDoc, Doc, MembershipDoc, ProjectDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 use serde::{Deserialize, Serialize};
 
@@ -119,7 +119,7 @@ pub async fn get_project(
     let what = format!("project {tenant}/{project}");
     authorize(&state, &caller, Target::project(&tenant, &project, &what), Resource::Project, Action::Read)
         .await?;
-    let doc = mapi_runs::get::<ProjectDoc>(&*state.store, &ProjectDoc::id_of(&tenant, &project))
+    let doc = mapi_schema::get::<ProjectDoc>(&*state.store, &ProjectDoc::id_of(&tenant, &project))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
     Ok(Json(doc))
@@ -198,7 +198,7 @@ pub async fn delete(
         Op::Eq,
         project.as_str(),
     );
-    let key = mapi_runs::key::<ProjectDoc>(&ProjectDoc::id_of(&tenant, &project))?;
+    let key = mapi_schema::key::<ProjectDoc>(&ProjectDoc::id_of(&tenant, &project))?;
     let (key, members, record) = (&key, &members, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let grants = tx.query(members).await?;

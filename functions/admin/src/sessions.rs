@@ -6,7 +6,7 @@ use mapi_domain::{ProjectId, TenantId, Timestamp, UserId};
 use mapi_identity::{Audit, Caller, Principal, audit};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::{Doc, MembershipDoc, UserDoc, tx_get, tx_put};
+use mapi_schema::{Doc, MembershipDoc, UserDoc, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 use serde::{Deserialize, Serialize};
 
@@ -115,7 +115,7 @@ pub async fn sign_in(State(state): State<AppState>, caller: Caller) -> Result<Js
             m.claimed = true;
             tx_put(&mut tx, &m)?;
         }
-        mapi_runs::tx_create(&mut tx, record)?;
+        mapi_schema::tx_create(&mut tx, record)?;
         Ok(tx.finish(open.len()))
     })
     .await?;

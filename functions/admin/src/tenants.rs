@@ -9,7 +9,7 @@ use mapi_domain::{Residency, TenantId, TenantStatus, Tier, UserId};
 use mapi_identity::{Audit, Caller, Target, authorize, authorize_operator};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query, page_size};
-use mapi_runs::{Doc, MembershipDoc, TenantDoc, UserDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{Doc, MembershipDoc, TenantDoc, UserDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, transact};
 use serde::{Deserialize, Serialize};
 

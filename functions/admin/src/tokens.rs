@@ -11,7 +11,7 @@ use mapi_domain::{ProjectId, TenantId, Timestamp, UserId};
 use mapi_identity::{Audit, Caller, Target, audit, authorize, new_token};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
-use mapi_runs::{BudgetPeriod, Doc, Outcome, TokenBudget, TokenDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{BudgetPeriod, Doc, Outcome, TokenBudget, TokenDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, transact};
 use serde::{Deserialize, Serialize};
 

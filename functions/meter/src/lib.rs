@@ -27,11 +27,11 @@ use mapi_lifecycle::commands::{self, Applied, Ended, Finalized};
 use mapi_lifecycle::{Rules, RunDoc, verdict};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::tasks::{FINALIZE_PATH, FinalizeTask};
+use mapi_schema::tasks::{FINALIZE_PATH, FinalizeTask};
 
+use mapi_quota::counters;
 use mapi_quota::effective;
-use mapi_runs::counters;
-use mapi_runs::{
+use mapi_schema::{
     AttemptDoc, Doc, LedgerEntry, ModelVersionDoc, ProgressDoc, QuotaPolicyDoc, TenantDoc, tx_get,
 };
 use mapi_store::{StoreError, transact};

@@ -17,7 +17,7 @@ use mapi_lifecycle::RunDoc;
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
-use mapi_runs::{ModelVersionDoc, layout};
+use mapi_schema::{ModelVersionDoc, layout};
 
 /// Every output object an attempt wrote (all its tasks), in key order.
 async fn outputs(state: &AppState, run: &RunDoc, attempt: AttemptNo) -> Result<Vec<ObjectKey>, ApiError> {

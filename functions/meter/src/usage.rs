@@ -13,9 +13,9 @@ use mapi_domain::{ProjectId, TenantId, Tier, Timestamp};
 use mapi_identity::{Caller, Target, authorize};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query};
+use mapi_quota::counters;
 use mapi_quota::{Limits, Period, effective};
-use mapi_runs::counters;
-use mapi_runs::{Doc, ItemLedgerEntry, LedgerEntry, QuotaPolicyDoc};
+use mapi_schema::{Doc, ItemLedgerEntry, LedgerEntry, QuotaPolicyDoc};
 use mapi_store::{Direction, Op};
 use serde::{Deserialize, Serialize};
 
@@ -169,7 +169,7 @@ async fn quotas(
     tier: Tier,
     now: Timestamp,
 ) -> Result<Vec<Nearness>, ApiError> {
-    let policy = mapi_runs::get::<QuotaPolicyDoc>(&*state.store, tenant.as_str()).await?.map(|p| p.policy);
+    let policy = mapi_schema::get::<QuotaPolicyDoc>(&*state.store, tenant.as_str()).await?.map(|p| p.policy);
     let limits: Limits = effective(tier, policy.as_ref());
     // The three counters' shards in one batch read.
     let names = [

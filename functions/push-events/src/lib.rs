@@ -30,7 +30,7 @@ use mapi_identity::{Audit, audit};
 use mapi_metrics::Metrics;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode, RawBody};
-use mapi_runs::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde::Serialize;
 
@@ -127,7 +127,7 @@ async fn push(
         Err(e) => return Ok(ack(m, Disposition::Malformed, &e.to_string())),
     };
     let attempt_id = AttemptDoc::id_of(&run, attempt_no);
-    let attempt: Option<AttemptDoc> = mapi_runs::get(&*state.store, &attempt_id).await?;
+    let attempt: Option<AttemptDoc> = mapi_schema::get(&*state.store, &attempt_id).await?;
     let Some(attempt) = attempt else {
         refused(&state, Disposition::UnknownAttempt, &run, None, &attempt_id).await;
         return Ok(ack(m, Disposition::UnknownAttempt, &attempt_id));
@@ -162,7 +162,7 @@ async fn push(
     };
     let (seen, attempt, event) = (&seen, &attempt, &event);
     let disposition = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let seen_key = mapi_runs::key::<EventSeenDoc>(&mapi_runs::Doc::doc_id(seen))?;
+        let seen_key = mapi_schema::key::<EventSeenDoc>(&mapi_schema::Doc::doc_id(seen))?;
         if tx.get(&seen_key).await?.is_some() {
             return Ok(tx.finish(Disposition::Duplicate));
         }

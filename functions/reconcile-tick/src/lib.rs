@@ -34,8 +34,8 @@ use mapi_identity::InternalCaller;
 use mapi_lifecycle::{Rules, RunDoc, commands, verdict};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::tasks::{FinalizeTask, push_dispatch, push_finalize, round_of};
-use mapi_runs::{AttemptDoc, Doc, ProgressDoc, TickLeaseDoc, tx_get, tx_put};
+use mapi_schema::tasks::{FinalizeTask, push_dispatch, push_finalize, round_of};
+use mapi_schema::{AttemptDoc, Doc, ProgressDoc, TickLeaseDoc, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::Serialize;
 
@@ -211,7 +211,7 @@ async fn release_lease(
 async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) -> Result<(), ApiError> {
     let now = state.clock.now();
     let attempt_id = AttemptDoc::id_of(run.id(), run.attempt());
-    let Some(attempt) = mapi_runs::get::<AttemptDoc>(&*state.store, &attempt_id).await? else {
+    let Some(attempt) = mapi_schema::get::<AttemptDoc>(&*state.store, &attempt_id).await? else {
         return Ok(());
     };
     if attempt.finalized {
@@ -264,7 +264,7 @@ async fn finalize(
         attempt.clone()
     };
     let progress: Option<ProgressDoc> =
-        mapi_runs::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
+        mapi_schema::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
     let rules = Rules {
         event_grace: state.config.event_grace,
         retry: mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries },
@@ -308,7 +308,7 @@ async fn mark_stalled(
 ) -> Result<(), ApiError> {
     let now = state.clock.now();
     let progress: Option<ProgressDoc> =
-        mapi_runs::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
+        mapi_schema::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
     let last = progress.map_or(attempt.submitted_at, |p| Some(p.updated_at));
     let stalled = last.is_some_and(|t| t + state.config.stall_after <= now);
     if stalled == run.stalled() {

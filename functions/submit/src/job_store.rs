@@ -13,8 +13,8 @@ use mapi_jobs::{
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, ProblemCode};
-use mapi_runs::counters::{self, field};
-use mapi_runs::{tx_create, tx_get};
+use mapi_quota::counters::{self, field};
+use mapi_schema::{tx_create, tx_get};
 use mapi_store::{StoreExt, transact};
 use serde_json::Value;
 
@@ -30,14 +30,14 @@ pub fn base(job: &JobDoc) -> String {
 
 /// Loads a job.
 pub async fn load(state: &AppState, id: &JobId) -> Result<Option<JobDoc>, ApiError> {
-    Ok(mapi_runs::get::<JobDoc>(&*state.store, id.as_str()).await?)
+    Ok(mapi_schema::get::<JobDoc>(&*state.store, id.as_str()).await?)
 }
 
 /// The sum of a job's count shards.
 pub async fn counts(state: &AppState, job: &JobId) -> Result<JobCountsDoc, ApiError> {
     let keys = JobCountsDoc::shard_ids(job)
         .iter()
-        .map(|id| mapi_runs::key::<JobCountsDoc>(id))
+        .map(|id| mapi_schema::key::<JobCountsDoc>(id))
         .collect::<Result<Vec<_>, _>>()?;
     let docs = state.store.get(&keys, None).await?;
     let shards =
@@ -115,7 +115,7 @@ pub async fn append(state: &AppState, key: &str, lines: &str) -> Result<(), ApiE
 
 /// The marker of item `idx`, if it finished.
 pub async fn marker(state: &AppState, job: &JobId, idx: u64) -> Result<Option<JobItemDoc>, ApiError> {
-    let key = mapi_runs::key::<JobItemDoc>(&JobItemDoc::id_of(job, idx))?;
+    let key = mapi_schema::key::<JobItemDoc>(&JobItemDoc::id_of(job, idx))?;
     Ok(state.store.get_one(&key).await?.map(|d| d.decode()).transpose()?)
 }
 
@@ -152,7 +152,7 @@ pub async fn read_items(
 /// window takes the item again, and its error and usage objects go.
 /// Idempotent: an item not failed in an earlier round is left alone.
 pub async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Result<(), ApiError> {
-    let shard = mapi_runs::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
+    let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
     // The window takes the item again, in the shard of the tenant's counter
     // the item's marker id picks.
     let tenant = counters::tenant(&job.tenant);
@@ -166,9 +166,14 @@ pub async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Res
         match tx_get::<JobItemDoc>(&mut tx, &m_id).await? {
             Some(m) if m.outcome == ItemOutcome::Failed && m.round < round => {
                 tx_create(&mut tx, &JobItemHistoryDoc(m))?;
-                tx.delete(&mapi_runs::key::<JobItemDoc>(&m_id)?);
+                tx.delete(&mapi_schema::key::<JobItemDoc>(&m_id)?);
                 tx.increment(shard, count_field::FAILED, -1, None);
-                tx.increment(&mapi_runs::key::<counters::CounterDoc>(tenant)?, field::ACTIVE_ITEMS, 1, None);
+                tx.increment(
+                    &mapi_schema::key::<counters::CounterDoc>(tenant)?,
+                    field::ACTIVE_ITEMS,
+                    1,
+                    None,
+                );
                 Ok(tx.finish(()))
             }
             _ => Ok(tx.finish(())),

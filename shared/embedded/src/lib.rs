@@ -25,7 +25,7 @@ use mapi_objects::ObjectStore;
 use mapi_objects::signed::{self, Access};
 use mapi_platform::{AppState, Config, Platform, StartError};
 use mapi_queue::sqlite::Deliverer;
-use mapi_runs::{Doc, MembershipDoc, ProjectDoc, TenantDoc, TokenDoc};
+use mapi_schema::{Doc, MembershipDoc, ProjectDoc, TenantDoc, TokenDoc};
 use mapi_store::{Precondition, StoreError, StoreExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -168,7 +168,7 @@ async fn seed(platform: &Platform, url: &str) -> Result<Credentials, DevError> {
         std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok());
     let usable = |t: &TokenDoc| t.revoked_at.is_none() && t.expires_at > now + Duration::from_secs(86_400);
     let kept = match &existing {
-        Some(c) => mapi_runs::get::<TokenDoc>(store, &platform.pepper.hash(&c.token))
+        Some(c) => mapi_schema::get::<TokenDoc>(store, &platform.pepper.hash(&c.token))
             .await?
             .filter(usable)
             .map(|_| c.token.clone()),

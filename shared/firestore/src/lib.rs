@@ -67,7 +67,7 @@
 //! throttle such ranges around 500 writes a second). A run, attempt,
 //! dataset, token, job or item marker takes a handful of writes in its
 //! life; `job_counts/{job}:{k}` is sharded eight ways, and the usage
-//! counters are sharded as `mapi_runs::counters` describes (16 shards for
+//! counters are sharded as `mapi_quota::counters` describes (16 shards for
 //! the platform's, 4 for a tenant's or a token's), so no document is
 //! written by every submit. `leases/reconcile-tick` is written once a tick.
 //!

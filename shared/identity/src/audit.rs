@@ -2,7 +2,7 @@
 
 use mapi_domain::{ProjectId, TenantId, Timestamp, UserId};
 use mapi_problem::ProblemCode;
-use mapi_runs::{AuditDoc, Doc, Outcome};
+use mapi_schema::{AuditDoc, Doc, Outcome};
 
 use crate::{Caller, IdentityState, Principal, RequestMeta};
 

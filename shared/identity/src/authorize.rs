@@ -7,7 +7,7 @@
 use mapi_access::{Action, Decision, Denial, Membership, Resource, TenantState, Who, decide};
 use mapi_domain::{ProjectId, TenantId, TenantStatus, UserId};
 use mapi_problem::{ApiError, ProblemCode};
-use mapi_runs::{Doc, MembershipDoc, Outcome, ProjectDoc, TenantDoc};
+use mapi_schema::{Doc, MembershipDoc, Outcome, ProjectDoc, TenantDoc};
 use mapi_store::{DocKey, Op, Query, StoreError};
 
 use crate::{Audit, Caller, IdentityState, Principal, audit};

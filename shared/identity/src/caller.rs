@@ -6,7 +6,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use mapi_domain::UserId;
 use mapi_problem::{ApiError, ProblemCode};
-use mapi_runs::{Outcome, TokenDoc, TokenMinuteDoc};
+use mapi_schema::{Outcome, TokenDoc, TokenMinuteDoc};
 
 use crate::{Audit, IdentityState, audit};
 
@@ -110,8 +110,9 @@ async fn token_caller<S: IdentityState>(
     meta: RequestMeta,
 ) -> Result<Caller, ApiError> {
     let hash = state.pepper().hash(secret);
-    let found: Option<TokenDoc> =
-        mapi_runs::get(state.store(), &hash).await.map_err(|e| ApiError::internal_from("token lookup", e))?;
+    let found: Option<TokenDoc> = mapi_schema::get(state.store(), &hash)
+        .await
+        .map_err(|e| ApiError::internal_from("token lookup", e))?;
     let resource = format!("tokens/{}", &hash[..12]);
     let Some(token) = found else {
         return Err(refuse(state, &meta, "token.use_failed", resource, "the API token is not valid").await);
@@ -147,19 +148,18 @@ async fn within_rate_limit<S: IdentityState>(
     let minute = now.as_secs().div_euclid(60);
     let id = format!("{}:{minute}", token.public_id());
     let (id_ref, token_id) = (&id, token.public_id());
-    let counted =
-        mapi_store::transact::<_, ApiError, _, _>(state.store(), |mut tx| async move {
-            let mut doc = mapi_runs::tx_get::<TokenMinuteDoc>(&mut tx, id_ref)
-                .await?
-                .unwrap_or(TokenMinuteDoc { token: token_id.to_owned(), minute, requests: 0 });
-            if doc.requests >= limit {
-                return Ok(tx.finish(false));
-            }
-            doc.requests += 1;
-            mapi_runs::tx_put(&mut tx, &doc)?;
-            Ok(tx.finish(true))
-        })
-        .await?;
+    let counted = mapi_store::transact::<_, ApiError, _, _>(state.store(), |mut tx| async move {
+        let mut doc = mapi_schema::tx_get::<TokenMinuteDoc>(&mut tx, id_ref)
+            .await?
+            .unwrap_or(TokenMinuteDoc { token: token_id.to_owned(), minute, requests: 0 });
+        if doc.requests >= limit {
+            return Ok(tx.finish(false));
+        }
+        doc.requests += 1;
+        mapi_schema::tx_put(&mut tx, &doc)?;
+        Ok(tx.finish(true))
+    })
+    .await?;
     if counted {
         return Ok(());
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use mapi_domain::{JobId, ProjectId, TenantId, Timestamp, UserId};
-use mapi_runs::Doc;
+use mapi_schema::Doc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -63,7 +63,7 @@ mapi_domain::wire_enum!(
 /// The marker of a finished item: created once (must not exist) after its
 /// result or error object, with the job's counts, the tenant's concurrent
 /// items, the usage counters and the item's ledger entry
-/// (`mapi_runs::ItemLedgerEntry`) moved in the same commit. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).
+/// (`mapi_schema::ItemLedgerEntry`) moved in the same commit. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobItemDoc {
     pub job: JobId,

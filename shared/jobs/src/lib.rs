@@ -45,4 +45,4 @@ pub const INDEXES: &[Index] = &[
     },
 ];
 
-use mapi_runs::Doc;
+use mapi_schema::Doc;

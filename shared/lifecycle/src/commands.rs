@@ -25,8 +25,8 @@ use mapi_domain::{
 use mapi_executor::{ExecutionHandle, ExecutionInfo};
 use mapi_metrics::Metrics;
 use mapi_quota::Period;
-use mapi_runs::counters::{self, Bumps, Sharded};
-use mapi_runs::{AttemptDoc, LedgerEntry, ModelVersionDoc, tx_create, tx_put};
+use mapi_quota::counters::{self, Bumps, Sharded};
+use mapi_schema::{AttemptDoc, LedgerEntry, ModelVersionDoc, tx_create, tx_put};
 use mapi_store::{StoreError, Txn};
 
 use crate::run::{NewRun, RunDoc};

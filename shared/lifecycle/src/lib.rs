@@ -30,7 +30,7 @@ pub use verdict::{Decided, Rules, verdict};
 use mapi_api::views::RunSummary;
 use mapi_executor::Executor;
 use mapi_queue::{QueueError, TaskQueue};
-use mapi_runs::Doc;
+use mapi_schema::Doc;
 use mapi_store::{Direction, Index};
 
 /// The indexes of the runs' queries.
@@ -71,7 +71,7 @@ pub async fn carry_out(
     for f in follow_ups {
         match f {
             FollowUp::Dispatch { run, attempt } => {
-                if let Err(e) = mapi_runs::tasks::push_dispatch(queue, run, *attempt, None, None).await {
+                if let Err(e) = mapi_schema::tasks::push_dispatch(queue, run, *attempt, None, None).await {
                     tracing::warn!(run = %run, attempt = %attempt, error = %e, "dispatch push failed; the reconciler re-pushes it");
                     if first.is_ok() {
                         first = Err(e);

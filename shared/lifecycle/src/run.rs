@@ -11,8 +11,8 @@ use mapi_domain::{
     AttemptNo, DatasetId, ProjectId, Reason, ResourceClass, RunError, RunId, RunState, TenantId, Timestamp,
     Transition, TransitionError, UserId,
 };
-use mapi_runs::Doc;
-use mapi_runs::counters::{Bumps, Reservation};
+use mapi_quota::counters::{Bumps, Reservation};
+use mapi_schema::Doc;
 use serde::{Deserialize, Serialize};
 
 /// What a new run is asked to do: everything [`crate::commands::admit`]

@@ -12,8 +12,8 @@ use mapi_domain::{
 use mapi_events::progress::Progress;
 use mapi_events::{Event, EventBody};
 use mapi_executor::{ExecutionHandle, ExecutionInfo};
-use mapi_runs::counters::Reservation;
-use mapi_runs::{AttemptDoc, ProgressDoc};
+use mapi_quota::counters::Reservation;
+use mapi_schema::{AttemptDoc, ProgressDoc};
 
 use super::commands::{self, Applied, CancelError, Claim, Ended, Intent, Skip, Write};
 use super::{FollowUp, NewRun, Rules, RunDoc, Step, verdict};
@@ -85,7 +85,7 @@ fn running() -> (RunDoc, AttemptDoc) {
 fn released(step: &Step) -> bool {
     step.writes
         .iter()
-        .any(|w| matches!(w, Write::Bumps(b) if *b == mapi_runs::counters::Bumps::release(&reservation())))
+        .any(|w| matches!(w, Write::Bumps(b) if *b == mapi_quota::counters::Bumps::release(&reservation())))
 }
 
 /// Every transition a step makes is in the table, and is the run's last
@@ -469,8 +469,8 @@ fn finalize_applies_the_outcome_table() {
     }
 }
 
-fn version_of(run: &RunDoc) -> mapi_runs::ModelVersionDoc {
-    mapi_runs::ModelVersionDoc {
+fn version_of(run: &RunDoc) -> mapi_schema::ModelVersionDoc {
+    mapi_schema::ModelVersionDoc {
         id: mapi_domain::ModelVersionId::of_run(run.id()),
         tenant: run.tenant().clone(),
         project: run.project().clone(),

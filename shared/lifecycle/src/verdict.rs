@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use mapi_domain::{AttemptFacts, ExecutionStatus, RetryPolicy, Timestamp, Verdict, classify, decide};
-use mapi_runs::{AttemptDoc, ProgressDoc};
+use mapi_schema::{AttemptDoc, ProgressDoc};
 
 use crate::RunDoc;
 

@@ -36,7 +36,7 @@ pub use config::{
     VARIABLES, variables,
 };
 
-pub use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
+pub use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE};
 pub use services::{QUEUE_ROUTES, QueueRoute, Service, service_of_queue};
 /// The data bucket's name locally.
 pub const DATA_BUCKET: &str = "data";
@@ -255,7 +255,7 @@ pub fn cloudtasks_settings(
 
 /// Every index the store needs: the runs', the other documents' and the jobs'.
 pub fn indexes() -> Vec<mapi_store::Index> {
-    [mapi_lifecycle::INDEXES, mapi_runs::INDEXES, mapi_jobs::INDEXES].concat()
+    [mapi_lifecycle::INDEXES, mapi_schema::INDEXES, mapi_jobs::INDEXES].concat()
 }
 
 /// The ports of one platform.

@@ -4,8 +4,8 @@
 //! the `routes` suite checks that table against the routers and this one.
 
 use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, ITEM_PATH, ITEMS_QUEUE};
-use mapi_runs::tasks::{DISPATCH_PATH, FINALIZE_PATH};
-use mapi_runs::{DISPATCH_QUEUE, FINALIZE_QUEUE};
+use mapi_schema::tasks::{DISPATCH_PATH, FINALIZE_PATH};
+use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE};
 
 /// A deployed service. `submit` is deployed twice from one image: the
 /// tenant API (`MAPI_ROUTES=api`) and its queue callbacks

@@ -201,7 +201,7 @@ pub trait TaskQueue: Send + Sync + Debug {
     ///
     /// - `AlreadyExists`: the name is taken; this call enqueued nothing. It cannot be told apart
     ///   from an earlier call of ours whose answer was lost, so callers that name tasks
-    ///   deterministically count it as pushed (`mapi_runs::tasks`). The Cloud Tasks adapter itself
+    ///   deterministically count it as pushed (`mapi_schema::tasks`). The Cloud Tasks adapter itself
     ///   answers `Ok` when a 409 comes on its own retry of a create.
     /// - `InvalidArgument`: the task fails [`NewTask::validate`], or its queue is not served (Cloud
     ///   Tasks: not configured, without a target, or not created by the deployment), or a 400.

@@ -5,16 +5,24 @@
 //! defaults of its tier; the platform-wide limits that protect the cloud
 //! project. [`admit`] answers with the first limit a request would exceed.
 //!
-//! Architecture invariant: this crate does no I/O and never reads the system
-//! clock. Every function that depends on time takes `now`, and the caller
-//! reads [`Usage`] in the same transaction that will reserve.
+//! [`counters`] holds the sharded usage counters admission reads and
+//! reserves into, and [`plan`] turns an admitted ask into the increments of
+//! the shards with room.
+//!
+//! Architecture invariant: admission ([`admit`], [`plan`]) does no I/O and
+//! never reads the system clock. Every function that depends on time takes
+//! `now`; the caller reads the counters and passes what it read. The two
+//! read helpers in [`counters`] are the crate's only store calls.
 
 mod admit;
+pub mod counters;
 mod limits;
 mod period;
+pub mod plan;
 
 pub use admit::{Ask, Level, Refusal, RefusalCode, TokenBudget, Usage, admit};
 pub use limits::{
     GIB, KillSwitches, Limits, PLATFORM_CONCURRENT_RUNS, Policy, effective, platform_limits, tier_defaults,
 };
 pub use period::{Period, UnknownPeriod};
+pub use plan::{Asked, CounterNames, NoRoom, Plan, Read, plan};

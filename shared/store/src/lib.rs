@@ -22,6 +22,7 @@ mod txn;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod typed;
 #[cfg(any(test, feature = "conformance"))]
 pub mod unreliable;
 

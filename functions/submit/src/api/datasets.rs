@@ -11,7 +11,7 @@ use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
 use mapi_quota::Ask;
-use mapi_runs::{DatasetDoc, Doc, layout, tx_create};
+use mapi_schema::{DatasetDoc, Doc, layout, tx_create};
 use mapi_store::transact;
 
 use crate::quota;

@@ -14,7 +14,7 @@ use mapi_identity::{Audit, Caller, Target, authorize};
 use mapi_jobs::{Counts, Fanout, ItemFailure, ItemOutcome, JobDoc, JobItemDoc, JobState, layout};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query, page_size};
-use mapi_runs::{tx_create, tx_get, tx_put};
+use mapi_schema::{tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -99,7 +99,7 @@ pub struct ItemPage {
 async fn view(state: &AppState, job: &JobDoc) -> Result<JobView, ApiError> {
     let (s, counts, c) = derived(state, job).await?;
     let finished_at = if s.is_final() {
-        let last = mapi_store::Query::new(<JobItemDoc as mapi_runs::Doc>::COLLECTION)
+        let last = mapi_store::Query::new(<JobItemDoc as mapi_schema::Doc>::COLLECTION)
             .filter("job", Op::Eq, job.id.as_str())
             .order_by("at", Direction::Desc)
             .limit(1);
@@ -249,7 +249,7 @@ pub async fn submit(
     if let Err(e) = mapi_jobs::tasks::push_fanout(&*state.queue, &id, 0, None).await {
         // Nothing will fan the job out: take it back, so no job waits
         // forever in `enqueuing`. Its manifest objects stay behind (logged).
-        let key = mapi_runs::key::<JobDoc>(id.as_str())?;
+        let key = mapi_schema::key::<JobDoc>(id.as_str())?;
         if let Err(d) =
             mapi_store::StoreExt::delete(&*state.store, &key, mapi_store::Precondition::None).await
         {
@@ -359,7 +359,7 @@ pub async fn list_items(
     Query(q): Query<ItemsQuery>,
 ) -> Result<Json<ItemPage>, ApiError> {
     let job = load_for(&state, &caller, &id, Action::Read).await?;
-    let mut query = mapi_store::Query::new(<JobItemDoc as mapi_runs::Doc>::COLLECTION).filter(
+    let mut query = mapi_store::Query::new(<JobItemDoc as mapi_schema::Doc>::COLLECTION).filter(
         "job",
         Op::Eq,
         job.id.as_str(),
@@ -528,7 +528,7 @@ pub async fn retry_failed(
     let mut token: Option<String> = None;
     let mut reopened = 0u64;
     loop {
-        let (docs, next) = mapi_store::Query::new(<JobItemDoc as mapi_runs::Doc>::COLLECTION)
+        let (docs, next) = mapi_store::Query::new(<JobItemDoc as mapi_schema::Doc>::COLLECTION)
             .filter("job", Op::Eq, job.id.as_str())
             .filter("outcome", Op::Eq, ItemOutcome::Failed.as_str())
             .order_by("idx", Direction::Asc)

@@ -22,7 +22,7 @@ use mapi_identity::{Audit, Caller, Target, audit, authorize};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
-use mapi_runs::{Doc, ModelVersionDoc, Outcome, layout};
+use mapi_schema::{Doc, ModelVersionDoc, Outcome, layout};
 
 use super::datasets::{PageQuery, newest_first, require_project};
 
@@ -36,7 +36,7 @@ async fn load_for(state: &AppState, caller: &Caller, id: &str) -> Result<ModelVe
     let not_found = || ApiError::not_found(format!("{what} not found"));
     let id = ModelVersionId::parse(id).map_err(|_| not_found())?;
     let version =
-        mapi_runs::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
+        mapi_schema::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
     authorize(
         state,
         caller,

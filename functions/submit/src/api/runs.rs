@@ -11,7 +11,7 @@ use mapi_identity::{Audit, Caller, Granted, Target, authorize};
 use mapi_lifecycle::{NewRun, RunDoc};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
-use mapi_runs::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -55,7 +55,7 @@ async fn validate(
             spec.tasks
         )));
     }
-    let dataset = match mapi_runs::get::<DatasetDoc>(&*state.store, spec.dataset.as_str()).await? {
+    let dataset = match mapi_schema::get::<DatasetDoc>(&*state.store, spec.dataset.as_str()).await? {
         Some(d) if &d.tenant == tenant && &d.project == project => d,
         _ => {
             return Err(ApiError::not_found(format!(
@@ -262,9 +262,9 @@ fn dry_run(run: &NewRun, refusal: Option<mapi_quota::Refusal>) -> DryRunView {
 async fn commit(
     state: &AppState,
     step: &mapi_lifecycle::Step,
-    bumps: &mapi_runs::counters::Bumps,
+    bumps: &mapi_quota::counters::Bumps,
     idem: Option<&IdempotencyDoc>,
-    record: &mapi_runs::AuditDoc,
+    record: &mapi_schema::AuditDoc,
     now: mapi_domain::Timestamp,
 ) -> Result<Submitted, ApiError> {
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
@@ -293,7 +293,7 @@ async fn commit(
 
 /// Loads a run.
 pub async fn load(state: &AppState, id: &RunId) -> Result<RunDoc, ApiError> {
-    mapi_runs::get::<RunDoc>(&*state.store, id.as_str())
+    mapi_schema::get::<RunDoc>(&*state.store, id.as_str())
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {id} not found")))
 }
@@ -309,7 +309,7 @@ async fn load_for(
     let what = format!("run {}", id.chars().take(64).collect::<String>());
     let not_found = || ApiError::not_found(format!("{what} not found"));
     let id = RunId::parse(id).map_err(|_| not_found())?;
-    let run = mapi_runs::get::<RunDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
+    let run = mapi_schema::get::<RunDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
     let granted =
         authorize(state, caller, Target::project(run.tenant(), run.project(), &what), Resource::Run, action)
             .await?;

@@ -8,16 +8,16 @@ use mapi_lifecycle::RunDoc;
 use mapi_objects::SignedMethod;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
-use mapi_runs::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, layout};
+use mapi_schema::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, layout};
 
 /// How long the download URLs in a view stay valid.
 const DOWNLOAD_TTL: Duration = Duration::from_secs(900);
 
 pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> {
-    let attempts: Vec<AttemptDoc> = mapi_runs::of_run(&*state.store, run.id()).await?;
-    let ledger: Vec<LedgerEntry> = mapi_runs::of_run(&*state.store, run.id()).await?;
+    let attempts: Vec<AttemptDoc> = mapi_schema::of_run(&*state.store, run.id()).await?;
+    let ledger: Vec<LedgerEntry> = mapi_schema::of_run(&*state.store, run.id()).await?;
     let progress: Option<ProgressDoc> =
-        mapi_runs::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
+        mapi_schema::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
     let summary = progress.as_ref().map(|p| p.progress.summary());
 
     // Outputs are what the attempt wrote to the object store, not what its
@@ -57,7 +57,7 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
     // Created in the commit that made the run succeed.
     let model_version = if run.state() == RunState::Succeeded {
         let id = ModelVersionId::of_run(run.id());
-        mapi_runs::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.map(|v| v.id)
+        mapi_schema::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.map(|v| v.id)
     } else {
         None
     };

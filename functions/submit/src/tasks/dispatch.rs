@@ -29,8 +29,8 @@ use mapi_metrics::ExecutorLabels;
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, SignedMethod};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::tasks::DispatchTask;
-use mapi_runs::{AttemptDoc, DatasetDoc, layout, tx_get};
+use mapi_schema::tasks::DispatchTask;
+use mapi_schema::{AttemptDoc, DatasetDoc, layout, tx_get};
 use mapi_store::transact;
 use serde::Serialize;
 
@@ -97,7 +97,7 @@ pub async fn handle(
     };
     let (task_ref, intent) = (&task, &intent);
 
-    if let Some(run) = mapi_runs::get::<RunDoc>(&*state.store, task.run.as_str()).await?
+    if let Some(run) = mapi_schema::get::<RunDoc>(&*state.store, task.run.as_str()).await?
         && run.state() == RunState::Queued
     {
         if let Some((wait, why)) = crate::quota::compute_stopped(&state, run.tenant()).await? {
@@ -204,7 +204,7 @@ const HOLD_RETRY_S: u64 = 300;
 /// queue; they never fail for it.
 async fn hold(state: &AppState, run: &RunDoc) -> Result<Option<(u64, String)>, ApiError> {
     let caps = state.executor.capabilities();
-    let doc = mapi_runs::get::<mapi_runs::ExecutorDoc>(&*state.store, &caps.executor).await?;
+    let doc = mapi_schema::get::<mapi_schema::ExecutorDoc>(&*state.store, &caps.executor).await?;
     if let Some(d) = doc.as_ref().filter(|d| !d.enabled) {
         let reason = d.reason.clone().unwrap_or_default();
         return Ok(Some((
@@ -212,8 +212,9 @@ async fn hold(state: &AppState, run: &RunDoc) -> Result<Option<(u64, String)>, A
             format!("executor {} is disabled by an operator: {reason}", caps.executor),
         )));
     }
-    let tier =
-        mapi_runs::get::<mapi_runs::TenantDoc>(&*state.store, run.tenant().as_str()).await?.map(|t| t.tier);
+    let tier = mapi_schema::get::<mapi_schema::TenantDoc>(&*state.store, run.tenant().as_str())
+        .await?
+        .map(|t| t.tier);
     if !matches!(tier, Some(mapi_domain::Tier::Verified | mapi_domain::Tier::Public)) {
         return Ok(None);
     }
@@ -353,7 +354,7 @@ async fn refuse(state: &AppState, attempt: &AttemptDoc, why: String) -> Result<(
 /// delivery of this attempt is the same attempt's and is kept).
 async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) -> Result<(), ApiError> {
     let dataset =
-        mapi_runs::get::<DatasetDoc>(&*state.store, run.dataset().as_str()).await?.ok_or_else(|| {
+        mapi_schema::get::<DatasetDoc>(&*state.store, run.dataset().as_str()).await?.ok_or_else(|| {
             ApiError::internal(format!("dataset {} of run {} vanished", run.dataset(), run.id()))
         })?;
     // URLs must outlive the run: its timeout, the executor's margin, an hour to spare.

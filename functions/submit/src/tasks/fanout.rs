@@ -24,8 +24,8 @@ use mapi_jobs::JobDoc;
 use mapi_jobs::tasks::FanoutTask;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::counters::{self, field};
-use mapi_runs::{tx_get, tx_put};
+use mapi_quota::counters::{self, field};
+use mapi_schema::{tx_get, tx_put};
 use mapi_store::transact;
 
 use mapi_jobs::tasks::{push_fanout, push_items};
@@ -148,7 +148,7 @@ async fn reserve(state: &AppState, job: &JobDoc, step: u64) -> Result<JobDoc, Ap
             tx_put(&mut tx, &job)?;
             for t in &takes {
                 tx.increment(
-                    &mapi_runs::key::<counters::CounterDoc>(&t.shard)?,
+                    &mapi_schema::key::<counters::CounterDoc>(&t.shard)?,
                     field::ACTIVE_ITEMS,
                     t.amount,
                     t.at_most,

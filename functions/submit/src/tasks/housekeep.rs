@@ -15,8 +15,8 @@ use mapi_jobs::{JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc};
 use mapi_objects::{IfGeneration, ObjectError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_runs::counters::{self, field};
-use mapi_runs::{Doc, QuotaPolicyDoc};
+use mapi_quota::counters::{self, field};
+use mapi_schema::{Doc, QuotaPolicyDoc};
 use mapi_store::{Direction, Op, Query, transact};
 
 use crate::job_store::{base, derived, object_key};
@@ -133,12 +133,12 @@ async fn delete_job(state: &AppState, job: &JobDoc) -> Result<u64, ApiError> {
     let tenant = &tenant;
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         for shard in JobCountsDoc::shard_ids(id) {
-            tx.delete(&mapi_runs::key::<JobCountsDoc>(&shard)?);
+            tx.delete(&mapi_schema::key::<JobCountsDoc>(&shard)?);
         }
-        tx.delete(&mapi_runs::key::<JobDoc>(id.as_str())?);
+        tx.delete(&mapi_schema::key::<JobDoc>(id.as_str())?);
         if running > 0 {
             tx.increment(
-                &mapi_runs::key::<counters::CounterDoc>(tenant)?,
+                &mapi_schema::key::<counters::CounterDoc>(tenant)?,
                 field::ACTIVE_ITEMS,
                 -running,
                 None,

@@ -32,8 +32,8 @@ use mapi_objects::{IfGeneration, ObjectError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode};
 use mapi_quota::Period;
-use mapi_runs::counters::{self, Bumps, field};
-use mapi_runs::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
+use mapi_quota::counters::{self, Bumps, field};
+use mapi_schema::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde_json::{Value, json};
 
@@ -264,7 +264,7 @@ async fn mark_from_objects(
         cost_micros: usage.as_ref().map_or(0, |u| u.cost_micros),
         at: now,
     };
-    let shard = mapi_runs::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
+    let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
     // The item's ledger entry: the same amount the counters take.
     let mut charge = mapi_cost::CURRENT.charge(ResourceClass::S, 1, Duration::from_millis(m.duration_ms));
     charge.amount_micros = m.cost_micros;

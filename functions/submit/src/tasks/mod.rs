@@ -15,7 +15,7 @@ use mapi_platform::AppState;
 /// The task routes.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route(mapi_runs::tasks::DISPATCH_PATH, post(dispatch::handle))
+        .route(mapi_schema::tasks::DISPATCH_PATH, post(dispatch::handle))
         .route(mapi_jobs::tasks::FANOUT_PATH, post(fanout::handle))
         .route(mapi_jobs::tasks::ITEM_PATH, post(item::handle))
         .route(housekeep::HOUSEKEEP_PATH, post(housekeep::handle))

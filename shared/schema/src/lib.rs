@@ -1,54 +1,39 @@
-//! The platform's documents (but the run's) and the typed store helpers.
+//! The platform's documents (but the run's), by domain, and their indexes.
 //!
 //! Every document names its tenant and project. Each type knows its
-//! collection and key ([`Doc`]); [`INDEXES`] lists every composite index the
-//! platform's queries need (the SQLite adapter creates them; the Firestore
-//! deploy applies the same list).
+//! collection and key ([`Doc`], from the store's typed layer); [`INDEXES`]
+//! lists every composite index the platform's queries need (the SQLite
+//! adapter creates them; the Firestore deploy applies the same list).
+//!
+//! - [`tenancy`]: tenants, projects, people, memberships, tokens, quota policies;
+//! - [`runs`]: attempts, progress, events seen, datasets, model versions,
+//!   ledgers, idempotency keys;
+//! - [`ops`]: kill switches, the tick's lease, executors;
+//! - [`audit`]: the audit log;
+//! - [`layout`]: where objects live; [`tasks`]: the queue's task bodies.
 //!
 //! The run document itself and every change of its state live in
-//! `mapi-lifecycle`.
+//! `mapi-lifecycle`; usage counters live with admission in `mapi-quota`.
 
-pub mod counters;
-mod docs;
+pub mod audit;
 pub mod layout;
+pub mod ops;
+pub mod runs;
 pub mod tasks;
+pub mod tenancy;
 
-pub use docs::*;
+pub use audit::*;
+pub use mapi_store::typed::{Doc, decode, get, key, tx_create, tx_get, tx_put};
+pub use ops::*;
+pub use runs::*;
+pub use tenancy::*;
 
 /// The queue that dispatches attempts (handled by `submit`).
 pub const DISPATCH_QUEUE: &str = "dispatch";
 /// The queue that finalizes attempts (handled by `meter`).
 pub const FINALIZE_QUEUE: &str = "finalize";
 
-use mapi_store::{Direction, DocKey, Document, Index, StoreError, Txn};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
-/// A document type: its collection and the id of a value.
-pub trait Doc: Serialize + DeserializeOwned {
-    const COLLECTION: &'static str;
-    fn doc_id(&self) -> String;
-
-    fn key(&self) -> Result<DocKey, StoreError> {
-        DocKey::new(Self::COLLECTION, self.doc_id())
-    }
-}
-
-/// The key of document `id` of type `T`.
-pub fn key<T: Doc>(id: &str) -> Result<DocKey, StoreError> {
-    DocKey::new(T::COLLECTION, id)
-}
-
-/// Decodes a stored document into `T`.
-pub fn decode<T: Doc>(doc: &Document) -> Result<T, StoreError> {
-    doc.decode()
-}
-
-/// Reads document `id` of type `T`, outside a transaction.
-pub async fn get<T: Doc>(store: &dyn mapi_store::Store, id: &str) -> Result<Option<T>, StoreError> {
-    use mapi_store::StoreExt;
-    store.get_one(&key::<T>(id)?).await?.map(|d| d.decode()).transpose()
-}
+use mapi_store::{Direction, Index, StoreError};
 
 /// The documents of type `T` that belong to `run`, by attempt (attempts,
 /// ledger entries).
@@ -60,24 +45,6 @@ pub async fn of_run<T: Doc>(
         .filter("run", mapi_store::Op::Eq, run.as_str())
         .order_by("attempt", Direction::Asc);
     store.query(&q, None).await?.iter().map(|d| d.decode()).collect()
-}
-
-/// Reads document `id` of type `T` in a transaction.
-pub async fn tx_get<T: Doc>(tx: &mut Txn<'_>, id: &str) -> Result<Option<T>, StoreError> {
-    tx.get(&key::<T>(id)?).await?.map(|d| d.decode()).transpose()
-}
-
-/// Buffers a replace of `value` in a transaction.
-pub fn tx_put<T: Doc>(tx: &mut Txn<'_>, value: &T) -> Result<(), StoreError> {
-    tx.put(&value.key()?, mapi_store::encode(value)?, mapi_store::Precondition::None);
-    Ok(())
-}
-
-/// Buffers a create of `value` in a transaction (the commit fails with
-/// `AlreadyExists` if it is there).
-pub fn tx_create<T: Doc>(tx: &mut Txn<'_>, value: &T) -> Result<(), StoreError> {
-    tx.create(&value.key()?, mapi_store::encode(value)?);
-    Ok(())
 }
 
 /// Every composite index the platform's queries use.

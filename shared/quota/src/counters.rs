@@ -107,12 +107,12 @@
 //! the document whose existence it counts (the run, the dataset, the ledger
 //! entry, the item marker), so counters never drift from what they count.
 
+use crate::Period;
 use mapi_domain::{TenantId, Timestamp};
-use mapi_quota::Period;
 use mapi_store::{DocKey, Document, StoreError, Txn};
 use serde::{Deserialize, Serialize};
 
-use crate::{Doc, key};
+use mapi_store::typed::{Doc, key};
 
 /// One counter document.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

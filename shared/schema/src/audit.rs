@@ -1,0 +1,52 @@
+//! The audit log.
+
+use mapi_domain::{ProjectId, TenantId, Timestamp, UserId};
+use serde::{Deserialize, Serialize};
+
+use crate::Doc;
+
+mapi_domain::wire_enum!(
+    /// How an audited action ended.
+    Outcome {
+        Success => "success",
+        Denied => "denied",
+        Failed => "failed",
+    }
+);
+
+/// One audit log entry. Id: time in micros (zero-padded) and a random
+/// suffix, so entries sort by time. IP addresses and user agents are kept
+/// only as keyed hashes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AuditDoc {
+    pub id: String,
+    pub at: Timestamp,
+    pub tenant: Option<TenantId>,
+    pub project: Option<ProjectId>,
+    /// The person (or the token's owner); absent when unauthenticated.
+    pub actor: Option<UserId>,
+    /// `session`, `token`, `internal` or `anonymous`.
+    pub actor_kind: String,
+    /// The token used, by public id.
+    pub token: Option<String>,
+    /// The actor acted as an operator.
+    pub operator: bool,
+    /// What was done, e.g. `tenant.create`, `auth.sign_in_failed`, `run.cancel`.
+    pub action: String,
+    /// What it was done to, e.g. `tenants/acme`, `runs/run_…`.
+    pub resource: String,
+    #[schema(value_type = String)]
+    pub outcome: Outcome,
+    /// The problem code answered, when refused or failed.
+    pub problem: Option<String>,
+    pub detail: Option<String>,
+    pub ip_hash: Option<String>,
+    pub user_agent_hash: Option<String>,
+}
+
+impl Doc for AuditDoc {
+    const COLLECTION: &'static str = "audit";
+    fn doc_id(&self) -> String {
+        self.id.clone()
+    }
+}

@@ -1,0 +1,256 @@
+//! Runs' documents but the run itself (which lives with its lifecycle):
+//! attempts, progress, events seen, datasets, model versions, ledgers and
+//! idempotency keys. Ids are chosen so no document is hot: one attempt,
+//! one progress record, one ledger entry each.
+
+use mapi_cost::Charge;
+use mapi_domain::{
+    AttemptNo, DatasetId, ExecutionStatus, JobId, ModelVersionId, Nonce, ProjectId, ResourceClass, RunId,
+    TenantId, Timestamp, UserId,
+};
+use mapi_events::progress::Progress;
+use mapi_executor::ExecutionHandle;
+use serde::{Deserialize, Serialize};
+
+use crate::Doc;
+
+/// An uploaded dataset.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DatasetDoc {
+    pub id: DatasetId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub name: String,
+    /// The object key in the data bucket.
+    pub object: String,
+    pub generation: i64,
+    pub size: u64,
+    pub rows: usize,
+    pub columns: Vec<String>,
+    pub numeric_columns: Vec<String>,
+    pub created_at: Timestamp,
+    pub created_by: UserId,
+}
+
+impl Doc for DatasetDoc {
+    const COLLECTION: &'static str = "datasets";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+/// One attempt: the intent row the dispatcher writes before it calls the
+/// executor. Id: `{run}:{attempt}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptDoc {
+    pub run: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub attempt: AttemptNo,
+    pub nonce: Nonce,
+    pub class: ResourceClass,
+    pub task_count: u32,
+    /// The attempt's event-signing key (hex). Only the platform and the
+    /// attempt's bootstrap know it.
+    pub event_key: String,
+    pub created_at: Timestamp,
+    /// Until when a dispatcher holds this attempt (extended while it works).
+    pub lease_until: Timestamp,
+    /// The execution, once the executor named it.
+    pub handle: Option<ExecutionHandle>,
+    pub submitted_at: Option<Timestamp>,
+    /// When the executor was first seen reporting the execution finished.
+    pub finished_seen_at: Option<Timestamp>,
+    pub started: Option<Timestamp>,
+    pub finished: Option<Timestamp>,
+    pub status: Option<ExecutionStatus>,
+    /// The meter has written this attempt's ledger entry and applied its verdict.
+    pub finalized: bool,
+}
+
+impl AttemptDoc {
+    pub fn id_of(run: &RunId, attempt: AttemptNo) -> String {
+        format!("{run}:{attempt}")
+    }
+}
+
+impl Doc for AttemptDoc {
+    const COLLECTION: &'static str = "attempts";
+    fn doc_id(&self) -> String {
+        AttemptDoc::id_of(&self.run, self.attempt)
+    }
+}
+
+/// The merged events of one attempt. Id: `{run}:{attempt}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressDoc {
+    pub run: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub attempt: AttemptNo,
+    pub progress: Progress,
+    pub updated_at: Timestamp,
+}
+
+impl Doc for ProgressDoc {
+    const COLLECTION: &'static str = "progress";
+    fn doc_id(&self) -> String {
+        AttemptDoc::id_of(&self.run, self.attempt)
+    }
+}
+
+/// Marks one event as applied: `{run}:{attempt}:{seq}`. Created in the same
+/// transaction as the progress it changed, so an event applies once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventSeenDoc {
+    pub run: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub attempt: AttemptNo,
+    pub seq: u64,
+    pub at: Timestamp,
+}
+
+impl Doc for EventSeenDoc {
+    const COLLECTION: &'static str = "event_seen";
+    fn doc_id(&self) -> String {
+        format!("{}:{}:{}", self.run, self.attempt, self.seq)
+    }
+}
+
+/// A model version: the signed bundle of a succeeded run's outputs. Id:
+/// [`ModelVersionId::of_run`], created once, in the same commit as the
+/// run's `succeeded` transition (the bundle was sealed before that commit),
+/// so a run is `succeeded` exactly when its version exists.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelVersionDoc {
+    pub id: ModelVersionId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub run: RunId,
+    /// The attempt whose outputs were sealed.
+    pub attempt: AttemptNo,
+    pub method: String,
+    /// The bundle's prefix in the data bucket (`…/runs/{run}/bundle`).
+    pub bundle: String,
+    /// Hex SHA-256 of the signed manifest: the version is exactly that manifest.
+    pub manifest_sha256: String,
+    /// The key version that signed the manifest.
+    pub key_version: String,
+    pub artifact_count: u32,
+    pub created_at: Timestamp,
+}
+
+impl Doc for ModelVersionDoc {
+    const COLLECTION: &'static str = "model_versions";
+    fn doc_id(&self) -> String {
+        self.id.to_string()
+    }
+}
+
+/// One append-only ledger entry: the charge of one attempt. Id:
+/// `{run}:{attempt}`, created once, so a repeated finalization writes nothing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LedgerEntry {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub run: RunId,
+    pub attempt: AttemptNo,
+    pub charge: Charge,
+    /// The token the run was submitted with, if any.
+    #[serde(default)]
+    pub token: Option<String>,
+    pub at: Timestamp,
+}
+
+/// One append-only ledger entry of an item job: the charge of one finished
+/// item in one round (class S, one task, the item's duration; the amount is
+/// the one counted in the tenant's usage counters). Id:
+/// `{job}:{idx}:{round}`, created once in the commit of the item's marker,
+/// so a redelivered item writes nothing more. Kept beside [`LedgerEntry`]
+/// (which stays the charge of one run attempt) in its own collection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ItemLedgerEntry {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    #[schema(value_type = String)]
+    pub job: JobId,
+    pub idx: u64,
+    pub round: u32,
+    pub charge: Charge,
+    /// The token the job was submitted with, if any.
+    #[serde(default)]
+    pub token: Option<String>,
+    pub at: Timestamp,
+}
+
+impl ItemLedgerEntry {
+    /// The entry's id.
+    pub fn id_of(job: &JobId, idx: u64, round: u32) -> String {
+        format!("{job}:{idx}:{round}")
+    }
+}
+
+impl Doc for ItemLedgerEntry {
+    const COLLECTION: &'static str = "item_ledger";
+    fn doc_id(&self) -> String {
+        Self::id_of(&self.job, self.idx, self.round)
+    }
+}
+
+impl Doc for LedgerEntry {
+    const COLLECTION: &'static str = "ledger";
+    fn doc_id(&self) -> String {
+        AttemptDoc::id_of(&self.run, self.attempt)
+    }
+}
+
+/// An `Idempotency-Key` seen on a submit. Id: hex SHA-256 of
+/// `{tenant}:{project}:{key}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyDoc {
+    pub id: String,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub run: RunId,
+    /// Hex SHA-256 of the request body, to refuse a reused key with another request.
+    pub request_hash: String,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
+impl Doc for IdempotencyDoc {
+    const COLLECTION: &'static str = "idempotency";
+    fn doc_id(&self) -> String {
+        self.id.clone()
+    }
+}
+
+impl From<&crate::ModelVersionDoc> for mapi_api::views::ModelVersionSummary {
+    fn from(v: &crate::ModelVersionDoc) -> Self {
+        mapi_api::views::ModelVersionSummary {
+            id: v.id.clone(),
+            run: v.run.clone(),
+            method: v.method.clone(),
+            artifact_count: v.artifact_count,
+            manifest_sha256: v.manifest_sha256.clone(),
+            created_at: v.created_at,
+        }
+    }
+}
+
+impl From<&crate::DatasetDoc> for mapi_api::views::DatasetView {
+    fn from(d: &crate::DatasetDoc) -> Self {
+        mapi_api::views::DatasetView {
+            id: d.id.clone(),
+            tenant: d.tenant.clone(),
+            project: d.project.clone(),
+            name: d.name.clone(),
+            size: d.size,
+            rows: d.rows,
+            columns: d.columns.clone(),
+            numeric_columns: d.numeric_columns.clone(),
+            created_at: d.created_at,
+        }
+    }
+}
