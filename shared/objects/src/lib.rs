@@ -16,6 +16,8 @@ pub mod signed;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod unreliable;
 
 use std::fmt::Debug;
 use std::time::Duration;

@@ -7,6 +7,9 @@
 //! `make` function for a harness delivering to it ([`Setup`]). An adapter's
 //! tests call [`queue_conformance_suite!`](crate::queue_conformance_suite)
 //! with that function; the macro expands to one `#[tokio::test]` per case.
+//! The failure cases create and delete through [`Unreliable`], which refuses
+//! writes before they apply or loses their answers after, and assert what
+//! the port's failure model promises a caller that retries.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,6 +26,7 @@ use bytes::Bytes;
 use mapi_domain::Timestamp;
 use tokio::sync::Notify;
 
+use crate::unreliable::Unreliable;
 use crate::{NewTask, QueueConfig, QueueError, QueueName, RetryConfig, TaskInfo, TaskName, TaskQueue};
 
 /// The bearer token the suite's deliveries must carry.
@@ -512,6 +516,115 @@ pub async fn retry_after_is_honoured<H: Harness>(make: impl AsyncFnOnce(Setup) -
     assert_eq!(target.count(), 3);
 }
 
+fn unavailable<T: fmt::Debug>(r: Result<T, QueueError>, what: &str) {
+    assert!(matches!(r, Err(QueueError::Unavailable(_))), "{what}: {r:?}");
+}
+
+fn delivered_names(target: &ScriptedTarget) -> Vec<String> {
+    target.deliveries().iter().map(|d| d.task_name().to_owned()).collect()
+}
+
+/// A create refused before it reached the queue enqueued nothing and took
+/// no name, so its retry under the same name enqueues the task, delivered
+/// once.
+pub async fn a_refused_create_enqueues_nothing_and_its_retry_is_delivered_once<H: Harness>(
+    make: impl AsyncFnOnce(Setup) -> H,
+) {
+    let (target, h) = start(make, |_, _| Reply::ok()).await;
+    let u = Unreliable::new(h.queue()).refuse_next(1);
+    let once = || task(main_queue(), "/internal/once", r#"{"n":1}"#).named(name("once"));
+    unavailable(u.create(once()).await, "refused");
+    assert_eq!(depth(&h, &main_queue()).await, 0, "a refused create enqueued nothing");
+    assert_eq!(h.deliver_due().await, 0);
+    let info = u.create(once()).await.expect("the retry enqueues: the refused create took no name");
+    assert_eq!(info.name, name("once"));
+    assert_eq!(h.deliver_due().await, 1);
+    h.advance(Duration::from_secs(60));
+    assert_eq!(h.deliver_due().await, 0);
+    assert_eq!(delivered_names(&target), ["once"], "delivered once");
+}
+
+/// A named create whose answer was lost has enqueued the task: its retry
+/// under the same name answers `AlreadyExists` (which a caller that names
+/// tasks deterministically counts as pushed) and enqueues nothing, so the
+/// task is delivered exactly once.
+pub async fn a_lost_named_create_has_enqueued_and_its_retry_answers_already_exists<H: Harness>(
+    make: impl AsyncFnOnce(Setup) -> H,
+) {
+    let (target, h) = start(make, |_, _| Reply::ok()).await;
+    let u = Unreliable::new(h.queue()).lose_next(1);
+    let once = || task(main_queue(), "/internal/once", r#"{"n":1}"#).named(name("once"));
+    unavailable(u.create(once()).await, "lost");
+    assert_eq!(depth(&h, &main_queue()).await, 1, "the lost create enqueued the task");
+    assert_eq!(u.create(once()).await, Err(QueueError::AlreadyExists(name("once"))));
+    assert_eq!(depth(&h, &main_queue()).await, 1, "the retry enqueued nothing");
+    assert_eq!(h.deliver_due().await, 1);
+    h.advance(Duration::from_secs(60));
+    assert_eq!(h.deliver_due().await, 0);
+    let got = target.deliveries();
+    assert_eq!(got.len(), 1, "delivered exactly once");
+    assert_eq!((got[0].task_name(), &got[0].body[..]), ("once", &br#"{"n":1}"#[..]));
+}
+
+/// An unnamed create whose answer was lost has enqueued the task, under a
+/// name the caller never learnt. Nothing tells its retry from a new task,
+/// so the retry enqueues a second one and the body is delivered twice: an
+/// unnamed task is only for work that may run twice; a task that must run
+/// once is named (as in the case above).
+pub async fn a_lost_unnamed_create_has_enqueued_and_its_retry_enqueues_another<H: Harness>(
+    make: impl AsyncFnOnce(Setup) -> H,
+) {
+    let (target, h) = start(make, |_, _| Reply::ok()).await;
+    let u = Unreliable::new(h.queue()).lose_next(1);
+    let anon = || task(main_queue(), "/internal/anon", r#"{"n":2}"#);
+    unavailable(u.create(anon()).await, "lost");
+    assert_eq!(depth(&h, &main_queue()).await, 1, "the lost create enqueued the task");
+    let info = u.create(anon()).await.expect("the retry is a new task");
+    assert_eq!(depth(&h, &main_queue()).await, 2, "the retry enqueued a second task");
+    assert_eq!(h.deliver_due().await, 2);
+    let got = target.deliveries();
+    let names: BTreeSet<&str> = got.iter().map(Delivery::task_name).collect();
+    assert_eq!(names.len(), 2, "two tasks under two names: {names:?}");
+    assert!(names.contains(info.name.as_str()), "{names:?} vs {info:?}");
+    assert!(got.iter().all(|d| &d.body[..] == br#"{"n":2}"#), "the same body twice: {got:?}");
+}
+
+/// A delete refused before it reached the queue left the task pending, and
+/// its retry deletes it: the task is never delivered.
+pub async fn a_refused_delete_leaves_the_task_and_its_retry_deletes<H: Harness>(
+    make: impl AsyncFnOnce(Setup) -> H,
+) {
+    let (target, h) = start(make, |_, _| Reply::ok()).await;
+    let q = main_queue();
+    create(&h, task(q.clone(), "/internal/x", "{}").named(name("doomed"))).await;
+    let u = Unreliable::new(h.queue()).refuse_next(1);
+    unavailable(u.delete(&q, &name("doomed")).await, "refused");
+    assert_eq!(depth(&h, &q).await, 1, "a refused delete deleted nothing");
+    u.delete(&q, &name("doomed")).await.expect("the retry deletes");
+    assert_eq!(depth(&h, &q).await, 0);
+    assert_eq!(h.deliver_due().await, 0);
+    assert_eq!(target.count(), 0, "a deleted task is never delivered");
+}
+
+/// A delete whose answer was lost has deleted the task: its retry answers
+/// `NotFound`, which a caller that wants the task gone counts as done. The
+/// task is never delivered and its name stays reserved.
+pub async fn a_lost_delete_has_deleted_and_its_retry_answers_not_found<H: Harness>(
+    make: impl AsyncFnOnce(Setup) -> H,
+) {
+    let (target, h) = start(make, |_, _| Reply::ok()).await;
+    let q = main_queue();
+    let gone = || task(q.clone(), "/internal/x", "{}").named(name("gone"));
+    create(&h, gone()).await;
+    let u = Unreliable::new(h.queue()).lose_next(1);
+    unavailable(u.delete(&q, &name("gone")).await, "lost");
+    assert_eq!(depth(&h, &q).await, 0, "the lost delete deleted the task");
+    assert_eq!(u.delete(&q, &name("gone")).await, Err(QueueError::NotFound(name("gone"))));
+    assert_eq!(h.deliver_due().await, 0);
+    assert_eq!(target.count(), 0, "a deleted task is never delivered");
+    assert_eq!(h.queue().create(gone()).await, Err(QueueError::AlreadyExists(name("gone"))));
+}
+
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
 /// async function (or closure) from a [`Setup`](crate::conformance::Setup)
 /// to a [`Harness`](crate::conformance::Harness), which owns whatever must
@@ -524,7 +637,11 @@ macro_rules! queue_conformance_suite {
             duplicate_names_are_refused_within_the_dedup_window, future_schedule_time_is_not_delivered_early,
             failures_are_retried_with_growing_backoff, exhausted_attempts_make_a_task_dead,
             deleted_tasks_are_never_delivered, depth_counts_pending_tasks, invalid_arguments_are_refused,
-            retry_after_is_honoured);
+            retry_after_is_honoured, a_refused_create_enqueues_nothing_and_its_retry_is_delivered_once,
+            a_lost_named_create_has_enqueued_and_its_retry_answers_already_exists,
+            a_lost_unnamed_create_has_enqueued_and_its_retry_enqueues_another,
+            a_refused_delete_leaves_the_task_and_its_retry_deletes,
+            a_lost_delete_has_deleted_and_its_retry_answers_not_found);
     };
     (@cases $make:expr; $($case:ident),+) => {
         $(

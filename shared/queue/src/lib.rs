@@ -17,6 +17,8 @@ pub mod sqlite;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod unreliable;
 
 use std::fmt::{self, Debug};
 use std::time::Duration;

@@ -1,0 +1,110 @@
+//! An object store that fails on purpose, to prove what callers rely on
+//! when the real one fails: the first writes (puts and deletes) can be
+//! refused before they reach the bucket (the service was unavailable), and
+//! the answers of the next can be lost after the bucket applied them (the
+//! connection dropped on the way back). Both answer `Unavailable`, as the
+//! port's failure model allows, so a caller cannot tell them apart and must
+//! retry in a way that is right for both. Reads, listings and URL signing
+//! pass through (an upload to a signed URL does not go through the wrapper).
+//! The conformance suite runs its failure cases through it on every adapter.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{
+    Generation, IfGeneration, ListPage, ObjectError, ObjectKey, ObjectMeta, ObjectStore, SignedMethod,
+};
+
+/// Wraps `inner`, failing the first `refuse` writes and losing the answers
+/// of the `lose` writes after them.
+#[derive(Debug)]
+pub struct Unreliable<'a> {
+    inner: &'a dyn ObjectStore,
+    refuse: AtomicU32,
+    lose: AtomicU32,
+}
+
+impl<'a> Unreliable<'a> {
+    pub fn new(inner: &'a dyn ObjectStore) -> Unreliable<'a> {
+        Unreliable { inner, refuse: AtomicU32::new(0), lose: AtomicU32::new(0) }
+    }
+
+    /// The next `n` writes answer `Unavailable` and change nothing.
+    pub fn refuse_next(self, n: u32) -> Self {
+        self.refuse.store(n, Ordering::SeqCst);
+        self
+    }
+
+    /// The `n` writes after the refused ones apply, then answer `Unavailable`.
+    /// A write the bucket answered with an error is passed on and not counted:
+    /// only an applied write has an answer worth losing.
+    pub fn lose_next(self, n: u32) -> Self {
+        self.lose.store(n, Ordering::SeqCst);
+        self
+    }
+
+    fn take(counter: &AtomicU32) -> bool {
+        counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    }
+
+    /// Runs one write under the refusals and losses still due.
+    async fn write<T>(&self, apply: impl Future<Output = Result<T, ObjectError>>) -> Result<T, ObjectError> {
+        if Self::take(&self.refuse) {
+            return Err(ObjectError::Unavailable("refused on purpose before applying".into()));
+        }
+        let applied = apply.await;
+        if applied.is_ok() && Self::take(&self.lose) {
+            return Err(ObjectError::Unavailable("the answer was lost on purpose after applying".into()));
+        }
+        applied
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Unreliable<'_> {
+    fn bucket(&self) -> &str {
+        self.inner.bucket()
+    }
+
+    async fn put(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        content_type: &str,
+        precondition: IfGeneration,
+    ) -> Result<ObjectMeta, ObjectError> {
+        self.write(self.inner.put(key, bytes, content_type, precondition)).await
+    }
+
+    async fn get(
+        &self,
+        key: &ObjectKey,
+        generation: Option<Generation>,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        self.inner.get(key, generation).await
+    }
+
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectMeta, ObjectError> {
+        self.inner.head(key).await
+    }
+
+    async fn delete(&self, key: &ObjectKey, precondition: IfGeneration) -> Result<(), ObjectError> {
+        self.write(self.inner.delete(key, precondition)).await
+    }
+
+    async fn list(&self, prefix: &str, page_token: Option<&str>, max: u32) -> Result<ListPage, ObjectError> {
+        self.inner.list(prefix, page_token, max).await
+    }
+
+    async fn signed_url(
+        &self,
+        method: SignedMethod,
+        key: &ObjectKey,
+        expires_in: Duration,
+    ) -> Result<String, ObjectError> {
+        self.inner.signed_url(method, key, expires_in).await
+    }
+}
