@@ -221,3 +221,57 @@ async fn a_cloud_configured_platform_opens_no_local_file() {
     assert!(platform.local.queue.is_some() && platform.local.executor.is_none());
     assert!(!home.join("objects").exists() && !home.join("executions").exists(), "only the queue is local");
 }
+
+/// Each function reads only the sections of the configuration it uses and
+/// builds only their ports: with broken settings of item jobs, the
+/// executor, the queue, the objects and the signer, `push-events` starts
+/// (on the embedded store), holds no client for those ports and answers
+/// what each would have done with an error naming the port, while
+/// `submit`, which uses them all, refuses the same environment naming the
+/// first broken variable it reads.
+#[tokio::test]
+async fn a_function_reads_only_what_it_uses() {
+    use std::sync::Arc;
+
+    use mapi_platform::{Config, Platform, Service};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let home_s = home.to_string_lossy().into_owned();
+    let broken = [
+        ("MAPI_HOME", home_s.as_str()),
+        ("MAPI_JOB_ITEM_TIMEOUT_S", "99"),
+        ("MAPI_EXECUTOR", "cloudrun-jobs"),
+        ("MAPI_CLOUDRUN_SUBMITS_PER_MINUTE", "9999"),
+        ("MAPI_QUEUE", "pubsub"),
+        ("MAPI_OBJECTS", "gcs"),
+        ("MAPI_SIGNER", "kms"),
+        ("MAPI_MAX_JSON_BYTES", "lots"),
+    ];
+    let get = |k: &str| broken.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned());
+    let e = Config::read(&get, Service::Submit.uses()).expect_err("submit uses every section");
+    assert!(broken[1..].iter().any(|(name, _)| e.to_string().contains(name)), "{e}");
+    let asked = mapi_settings::names_read(&get, |env| {
+        Config::read(env, Service::PushEvents.uses()).expect("push-events reads none of them");
+    });
+    for unread in ["MAPI_JOB_ITEM_TIMEOUT_S", "MAPI_EXECUTOR", "MAPI_QUEUE", "MAPI_OBJECTS", "MAPI_SIGNER"] {
+        assert!(!asked.contains(unread), "push-events read {unread}");
+    }
+    assert!(asked.contains("MAPI_PUBSUB_PUSH_AUDIENCE") && asked.contains("MAPI_STORE"), "{asked:?}");
+
+    let config = Config::read(&get, Service::PushEvents.uses()).expect("config");
+    let clock = Arc::new(mapi_clock::SystemClock);
+    let platform =
+        Platform::configured(config, clock, mapi_tests::worker()).await.expect("push-events starts");
+    let local = &platform.local;
+    assert!(local.queue.is_none() && local.executor.is_none() && local.objects.is_none(), "{local:?}");
+    assert!(home.join("mapi.db").is_file(), "the store it does use is opened");
+    assert!(!home.join("objects").exists() && !home.join("executions").exists());
+    assert!(platform.sessions.is_none(), "push-events verifies no session");
+    let key = mapi_objects::ObjectKey::parse("t/acme/x").expect("key");
+    let e = platform.objects.head(&key).await.expect_err("no object store");
+    assert!(e.to_string().contains("does not use the object store"), "{e}");
+    let q = mapi_queue::QueueName::new("dispatch").expect("queue");
+    let e = platform.queue.depth(&q).await.expect_err("no queue");
+    assert!(e.to_string().contains("does not use the task queue"), "{e}");
+    assert!(platform.executor.check_placement(mapi_domain::ResourceClass::S, "describe").is_err());
+}

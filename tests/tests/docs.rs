@@ -19,8 +19,9 @@ fn updating() -> bool {
 
 fn env_table() -> String {
     let mut t = String::from("| Variable | Default | Meaning |\n|---|---|---|\n");
-    for (name, default, meaning) in mapi_platform::variables() {
-        t.push_str(&format!("| `{name}` | {default} | {meaning} |\n"));
+    for row in mapi_settings::table_rows(mapi_platform::variables()) {
+        t.push_str(&row);
+        t.push('\n');
     }
     t
 }

@@ -152,7 +152,7 @@ pub async fn set(
     )
     .operator(true)
     .detail(format!("reason: {reason}"))
-    .into_doc(now);
+    .into_doc(now, &*state.entropy);
     let (name_ref, reason_ref, entry, user) = (&name, &reason, &entry, caller.user());
     let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut doc =
@@ -196,7 +196,7 @@ pub async fn evidence(
             "conformance passed {}, security passed {}; shared tiers {}: {}",
             gate.conformance_passed, gate.security_passed, gate.shared_tiers_enabled, gate.message
         ))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (name_ref, entry, user, body_ref) = (&name, &entry, caller.user(), &body);
     let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut doc =

@@ -92,7 +92,7 @@ pub async fn set(
         .tenant(&tenant)
         .operator(true)
         .detail(serde_json::to_string(&policy).unwrap_or_default())
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (doc_ref, record) = (&doc, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         tx_put(&mut tx, doc_ref)?;
@@ -119,7 +119,7 @@ pub async fn remove(
     let record = Audit::by(&caller, "quota.remove", format!("quotas/{tenant}"))
         .tenant(&tenant)
         .operator(true)
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let key = mapi_schema::key::<QuotaPolicyDoc>(tenant.as_str())?;
     let (key, record) = (&key, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
@@ -201,7 +201,7 @@ pub async fn set_switches(
             body.spend_cap_micros,
             body.spend_cap_period.map(|p| p.as_str())
         ))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let record = &record;
     let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut switches = tx_get::<KillSwitchDoc>(&mut tx, KillSwitchDoc::ID)

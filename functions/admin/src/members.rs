@@ -145,7 +145,7 @@ async fn add(
     if let Some(p) = project {
         record = record.project(p);
     }
-    let record = record.into_doc(now);
+    let record = record.into_doc(now, &*state.entropy);
     let grant_ref = &mut grant;
     let record = &record;
     let grant = transact::<_, ApiError, _, _>(&*state.store, |mut tx| {
@@ -206,7 +206,7 @@ async fn change(
     if let Some(p) = project {
         record = record.project(p);
     }
-    let record = record.into_doc(now);
+    let record = record.into_doc(now, &*state.entropy);
     let (id, body, record) = (&id, &body, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let Some(mut grant) = tx_get::<MembershipDoc>(&mut tx, id).await? else {

@@ -91,7 +91,7 @@ pub async fn create(
         .tenant(&tenant)
         .project(&body.id)
         .operator(granted.as_operator)
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (project_ref, record) = (&project, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         if tx_get::<ProjectDoc>(&mut tx, &project_ref.doc_id()).await?.is_some() {
@@ -149,7 +149,7 @@ pub async fn update(
     let record = Audit::by(&caller, "project.update", format!("projects/{tenant}/{project}"))
         .tenant(&tenant)
         .project(&project)
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (id, name, record, what) = (ProjectDoc::id_of(&tenant, &project), body.name.trim(), &record, &what);
     let id = &id;
     let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
@@ -192,7 +192,7 @@ pub async fn delete(
     let record = Audit::by(&caller, "project.delete", format!("projects/{tenant}/{project}"))
         .tenant(&tenant)
         .project(&project)
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let members = Query::new(MembershipDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str()).filter(
         "project",
         Op::Eq,

@@ -97,7 +97,7 @@ pub async fn sign_in(State(state): State<AppState>, caller: Caller) -> Result<Js
     );
     let record = Audit::by(&caller, "auth.sign_in", format!("users/{user}"))
         .operator(caller.is_operator())
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (user_ref, invitations, record) = (&user, &invitations, &record);
     let claimed = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let existing = tx_get::<UserDoc>(&mut tx, user_ref.as_str()).await?;

@@ -61,7 +61,7 @@ pub async fn create(
         .tenant(&tenant.id)
         .operator(true)
         .detail(format!("tier {}, residency {}", tenant.tier, tenant.residency))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (tenant_ref, record, caller_user) = (&tenant, &record, caller.user());
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         if tx_get::<TenantDoc>(&mut tx, tenant_ref.id.as_str()).await?.is_some() {
@@ -182,7 +182,7 @@ pub async fn manage(
         .tenant(&tenant)
         .operator(true)
         .detail(changes.join("; "))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (tenant_ref, body_ref, record) = (&tenant, &body, &record);
     let updated = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut t = tx_get::<TenantDoc>(&mut tx, tenant_ref.as_str())
@@ -247,7 +247,7 @@ pub async fn update(
     let record = Audit::by(&caller, "tenant.update", format!("tenants/{tenant}"))
         .tenant(&tenant)
         .detail("name")
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (tenant_ref, name, record) = (&tenant, body.name.trim(), &record);
     let updated = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut t = tx_get::<TenantDoc>(&mut tx, tenant_ref.as_str())

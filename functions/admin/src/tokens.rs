@@ -147,7 +147,7 @@ pub async fn create(
         .tenant(&tenant)
         .project(&project)
         .detail(format!("{} ({})", doc.name, scopes.join(" ")))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (doc_ref, record) = (&doc, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         tx_create(&mut tx, doc_ref)?;
@@ -251,7 +251,7 @@ pub async fn revoke(
         .project(&project)
         .operator(granted.as_operator)
         .detail(format!("{} of {}", token.name, token.user))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (hash, record, by) = (token.hash.as_str(), &record, caller.user());
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let Some(mut t) = tx_get::<TokenDoc>(&mut tx, hash).await? else {

@@ -5,6 +5,7 @@ async fn main() -> std::process::ExitCode {
     let info = mapi_runtime::ServiceInfo { name: "meter", version: env!("CARGO_PKG_VERSION") };
     mapi_platform::serve_function(
         info,
+        mapi_platform::Service::Meter,
         mapi_meter::router,
         <mapi_meter::ApiDoc as utoipa::OpenApi>::openapi(),
     )

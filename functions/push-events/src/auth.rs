@@ -44,7 +44,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use mapi_clock::Clock;
 use mapi_identity::{InternalCaller, bearer};
-use mapi_metrics::{Metrics, ReasonLabels};
+use mapi_metrics::{Metrics, PushAuthReason, ReasonLabels};
 use mapi_oidc::{AccountRefusal, OidcError, ServiceAccountTokens};
 use mapi_platform::{AppState, Config, Profile};
 use mapi_problem::{ApiError, ProblemCode};
@@ -69,18 +69,30 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// A stable snake_case reason: the `reason` label of
+    /// The refusal's stable reason: the `reason` label of
     /// `mapi_push_auth_refused_total`. Token failures carry
     /// [`OidcError::reason`], prefixed `token_` where the bare word would be ambiguous.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> PushAuthReason {
         match self {
-            Refusal::NotConfigured => "not_configured",
-            Refusal::MissingToken => "missing_token",
-            Refusal::BadInternalToken => "bad_internal_token",
-            Refusal::Token(OidcError::Malformed) => "token_malformed",
-            Refusal::Token(e) => e.reason(),
-            Refusal::WrongServiceAccount => "wrong_service_account",
-            Refusal::Subscription(_) => "subscription_not_allowed",
+            Refusal::NotConfigured => PushAuthReason::NotConfigured,
+            Refusal::MissingToken => PushAuthReason::MissingToken,
+            Refusal::BadInternalToken => PushAuthReason::BadInternalToken,
+            Refusal::Token(e) => match e {
+                OidcError::Malformed => PushAuthReason::TokenMalformed,
+                OidcError::UnsupportedAlgorithm(_) => PushAuthReason::UnsupportedAlgorithm,
+                OidcError::MissingKeyId => PushAuthReason::MissingKeyId,
+                OidcError::UnknownKey(_) => PushAuthReason::UnknownKey,
+                OidcError::BadSignature => PushAuthReason::BadSignature,
+                OidcError::WrongIssuer(_) => PushAuthReason::WrongIssuer,
+                OidcError::WrongAudience => PushAuthReason::WrongAudience,
+                OidcError::Expired => PushAuthReason::Expired,
+                OidcError::NotYetValid => PushAuthReason::NotYetValid,
+                OidcError::NoEmail => PushAuthReason::NoEmail,
+                OidcError::EmailNotVerified => PushAuthReason::EmailNotVerified,
+                OidcError::JwksUnavailable(_) => PushAuthReason::JwksUnavailable,
+            },
+            Refusal::WrongServiceAccount => PushAuthReason::WrongServiceAccount,
+            Refusal::Subscription(_) => PushAuthReason::SubscriptionNotAllowed,
         }
     }
 
@@ -165,8 +177,8 @@ impl PushAuth {
     /// Counts and logs `refusal`; the answer to send.
     fn refuse(&self, refusal: Refusal) -> ApiError {
         let reason = refusal.reason();
-        self.metrics.push_auth_refused.get_or_create(&ReasonLabels { reason: reason.to_owned() }).inc();
-        tracing::warn!(reason, detail = %refusal, "push refused");
+        self.metrics.push_auth_refused.get_or_create(&ReasonLabels { reason }).inc();
+        tracing::warn!(reason = reason.as_str(), detail = %refusal, "push refused");
         ApiError::new(refusal.code(), refusal.to_string())
     }
 }
@@ -223,10 +235,19 @@ mod tests {
             Refusal::WrongServiceAccount,
             Refusal::Subscription("projects/p/subscriptions/s".into()),
         ];
-        let mut reasons: Vec<&str> = all.iter().map(Refusal::reason).collect();
+        let mut reasons: Vec<&str> = all.iter().map(|r| r.reason().as_str()).collect();
         reasons.sort_unstable();
         reasons.dedup();
         assert_eq!(reasons.len(), all.len());
+        assert_eq!(reasons.len(), PushAuthReason::ALL.len());
+        // A token failure is labelled with the verifier's own reason, but
+        // a token that is not a JWT is `token_malformed`.
+        for r in &all {
+            if let Refusal::Token(e) = r {
+                let expected = if *e == OidcError::Malformed { "token_malformed" } else { e.reason() };
+                assert_eq!(r.reason().as_str(), expected, "{r:?}");
+            }
+        }
         for r in &all {
             let status = r.code().status().as_u16();
             assert!(status == 401 || status == 403, "{r:?}: {status}");

@@ -27,7 +27,7 @@ use axum::routing::post;
 use mapi_events::progress::Progress;
 use mapi_events::pubsub::PushEnvelope;
 use mapi_identity::{Audit, audit};
-use mapi_metrics::Metrics;
+use mapi_metrics::{Metrics, Rejection, Violation};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode, RawBody};
 use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_get, tx_put};
@@ -58,12 +58,29 @@ pub enum Disposition {
     AttemptEnded,
 }
 
+impl Disposition {
+    /// The sandbox violation this disposition counts as, if it is one.
+    pub fn violation(self) -> Option<Violation> {
+        match self {
+            Disposition::UnknownAttempt => Some(Violation::UnknownAttempt),
+            Disposition::BadSignature => Some(Violation::BadSignature),
+            Disposition::WrongExecution => Some(Violation::WrongExecution),
+            Disposition::AttemptEnded => Some(Violation::AttemptEnded),
+            Disposition::Applied | Disposition::Duplicate | Disposition::Malformed => None,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Ack {
     pub disposition: Disposition,
 }
 
 fn ack(metrics: &Metrics, d: Disposition, detail: &str) -> Json<Ack> {
+    if let Some(kind) = d.violation() {
+        Metrics::count(&metrics.sandbox_violations, kind);
+        tracing::warn!(kind = kind.as_str(), detail, "sandbox violation: event ignored");
+    }
     match d {
         Disposition::Applied => {
             metrics.events_applied.inc();
@@ -72,18 +89,14 @@ fn ack(metrics: &Metrics, d: Disposition, detail: &str) -> Json<Ack> {
             metrics.events_duplicate.inc();
         }
         Disposition::Malformed => {
-            Metrics::count(&metrics.push_rejected, "malformed");
+            Metrics::count(&metrics.push_rejected, Rejection::Malformed);
             tracing::warn!(detail, "malformed push acknowledged unread");
         }
+        // Counted above, as sandbox violations.
         Disposition::UnknownAttempt
         | Disposition::BadSignature
         | Disposition::WrongExecution
-        | Disposition::AttemptEnded => {
-            let kind =
-                serde_json::to_value(d).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-            Metrics::count(&metrics.sandbox_violations, &kind);
-            tracing::warn!(kind, detail, "sandbox violation: event ignored");
-        }
+        | Disposition::AttemptEnded => {}
     };
     Json(Ack { disposition: d })
 }
@@ -192,4 +205,36 @@ async fn push(
         refused(&state, disposition, &run, Some(attempt), "the attempt ended meanwhile").await;
     }
     Ok(ack(m, disposition, &attempt_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A violation's metric label is its disposition's wire name.
+    #[test]
+    fn violations_are_labelled_by_their_disposition() {
+        let all = [
+            Disposition::Applied,
+            Disposition::Duplicate,
+            Disposition::Malformed,
+            Disposition::UnknownAttempt,
+            Disposition::BadSignature,
+            Disposition::WrongExecution,
+            Disposition::AttemptEnded,
+        ];
+        let mut violations = 0;
+        for d in all {
+            let wire = serde_json::to_value(d).expect("disposition");
+            if let Some(kind) = d.violation() {
+                assert_eq!(wire.as_str(), Some(kind.as_str()), "{d:?}");
+                violations += 1;
+            }
+        }
+        assert_eq!(violations, Violation::ALL.len());
+        assert_eq!(
+            serde_json::to_value(Disposition::Malformed).expect("wire"),
+            Rejection::Malformed.as_str()
+        );
+    }
 }

@@ -4,60 +4,115 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use mapi_settings::{Env, Var};
+
 /// The most `jobs.run` calls a minute one project and region allows
 /// ([`crate::assumptions::JOBS_RUN_QUOTA_PER_MINUTE`]); the bucket may not
 /// be set above it.
 pub const MAX_SUBMITS_PER_MINUTE: u32 = crate::assumptions::JOBS_RUN_QUOTA_PER_MINUTE;
 
-/// Every variable the executor reads, its default and meaning (the
-/// platform's README table is built from this with the others).
-pub const VARIABLES: &[(&str, &str, &str)] = &[
-    (
-        "MAPI_CLOUDRUN_PROJECT",
-        "none (necessary)",
-        "cloudrun-jobs: the exec project that holds the Job inventory",
-    ),
-    ("MAPI_CLOUDRUN_REGION", "europe-west1", "cloudrun-jobs: region of the inventory"),
-    ("MAPI_ENV", "prod", "The `{env}` of Job names and buckets"),
-    ("MAPI_CLOUDRUN_JOB_TEMPLATE", "mapi-{env}-{base}-{class}", "cloudrun-jobs: rule for Job ids"),
-    (
-        "MAPI_CLOUDRUN_PLUGIN_BASES",
-        "mmm, sci, tabular: base-bayes; sklearn: base-ml; ts, causal: base-forecast; dl: base-dl",
-        "cloudrun-jobs: method namespace to base image (JSON object)",
-    ),
-    ("MAPI_CLOUDRUN_DEFAULT_BASE", "base-bayes", "cloudrun-jobs: base for methods without a plugin base"),
-    ("MAPI_CLOUDRUN_GPU_JOBS", "false", "cloudrun-jobs: the inventory has the GPU Job of base-dl"),
-    (
-        "MAPI_CLOUDRUN_SUBMITS_PER_MINUTE",
-        "150",
-        "cloudrun-jobs: token bucket in front of jobs.run (at most 180)",
-    ),
-    ("MAPI_CLOUDRUN_SUBMIT_BURST", "10", "cloudrun-jobs: the bucket's burst"),
-    (
-        "MAPI_CLOUDRUN_MAX_429_RETRIES",
-        "6",
-        "cloudrun-jobs: 429 answers in a row before the run goes back to the queue",
-    ),
-    (
-        "MAPI_CLOUDRUN_BACKOFF_BASE_S",
-        "1",
-        "cloudrun-jobs: first cool-down after a 429 (doubles per 429 in a row)",
-    ),
-    ("MAPI_CLOUDRUN_BACKOFF_CAP_S", "64", "cloudrun-jobs: longest cool-down"),
-    ("MAPI_CLOUDRUN_TIMEOUT_MARGIN_S", "120", "cloudrun-jobs: task timeout = run timeout + margin"),
-    ("MAPI_CLOUDRUN_EGRESS_ENFORCED", "true", "cloudrun-jobs: the exec network denies all egress"),
-    ("MAPI_CLOUDRUN_DNS_ENFORCED", "false", "cloudrun-jobs: the DNS response policy is verified for Jobs"),
-    ("MAPI_CLOUDRUN_ADOPT_LOOKBACK_S", "93600", "cloudrun-jobs: how far back orphan adoption looks"),
-    (
-        "MAPI_CLOUDRUN_ENDPOINT",
-        "Google's",
-        "cloudrun-jobs: root of the Cloud Run Admin API (a fake's in tests)",
-    ),
-    (
-        "MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S",
-        "60",
-        "cloudrun-jobs: longest wait for a bucket slot before the run goes back to the queue",
-    ),
+/// `MAPI_CLOUDRUN_PROJECT`.
+pub const PROJECT: Var = Var::required(
+    "MAPI_CLOUDRUN_PROJECT",
+    "none (necessary)",
+    "cloudrun-jobs: the exec project that holds the Job inventory",
+);
+/// `MAPI_CLOUDRUN_REGION`.
+pub const REGION: Var =
+    Var::new("MAPI_CLOUDRUN_REGION", "europe-west1", "cloudrun-jobs: region of the inventory");
+/// `MAPI_ENV`.
+pub const ENV: Var = Var::new("MAPI_ENV", "prod", "The `{env}` of Job names and buckets");
+/// `MAPI_CLOUDRUN_JOB_TEMPLATE`.
+pub const JOB_TEMPLATE: Var =
+    Var::new("MAPI_CLOUDRUN_JOB_TEMPLATE", "mapi-{env}-{base}-{class}", "cloudrun-jobs: rule for Job ids");
+/// `MAPI_CLOUDRUN_PLUGIN_BASES`.
+pub const PLUGIN_BASES: Var = Var::new(
+    "MAPI_CLOUDRUN_PLUGIN_BASES",
+    "{\"mmm\":\"base-bayes\",\"sci\":\"base-bayes\",\"tabular\":\"base-bayes\",\"sklearn\":\"base-ml\",\"ts\":\"base-forecast\",\"causal\":\"base-forecast\",\"dl\":\"base-dl\"}",
+    "cloudrun-jobs: method namespace to base image (JSON object)",
+);
+/// `MAPI_CLOUDRUN_DEFAULT_BASE`.
+pub const DEFAULT_BASE: Var = Var::new(
+    "MAPI_CLOUDRUN_DEFAULT_BASE",
+    "base-bayes",
+    "cloudrun-jobs: base for methods without a plugin base",
+);
+/// `MAPI_CLOUDRUN_GPU_JOBS`.
+pub const GPU_JOBS: Var =
+    Var::new("MAPI_CLOUDRUN_GPU_JOBS", "false", "cloudrun-jobs: the inventory has the GPU Job of base-dl");
+/// `MAPI_CLOUDRUN_SUBMITS_PER_MINUTE`.
+pub const SUBMITS_PER_MINUTE: Var = Var::new(
+    "MAPI_CLOUDRUN_SUBMITS_PER_MINUTE",
+    "150",
+    "cloudrun-jobs: token bucket in front of jobs.run (at most 180)",
+);
+/// `MAPI_CLOUDRUN_SUBMIT_BURST`.
+pub const SUBMIT_BURST: Var =
+    Var::new("MAPI_CLOUDRUN_SUBMIT_BURST", "10", "cloudrun-jobs: the bucket's burst");
+/// `MAPI_CLOUDRUN_MAX_429_RETRIES`.
+pub const MAX_429_RETRIES: Var = Var::new(
+    "MAPI_CLOUDRUN_MAX_429_RETRIES",
+    "6",
+    "cloudrun-jobs: 429 answers in a row before the run goes back to the queue",
+);
+/// `MAPI_CLOUDRUN_BACKOFF_BASE_S`.
+pub const BACKOFF_BASE_S: Var = Var::new(
+    "MAPI_CLOUDRUN_BACKOFF_BASE_S",
+    "1",
+    "cloudrun-jobs: first cool-down after a 429 (doubles per 429 in a row)",
+);
+/// `MAPI_CLOUDRUN_BACKOFF_CAP_S`.
+pub const BACKOFF_CAP_S: Var =
+    Var::new("MAPI_CLOUDRUN_BACKOFF_CAP_S", "64", "cloudrun-jobs: longest cool-down");
+/// `MAPI_CLOUDRUN_TIMEOUT_MARGIN_S`.
+pub const TIMEOUT_MARGIN_S: Var =
+    Var::new("MAPI_CLOUDRUN_TIMEOUT_MARGIN_S", "120", "cloudrun-jobs: task timeout = run timeout + margin");
+/// `MAPI_CLOUDRUN_EGRESS_ENFORCED`.
+pub const EGRESS_ENFORCED: Var =
+    Var::new("MAPI_CLOUDRUN_EGRESS_ENFORCED", "true", "cloudrun-jobs: the exec network denies all egress");
+/// `MAPI_CLOUDRUN_DNS_ENFORCED`.
+pub const DNS_ENFORCED: Var = Var::new(
+    "MAPI_CLOUDRUN_DNS_ENFORCED",
+    "false",
+    "cloudrun-jobs: the DNS response policy is verified for Jobs",
+);
+/// `MAPI_CLOUDRUN_ADOPT_LOOKBACK_S`.
+pub const ADOPT_LOOKBACK_S: Var =
+    Var::new("MAPI_CLOUDRUN_ADOPT_LOOKBACK_S", "93600", "cloudrun-jobs: how far back orphan adoption looks");
+/// `MAPI_CLOUDRUN_ENDPOINT`.
+pub const ENDPOINT: Var = Var::derived(
+    "MAPI_CLOUDRUN_ENDPOINT",
+    "Google's",
+    "cloudrun-jobs: root of the Cloud Run Admin API (a fake's in tests)",
+);
+/// `MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S`.
+pub const MAX_SUBMIT_WAIT_S: Var = Var::new(
+    "MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S",
+    "60",
+    "cloudrun-jobs: longest wait for a bucket slot before the run goes back to the queue",
+);
+
+/// Every variable the executor reads (the platform's README table is
+/// built from this with the others).
+pub const VARIABLES: &[Var] = &[
+    PROJECT,
+    REGION,
+    ENV,
+    JOB_TEMPLATE,
+    PLUGIN_BASES,
+    DEFAULT_BASE,
+    GPU_JOBS,
+    SUBMITS_PER_MINUTE,
+    SUBMIT_BURST,
+    MAX_429_RETRIES,
+    BACKOFF_BASE_S,
+    BACKOFF_CAP_S,
+    TIMEOUT_MARGIN_S,
+    EGRESS_ENFORCED,
+    DNS_ENFORCED,
+    ADOPT_LOOKBACK_S,
+    ENDPOINT,
+    MAX_SUBMIT_WAIT_S,
 ];
 
 /// Settings of the cloudrun-jobs executor.
@@ -103,95 +158,48 @@ pub struct Settings {
     pub max_submit_wait: Duration,
 }
 
-/// The default namespace-to-base map of the Settings table.
-pub fn default_plugin_bases() -> BTreeMap<String, String> {
-    [
-        ("mmm", "base-bayes"),
-        ("sci", "base-bayes"),
-        ("tabular", "base-bayes"),
-        ("sklearn", "base-ml"),
-        ("ts", "base-forecast"),
-        ("causal", "base-forecast"),
-        ("dl", "base-dl"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect()
-}
-
 impl Settings {
-    /// The table's defaults for `project`.
+    /// The declared defaults for `project`.
+    ///
+    /// # Panics
+    /// Never: every declared default parses (a test holds it).
     pub fn new(project: impl Into<String>) -> Settings {
-        Settings {
-            project: project.into(),
-            region: "europe-west1".to_owned(),
-            env: "prod".to_owned(),
-            job_template: "mapi-{env}-{base}-{class}".to_owned(),
-            plugin_bases: default_plugin_bases(),
-            default_base: "base-bayes".to_owned(),
-            gpu_jobs: false,
-            submits_per_minute: 150,
-            submit_burst: 10,
-            max_429_retries: 6,
-            backoff_base: Duration::from_secs(1),
-            backoff_cap: Duration::from_secs(64),
-            timeout_margin: Duration::from_secs(120),
-            egress_enforced: true,
-            dns_enforced: false,
-            adopt_lookback: Duration::from_secs(93_600),
-            endpoint: None,
-            max_submit_wait: Duration::from_secs(60),
-        }
+        let project = project.into();
+        let env = |k: &str| (k == PROJECT.name).then(|| project.clone());
+        Settings::from_env(&env).expect("the declared defaults are valid settings")
     }
 
     /// Reads the settings through `get` (the environment in production).
-    pub fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings, String> {
-        let get = |k: &str| get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let project = get("MAPI_CLOUDRUN_PROJECT")
-            .ok_or("MAPI_EXECUTOR=cloudrun-jobs needs MAPI_CLOUDRUN_PROJECT (the exec project)")?;
-        let mut s = Settings::new(project);
-        let num = |k: &str, d: u64| -> Result<u64, String> {
-            get(k).map_or(Ok(d), |v| v.parse().map_err(|_| format!("{k}={v} is not a whole number")))
+    pub fn from_env(env: Env<'_>) -> Result<Settings, String> {
+        let project = PROJECT.require(env, "MAPI_EXECUTOR=cloudrun-jobs").map_err(|e| e.0)?;
+        let text = |v: &Var| v.raw(env).unwrap_or_default();
+        let plugin_bases = serde_json::from_str(&text(&PLUGIN_BASES)).map_err(|_| {
+            format!(
+                "{} is not a JSON object of namespace to base, e.g. {{\"mmm\":\"base-bayes\"}}",
+                PLUGIN_BASES.name
+            )
+        })?;
+        let e = |e: mapi_settings::Invalid| e.0;
+        let s = Settings {
+            project,
+            region: text(&REGION),
+            env: text(&ENV),
+            job_template: text(&JOB_TEMPLATE),
+            plugin_bases,
+            default_base: text(&DEFAULT_BASE),
+            gpu_jobs: GPU_JOBS.flag(env).map_err(e)?,
+            submits_per_minute: SUBMITS_PER_MINUTE.parse(env).map_err(e)?,
+            submit_burst: SUBMIT_BURST.parse(env).map_err(e)?,
+            max_429_retries: MAX_429_RETRIES.parse(env).map_err(e)?,
+            backoff_base: BACKOFF_BASE_S.seconds(env).map_err(e)?,
+            backoff_cap: BACKOFF_CAP_S.seconds(env).map_err(e)?,
+            timeout_margin: TIMEOUT_MARGIN_S.seconds(env).map_err(e)?,
+            egress_enforced: EGRESS_ENFORCED.flag(env).map_err(e)?,
+            dns_enforced: DNS_ENFORCED.flag(env).map_err(e)?,
+            adopt_lookback: ADOPT_LOOKBACK_S.seconds(env).map_err(e)?,
+            endpoint: ENDPOINT.get(env),
+            max_submit_wait: MAX_SUBMIT_WAIT_S.seconds(env).map_err(e)?,
         };
-        let flag = |k: &str, d: bool| -> Result<bool, String> {
-            get(k).map_or(Ok(d), |v| match v.as_str() {
-                "1" | "true" | "yes" => Ok(true),
-                "0" | "false" | "no" => Ok(false),
-                _ => Err(format!("{k}={v}: use true or false")),
-            })
-        };
-        let small = |k: &str, d: u32| -> Result<u32, String> {
-            u32::try_from(num(k, u64::from(d))?).map_err(|_| format!("{k} is too large"))
-        };
-        if let Some(v) = get("MAPI_CLOUDRUN_REGION") {
-            s.region = v;
-        }
-        if let Some(v) = get("MAPI_ENV") {
-            s.env = v;
-        }
-        if let Some(v) = get("MAPI_CLOUDRUN_JOB_TEMPLATE") {
-            s.job_template = v;
-        }
-        if let Some(v) = get("MAPI_CLOUDRUN_PLUGIN_BASES") {
-            s.plugin_bases = serde_json::from_str(&v).map_err(|e| {
-                format!("MAPI_CLOUDRUN_PLUGIN_BASES is not a JSON object of namespace to base: {e}")
-            })?;
-        }
-        if let Some(v) = get("MAPI_CLOUDRUN_DEFAULT_BASE") {
-            s.default_base = v;
-        }
-        s.gpu_jobs = flag("MAPI_CLOUDRUN_GPU_JOBS", s.gpu_jobs)?;
-        s.submits_per_minute = small("MAPI_CLOUDRUN_SUBMITS_PER_MINUTE", s.submits_per_minute)?;
-        s.submit_burst = small("MAPI_CLOUDRUN_SUBMIT_BURST", s.submit_burst)?;
-        s.max_429_retries = small("MAPI_CLOUDRUN_MAX_429_RETRIES", s.max_429_retries)?;
-        s.backoff_base = Duration::from_secs(num("MAPI_CLOUDRUN_BACKOFF_BASE_S", 1)?);
-        s.backoff_cap = Duration::from_secs(num("MAPI_CLOUDRUN_BACKOFF_CAP_S", 64)?);
-        s.timeout_margin = Duration::from_secs(num("MAPI_CLOUDRUN_TIMEOUT_MARGIN_S", 120)?);
-        s.egress_enforced = flag("MAPI_CLOUDRUN_EGRESS_ENFORCED", s.egress_enforced)?;
-        s.dns_enforced = flag("MAPI_CLOUDRUN_DNS_ENFORCED", s.dns_enforced)?;
-        s.adopt_lookback = Duration::from_secs(num("MAPI_CLOUDRUN_ADOPT_LOOKBACK_S", 93_600)?);
-        s.endpoint = get("MAPI_CLOUDRUN_ENDPOINT");
-        s.max_submit_wait = Duration::from_secs(num("MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S", 60)?);
         s.validate()?;
         Ok(s)
     }
@@ -247,6 +255,12 @@ mod tests {
         assert!(s.egress_enforced && !s.dns_enforced && !s.gpu_jobs);
         assert_eq!(s.plugin_bases["causal"], "base-forecast");
         assert_eq!(s.default_base, "base-bayes");
+        let read = mapi_settings::names_read(&env(&[("MAPI_CLOUDRUN_PROJECT", "p")]), |e| {
+            Settings::from_env(e).expect("settings");
+        });
+        let listed: std::collections::BTreeSet<String> =
+            VARIABLES.iter().map(|v| v.name.to_owned()).collect();
+        assert_eq!(read, listed, "every variable listed is read, and only those");
     }
 
     #[test]

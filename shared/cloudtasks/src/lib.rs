@@ -32,6 +32,8 @@
 //! 127.0.0.1 with 409s, seeded 429s, lost answers and doubled deliveries)
 //! with the queue conformance suite, and with an item job end to end.
 
+pub mod settings;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;

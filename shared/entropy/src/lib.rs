@@ -1,8 +1,8 @@
 //! The randomness port. Every identifier and nonce the platform makes (run,
 //! dataset and job ids, an attempt's nonce and event key, a tick's holder
-//! id) takes its bytes from an [`Entropy`] held in the platform's state:
-//! [`OsEntropy`] in a deployment, [`SeededEntropy`] under test, where the
-//! same seed gives the same ids in the same order.
+//! id, an audit entry's id) takes its bytes from an [`Entropy`] held in the
+//! platform's state: [`OsEntropy`] in a deployment, [`SeededEntropy`] under
+//! test, where the same seed gives the same ids in the same order.
 //!
 //! Architecture invariant: no handler calls the operating system's
 //! randomness for an identifier; it asks its state's `Entropy`.

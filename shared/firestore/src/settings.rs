@@ -1,16 +1,25 @@
 //! The Firestore store's settings (`MAPI_STORE=firestore`).
 
-/// Every variable the Firestore store reads, its default and meaning (the
-/// platform's README table is built from this with the others).
-pub const VARIABLES: &[(&str, &str, &str)] = &[
-    ("MAPI_FIRESTORE_PROJECT", "none (necessary)", "firestore: the project that holds the database"),
-    ("MAPI_FIRESTORE_DATABASE", "(default)", "firestore: the database id"),
-    (
-        "MAPI_FIRESTORE_ENDPOINT",
-        "Google's",
-        "firestore: gRPC endpoint; an http:// one (an emulator) is used without credentials",
-    ),
-];
+use mapi_settings::{Env, Var};
+
+/// `MAPI_FIRESTORE_PROJECT`.
+pub const PROJECT: Var = Var::required(
+    "MAPI_FIRESTORE_PROJECT",
+    "none (necessary)",
+    "firestore: the project that holds the database",
+);
+/// `MAPI_FIRESTORE_DATABASE`.
+pub const DATABASE: Var = Var::new("MAPI_FIRESTORE_DATABASE", DEFAULT_DATABASE, "firestore: the database id");
+/// `MAPI_FIRESTORE_ENDPOINT`.
+pub const ENDPOINT: Var = Var::derived(
+    "MAPI_FIRESTORE_ENDPOINT",
+    "Google's",
+    "firestore: gRPC endpoint; an http:// one (an emulator) is used without credentials",
+);
+
+/// Every variable the Firestore store reads (the platform's README table
+/// is built from this with the others).
+pub const VARIABLES: &[Var] = &[PROJECT, DATABASE, ENDPOINT];
 
 /// The default database id, Firestore's own.
 pub const DEFAULT_DATABASE: &str = "(default)";
@@ -33,15 +42,11 @@ impl Settings {
     }
 
     /// Reads the settings through `get` (the environment in production).
-    pub fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings, String> {
-        let get = |k: &str| get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let project = get("MAPI_FIRESTORE_PROJECT")
-            .ok_or("MAPI_STORE=firestore needs MAPI_FIRESTORE_PROJECT (the project of the database)")?;
+    pub fn from_env(env: Env<'_>) -> Result<Settings, String> {
+        let project = PROJECT.require(env, "MAPI_STORE=firestore").map_err(|e| e.0)?;
         let mut s = Settings::new(project);
-        if let Some(v) = get("MAPI_FIRESTORE_DATABASE") {
-            s.database = v;
-        }
-        s.endpoint = get("MAPI_FIRESTORE_ENDPOINT");
+        s.database = DATABASE.raw(env).unwrap_or(s.database);
+        s.endpoint = ENDPOINT.get(env);
         s.validate()?;
         Ok(s)
     }
@@ -99,9 +104,12 @@ mod tests {
         assert_eq!(s.database, "(default)");
         assert_eq!(s.endpoint, None);
         assert_eq!(s.database_path(), "projects/mapi-prod/databases/(default)");
-        let table: Vec<&str> = VARIABLES.iter().map(|(k, _, _)| *k).collect();
+        let table: Vec<&str> = VARIABLES.iter().map(|v| v.name).collect();
         assert_eq!(table, ["MAPI_FIRESTORE_PROJECT", "MAPI_FIRESTORE_DATABASE", "MAPI_FIRESTORE_ENDPOINT"]);
-        assert_eq!(VARIABLES[1].1, DEFAULT_DATABASE);
+        let read = mapi_settings::names_read(&env(&[("MAPI_FIRESTORE_PROJECT", "p")]), |e| {
+            Settings::from_env(e).expect("settings");
+        });
+        assert_eq!(read.len(), VARIABLES.len(), "every variable listed is read: {read:?}");
     }
 
     #[test]

@@ -3,37 +3,68 @@
 
 use std::path::PathBuf;
 
-/// Every variable the adapter reads, its default and meaning (the
-/// platform's README table is built from this with the others).
-pub const VARIABLES: &[(&str, &str, &str)] = &[
-    ("MAPI_GCS_BUCKET", "none (necessary with MAPI_OBJECTS=gcs)", "gcs: the bucket of all objects"),
-    ("MAPI_GCS_ENDPOINT", "Google's", "gcs: root of the Cloud Storage JSON API (a fake's in tests)"),
-    (
-        "MAPI_GCS_URL_BASE",
-        "https://storage.googleapis.com",
-        "gcs: root of the XML API that signed URLs and POST policies point to",
-    ),
-    (
-        "MAPI_GCS_SIGNING_SERVICE_ACCOUNT",
-        "none",
-        "gcs: the account that signs URLs through IAM Credentials signBlob (the service's own on Cloud Run)",
-    ),
-    (
-        "MAPI_GCS_SIGNING_KEY_FILE",
-        "none",
-        "gcs: a service-account JSON key that signs URLs instead of signBlob",
-    ),
-    (
-        "MAPI_GCS_UPLOADER_SERVICE_ACCOUNT",
-        "none",
-        "gcs: the create-only account (objects.create, no objects.delete) that signs POST policies through signBlob",
-    ),
-    ("MAPI_GCS_UPLOADER_KEY_FILE", "none", "gcs: a JSON key of the create-only account, instead of signBlob"),
-    (
-        "MAPI_IAM_CREDENTIALS_ENDPOINT",
-        "Google's",
-        "gcs: root of the IAM Credentials API for signBlob (a fake's in tests)",
-    ),
+use mapi_settings::{Env, Var};
+
+/// `MAPI_GCS_BUCKET`.
+pub const BUCKET: Var = Var::required(
+    "MAPI_GCS_BUCKET",
+    "none (necessary with MAPI_OBJECTS=gcs)",
+    "gcs: the bucket of all objects",
+);
+/// `MAPI_GCS_ENDPOINT`.
+pub const ENDPOINT: Var = Var::derived(
+    "MAPI_GCS_ENDPOINT",
+    "Google's",
+    "gcs: root of the Cloud Storage JSON API (a fake's in tests)",
+);
+/// `MAPI_GCS_URL_BASE`.
+pub const URL_BASE_VAR: Var = Var::new(
+    "MAPI_GCS_URL_BASE",
+    URL_BASE,
+    "gcs: root of the XML API that signed URLs and POST policies point to",
+);
+/// `MAPI_GCS_SIGNING_SERVICE_ACCOUNT`.
+pub const SIGNING_SERVICE_ACCOUNT: Var = Var::derived(
+    "MAPI_GCS_SIGNING_SERVICE_ACCOUNT",
+    "none",
+    "gcs: the account that signs URLs through IAM Credentials signBlob (the service's own on Cloud Run)",
+);
+/// `MAPI_GCS_SIGNING_KEY_FILE`.
+pub const SIGNING_KEY_FILE: Var = Var::derived(
+    "MAPI_GCS_SIGNING_KEY_FILE",
+    "none",
+    "gcs: a service-account JSON key that signs URLs instead of signBlob",
+);
+/// `MAPI_GCS_UPLOADER_SERVICE_ACCOUNT`.
+pub const UPLOADER_SERVICE_ACCOUNT: Var = Var::derived(
+    "MAPI_GCS_UPLOADER_SERVICE_ACCOUNT",
+    "none",
+    "gcs: the create-only account (objects.create, no objects.delete) that signs POST policies through signBlob",
+);
+/// `MAPI_GCS_UPLOADER_KEY_FILE`.
+pub const UPLOADER_KEY_FILE: Var = Var::derived(
+    "MAPI_GCS_UPLOADER_KEY_FILE",
+    "none",
+    "gcs: a JSON key of the create-only account, instead of signBlob",
+);
+/// `MAPI_IAM_CREDENTIALS_ENDPOINT`.
+pub const IAM_CREDENTIALS_ENDPOINT: Var = Var::derived(
+    "MAPI_IAM_CREDENTIALS_ENDPOINT",
+    "Google's",
+    "gcs: root of the IAM Credentials API for signBlob (a fake's in tests)",
+);
+
+/// Every variable the Cloud Storage store reads (the platform's README
+/// table is built from this with the others).
+pub const VARIABLES: &[Var] = &[
+    BUCKET,
+    ENDPOINT,
+    URL_BASE_VAR,
+    SIGNING_SERVICE_ACCOUNT,
+    SIGNING_KEY_FILE,
+    UPLOADER_SERVICE_ACCOUNT,
+    UPLOADER_KEY_FILE,
+    IAM_CREDENTIALS_ENDPOINT,
 ];
 
 /// Who signs: a key in the process, or Google through signBlob.
@@ -79,22 +110,21 @@ impl Settings {
     }
 
     /// Reads the settings through `get`.
-    pub fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings, String> {
-        let get = |k: &str| get(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let bucket = get("MAPI_GCS_BUCKET").ok_or("MAPI_OBJECTS=gcs needs MAPI_GCS_BUCKET")?;
-        let signer = |account: &str, key: &str| match (get(account), get(key)) {
-            (Some(_), Some(_)) => Err(format!("set {account} or {key}, not both")),
+    pub fn from_env(env: Env<'_>) -> Result<Settings, String> {
+        let bucket = BUCKET.require(env, "MAPI_OBJECTS=gcs").map_err(|e| e.0)?;
+        let signer = |account: &Var, key: &Var| match (account.get(env), key.get(env)) {
+            (Some(_), Some(_)) => Err(format!("set {} or {}, not both", account.name, key.name)),
             (Some(a), None) => Ok(Some(SignerSettings::SignBlob(a))),
             (None, Some(k)) => Ok(Some(SignerSettings::KeyFile(PathBuf::from(k)))),
             (None, None) => Ok(None),
         };
         let s = Settings {
             bucket,
-            endpoint: get("MAPI_GCS_ENDPOINT"),
-            url_base: get("MAPI_GCS_URL_BASE").unwrap_or_else(|| URL_BASE.to_owned()),
-            signer: signer("MAPI_GCS_SIGNING_SERVICE_ACCOUNT", "MAPI_GCS_SIGNING_KEY_FILE")?,
-            uploader: signer("MAPI_GCS_UPLOADER_SERVICE_ACCOUNT", "MAPI_GCS_UPLOADER_KEY_FILE")?,
-            iam_credentials_endpoint: get("MAPI_IAM_CREDENTIALS_ENDPOINT"),
+            endpoint: ENDPOINT.get(env),
+            url_base: URL_BASE_VAR.raw(env).unwrap_or_else(|| URL_BASE.to_owned()),
+            signer: signer(&SIGNING_SERVICE_ACCOUNT, &SIGNING_KEY_FILE)?,
+            uploader: signer(&UPLOADER_SERVICE_ACCOUNT, &UPLOADER_KEY_FILE)?,
+            iam_credentials_endpoint: IAM_CREDENTIALS_ENDPOINT.get(env),
         };
         s.validate()?;
         Ok(s)
@@ -155,10 +185,12 @@ mod tests {
         .expect("settings");
         assert_eq!(s.signer, Some(SignerSettings::SignBlob("api@p.iam.gserviceaccount.com".into())));
         assert_eq!(s.uploader, Some(SignerSettings::KeyFile("/k.json".into())));
-        let source = include_str!("settings.rs");
-        for (name, _, _) in VARIABLES {
-            assert!(source.matches(&format!("\"{name}\"")).count() >= 2, "{name} is listed but never read");
-        }
+        let read = mapi_settings::names_read(&env(&[("MAPI_GCS_BUCKET", "b-1")]), |e| {
+            Settings::from_env(e).expect("settings");
+        });
+        let listed: std::collections::BTreeSet<String> =
+            VARIABLES.iter().map(|v| v.name.to_owned()).collect();
+        assert_eq!(read, listed, "every variable listed is read, and only those");
     }
 
     #[test]

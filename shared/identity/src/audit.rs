@@ -1,6 +1,7 @@
 //! The audit log: who did what to what, when, and how it ended.
 
 use mapi_domain::{ProjectId, TenantId, Timestamp, UserId};
+use mapi_entropy::Entropy;
 use mapi_problem::ProblemCode;
 use mapi_schema::{AuditDoc, Doc, Outcome};
 
@@ -91,12 +92,13 @@ impl Audit {
         self
     }
 
-    /// The document, stamped `at`.
-    pub fn into_doc(self, at: Timestamp) -> AuditDoc {
-        let mut suffix = [0u8; 4];
-        // Uniqueness only: a failure to read randomness leaves zeros, and
-        // the time in micros still orders the entries.
-        let _ = getrandom::fill(&mut suffix);
+    /// The document, stamped `at`, its id's random suffix drawn from
+    /// `entropy` (the caller's state's source, so a seeded platform replays
+    /// its audit ids).
+    pub fn into_doc(self, at: Timestamp, entropy: &dyn Entropy) -> AuditDoc {
+        // Uniqueness only: when `entropy` fails the suffix is zeros, and the
+        // time in micros still orders the entries.
+        let suffix: [u8; 4] = mapi_entropy::bytes(entropy).unwrap_or_default();
         AuditDoc {
             id: format!("{:020}-{}", at.as_micros().max(0), hex::encode(suffix)),
             at,
@@ -117,15 +119,46 @@ impl Audit {
     }
 }
 
-/// Writes an entry. The write is awaited; if it fails the failure is logged
-/// at ERROR (the action it records has already been decided).
+/// Writes an entry, its id made from `state`'s clock and entropy. The write
+/// is awaited; if it fails the failure is logged at ERROR (the action it
+/// records has already been decided).
 pub async fn audit<S: IdentityState + ?Sized>(state: &S, entry: Audit) {
-    let doc = entry.into_doc(state.clock().now());
+    let doc = entry.into_doc(state.clock().now(), state.entropy());
     let result = match (doc.key(), mapi_store::encode(&doc)) {
         (Ok(key), Ok(fields)) => mapi_store::StoreExt::create(state.store(), &key, fields).await.map(|_| ()),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
     if let Err(e) = result {
         tracing::error!(action = %doc.action, resource = %doc.resource, error = %e, "could not write an audit entry");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mapi_entropy::{EntropyError, SeededEntropy};
+
+    use super::*;
+
+    /// A source that has no randomness to give.
+    #[derive(Debug)]
+    struct NoEntropy;
+
+    impl Entropy for NoEntropy {
+        fn fill(&self, _buf: &mut [u8]) -> Result<(), EntropyError> {
+            Err(EntropyError("none".into()))
+        }
+    }
+
+    #[test]
+    fn ids_are_the_time_then_a_suffix_from_the_callers_entropy() {
+        let at = Timestamp::parse_rfc3339("2026-12-01T08:00:00Z").expect("time");
+        let id = |entropy: &dyn Entropy| Audit::internal("test.action", "tests/x").into_doc(at, entropy).id;
+        let (a, b) = (SeededEntropy::new(7), SeededEntropy::new(7));
+        let first = id(&a);
+        assert_eq!(first, id(&b), "the same seed, the same id");
+        assert_ne!(first, id(&a), "the stream moves on");
+        let time = format!("{:020}-", at.as_micros());
+        assert!(first.starts_with(&time) && first.len() == time.len() + 8, "{first}");
+        assert_eq!(id(&NoEntropy), format!("{time}00000000"), "no randomness: a zero suffix");
     }
 }

@@ -66,6 +66,9 @@ pub trait IdentityState: Send + Sync {
     fn store(&self) -> &dyn Store;
     fn pepper(&self) -> &Pepper;
     fn clock(&self) -> &dyn Clock;
+    /// The randomness audit entry ids are drawn from (the platform's
+    /// injected source).
+    fn entropy(&self) -> &dyn mapi_entropy::Entropy;
     /// The shared secret internal callers present (`MAPI_INTERNAL_TOKEN`).
     fn internal_token(&self) -> &str;
     /// The verifier of session tokens; `None` when sessions are not configured.

@@ -103,7 +103,7 @@ impl Step {
     /// transition metric is emitted.
     pub fn committed(&self, metrics: &Metrics) {
         if let Some(t) = &self.transition {
-            metrics.transition(t.from.map_or("none", |s| s.as_str()), t.to.as_str(), t.reason.as_str());
+            metrics.transition(t.from, t.to, t.reason);
         }
     }
 

@@ -1,65 +1,206 @@
 //! The platform's metrics, served at `/metrics` in the Prometheus text
 //! format. Every metric is declared here, once, with its labels; callers
 //! hold a [`Metrics`] (cheap to clone) and never invent names.
+//!
+//! A label whose values form a closed set is typed: a domain enum
+//! ([`RunState`], [`Reason`]) written as its wire name, or one of the label
+//! enums below, each written as its own fixed string. A label stays a
+//! `String` only when its values are open (configured names, route
+//! templates, HTTP methods).
 
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use mapi_domain::{Reason, RunState};
+use prometheus_client::encoding::{
+    EncodeLabelKey, EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// Declares a label enum: one fixed label value per variant, its `as_str`,
+/// `Display` and `EncodeLabelValue` (which writes that value).
+macro_rules! label_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $wire:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The label value.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $wire),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// Writes one `name="value"` label of a label set.
+fn encode_label(
+    encoder: &mut LabelSetEncoder,
+    name: &str,
+    value: &impl EncodeLabelValue,
+) -> Result<(), fmt::Error> {
+    let mut label = encoder.encode_label();
+    let mut key = label.encode_label_key()?;
+    EncodeLabelKey::encode(&name, &mut key)?;
+    let mut value_encoder = key.encode_label_value()?;
+    value.encode(&mut value_encoder)?;
+    value_encoder.finish()
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
+    /// The request's HTTP method, as sent: open (HTTP allows extension
+    /// methods), so a string.
     pub method: String,
-    /// The matched route template (`/v1/runs/{id}`), never the raw path.
+    /// The matched route template (`/v1/runs/{id}`), never the raw path:
+    /// open (every router adds its own), so a string.
     pub route: String,
     pub status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
+    /// The matched route template, as in [`HttpLabels::route`]: a string.
     pub route: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// A run's state change: `from` and `to` are [`RunState`] wire names,
+/// `reason` a [`Reason`] wire name. A run's first transition has no state
+/// before it: `from` is then `none`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct TransitionLabels {
-    pub from: String,
-    pub to: String,
-    pub reason: String,
+    pub from: Option<RunState>,
+    pub to: RunState,
+    pub reason: Reason,
 }
+
+impl EncodeLabelSet for TransitionLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
+        encode_label(encoder, "from", &self.from.map_or("none", RunState::as_str))?;
+        encode_label(encoder, "to", &self.to.as_str())?;
+        encode_label(encoder, "reason", &self.reason.as_str())
+    }
+}
+
+label_enum!(
+    /// How one submit to an executor ended.
+    SubmitResult {
+        /// The executor started the attempt.
+        Ok => "ok",
+        /// The executor answered 429.
+        Throttled => "throttled",
+        /// The submit may or may not have made an execution.
+        Ambiguous => "ambiguous",
+        /// Placement refused the attempt.
+        Refused => "refused",
+        /// Any other failure.
+        Error => "error",
+    }
+);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExecutorLabels {
+    /// The executor's configured name: open, so a string.
     pub executor: String,
-    /// `ok`, `throttled`, `ambiguous`, `refused`, `error`.
-    pub result: String,
+    pub result: SubmitResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExecutorName {
+    /// The executor's configured name: open, so a string.
     pub executor: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
+    /// The queue's configured name (`[a-z0-9-]{1,100}`): open, so a string.
     pub queue: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    /// What happened: for violations `bad_signature`, `unknown_attempt`,
-    /// `attempt_ended`, `wrong_execution`; for envelopes `malformed`.
-    pub kind: String,
+label_enum!(
+    /// A pushed event that was forged, replayed or late (`sandbox_violations`).
+    Violation {
+        /// The event names an attempt that does not exist.
+        UnknownAttempt => "unknown_attempt",
+        /// The event's HMAC does not verify under its attempt's key.
+        BadSignature => "bad_signature",
+        /// The event comes from another execution than the attempt's.
+        WrongExecution => "wrong_execution",
+        /// The event arrived after its attempt ended.
+        AttemptEnded => "attempt_ended",
+    }
+);
+
+label_enum!(
+    /// A push acknowledged unread (`push_rejected`).
+    Rejection {
+        /// The envelope, message or event could not be read.
+        Malformed => "malformed",
+    }
+);
+
+/// What happened, in a kind-labelled family: `K` is the family's closed set
+/// of kinds ([`Violation`], [`Rejection`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct KindLabels<K> {
+    pub kind: K,
 }
+
+impl<K: EncodeLabelValue> EncodeLabelSet for KindLabels<K> {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
+        encode_label(encoder, "kind", &self.kind)
+    }
+}
+
+label_enum!(
+    /// The push-authentication check that refused a push
+    /// (`push_auth_refused`). Token failures carry the token verifier's
+    /// reason, `token_malformed` for a token that is not a JWT.
+    PushAuthReason {
+        NotConfigured => "not_configured",
+        MissingToken => "missing_token",
+        BadInternalToken => "bad_internal_token",
+        TokenMalformed => "token_malformed",
+        UnsupportedAlgorithm => "unsupported_algorithm",
+        MissingKeyId => "missing_key_id",
+        UnknownKey => "unknown_key",
+        BadSignature => "bad_signature",
+        WrongIssuer => "wrong_issuer",
+        WrongAudience => "wrong_audience",
+        Expired => "expired",
+        NotYetValid => "not_yet_valid",
+        NoEmail => "no_email",
+        EmailNotVerified => "email_not_verified",
+        JwksUnavailable => "jwks_unavailable",
+        WrongServiceAccount => "wrong_service_account",
+        SubscriptionNotAllowed => "subscription_not_allowed",
+    }
+);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// The check that failed, e.g. `unsupported_algorithm`, `wrong_audience`,
-    /// `wrong_service_account`, `subscription_not_allowed`.
-    pub reason: String,
+    pub reason: PushAuthReason,
 }
 
 /// All metrics of one process.
@@ -76,8 +217,8 @@ pub struct Metrics {
     pub executor_submit_throttled: Family<ExecutorName, Counter>,
     pub events_applied: Counter,
     pub events_duplicate: Counter,
-    pub sandbox_violations: Family<KindLabels, Counter>,
-    pub push_rejected: Family<KindLabels, Counter>,
+    pub sandbox_violations: Family<KindLabels<Violation>, Counter>,
+    pub push_rejected: Family<KindLabels<Rejection>, Counter>,
     /// Pushes refused with 401/403 by push authentication, by the failed check.
     pub push_auth_refused: Family<ReasonLabels, Counter>,
     /// Model-version bundles refused because they failed their integrity
@@ -118,13 +259,13 @@ impl Metrics {
         r.register("events_applied", "Container events merged into progress", events_applied.clone());
         let events_duplicate = Counter::default();
         r.register("events_duplicate", "Container events dropped as duplicates", events_duplicate.clone());
-        let sandbox_violations = Family::<KindLabels, Counter>::default();
+        let sandbox_violations = Family::<KindLabels<Violation>, Counter>::default();
         r.register(
             "sandbox_violations",
             "Events that were forged, replayed or late: acknowledged and ignored",
             sandbox_violations.clone(),
         );
-        let push_rejected = Family::<KindLabels, Counter>::default();
+        let push_rejected = Family::<KindLabels<Rejection>, Counter>::default();
         r.register("push_rejected", "Push deliveries refused or acknowledged unread", push_rejected.clone());
         let push_auth_refused = Family::<ReasonLabels, Counter>::default();
         r.register(
@@ -166,19 +307,13 @@ impl Metrics {
     }
 
     /// Counts one run transition.
-    pub fn transition(&self, from: &str, to: &str, reason: &str) {
-        self.run_transitions
-            .get_or_create(&TransitionLabels {
-                from: from.to_owned(),
-                to: to.to_owned(),
-                reason: reason.to_owned(),
-            })
-            .inc();
+    pub fn transition(&self, from: Option<RunState>, to: RunState, reason: Reason) {
+        self.run_transitions.get_or_create(&TransitionLabels { from, to, reason }).inc();
     }
 
     /// Counts one occurrence of `kind` in a kind-labelled family.
-    pub fn count(family: &Family<KindLabels, Counter>, kind: &str) {
-        family.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
+    pub fn count<K: Clone + std::hash::Hash + Eq>(family: &Family<KindLabels<K>, Counter>, kind: K) {
+        family.get_or_create(&KindLabels { kind }).inc();
     }
 }
 
@@ -189,15 +324,86 @@ mod tests {
     #[test]
     fn renders_prometheus_text_with_labels() {
         let m = Metrics::new();
-        m.transition("queued", "dispatching", "intent_written");
-        Metrics::count(&m.sandbox_violations, "bad_signature");
+        m.transition(Some(RunState::Queued), RunState::Dispatching, Reason::IntentWritten);
+        m.transition(None, RunState::Queued, Reason::Submitted);
+        Metrics::count(&m.sandbox_violations, Violation::BadSignature);
+        Metrics::count(&m.push_rejected, Rejection::Malformed);
         m.http_duration_seconds.get_or_create(&RouteLabels { route: "/health".into() }).observe(0.002);
         let text = m.render();
         assert!(text.contains(
             "mapi_run_transitions_total{from=\"queued\",to=\"dispatching\",reason=\"intent_written\"} 1"
         ));
+        assert!(
+            text.contains("mapi_run_transitions_total{from=\"none\",to=\"queued\",reason=\"submitted\"} 1")
+        );
         assert!(text.contains("mapi_sandbox_violations_total{kind=\"bad_signature\"} 1"));
+        assert!(text.contains("mapi_push_rejected_total{kind=\"malformed\"} 1"));
         assert!(text.contains("mapi_http_duration_seconds_bucket"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// Every typed label value is written as the string it had as a free
+    /// string, byte for byte.
+    #[test]
+    fn typed_labels_write_their_wire_strings() {
+        let m = Metrics::new();
+        for r in SubmitResult::ALL {
+            m.executor_submits
+                .get_or_create(&ExecutorLabels { executor: "local-process".into(), result: *r })
+                .inc();
+        }
+        for v in Violation::ALL {
+            Metrics::count(&m.sandbox_violations, *v);
+        }
+        for r in PushAuthReason::ALL {
+            m.push_auth_refused.get_or_create(&ReasonLabels { reason: *r }).inc();
+        }
+        for (from, to, reasons) in mapi_domain::run::TRANSITIONS {
+            for reason in *reasons {
+                m.transition(Some(*from), *to, *reason);
+            }
+        }
+        let text = m.render();
+        for result in ["ok", "throttled", "ambiguous", "refused", "error"] {
+            let line =
+                format!("mapi_executor_submits_total{{executor=\"local-process\",result=\"{result}\"}} 1");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        for kind in ["unknown_attempt", "bad_signature", "wrong_execution", "attempt_ended"] {
+            let line = format!("mapi_sandbox_violations_total{{kind=\"{kind}\"}} 1");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        let reasons = [
+            "not_configured",
+            "missing_token",
+            "bad_internal_token",
+            "token_malformed",
+            "unsupported_algorithm",
+            "missing_key_id",
+            "unknown_key",
+            "bad_signature",
+            "wrong_issuer",
+            "wrong_audience",
+            "expired",
+            "not_yet_valid",
+            "no_email",
+            "email_not_verified",
+            "jwks_unavailable",
+            "wrong_service_account",
+            "subscription_not_allowed",
+        ];
+        assert_eq!(reasons.len(), PushAuthReason::ALL.len());
+        for reason in reasons {
+            let line = format!("mapi_push_auth_refused_total{{reason=\"{reason}\"}} 1");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        for (from, to, reasons) in mapi_domain::run::TRANSITIONS {
+            for reason in *reasons {
+                let line = format!(
+                    "mapi_run_transitions_total{{from=\"{from}\",to=\"{to}\",reason=\"{reason}\"}} 1"
+                );
+                assert!(text.contains(&line), "{line} in {text}");
+            }
+        }
     }
 }

@@ -6,7 +6,8 @@
 //! Architecture invariant: handlers read configuration from `AppState`,
 //! never from the environment.
 
-mod config;
+mod absent;
+pub mod config;
 mod services;
 
 use std::ops::Deref;
@@ -30,14 +31,15 @@ use mapi_signer::local::LocalSigner;
 use mapi_store::Store;
 use mapi_store::sqlite::SqliteStore;
 
+pub use absent::Absent;
 pub use config::{
     CloudTasksConfig, Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, JOB_ITEM_DISPATCH_DEADLINE,
-    JobSettings, ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets, SignerConfig, StoreBackend,
-    VARIABLES, variables,
+    JobSettings, ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets, Section, SignerConfig,
+    StoreBackend, Uses, VARIABLES, variables,
 };
 
 pub use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE};
-pub use services::{QUEUE_ROUTES, QueueRoute, Service, service_of_queue};
+pub use services::{QUEUE_ROUTES, QueueRoute, Service, service_of_queue, service_url};
 /// The data bucket's name locally.
 pub const DATA_BUCKET: &str = "data";
 /// The bootstrap bucket's name locally.
@@ -116,6 +118,10 @@ impl IdentityState for AppState {
 
     fn clock(&self) -> &dyn Clock {
         &*self.0.clock
+    }
+
+    fn entropy(&self) -> &dyn mapi_entropy::Entropy {
+        &*self.0.entropy
     }
 
     fn internal_token(&self) -> &str {
@@ -237,11 +243,11 @@ pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
 /// that serves its route ([`QUEUE_ROUTES`]), every delivery with one token
 /// audience.
 pub fn cloudtasks_settings(
-    ct: &config::CloudTasksConfig,
+    ct: &CloudTasksConfig,
     public_url: &str,
 ) -> Result<mapi_cloudtasks::Settings, mapi_queue::QueueError> {
     let targets =
-        QUEUE_ROUTES.iter().map(|q| (q.queue.to_owned(), ct.service_url(q.service, public_url))).collect();
+        QUEUE_ROUTES.iter().map(|q| (q.queue.to_owned(), service_url(ct, q.service, public_url))).collect();
     Ok(mapi_cloudtasks::Settings {
         project: ct.project.clone(),
         location: ct.location.clone(),
@@ -410,13 +416,14 @@ impl Platform {
     /// only towards a plain-HTTP endpoint, which can only be a local fake).
     /// Each port is built from its own setting, so a process on Firestore,
     /// Cloud Storage, Cloud Tasks and Cloud Run Jobs opens no SQLite file
-    /// and no local directory.
+    /// and no local directory; a port of a section the configuration did
+    /// not read (`config.uses`) is not built at all ([`Absent`]).
     pub async fn configured(
         config: Config,
         clock: Arc<dyn Clock>,
         worker: Command,
     ) -> Result<Platform, StartError> {
-        let signer = signer(&config).await?;
+        let uses = config.uses;
         let metrics = Metrics::new();
         let mut local = LocalParts::default();
         let store: Arc<dyn Store> = match &config.store_backend {
@@ -426,23 +433,33 @@ impl Platform {
                 Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?)
             }
         };
+        let signer: Arc<dyn Signer> = match uses.has(Section::Signer) {
+            true => signer(&config).await?,
+            false => Arc::new(Absent { port: "bundle signer" }),
+        };
         let (objects, bootstrap): (Arc<dyn ObjectStore>, Arc<dyn ObjectStore>) =
-            match config.objects_backend.clone() {
-                ObjectsBackend::Local => {
+            match (uses.has(Section::Objects), config.objects_backend.clone()) {
+                (false, _) => {
+                    (Arc::new(Absent { port: "object store" }), Arc::new(Absent { port: "object store" }))
+                }
+                (true, ObjectsBackend::Local) => {
                     let parts = local_objects(&config, &clock)?;
                     let pair = (Arc::new(parts.data.clone()) as _, Arc::new(parts.bootstrap.clone()) as _);
                     local.objects = Some(parts);
                     pair
                 }
-                ObjectsBackend::Gcs { data, bootstrap_bucket } => gcs_buckets(data, bootstrap_bucket).await?,
+                (true, ObjectsBackend::Gcs { data, bootstrap_bucket }) => {
+                    gcs_buckets(data, bootstrap_bucket).await?
+                }
             };
-        let queue: Arc<dyn TaskQueue> = match &config.cloudtasks {
-            None => {
+        let queue: Arc<dyn TaskQueue> = match (uses.has(Section::Queue), &config.cloudtasks) {
+            (false, _) => Arc::new(Absent { port: "task queue" }),
+            (true, None) => {
                 let q = local_queue(&config, &clock)?;
                 local.queue = Some(q.clone());
                 Arc::new(q)
             }
-            Some(ct) => {
+            (true, Some(ct)) => {
                 let credentials = credentials(
                     ct.endpoint.as_deref(),
                     mapi_cloudtasks::Credentials::Anonymous,
@@ -452,13 +469,14 @@ impl Platform {
                 Arc::new(mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, clock.clone()).await?)
             }
         };
-        let executor: Arc<dyn Executor> = match config.cloudrun.clone() {
-            None => {
+        let executor: Arc<dyn Executor> = match (uses.has(Section::Executor), config.cloudrun.clone()) {
+            (false, _) => Arc::new(Absent { port: "executor" }),
+            (true, None) => {
                 let e = local_executor(&config, &clock, worker)?;
                 local.executor = Some(e.clone());
                 Arc::new(e)
             }
-            Some(settings) => Arc::new(cloudrun_executor(settings, &metrics, &clock).await?),
+            (true, Some(settings)) => Arc::new(cloudrun_executor(settings, &metrics, &clock).await?),
         };
         let ports = Ports { store, objects, bootstrap, queue, executor, signer };
         Ok(Platform::assemble(config, clock, ports, local, metrics))
@@ -472,7 +490,10 @@ impl Platform {
         metrics: Metrics,
     ) -> Platform {
         let pepper = Pepper::new(config.secrets.token_pepper.clone());
-        let sessions = session_verifier(&config, clock.clone());
+        let sessions = match config.uses.has(Section::Sessions) {
+            true => session_verifier(&config, clock.clone()),
+            false => None,
+        };
         let task_invoker = config.cloudtasks.as_ref().map(|ct| {
             mapi_oidc::ServiceAccountTokens::google(
                 config.google_jwks_url.clone(),
@@ -526,15 +547,17 @@ pub fn worker_command(configured: Option<&std::path::Path>, self_is_worker: bool
     Command { program: PathBuf::from("mapi-worker"), args: vec![] }
 }
 
-/// The whole `main` of a function binary: configuration from the
-/// environment, the embedded platform, the function's router (and its
+/// The whole `main` of a function binary: the sections of the
+/// configuration `service` uses, from the environment; the ports they
+/// select; the function's router (and its
 /// OpenAPI document at `/openapi.json`), served by the shared runtime.
 pub async fn serve_function(
     info: mapi_runtime::ServiceInfo,
+    service: Service,
     router: fn(AppState) -> axum::Router,
     openapi: utoipa::openapi::OpenApi,
 ) -> std::process::ExitCode {
-    let config = match Config::from_env() {
+    let config = match Config::from_env_for(service.uses()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{}: configuration error: {e}", info.name);

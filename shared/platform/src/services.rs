@@ -7,6 +7,8 @@ use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, ITEM_PATH, ITEMS_QUEUE};
 use mapi_schema::tasks::{DISPATCH_PATH, FINALIZE_PATH};
 use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE};
 
+use crate::config::{CloudTasksConfig, Section, Uses};
+
 /// A deployed service. `submit` is deployed twice from one image: the
 /// tenant API (`MAPI_ROUTES=api`) and its queue callbacks
 /// (`MAPI_ROUTES=tasks`), so item work never takes the API's capacity.
@@ -41,6 +43,20 @@ impl Service {
             Service::Admin => "admin",
         }
     }
+
+    /// The configuration sections the service reads (and so the ports it
+    /// wires): what its handlers use, no more. The `submit` image serves
+    /// the API and the task routes, which between them use everything.
+    pub fn uses(self) -> Uses {
+        use Section::*;
+        match self {
+            Service::Submit | Service::SubmitTasks => Uses::ALL,
+            Service::PushEvents => Uses::only(&[Push]),
+            Service::ReconcileTick => Uses::only(&[Lifecycle, Queue, Executor]),
+            Service::Meter => Uses::only(&[Lifecycle, Objects, Queue, Executor, Signer]),
+            Service::Admin => Uses::only(&[Sessions, Executor, Jobs]),
+        }
+    }
 }
 
 impl std::fmt::Display for Service {
@@ -66,6 +82,17 @@ pub const QUEUE_ROUTES: &[QueueRoute] = &[
     QueueRoute { queue: ITEMS_QUEUE, path: ITEM_PATH, service: Service::SubmitTasks },
 ];
 
+/// Where the queues `service` serves deliver with Cloud Tasks.
+pub fn service_url(ct: &CloudTasksConfig, service: Service, public_url: &str) -> String {
+    match service {
+        Service::SubmitTasks => ct.submit_tasks_url(public_url),
+        Service::Meter => ct.meter_url(public_url),
+        Service::Submit | Service::PushEvents | Service::ReconcileTick | Service::Admin => {
+            ct.target_url(public_url)
+        }
+    }
+}
+
 /// The service that serves `queue`'s tasks.
 pub fn service_of_queue(queue: &str) -> Option<Service> {
     QUEUE_ROUTES.iter().find(|q| q.queue == queue).map(|q| q.service)
@@ -74,7 +101,6 @@ pub fn service_of_queue(queue: &str) -> Option<Service> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::CloudTasksConfig;
 
     fn config(submit_tasks: Option<&str>, meter: Option<&str>) -> CloudTasksConfig {
         CloudTasksConfig {

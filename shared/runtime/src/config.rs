@@ -4,14 +4,19 @@
 
 use std::time::Duration;
 
+use mapi_settings::Var;
 use tracing_subscriber::EnvFilter;
 
-/// The port served when `$PORT` is not set.
-pub const DEFAULT_PORT: u16 = 8080;
-/// The log filter used when `$MAPI_LOG` is not set.
-pub const DEFAULT_LOG_FILTER: &str = "info";
-/// Cloud Run waits 10 s between SIGTERM and SIGKILL.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `PORT`.
+pub const PORT: Var = Var::new("PORT", "8080", "The port to listen on (Cloud Run sets it)");
+/// `MAPI_LOG`.
+pub const LOG: Var = Var::new("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)");
+/// `MAPI_DRAIN_TIMEOUT_S`: Cloud Run waits 10 s between SIGTERM and SIGKILL.
+pub const DRAIN_TIMEOUT_S: Var =
+    Var::new("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM");
+
+/// Every variable the runtime reads and the README lists.
+pub const VARIABLES: &[Var] = &[PORT, LOG, DRAIN_TIMEOUT_S];
 
 /// What the runtime reads from the environment. Empty variables count as unset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,21 +52,17 @@ impl RuntimeConfig {
 
     /// Reads variables through `lookup`, which returns a variable's value or `None` if unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = |key: &str| lookup(key);
         let get = |key: &str| lookup(key).filter(|v| !v.is_empty());
-        let port = match get("PORT") {
-            Some(raw) => match raw.trim().parse::<u16>() {
-                Ok(port) if port != 0 => port,
-                _ => return Err(ConfigError::Port(raw)),
-            },
-            None => DEFAULT_PORT,
+        let raw = PORT.raw(&env).unwrap_or_default();
+        let port = match raw.parse::<u16>() {
+            Ok(port) if port != 0 => port,
+            _ => return Err(ConfigError::Port(raw)),
         };
-        let drain_timeout = match get("MAPI_DRAIN_TIMEOUT_S") {
-            Some(raw) => {
-                Duration::from_secs(raw.trim().parse::<u64>().map_err(|_| ConfigError::DrainTimeout(raw))?)
-            }
-            None => DEFAULT_DRAIN_TIMEOUT,
-        };
-        let log_filter = get("MAPI_LOG").unwrap_or_else(|| DEFAULT_LOG_FILTER.to_owned());
+        let raw = DRAIN_TIMEOUT_S.raw(&env).unwrap_or_default();
+        let drain_timeout =
+            Duration::from_secs(raw.parse::<u64>().map_err(|_| ConfigError::DrainTimeout(raw.clone()))?);
+        let log_filter = LOG.raw(&env).unwrap_or_default();
         if let Err(e) = EnvFilter::try_new(&log_filter) {
             return Err(ConfigError::LogFilter { value: log_filter, reason: e.to_string() });
         }

@@ -6,7 +6,7 @@
 //! ([`instrument`]) and serves on `0.0.0.0:$PORT` until SIGTERM, draining
 //! in-flight requests before returning ([`serve`]).
 
-mod config;
+pub mod config;
 mod http;
 mod logging;
 mod serve;
@@ -17,9 +17,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use mapi_metrics::Metrics;
 
-pub use crate::config::{
-    ConfigError, DEFAULT_DRAIN_TIMEOUT, DEFAULT_LOG_FILTER, DEFAULT_PORT, RuntimeConfig,
-};
+pub use crate::config::{ConfigError, RuntimeConfig, VARIABLES};
 pub use crate::http::{
     API_VERSION, BuildInfo, OPENMETRICS_CONTENT_TYPE, UNMATCHED_ROUTE, common_routes, instrument,
 };

@@ -58,7 +58,7 @@ where
     INIT.call_once(|| {
         let (env_filter, invalid) = match EnvFilter::try_new(filter) {
             Ok(f) => (f, None),
-            Err(e) => (EnvFilter::new(crate::config::DEFAULT_LOG_FILTER), Some(e)),
+            Err(e) => (EnvFilter::new(crate::config::LOG.default_text()), Some(e)),
         };
         let format = CloudLogFormat::new(service, project_id, Arc::new(SystemClock));
         if tracing::subscriber::set_global_default(subscriber(format, env_filter, writer)).is_ok()

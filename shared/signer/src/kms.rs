@@ -18,22 +18,28 @@ use google_cloud_gax::error::Error as GaxError;
 use google_cloud_kms_v1::client::KeyManagementService;
 use google_cloud_kms_v1::model::{Digest, PublicKey};
 
+use mapi_settings::{Env, Var};
+
 use crate::{Algorithm, SignError, Signature, Signer, TrustedKeys, VerifyError};
 
-/// The KMS variables, their defaults and meaning (the README table is built from these).
-pub const VARIABLES: &[(&str, &str, &str)] = &[
-    (
-        "MAPI_KMS_KEY_VERSION",
-        "none (necessary with MAPI_SIGNER=kms)",
-        "kms: the key version that signs: `projects/P/locations/L/keyRings/R/cryptoKeys/K/cryptoKeyVersions/N`",
-    ),
-    (
-        "MAPI_KMS_TRUSTED_KEY_VERSIONS",
-        "none",
-        "kms: earlier key versions whose signatures still verify (comma-separated), kept until nothing they signed is in use",
-    ),
-    ("MAPI_KMS_ENDPOINT", "Google's", "kms: root of the Cloud KMS API (a fake's in tests)"),
-];
+/// `MAPI_KMS_KEY_VERSION`.
+pub const KEY_VERSION: Var = Var::required(
+    "MAPI_KMS_KEY_VERSION",
+    "none (necessary with MAPI_SIGNER=kms)",
+    "kms: the key version that signs: `projects/P/locations/L/keyRings/R/cryptoKeys/K/cryptoKeyVersions/N`",
+);
+/// `MAPI_KMS_TRUSTED_KEY_VERSIONS`.
+pub const TRUSTED_KEY_VERSIONS: Var = Var::derived(
+    "MAPI_KMS_TRUSTED_KEY_VERSIONS",
+    "none",
+    "kms: earlier key versions whose signatures still verify (comma-separated), kept until nothing they signed is in use",
+);
+/// `MAPI_KMS_ENDPOINT`.
+pub const ENDPOINT: Var =
+    Var::derived("MAPI_KMS_ENDPOINT", "Google's", "kms: root of the Cloud KMS API (a fake's in tests)");
+
+/// The KMS variables (the README table is built from these).
+pub const VARIABLES: &[Var] = &[KEY_VERSION, TRUSTED_KEY_VERSIONS, ENDPOINT];
 
 /// How the client authenticates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,20 +78,17 @@ fn check_name(name: &str) -> Result<(), String> {
 
 impl KmsSettings {
     /// Reads `MAPI_KMS_*` through `get`.
-    pub fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Result<KmsSettings, String> {
-        let value = |name: &str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let key_version =
-            value("MAPI_KMS_KEY_VERSION").ok_or("MAPI_SIGNER=kms needs MAPI_KMS_KEY_VERSION")?;
-        check_name(&key_version).map_err(|e| format!("MAPI_KMS_KEY_VERSION: {e}"))?;
-        let trusted = value("MAPI_KMS_TRUSTED_KEY_VERSIONS")
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty() && *s != key_version)
-            .map(|s| check_name(s).map(|()| s.to_owned()))
+    pub fn from_env(env: Env<'_>) -> Result<KmsSettings, String> {
+        let key_version = KEY_VERSION.require(env, "MAPI_SIGNER=kms").map_err(|e| e.0)?;
+        check_name(&key_version).map_err(|e| format!("{}: {e}", KEY_VERSION.name))?;
+        let trusted = TRUSTED_KEY_VERSIONS
+            .list(env)
+            .into_iter()
+            .filter(|s| *s != key_version)
+            .map(|s| check_name(&s).map(|()| s))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("MAPI_KMS_TRUSTED_KEY_VERSIONS: {e}"))?;
-        Ok(KmsSettings { key_version, trusted, endpoint: value("MAPI_KMS_ENDPOINT") })
+            .map_err(|e| format!("{}: {e}", TRUSTED_KEY_VERSIONS.name))?;
+        Ok(KmsSettings { key_version, trusted, endpoint: ENDPOINT.get(env) })
     }
 }
 

@@ -233,7 +233,7 @@ pub async fn submit(
         .tenant(&tenant)
         .project(&project)
         .detail(format!("{} on {n} items", job.method))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (job_ref, record, store) = (&job, &record, &*state.store);
     quota::commit_admitted(&state, &request, plan, |plan| async move {
         let bumps = &plan.bumps;
@@ -456,7 +456,7 @@ pub async fn cancel(
     let record = Audit::by(&caller, "job.cancel", format!("jobs/{}", job.id))
         .tenant(&job.tenant)
         .project(&job.project)
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (id_ref, record) = (&job.id, &record);
     let job = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut job = tx_get::<JobDoc>(&mut tx, id_ref.as_str())
@@ -510,7 +510,7 @@ pub async fn retry_failed(
     let record = Audit::by(&caller, "job.retry_failed", format!("jobs/{}", job.id))
         .tenant(&job.tenant)
         .project(&job.project)
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (id_ref, record) = (&job.id, &record);
     let job = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut job = tx_get::<JobDoc>(&mut tx, id_ref.as_str())

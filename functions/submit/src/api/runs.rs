@@ -194,7 +194,7 @@ pub async fn submit(
         .tenant(&tenant)
         .project(&project)
         .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     if q.dry_run {
         let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
         return Ok(Json(dry_run(run, plan.err())).into_response());
@@ -400,7 +400,7 @@ pub async fn cancel(
         .tenant(run.tenant())
         .project(run.project())
         .operator(granted.as_operator)
-        .into_doc(now);
+        .into_doc(now, &*state.entropy);
     let (id, record) = (run.id(), &record);
     let step = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let run = tx_get::<RunDoc>(&mut tx, id.as_str())

@@ -25,7 +25,7 @@ use mapi_executor::{AttemptSubmit, ExecutionHandle, SubmitError};
 use mapi_identity::InternalCaller;
 use mapi_lifecycle::commands::{self, Claim, Intent, Skip};
 use mapi_lifecycle::{RunDoc, Step};
-use mapi_metrics::ExecutorLabels;
+use mapi_metrics::{ExecutorLabels, SubmitResult};
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, SignedMethod};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
@@ -75,9 +75,8 @@ fn done(outcome: Handled) -> Json<Outcome> {
     Json(Outcome { outcome, execution: None })
 }
 
-fn metric(state: &AppState, result: &str) {
-    let labels =
-        ExecutorLabels { executor: state.executor.capabilities().executor, result: result.to_owned() };
+fn metric(state: &AppState, result: SubmitResult) {
+    let labels = ExecutorLabels { executor: state.executor.capabilities().executor, result };
     state.metrics.executor_submits.get_or_create(&labels).inc();
 }
 
@@ -164,12 +163,12 @@ pub async fn handle(
     };
     match submit_renewing_lease(&state, &attempt, &submit).await {
         Ok(handle) => {
-            metric(&state, "ok");
+            metric(&state, SubmitResult::Ok);
             record_handle(&state, &attempt, &handle, Reason::ExecutionCreated).await?;
             Ok((StatusCode::OK, Json(Outcome { outcome: Handled::Submitted, execution: Some(handle) })))
         }
         Err(SubmitError::Refused(why)) => {
-            metric(&state, "refused");
+            metric(&state, SubmitResult::Refused);
             refuse(&state, &attempt, why).await?;
             Ok((StatusCode::OK, done(Handled::Refused)))
         }
@@ -177,10 +176,10 @@ pub async fn handle(
             let (result, retry) = match &e {
                 // Each 429 was counted by the executor as it came.
                 SubmitError::Throttled { retry_after } => {
-                    ("throttled", retry_after.map_or(5, |d| d.as_secs().max(1)))
+                    (SubmitResult::Throttled, retry_after.map_or(5, |d| d.as_secs().max(1)))
                 }
-                SubmitError::Ambiguous(_) => ("ambiguous", 5),
-                _ => ("error", 5),
+                SubmitError::Ambiguous(_) => (SubmitResult::Ambiguous, 5),
+                _ => (SubmitResult::Error, 5),
             };
             metric(&state, result);
             if matches!(e, SubmitError::Throttled { .. }) {

@@ -37,13 +37,50 @@ use crate::job_store::{load, read_items};
 const ORPHAN_DELIVERIES: u32 = 20;
 
 /// What a step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// No job after [`ORPHAN_DELIVERIES`] deliveries: the step gives up.
+    Orphan,
+    /// The cursor is past this step's successor: nothing to do.
+    Stale,
+    /// This step had committed: only its successor was made sure of.
+    Redelivered,
+    /// The fan-out is finished, by this step or an earlier one.
+    Finished,
+    /// The tenant's window is full: the next step looks again after a wait.
+    WindowFull,
+    /// A batch of item tasks was enqueued and the next step with it.
+    Enqueued,
+}
+
+impl Handled {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Handled::Orphan => "orphan",
+            Handled::Stale => "stale",
+            Handled::Redelivered => "redelivered",
+            Handled::Finished => "finished",
+            Handled::WindowFull => "window_full",
+            Handled::Enqueued => "enqueued",
+        }
+    }
+}
+
+impl serde::Serialize for Handled {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// What the handler answers: the step's outcome and the job's items
+/// enqueued so far.
 #[derive(Debug, serde::Serialize)]
 pub struct StepOutcome {
-    pub outcome: &'static str,
+    pub outcome: Handled,
     pub enqueued: u64,
 }
 
-fn done(outcome: &'static str, enqueued: u64) -> (StatusCode, Json<StepOutcome>) {
+fn done(outcome: Handled, enqueued: u64) -> (StatusCode, Json<StepOutcome>) {
     (StatusCode::OK, Json(StepOutcome { outcome, enqueued }))
 }
 
@@ -73,23 +110,23 @@ async fn step_once(
             .unwrap_or(0);
         if retries >= ORPHAN_DELIVERIES {
             tracing::warn!(job = %task.job, "fan-out task without a job: its submit failed; giving up");
-            return Ok(done("orphan", 0));
+            return Ok(done(Handled::Orphan, 0));
         }
         return Err(ApiError::unavailable(format!("job {} is not stored yet", task.job), 1));
     };
     let step = task.step;
     if job.fanout.step > step + 1 {
-        return Ok(done("stale", job.fanout.enqueued));
+        return Ok(done(Handled::Stale, job.fanout.enqueued));
     }
     if job.fanout.step == step + 1 {
         // This step committed; make sure its successor exists.
         if job.fanout.finished_at.is_none() {
             push_fanout(&*state.queue, &job.id, step + 1, None).await?;
         }
-        return Ok(done("redelivered", job.fanout.enqueued));
+        return Ok(done(Handled::Redelivered, job.fanout.enqueued));
     }
     if job.fanout.finished_at.is_some() {
-        return Ok(done("finished", job.fanout.enqueued));
+        return Ok(done(Handled::Finished, job.fanout.enqueued));
     }
     let now = state.clock.now();
     let cancelled = job.cancel_requested_at.is_some();
@@ -97,7 +134,7 @@ async fn step_once(
     if (cancelled || all_in) && job.fanout.reserved == job.fanout.enqueued {
         let job = advance(&state, &job, step, true).await?;
         tracing::info!(job = %job.id, enqueued = job.fanout.enqueued, cancelled, "fan-out finished");
-        return Ok(done("finished", job.fanout.enqueued));
+        return Ok(done(Handled::Finished, job.fanout.enqueued));
     }
     let job =
         if job.fanout.reserved == job.fanout.enqueued { reserve(&state, &job, step).await? } else { job };
@@ -105,13 +142,13 @@ async fn step_once(
         // The tenant's window is full: look again after a wait.
         let job = advance(&state, &job, step, false).await?;
         push_fanout(&*state.queue, &job.id, step + 1, Some(now + state.config.jobs.fanout_wait)).await?;
-        return Ok(done("window_full", job.fanout.enqueued));
+        return Ok(done(Handled::WindowFull, job.fanout.enqueued));
     }
     let items = read_items(&state, &job, job.fanout.enqueued, job.fanout.reserved).await?;
     push_items(&state.queue, &job.id, job.round, items).await?;
     let job = advance(&state, &job, step, false).await?;
     push_fanout(&*state.queue, &job.id, step + 1, None).await?;
-    Ok(done("enqueued", job.fanout.enqueued))
+    Ok(done(Handled::Enqueued, job.fanout.enqueued))
 }
 
 /// Step 1: reserves the next batch within the tenant's window. Returns the
@@ -187,4 +224,25 @@ async fn advance(state: &AppState, job: &JobDoc, step: u64, finish: bool) -> Res
         Ok(tx.finish(job))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_keep_their_wire_strings() {
+        let all = [
+            (Handled::Orphan, "orphan"),
+            (Handled::Stale, "stale"),
+            (Handled::Redelivered, "redelivered"),
+            (Handled::Finished, "finished"),
+            (Handled::WindowFull, "window_full"),
+            (Handled::Enqueued, "enqueued"),
+        ];
+        for (outcome, wire) in all {
+            let body = serde_json::to_value(StepOutcome { outcome, enqueued: 3 }).expect("answer");
+            assert_eq!(body, serde_json::json!({ "outcome": wire, "enqueued": 3 }));
+        }
+    }
 }

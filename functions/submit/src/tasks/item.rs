@@ -42,13 +42,76 @@ use crate::job_store::{
 };
 
 /// What a delivery came to.
-#[derive(Debug, serde::Serialize)]
-pub struct Handled {
-    pub outcome: &'static str,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// The job is not stored: nothing to do.
+    NoJob,
+    /// The job has no item at this index: nothing to do.
+    NoItem,
+    /// The item's marker stands: nothing to do.
+    Done,
+    /// An earlier delivery left the item's end without its marker: the
+    /// marker was made from the objects.
+    Recovered,
+    /// The job was cancelled first: the item failed as cancelled.
+    Cancelled,
+    Succeeded,
+    /// An input error, or the last attempt failed or timed out.
+    Failed,
 }
 
-fn ok(outcome: &'static str) -> (StatusCode, Json<Handled>) {
-    (StatusCode::OK, Json(Handled { outcome }))
+impl Handled {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Handled::NoJob => "no_job",
+            Handled::NoItem => "no_item",
+            Handled::Done => "done",
+            Handled::Recovered => "recovered",
+            Handled::Cancelled => "cancelled",
+            Handled::Succeeded => "succeeded",
+            Handled::Failed => "failed",
+        }
+    }
+}
+
+impl serde::Serialize for Handled {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// What the handler answers, for the queue's logs and the tests.
+#[derive(Debug, serde::Serialize)]
+pub struct Outcome {
+    pub outcome: Handled,
+}
+
+fn ok(outcome: Handled) -> (StatusCode, Json<Outcome>) {
+    (StatusCode::OK, Json(Outcome { outcome }))
+}
+
+/// What one attempt at an item came to: the `outcome` of its line in the
+/// item's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attempted {
+    /// The job was cancelled first: the method did not run.
+    Cancelled,
+    /// A transient error or a timeout before the last attempt: the queue
+    /// delivers again.
+    Retrying,
+    Succeeded,
+    Failed,
+}
+
+impl Attempted {
+    fn as_str(self) -> &'static str {
+        match self {
+            Attempted::Cancelled => "cancelled",
+            Attempted::Retrying => "retrying",
+            Attempted::Succeeded => "succeeded",
+            Attempted::Failed => "failed",
+        }
+    }
 }
 
 /// The delivery's attempt number, from Cloud Tasks' retry count header.
@@ -72,33 +135,33 @@ pub async fn handle(
     _internal: InternalCaller,
     headers: HeaderMap,
     Json(task): Json<ItemTask>,
-) -> Result<(StatusCode, Json<Handled>), ApiError> {
+) -> Result<(StatusCode, Json<Outcome>), ApiError> {
     let Some(job) = load(&state, &task.job).await? else {
-        return Ok(ok("no_job"));
+        return Ok(ok(Handled::NoJob));
     };
     if task.idx >= job.items {
-        return Ok(ok("no_item"));
+        return Ok(ok(Handled::NoItem));
     }
     let (idx, round) = (task.idx, task.round);
     if let Some(m) = marker(&state, &job.id, idx).await? {
         if m.outcome == ItemOutcome::Failed && m.round < round {
             reopen(&state, &job, idx, round).await?;
         } else {
-            return Ok(ok("done"));
+            return Ok(ok(Handled::Done));
         }
     }
     let base = base(&job);
     // An end written by a delivery that died before its marker.
     if read_object(&state, &layout::result(&base, idx)).await?.is_some() {
         mark_from_objects(&state, &job, idx, ItemOutcome::Succeeded).await?;
-        return Ok(ok("recovered"));
+        return Ok(ok(Handled::Recovered));
     }
     if let Some(b) = read_object(&state, &layout::error(&base, idx)).await? {
         let f: ItemFailure =
             serde_json::from_slice(&b).map_err(|e| ApiError::internal_from("error object", e))?;
         if f.round >= round {
             mark_from_objects(&state, &job, idx, ItemOutcome::Failed).await?;
-            return Ok(ok("recovered"));
+            return Ok(ok(Handled::Recovered));
         }
         // An earlier round's failure that retry-failed reopened.
         remove_stale(&state, &base, idx, round).await?;
@@ -112,10 +175,10 @@ pub async fn handle(
             message: "the job was cancelled".into(),
             attempts: 0,
         };
-        log_line(&state, &base, idx, json!({"round": round, "attempt": attempt, "outcome": "cancelled"}))
-            .await?;
+        let line = json!({"round": round, "attempt": attempt, "outcome": Attempted::Cancelled.as_str()});
+        log_line(&state, &base, idx, line).await?;
         finish(&state, &job, idx, round, End::Failed(f), 0, Duration::ZERO).await?;
-        return Ok(ok("cancelled"));
+        return Ok(ok(Handled::Cancelled));
     }
     let params = mapi_methods::validate(
         mapi_methods::find(&job.method)
@@ -142,44 +205,33 @@ pub async fn handle(
     let took = started.elapsed();
     let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
     let last = attempt >= state.config.jobs.item_max_attempts;
-    let (outcome, end) = match result {
-        Ok(v) => ("succeeded", Some(End::Succeeded(v))),
+    let end = match result {
+        Ok(v) => End::Succeeded(v),
         Err(ItemError::Transient(m) | ItemError::Timeout(m)) if !last => {
-            log_line(&state, &base, idx, json!({"round": round, "attempt": attempt, "outcome": "retrying", "duration_ms": duration_ms, "error": m})).await?;
+            let outcome = Attempted::Retrying.as_str();
+            log_line(&state, &base, idx, json!({"round": round, "attempt": attempt, "outcome": outcome, "duration_ms": duration_ms, "error": m})).await?;
             return Err(ApiError::new(
                 ProblemCode::Unavailable,
                 format!("item {idx}, attempt {attempt}: {m}"),
             ));
         }
         Err(e) => {
-            let kind = e.kind();
-            (
-                "failed",
-                Some(End::Failed(ItemFailure {
-                    idx,
-                    round,
-                    kind,
-                    message: e.to_string(),
-                    attempts: attempt,
-                })),
-            )
+            End::Failed(ItemFailure { idx, round, kind: e.kind(), message: e.to_string(), attempts: attempt })
         }
     };
-    let error = match &end {
-        Some(End::Failed(f)) => Some(f.message.clone()),
-        _ => None,
+    let (attempted, handled, error) = match &end {
+        End::Succeeded(_) => (Attempted::Succeeded, Handled::Succeeded, None),
+        End::Failed(f) => (Attempted::Failed, Handled::Failed, Some(f.message.clone())),
     };
     log_line(
         &state,
         &base,
         idx,
-        json!({"round": round, "attempt": attempt, "outcome": outcome, "duration_ms": duration_ms, "error": error}),
+        json!({"round": round, "attempt": attempt, "outcome": attempted.as_str(), "duration_ms": duration_ms, "error": error}),
     )
     .await?;
-    if let Some(end) = end {
-        finish(&state, &job, idx, round, end, attempt, took).await?;
-    }
-    Ok(ok(outcome))
+    finish(&state, &job, idx, round, end, attempt, took).await?;
+    Ok(ok(handled))
 }
 
 /// Appends one JSON line, stamped with the time, to the item's log.
@@ -334,4 +386,35 @@ async fn mark_from_objects(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_keep_their_wire_strings() {
+        let answers = [
+            (Handled::NoJob, "no_job"),
+            (Handled::NoItem, "no_item"),
+            (Handled::Done, "done"),
+            (Handled::Recovered, "recovered"),
+            (Handled::Cancelled, "cancelled"),
+            (Handled::Succeeded, "succeeded"),
+            (Handled::Failed, "failed"),
+        ];
+        for (outcome, wire) in answers {
+            let body = serde_json::to_value(Outcome { outcome }).expect("answer");
+            assert_eq!(body, json!({ "outcome": wire }));
+        }
+        let lines = [
+            (Attempted::Cancelled, "cancelled"),
+            (Attempted::Retrying, "retrying"),
+            (Attempted::Succeeded, "succeeded"),
+            (Attempted::Failed, "failed"),
+        ];
+        for (attempted, wire) in lines {
+            assert_eq!(attempted.as_str(), wire);
+        }
+    }
 }

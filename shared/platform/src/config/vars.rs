@@ -1,0 +1,256 @@
+//! Every variable the platform itself reads, declared once: name, default
+//! and meaning. [`Config`](super::Config) parses through these, and the
+//! README's table is generated from [`VARIABLES`] with the adapters' own.
+
+use mapi_settings::Var;
+
+// The base every process reads.
+pub const PROFILE: Var = Var::new(
+    "MAPI_PROFILE",
+    "dev",
+    "`dev` (one machine; secrets generated in $MAPI_HOME) or `multi-tenant` (secrets required)",
+);
+pub const HOME: Var =
+    Var::new("MAPI_HOME", "./.mapi", "Where the embedded store, queue, objects and executions live");
+pub const PUBLIC_URL: Var = Var::derived(
+    "MAPI_PUBLIC_URL",
+    "http://127.0.0.1:$PORT",
+    "Where executions and the CLI reach the platform",
+);
+pub const INTERNAL_TOKEN: Var = Var::derived(
+    "MAPI_INTERNAL_TOKEN",
+    "generated (dev)",
+    "Bearer token of internal callers: queue, scheduler, and in `dev` the local event push",
+);
+pub const TOKEN_PEPPER: Var = Var::derived(
+    "MAPI_TOKEN_PEPPER",
+    "generated (dev)",
+    "Hex key of the HMAC under which API tokens are stored",
+);
+pub const URL_SIGNING_KEY: Var = Var::derived(
+    "MAPI_URL_SIGNING_KEY",
+    "generated (dev)",
+    "Hex key of the local object store's signed URLs",
+);
+pub const STORE: Var =
+    Var::new("MAPI_STORE", "sqlite", "Where state lives: `sqlite` (embedded, in MAPI_HOME) or `firestore`");
+pub const SQLITE_SYNC: Var = Var::new(
+    "MAPI_SQLITE_SYNC",
+    "full",
+    "SQLite `synchronous`: `full` survives power loss, `normal` only process crashes",
+);
+pub const ROUTES: Var = Var::new(
+    "MAPI_ROUTES",
+    "all",
+    "Routes this process serves: `all`, `api` (tenant-facing) or `tasks` (queue callbacks), so task routes can be a second deployment",
+);
+pub const GOOGLE_JWKS_URL: Var = Var::new(
+    "MAPI_GOOGLE_JWKS_URL",
+    mapi_oidc::GOOGLE_JWKS_URL,
+    "The source of the OIDC signing keys of push tokens and of Cloud Tasks deliveries",
+);
+
+// The tenant API.
+pub const MAX_DATASET_BYTES: Var = Var::new("MAPI_MAX_DATASET_BYTES", "67108864", "Largest dataset upload");
+pub const MAX_JSON_BYTES: Var = Var::new("MAPI_MAX_JSON_BYTES", "1048576", "Largest JSON request body");
+pub const IDEMPOTENCY_TTL_S: Var =
+    Var::new("MAPI_IDEMPOTENCY_TTL_S", "86400", "How long an Idempotency-Key returns the same run");
+pub const PLATFORM_CONCURRENT_RUNS: Var = Var::new(
+    "MAPI_PLATFORM_CONCURRENT_RUNS",
+    "700",
+    "Platform-wide limit of concurrent runs (protects the cloud project's quotas)",
+);
+
+// A run's lifecycle.
+pub const MAX_INFRA_RETRIES: Var = Var::new(
+    "MAPI_MAX_INFRA_RETRIES",
+    "2",
+    "Attempts retried after a lost execution or an infrastructure crash",
+);
+pub const EVENT_GRACE_S: Var = Var::new(
+    "MAPI_EVENT_GRACE_S",
+    "120",
+    "How long after an execution succeeded its complete event may arrive",
+);
+pub const DISPATCH_LEASE_S: Var = Var::new(
+    "MAPI_DISPATCH_LEASE_S",
+    "60",
+    "How long a dispatcher holds an attempt before the reconciler adopts it",
+);
+pub const STALL_AFTER_S: Var =
+    Var::new("MAPI_STALL_AFTER_S", "300", "A running attempt without events for this long is marked stalled");
+pub const TICK_INTERVAL_S: Var =
+    Var::new("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick");
+
+// Sessions.
+pub const OPERATOR_EMAILS: Var = Var::derived(
+    "MAPI_OPERATOR_EMAILS",
+    "admin@dev.local (dev); none",
+    "Comma-separated verified e-mails with operator powers, through a session only",
+);
+pub const OIDC_ISSUER: Var = Var::derived(
+    "MAPI_OIDC_ISSUER",
+    "the dev identity provider (dev); none",
+    "Issuer of session ID tokens; without one, only API tokens authenticate",
+);
+pub const OIDC_AUDIENCE: Var =
+    Var::new("MAPI_OIDC_AUDIENCE", "mapi", "The audience session ID tokens must carry");
+pub const OIDC_JWKS_URL: Var =
+    Var::derived("MAPI_OIDC_JWKS_URL", "$MAPI_OIDC_ISSUER/jwks.json", "Where the issuer's signing keys are");
+pub const DEV_ACCOUNTS: Var = Var::new(
+    "MAPI_DEV_ACCOUNTS",
+    "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local",
+    "Accounts of the development identity provider (dev profile only)",
+);
+
+// The executor.
+pub const EXECUTOR: Var =
+    Var::new("MAPI_EXECUTOR", "local-process", "Where attempts run: `local-process` or `cloudrun-jobs`");
+pub const WORKER_BIN: Var = Var::derived(
+    "MAPI_WORKER_BIN",
+    "beside the running binary",
+    "The mapi-worker executable the local executor starts",
+);
+pub const LOCAL_TIMEOUT_MARGIN_S: Var =
+    Var::new("MAPI_LOCAL_TIMEOUT_MARGIN_S", "5", "Local executor: the backstop after a run's timeout");
+pub const LOCAL_GRACE_S: Var = Var::new("MAPI_LOCAL_GRACE_S", "5", "Local executor: SIGTERM to SIGKILL");
+pub const LOCAL_MEMORY_MIB: Var = Var::derived(
+    "MAPI_LOCAL_MEMORY_MIB",
+    "the class's memory",
+    "Local executor: memory limits per class, e.g. `S=512,M=1024`",
+);
+pub const EXECUTOR_EVIDENCE_MAX_AGE_S: Var = Var::new(
+    "MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S",
+    "259200",
+    "Age limit of the conformance and security reports that open shared tiers on an executor",
+);
+
+// The queue and objects.
+pub const QUEUE: Var =
+    Var::new("MAPI_QUEUE", "local", "The task queue: `local` (SQLite, embedded) or `cloudtasks`");
+pub const OBJECTS: Var =
+    Var::new("MAPI_OBJECTS", "local", "Where objects live: `local` (files in MAPI_HOME) or `gcs`");
+pub const GCS_BOOTSTRAP_BUCKET: Var = Var::derived(
+    "MAPI_GCS_BOOTSTRAP_BUCKET",
+    "MAPI_GCS_BUCKET with `-bootstrap`",
+    "gcs: the bucket of attempt bootstraps (one object per task, taken once)",
+);
+
+// Pub/Sub pushes.
+pub const PUBSUB_PUSH_AUDIENCE: Var = Var::derived(
+    "MAPI_PUBSUB_PUSH_AUDIENCE",
+    "none",
+    "The audience of Pub/Sub push tokens (set with MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT); without the two, only `dev` accepts pushes, with MAPI_INTERNAL_TOKEN",
+);
+pub const PUBSUB_PUSH_SERVICE_ACCOUNT: Var = Var::derived(
+    "MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT",
+    "none",
+    "The verified e-mail of Pub/Sub push tokens: the push subscription's service account (set with MAPI_PUBSUB_PUSH_AUDIENCE)",
+);
+pub const PUBSUB_PUSH_SUBSCRIPTIONS: Var = Var::derived(
+    "MAPI_PUBSUB_PUSH_SUBSCRIPTIONS",
+    "any",
+    "Accepted push subscriptions (comma-separated `projects/P/subscriptions/S`)",
+);
+
+// The bundle signer.
+pub const SIGNER: Var = Var::new(
+    "MAPI_SIGNER",
+    "local",
+    "What signs model-version bundles: `local` (a PEM key file) or `kms` (Cloud KMS)",
+);
+pub const SIGNING_KEY_FILE: Var = Var::derived(
+    "MAPI_SIGNING_KEY_FILE",
+    "$MAPI_HOME/bundle-signing-key.pem",
+    "local signer: the PKCS#8 P-256 PEM key, made on first use",
+);
+pub const SIGNING_TRUSTED_KEY_FILES: Var = Var::derived(
+    "MAPI_SIGNING_TRUSTED_KEY_FILES",
+    "none",
+    "local signer: `PUBLIC KEY` PEM files of earlier keys whose signatures still verify (comma-separated)",
+);
+
+// Item jobs.
+pub const JOB_MAX_ITEMS: Var =
+    Var::new("MAPI_JOB_MAX_ITEMS", "100000", "Platform cap on items per job (tiers may allow fewer)");
+pub const JOB_MAX_BODY_BYTES: Var =
+    Var::new("MAPI_JOB_MAX_BODY_BYTES", "67108864", "Largest body of a job submit");
+pub const JOB_MAX_ITEM_BYTES: Var =
+    Var::new("MAPI_JOB_MAX_ITEM_BYTES", "65536", "Largest single item of a job, as JSON");
+pub const JOB_FANOUT_BATCH: Var =
+    Var::new("MAPI_JOB_FANOUT_BATCH", "100", "Items one fan-out step enqueues at most (1 to 1000)");
+pub const JOB_TENANT_WINDOW: Var = Var::new(
+    "MAPI_JOB_TENANT_WINDOW",
+    "200",
+    "Platform cap on a tenant's items in flight (enqueued, not finished); keeps tenants fair",
+);
+pub const JOB_FANOUT_WAIT_MS: Var = Var::new(
+    "MAPI_JOB_FANOUT_WAIT_MS",
+    "200",
+    "How long a fan-out step waits when its tenant's window is full",
+);
+pub const JOB_ITEM_MAX_ATTEMPTS: Var =
+    Var::new("MAPI_JOB_ITEM_MAX_ATTEMPTS", "3", "Attempts of an item before its error is written");
+pub const JOB_ITEM_TIMEOUT_S: Var = Var::new(
+    "MAPI_JOB_ITEM_TIMEOUT_S",
+    "20",
+    "Time limit of one item attempt (below the item queue's 30 s dispatch deadline)",
+);
+pub const JOB_RETENTION_DAYS: Var = Var::new(
+    "MAPI_JOB_RETENTION_DAYS",
+    "30",
+    "Job objects and documents older than this are deleted by the housekeeper, unless the tenant's quota policy sets `job_retention_days`",
+);
+
+/// Every variable of the platform itself, in the README's order (`PORT`,
+/// `MAPI_LOG` and `MAPI_DRAIN_TIMEOUT_S` are the runtime's).
+pub const VARIABLES: &[Var] = &[
+    PROFILE,
+    HOME,
+    PUBLIC_URL,
+    INTERNAL_TOKEN,
+    TOKEN_PEPPER,
+    URL_SIGNING_KEY,
+    SQLITE_SYNC,
+    MAX_DATASET_BYTES,
+    MAX_JSON_BYTES,
+    MAX_INFRA_RETRIES,
+    EVENT_GRACE_S,
+    DISPATCH_LEASE_S,
+    IDEMPOTENCY_TTL_S,
+    STALL_AFTER_S,
+    TICK_INTERVAL_S,
+    WORKER_BIN,
+    LOCAL_TIMEOUT_MARGIN_S,
+    LOCAL_GRACE_S,
+    LOCAL_MEMORY_MIB,
+    OPERATOR_EMAILS,
+    OIDC_ISSUER,
+    OIDC_AUDIENCE,
+    OIDC_JWKS_URL,
+    DEV_ACCOUNTS,
+    PLATFORM_CONCURRENT_RUNS,
+    EXECUTOR,
+    QUEUE,
+    STORE,
+    OBJECTS,
+    GCS_BOOTSTRAP_BUCKET,
+    EXECUTOR_EVIDENCE_MAX_AGE_S,
+    PUBSUB_PUSH_AUDIENCE,
+    PUBSUB_PUSH_SERVICE_ACCOUNT,
+    PUBSUB_PUSH_SUBSCRIPTIONS,
+    GOOGLE_JWKS_URL,
+    SIGNER,
+    SIGNING_KEY_FILE,
+    SIGNING_TRUSTED_KEY_FILES,
+    ROUTES,
+    JOB_MAX_ITEMS,
+    JOB_MAX_BODY_BYTES,
+    JOB_MAX_ITEM_BYTES,
+    JOB_FANOUT_BATCH,
+    JOB_TENANT_WINDOW,
+    JOB_FANOUT_WAIT_MS,
+    JOB_ITEM_MAX_ATTEMPTS,
+    JOB_ITEM_TIMEOUT_S,
+    JOB_RETENTION_DAYS,
+];
