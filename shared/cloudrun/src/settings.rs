@@ -235,13 +235,9 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use mapi_settings::env_of as env;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        move |k| m.get(k).cloned()
-    }
+    use super::*;
 
     #[test]
     fn defaults_are_the_seed_table() {
@@ -255,12 +251,9 @@ mod tests {
         assert!(s.egress_enforced && !s.dns_enforced && !s.gpu_jobs);
         assert_eq!(s.plugin_bases["causal"], "base-forecast");
         assert_eq!(s.default_base, "base-bayes");
-        let read = mapi_settings::names_read(&env(&[("MAPI_CLOUDRUN_PROJECT", "p")]), |e| {
+        mapi_settings::assert_reads_exactly(VARIABLES, &env(&[("MAPI_CLOUDRUN_PROJECT", "p")]), |e| {
             Settings::from_env(e).expect("settings");
         });
-        let listed: std::collections::BTreeSet<String> =
-            VARIABLES.iter().map(|v| v.name.to_owned()).collect();
-        assert_eq!(read, listed, "every variable listed is read, and only those");
     }
 
     #[test]

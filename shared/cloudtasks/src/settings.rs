@@ -132,15 +132,9 @@ impl QueueSettings {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use mapi_settings::env_of as env;
 
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        move |k| m.get(k).cloned()
-    }
 
     const NEEDED: [(&str, &str); 2] = [
         ("MAPI_CLOUDTASKS_PROJECT", "mapi-prod"),
@@ -164,12 +158,9 @@ mod tests {
         assert_eq!(s.submit_tasks_url(public), "https://tasks.example");
         assert_eq!(s.meter_url(public), "https://meter.example");
         assert_eq!(s.token_audience(public), "https://tasks.example");
-        let read = mapi_settings::names_read(&env(&NEEDED), |e| {
+        mapi_settings::assert_reads_exactly(VARIABLES, &env(&NEEDED), |e| {
             QueueSettings::from_env(e).expect("settings");
         });
-        let listed: std::collections::BTreeSet<String> =
-            VARIABLES.iter().map(|v| v.name.to_owned()).collect();
-        assert_eq!(read, listed, "every variable listed is read, and only those");
     }
 
     #[test]

@@ -162,14 +162,9 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
+    use mapi_settings::env_of as env;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        move |k| m.get(k).cloned()
-    }
+    use super::*;
 
     #[test]
     fn defaults_and_every_variable_is_listed() {
@@ -185,12 +180,9 @@ mod tests {
         .expect("settings");
         assert_eq!(s.signer, Some(SignerSettings::SignBlob("api@p.iam.gserviceaccount.com".into())));
         assert_eq!(s.uploader, Some(SignerSettings::KeyFile("/k.json".into())));
-        let read = mapi_settings::names_read(&env(&[("MAPI_GCS_BUCKET", "b-1")]), |e| {
+        mapi_settings::assert_reads_exactly(VARIABLES, &env(&[("MAPI_GCS_BUCKET", "b-1")]), |e| {
             Settings::from_env(e).expect("settings");
         });
-        let listed: std::collections::BTreeSet<String> =
-            VARIABLES.iter().map(|v| v.name.to_owned()).collect();
-        assert_eq!(read, listed, "every variable listed is read, and only those");
     }
 
     #[test]

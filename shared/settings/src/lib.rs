@@ -216,6 +216,22 @@ pub fn names_read(env: Env<'_>, parse: impl FnOnce(Env<'_>)) -> std::collections
     asked.into_inner()
 }
 
+/// An environment of exactly these pairs (for tests and tools).
+pub fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let m: std::collections::BTreeMap<String, String> =
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    move |k| m.get(k).cloned()
+}
+
+/// Panics unless `parse`, reading `env`, looks up exactly the variables
+/// `vars` declares: a declaration's test, so no variable is listed and
+/// never read, or read and never listed.
+pub fn assert_reads_exactly(vars: &[Var], env: Env<'_>, parse: impl FnOnce(Env<'_>)) {
+    let read = names_read(env, parse);
+    let listed: std::collections::BTreeSet<String> = vars.iter().map(|v| v.name.to_owned()).collect();
+    assert_eq!(read, listed, "the variables read are not the variables listed");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
