@@ -9,7 +9,7 @@
 //! passes through. The conformance suite runs its failure cases through it
 //! on every adapter.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use mapi_faults::Faults;
 
 use async_trait::async_trait;
 
@@ -20,18 +20,17 @@ use crate::{NewTask, QueueError, QueueName, TaskInfo, TaskName, TaskQueue};
 #[derive(Debug)]
 pub struct Unreliable<'a> {
     inner: &'a dyn TaskQueue,
-    refuse: AtomicU32,
-    lose: AtomicU32,
+    faults: Faults,
 }
 
 impl<'a> Unreliable<'a> {
     pub fn new(inner: &'a dyn TaskQueue) -> Unreliable<'a> {
-        Unreliable { inner, refuse: AtomicU32::new(0), lose: AtomicU32::new(0) }
+        Unreliable { inner, faults: Faults::default() }
     }
 
     /// The next `n` writes answer `Unavailable` and change nothing.
     pub fn refuse_next(self, n: u32) -> Self {
-        self.refuse.store(n, Ordering::SeqCst);
+        self.faults.refuse_next(n);
         self
     }
 
@@ -39,24 +38,13 @@ impl<'a> Unreliable<'a> {
     /// A write the queue answered with an error is passed on and not counted:
     /// only an applied write has an answer worth losing.
     pub fn lose_next(self, n: u32) -> Self {
-        self.lose.store(n, Ordering::SeqCst);
+        self.faults.lose_next(n);
         self
-    }
-
-    fn take(counter: &AtomicU32) -> bool {
-        counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
     }
 
     /// Runs one write under the refusals and losses still due.
     async fn write<T>(&self, apply: impl Future<Output = Result<T, QueueError>>) -> Result<T, QueueError> {
-        if Self::take(&self.refuse) {
-            return Err(QueueError::Unavailable("refused on purpose before applying".into()));
-        }
-        let applied = apply.await;
-        if applied.is_ok() && Self::take(&self.lose) {
-            return Err(QueueError::Unavailable("the answer was lost on purpose after applying".into()));
-        }
-        applied
+        self.faults.write(apply, |detail| QueueError::Unavailable(detail.into())).await
     }
 }
 

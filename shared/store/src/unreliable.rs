@@ -5,7 +5,7 @@
 //! through. The conformance suite runs its failure cases through it on
 //! every adapter.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use mapi_faults::Faults;
 
 use async_trait::async_trait;
 
@@ -16,29 +16,24 @@ use crate::{DocKey, Document, Query, ReadRecord, Store, StoreError, TxnId, Versi
 #[derive(Debug)]
 pub struct Unreliable<'a> {
     inner: &'a dyn Store,
-    refuse: AtomicU32,
-    lose: AtomicU32,
+    faults: Faults,
 }
 
 impl<'a> Unreliable<'a> {
     pub fn new(inner: &'a dyn Store) -> Unreliable<'a> {
-        Unreliable { inner, refuse: AtomicU32::new(0), lose: AtomicU32::new(0) }
+        Unreliable { inner, faults: Faults::default() }
     }
 
     /// The next `n` commits answer `Unavailable` and apply nothing.
     pub fn refuse_next(self, n: u32) -> Self {
-        self.refuse.store(n, Ordering::SeqCst);
+        self.faults.refuse_next(n);
         self
     }
 
     /// The `n` commits after the refused ones apply, then answer `Unavailable`.
     pub fn lose_next(self, n: u32) -> Self {
-        self.lose.store(n, Ordering::SeqCst);
+        self.faults.lose_next(n);
         self
-    }
-
-    fn take(counter: &AtomicU32) -> bool {
-        counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
     }
 }
 
@@ -61,14 +56,8 @@ impl Store for Unreliable<'_> {
         txn: Option<(TxnId, &[ReadRecord])>,
         writes: &[Write],
     ) -> Result<Vec<Option<Version>>, StoreError> {
-        if Self::take(&self.refuse) {
-            return Err(StoreError::Unavailable("refused on purpose before applying".into()));
-        }
-        let applied = self.inner.commit(txn, writes).await;
-        if applied.is_ok() && Self::take(&self.lose) {
-            return Err(StoreError::Unavailable("the answer was lost on purpose after applying".into()));
-        }
-        applied
+        let commit = self.inner.commit(txn, writes);
+        self.faults.write(commit, |detail| StoreError::Unavailable(detail.into())).await
     }
 
     async fn rollback(&self, txn: TxnId) -> Result<(), StoreError> {
