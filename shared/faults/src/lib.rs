@@ -55,6 +55,48 @@ impl Faults {
     }
 }
 
+/// A port `inner` wrapped under a fault plan. Each port crate implements
+/// its trait for `Unreliable<'_, dyn Port>`: reads pass through to
+/// [`Unreliable::inner`], writes go through [`Unreliable::write`].
+#[derive(Debug)]
+pub struct Unreliable<'a, P: ?Sized> {
+    inner: &'a P,
+    faults: Faults,
+}
+
+impl<'a, P: ?Sized> Unreliable<'a, P> {
+    /// `inner`, with no faults planned yet.
+    pub fn new(inner: &'a P) -> Unreliable<'a, P> {
+        Unreliable { inner, faults: Faults::default() }
+    }
+
+    /// The next `n` writes are refused and change nothing.
+    pub fn refuse_next(self, n: u32) -> Self {
+        self.faults.refuse_next(n);
+        self
+    }
+
+    /// The `n` writes after the refused ones apply, then lose their answers.
+    pub fn lose_next(self, n: u32) -> Self {
+        self.faults.lose_next(n);
+        self
+    }
+
+    /// The wrapped port.
+    pub fn inner(&self) -> &'a P {
+        self.inner
+    }
+
+    /// Runs one write of the port under the plan ([`Faults::write`]).
+    pub async fn write<T, E>(
+        &self,
+        apply: impl Future<Output = Result<T, E>>,
+        unavailable: impl Fn(&'static str) -> E,
+    ) -> Result<T, E> {
+        self.faults.write(apply, unavailable).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicU32;

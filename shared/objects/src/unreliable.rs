@@ -8,7 +8,6 @@
 //! pass through (an upload to a signed URL does not go through the wrapper).
 //! The conformance suite runs its failure cases through it on every adapter.
 
-use mapi_faults::Faults;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,42 +18,18 @@ use crate::{
 };
 
 /// Wraps `inner`, failing the first `refuse` writes and losing the answers
-/// of the `lose` writes after them.
-#[derive(Debug)]
-pub struct Unreliable<'a> {
-    inner: &'a dyn ObjectStore,
-    faults: Faults,
-}
+/// of the `lose` writes after them (`Unreliable::new(inner).refuse_next(1)`).
+pub type Unreliable<'a> = mapi_faults::Unreliable<'a, dyn ObjectStore + 'a>;
 
-impl<'a> Unreliable<'a> {
-    pub fn new(inner: &'a dyn ObjectStore) -> Unreliable<'a> {
-        Unreliable { inner, faults: Faults::default() }
-    }
-
-    /// The next `n` writes answer `Unavailable` and change nothing.
-    pub fn refuse_next(self, n: u32) -> Self {
-        self.faults.refuse_next(n);
-        self
-    }
-
-    /// The `n` writes after the refused ones apply, then answer `Unavailable`.
-    /// A write the bucket answered with an error is passed on and not counted:
-    /// only an applied write has an answer worth losing.
-    pub fn lose_next(self, n: u32) -> Self {
-        self.faults.lose_next(n);
-        self
-    }
-
-    /// Runs one write under the refusals and losses still due.
-    async fn write<T>(&self, apply: impl Future<Output = Result<T, ObjectError>>) -> Result<T, ObjectError> {
-        self.faults.write(apply, |detail| ObjectError::Unavailable(detail.into())).await
-    }
+/// The port's answer to a refused write or a lost answer.
+fn unavailable(detail: &'static str) -> ObjectError {
+    ObjectError::Unavailable(detail.into())
 }
 
 #[async_trait]
 impl ObjectStore for Unreliable<'_> {
     fn bucket(&self) -> &str {
-        self.inner.bucket()
+        self.inner().bucket()
     }
 
     async fn put(
@@ -64,7 +39,7 @@ impl ObjectStore for Unreliable<'_> {
         content_type: &str,
         precondition: IfGeneration,
     ) -> Result<ObjectMeta, ObjectError> {
-        self.write(self.inner.put(key, bytes, content_type, precondition)).await
+        self.write(self.inner().put(key, bytes, content_type, precondition), unavailable).await
     }
 
     async fn get(
@@ -72,19 +47,19 @@ impl ObjectStore for Unreliable<'_> {
         key: &ObjectKey,
         generation: Option<Generation>,
     ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.inner.get(key, generation).await
+        self.inner().get(key, generation).await
     }
 
     async fn head(&self, key: &ObjectKey) -> Result<ObjectMeta, ObjectError> {
-        self.inner.head(key).await
+        self.inner().head(key).await
     }
 
     async fn delete(&self, key: &ObjectKey, precondition: IfGeneration) -> Result<(), ObjectError> {
-        self.write(self.inner.delete(key, precondition)).await
+        self.write(self.inner().delete(key, precondition), unavailable).await
     }
 
     async fn list(&self, prefix: &str, page_token: Option<&str>, max: u32) -> Result<ListPage, ObjectError> {
-        self.inner.list(prefix, page_token, max).await
+        self.inner().list(prefix, page_token, max).await
     }
 
     async fn signed_url(
@@ -93,6 +68,6 @@ impl ObjectStore for Unreliable<'_> {
         key: &ObjectKey,
         expires_in: Duration,
     ) -> Result<String, ObjectError> {
-        self.inner.signed_url(method, key, expires_in).await
+        self.inner().signed_url(method, key, expires_in).await
     }
 }

@@ -5,50 +5,31 @@
 //! through. The conformance suite runs its failure cases through it on
 //! every adapter.
 
-use mapi_faults::Faults;
-
 use async_trait::async_trait;
 
 use crate::{DocKey, Document, Query, ReadRecord, Store, StoreError, TxnId, Version, Write};
 
 /// Wraps `inner`, failing the first `refuse` commits and losing the answers
-/// of the `lose` commits after them.
-#[derive(Debug)]
-pub struct Unreliable<'a> {
-    inner: &'a dyn Store,
-    faults: Faults,
-}
+/// of the `lose` commits after them (`Unreliable::new(inner).refuse_next(1)`).
+pub type Unreliable<'a> = mapi_faults::Unreliable<'a, dyn Store + 'a>;
 
-impl<'a> Unreliable<'a> {
-    pub fn new(inner: &'a dyn Store) -> Unreliable<'a> {
-        Unreliable { inner, faults: Faults::default() }
-    }
-
-    /// The next `n` commits answer `Unavailable` and apply nothing.
-    pub fn refuse_next(self, n: u32) -> Self {
-        self.faults.refuse_next(n);
-        self
-    }
-
-    /// The `n` commits after the refused ones apply, then answer `Unavailable`.
-    pub fn lose_next(self, n: u32) -> Self {
-        self.faults.lose_next(n);
-        self
-    }
+/// The port's answer to a refused write or a lost answer.
+fn unavailable(detail: &'static str) -> StoreError {
+    StoreError::Unavailable(detail.into())
 }
 
 #[async_trait]
 impl Store for Unreliable<'_> {
     async fn get(&self, keys: &[DocKey], txn: Option<TxnId>) -> Result<Vec<Option<Document>>, StoreError> {
-        self.inner.get(keys, txn).await
+        self.inner().get(keys, txn).await
     }
 
     async fn query(&self, query: &Query, txn: Option<TxnId>) -> Result<Vec<Document>, StoreError> {
-        self.inner.query(query, txn).await
+        self.inner().query(query, txn).await
     }
 
     async fn begin(&self) -> Result<TxnId, StoreError> {
-        self.inner.begin().await
+        self.inner().begin().await
     }
 
     async fn commit(
@@ -56,11 +37,11 @@ impl Store for Unreliable<'_> {
         txn: Option<(TxnId, &[ReadRecord])>,
         writes: &[Write],
     ) -> Result<Vec<Option<Version>>, StoreError> {
-        let commit = self.inner.commit(txn, writes);
-        self.faults.write(commit, |detail| StoreError::Unavailable(detail.into())).await
+        let commit = self.inner().commit(txn, writes);
+        self.write(commit, unavailable).await
     }
 
     async fn rollback(&self, txn: TxnId) -> Result<(), StoreError> {
-        self.inner.rollback(txn).await
+        self.inner().rollback(txn).await
     }
 }
