@@ -17,7 +17,8 @@
 //! executor; [`scripted`] is an executor a suite drives by hand in virtual
 //! time; [`chaos`] duplicates and overlaps queue deliveries.
 //!
-//! The suites (`tests/tests/`):
+//! The suites (modules of one test binary, `tests/tests/suites.rs`; run one
+//! with `cargo test -p mapi-tests --test suites <suite>::`):
 //!
 //! - Runs end to end: `e2e` (over HTTP, every case on both executors, the
 //!   exact history asserted), `cloudrun_runs` (what only Cloud Run has:

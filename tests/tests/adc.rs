@@ -96,7 +96,11 @@ async fn a_cloud_client_with_adc_takes_its_token_from_the_metadata_server() {
     let home = tempfile::tempdir().expect("an empty HOME");
     let exe = std::env::current_exe().expect("this test binary");
     let out = tokio::process::Command::new(exe)
-        .args(["--exact", "a_cloud_client_with_adc_takes_its_token_from_the_metadata_server", "--nocapture"])
+        .args([
+            "--exact",
+            "adc::a_cloud_client_with_adc_takes_its_token_from_the_metadata_server",
+            "--nocapture",
+        ])
         .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
         .env("HOME", home.path())
         .env(CHILD, "1")

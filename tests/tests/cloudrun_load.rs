@@ -11,7 +11,7 @@
 //! the floor the bucket sets: at 150/min with a burst of 10, the 95th
 //! submit cannot leave before (95 - 10) × 0.4 s = 34 s.
 //!
-//! `cargo test -p mapi-tests --test cloudrun_load -- --nocapture`
+//! `cargo test -p mapi-tests --test suites cloudrun_load:: -- --nocapture`
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The documents stay true: the README's table of environment variables is
 //! the one the code reads, `docs/openapi.json` is the document the platform
 //! serves, and ARCHITECTURE.md's route table is the routers ([`routes`]).
-//! `MAPI_UPDATE_DOCS=1 cargo test -p mapi-tests --test docs` rewrites the
+//! `MAPI_UPDATE_DOCS=1 cargo test -p mapi-tests --test suites docs::` rewrites the
 //! generated ones after a deliberate change.
 
 #[path = "docs/routes.rs"]

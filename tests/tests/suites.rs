@@ -1,0 +1,34 @@
+//! Every cross-crate suite, as modules of one test binary: each would
+//! otherwise be its own crate, compiled and linked against the whole
+//! platform on its own. `cargo test -p mapi-tests --test suites <module>::`
+//! runs one suite (`docs::`, `jobs::`, …); `tests/src/lib.rs` catalogues
+//! them.
+
+mod adc;
+mod admin_tour;
+mod api;
+mod auth_attacks;
+mod authz;
+mod cloud_platform;
+mod cloudrun;
+mod cloudrun_load;
+mod cloudrun_runs;
+mod cloudtasks;
+mod crash;
+mod cross_tenant;
+mod delivery;
+mod docs;
+mod e2e;
+mod executor_conformance;
+mod jobs;
+mod ledger;
+mod model_versions;
+mod objects_gcs;
+mod push_auth;
+mod quotas;
+mod replay;
+mod shared_tiers;
+mod signer_kms;
+mod store_firestore;
+mod ticks;
+mod walkthrough;
