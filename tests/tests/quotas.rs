@@ -921,3 +921,93 @@ async fn an_item_job_is_refused_by_each_limit_a_run_is() {
     assert_eq!(denied.len(), 6, "one denial per refusal: {log}");
     h.p.platform.shutdown().await;
 }
+
+impl Harness {
+    /// Submits `body` as `token` to `tenant/default` with `Idempotency-Key:
+    /// key`: status, whether it was a replay, body.
+    async fn submit_keyed(&self, token: &str, tenant: &str, key: &str, body: &Value) -> (u16, bool, Value) {
+        let resp = self
+            .p
+            .http
+            .post(self.p.url(&format!("/v1/tenants/{tenant}/projects/default/runs")))
+            .bearer_auth(token)
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+            .await
+            .expect("submit");
+        let replayed = resp.headers().get("idempotency-replayed").is_some_and(|v| v == "true");
+        let status = resp.status().as_u16();
+        (status, replayed, resp.json().await.expect("json"))
+    }
+}
+
+/// The retry of a submit whose answer was lost gets its run back, whatever
+/// the quotas say by then: at the concurrency limit, with the day's and the
+/// month's vCPU-seconds spent, past the requests of the minute and past the
+/// spend cap. (A refusal would tell the client its run was not made, and a
+/// resubmit under a new key would run the work twice.) A new key is still
+/// refused by each limit, and the key with another request is still 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_retry_replays_its_run_at_every_limit() {
+    use mapi_quota::counters::{self, field};
+    let h = Harness::start("2026-06-15T10:00:00Z", &[]).await;
+    let owner = h.tenant("pub", "public").await;
+    let tenant = mapi_domain::TenantId::parse("pub").expect("tenant");
+    let ds =
+        h.upload_as(&owner, "pub", "x,y\n1,2\n2,3\n3,5\n").await.2["id"].as_str().expect("id").to_owned();
+    let body = spec(&ds, "S", 60);
+    let replays = |answer: (u16, bool, Value), run: &RunId, limit: &str| {
+        assert_eq!((answer.0, answer.1), (200, true), "the retry at {limit} replays: {}", answer.2);
+        assert_eq!(answer.2["id"], run.as_str(), "the same run, at {limit}");
+    };
+
+    h.set_quota("pub", json!({"concurrent_runs": 1})).await;
+    let first = h.submit_keyed(&owner, "pub", "k-1", &body).await;
+    assert_eq!((first.0, first.1), (201, false), "{}", first.2);
+    let run = run_id(&first.2);
+    replays(h.submit_keyed(&owner, "pub", "k-1", &body).await, &run, "concurrent_runs");
+    refused(&h.submit_as(&owner, "pub", &body).await, "QUOTA_EXCEEDED", "tenant limit concurrent_runs", None);
+    let other = h.submit_keyed(&owner, "pub", "k-1", &spec(&ds, "S", 61)).await;
+    assert_eq!(other.0, 409, "the key with another request: {}", other.2);
+    h.set_quota("pub", json!({})).await;
+
+    let day = counters::tenant_period(&tenant, mapi_quota::Period::Day, h.now());
+    h.add_usage(&day, field::COMMITTED, 3_600_000).await;
+    replays(h.submit_keyed(&owner, "pub", "k-1", &body).await, &run, "vcpu_seconds_per_day");
+    refused(&h.submit_as(&owner, "pub", &body).await, "QUOTA_EXCEEDED", "vcpu_seconds_per_day", Some(50_400));
+    h.add_usage(&day, field::COMMITTED, -3_600_000).await;
+
+    let month = counters::tenant_period(&tenant, mapi_quota::Period::Month, h.now());
+    h.add_usage(&month, field::COMMITTED, 36_000_000).await;
+    replays(h.submit_keyed(&owner, "pub", "k-1", &body).await, &run, "vcpu_seconds_per_month");
+    let month_left = 15 * 86_400 + 14 * 3_600;
+    refused(
+        &h.submit_as(&owner, "pub", &body).await,
+        "QUOTA_EXCEEDED",
+        "vcpu_seconds_per_month",
+        Some(month_left),
+    );
+    h.add_usage(&month, field::COMMITTED, -36_000_000).await;
+
+    let minute = counters::tenant_minute(&tenant, h.now());
+    h.add_usage(&minute, field::REQUESTS, 60).await;
+    replays(h.submit_keyed(&owner, "pub", "k-1", &body).await, &run, "requests_per_minute");
+    refused(&h.submit_as(&owner, "pub", &body).await, "RATE_LIMITED", "requests_per_minute", Some(60));
+    h.clock.advance(Duration::from_secs(60));
+
+    let switch = json!({"spend_cap_micros": 1_000, "spend_cap_period": "day", "reason": "incident 9"});
+    let (s, b) = h.p.call(&h.operator, Method::PUT, "/v1/admin/kill-switches", Some(switch)).await;
+    assert_eq!(s, 200, "{b}");
+    let platform_day = counters::platform_period(mapi_quota::Period::Day, h.now());
+    h.add_usage(&platform_day, field::SPEND, 1_000).await;
+    replays(h.submit_keyed(&owner, "pub", "k-1", &body).await, &run, "spend_cap");
+    refused(
+        &h.submit_as(&owner, "pub", &body).await,
+        "QUOTA_EXCEEDED",
+        "platform limit spend_cap",
+        Some(50_340),
+    );
+    assert_eq!(h.active("pub").await, 1, "the replays admitted nothing");
+    h.p.platform.shutdown().await;
+}

@@ -155,8 +155,22 @@ pub async fn submit(
     let granted = require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
     let tier = granted.tenant.tier;
     let idem = idempotency_key(&headers)?;
-    validate(&state, &tenant, &project, &spec).await?;
     let now = state.clock.now();
+    let request_hash = sha256_hex(&serde_json::to_vec(&spec)?);
+    let idem_id = idem.as_ref().map(|k| sha256_hex(format!("{tenant}:{project}:{k}").as_bytes()));
+    // A retry after a lost answer gets its run back whatever the quotas,
+    // the rate limit or the kill switches say now: a refusal would tell it
+    // the run was not made, and a resubmit under a new key would run the
+    // work twice. So a key seen before is answered before anything else is
+    // decided (the commit checks again, for two first submits that race).
+    if let Some(id) = &idem_id
+        && !q.dry_run
+        && let Some(seen) = mapi_schema::get::<IdempotencyDoc>(&*state.store, id).await?
+        && seen.expires_at > now
+    {
+        return replayed(&state, same_request(seen, &request_hash)?).await;
+    }
+    validate(&state, &tenant, &project, &spec).await?;
     let estimate =
         mapi_cost::CURRENT.estimate(spec.class, spec.tasks, Duration::from_secs(u64::from(spec.timeout_s)));
     let new = NewRun {
@@ -180,9 +194,8 @@ pub async fn submit(
         vcpu_ms: quota::reserve_ms(run.class, run.task_count, run.timeout_s),
         plugin: false,
     };
-    let request_hash = sha256_hex(&serde_json::to_vec(&spec)?);
-    let idem_doc = idem.map(|k| IdempotencyDoc {
-        id: sha256_hex(format!("{tenant}:{project}:{k}").as_bytes()),
+    let idem_doc = idem_id.map(|id| IdempotencyDoc {
+        id,
         tenant: tenant.clone(),
         project: project.clone(),
         run: run.id.clone(),
@@ -213,13 +226,8 @@ pub async fn submit(
         commit(shared, &step, &plan.bumps, idem.as_ref(), record, now).await
     })
     .await?;
-    let mut out_headers = HeaderMap::new();
     match outcome {
-        Submitted::Replayed(id) => {
-            out_headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
-            let run = load(&state, &id).await?;
-            Ok((StatusCode::OK, out_headers, Json(view::build(&state, &run).await?)).into_response())
-        }
+        Submitted::Replayed(id) => replayed(&state, id).await,
         Submitted::New(step) => {
             step.committed(&state.metrics);
             // The run is stored: a failed push is re-pushed by the
@@ -227,9 +235,32 @@ pub async fn submit(
             let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
             let run = step.run().ok_or_else(|| ApiError::internal("an admitted step without its run"))?;
             tracing::info!(run = %run.id(), method = %run.method(), class = %run.class(), "run submitted");
-            Ok((StatusCode::CREATED, out_headers, Json(view::of_new(run))).into_response())
+            Ok((StatusCode::CREATED, Json(view::of_new(run))).into_response())
         }
     }
+}
+
+/// The run a key seen before made, if the request is the same one; a key
+/// reused with another request is refused.
+fn same_request(seen: IdempotencyDoc, request_hash: &str) -> Result<RunId, ApiError> {
+    if seen.request_hash != request_hash {
+        return Err(ApiError::new(
+            ProblemCode::FailedPrecondition,
+            "this Idempotency-Key was used with a different request: use a new key",
+        ));
+    }
+    Ok(seen.run)
+}
+
+/// The answer to a replayed submit: 200 with the run as it is now, marked
+/// `Idempotency-Replayed: true` (and `Idempotent-Replayed`, its earlier name).
+async fn replayed(state: &AppState, id: RunId) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let run = load(state, &id).await?;
+    let mut headers = HeaderMap::new();
+    headers.insert("idempotency-replayed", HeaderValue::from_static("true"));
+    headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    Ok((StatusCode::OK, headers, Json(view::build(state, &run).await?)).into_response())
 }
 
 /// What a dry run answers: a refusal is the answer, not a denial (a
@@ -272,13 +303,7 @@ async fn commit(
             && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
             && seen.expires_at > now
         {
-            if seen.request_hash != doc.request_hash {
-                return Err(ApiError::new(
-                    ProblemCode::FailedPrecondition,
-                    "this Idempotency-Key was used with a different request: use a new key",
-                ));
-            }
-            return Ok(tx.finish(Submitted::Replayed(seen.run)));
+            return Ok(tx.finish(Submitted::Replayed(same_request(seen, &doc.request_hash)?)));
         }
         if let Some(doc) = idem {
             tx_put(&mut tx, doc)?;
