@@ -370,7 +370,7 @@ async fn bad_jobs_are_problems_and_the_platform_describes_itself() {
             "INVALID_ARGUMENT",
         ),
         (json!({"method": "item.echo", "items": [1], "extra": true}), 400, "INVALID_ARGUMENT"),
-        (json!({"method": "item.echo", "items": vec![1; 51]}), 429, "QUOTA_EXCEEDED"),
+        (json!({"method": "item.echo", "items": vec![1; 51]}), 413, "PAYLOAD_TOO_LARGE"),
     ];
     for (body, status, code) in cases {
         let (s, v) = p.call(&token, Method::POST, path, Some(body.clone())).await;

@@ -421,6 +421,17 @@ fn refused(answer: &(u16, Option<u64>, Value), code: &str, limit: &str, retry: O
     assert_eq!(*retry_after, retry, "Retry-After of {limit}: {detail}");
 }
 
+/// Asserts a refusal of a request that can never pass as it is: 413
+/// PAYLOAD_TOO_LARGE naming `limit`, and no Retry-After.
+#[track_caller]
+fn too_large(answer: &(u16, Option<u64>, Value), limit: &str) {
+    let (status, retry_after, body) = answer;
+    assert_eq!((*status, &body["code"]), (413, &json!("PAYLOAD_TOO_LARGE")), "{body}");
+    let detail = body["detail"].as_str().expect("detail");
+    assert!(detail.contains(limit), "the detail names {limit}: {detail}");
+    assert_eq!(*retry_after, None, "nothing to wait for: {detail}");
+}
+
 #[track_caller]
 fn admitted(answer: &(u16, Option<u64>, Value)) -> RunId {
     assert_eq!(answer.0, 201, "expected admission: {}", answer.2);
@@ -851,15 +862,12 @@ async fn an_item_job_is_refused_by_each_limit_a_run_is() {
     let tenant = mapi_domain::TenantId::parse("pub").expect("tenant");
     assert_eq!(h.job_as(&owner, "pub", 2).await.0, 201, "a small job is admitted");
 
-    // Items per job: the platform's cap (800) is below the public tier's 1,000.
-    refused(
-        &h.job_as(&owner, "pub", 801).await,
-        "QUOTA_EXCEEDED",
-        "platform limit max_items_per_job is 800",
-        None,
-    );
+    // Items per job: the platform's cap (800) is below the public tier's
+    // 1,000. A job over it can never pass as it is, so it is 413, not a
+    // 429 that generic clients would retry forever.
+    too_large(&h.job_as(&owner, "pub", 801).await, "platform limit max_items_per_job is 800");
     h.set_quota("pub", json!({"max_items_per_job": 5})).await;
-    refused(&h.job_as(&owner, "pub", 6).await, "QUOTA_EXCEEDED", "tenant limit max_items_per_job is 5", None);
+    too_large(&h.job_as(&owner, "pub", 6).await, "tenant limit max_items_per_job is 5");
     assert_eq!(h.job_as(&owner, "pub", 5).await.0, 201, "exactly at the operator's limit");
 
     // The tenant's vCPU-seconds of the day, once spent, refuse a job until the day ends.

@@ -178,6 +178,7 @@ pub fn problem_code(code: RefusalCode) -> ProblemCode {
         RefusalCode::QuotaExceeded => ProblemCode::QuotaExceeded,
         RefusalCode::RateLimited => ProblemCode::RateLimited,
         RefusalCode::Forbidden => ProblemCode::Forbidden,
+        RefusalCode::TooLarge => ProblemCode::PayloadTooLarge,
     }
 }
 

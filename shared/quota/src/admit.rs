@@ -77,6 +77,9 @@ pub enum RefusalCode {
     RateLimited,
     /// 403 FORBIDDEN: uploaded code is switched off.
     Forbidden,
+    /// 413 PAYLOAD_TOO_LARGE: the request itself is over a hard limit (a
+    /// job's items), so it can never pass as it is and a retry is pointless.
+    TooLarge,
 }
 
 impl RefusalCode {
@@ -86,6 +89,7 @@ impl RefusalCode {
             RefusalCode::QuotaExceeded => "QUOTA_EXCEEDED",
             RefusalCode::RateLimited => "RATE_LIMITED",
             RefusalCode::Forbidden => "FORBIDDEN",
+            RefusalCode::TooLarge => "PAYLOAD_TOO_LARGE",
         }
     }
 }
@@ -222,8 +226,10 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             if let Some(max) = tenant.max_items_per_job
                 && *items > max
             {
-                return Err(quota(
+                return Err(refuse(
+                    Level::Tenant,
                     "max_items_per_job",
+                    RefusalCode::TooLarge,
                     format!("is {max} and the job has {items} items"),
                     Reset::Never("split the job or ask an operator for a larger limit"),
                 ));
@@ -289,7 +295,7 @@ fn check_platform(
         return Err(refuse(
             Level::Platform,
             "max_items_per_job",
-            RefusalCode::QuotaExceeded,
+            RefusalCode::TooLarge,
             format!("is {max} and the job has {items} items"),
             Reset::Never("split the job"),
         ));
@@ -468,7 +474,7 @@ mod tests {
     }
 
     use Level::{Platform, Tenant, Token};
-    use RefusalCode::{Forbidden, QuotaExceeded, RateLimited};
+    use RefusalCode::{Forbidden, QuotaExceeded, RateLimited, TooLarge};
 
     #[test]
     fn token_budget_refuses_at_the_token_level_until_its_period_ends() {
@@ -748,8 +754,8 @@ mod tests {
 
     #[test]
     fn wire_names() {
-        let codes = [QuotaExceeded, RateLimited, Forbidden].map(RefusalCode::as_str);
-        assert_eq!(codes, ["QUOTA_EXCEEDED", "RATE_LIMITED", "FORBIDDEN"]);
+        let codes = [QuotaExceeded, RateLimited, Forbidden, TooLarge].map(RefusalCode::as_str);
+        assert_eq!(codes, ["QUOTA_EXCEEDED", "RATE_LIMITED", "FORBIDDEN", "PAYLOAD_TOO_LARGE"]);
         for level in [Token, Tenant, Platform] {
             assert_eq!(serde_json::to_string(&level).expect("json"), format!("\"{}\"", level.as_str()));
         }
@@ -767,7 +773,7 @@ mod tests {
         assert_eq!(c.admit(&job), Ok(()));
         assert_eq!(c.admit(&Ask::Job { items: 1_000 }), Ok(()), "exactly at the tier's items per job");
         let r = c.refusal(&Ask::Job { items: 1_001 });
-        assert_eq!(shape(&r), (Tenant, "max_items_per_job", QuotaExceeded, None));
+        assert_eq!(shape(&r), (Tenant, "max_items_per_job", TooLarge, None));
         assert!(r.detail.contains("is 1000 and the job has 1001 items"), "{}", r.detail);
 
         c.usage.tenant_requests_this_minute = 60;
@@ -805,6 +811,6 @@ mod tests {
         c.usage.tenant_active_runs = 2;
         assert_eq!(c.admit(&job), Ok(()));
         c.platform.max_items_per_job = Some(400);
-        assert_eq!(shape(&c.refusal(&job)), (Platform, "max_items_per_job", QuotaExceeded, None));
+        assert_eq!(shape(&c.refusal(&job)), (Platform, "max_items_per_job", TooLarge, None));
     }
 }

@@ -162,8 +162,8 @@ struct Manifest {
     responses(
         (status = 201, body = JobView, description = "Accepted: the job is enqueuing"),
         (status = 400, body = mapi_problem::Problem, description = "Not an item method, bad params, no items, an item too large"),
-        (status = 413, body = mapi_problem::Problem, description = "Body larger than MAPI_JOB_MAX_BODY_BYTES"),
-        (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded: items per job, vCPU-seconds, the token's budget, the spend cap (QUOTA_EXCEEDED) or requests per minute (RATE_LIMITED), with Retry-After when the limit resets"),
+        (status = 413, body = mapi_problem::Problem, description = "Body larger than MAPI_JOB_MAX_BODY_BYTES, or more items than the tenant's or the platform's items per job (PAYLOAD_TOO_LARGE, naming the limit): split the job"),
+        (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded: vCPU-seconds, the token's budget, the spend cap (QUOTA_EXCEEDED) or requests per minute (RATE_LIMITED), with Retry-After when the limit resets"),
     ),
     security(("bearer" = []))
 )]
