@@ -237,3 +237,35 @@ async fn a_token_over_its_per_minute_limit_waits_for_the_next_minute() {
     }
     panic!("three bursts in a row straddled a minute boundary");
 }
+
+/// A scope named twice grants nothing more, and every request a token
+/// makes reads its scopes: 10,000 copies of one scope mint a token holding
+/// it once, and more than 64 distinct scopes are refused with the limit named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_are_kept_once_and_bounded() {
+    let p = TestPlatform::start(&[]).await;
+    let session = p.login("dev@dev.local").await;
+    let path = format!("{}/tokens", p.project_path());
+    let copies = json!({"name": "copies", "scopes": vec!["runs:create"; 10_000]});
+    let (s, created) = p.call(&session, Method::POST, &path, Some(copies)).await;
+    assert_eq!(s, 201, "{created}");
+    let scopes = created["token"]["scopes"].as_array().expect("scopes");
+    assert_eq!((scopes.len(), &scopes[0]), (1, &json!("runs:create")), "each scope once");
+    let (s, list) = p.call(&session, Method::GET, &path, None).await;
+    assert_eq!(s, 200, "{list}");
+    let stored = list["tokens"].as_array().expect("tokens");
+    let mine = stored.iter().find(|t| t["name"] == "copies").expect("the token");
+    assert_eq!(mine["scopes"], json!(["runs:create"]), "stored once: {mine}");
+
+    let many: Vec<String> = (0..65).map(|i| format!("score:m{i}")).collect();
+    let (s, refused) =
+        p.call(&session, Method::POST, &path, Some(json!({"name": "many", "scopes": many}))).await;
+    assert_eq!((s, &refused["code"]), (400, &json!("INVALID_ARGUMENT")), "{refused}");
+    let detail = refused["detail"].as_str().expect("detail");
+    assert!(detail.contains("65 distinct scopes") && detail.contains("at most 64"), "{detail}");
+    let sixty_four: Vec<String> = (0..64).map(|i| format!("score:m{i}")).collect();
+    let (s, b) =
+        p.call(&session, Method::POST, &path, Some(json!({"name": "most", "scopes": sixty_four}))).await;
+    assert_eq!(s, 201, "exactly at the limit: {b}");
+    p.platform.shutdown().await;
+}

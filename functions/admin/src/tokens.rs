@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 /// Expiry when none is asked for, and the longest allowed.
 pub const DEFAULT_EXPIRY_DAYS: u32 = 90;
 pub const MAX_EXPIRY_DAYS: u32 = 365;
+/// The most distinct scopes a token holds: every request it makes reads them.
+pub const MAX_SCOPES: usize = 64;
 
 /// The body of `POST …/tokens`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -78,10 +80,27 @@ pub struct CreatedToken {
     pub token: TokenView,
 }
 
-fn validate(body: &NewToken) -> Result<(Duration, Option<TokenBudget>), ApiError> {
+/// What a valid request mints: its lifetime, budget and scopes (each once, in order).
+struct Minted {
+    lifetime: Duration,
+    budget: Option<TokenBudget>,
+    scopes: Vec<Scope>,
+}
+
+fn validate(body: &NewToken) -> Result<Minted, ApiError> {
     crate::tenants::check_name(&body.name, "name")?;
     if body.scopes.is_empty() {
         return Err(ApiError::invalid("give at least one scope, e.g. models:read, runs:create or admin"));
+    }
+    // A scope named twice grants nothing more, and every request the token
+    // makes reads them all: each is kept once, and there are at most 64.
+    let scopes: Vec<Scope> =
+        body.scopes.iter().cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    if scopes.len() > MAX_SCOPES {
+        return Err(ApiError::invalid(format!(
+            "{} distinct scopes: a token holds at most {MAX_SCOPES} (use `score:*` rather than one `score:<alias>` each)",
+            scopes.len()
+        )));
     }
     let days = body.expires_in_days.unwrap_or(DEFAULT_EXPIRY_DAYS);
     if !(1..=MAX_EXPIRY_DAYS).contains(&days) {
@@ -101,7 +120,7 @@ fn validate(body: &NewToken) -> Result<(Duration, Option<TokenBudget>), ApiError
             ));
         }
     };
-    Ok((Duration::from_secs(u64::from(days) * 86_400), budget))
+    Ok(Minted { lifetime: Duration::from_secs(u64::from(days) * 86_400), budget, scopes })
 }
 
 /// Mint a token acting as you in this project (people only, any role).
@@ -125,7 +144,7 @@ pub async fn create(
         audit(&state, entry).await;
         return Err(e);
     }
-    let (lifetime, budget) = validate(&body)?;
+    let Minted { lifetime, budget, scopes } = validate(&body)?;
     let now = state.clock.now();
     let secret = new_token().map_err(|e| ApiError::internal_from("token secret", e))?;
     let doc = TokenDoc {
@@ -134,7 +153,7 @@ pub async fn create(
         project: project.clone(),
         user: caller.user().clone(),
         name: body.name.trim().to_owned(),
-        scopes: body.scopes.clone(),
+        scopes,
         created_at: now,
         expires_at: now + lifetime,
         revoked_at: None,
