@@ -113,14 +113,16 @@ impl Var {
         value.parse().map_err(|_| self.invalid(value, expected))
     }
 
+    /// The value set, else the default value; for a derived or required
+    /// variable left unset, an error naming it (a caller that has a
+    /// default of its own reads it with [`Var::get`] instead).
+    fn value(&self, env: Env<'_>) -> Result<String, Invalid> {
+        self.raw(env).ok_or_else(|| Invalid(format!("{} is not set ({})", self.name, self.meaning)))
+    }
+
     /// A whole number (or anything `FromStr`), the default when unset.
-    ///
-    /// # Panics
-    /// If the variable has no default value (a declaration error, which
-    /// the crates' tests catch by parsing every default).
     pub fn parse<T: FromStr>(&self, env: Env<'_>) -> Result<T, Invalid> {
-        let value = self.raw(env).unwrap_or_else(|| panic!("{} has no default value to parse", self.name));
-        self.parsed(&value, "write a whole number")
+        self.parsed(&self.value(env)?, "write a whole number")
     }
 
     /// As [`Var::parse`], for a variable without a default value: `None`
@@ -141,7 +143,7 @@ impl Var {
 
     /// `true`/`false` (also `1`/`0`, `yes`/`no`).
     pub fn flag(&self, env: Env<'_>) -> Result<bool, Invalid> {
-        let value = self.raw(env).unwrap_or_else(|| panic!("{} has no default value to parse", self.name));
+        let value = self.value(env)?;
         match value.to_ascii_lowercase().as_str() {
             "1" | "true" | "yes" => Ok(true),
             "0" | "false" | "no" => Ok(false),
@@ -159,7 +161,7 @@ impl Var {
     /// The choice named by the variable (case-insensitive), the default's
     /// when unset; an error lists the choices.
     pub fn choose<C: Choice>(&self, env: Env<'_>) -> Result<C, Invalid> {
-        let value = self.raw(env).unwrap_or_else(|| panic!("{} has no default value to parse", self.name));
+        let value = self.value(env)?;
         C::CHOICES.iter().find(|(n, _)| n.eq_ignore_ascii_case(&value)).map(|(_, c)| *c).ok_or_else(|| {
             let names: Vec<&str> = C::CHOICES.iter().map(|(n, _)| *n).collect();
             let expected = match names.split_last() {
@@ -262,6 +264,8 @@ mod tests {
         assert_eq!(GRACE.seconds(&env(&[("MAPI_GRACE_S", "  ")])), Ok(Duration::from_secs(120)));
         assert_eq!(GRACE.seconds(&env(&[("MAPI_GRACE_S", " 7 ")])), Ok(Duration::from_secs(7)));
         assert_eq!(URL.raw(&env(&[])), None, "a derived default is the caller's");
+        let unset = PROJECT.parse::<u32>(&env(&[])).expect_err("no default to parse");
+        assert_eq!(unset.0, "MAPI_PROJECT is not set (the project)");
         assert_eq!(QUEUE.choose::<Queue>(&env(&[])), Ok(Queue::Local));
         assert_eq!(QUEUE.choose::<Queue>(&env(&[("MAPI_QUEUE", "CloudTasks")])), Ok(Queue::CloudTasks));
         assert_eq!(Queue::CloudTasks.name(), "cloudtasks");
