@@ -24,6 +24,8 @@ pub enum OidcError {
     Expired,
     #[error("the token is not valid yet")]
     NotYetValid,
+    #[error("the token lives longer than {0} s (exp - iat), or has no iat to tell")]
+    LifetimeTooLong(u64),
     #[error("the token carries no e-mail address")]
     NoEmail,
     #[error("the token's e-mail address is not verified")]
@@ -45,6 +47,7 @@ impl OidcError {
             OidcError::WrongAudience => "wrong_audience",
             OidcError::Expired => "expired",
             OidcError::NotYetValid => "not_yet_valid",
+            OidcError::LifetimeTooLong(_) => "lifetime_too_long",
             OidcError::NoEmail => "no_email",
             OidcError::EmailNotVerified => "email_not_verified",
             OidcError::JwksUnavailable(_) => "jwks_unavailable",
@@ -68,6 +71,7 @@ mod tests {
             OidcError::WrongAudience,
             OidcError::Expired,
             OidcError::NotYetValid,
+            OidcError::LifetimeTooLong(86_400),
             OidcError::NoEmail,
             OidcError::EmailNotVerified,
             OidcError::JwksUnavailable("down".into()),

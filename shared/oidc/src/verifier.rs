@@ -42,12 +42,23 @@ pub struct VerifierConfig {
     pub leeway: Duration,
     /// Whether `email_verified` must be true.
     pub require_verified_email: bool,
+    /// The longest a token may live (`exp - iat`); `None`: any. A token
+    /// minted to last for years is a stolen session that never ends, so
+    /// sessions are bounded; a token without `iat` cannot show its lifetime
+    /// and is refused when a bound is set.
+    pub max_lifetime: Option<Duration>,
 }
 
 impl VerifierConfig {
     /// A configuration with the default leeway that requires verified e-mail addresses.
     pub fn new(issuers: Vec<String>, audience: String) -> VerifierConfig {
-        VerifierConfig { issuers, audience, leeway: DEFAULT_LEEWAY, require_verified_email: true }
+        VerifierConfig {
+            issuers,
+            audience,
+            leeway: DEFAULT_LEEWAY,
+            require_verified_email: true,
+            max_lifetime: None,
+        }
     }
 }
 
@@ -196,6 +207,13 @@ impl Verifier {
         let nbf = raw.nbf.as_ref().map(NumericDate::secs);
         if [iat, nbf].into_iter().flatten().any(|t| at(t) > now + config.leeway) {
             return Err(OidcError::NotYetValid);
+        }
+        if let Some(max) = config.max_lifetime {
+            let lifetime =
+                iat.map(|iat| Duration::from_secs(u64::try_from(exp.saturating_sub(iat)).unwrap_or(0)));
+            if lifetime.is_none_or(|l| l > max + config.leeway) {
+                return Err(OidcError::LifetimeTooLong(max.as_secs()));
+            }
         }
         let email = raw.email.map(|e| e.trim().to_lowercase()).filter(|e| !e.is_empty());
         let email = email.ok_or(OidcError::NoEmail)?;

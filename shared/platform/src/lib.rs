@@ -193,7 +193,10 @@ pub fn session_verifier(config: &Config, clock: Arc<dyn Clock>) -> Option<mapi_o
     let jwks_url = config.session_jwks_url()?;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
     let jwks = mapi_oidc::JwksCache::new(jwks_url, http, clock.clone());
-    let verifier_config = mapi_oidc::VerifierConfig::new(vec![issuer], config.oidc_audience.clone());
+    let verifier_config = mapi_oidc::VerifierConfig {
+        max_lifetime: Some(config.session_max_lifetime),
+        ..mapi_oidc::VerifierConfig::new(vec![issuer], config.oidc_audience.clone())
+    };
     Some(mapi_oidc::Verifier::new(verifier_config, jwks, clock))
 }
 

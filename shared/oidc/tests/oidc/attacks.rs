@@ -284,3 +284,26 @@ async fn garbage_is_malformed_and_errors_never_echo_the_token() {
     let message = error.to_string();
     assert!(!message.contains(&token) && !message.contains(token.split('.').nth(2).expect("sig")));
 }
+
+/// A session token minted to live for ten years is a stolen session that
+/// never ends: with a bound on `exp - iat`, it is refused however far its
+/// `exp` is, as is a token without `iat`; one within the bound verifies.
+#[tokio::test]
+async fn a_token_that_lives_longer_than_the_bound_is_refused() {
+    let f = Fixture::new(None).await;
+    let day = Duration::from_secs(86_400);
+    let bounded = VerifierConfig { max_lifetime: Some(day), ..f.verifier.config().clone() };
+    let bounded = verifier(&f.jwks, &f.clock, bounded);
+    let now = f.clock.now().as_secs();
+    let mut c = f.claims();
+    c["iat"] = json!(now);
+    c["exp"] = json!(now + 10 * 365 * 86_400);
+    let decade = f.sign(&f.header(), &c);
+    assert!(f.verifier.verify(&decade).await.is_ok(), "without a bound, only expiry counts");
+    assert_eq!(bounded.verify(&decade).await, Err(OidcError::LifetimeTooLong(86_400)));
+    c["exp"] = json!(now + 86_400);
+    assert!(bounded.verify(&f.sign(&f.header(), &c)).await.is_ok(), "exactly a day");
+    c.as_object_mut().expect("object").remove("iat");
+    let no_iat = f.sign(&f.header(), &c);
+    assert_eq!(bounded.verify(&no_iat).await, Err(OidcError::LifetimeTooLong(86_400)));
+}

@@ -142,6 +142,8 @@ pub struct Config {
     pub oidc_audience: String,
     /// Where the issuer's keys are; derived from the issuer when unset.
     pub oidc_jwks_url: Option<String>,
+    /// The longest a session ID token may live (`exp - iat`).
+    pub session_max_lifetime: Duration,
     /// The accounts the development identity provider signs in (dev profile only).
     pub dev_accounts: Vec<UserId>,
     /// `MAPI_EXECUTOR`: where attempts run.
@@ -641,6 +643,7 @@ impl Config {
             oidc_issuer: v::OIDC_ISSUER.get(sessions).map(|s| s.trim_end_matches('/').to_owned()),
             oidc_audience: v::OIDC_AUDIENCE.raw(sessions).unwrap_or_default(),
             oidc_jwks_url: v::OIDC_JWKS_URL.get(sessions),
+            session_max_lifetime: v::SESSION_MAX_LIFETIME_S.seconds(sessions)?,
             dev_accounts: emails(&v::DEV_ACCOUNTS, sessions, v::DEV_ACCOUNTS.default_text())?,
             pubsub_push: push_auth(push)?,
             pubsub_push_subscriptions: subscriptions(push)?,

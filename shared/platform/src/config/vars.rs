@@ -97,6 +97,11 @@ pub const OIDC_AUDIENCE: Var =
     Var::new("MAPI_OIDC_AUDIENCE", "mapi", "The audience session ID tokens must carry");
 pub const OIDC_JWKS_URL: Var =
     Var::derived("MAPI_OIDC_JWKS_URL", "$MAPI_OIDC_ISSUER/jwks.json", "Where the issuer's signing keys are");
+pub const SESSION_MAX_LIFETIME_S: Var = Var::new(
+    "MAPI_SESSION_MAX_LIFETIME_S",
+    "86400",
+    "The longest a session ID token may live (`exp - iat`); longer ones, and ones without `iat`, are refused",
+);
 pub const DEV_ACCOUNTS: Var = Var::new(
     "MAPI_DEV_ACCOUNTS",
     "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local",
@@ -228,6 +233,7 @@ pub const VARIABLES: &[Var] = &[
     OIDC_ISSUER,
     OIDC_AUDIENCE,
     OIDC_JWKS_URL,
+    SESSION_MAX_LIFETIME_S,
     DEV_ACCOUNTS,
     PLATFORM_CONCURRENT_RUNS,
     EXECUTOR,
