@@ -61,21 +61,7 @@ pub(super) fn dev_secrets(home: &Path) -> Result<Secrets, ConfigError> {
             };
             let json =
                 serde_json::to_vec_pretty(&secrets).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-            let tmp = home.join(".secrets.json.tmp");
-            {
-                use std::io::Write;
-                use std::os::unix::fs::OpenOptionsExt;
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&tmp)
-                    .map_err(err)?;
-                f.write_all(&json).map_err(err)?;
-                f.sync_all().map_err(err)?;
-            }
-            std::fs::rename(&tmp, &path).map_err(err)?;
+            mapi_api::credentials::write_private(&path, &json).map_err(err)?;
             Ok(secrets)
         }
         Err(e) => Err(err(e)),
