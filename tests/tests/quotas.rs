@@ -852,8 +852,10 @@ async fn a_retry_is_admitted_against_the_limits_its_run_was() {
 /// An item job is admitted by the code that admits a run: its items per job
 /// (the tier's, then an operator's policy, then the platform's), the
 /// tenant's vCPU-seconds, the token's budget, the requests per minute and
-/// the spend cap each refuse it through the API, and every refusal is
-/// audited as a quota denial.
+/// the spend cap each refuse it through the API, and every refusal of a
+/// quota is audited as a quota denial. (The platform's cap is the size of
+/// the request itself, refused while the body is read, as a body over the
+/// byte limit is: not a quota decision, so not a denial.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_item_job_is_refused_by_each_limit_a_run_is() {
     use mapi_quota::counters::{self, field};
@@ -926,7 +928,7 @@ async fn an_item_job_is_refused_by_each_limit_a_run_is() {
         .filter(|e| e["resource"] == "projects/pub/default/jobs")
         .filter_map(|e| e["detail"].as_str())
         .collect();
-    assert_eq!(denied.len(), 6, "one denial per refusal: {log}");
+    assert_eq!(denied.len(), 5, "one denial per refusal of a quota: {log}");
     h.p.platform.shutdown().await;
 }
 
@@ -934,10 +936,19 @@ impl Harness {
     /// Submits `body` as `token` to `tenant/default` with `Idempotency-Key:
     /// key`: status, whether it was a replay, body.
     async fn submit_keyed(&self, token: &str, tenant: &str, key: &str, body: &Value) -> (u16, bool, Value) {
+        self.post_keyed(token, &format!("/v1/tenants/{tenant}/projects/default/runs"), key, body).await
+    }
+
+    /// Submits the item job `body` as `submit_keyed` submits a run.
+    async fn job_keyed(&self, token: &str, tenant: &str, key: &str, body: &Value) -> (u16, bool, Value) {
+        self.post_keyed(token, &format!("/v1/tenants/{tenant}/projects/default/jobs"), key, body).await
+    }
+
+    async fn post_keyed(&self, token: &str, path: &str, key: &str, body: &Value) -> (u16, bool, Value) {
         let resp = self
             .p
             .http
-            .post(self.p.url(&format!("/v1/tenants/{tenant}/projects/default/runs")))
+            .post(self.p.url(path))
             .bearer_auth(token)
             .header("idempotency-key", key)
             .json(body)
@@ -1017,5 +1028,77 @@ async fn an_idempotent_retry_replays_its_run_at_every_limit() {
         Some(50_340),
     );
     assert_eq!(h.active("pub").await, 1, "the replays admitted nothing");
+    h.p.platform.shutdown().await;
+}
+
+/// An item job's retry replays as a run's does: with the day's and the
+/// month's vCPU-seconds spent, with the token's budget spent, past the
+/// requests of the minute and past the spend cap; a new key is refused by
+/// each limit, and the key with another body is 409.
+#[tokio::test]
+async fn an_idempotent_retry_replays_its_job_at_every_limit() {
+    use mapi_quota::counters::{self, field};
+    let h = Harness::start("2026-06-15T10:00:00Z", &[]).await;
+    let owner = h.tenant("pub", "public").await;
+    let (token, public_id) = h.budget_token(&owner, "pub").await;
+    let tenant = mapi_domain::TenantId::parse("pub").expect("tenant");
+    let body = json!({"method": "item.echo", "items": [1, 2, 3]});
+    let first = h.job_keyed(&token, "pub", "j-1", &body).await;
+    assert_eq!((first.0, first.1), (201, false), "{}", first.2);
+    let job = first.2["id"].as_str().expect("job id").to_owned();
+    let replays = |answer: (u16, bool, Value), limit: &str| {
+        assert_eq!((answer.0, answer.1), (200, true), "the retry at {limit} replays: {}", answer.2);
+        assert_eq!(answer.2["id"], job.as_str(), "the same job, at {limit}");
+    };
+    replays(h.job_keyed(&token, "pub", "j-1", &body).await, "no limit");
+    let other = h.job_keyed(&token, "pub", "j-1", &json!({"method": "item.echo", "items": [1]})).await;
+    assert_eq!(other.0, 409, "the key with another body: {}", other.2);
+    let run_key = h.submit_keyed(&token, "pub", "j-1", &json!({"method": "describe"})).await;
+    assert_ne!(run_key.0, 200, "a job's key does not replay on the runs route: {}", run_key.2);
+
+    let day = counters::tenant_period(&tenant, mapi_quota::Period::Day, h.now());
+    h.add_usage(&day, field::COMMITTED, 3_600_000).await;
+    replays(h.job_keyed(&token, "pub", "j-1", &body).await, "vcpu_seconds_per_day");
+    refused(&h.job_as(&token, "pub", 3).await, "QUOTA_EXCEEDED", "vcpu_seconds_per_day", Some(50_400));
+    h.add_usage(&day, field::COMMITTED, -3_600_000).await;
+
+    let month = counters::tenant_period(&tenant, mapi_quota::Period::Month, h.now());
+    h.add_usage(&month, field::COMMITTED, 36_000_000).await;
+    replays(h.job_keyed(&token, "pub", "j-1", &body).await, "vcpu_seconds_per_month");
+    refused(
+        &h.job_as(&token, "pub", 3).await,
+        "QUOTA_EXCEEDED",
+        "vcpu_seconds_per_month",
+        Some(15 * 86_400 + 14 * 3_600),
+    );
+    h.add_usage(&month, field::COMMITTED, -36_000_000).await;
+
+    let spent = counters::token_period(&public_id, mapi_quota::Period::Day, h.now());
+    h.add_usage(&spent, field::COMMITTED, 10_000).await;
+    replays(h.job_keyed(&token, "pub", "j-1", &body).await, "budget_vcpu_seconds");
+    refused(&h.job_as(&token, "pub", 3).await, "QUOTA_EXCEEDED", "budget_vcpu_seconds", Some(50_400));
+    h.add_usage(&spent, field::COMMITTED, -10_000).await;
+
+    let minute = counters::tenant_minute(&tenant, h.now());
+    h.add_usage(&minute, field::REQUESTS, 60).await;
+    replays(h.job_keyed(&token, "pub", "j-1", &body).await, "requests_per_minute");
+    refused(&h.job_as(&token, "pub", 3).await, "RATE_LIMITED", "requests_per_minute", Some(60));
+    h.clock.advance(Duration::from_secs(60));
+
+    let switch = json!({"spend_cap_micros": 1_000, "spend_cap_period": "day", "reason": "incident 10"});
+    let (s, b) = h.p.call(&h.operator, Method::PUT, "/v1/admin/kill-switches", Some(switch)).await;
+    assert_eq!(s, 200, "{b}");
+    let platform_day = counters::platform_period(mapi_quota::Period::Day, h.now());
+    h.add_usage(&platform_day, field::SPEND, 1_000).await;
+    replays(h.job_keyed(&token, "pub", "j-1", &body).await, "spend_cap");
+    refused(&h.job_as(&token, "pub", 3).await, "QUOTA_EXCEEDED", "platform limit spend_cap", Some(50_340));
+
+    let jobs = mapi_store::Query::new(<mapi_jobs::JobDoc as mapi_schema::Doc>::COLLECTION).filter(
+        "tenant",
+        mapi_store::Op::Eq,
+        "pub",
+    );
+    let stored = h.p.platform.state.store.query(&jobs, None).await.expect("jobs");
+    assert_eq!(stored.len(), 1, "the replays made no job");
     h.p.platform.shutdown().await;
 }

@@ -206,13 +206,19 @@ impl Doc for LedgerEntry {
 }
 
 /// An `Idempotency-Key` seen on a submit. Id: hex SHA-256 of
-/// `{tenant}:{project}:{key}`.
+/// `{tenant}:{project}:{key}` for a run, `{tenant}:{project}:jobs:{key}`
+/// for an item job (a key is the client's, per route).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IdempotencyDoc {
     pub id: String,
     pub tenant: TenantId,
     pub project: ProjectId,
-    pub run: RunId,
+    /// The run the key made (run submits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunId>,
+    /// The job the key made (item job submits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobId>,
     /// Hex SHA-256 of the request body, to refuse a reused key with another request.
     pub request_hash: String,
     pub created_at: Timestamp,

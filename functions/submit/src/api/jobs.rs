@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use mapi_access::{Action, Resource};
@@ -13,17 +13,21 @@ use mapi_domain::{JobId, ProjectId, TenantId, Timestamp};
 use mapi_identity::{Audit, Caller, Target, authorize};
 use mapi_jobs::{Counts, Fanout, ItemFailure, ItemOutcome, JobDoc, JobItemDoc, JobState, layout};
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, Query, page_size};
-use mapi_schema::{tx_create, tx_get, tx_put};
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
+use mapi_schema::{IdempotencyDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::datasets::{entropy, require_project};
+use super::idempotency::{self, Key};
+use super::job_body;
 use crate::job_store::{base, create_only, derived, load, object_key, read_items, read_object};
 use crate::quota;
 
-/// What a job is asked to do.
+/// What a job is asked to do (the request's schema; the body is read by
+/// `job_body`, in bounded memory).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
@@ -157,12 +161,18 @@ struct Manifest {
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/jobs",
     tag = "jobs",
-    params(("tenant" = String, Path), ("project" = String, Path)),
+    params(
+        ("tenant" = String, Path), ("project" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "The same key and body return the same job for 24 hours")
+    ),
     request_body = JobSpec,
     responses(
         (status = 201, body = JobView, description = "Accepted: the job is enqueuing"),
+        (status = 200, body = JobView, description = "A repeated Idempotency-Key: the job it made (Idempotency-Replayed: true)"),
         (status = 400, body = mapi_problem::Problem, description = "Not an item method, bad params, no items, an item too large"),
+        (status = 409, body = mapi_problem::Problem, description = "Idempotency-Key reused with another body"),
         (status = 413, body = mapi_problem::Problem, description = "Body larger than MAPI_JOB_MAX_BODY_BYTES, or more items than the tenant's or the platform's items per job (PAYLOAD_TOO_LARGE, naming the limit): split the job"),
+        (status = 415, body = mapi_problem::Problem, description = "Not sent as application/json"),
         (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded: vCPU-seconds, the token's budget, the spend cap (QUOTA_EXCEEDED) or requests per minute (RATE_LIMITED), with Retry-After when the limit resets"),
     ),
     security(("bearer" = []))
@@ -171,31 +181,27 @@ pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
-    Json(spec): Json<JobSpec>,
-) -> Result<(StatusCode, Json<JobView>), ApiError> {
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<axum::response::Response, ApiError> {
     let granted = require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
-    let tier = granted.tenant.tier;
-    let method = mapi_methods::find(&spec.method)
-        .filter(|m| m.input == mapi_methods::Input::Item)
-        .ok_or_else(|| {
-            let known: Vec<&str> = mapi_methods::all()
-                .iter()
-                .filter(|m| m.input == mapi_methods::Input::Item)
-                .map(|m| m.name)
-                .collect();
-            ApiError::invalid(format!(
-                "`{}` is not an item method: use one of {} (GET /v1/usage describes them)",
-                spec.method.chars().take(64).collect::<String>(),
-                known.join(", ")
-            ))
-        })?;
-    let params =
-        mapi_methods::validate(method, &spec.options.params).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let n = spec.items.len() as u64;
-    if n == 0 {
-        return Err(ApiError::invalid("`items` is empty: a job needs at least one item"));
-    }
     let now = state.clock.now();
+    let key = Key::of(&headers, idempotency::Route::Jobs, &tenant, &project, &body)?;
+    // A key seen before is answered before any limit is decided (see
+    // `idempotency`).
+    if let Some(key) = &key
+        && let Some(seen) = key.seen(&state, now).await?
+    {
+        return replayed(&state, &caller, made_job(idempotency::same_request(seen, &key.request_hash)?)?)
+            .await;
+    }
+    require_json(&headers)?;
+    let jobs = &state.config.jobs;
+    let spec = job_body::parse(&body, jobs.max_items, jobs.max_item_bytes)?;
+    let method = item_method(&spec.method)?;
+    let params =
+        mapi_methods::validate(method, &spec.params).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let n = spec.items.len() as u64;
     let id = JobId::generate(now, entropy(&state)?);
     // A job is admitted as a run is: the token's budget, the tenant's
     // requests per minute, items per job and vCPU-seconds, the platform's
@@ -204,7 +210,7 @@ pub async fn submit(
     let request = quota::Request {
         caller: &caller,
         tenant: &tenant,
-        tier,
+        tier: granted.tenant.tier,
         ask: mapi_quota::Ask::Job { items: n },
         seed: id.as_str(),
         what: format!("projects/{tenant}/{project}/jobs"),
@@ -228,62 +234,131 @@ pub async fn submit(
         round: 0,
         cancel_requested_at: None,
     };
-    write_manifest(&state, &job, spec.items).await?;
+    write_manifest(&state, &job, &spec.items).await?;
+    drop(spec);
+    let idem =
+        key.map(|k| IdempotencyDoc { job: Some(id.clone()), ..k.record(&state, &tenant, &project, now) });
     let record = Audit::by(&caller, "job.create", format!("jobs/{id}"))
         .tenant(&tenant)
         .project(&project)
         .detail(format!("{} on {n} items", job.method))
         .into_doc(now, &*state.entropy);
-    let (job_ref, record, store) = (&job, &record, &*state.store);
-    quota::commit_admitted(&state, &request, plan, |plan| async move {
+    let (job_ref, record, idem, store) = (&job, &record, &idem, &*state.store);
+    let outcome = quota::commit_admitted(&state, &request, plan, |plan| async move {
         let bumps = &plan.bumps;
         transact::<_, ApiError, _, _>(store, |mut tx| async move {
+            if let Some(doc) = idem
+                && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
+                && seen.expires_at > now
+            {
+                let seen = idempotency::same_request(seen, &doc.request_hash)?;
+                return Ok(tx.finish(Some(made_job(seen)?)));
+            }
+            if let Some(doc) = idem {
+                tx_put(&mut tx, doc)?;
+            }
             tx_create(&mut tx, job_ref)?;
             tx_create(&mut tx, record)?;
             bumps.apply(&mut tx)?;
-            Ok(tx.finish(()))
+            Ok(tx.finish(None))
         })
         .await
     })
     .await?;
+    if let Some(first) = outcome {
+        // A first request with the same key won the race: its job is the
+        // answer, and this one's manifest objects are left unreferenced.
+        tracing::warn!(job = %id, replayed = %first, "a racing submit with the same key won: manifest objects left");
+        return replayed(&state, &caller, first).await;
+    }
     if let Err(e) = mapi_jobs::tasks::push_fanout(&*state.queue, &id, 0, None).await {
-        // Nothing will fan the job out: take it back, so no job waits
-        // forever in `enqueuing`. Its manifest objects stay behind (logged).
-        let key = mapi_schema::key::<JobDoc>(id.as_str())?;
-        if let Err(d) =
-            mapi_store::StoreExt::delete(&*state.store, &key, mapi_store::Precondition::None).await
-        {
-            tracing::error!(job = %id, error = %d, "a job whose fan-out could not be enqueued stays stored");
-        }
+        withdraw(&state, &job, idem.as_ref()).await;
         tracing::warn!(job = %id, error = %e, "the fan-out could not be enqueued: job withdrawn, manifest objects left");
         return Err(e.into());
     }
     tracing::info!(job = %id, method = %job.method, items = n, "job submitted");
-    Ok((StatusCode::CREATED, Json(view(&state, &job).await?)))
+    Ok((StatusCode::CREATED, Json(view(&state, &job).await?)).into_response())
+}
+
+/// A job submit's body must be JSON.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    let json = essence.eq_ignore_ascii_case("application/json")
+        || (essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case("+json"));
+    if json {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ProblemCode::UnsupportedMediaType,
+        "send the body as JSON with `content-type: application/json`",
+    ))
+}
+
+/// The item method `name`, or a refusal listing them.
+fn item_method(name: &str) -> Result<&'static mapi_methods::MethodSpec, ApiError> {
+    mapi_methods::find(name).filter(|m| m.input == mapi_methods::Input::Item).ok_or_else(|| {
+        let known: Vec<&str> = mapi_methods::all()
+            .iter()
+            .filter(|m| m.input == mapi_methods::Input::Item)
+            .map(|m| m.name)
+            .collect();
+        ApiError::invalid(format!(
+            "`{}` is not an item method: use one of {} (GET /v1/usage describes them)",
+            name.chars().take(64).collect::<String>(),
+            known.join(", ")
+        ))
+    })
+}
+
+/// The job a key's earlier use made.
+fn made_job(seen: IdempotencyDoc) -> Result<JobId, ApiError> {
+    seen.job.ok_or_else(|| ApiError::internal("a job submit's Idempotency-Key record names no job"))
+}
+
+/// The answer to a replayed submit: 200 with the job as it is now.
+async fn replayed(
+    state: &AppState,
+    caller: &Caller,
+    id: JobId,
+) -> Result<axum::response::Response, ApiError> {
+    let job = load_for(state, caller, id.as_str(), Action::Read).await?;
+    Ok((StatusCode::OK, idempotency::replayed_headers(), Json(view(state, &job).await?)).into_response())
+}
+
+/// Takes back a stored job nothing will fan out, so no job waits forever in
+/// `enqueuing`, with its key, so a retry makes the job anew. Its manifest
+/// objects stay behind (logged).
+async fn withdraw(state: &AppState, job: &JobDoc, idem: Option<&IdempotencyDoc>) {
+    let mut keys = vec![mapi_schema::key::<JobDoc>(job.id.as_str())];
+    keys.extend(idem.map(|d| mapi_schema::key::<IdempotencyDoc>(&d.id)));
+    for key in keys {
+        let deleted = match key {
+            Ok(key) => mapi_store::StoreExt::delete(&*state.store, &key, mapi_store::Precondition::None)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = deleted {
+            tracing::error!(job = %job.id, error = %e, "a job whose fan-out could not be enqueued stays stored");
+        }
+    }
 }
 
 /// Writes the chunks and the manifest: O(bytes), a handful of objects per
 /// thousand items, written concurrently.
-async fn write_manifest(state: &AppState, job: &JobDoc, items: Vec<Value>) -> Result<(), ApiError> {
+async fn write_manifest(state: &AppState, job: &JobDoc, items: &[&RawValue]) -> Result<(), ApiError> {
     let base = base(job);
-    let max_item = state.config.jobs.max_item_bytes;
     let mut writes = tokio::task::JoinSet::new();
     for (c, chunk) in items.chunks(job.chunk_items as usize).enumerate() {
-        let mut bytes = Vec::with_capacity(64 * chunk.len());
+        let len: usize = chunk.iter().map(|i| i.get().len() + 1).sum();
+        let mut bytes = Vec::with_capacity(len + 1);
         bytes.push(b'[');
         for (i, item) in chunk.iter().enumerate() {
-            let one = serde_json::to_vec(item)?;
-            if one.len() > max_item {
-                let idx = c * job.chunk_items as usize + i;
-                return Err(ApiError::invalid(format!(
-                    "item {idx} is {} bytes: the largest item is {max_item} bytes (MAPI_JOB_MAX_ITEM_BYTES)",
-                    one.len()
-                )));
-            }
             if i > 0 {
                 bytes.push(b',');
             }
-            bytes.extend_from_slice(&one);
+            bytes.extend_from_slice(item.get().as_bytes());
         }
         bytes.push(b']');
         let key = object_key(&layout::chunk(&base, c as u64))?;

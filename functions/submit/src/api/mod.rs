@@ -3,6 +3,8 @@
 
 pub mod datasets;
 pub mod docs;
+mod idempotency;
+mod job_body;
 pub mod jobs;
 pub mod model_versions;
 pub mod runs;

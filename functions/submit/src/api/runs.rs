@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
 use mapi_api::views::{RunPage, RunSummary, RunView};
 use mapi_domain::{ProjectId, RunId, RunSpecInput, RunState, TenantId};
@@ -14,13 +14,11 @@ use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
 use mapi_schema::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::datasets::{entropy, require_project};
+use super::idempotency::{self, Key};
 use super::view;
 use crate::quota;
-
-const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
 /// The checks a spec passes before a run is written, in order: the timeout,
 /// the method and its parameters, the class on this executor, the dataset
@@ -68,19 +66,6 @@ async fn validate(
     mapi_methods::check_columns(method, &params, &dataset.columns, &numeric)
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     Ok(dataset)
-}
-
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(v) = headers.get(IDEMPOTENCY_HEADER) else { return Ok(None) };
-    let v = v.to_str().map_err(|_| ApiError::invalid("Idempotency-Key must be printable ASCII"))?;
-    if v.is_empty() || v.len() > 255 {
-        return Err(ApiError::invalid("Idempotency-Key must be 1 to 255 characters"));
-    }
-    Ok(Some(v.to_owned()))
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 enum Submitted {
@@ -154,21 +139,15 @@ pub async fn submit(
     use axum::response::IntoResponse;
     let granted = require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
     let tier = granted.tenant.tier;
-    let idem = idempotency_key(&headers)?;
     let now = state.clock.now();
-    let request_hash = sha256_hex(&serde_json::to_vec(&spec)?);
-    let idem_id = idem.as_ref().map(|k| sha256_hex(format!("{tenant}:{project}:{k}").as_bytes()));
-    // A retry after a lost answer gets its run back whatever the quotas,
-    // the rate limit or the kill switches say now: a refusal would tell it
-    // the run was not made, and a resubmit under a new key would run the
-    // work twice. So a key seen before is answered before anything else is
-    // decided (the commit checks again, for two first submits that race).
-    if let Some(id) = &idem_id
+    let key = Key::of(&headers, idempotency::Route::Runs, &tenant, &project, &serde_json::to_vec(&spec)?)?;
+    // A key seen before is answered before any limit is decided (see
+    // `idempotency`).
+    if let Some(key) = &key
         && !q.dry_run
-        && let Some(seen) = mapi_schema::get::<IdempotencyDoc>(&*state.store, id).await?
-        && seen.expires_at > now
+        && let Some(seen) = key.seen(&state, now).await?
     {
-        return replayed(&state, same_request(seen, &request_hash)?).await;
+        return replayed(&state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
     }
     validate(&state, &tenant, &project, &spec).await?;
     let estimate =
@@ -194,15 +173,8 @@ pub async fn submit(
         vcpu_ms: quota::reserve_ms(run.class, run.task_count, run.timeout_s),
         plugin: false,
     };
-    let idem_doc = idem_id.map(|id| IdempotencyDoc {
-        id,
-        tenant: tenant.clone(),
-        project: project.clone(),
-        run: run.id.clone(),
-        request_hash,
-        created_at: now,
-        expires_at: now + state.config.idempotency_ttl,
-    });
+    let idem_doc =
+        key.map(|k| IdempotencyDoc { run: Some(run.id.clone()), ..k.record(&state, &tenant, &project, now) });
     let record = Audit::by(&caller, "run.create", format!("runs/{}", run.id))
         .tenant(&tenant)
         .project(&project)
@@ -240,27 +212,18 @@ pub async fn submit(
     }
 }
 
-/// The run a key seen before made, if the request is the same one; a key
-/// reused with another request is refused.
-fn same_request(seen: IdempotencyDoc, request_hash: &str) -> Result<RunId, ApiError> {
-    if seen.request_hash != request_hash {
-        return Err(ApiError::new(
-            ProblemCode::FailedPrecondition,
-            "this Idempotency-Key was used with a different request: use a new key",
-        ));
-    }
-    Ok(seen.run)
+/// The run a key's earlier use made.
+fn made_run(seen: IdempotencyDoc) -> Result<RunId, ApiError> {
+    seen.run.ok_or_else(|| ApiError::internal("a run submit's Idempotency-Key record names no run"))
 }
 
 /// The answer to a replayed submit: 200 with the run as it is now, marked
-/// `Idempotency-Replayed: true` (and `Idempotent-Replayed`, its earlier name).
+/// as replayed.
 async fn replayed(state: &AppState, id: RunId) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     let run = load(state, &id).await?;
-    let mut headers = HeaderMap::new();
-    headers.insert("idempotency-replayed", HeaderValue::from_static("true"));
-    headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    Ok((StatusCode::OK, headers, Json(view::build(state, &run).await?)).into_response())
+    Ok((StatusCode::OK, idempotency::replayed_headers(), Json(view::build(state, &run).await?))
+        .into_response())
 }
 
 /// What a dry run answers: a refusal is the answer, not a denial (a
@@ -303,7 +266,8 @@ async fn commit(
             && let Some(seen) = tx_get::<IdempotencyDoc>(&mut tx, &doc.id).await?
             && seen.expires_at > now
         {
-            return Ok(tx.finish(Submitted::Replayed(same_request(seen, &doc.request_hash)?)));
+            let seen = idempotency::same_request(seen, &doc.request_hash)?;
+            return Ok(tx.finish(Submitted::Replayed(made_run(seen)?)));
         }
         if let Some(doc) = idem {
             tx_put(&mut tx, doc)?;

@@ -1,0 +1,359 @@
+//! Reading a job submit's body in bounded memory.
+//!
+//! A body of tiny items (`[0,0,0,…]`) is a few bytes per item, while an item
+//! parsed into a JSON value is tens of bytes: parsing first and counting
+//! after lets a 64 MiB body take a gigabyte. So the items are counted while
+//! they are read, and the reading stops at the first item past the
+//! platform's cap (`MAPI_JOB_MAX_ITEMS`); the items that are kept are
+//! borrowed slices of the body (`RawValue`), never copies or trees. What
+//! such a request costs is its body plus one pointer per item, at most.
+//!
+//! Every refusal is worded here, not by the parser: it says what to send.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use mapi_problem::{ApiError, ProblemCode};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A job submit, its items still the body's bytes.
+#[derive(Debug)]
+pub struct JobBody<'a> {
+    pub method: String,
+    pub items: Vec<&'a RawValue>,
+    pub params: BTreeMap<String, Value>,
+}
+
+const SHAPE: &str = r#"send {"method": "<item method>", "items": [<item>, …], "options": {"params": {…}}}"#;
+
+/// Why a body was refused while it was read.
+#[derive(Debug, Clone, PartialEq)]
+enum Refusal {
+    /// More items than the platform takes in one job.
+    TooManyItems,
+    /// Our own wording of a shape error.
+    Shape(String),
+}
+
+/// Parses a job submit of at most `max_items` items, each at most
+/// `max_item_bytes` bytes.
+pub fn parse(body: &[u8], max_items: u64, max_item_bytes: usize) -> Result<JobBody<'_>, ApiError> {
+    let refusal = Cell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = BodySeed { max_items, refusal: &refusal }.deserialize(&mut de).and_then(|b| {
+        de.end()?;
+        Ok(b)
+    });
+    let body = match (parsed, refusal.take()) {
+        (Ok(b), _) => b,
+        (Err(_), Some(Refusal::TooManyItems)) => {
+            return Err(ApiError::new(
+                ProblemCode::PayloadTooLarge,
+                format!(
+                    "The platform limit max_items_per_job is {max_items} and the job has more items: split the job"
+                ),
+            ));
+        }
+        (Err(_), Some(Refusal::Shape(detail))) => return Err(ApiError::invalid(detail)),
+        (Err(e), None) => return Err(ApiError::invalid(syntax(&e))),
+    };
+    if body.items.is_empty() {
+        return Err(ApiError::invalid("`items` is empty: a job needs at least one item"));
+    }
+    if let Some((idx, item)) = body.items.iter().enumerate().find(|(_, i)| i.get().len() > max_item_bytes) {
+        return Err(ApiError::invalid(format!(
+            "item {idx} is {} bytes: the largest item is {max_item_bytes} bytes (MAPI_JOB_MAX_ITEM_BYTES)",
+            item.get().len()
+        )));
+    }
+    Ok(body)
+}
+
+/// A parser error in our words: where it is and what to send.
+fn syntax(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let (line, column) = (e.line(), e.column());
+    match e.classify() {
+        Category::Eof => format!("the body ends early (line {line}, column {column}): {SHAPE}"),
+        // The parser's own words are not shown; this one is only recognized.
+        Category::Syntax if e.to_string().starts_with("recursion limit exceeded") => {
+            format!(
+                "the body nests deeper than 128 levels at line {line}, column {column}: send flatter items"
+            )
+        }
+        Category::Syntax | Category::Io => {
+            format!("the body is not valid JSON at line {line}, column {column}: {SHAPE}")
+        }
+        Category::Data => format!("the body does not have a job's shape: {SHAPE}"),
+    }
+}
+
+struct BodySeed<'r> {
+    max_items: u64,
+    refusal: &'r Cell<Option<Refusal>>,
+}
+
+impl BodySeed<'_> {
+    fn refuse<E: de::Error>(&self, r: Refusal) -> E {
+        let message = match &r {
+            Refusal::TooManyItems => "too many items".to_owned(),
+            Refusal::Shape(s) => s.clone(),
+        };
+        self.refusal.set(Some(r));
+        E::custom(message)
+    }
+
+    fn shape<E: de::Error>(&self, detail: impl Into<String>) -> E {
+        self.refuse(Refusal::Shape(detail.into()))
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
+    type Value = JobBody<'de>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BodySeed<'_> {
+    type Value = JobBody<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a job object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut method, mut items, mut params) = (None, None, None);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let first = match key.as_ref() {
+                "method" => method.replace(self.method(map.next_value()?)?).is_none(),
+                "items" => {
+                    let seed = ItemsSeed { max: self.max_items, refusal: self.refusal };
+                    items.replace(map.next_value_seed(seed)?).is_none()
+                }
+                "options" => params.replace(self.options(map.next_value()?)?).is_none(),
+                other => {
+                    let other: String = other.chars().take(64).collect();
+                    return Err(self.shape(format!(
+                        "unknown field `{other}`: a job has `method`, `items` and `options`"
+                    )));
+                }
+            };
+            if !first {
+                return Err(self.shape(format!("`{key}` is given twice: give it once")));
+            }
+        }
+        let method = method.ok_or_else(|| self.shape("`method` is missing: name an item method"))?;
+        let items = items.ok_or_else(|| self.shape("`items` is missing: send the items as a list"))?;
+        Ok(JobBody { method, items, params: params.unwrap_or_default() })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(self.shape(format!("the body is a list, not a job: {SHAPE}")))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Err(self.shape(format!("the body is a string, not a job: {SHAPE}")))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Err(self.shape(format!("the body is a boolean, not a job: {SHAPE}")))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Err(self.shape(format!("the body is a number, not a job: {SHAPE}")))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Err(self.shape(format!("the body is a number, not a job: {SHAPE}")))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Err(self.shape(format!("the body is a number, not a job: {SHAPE}")))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Err(self.shape(format!("the body is null, not a job: {SHAPE}")))
+    }
+}
+
+impl BodySeed<'_> {
+    fn method<E: de::Error>(&self, v: Value) -> Result<String, E> {
+        match v {
+            Value::String(s) => Ok(s),
+            _ => Err(self.shape("`method` must be a string naming an item method")),
+        }
+    }
+
+    fn options<E: de::Error>(&self, v: Value) -> Result<BTreeMap<String, Value>, E> {
+        let Value::Object(options) = v else {
+            return Err(self.shape(r#"`options` must be an object: {"params": {…}}"#));
+        };
+        let mut params = BTreeMap::new();
+        for (k, v) in options {
+            match (k.as_str(), v) {
+                ("params", Value::Object(p)) => params.extend(p),
+                ("params", _) => return Err(self.shape("`options.params` must be an object")),
+                (other, _) => {
+                    let other: String = other.chars().take(64).collect();
+                    return Err(self.shape(format!("unknown option `{other}`: the options are `params`")));
+                }
+            }
+        }
+        Ok(params)
+    }
+}
+
+/// The items, counted while they are read.
+struct ItemsSeed<'r> {
+    max: u64,
+    refusal: &'r Cell<Option<Refusal>>,
+}
+
+impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
+    type Value = Vec<&'de RawValue>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemsSeed<'_> {
+    type Value = Vec<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of items")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            if items.len() as u64 >= self.max {
+                self.refusal.set(Some(Refusal::TooManyItems));
+                return Err(de::Error::custom("too many items"));
+            }
+            items.push(item);
+        }
+        Ok(items)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Err(self.not_a_list())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Err(self.not_a_list())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Err(self.not_a_list())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Err(self.not_a_list())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Err(self.not_a_list())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Err(self.not_a_list())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Err(self.not_a_list())
+    }
+}
+
+impl ItemsSeed<'_> {
+    fn not_a_list<E: de::Error>(&self) -> E {
+        let detail = "`items` must be a list: each element is one item";
+        self.refusal.set(Some(Refusal::Shape(detail.to_owned())));
+        E::custom(detail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(body: &str) -> (ProblemCode, String) {
+        match parse(body.as_bytes(), 3, 16) {
+            Err(ApiError::Problem { code, detail, .. }) => (code, detail),
+            other => panic!("expected a problem for {body}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn items_are_borrowed_from_the_body_as_sent() {
+        let body = br#"{"method":"item.echo","items":[1,{"a": [2]},"x"],"options":{"params":{"k":1}}}"#;
+        let job = parse(body, 3, 16).expect("a good body");
+        assert_eq!(job.method, "item.echo");
+        let items: Vec<&str> = job.items.iter().map(|i| i.get()).collect();
+        assert_eq!(items, ["1", r#"{"a": [2]}"#, r#""x""#]);
+        assert_eq!(job.params.get("k"), Some(&Value::from(1)));
+        let start = body.as_ptr() as usize;
+        let first = job.items[0].get().as_ptr() as usize;
+        assert!((start..start + body.len()).contains(&first), "items are slices of the body, not copies");
+    }
+
+    #[test]
+    fn reading_stops_at_the_first_item_over_the_cap() {
+        let (code, detail) = refusal(r#"{"method":"m","items":[0,0,0,0"#);
+        // The body is cut off after the fourth item: had the parser read on,
+        // it would have answered that the body ends early.
+        assert_eq!(code, ProblemCode::PayloadTooLarge);
+        assert!(detail.contains("max_items_per_job is 3"), "{detail}");
+        assert!(parse(br#"{"method":"m","items":[0,0,0]}"#, 3, 16).is_ok());
+    }
+
+    #[test]
+    fn shapes_are_refused_in_our_words() {
+        let cases = [
+            (r#"{"method":"m","items":[]}"#, "`items` is empty"),
+            (r#"{"method":"m"}"#, "`items` is missing"),
+            (r#"{"items":[1]}"#, "`method` is missing"),
+            (r#"{"method":1,"items":[1]}"#, "`method` must be a string"),
+            (r#"{"method":"m","items":{"a":1}}"#, "`items` must be a list"),
+            (r#"{"method":"m","items":7}"#, "`items` must be a list"),
+            (r#"{"method":"m","items":[1],"x":1}"#, "unknown field `x`"),
+            (r#"{"method":"m","method":"n","items":[1]}"#, "`method` is given twice"),
+            (r#"{"method":"m","items":[1],"options":{"p":1}}"#, "unknown option `p`"),
+            (r#"{"method":"m","items":[1],"options":{"params":[]}}"#, "`options.params` must be an object"),
+            (r#"{"method":"m","items":[1],"options":3}"#, "`options` must be an object"),
+            (r#"[1,2]"#, "the body is a list"),
+            (r#"null"#, "the body is null"),
+            (r#"{"method":"m","items":[1]} trailing"#, "not valid JSON at line 1"),
+            (r#"{"method":"m","items":[1"#, "the body ends early"),
+            (r#"{"method":"m","items":["0123456789abcdefg"]}"#, "item 0 is 19 bytes"),
+        ];
+        let deep = format!(
+            r#"{{"method":"m","items":[1],"options":{{"params":{{"k":{}{}}}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let cases = cases.iter().copied().chain([(deep.as_str(), "nests deeper than 128 levels")]);
+        for (body, expected) in cases {
+            let (code, detail) = refusal(body);
+            assert_eq!(code, ProblemCode::InvalidArgument, "{body}");
+            assert!(detail.contains(expected), "{body}: {detail}");
+            assert!(!detail.contains("expected"), "{body}: the parser's wording leaked: {detail}");
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_string_is_refused() {
+        let mut body = br#"{"method":"m","items":[""#.to_vec();
+        body.extend_from_slice(&[0xff, 0xfe]);
+        body.extend_from_slice(br#""]}"#);
+        let Err(ApiError::Problem { code, detail, .. }) = parse(&body, 3, 16) else {
+            panic!("invalid UTF-8 accepted")
+        };
+        assert_eq!(code, ProblemCode::InvalidArgument);
+        assert!(detail.contains("not valid JSON"), "{detail}");
+    }
+}
