@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use mapi_api::views::{DatasetPage, DatasetView, RunPage, RunView};
+use mapi_api::views::{DatasetPage, DatasetSummary, DatasetView, RunPage, RunView};
 use mapi_domain::{ResourceClass, RunState};
 use reqwest::Method;
 
@@ -121,6 +121,12 @@ enum DatasetsCmd {
     },
     /// List datasets, newest first.
     Ls {
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// Show a dataset with its columns.
+    Get {
+        id: String,
         #[command(flatten)]
         scope: Scope,
     },
@@ -293,15 +299,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn dataset_row(d: &DatasetView) -> String {
-    format!(
-        "{:<30} {:<24} {:>8} {:>10}  {}\n",
-        d.id,
-        truncate(&d.name, 24),
-        d.rows,
-        d.size,
-        d.columns.join(",")
-    )
+fn dataset_row(d: &DatasetSummary) -> String {
+    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", d.id, truncate(&d.name, 24), d.rows, d.size, d.column_count)
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -335,8 +334,20 @@ async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
             let (t, p) = ctx.scope(&scope)?;
             let page: DatasetPage = ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/datasets")).await?;
             ctx.print(&page, || {
-                let mut out = format!("{:<30} {:<24} {:>8} {:>10}  COLUMNS\n", "ID", "NAME", "ROWS", "BYTES");
+                let mut out =
+                    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", "ID", "NAME", "ROWS", "BYTES", "COLUMNS");
                 page.datasets.iter().for_each(|d| out.push_str(&dataset_row(d)));
+                out
+            })?;
+        }
+        DatasetsCmd::Get { id, scope } => {
+            let (t, p) = ctx.scope(&scope)?;
+            let d: DatasetView =
+                ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/datasets/{id}")).await?;
+            ctx.print(&d, || {
+                let numeric = |c: &String| if d.numeric_columns.contains(c) { "numeric" } else { "text" };
+                let mut out = format!("{} {} ({} rows, {} bytes)\n", d.id, d.name, d.rows, d.size);
+                d.columns.iter().for_each(|c| out.push_str(&format!("  {c:<32} {}\n", numeric(c))));
                 out
             })?;
         }

@@ -154,6 +154,66 @@ async fn bad_datasets_are_refused() {
     assert_eq!((s, prob["code"].as_str()), (413, Some("PAYLOAD_TOO_LARGE")));
 }
 
+/// A dataset is bounded while it is read: past the columns, the rows or
+/// the cell size it may hold, an upload is 413 naming the setting, however
+/// small its body; listings carry a column count, and a dataset's columns
+/// are on its own page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datasets_are_bounded_while_read_and_listed_without_their_columns() {
+    let p = TestPlatform::start(&[
+        ("MAPI_DATASET_MAX_COLUMNS", "4"),
+        ("MAPI_DATASET_MAX_ROWS", "3"),
+        ("MAPI_DATASET_MAX_CELL_BYTES", "300"),
+    ])
+    .await;
+    let url = p.url(&format!("{}/datasets", p.project_path()));
+    let send = |body: &str| {
+        p.http
+            .post(&url)
+            .bearer_auth(p.token())
+            .header("content-type", "text/csv")
+            .body(body.to_owned())
+            .send()
+    };
+    let big_cell = format!("a\n{}\n", "1".repeat(301));
+    let over = [
+        ("a,b,c,d,e\n1,2,3,4,5\n", "MAPI_DATASET_MAX_COLUMNS"),
+        ("a\n1\n2\n3\n4\n", "MAPI_DATASET_MAX_ROWS"),
+        (big_cell.as_str(), "MAPI_DATASET_MAX_CELL_BYTES"),
+    ];
+    for (csv, setting) in over {
+        let (s, prob) = problem(send(csv).await.expect("send")).await;
+        assert_eq!((s, prob["code"].as_str()), (413, Some("PAYLOAD_TOO_LARGE")), "{csv:?}: {prob}");
+        assert!(prob["detail"].as_str().unwrap_or_default().contains(setting), "{prob}");
+    }
+    let long_name = format!("{}\n1\n", "n".repeat(257));
+    let (s, prob) = problem(send(&long_name).await.expect("send")).await;
+    assert_eq!(s, 400, "{prob}");
+    assert!(prob["detail"].as_str().unwrap_or_default().contains("over 256 bytes"), "{prob}");
+
+    let id = p.upload("a,b,c,d\n1,x,3,4\n2,y,3,4\n1,2,3,4\n").await;
+    let (s, page) =
+        p.call(p.token(), reqwest::Method::GET, &format!("{}/datasets", p.project_path()), None).await;
+    assert_eq!(s, 200, "{page}");
+    let listed = &page["datasets"][0];
+    assert_eq!(
+        (listed["id"].as_str(), listed["column_count"].as_u64()),
+        (Some(id.as_str()), Some(4)),
+        "{page}"
+    );
+    assert!(listed.get("columns").is_none() && listed.get("numeric_columns").is_none(), "{page}");
+    let one = format!("{}/datasets/{id}", p.project_path());
+    let (s, d) = p.call(p.token(), reqwest::Method::GET, &one, None).await;
+    assert_eq!(s, 200, "{d}");
+    assert_eq!(
+        (d["columns"].clone(), d["numeric_columns"].clone(), d["rows"].clone()),
+        (json!(["a", "b", "c", "d"]), json!(["a", "c", "d"]), json!(3))
+    );
+    let missing = format!("{}/datasets/ds_nope", p.project_path());
+    let (s, d) = p.call(p.token(), reqwest::Method::GET, &missing, None).await;
+    assert_eq!((s, d["code"].as_str()), (404, Some("NOT_FOUND")), "{d}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_returns_the_same_run() {
     let p = TestPlatform::start(&[]).await;

@@ -3,13 +3,15 @@
 //!
 //! Routes:
 //! - `POST /v1/tenants/{tenant}/projects/{project}/datasets` (CSV upload),
-//!   `GET` the same path to list;
+//!   `GET` the same path to list, `GET …/datasets/{id}` for one with its
+//!   columns;
 //! - `POST /v1/tenants/{tenant}/projects/{project}/runs` (submit, with
 //!   `Idempotency-Key`), `GET` to list;
 //! - `GET /v1/runs/{id}`, `POST /v1/runs/{id}/cancel`;
 //! - model versions: `GET /v1/tenants/{tenant}/projects/{project}/model-versions`,
 //!   `GET /v1/model-versions/{id}`, `POST /v1/model-versions/{id}/urls`;
-//! - item jobs: `POST /v1/tenants/{tenant}/projects/{project}/jobs`,
+//! - item jobs: `POST /v1/tenants/{tenant}/projects/{project}/jobs` (with
+//!   `Idempotency-Key`),
 //!   `GET /v1/jobs/{id}`, `GET /v1/jobs/{id}/items`,
 //!   `GET /v1/jobs/{id}/items/{idx}/log`, `POST /v1/jobs/{id}/cancel`,
 //!   `POST /v1/jobs/{id}/retry-failed`; `GET /v1/usage`, `GET /manifest`;
@@ -41,7 +43,7 @@ use utoipa::OpenApi;
 #[derive(Debug, OpenApi)]
 #[openapi(
     paths(
-        api::datasets::upload, api::datasets::list, api::runs::submit, api::runs::list, api::runs::get_run,
+        api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::runs::submit, api::runs::list, api::runs::get_run,
         api::runs::cancel, api::jobs::submit, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls
@@ -52,6 +54,7 @@ use utoipa::OpenApi;
         mapi_api::views::RunView,
         mapi_api::views::RunPage,
         mapi_api::views::DatasetView,
+        mapi_api::views::DatasetSummary,
         mapi_api::views::DatasetPage,
         mapi_api::views::ModelVersionView,
         mapi_api::views::ModelVersionSummary,

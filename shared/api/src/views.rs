@@ -182,9 +182,23 @@ pub struct DatasetView {
     pub created_at: Timestamp,
 }
 
+/// A dataset in a listing: its columns are on its own page
+/// (`GET …/datasets/{id}`), so a page's size does not grow with them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DatasetSummary {
+    pub id: DatasetId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub name: String,
+    pub size: u64,
+    pub rows: usize,
+    pub column_count: usize,
+    pub created_at: Timestamp,
+}
+
 /// A page of datasets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DatasetPage {
-    pub datasets: Vec<DatasetView>,
+    pub datasets: Vec<DatasetSummary>,
     pub next_page_token: Option<String>,
 }

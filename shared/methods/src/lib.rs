@@ -19,7 +19,7 @@ pub use registry::{
     Input, MethodSpec, OutputSpec, ParamError, ParamKind, ParamSpec, Params, all, check_columns, find,
     registry_version, validate,
 };
-pub use table::{Table, TableError};
+pub use table::{Limits, Shape, Table, TableError};
 
 /// What a running method can ask of the worker that runs it.
 pub trait Context {

@@ -3,6 +3,12 @@
 //! finite number, otherwise text. Empty cells and `NA`/`NaN`/`null` (any case)
 //! are missing. Quoted fields follow RFC 4180 (`""` is a literal quote, and a
 //! quoted field may span lines); blank lines are skipped.
+//!
+//! An upload is read under [`Limits`] (columns, rows, bytes per cell and
+//! per column name), checked while it is read, so a file past one is
+//! refused at the first record past it without reading further, and
+//! [`Shape::scan`] keeps only the names, which columns are numeric and the
+//! row count: what an upload records costs the same whatever its rows.
 
 use std::collections::BTreeSet;
 use std::iter::Peekable;
@@ -23,6 +29,61 @@ pub enum TableError {
     DuplicateName(String),
     #[error("line {line} opens a quoted field that is never closed: add the closing `\"`")]
     UnclosedQuote { line: usize },
+    #[error("line {line} has more than {max} columns: keep at most {max} columns in one dataset")]
+    TooManyColumns { line: usize, max: usize },
+    #[error("the file has more than {max} rows: split it into datasets of at most {max} rows")]
+    TooManyRows { max: usize },
+    #[error("line {line} has a cell over {max} bytes: keep each cell under {max} bytes")]
+    CellTooLarge { line: usize, max: usize },
+    #[error("column name {position} is over {max} bytes: use shorter column names")]
+    NameTooLong { position: usize, max: usize },
+}
+
+/// What a file may hold, checked while it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_columns: usize,
+    pub max_rows: usize,
+    pub max_cell_bytes: usize,
+    pub max_name_bytes: usize,
+}
+
+impl Limits {
+    /// No bound: for a dataset that was admitted when it was uploaded.
+    pub const NONE: Limits = Limits {
+        max_columns: usize::MAX,
+        max_rows: usize::MAX,
+        max_cell_bytes: usize::MAX,
+        max_name_bytes: usize::MAX,
+    };
+}
+
+/// What an upload records of a file: its column names in file order, which
+/// are numeric, and its number of data rows; none of its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    pub names: Vec<String>,
+    pub numeric: Vec<bool>,
+    pub rows: usize,
+}
+
+impl Shape {
+    /// Reads CSV bytes under `limits`, keeping no value.
+    pub fn scan(bytes: &[u8], limits: Limits) -> Result<Shape, TableError> {
+        let mut csv = Csv::open(bytes, limits)?;
+        let mut numeric = vec![true; csv.names.len()];
+        while let Some(fields) = csv.next_row()? {
+            for (flag, cell) in numeric.iter_mut().zip(&fields) {
+                *flag = *flag && !matches!(parse_cell(cell), Cell::Text);
+            }
+        }
+        Ok(Shape { names: csv.names, numeric, rows: csv.rows })
+    }
+
+    /// Names of the numeric columns, in file order.
+    pub fn numeric_columns(&self) -> Vec<&str> {
+        self.names.iter().zip(&self.numeric).filter(|(_, n)| **n).map(|(c, _)| c.as_str()).collect()
+    }
 }
 
 /// A parsed dataset: column names in file order and, for each numeric
@@ -38,32 +99,9 @@ pub struct Table {
 impl Table {
     /// Parses CSV bytes. The first non-blank line is the header.
     pub fn from_csv(bytes: &[u8]) -> Result<Table, TableError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| TableError::NotUtf8 {
-            line: 1 + bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count(),
-        })?;
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let mut reader = Records { chars: text.chars().peekable(), line: 1 };
-
-        let (_, header) = reader.next_record()?.ok_or(TableError::Empty)?;
-        let mut names = Vec::with_capacity(header.len());
-        let mut seen = BTreeSet::new();
-        for (i, raw) in header.iter().enumerate() {
-            let name = raw.trim();
-            if name.is_empty() {
-                return Err(TableError::EmptyName { position: i + 1 });
-            }
-            if !seen.insert(name) {
-                return Err(TableError::DuplicateName(name.to_string()));
-            }
-            names.push(name.to_string());
-        }
-
-        let mut values: Vec<Option<Vec<Option<f64>>>> = vec![Some(Vec::new()); names.len()];
-        let mut rows = 0;
-        while let Some((line, fields)) = reader.next_record()? {
-            if fields.len() != names.len() {
-                return Err(TableError::Ragged { line, fields: fields.len(), expected: names.len() });
-            }
+        let mut csv = Csv::open(bytes, Limits::NONE)?;
+        let mut values: Vec<Option<Vec<Option<f64>>>> = vec![Some(Vec::new()); csv.names.len()];
+        while let Some(fields) = csv.next_row()? {
             for (column, cell) in values.iter_mut().zip(&fields) {
                 if let Some(numbers) = column {
                     match parse_cell(cell) {
@@ -73,9 +111,8 @@ impl Table {
                     }
                 }
             }
-            rows += 1;
         }
-        Ok(Table { names, values, rows })
+        Ok(Table { names: csv.names, values, rows: csv.rows })
     }
 
     /// Column names in file order.
@@ -136,10 +173,61 @@ fn parse_cell(cell: &str) -> Cell {
     }
 }
 
-/// Splits text into records of fields, tracking the 1-based line each starts on.
+/// A file being read: its header read and checked, its rows one at a time.
+struct Csv<'a> {
+    records: Records<'a>,
+    names: Vec<String>,
+    rows: usize,
+    max_rows: usize,
+}
+
+impl<'a> Csv<'a> {
+    fn open(bytes: &'a [u8], limits: Limits) -> Result<Csv<'a>, TableError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| TableError::NotUtf8 {
+            line: 1 + bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count(),
+        })?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let mut records = Records { chars: text.chars().peekable(), line: 1, limits };
+        let (_, header) = records.next_record()?.ok_or(TableError::Empty)?;
+        let mut names = Vec::with_capacity(header.len());
+        let mut seen = BTreeSet::new();
+        for (i, raw) in header.iter().enumerate() {
+            let name = raw.trim();
+            if name.is_empty() {
+                return Err(TableError::EmptyName { position: i + 1 });
+            }
+            if name.len() > limits.max_name_bytes {
+                return Err(TableError::NameTooLong { position: i + 1, max: limits.max_name_bytes });
+            }
+            if !seen.insert(name) {
+                return Err(TableError::DuplicateName(name.to_string()));
+            }
+            names.push(name.to_string());
+        }
+        Ok(Csv { records, names, rows: 0, max_rows: limits.max_rows })
+    }
+
+    /// The next data row, as wide as the header.
+    fn next_row(&mut self) -> Result<Option<Vec<String>>, TableError> {
+        let Some((line, fields)) = self.records.next_record()? else { return Ok(None) };
+        if fields.len() != self.names.len() {
+            return Err(TableError::Ragged { line, fields: fields.len(), expected: self.names.len() });
+        }
+        if self.rows == self.max_rows {
+            return Err(TableError::TooManyRows { max: self.max_rows });
+        }
+        self.rows += 1;
+        Ok(Some(fields))
+    }
+}
+
+/// Splits text into records of fields, tracking the 1-based line each
+/// starts on; a record past the column limit or a cell past the cell limit
+/// ends the reading there.
 struct Records<'a> {
     chars: Peekable<Chars<'a>>,
     line: usize,
+    limits: Limits,
 }
 
 impl Records<'_> {
@@ -164,6 +252,9 @@ impl Records<'_> {
         let mut field = String::new();
         let mut quoted = false;
         loop {
+            if field.len() > self.limits.max_cell_bytes {
+                return Err(TableError::CellTooLarge { line: start, max: self.limits.max_cell_bytes });
+            }
             let Some(c) = self.chars.next() else {
                 if quoted {
                     return Err(TableError::UnclosedQuote { line: start });
@@ -187,6 +278,9 @@ impl Records<'_> {
                 continue;
             }
             match c {
+                ',' if fields.len() + 1 >= self.limits.max_columns => {
+                    return Err(TableError::TooManyColumns { line: start, max: self.limits.max_columns });
+                }
                 ',' => fields.push(std::mem::take(&mut field)),
                 '"' if field.is_empty() => quoted = true,
                 '\n' | '\r' => {
@@ -270,5 +364,35 @@ mod tests {
         assert_eq!(not_utf8, Err(TableError::NotUtf8 { line: 3 }));
         assert!(not_utf8.expect_err("latin-1").to_string().contains("not UTF-8"));
         assert_eq!(parse("a,b\n1,\"2\n"), Err(TableError::UnclosedQuote { line: 2 }));
+    }
+
+    const SMALL: Limits = Limits { max_columns: 3, max_rows: 2, max_cell_bytes: 4, max_name_bytes: 2 };
+
+    #[test]
+    fn a_scan_keeps_the_shape_and_no_value() {
+        let shape = Shape::scan(b"a,b,c\n1,x,\n2,3,NA\n", SMALL).expect("within the limits");
+        assert_eq!(shape.names, ["a", "b", "c"]);
+        assert_eq!(shape.numeric, [true, false, true]);
+        assert_eq!(shape.numeric_columns(), ["a", "c"]);
+        assert_eq!(shape.rows, 2);
+        let table = Table::from_csv(b"a,b,c\n1,x,\n2,3,NA\n").expect("valid csv");
+        assert_eq!(shape.numeric_columns(), table.numeric_columns(), "a scan and a parse agree");
+    }
+
+    #[test]
+    fn each_limit_is_refused_at_the_first_record_past_it() {
+        let scan = |text: &str| Shape::scan(text.as_bytes(), SMALL);
+        assert_eq!(scan("a,b,c,d\n"), Err(TableError::TooManyColumns { line: 1, max: 3 }));
+        // A row past the header's width is ragged before it is wide.
+        assert_eq!(scan("a,b\n1,2,3\n"), Err(TableError::Ragged { line: 2, fields: 3, expected: 2 }));
+        assert_eq!(scan("a\n1\n2\n3\n"), Err(TableError::TooManyRows { max: 2 }));
+        assert_eq!(scan("a\n12345\n"), Err(TableError::CellTooLarge { line: 2, max: 4 }));
+        assert_eq!(scan("a\n\"12\n345\"\n"), Err(TableError::CellTooLarge { line: 2, max: 4 }));
+        assert_eq!(scan("abc\n1\n"), Err(TableError::NameTooLong { position: 1, max: 2 }));
+        assert!(scan("a,b,c\n1234,1,1\n1,1,1\n").is_ok(), "exactly at every limit");
+        let wide = format!("{}\n", vec!["c"; 1_000_000].join(","));
+        assert_eq!(scan(&wide), Err(TableError::TooManyColumns { line: 1, max: 3 }));
+        let message = TableError::TooManyColumns { line: 1, max: 3 }.to_string();
+        assert!(message.contains("at most 3 columns"), "{message}");
     }
 }

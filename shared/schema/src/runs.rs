@@ -245,6 +245,21 @@ impl From<&crate::ModelVersionDoc> for mapi_api::views::ModelVersionSummary {
     }
 }
 
+impl From<&crate::DatasetDoc> for mapi_api::views::DatasetSummary {
+    fn from(d: &crate::DatasetDoc) -> Self {
+        mapi_api::views::DatasetSummary {
+            id: d.id.clone(),
+            tenant: d.tenant.clone(),
+            project: d.project.clone(),
+            name: d.name.clone(),
+            size: d.size,
+            rows: d.rows,
+            column_count: d.columns.len(),
+            created_at: d.created_at,
+        }
+    }
+}
+
 impl From<&crate::DatasetDoc> for mapi_api::views::DatasetView {
     fn from(d: &crate::DatasetDoc) -> Self {
         mapi_api::views::DatasetView {

@@ -3,10 +3,10 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
-use mapi_api::views::{DatasetPage, DatasetView};
+use mapi_api::views::{DatasetPage, DatasetSummary, DatasetView};
 use mapi_domain::{DatasetId, ProjectId, TenantId};
 use mapi_identity::{Caller, Granted, Target, authorize};
-use mapi_methods::table::Table;
+use mapi_methods::{Limits, Shape};
 use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
@@ -80,7 +80,7 @@ pub fn entropy(state: &AppState) -> Result<[u8; 10], ApiError> {
     responses(
         (status = 201, body = DatasetView, description = "Stored"),
         (status = 400, body = mapi_problem::Problem, description = "Not a valid CSV"),
-        (status = 413, body = mapi_problem::Problem, description = "Larger than MAPI_MAX_DATASET_BYTES"),
+        (status = 413, body = mapi_problem::Problem, description = "Larger than MAPI_MAX_DATASET_BYTES, or more columns (MAPI_DATASET_MAX_COLUMNS), rows (MAPI_DATASET_MAX_ROWS) or a larger cell (MAPI_DATASET_MAX_CELL_BYTES) than a dataset may hold"),
         (status = 415, body = mapi_problem::Problem, description = "Not sent as text/csv"),
         (status = 429, body = mapi_problem::Problem, description = "The storage quota or the request rate would be exceeded (QUOTA_EXCEEDED, RATE_LIMITED), with Retry-After when the limit resets"),
     ),
@@ -110,8 +110,7 @@ pub async fn upload(
     if name.trim().is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
         return Err(ApiError::invalid("name must be 1 to 200 printable characters"));
     }
-    let table = Table::from_csv(&body)
-        .map_err(|e| ApiError::invalid(format!("the dataset is not a valid CSV: {e}")))?;
+    let shape = scan(&state, &body)?;
     let now = state.clock.now();
     let id = DatasetId::generate(now, entropy(&state)?);
     let object = layout::dataset(&tenant, &project, &id);
@@ -126,9 +125,9 @@ pub async fn upload(
         object,
         generation: meta.generation.0,
         size,
-        rows: table.rows(),
-        columns: table.column_names().to_vec(),
-        numeric_columns: table.numeric_columns().into_iter().map(str::to_owned).collect(),
+        rows: shape.rows,
+        numeric_columns: shape.numeric_columns().into_iter().map(str::to_owned).collect(),
+        columns: shape.names,
         created_at: now,
         created_by: caller.user().clone(),
     };
@@ -163,7 +162,63 @@ pub async fn upload(
     Ok((StatusCode::CREATED, Json(DatasetView::from(&doc))))
 }
 
-/// List a project's datasets, newest first.
+/// The longest column name, in bytes.
+const MAX_NAME_BYTES: usize = 256;
+
+/// The shape of an upload, read under the dataset limits: a file past one
+/// can never be stored as it is, so it is 413 naming the limit; one that is
+/// not a table is 400.
+fn scan(state: &AppState, body: &[u8]) -> Result<Shape, ApiError> {
+    use mapi_methods::TableError as E;
+    let l = state.config.dataset_limits;
+    let limits = Limits {
+        max_columns: l.max_columns,
+        max_rows: l.max_rows,
+        max_cell_bytes: l.max_cell_bytes,
+        max_name_bytes: MAX_NAME_BYTES,
+    };
+    Shape::scan(body, limits).map_err(|e| {
+        let setting = match e {
+            E::TooManyColumns { .. } => "MAPI_DATASET_MAX_COLUMNS",
+            E::TooManyRows { .. } => "MAPI_DATASET_MAX_ROWS",
+            E::CellTooLarge { .. } => "MAPI_DATASET_MAX_CELL_BYTES",
+            _ => return ApiError::invalid(format!("the dataset is not a valid CSV: {e}")),
+        };
+        ApiError::new(
+            ProblemCode::PayloadTooLarge,
+            format!("the dataset is too large to store: {e} ({setting})"),
+        )
+    })
+}
+
+/// A dataset, with its columns.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/projects/{project}/datasets/{id}",
+    tag = "datasets",
+    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    responses((status = 200, body = DatasetView), (status = 404, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn get_dataset(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project, id)): Path<(TenantId, ProjectId, String)>,
+) -> Result<Json<DatasetView>, ApiError> {
+    require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Read).await?;
+    let not_found = || {
+        let id: String = id.chars().take(64).collect();
+        ApiError::not_found(format!("dataset {id} not found in {tenant}/{project}"))
+    };
+    let parsed = DatasetId::parse(&id).map_err(|_| not_found())?;
+    match mapi_schema::get::<DatasetDoc>(&*state.store, parsed.as_str()).await? {
+        Some(d) if d.tenant == tenant && d.project == project => Ok(Json(DatasetView::from(&d))),
+        _ => Err(not_found()),
+    }
+}
+
+/// List a project's datasets, newest first, without their columns (a
+/// dataset's own page has them).
 #[utoipa::path(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets",
@@ -180,6 +235,6 @@ pub async fn list(
 ) -> Result<Json<DatasetPage>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Read).await?;
     let (docs, next_page_token) = newest_first::<DatasetDoc>(&state, &tenant, &project, &q).await?;
-    let datasets = docs.iter().map(DatasetView::from).collect();
+    let datasets = docs.iter().map(DatasetSummary::from).collect();
     Ok(Json(DatasetPage { datasets, next_page_token }))
 }

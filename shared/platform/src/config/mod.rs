@@ -103,6 +103,32 @@ impl Uses {
     }
 }
 
+/// What one dataset may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DatasetLimits {
+    pub max_columns: usize,
+    pub max_rows: usize,
+    pub max_cell_bytes: usize,
+}
+
+/// A dataset's record names each of its columns (twice: all, and the
+/// numeric ones) and a stored record is at most 1 MiB, so with names of up
+/// to 256 bytes no setting above 2,000 columns can be honoured.
+fn dataset_limits(env: Env<'_>) -> Result<DatasetLimits, ConfigError> {
+    let max_columns: usize = v::DATASET_MAX_COLUMNS.parse(env)?;
+    if !(1..=2000).contains(&max_columns) {
+        return Err(ConfigError::Invalid(format!(
+            "{} is {max_columns}: write 1 to 2000 (a dataset's record names each column)",
+            v::DATASET_MAX_COLUMNS.name
+        )));
+    }
+    Ok(DatasetLimits {
+        max_columns,
+        max_rows: v::DATASET_MAX_ROWS.parse(env)?,
+        max_cell_bytes: v::DATASET_MAX_CELL_BYTES.parse(env)?,
+    })
+}
+
 /// Every setting.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -118,6 +144,8 @@ pub struct Config {
     pub secrets: Secrets,
     pub sqlite_durability: Durability,
     pub max_dataset_bytes: usize,
+    /// What a dataset may hold, checked while an upload is read.
+    pub dataset_limits: DatasetLimits,
     pub max_json_bytes: usize,
     pub max_infra_retries: u32,
     /// How long after an execution succeeded its complete event may arrive.
@@ -627,6 +655,7 @@ impl Config {
             routes: v::ROUTES.choose(env)?,
             google_jwks_url: v::GOOGLE_JWKS_URL.raw(env).unwrap_or_default(),
             max_dataset_bytes: v::MAX_DATASET_BYTES.parse(api)?,
+            dataset_limits: dataset_limits(api)?,
             max_json_bytes: v::MAX_JSON_BYTES.parse(api)?,
             idempotency_ttl: v::IDEMPOTENCY_TTL_S.seconds(api)?,
             platform_concurrent_runs: v::PLATFORM_CONCURRENT_RUNS.parse(api)?,

@@ -51,7 +51,20 @@ pub const GOOGLE_JWKS_URL: Var = Var::new(
 );
 
 // The tenant API.
-pub const MAX_DATASET_BYTES: Var = Var::new("MAPI_MAX_DATASET_BYTES", "67108864", "Largest dataset upload");
+pub const MAX_DATASET_BYTES: Var = Var::new(
+    "MAPI_MAX_DATASET_BYTES",
+    "33554432",
+    "Largest dataset upload (Cloud Run refuses HTTP/1 requests over 32 MiB anyway)",
+);
+pub const DATASET_MAX_COLUMNS: Var = Var::new(
+    "MAPI_DATASET_MAX_COLUMNS",
+    "1000",
+    "Most columns a dataset may have (at most 2000: a dataset's record names each column)",
+);
+pub const DATASET_MAX_ROWS: Var =
+    Var::new("MAPI_DATASET_MAX_ROWS", "10000000", "Most data rows a dataset may have");
+pub const DATASET_MAX_CELL_BYTES: Var =
+    Var::new("MAPI_DATASET_MAX_CELL_BYTES", "65536", "Largest cell of a dataset, in bytes");
 pub const MAX_JSON_BYTES: Var = Var::new("MAPI_MAX_JSON_BYTES", "1048576", "Largest JSON request body");
 pub const IDEMPOTENCY_TTL_S: Var =
     Var::new("MAPI_IDEMPOTENCY_TTL_S", "86400", "How long an Idempotency-Key returns the same run");
@@ -178,8 +191,11 @@ pub const SIGNING_TRUSTED_KEY_FILES: Var = Var::derived(
 // Item jobs.
 pub const JOB_MAX_ITEMS: Var =
     Var::new("MAPI_JOB_MAX_ITEMS", "100000", "Platform cap on items per job (tiers may allow fewer)");
-pub const JOB_MAX_BODY_BYTES: Var =
-    Var::new("MAPI_JOB_MAX_BODY_BYTES", "67108864", "Largest body of a job submit");
+pub const JOB_MAX_BODY_BYTES: Var = Var::new(
+    "MAPI_JOB_MAX_BODY_BYTES",
+    "33554432",
+    "Largest body of a job submit (Cloud Run refuses HTTP/1 requests over 32 MiB anyway)",
+);
 pub const JOB_MAX_ITEM_BYTES: Var =
     Var::new("MAPI_JOB_MAX_ITEM_BYTES", "65536", "Largest single item of a job, as JSON");
 pub const JOB_FANOUT_BATCH: Var =
@@ -218,6 +234,9 @@ pub const VARIABLES: &[Var] = &[
     URL_SIGNING_KEY,
     SQLITE_SYNC,
     MAX_DATASET_BYTES,
+    DATASET_MAX_COLUMNS,
+    DATASET_MAX_ROWS,
+    DATASET_MAX_CELL_BYTES,
     MAX_JSON_BYTES,
     MAX_INFRA_RETRIES,
     EVENT_GRACE_S,
