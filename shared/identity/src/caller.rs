@@ -1,10 +1,25 @@
 //! The `Caller` extractor: a session or an API token, authenticated, with
 //! the request's IP address and user agent kept as keyed hashes.
-//! Every failure answers 401 UNAUTHENTICATED and is audited.
+//!
+//! Every failure answers 401 UNAUTHENTICATED. How it is recorded depends on
+//! whom the credential names:
+//!
+//! - **no one** (a token whose hash matches nothing, a bearer that is
+//!   neither a token nor a session, a session token that does not verify,
+//!   sessions not configured): counted, and audited once per source a
+//!   minute ([`crate::refusals`]). A session that verified but has expired
+//!   is one of these: the verifier reports `Expired` without the claims,
+//!   and reading the e-mail from an unverified payload here would make
+//!   this module a second verifier.
+//! - **a known principal** (a token that exists but is revoked or expired,
+//!   a token over its rate limit, a verified session with an unusable
+//!   e-mail): audited each time, naming the token's owner, tenant and
+//!   project where there is a token.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use mapi_domain::UserId;
+use mapi_metrics::AuthRefusal;
 use mapi_problem::{ApiError, ProblemCode};
 use mapi_schema::{Outcome, TokenDoc, TokenMinuteDoc};
 
@@ -72,36 +87,71 @@ pub fn bearer(parts: &Parts) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
 }
 
-/// The request's origin, hashed.
-pub fn request_meta<S: IdentityState>(parts: &Parts, state: &S) -> RequestMeta {
-    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let ip = header("x-forwarded-for")
-        .and_then(|v| v.split(',').next())
-        .map(|s| s.trim().to_owned())
+/// The client's address: the LAST `X-Forwarded-For` entry, else the peer.
+///
+/// Google's front ends (Cloud Run's, a load balancer's) append the address
+/// they received the request from, so the last entry is the one the closest
+/// proxy wrote; every entry before it is whatever the client sent.
+fn client_ip(parts: &Parts) -> Option<String> {
+    let forwarded = parts.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    forwarded
+        .and_then(|v| v.rsplit(',').next())
+        .map(str::trim)
+        .filter(|ip| !ip.is_empty())
+        .map(str::to_owned)
         .or_else(|| {
             parts
                 .extensions
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
                 .map(|c| c.0.ip().to_string())
-        });
+        })
+}
+
+/// The request's origin, hashed.
+pub fn request_meta<S: IdentityState>(parts: &Parts, state: &S) -> RequestMeta {
+    let user_agent = parts.headers.get(axum::http::header::USER_AGENT).and_then(|v| v.to_str().ok());
     RequestMeta {
-        ip_hash: ip.map(|ip| state.pepper().short_hash("ip", &ip)),
-        user_agent_hash: header("user-agent").map(|ua| state.pepper().short_hash("ua", ua)),
+        ip_hash: client_ip(parts).map(|ip| state.pepper().short_hash("ip", &ip)),
+        user_agent_hash: user_agent.map(|ua| state.pepper().short_hash("ua", ua)),
     }
 }
 
-async fn refuse<S: IdentityState>(
+/// A refusal whose credential names no one: counted under `reason`, and
+/// audited once per source a minute.
+async fn refuse_anonymous<S: IdentityState>(
     state: &S,
     meta: &RequestMeta,
+    reason: AuthRefusal,
     action: &str,
     resource: String,
     detail: &str,
 ) -> ApiError {
-    let mut entry = Audit::anonymous(action, resource).outcome(Outcome::Denied, ProblemCode::Unauthenticated);
-    entry.detail = Some(detail.to_owned());
+    let mut entry = Audit::anonymous(action, resource)
+        .outcome(Outcome::Denied, ProblemCode::Unauthenticated)
+        .detail(detail);
     entry.meta = meta.clone();
-    audit(state, entry).await;
+    crate::refusals::record(state, reason, entry).await;
     ApiError::unauthenticated(detail.to_owned())
+}
+
+/// An entry about a refused use of `token`, naming its owner, tenant and
+/// project.
+fn token_refusal(
+    token: &TokenDoc,
+    action: &str,
+    problem: ProblemCode,
+    detail: &str,
+    meta: &RequestMeta,
+) -> Audit {
+    let mut entry = Audit::anonymous(action, format!("tokens/{}", token.public_id()))
+        .tenant(&token.tenant)
+        .project(&token.project)
+        .outcome(Outcome::Denied, problem)
+        .detail(detail);
+    entry.actor = Some(token.user.clone());
+    entry.token = Some(token.public_id().to_owned());
+    entry.meta = meta.clone();
+    entry
 }
 
 async fn token_caller<S: IdentityState>(
@@ -113,22 +163,30 @@ async fn token_caller<S: IdentityState>(
     let found: Option<TokenDoc> = mapi_schema::get(state.store(), &hash)
         .await
         .map_err(|e| ApiError::internal_from("token lookup", e))?;
-    let resource = format!("tokens/{}", &hash[..12]);
     let Some(token) = found else {
-        return Err(refuse(state, &meta, "token.use_failed", resource, "the API token is not valid").await);
-    };
-    if token.revoked_at.is_some() {
-        return Err(refuse(state, &meta, "token.use_failed", resource, "the API token was revoked").await);
-    }
-    if token.expires_at <= state.clock().now() {
-        return Err(refuse(
+        let resource = format!("tokens/{}", &hash[..12]);
+        let detail = "the API token is not valid";
+        return Err(refuse_anonymous(
             state,
             &meta,
+            AuthRefusal::UnknownToken,
             "token.use_failed",
             resource,
-            "the API token has expired: mint a new one",
+            detail,
         )
         .await);
+    };
+    let stale = if token.revoked_at.is_some() {
+        Some("the API token was revoked")
+    } else if token.expires_at <= state.clock().now() {
+        Some("the API token has expired: mint a new one")
+    } else {
+        None
+    };
+    if let Some(detail) = stale {
+        audit(state, token_refusal(&token, "token.use_failed", ProblemCode::Unauthenticated, detail, &meta))
+            .await;
+        return Err(ApiError::unauthenticated(detail));
     }
     if let Some(limit) = token.rate_limit_per_minute {
         within_rate_limit(state, &token, limit, &meta).await?;
@@ -165,15 +223,7 @@ async fn within_rate_limit<S: IdentityState>(
     }
     let retry = u64::try_from(60 - now.as_secs().rem_euclid(60)).unwrap_or(60);
     let detail = format!("token limit: {limit} requests a minute; retry in {retry} s");
-    let mut entry = Audit::anonymous("token.rate_limited", format!("tokens/{}", token.public_id()))
-        .tenant(&token.tenant)
-        .project(&token.project)
-        .outcome(Outcome::Denied, ProblemCode::RateLimited)
-        .detail(detail.clone());
-    entry.actor = Some(token.user.clone());
-    entry.token = Some(token.public_id().to_owned());
-    entry.meta = meta.clone();
-    audit(state, entry).await;
+    audit(state, token_refusal(token, "token.rate_limited", ProblemCode::RateLimited, &detail, meta)).await;
     Err(ApiError::Problem { code: ProblemCode::RateLimited, detail, retry_after_s: Some(retry) })
 }
 
@@ -182,13 +232,16 @@ async fn session_caller<S: IdentityState>(
     jwt: &str,
     meta: RequestMeta,
 ) -> Result<Caller, ApiError> {
+    let refused = "auth.session_refused";
     let Some(verifier) = state.sessions() else {
-        return Err(refuse(
+        let detail = "sessions are not configured on this deployment: use an API token";
+        return Err(refuse_anonymous(
             state,
             &meta,
-            "auth.session_refused",
+            AuthRefusal::NoSessions,
+            refused,
             "sessions".into(),
-            "sessions are not configured on this deployment: use an API token",
+            detail,
         )
         .await);
     };
@@ -196,20 +249,28 @@ async fn session_caller<S: IdentityState>(
         Ok(c) => c,
         Err(e) => {
             let detail = format!("the session is not valid ({}): sign in again", e.reason());
-            return Err(refuse(state, &meta, "auth.session_refused", "sessions".into(), &detail).await);
+            return Err(refuse_anonymous(
+                state,
+                &meta,
+                AuthRefusal::BadSession,
+                refused,
+                "sessions".into(),
+                &detail,
+            )
+            .await);
         }
     };
     let user = match UserId::parse(&claims.email) {
         Ok(u) => u,
         Err(_) => {
-            return Err(refuse(
-                state,
-                &meta,
-                "auth.session_refused",
-                "sessions".into(),
-                "the session's e-mail is not usable",
-            )
-            .await);
+            // Verified by the provider: a known principal, audited each time.
+            let detail = "the session's e-mail is not usable";
+            let mut entry = Audit::anonymous(refused, "sessions")
+                .outcome(Outcome::Denied, ProblemCode::Unauthenticated)
+                .detail(detail);
+            entry.meta = meta;
+            audit(state, entry).await;
+            return Err(ApiError::unauthenticated(detail));
         }
     };
     let operator = state.is_operator(&user);
@@ -224,9 +285,10 @@ impl<S: IdentityState> FromRequestParts<S> for Caller {
         match bearer(parts) {
             Some(t) if t.starts_with("mapi_") => token_caller(state, t, meta).await,
             Some(t) if t.split('.').count() == 3 => session_caller(state, t, meta).await,
-            Some(_) => Err(refuse(
+            Some(_) => Err(refuse_anonymous(
                 state,
                 &meta,
+                AuthRefusal::NotACredential,
                 "auth.failed",
                 "credentials".into(),
                 "the bearer credential is neither an API token nor a session",
@@ -276,5 +338,34 @@ impl<S: IdentityState> FromRequestParts<S> for InternalCaller {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(forwarded: Option<&str>) -> Parts {
+        let mut request = axum::http::Request::builder();
+        if let Some(v) = forwarded {
+            request = request.header("x-forwarded-for", v);
+        }
+        let mut parts = request.body(()).expect("request").into_parts().0;
+        let peer: std::net::SocketAddr = "192.0.2.1:4000".parse().expect("address");
+        parts.extensions.insert(axum::extract::ConnectInfo(peer));
+        parts
+    }
+
+    #[test]
+    fn the_client_is_the_last_forwarded_entry_not_the_first() {
+        let spoofed = parts(Some("198.51.100.66, 203.0.113.7"));
+        assert_eq!(client_ip(&spoofed).as_deref(), Some("203.0.113.7"), "the client's own entry is ignored");
+        assert_eq!(client_ip(&parts(Some("203.0.113.7"))).as_deref(), Some("203.0.113.7"));
+        assert_eq!(
+            client_ip(&parts(Some("198.51.100.66, "))).as_deref(),
+            Some("192.0.2.1"),
+            "empty: the peer"
+        );
+        assert_eq!(client_ip(&parts(None)).as_deref(), Some("192.0.2.1"), "no header: the peer");
     }
 }

@@ -10,10 +10,14 @@
 //!   request and asks `mapi_access::decide`; refusals are audited.
 //! - [`audit`] writes the audit log; IP addresses and user agents are kept
 //!   only as keyed hashes.
+//! - A refused authentication that names no one is counted, and audited
+//!   once per source a minute ([`refusals`]); one of a known token is
+//!   audited each time, naming the token's owner.
 
 mod audit;
 mod authorize;
 mod caller;
+pub mod refusals;
 
 use std::sync::Arc;
 
@@ -75,6 +79,9 @@ pub trait IdentityState: Send + Sync {
     fn sessions(&self) -> Option<&Verifier>;
     /// Whether a verified e-mail is an operator's.
     fn is_operator(&self, email: &UserId) -> bool;
+    /// The process's window of anonymous authentication refusals (one per
+    /// state, shared by every request).
+    fn refusals(&self) -> &refusals::RefusalLog;
     /// The verifier of the ID tokens a task queue (Cloud Tasks) sends to
     /// internal routes; `None`: only the internal token is accepted there.
     fn task_invoker(&self) -> Option<&mapi_oidc::ServiceAccountTokens> {

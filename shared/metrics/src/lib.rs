@@ -204,6 +204,27 @@ pub struct ReasonLabels {
     pub reason: PushAuthReason,
 }
 
+label_enum!(
+    /// Why an anonymous caller was refused (`auth_refused`): the credential
+    /// names no one. Refusals of a known token or session are not counted
+    /// here; they are audited one by one.
+    AuthRefusal {
+        /// A `mapi_…` token whose hash matches no token.
+        UnknownToken => "unknown_token",
+        /// A bearer that is neither an API token nor a session.
+        NotACredential => "not_a_credential",
+        /// A session token that does not verify (its expiry included).
+        BadSession => "bad_session",
+        /// A session token where sessions are not configured.
+        NoSessions => "no_sessions",
+    }
+);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthRefusedLabels {
+    pub reason: AuthRefusal,
+}
+
 /// All metrics of one process.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -222,6 +243,9 @@ pub struct Metrics {
     pub push_rejected: Family<KindLabels<Rejection>, Counter>,
     /// Pushes refused with 401/403 by push authentication, by the failed check.
     pub push_auth_refused: Family<ReasonLabels, Counter>,
+    /// Anonymous callers refused with 401 (`mapi_auth_refused_total{reason}`),
+    /// each one counted while the audit log keeps one entry per source a minute.
+    pub auth_refused: Family<AuthRefusedLabels, Counter>,
     /// Model-version bundles refused because they failed their integrity
     /// check (`mapi_bundle_integrity_failures_total`), each also an `ALARM`.
     pub bundle_integrity_failures: Counter,
@@ -274,6 +298,12 @@ impl Metrics {
             "Pushes refused (401/403) by push authentication, by the failed check",
             push_auth_refused.clone(),
         );
+        let auth_refused = Family::<AuthRefusedLabels, Counter>::default();
+        r.register(
+            "auth_refused",
+            "Anonymous callers refused (401) whose credential names no one, by reason",
+            auth_refused.clone(),
+        );
         let bundle_integrity_failures = Counter::default();
         r.register(
             "bundle_integrity_failures",
@@ -294,6 +324,7 @@ impl Metrics {
             sandbox_violations,
             push_rejected,
             push_auth_refused,
+            auth_refused,
             bundle_integrity_failures,
         }
     }
@@ -359,6 +390,9 @@ mod tests {
         for r in PushAuthReason::ALL {
             m.push_auth_refused.get_or_create(&ReasonLabels { reason: *r }).inc();
         }
+        for r in AuthRefusal::ALL {
+            m.auth_refused.get_or_create(&AuthRefusedLabels { reason: *r }).inc();
+        }
         for (from, to, reasons) in mapi_domain::run::TRANSITIONS {
             for reason in *reasons {
                 m.transition(Some(*from), *to, *reason);
@@ -397,6 +431,12 @@ mod tests {
         assert_eq!(reasons.len(), PushAuthReason::ALL.len());
         for reason in reasons {
             let line = format!("mapi_push_auth_refused_total{{reason=\"{reason}\"}} 1");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        let refusals = ["unknown_token", "not_a_credential", "bad_session", "no_sessions"];
+        assert_eq!(refusals.len(), AuthRefusal::ALL.len());
+        for reason in refusals {
+            let line = format!("mapi_auth_refused_total{{reason=\"{reason}\"}} 1");
             assert!(text.contains(&line), "{line} in {text}");
         }
         for (from, to, reasons) in mapi_domain::run::TRANSITIONS {

@@ -63,6 +63,9 @@ pub struct Platform {
     /// seeded source under test).
     pub entropy: Arc<dyn mapi_entropy::Entropy>,
     pub metrics: Metrics,
+    /// Anonymous authentication refusals of this process, counted into
+    /// `metrics` and audited once per source a minute.
+    pub refusals: mapi_identity::refusals::RefusalLog,
     pub pepper: Pepper,
     /// Verifies session ID tokens; `None` when no issuer is configured.
     pub sessions: Option<mapi_oidc::Verifier>,
@@ -134,6 +137,10 @@ impl IdentityState for AppState {
 
     fn is_operator(&self, email: &mapi_domain::UserId) -> bool {
         self.0.config.operator_emails.contains(email)
+    }
+
+    fn refusals(&self) -> &mapi_identity::refusals::RefusalLog {
+        &self.0.refusals
     }
 
     fn task_invoker(&self) -> Option<&mapi_oidc::ServiceAccountTokens> {
@@ -517,6 +524,7 @@ impl Platform {
             signer,
             clock,
             entropy: Arc::new(mapi_entropy::OsEntropy),
+            refusals: mapi_identity::refusals::RefusalLog::new(&metrics),
             metrics,
             pepper,
             local,
