@@ -22,6 +22,7 @@ mod e2e;
 mod executor_conformance;
 mod jobs;
 mod ledger;
+mod memory;
 mod model_versions;
 mod objects_gcs;
 mod push_auth;

@@ -52,21 +52,51 @@ impl<T: Serialize> IntoResponse for Json<T> {
 }
 
 /// A raw body; a body over the route's limit is `PAYLOAD_TOO_LARGE`.
+///
+/// The body is read into one buffer sized from `Content-Length`, each frame
+/// freed as it is copied, so a request holds its body once: collecting the
+/// frames first and joining them after would hold it twice at the end.
 #[derive(Debug, Clone, Default)]
 pub struct RawBody(pub axum::body::Bytes);
+
+/// The most a declared `Content-Length` reserves up front; a larger body
+/// (within the route's limit) grows its buffer as it arrives.
+const MAX_RESERVE: usize = 64 * 1024 * 1024;
 
 impl<S: Send + Sync> FromRequest<S> for RawBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        axum::body::Bytes::from_request(req, state).await.map(RawBody).map_err(|e| {
-            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(ProblemCode::PayloadTooLarge, "the body is larger than this route accepts")
-            } else {
-                ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
+        use axum::RequestExt;
+        use http_body_util::BodyExt;
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = req.into_limited_body();
+        let mut bytes = Vec::with_capacity(declared.min(MAX_RESERVE));
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(body_error)?;
+            if let Some(data) = frame.data_ref() {
+                bytes.extend_from_slice(data);
             }
-        })
+        }
+        Ok(RawBody(bytes.into()))
     }
+}
+
+/// A body that could not be read: over the route's limit, or cut off.
+fn body_error(e: axum::Error) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return ApiError::new(ProblemCode::PayloadTooLarge, "the body is larger than this route accepts");
+        }
+        source = err.source();
+    }
+    ApiError::invalid("the body could not be read to its end: send it again")
 }
 
 /// Path parameters; a rejection is `INVALID_ARGUMENT`.
