@@ -179,6 +179,7 @@ pub fn problem_code(code: RefusalCode) -> ProblemCode {
         RefusalCode::RateLimited => ProblemCode::RateLimited,
         RefusalCode::Forbidden => ProblemCode::Forbidden,
         RefusalCode::TooLarge => ProblemCode::PayloadTooLarge,
+        RefusalCode::OverLimit => ProblemCode::InvalidArgument,
     }
 }
 

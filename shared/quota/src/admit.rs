@@ -80,6 +80,10 @@ pub enum RefusalCode {
     /// 413 PAYLOAD_TOO_LARGE: the request itself is over a hard limit (a
     /// job's items), so it can never pass as it is and a retry is pointless.
     TooLarge,
+    /// 400 INVALID_ARGUMENT: the request asks for more than its tenant may
+    /// ever have at once (a larger class, more tasks): nothing frees up, so
+    /// a 429 would have generic clients retry forever.
+    OverLimit,
 }
 
 impl RefusalCode {
@@ -90,6 +94,7 @@ impl RefusalCode {
             RefusalCode::RateLimited => "RATE_LIMITED",
             RefusalCode::Forbidden => "FORBIDDEN",
             RefusalCode::TooLarge => "PAYLOAD_TOO_LARGE",
+            RefusalCode::OverLimit => "INVALID_ARGUMENT",
         }
     }
 }
@@ -196,8 +201,10 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             if let Some(max) = tenant.max_resource_class
                 && *class > max
             {
-                return Err(quota(
+                return Err(refuse(
+                    Level::Tenant,
                     "max_resource_class",
+                    RefusalCode::OverLimit,
                     format!("is {max} and the run asks for {class}"),
                     Reset::Never("use a smaller class or ask an operator for a larger limit"),
                 ));
@@ -205,8 +212,10 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             if let Some(max) = tenant.max_fanout_tasks
                 && *task_count > max
             {
-                return Err(quota(
+                return Err(refuse(
+                    Level::Tenant,
                     "max_fanout_tasks",
+                    RefusalCode::OverLimit,
                     format!("is {max} and the run has {task_count} tasks"),
                     Reset::Never("use fewer tasks or ask an operator for a larger limit"),
                 ));
@@ -474,7 +483,7 @@ mod tests {
     }
 
     use Level::{Platform, Tenant, Token};
-    use RefusalCode::{Forbidden, QuotaExceeded, RateLimited, TooLarge};
+    use RefusalCode::{Forbidden, OverLimit, QuotaExceeded, RateLimited, TooLarge};
 
     #[test]
     fn token_budget_refuses_at_the_token_level_until_its_period_ends() {
@@ -523,7 +532,7 @@ mod tests {
         assert_eq!(c.admit(&run(ResourceClass::L, 1)), Ok(()));
         for class in [ResourceClass::XL, ResourceClass::GPU] {
             let r = c.refusal(&run(class, 1));
-            assert_eq!(shape(&r), (Tenant, "max_resource_class", QuotaExceeded, None));
+            assert_eq!(shape(&r), (Tenant, "max_resource_class", OverLimit, None));
             assert!(r.detail.contains(&format!("is L and the run asks for {class}")), "{}", r.detail);
             assert!(r.detail.contains("does not reset by itself"), "{}", r.detail);
         }
@@ -539,7 +548,7 @@ mod tests {
         let fan = |task_count| Ask::Run { class: ResourceClass::S, task_count, vcpu_ms: 1, plugin: false };
         assert_eq!(c.admit(&fan(256)), Ok(()));
         let r = c.refusal(&fan(257));
-        assert_eq!(shape(&r), (Tenant, "max_fanout_tasks", QuotaExceeded, None));
+        assert_eq!(shape(&r), (Tenant, "max_fanout_tasks", OverLimit, None));
         assert!(r.detail.contains("is 256 and the run has 257 tasks"), "{}", r.detail);
     }
 

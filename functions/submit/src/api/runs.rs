@@ -122,7 +122,7 @@ pub struct DryRunView {
         (status = 201, body = RunView, description = "Accepted: the run is queued"),
         (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded (QUOTA_EXCEEDED, RATE_LIMITED), with Retry-After when the limit resets"),
         (status = 200, body = RunView, description = "A repeated Idempotency-Key: the run it made"),
-        (status = 400, body = mapi_problem::Problem, description = "The spec cannot run"),
+        (status = 400, body = mapi_problem::Problem, description = "The spec cannot run, or asks for a larger class or more tasks than the tenant's max_resource_class or max_fanout_tasks (INVALID_ARGUMENT, naming the limit)"),
         (status = 404, body = mapi_problem::Problem, description = "No such project or dataset"),
         (status = 409, body = mapi_problem::Problem, description = "Idempotency-Key reused with another request"),
     ),
