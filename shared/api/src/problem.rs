@@ -16,6 +16,9 @@ mapi_domain::wire_enum!(
         NotFound => "NOT_FOUND",
         /// 405: the route exists but not with this method.
         MethodNotAllowed => "METHOD_NOT_ALLOWED",
+        /// 408: the request's headers did not arrive in time; the
+        /// connection is closed.
+        RequestTimeout => "REQUEST_TIMEOUT",
         /// 409: the resource exists already.
         AlreadyExists => "ALREADY_EXISTS",
         /// 409: the resource's state does not allow this now.
@@ -25,14 +28,21 @@ mapi_domain::wire_enum!(
         /// Not the caller's to fix and not transient: retrying is refused
         /// the same way, so it is not a 5xx that clients retry.
         IntegrityFailure => "INTEGRITY_FAILURE",
+        /// 412: the request's precondition (an object generation to
+        /// match) does not hold.
+        PreconditionFailed => "PRECONDITION_FAILED",
         /// 413: the body is too large.
         PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+        /// 414: the request's URI is longer than the server accepts.
+        UriTooLong => "URI_TOO_LONG",
         /// 415: the body has the wrong media type.
         UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
         /// 429: a quota would be exceeded.
         QuotaExceeded => "QUOTA_EXCEEDED",
         /// 429: too many requests in the window.
         RateLimited => "RATE_LIMITED",
+        /// 431: the request's headers are too large, or too many.
+        HeadersTooLarge => "HEADERS_TOO_LARGE",
         /// 503: a dependency is unavailable; retry.
         Unavailable => "UNAVAILABLE",
         /// 500: a fault of the platform.
@@ -48,12 +58,16 @@ impl ProblemCode {
             ProblemCode::Forbidden => http::StatusCode::FORBIDDEN,
             ProblemCode::NotFound => http::StatusCode::NOT_FOUND,
             ProblemCode::MethodNotAllowed => http::StatusCode::METHOD_NOT_ALLOWED,
+            ProblemCode::RequestTimeout => http::StatusCode::REQUEST_TIMEOUT,
             ProblemCode::AlreadyExists | ProblemCode::FailedPrecondition | ProblemCode::IntegrityFailure => {
                 http::StatusCode::CONFLICT
             }
+            ProblemCode::PreconditionFailed => http::StatusCode::PRECONDITION_FAILED,
             ProblemCode::PayloadTooLarge => http::StatusCode::PAYLOAD_TOO_LARGE,
+            ProblemCode::UriTooLong => http::StatusCode::URI_TOO_LONG,
             ProblemCode::UnsupportedMediaType => http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ProblemCode::QuotaExceeded | ProblemCode::RateLimited => http::StatusCode::TOO_MANY_REQUESTS,
+            ProblemCode::HeadersTooLarge => http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProblemCode::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
             ProblemCode::Internal => http::StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -79,4 +93,18 @@ pub struct Problem {
     /// Seconds to wait before retrying, when the answer is 429 or 503.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_s: Option<u64>,
+}
+
+impl Problem {
+    /// The problem answering `code`, with its type URI, title and status.
+    pub fn new(code: ProblemCode, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("urn:mapi:problem:{}", code.as_str().to_ascii_lowercase().replace('_', "-")),
+            title: code.title().to_owned(),
+            status: code.status().as_u16(),
+            code,
+            detail: detail.into(),
+            retry_after_s: None,
+        }
+    }
 }

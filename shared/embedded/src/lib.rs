@@ -290,6 +290,7 @@ impl DevPlatform {
             metrics.clone(),
         );
 
+        let guard = state.config.guard;
         let (stop, stopped) = watch::channel(false);
         let server = tokio::spawn({
             let mut rx = stopped.clone();
@@ -297,7 +298,7 @@ impl DevPlatform {
                 let _ = rx.wait_for(|s| *s).await;
             };
             async move {
-                if let Err(e) = mapi_runtime::serve(listener, app, shutdown, drain).await {
+                if let Err(e) = mapi_runtime::serve(listener, app, shutdown, drain, guard).await {
                     tracing::error!(error = %e, "the server failed");
                 }
             }

@@ -360,6 +360,7 @@ mod tests {
                 let _ = stop_rx.await;
             },
             std::time::Duration::from_secs(5),
+            crate::GuardConfig::default(),
         ));
         let body = reqwest::get(format!("http://{addr}/things/7")).await.expect("response").text().await;
         assert_eq!(body.expect("body"), "7");

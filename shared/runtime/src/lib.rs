@@ -4,9 +4,13 @@
 //! Cloud Logging JSON logs ([`init_logging`]), adds `/health`, `/build-info`
 //! and `/metrics` ([`common_routes`]), instruments every request
 //! ([`instrument`]) and serves on `0.0.0.0:$PORT` until SIGTERM, draining
-//! in-flight requests before returning ([`serve`]).
+//! in-flight requests before returning ([`serve`]). Every connection is read
+//! through a guard that answers any request the HTTP layer refuses (a head
+//! too large, malformed or too slow) with `application/problem+json` and
+//! times out idle and stalled connections ([`GuardConfig`]).
 
 pub mod config;
+mod guard;
 mod http;
 mod logging;
 mod serve;
@@ -17,7 +21,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use mapi_metrics::Metrics;
 
-pub use crate::config::{ConfigError, RuntimeConfig, VARIABLES};
+pub use crate::config::{ConfigError, GuardConfig, RuntimeConfig, VARIABLES};
 pub use crate::http::{
     API_VERSION, BuildInfo, OPENMETRICS_CONTENT_TYPE, UNMATCHED_ROUTE, common_routes, instrument,
 };
@@ -90,7 +94,9 @@ pub async fn run(info: ServiceInfo, metrics: Metrics, router: Router) -> Result<
         project = config.project_id.as_deref(),
         "listening"
     );
-    serve(listener, app, shutdown_signal(), config.drain_timeout).await.map_err(RunError::Serve)?;
+    serve(listener, app, shutdown_signal(), config.drain_timeout, config.guard)
+        .await
+        .map_err(RunError::Serve)?;
     tracing::info!("drained");
     Ok(())
 }

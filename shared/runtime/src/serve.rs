@@ -1,6 +1,7 @@
 //! Serving with graceful drain: on shutdown stop accepting, let in-flight
 //! requests finish for at most the drain timeout, then return, so a Cloud Run
 //! instance answers everything it accepted within the 10 s after SIGTERM.
+//! Every connection is read through the connection guard ([`crate::guard`]).
 
 use std::future::{Future, IntoFuture};
 use std::io;
@@ -8,19 +9,25 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
-use tokio::net::TcpListener;
+use axum::serve::ListenerExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
+
+use crate::config::GuardConfig;
+use crate::guard::{GuardedListener, GuardedStream};
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops
 /// accepting connections and waits up to `drain_timeout` for in-flight
 /// requests. Requests still running after that are abandoned (their tasks end
 /// with the runtime). Handlers see the peer as `ConnectInfo<SocketAddr>`.
+/// Every connection is held to `guard`'s limits and timeouts.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain_timeout: Duration,
+    guard: GuardConfig,
 ) -> io::Result<()> {
     let (draining_tx, draining_rx) = oneshot::channel::<()>();
     let signal = async move {
@@ -28,6 +35,7 @@ pub async fn serve(
         // The receiver is gone only if `serve` itself was dropped.
         let _ = draining_tx.send(());
     };
+    let listener = GuardedListener::new(listener, guard).tap_io(keep_connect_info);
     let server = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(signal)
         .into_future();
@@ -52,6 +60,12 @@ pub async fn serve(
         }
     }
 }
+
+/// Taps nothing. axum gives `ConnectInfo<SocketAddr>` for a bare
+/// `TcpListener`, or for any listener behind `tap_io` (whose address is a
+/// `SocketAddr`), not for a listener of ours: the orphan rule keeps us from
+/// implementing `Connected` for `SocketAddr` ourselves.
+fn keep_connect_info(_: &mut GuardedStream<TcpStream>) {}
 
 /// Resolves on the first SIGTERM (what Cloud Run sends) or SIGINT.
 pub async fn shutdown_signal() {
@@ -136,6 +150,7 @@ mod tests {
                 let _ = stop_rx.await;
             },
             Duration::from_secs(30),
+            GuardConfig::default(),
         ));
         let client = tokio::spawn(async move {
             let response = reqwest::get(format!("http://{addr}/slow")).await.expect("response");
@@ -173,6 +188,7 @@ mod tests {
                 let _ = stop_rx.await;
             },
             Duration::from_secs(30),
+            GuardConfig::default(),
         ));
         let body =
             reqwest::get(format!("http://{addr}/")).await.expect("response").text().await.expect("body");
@@ -199,6 +215,7 @@ mod tests {
                 let _ = stop_rx.await;
             },
             drain,
+            GuardConfig::default(),
         ));
         let client = tokio::spawn(reqwest::get(format!("http://{addr}/slow")));
         started.notified().await;

@@ -143,6 +143,9 @@ pub struct Config {
     pub public_url_set: bool,
     pub secrets: Secrets,
     pub sqlite_durability: Durability,
+    /// The connection guard's limits and timeouts, for a process that
+    /// serves without the runtime's own configuration (`mapi dev`).
+    pub guard: mapi_runtime::GuardConfig,
     pub max_dataset_bytes: usize,
     /// What a dataset may hold, checked while an upload is read.
     pub dataset_limits: DatasetLimits,
@@ -650,6 +653,7 @@ impl Config {
         Ok(Config {
             uses,
             secrets: secrets(env, profile, &home)?,
+            guard: mapi_runtime::GuardConfig::from_env(env)?,
             sqlite_durability: v::SQLITE_SYNC.choose::<SqliteSync>(env)?.0,
             store_backend: store_backend(env)?,
             routes: v::ROUTES.choose(env)?,
