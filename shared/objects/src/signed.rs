@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hmac::{Hmac, KeyInit, Mac};
+use mapi_api::problem::{Problem, ProblemCode};
 use mapi_clock::Clock;
 use mapi_domain::Timestamp;
 use serde::Deserialize;
@@ -100,8 +102,10 @@ pub enum Access {
 
 type Buckets = HashMap<String, (Arc<dyn ObjectStore>, Access)>;
 
-/// A refused request: status and a plain-text reason.
-type Refusal = (StatusCode, String);
+/// A refused request: its problem code and what to do about it, answered
+/// as `application/problem+json` like every other route (the status is the
+/// code's: 404, 403, 400, 412 for a generation that does not match, 503).
+type Refusal = (ProblemCode, String);
 
 #[derive(Clone)]
 struct Served {
@@ -128,36 +132,65 @@ pub fn router(
     let buckets = buckets.into_iter().map(|(s, a)| (s.bucket().to_owned(), (s, a))).collect();
     let state = Served { buckets: Arc::new(buckets), signer, clock };
     Router::new()
-        .route("/o/{bucket}/{*key}", get(get_object).put(put_object).delete(delete_object))
+        .route(
+            "/o/{bucket}/{*key}",
+            get(get_object).put(put_object).delete(delete_object).fallback(method_not_allowed),
+        )
         .layer(DefaultBodyLimit::max(max_upload))
         .with_state(state)
 }
 
-fn status_of(e: &ObjectError) -> StatusCode {
+fn code_of(e: &ObjectError) -> ProblemCode {
     match e {
-        ObjectError::NotFound(_) => StatusCode::NOT_FOUND,
-        ObjectError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
-        ObjectError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
-        ObjectError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        ObjectError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        ObjectError::NotFound(_) => ProblemCode::NotFound,
+        ObjectError::PreconditionFailed(_) => ProblemCode::PreconditionFailed,
+        ObjectError::InvalidArgument(_) => ProblemCode::InvalidArgument,
+        ObjectError::Unavailable(_) => ProblemCode::Unavailable,
+        ObjectError::Internal(_) => ProblemCode::Internal,
     }
 }
 
-fn refuse(status: StatusCode, detail: &str) -> Refusal {
-    (status, detail.to_owned())
+fn refuse(code: ProblemCode, detail: &str) -> Refusal {
+    (code, detail.to_owned())
 }
 
-fn respond((status, detail): Refusal) -> Response {
-    (status, [("content-type", "text/plain; charset=utf-8")], detail).into_response()
+fn respond((code, detail): Refusal) -> Response {
+    let body = serde_json::to_vec(&Problem::new(code, detail)).unwrap_or_default();
+    (code.status(), [("content-type", "application/problem+json")], body).into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    respond(refuse(
+        ProblemCode::MethodNotAllowed,
+        "objects are read with GET, written with PUT and removed with DELETE",
+    ))
+}
+
+/// The bucket, the key and the signature of a request, or why they cannot
+/// be read (in our words, not the extractor's).
+fn target(
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<SigParams>, QueryRejection>,
+) -> Result<(String, String, SigParams), Refusal> {
+    let Path((bucket, key)) = path.map_err(|_| {
+        refuse(ProblemCode::InvalidArgument, "the object path must be UTF-8 text: /o/BUCKET/KEY")
+    })?;
+    let Query(p) = query.map_err(|_| {
+        refuse(
+            ProblemCode::InvalidArgument,
+            "the query must be a signed URL's: method, expires (seconds) and sig",
+        )
+    })?;
+    Ok((bucket, key, p))
 }
 
 fn object_error(e: ObjectError) -> Refusal {
-    let status = status_of(&e);
-    if status.is_server_error() {
+    let code = code_of(&e);
+    if code.status().is_server_error() {
         tracing::error!(error = %e, "object route failed");
-        return refuse(status, "object store error");
+        return refuse(code, "the object store failed; retry later");
     }
-    refuse(status, &e.to_string())
+    refuse(code, &e.to_string())
 }
 
 impl Served {
@@ -171,24 +204,24 @@ impl Served {
         secret_name_ok: bool,
     ) -> Result<(Arc<dyn ObjectStore>, ObjectKey), Refusal> {
         let Some((store, access)) = self.buckets.get(bucket) else {
-            return Err(refuse(StatusCode::NOT_FOUND, "no such bucket"));
+            return Err(refuse(ProblemCode::NotFound, "no such bucket"));
         };
         let key = ObjectKey::parse(key).map_err(object_error)?;
         match access {
             Access::SecretNames if secret_name_ok => {}
             Access::SecretNames => {
-                return Err(refuse(StatusCode::FORBIDDEN, "method not allowed on this bucket"));
+                return Err(refuse(ProblemCode::Forbidden, "method not allowed on this bucket"));
             }
             Access::Signed => {
                 let (Some(m), Some(expires), Some(sig)) = (&p.method, p.expires, &p.sig) else {
-                    return Err(refuse(StatusCode::FORBIDDEN, "a signed URL is required"));
+                    return Err(refuse(ProblemCode::Forbidden, "a signed URL is required"));
                 };
                 if m != method.as_str() {
-                    return Err(refuse(StatusCode::FORBIDDEN, "the URL is signed for another method"));
+                    return Err(refuse(ProblemCode::Forbidden, "the URL is signed for another method"));
                 }
                 self.signer
                     .verify(method, bucket, key.as_str(), expires, sig, self.clock.now())
-                    .map_err(|e| refuse(StatusCode::FORBIDDEN, &e.to_string()))?;
+                    .map_err(|e| refuse(ProblemCode::Forbidden, &e.to_string()))?;
             }
         }
         Ok((store.clone(), key))
@@ -197,9 +230,13 @@ impl Served {
 
 async fn get_object(
     State(s): State<Served>,
-    Path((bucket, key)): Path<(String, String)>,
-    Query(p): Query<SigParams>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<SigParams>, QueryRejection>,
 ) -> Response {
+    let (bucket, key, p) = match target(path, query) {
+        Ok(t) => t,
+        Err(r) => return respond(r),
+    };
     let (store, key) = match s.authorize(&bucket, &key, SignedMethod::Get, &p, true) {
         Ok(x) => x,
         Err(r) => return respond(r),
@@ -219,11 +256,27 @@ async fn get_object(
 
 async fn put_object(
     State(s): State<Served>,
-    Path((bucket, key)): Path<(String, String)>,
-    Query(p): Query<SigParams>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<SigParams>, QueryRejection>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let (bucket, key, p) = match target(path, query) {
+        Ok(t) => t,
+        Err(r) => return respond(r),
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return respond(refuse(
+                ProblemCode::PayloadTooLarge,
+                "the object is larger than this bucket accepts",
+            ));
+        }
+        Err(_) => {
+            return respond(refuse(ProblemCode::InvalidArgument, "the body could not be read to its end"));
+        }
+    };
     let method = if p.method.as_deref() == Some(SignedMethod::Put.as_str()) {
         SignedMethod::Put
     } else {
@@ -247,21 +300,28 @@ async fn put_object(
 
 async fn delete_object(
     State(s): State<Served>,
-    Path((bucket, key)): Path<(String, String)>,
-    Query(p): Query<SigParams>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<SigParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
+    let (bucket, key, p) = match target(path, query) {
+        Ok(t) => t,
+        Err(r) => return respond(r),
+    };
     let (store, key) = match s.authorize(&bucket, &key, SignedMethod::Get, &p, true) {
         Ok(x) => x,
         Err(r) => return respond(r),
     };
     if !matches!(s.buckets.get(&bucket), Some((_, Access::SecretNames))) {
-        return respond(refuse(StatusCode::FORBIDDEN, "objects of this bucket cannot be deleted over HTTP"));
+        return respond(refuse(ProblemCode::Forbidden, "objects of this bucket cannot be deleted over HTTP"));
     }
     let generation =
         headers.get("x-goog-if-generation-match").and_then(|v| v.to_str().ok()?.parse::<i64>().ok());
     let Some(generation) = generation else {
-        return respond(refuse(StatusCode::BAD_REQUEST, "DELETE needs an x-goog-if-generation-match header"));
+        return respond(refuse(
+            ProblemCode::InvalidArgument,
+            "DELETE needs an x-goog-if-generation-match header",
+        ));
     };
     match store.delete(&key, IfGeneration::Match(Generation(generation))).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -309,6 +369,40 @@ mod tests {
 
     fn key(s: &str) -> ObjectKey {
         ObjectKey::parse(s).expect("key")
+    }
+
+    /// Every refusal of the object routes is a problem, with the status the
+    /// object protocol expects: 403, 404, 412, 413, 405, 400.
+    #[tokio::test]
+    async fn refusals_are_problems() {
+        let env = serve().await;
+        let http = reqwest::Client::new();
+        let put = env
+            .data
+            .signed_url(SignedMethod::PutCreateOnly, &key("t/a/p.json"), Duration::from_secs(60))
+            .await
+            .expect("sign");
+        assert_eq!(http.put(&put).body("{}").send().await.expect("put").status(), 200);
+        let unsigned = format!("{}/o/data/t/a/p.json", env.base);
+        let cases = [
+            (http.get(&unsigned), 403, "FORBIDDEN"),
+            (http.get(format!("{}/o/nope/k", env.base)), 404, "NOT_FOUND"),
+            (http.put(&put).body("{}"), 412, "PRECONDITION_FAILED"),
+            (http.put(&put).body(vec![b'x'; 2048]), 413, "PAYLOAD_TOO_LARGE"),
+            (http.post(&unsigned), 405, "METHOD_NOT_ALLOWED"),
+            (http.get(format!("{unsigned}?method=GET&expires=soon&sig=x")), 400, "INVALID_ARGUMENT"),
+            (http.get(format!("{}/o/data/%FF", env.base)), 400, "INVALID_ARGUMENT"),
+        ];
+        for (request, status, code) in cases {
+            let r = request.send().await.expect("send");
+            assert_eq!(r.status().as_u16(), status, "{code}");
+            let ct = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+            assert_eq!(ct, "application/problem+json", "{code}");
+            let problem: Problem =
+                serde_json::from_slice(&r.bytes().await.expect("body")).expect("a problem");
+            assert_eq!((problem.code.as_str(), problem.status), (code, status), "{}", problem.detail);
+            assert!(!problem.detail.is_empty());
+        }
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 //! fields refused by the target type), `Path`, `Query`, and the fallback
 //! for unknown routes.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
@@ -11,9 +11,10 @@ use serde::de::DeserializeOwned;
 
 use crate::{ApiError, ProblemCode};
 
-/// A JSON body. Rejections become `INVALID_ARGUMENT` (with serde's message,
-/// which names the field and position), `UNSUPPORTED_MEDIA_TYPE` or
-/// `PAYLOAD_TOO_LARGE`. As a response, serializes `T` as JSON.
+/// A JSON body. Rejections become `INVALID_ARGUMENT` (in our words: where
+/// the document breaks, or which field is wrong and what it must be),
+/// `UNSUPPORTED_MEDIA_TYPE` or `PAYLOAD_TOO_LARGE`. As a response,
+/// serializes `T` as JSON.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
@@ -21,28 +22,44 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Json(v)),
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::new(
+        if !is_json(req.headers()) {
+            return Err(ApiError::new(
                 ProblemCode::UnsupportedMediaType,
                 "send the body as JSON with `content-type: application/json`",
-            )),
-            Err(JsonRejection::JsonSyntaxError(e)) => {
-                Err(ApiError::invalid(format!("the body is not valid JSON: {}", e.body_text())))
-            }
-            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::invalid(format!(
-                "the body does not match the expected shape: {}",
-                e.body_text()
-                    .trim_start_matches("Failed to deserialize the JSON body into the target type: ")
-            ))),
-            Err(JsonRejection::BytesRejection(e))
-                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                Err(ApiError::new(ProblemCode::PayloadTooLarge, "the body is larger than this route accepts"))
-            }
-            Err(e) => Err(ApiError::invalid(e.body_text())),
+            ));
         }
+        let RawBody(bytes) = RawBody::from_request(req, state).await?;
+        parse_json(&bytes).map(Json)
     }
+}
+
+/// Whether the request says its body is JSON (`application/json` or
+/// `application/…+json`).
+pub fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Parses a JSON body into `T`, refusing in our words.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        json_refusal(&path, &e.into_inner())
+    })?;
+    de.end().map_err(|e| json_refusal("", &e))?;
+    Ok(value)
+}
+
+fn json_refusal(path: &str, e: &serde_json::Error) -> ApiError {
+    if e.classify() == serde_json::error::Category::Data {
+        let detail = crate::wording::reword(path, &e.to_string());
+        return ApiError::invalid(format!("the body does not match the expected shape: {detail}"));
+    }
+    ApiError::invalid(format!("{}: send a JSON document", crate::wording::not_json(e)))
 }
 
 impl<T: Serialize> IntoResponse for Json<T> {
@@ -110,7 +127,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| Path(p.0))
-            .map_err(|e: PathRejection| ApiError::invalid(format!("invalid path: {}", e.body_text())))
+            .map_err(path_refusal)
     }
 }
 
@@ -122,10 +139,70 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if let Some(query) = parts.uri.query()
+            && !decodes_to_utf8(query)
+        {
+            return Err(ApiError::invalid(
+                "the query string is not UTF-8 once percent-decoded: encode its values as UTF-8",
+            ));
+        }
         axum::extract::Query::<T>::from_request_parts(parts, state).await.map(|q| Query(q.0)).map_err(
-            |e: QueryRejection| ApiError::invalid(format!("invalid query string: {}", e.body_text())),
+            |e: QueryRejection| {
+                let text = e.body_text();
+                let message = text.trim_start_matches("Failed to deserialize query string: ");
+                // `name: message` when the deserializer knew the parameter.
+                let (path, message) = match message.split_once(": ") {
+                    Some((p, m)) if !p.is_empty() && !p.contains(' ') => (p, m),
+                    _ => ("", message),
+                };
+                ApiError::invalid(format!("invalid query string: {}", crate::wording::reword(path, message)))
+            },
         )
     }
+}
+
+/// Whether a query string percent-decodes (`+` as a space) to UTF-8. The
+/// form decoder would replace bad bytes with U+FFFD, silently changing
+/// what was asked.
+fn decodes_to_utf8(query: &str) -> bool {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = query.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(hi), Some(lo)) => {
+                decoded.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
+}
+
+/// A path that does not deserialize, in our words.
+fn path_refusal(e: PathRejection) -> ApiError {
+    use axum::extract::path::ErrorKind;
+    let PathRejection::FailedToDeserializePathParams(e) = e else {
+        return ApiError::invalid("the path is missing a part this route needs");
+    };
+    let detail = match e.kind() {
+        ErrorKind::InvalidUtf8InPathParam { key } => format!("path segment `{key}` is not UTF-8 text"),
+        ErrorKind::ParseErrorAtKey { key, value, .. } => {
+            format!("path segment `{key}` cannot be `{}`", value.chars().take(64).collect::<String>())
+        }
+        ErrorKind::ParseErrorAtIndex { value, .. } | ErrorKind::ParseError { value, .. } => {
+            format!("path segment `{}` is not valid here", value.chars().take(64).collect::<String>())
+        }
+        ErrorKind::Message(m) => crate::wording::reword("", m),
+        ErrorKind::DeserializeError { key, message, .. } => crate::wording::reword(key, message),
+        _ => "a path segment is not valid here".to_owned(),
+    };
+    ApiError::invalid(format!("invalid path: {detail}"))
 }
 
 /// The answer for a path no route matches.
@@ -173,6 +250,46 @@ mod tests {
         let is_problem = resp.headers().get("content-type").is_some_and(|v| v == "application/problem+json");
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();
         (status, is_problem.then(|| serde_json::from_slice(&bytes).expect("problem json")))
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Q {
+        name: Option<String>,
+        n: Option<u32>,
+    }
+
+    async fn query(uri: &str) -> (u16, Option<Problem>) {
+        async fn h(Query(_): Query<Q>, Path(_): Path<String>) -> &'static str {
+            "ok"
+        }
+        let app = Router::new().route("/q/{id}", axum::routing::get(h));
+        let resp = app
+            .oneshot(axum::http::Request::get(uri).body(Body::empty()).expect("request"))
+            .await
+            .expect("response");
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, serde_json::from_slice(&bytes).ok())
+    }
+
+    #[tokio::test]
+    async fn query_and_path_rejections_are_in_our_words() {
+        assert_eq!(query("/q/a?name=caf%C3%A9&n=1").await.0, 200, "UTF-8 percent-encoded is fine");
+        let cases = [
+            ("/q/a?name=%FF%FE", "not UTF-8 once percent-decoded"),
+            ("/q/a?n=x", "`n`: must be a whole number"),
+            ("/q/a?zz=1", "unknown field `zz`: the fields are"),
+            ("/q/%FF", "path segment `id` is not UTF-8 text"),
+        ];
+        for (uri, expected) in cases {
+            let (status, p) = query(uri).await;
+            let p = p.unwrap_or_else(|| panic!("{uri}: not a problem"));
+            assert_eq!((status, p.code), (400, ProblemCode::InvalidArgument), "{uri}");
+            assert!(p.detail.contains(expected), "{uri}: {}", p.detail);
+            assert!(!p.detail.contains("Failed to deserialize"), "{uri}: {}", p.detail);
+        }
     }
 
     #[tokio::test]

@@ -5,11 +5,12 @@
 //! context and answered with a generic detail: nothing internal is echoed.
 
 mod extract;
+pub mod wording;
 
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-pub use extract::{Json, Path, Query, RawBody, fallback_not_found};
+pub use extract::{Json, Path, Query, RawBody, fallback_not_found, is_json, parse_json};
 
 pub use mapi_api::problem::{Problem, ProblemCode};
 
@@ -92,14 +93,7 @@ impl ApiError {
                 None,
             ),
         };
-        Problem {
-            kind: format!("urn:mapi:problem:{}", code.as_str().to_ascii_lowercase().replace('_', "-")),
-            title: code.title().to_owned(),
-            status: code.status().as_u16(),
-            code,
-            detail,
-            retry_after_s,
-        }
+        Problem { retry_after_s, ..Problem::new(code, detail) }
     }
 }
 
@@ -226,6 +220,7 @@ mod tests {
             ("ALREADY_EXISTS", 409),
             ("FAILED_PRECONDITION", 409),
             ("INTEGRITY_FAILURE", 409),
+            ("PRECONDITION_FAILED", 412),
             ("PAYLOAD_TOO_LARGE", 413),
             ("URI_TOO_LONG", 414),
             ("UNSUPPORTED_MEDIA_TYPE", 415),

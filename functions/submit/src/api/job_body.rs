@@ -74,21 +74,10 @@ pub fn parse(body: &[u8], max_items: u64, max_item_bytes: usize) -> Result<JobBo
 
 /// A parser error in our words: where it is and what to send.
 fn syntax(e: &serde_json::Error) -> String {
-    use serde_json::error::Category;
-    let (line, column) = (e.line(), e.column());
-    match e.classify() {
-        Category::Eof => format!("the body ends early (line {line}, column {column}): {SHAPE}"),
-        // The parser's own words are not shown; this one is only recognized.
-        Category::Syntax if e.to_string().starts_with("recursion limit exceeded") => {
-            format!(
-                "the body nests deeper than 128 levels at line {line}, column {column}: send flatter items"
-            )
-        }
-        Category::Syntax | Category::Io => {
-            format!("the body is not valid JSON at line {line}, column {column}: {SHAPE}")
-        }
-        Category::Data => format!("the body does not have a job's shape: {SHAPE}"),
+    if e.classify() == serde_json::error::Category::Data {
+        return format!("the body does not have a job's shape: {SHAPE}");
     }
+    format!("{}: {SHAPE}", mapi_problem::wording::not_json(e))
 }
 
 struct BodySeed<'r> {
@@ -328,7 +317,7 @@ mod tests {
             (r#"[1,2]"#, "the body is a list"),
             (r#"null"#, "the body is null"),
             (r#"{"method":"m","items":[1]} trailing"#, "not valid JSON at line 1"),
-            (r#"{"method":"m","items":[1"#, "the body ends early"),
+            (r#"{"method":"m","items":[1"#, "it ends early"),
             (r#"{"method":"m","items":["0123456789abcdefg"]}"#, "item 0 is 19 bytes"),
         ];
         let deep = format!(

@@ -282,11 +282,7 @@ pub async fn submit(
 
 /// A job submit's body must be JSON.
 fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let essence = content_type.split(';').next().unwrap_or("").trim();
-    let json = essence.eq_ignore_ascii_case("application/json")
-        || (essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case("+json"));
-    if json {
+    if mapi_problem::is_json(headers) {
         return Ok(());
     }
     Err(ApiError::new(
