@@ -85,8 +85,8 @@ printf 'x,y\n1,2\n2,3\n3,5\n' > "$WORK/small.csv"
 DS=$($MAPI --json datasets upload "$WORK/small.csv" | json "d['id']")
 $MAPI runs submit --method describe --dataset "$DS" --class M --timeout 600 --dry-run | tee "$WORK/dry"
 grep -q "would be admitted; estimate" "$WORK/dry" || fail "a dry run of class M was not admitted"
-refused QUOTA_EXCEEDED $MAPI runs submit --method describe --dataset "$DS" --class XL --timeout 60 --dry-run
-refused QUOTA_EXCEEDED $MAPI runs submit --method describe --dataset "$DS" --class XL --timeout 60
+refused INVALID_ARGUMENT $MAPI runs submit --method describe --dataset "$DS" --class XL --timeout 60 --dry-run
+refused INVALID_ARGUMENT $MAPI runs submit --method describe --dataset "$DS" --class XL --timeout 60
 $MAPI usage --tenant "$TENANT" --period day | tee "$WORK/usage"
 grep -q "quota concurrent_runs .* of 40" "$WORK/usage" || fail "usage does not show the quotas"
 grep -q "estimates" "$WORK/usage" || fail "usage does not say its amounts are estimates"
