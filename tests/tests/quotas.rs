@@ -426,19 +426,20 @@ fn refused(answer: &(u16, Option<u64>, Value), code: &str, limit: &str, retry: O
 /// `limit`, and no Retry-After, since nothing frees up.
 #[track_caller]
 fn over_limit(answer: &(u16, Option<u64>, Value), limit: &str) {
-    let (status, retry_after, body) = answer;
-    assert_eq!((*status, &body["code"]), (400, &json!("INVALID_ARGUMENT")), "{body}");
-    let detail = body["detail"].as_str().expect("detail");
-    assert!(detail.contains(limit), "the detail names {limit}: {detail}");
-    assert_eq!(*retry_after, None, "nothing to wait for: {detail}");
+    never_passes(answer, (400, "INVALID_ARGUMENT"), limit);
 }
 
 /// Asserts a refusal of a request that can never pass as it is: 413
 /// PAYLOAD_TOO_LARGE naming `limit`, and no Retry-After.
 #[track_caller]
 fn too_large(answer: &(u16, Option<u64>, Value), limit: &str) {
-    let (status, retry_after, body) = answer;
-    assert_eq!((*status, &body["code"]), (413, &json!("PAYLOAD_TOO_LARGE")), "{body}");
+    never_passes(answer, (413, "PAYLOAD_TOO_LARGE"), limit);
+}
+
+#[track_caller]
+fn never_passes(answer: &(u16, Option<u64>, Value), (status, code): (u16, &str), limit: &str) {
+    let (got, retry_after, body) = answer;
+    assert_eq!((*got, &body["code"]), (status, &json!(code)), "{body}");
     let detail = body["detail"].as_str().expect("detail");
     assert!(detail.contains(limit), "the detail names {limit}: {detail}");
     assert_eq!(*retry_after, None, "nothing to wait for: {detail}");

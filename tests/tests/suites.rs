@@ -20,6 +20,7 @@ mod delivery;
 mod docs;
 mod e2e;
 mod executor_conformance;
+mod hostile;
 mod jobs;
 mod ledger;
 mod memory;

@@ -46,6 +46,7 @@ use utoipa::OpenApi;
 pub struct ApiDoc;
 
 pub fn router(state: AppState) -> Router {
+    let json_limit = state.config.max_json_bytes;
     Router::new()
         .route("/v1/sessions", post(sessions::sign_in))
         .route("/v1/whoami", get(sessions::whoami))
@@ -82,5 +83,6 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants/{tenant}/audit", get(audit_log::tenant_log))
         .route("/v1/tenants/{tenant}/access-checks", post(checks::tenant_check))
         .route("/v1/tenants/{tenant}/projects/{project}/access-checks", post(checks::project_check))
+        .layer(axum::extract::DefaultBodyLimit::max(json_limit))
         .with_state(state)
 }

@@ -166,9 +166,20 @@ string_id!(
 );
 
 fn check_email(s: &str) -> Result<(), IdError> {
+    // The local part's characters are RFC 5322's atext without `/` (a user
+    // id is part of document ids and paths); the domain is a host name.
+    let local_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+=?^_`{|}~.-".contains(&b))
+    };
+    let domain_ok = |d: &str| {
+        d.contains('.')
+            && !d.starts_with(['.', '-'])
+            && d.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+    };
     let ok = s.len() <= 254
-        && s.split_once('@').is_some_and(|(l, d)| !l.is_empty() && d.contains('.') && !d.starts_with('.'))
-        && s.bytes().all(|b| b.is_ascii_graphic() && !b.is_ascii_uppercase());
+        && !s.contains("..")
+        && s.split_once('@').is_some_and(|(l, d)| local_ok(l) && domain_ok(d));
     if ok {
         Ok(())
     } else {
@@ -309,5 +320,9 @@ mod tests {
         assert!(UserId::parse("dev@dev.local").is_ok());
         assert!(UserId::parse("Dev@dev.local").is_err());
         assert!(UserId::parse("nobody").is_err());
+        assert!(UserId::parse("a.b+tag@dev.local").is_ok());
+        for bad in ["../../admin@dev.local", "a/b@dev.local", "a@b@dev.local", "a@dev..local", "a b@dev.local"] {
+            assert!(UserId::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -285,6 +285,9 @@ impl DevPlatform {
         if let Some(idp) = dev_idp(&state)? {
             routes = routes.merge(idp);
         }
+        // Every body is bounded: routes that take larger ones set their own
+        // limit, which the innermost layer keeps.
+        let routes = routes.layer(axum::extract::DefaultBodyLimit::max(state.config.max_json_bytes));
         let app = mapi_runtime::instrument(
             routes.merge(mapi_runtime::common_routes(build, metrics.clone())),
             metrics.clone(),

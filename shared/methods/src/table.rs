@@ -37,6 +37,10 @@ pub enum TableError {
     CellTooLarge { line: usize, max: usize },
     #[error("column name {position} is over {max} bytes: use shorter column names")]
     NameTooLong { position: usize, max: usize },
+    #[error("line {line} holds a NUL byte: a CSV file is text, save it without one")]
+    NulByte { line: usize },
+    #[error("column name {position} holds a control character: use printable names")]
+    ControlInName { position: usize },
 }
 
 /// What a file may hold, checked while it is read.
@@ -70,7 +74,15 @@ pub struct Shape {
 impl Shape {
     /// Reads CSV bytes under `limits`, keeping no value.
     pub fn scan(bytes: &[u8], limits: Limits) -> Result<Shape, TableError> {
+        if let Some(at) = bytes.iter().position(|b| *b == 0) {
+            return Err(TableError::NulByte {
+                line: 1 + bytes[..at].iter().filter(|b| **b == b'\n').count(),
+            });
+        }
         let mut csv = Csv::open(bytes, limits)?;
+        if let Some(i) = csv.names.iter().position(|n| n.chars().any(char::is_control)) {
+            return Err(TableError::ControlInName { position: i + 1 });
+        }
         let mut numeric = vec![true; csv.names.len()];
         while let Some(fields) = csv.next_row()? {
             for (flag, cell) in numeric.iter_mut().zip(&fields) {
@@ -390,6 +402,8 @@ mod tests {
         assert_eq!(scan("a\n\"12\n345\"\n"), Err(TableError::CellTooLarge { line: 2, max: 4 }));
         assert_eq!(scan("abc\n1\n"), Err(TableError::NameTooLong { position: 1, max: 2 }));
         assert!(scan("a,b,c\n1234,1,1\n1,1,1\n").is_ok(), "exactly at every limit");
+        assert_eq!(scan("a,b\n1,\0\n"), Err(TableError::NulByte { line: 2 }));
+        assert_eq!(scan("a,\u{1}c\n1,2\n"), Err(TableError::ControlInName { position: 2 }));
         let wide = format!("{}\n", vec!["c"; 1_000_000].join(","));
         assert_eq!(scan(&wide), Err(TableError::TooManyColumns { line: 1, max: 3 }));
         let message = TableError::TooManyColumns { line: 1, max: 3 }.to_string();

@@ -244,11 +244,34 @@ async fn serve_jwks(State(state): State<RouteState>) -> Response {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LoginRequest {
     email: String,
 }
 
-async fn login(State(state): State<RouteState>, body: Bytes) -> Response {
+async fn login(
+    State(state): State<RouteState>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return problem(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UNSUPPORTED_MEDIA_TYPE",
+            "send the body as JSON with `content-type: application/json`".to_owned(),
+        );
+    }
+    let Ok(body) = body else {
+        return problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PAYLOAD_TOO_LARGE",
+            "the body is larger than this route accepts".to_owned(),
+        );
+    };
     let Ok(request) = serde_json::from_slice::<LoginRequest>(&body) else {
         return problem(
             StatusCode::BAD_REQUEST,

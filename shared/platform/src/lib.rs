@@ -584,9 +584,13 @@ pub async fn serve_function(
         }
     };
     let metrics = platform.metrics.clone();
+    let json_limit = platform.config.max_json_bytes;
     let doc = Arc::new(openapi);
+    // Every body is bounded: routes that take larger ones (uploads, job
+    // submits) set their own limit, which the innermost layer keeps.
     let app = router(AppState(Arc::new(platform)))
-        .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }));
+        .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }))
+        .layer(axum::extract::DefaultBodyLimit::max(json_limit));
     match mapi_runtime::run(info, metrics, app).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -39,8 +39,18 @@ pub fn is_json(headers: &axum::http::HeaderMap) -> bool {
     let Some(value) = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
         return false;
     };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let mut params = value.split(';');
+    let essence = params.next().unwrap_or("").trim().to_ascii_lowercase();
+    // JSON is UTF-8 (RFC 8259): a body declared in another charset is not
+    // one this platform reads.
+    let utf8 = params.all(|p| match p.split_once('=') {
+        Some((k, v)) if k.trim().eq_ignore_ascii_case("charset") => {
+            v.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    utf8 && (essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json")))
 }
 
 /// Parses a JSON body into `T`, refusing in our words.
@@ -93,6 +103,17 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
             .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or(0);
         let mut body = req.into_limited_body();
+        // A declared length over the route's limit can never be read: the
+        // answer need not wait for the body (the limit is the hint's upper
+        // bound, the limited body's own).
+        if let Some(limit) = axum::body::HttpBody::size_hint(&body).upper()
+            && declared as u64 > limit
+        {
+            return Err(ApiError::new(
+                ProblemCode::PayloadTooLarge,
+                format!("the body is {declared} bytes: this route accepts at most {limit}"),
+            ));
+        }
         let mut bytes = Vec::with_capacity(declared.min(MAX_RESERVE));
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(body_error)?;
@@ -104,12 +125,19 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
-/// A body that could not be read: over the route's limit, or cut off.
+/// A body that could not be read: over the route's limit, stalled past the
+/// body-read timeout, or cut off.
 fn body_error(e: axum::Error) -> ApiError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(err) = source {
         if err.is::<http_body_util::LengthLimitError>() {
             return ApiError::new(ProblemCode::PayloadTooLarge, "the body is larger than this route accepts");
+        }
+        if err.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return ApiError::new(
+                ProblemCode::RequestTimeout,
+                "the body stopped arriving (MAPI_BODY_READ_TIMEOUT_S): send it again, without pauses",
+            );
         }
         source = err.source();
     }

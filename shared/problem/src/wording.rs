@@ -26,6 +26,14 @@ pub fn reword(path: &str, message: &str) -> String {
     if let Some(rest) = message.strip_prefix("duplicate field `") {
         return format!("{what}`{}` is given twice: give it once", rest.trim_end_matches('`'));
     }
+    // A whole number the target cannot hold is out of its range.
+    if let Some(rest) = message.strip_prefix("invalid value: integer `")
+        && let Some((n, expected)) = rest.split_once("`, expected ")
+        && n.parse::<i128>().is_ok_and(|n| n >= 0)
+        && kind(expected).starts_with("a whole number")
+    {
+        return format!("{what}is out of range (got {n})");
+    }
     for prefix in ["invalid type: ", "invalid value: "] {
         if let Some(rest) = message.strip_prefix(prefix)
             && let Some((got, expected)) = rest.split_once(", expected ")
@@ -155,6 +163,11 @@ mod tests {
                 "`n`: must be a whole number, 0 or more (got integer `-1`)",
             ),
             ("page_size", "invalid digit found in string", "`page_size`: must be a whole number"),
+            (
+                "n",
+                "invalid value: integer `4294967296`, expected u32",
+                "`n`: is out of range (got 4294967296)",
+            ),
             ("tags", "invalid type: map, expected a sequence", "`tags`: must be a list (got map)"),
             ("", "the tenant id must be 3 to 40 characters", "the tenant id must be 3 to 40 characters"),
         ];

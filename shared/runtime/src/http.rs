@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -45,7 +45,48 @@ pub struct BuildInfo {
 /// Wraps every route of `router`, including its fallback, in the request
 /// instrumentation. Apply it last, after all routes are added.
 pub fn instrument(router: Router, metrics: Metrics) -> Router {
-    router.layer(middleware::from_fn_with_state(metrics, track))
+    router
+        .layer(middleware::map_response(bare_errors_as_problems))
+        .layer(middleware::from_fn_with_state(metrics, track))
+}
+
+/// A refusal the router makes by itself (a method the route does not
+/// take, chiefly) has no body; every refusal a client gets is a problem,
+/// so an error answer without a content type gets one, with its status
+/// and headers (`Allow`) kept.
+async fn bare_errors_as_problems(response: Response) -> Response {
+    use mapi_api::problem::{Problem, ProblemCode};
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error())
+        || response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return response;
+    }
+    let (code, detail) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allow = response.headers().get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("");
+            (ProblemCode::MethodNotAllowed, format!("this route takes {allow}: see /openapi.json"))
+        }
+        StatusCode::NOT_FOUND => (ProblemCode::NotFound, "no such route: see /openapi.json".to_owned()),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            (ProblemCode::PayloadTooLarge, "the body is larger than this route accepts".to_owned())
+        }
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            (ProblemCode::UnsupportedMediaType, "this route does not take that media type".to_owned())
+        }
+        s if s.is_server_error() => {
+            (ProblemCode::Internal, "the platform failed to handle the request; retry later".to_owned())
+        }
+        _ => (ProblemCode::InvalidArgument, "the request is not one this route can answer".to_owned()),
+    };
+    let (mut parts, _) = response.into_parts();
+    let body = serde_json::to_vec(&Problem { status: status.as_u16(), ..Problem::new(code, detail) })
+        .unwrap_or_default();
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/problem+json"));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// `GET /health`, `GET /build-info` and `GET /metrics`.

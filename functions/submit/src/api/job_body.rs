@@ -69,7 +69,45 @@ pub fn parse(body: &[u8], max_items: u64, max_item_bytes: usize) -> Result<JobBo
             item.get().len()
         )));
     }
+    // The items were only delimited while the body was read; each is read
+    // through once more, keeping nothing, so one the worker could not read
+    // (nested too deep, a lone surrogate escape) is refused now.
+    for (idx, item) in body.items.iter().enumerate() {
+        let text = item.get();
+        let why = if depth(text) > MAX_DEPTH {
+            "nests deeper than 128 levels"
+        } else if text.contains("\\u") && serde_json::from_str::<Value>(text).is_err() {
+            "cannot be read as JSON (an escape does not name a character)"
+        } else {
+            continue;
+        };
+        return Err(ApiError::invalid(format!("item {idx} {why}: send it as plain JSON")));
+    }
     Ok(body)
+}
+
+/// The nesting a worker's JSON reader takes.
+const MAX_DEPTH: usize = 128;
+
+/// How deep a JSON text nests its lists and objects.
+fn depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for b in text.bytes() {
+        match (in_string, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, b'"') => in_string = true,
+            (false, _, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// A parser error in our words: where it is and what to send.
@@ -271,7 +309,7 @@ mod tests {
     use super::*;
 
     fn refusal(body: &str) -> (ProblemCode, String) {
-        match parse(body.as_bytes(), 3, 16) {
+        match parse(body.as_bytes(), 3, 1024) {
             Err(ApiError::Problem { code, detail, .. }) => (code, detail),
             other => panic!("expected a problem for {body}, got {other:?}"),
         }
@@ -288,6 +326,16 @@ mod tests {
         let start = body.as_ptr() as usize;
         let first = job.items[0].get().as_ptr() as usize;
         assert!((start..start + body.len()).contains(&first), "items are slices of the body, not copies");
+    }
+
+    #[test]
+    fn items_over_the_item_size_are_refused() {
+        let Err(ApiError::Problem { detail, .. }) =
+            parse(br#"{"method":"m","items":["0123456789abcdefg"]}"#, 3, 16)
+        else {
+            panic!("an item over 16 bytes accepted")
+        };
+        assert!(detail.contains("item 0 is 19 bytes"), "{detail}");
     }
 
     #[test]
@@ -318,14 +366,18 @@ mod tests {
             (r#"null"#, "the body is null"),
             (r#"{"method":"m","items":[1]} trailing"#, "not valid JSON at line 1"),
             (r#"{"method":"m","items":[1"#, "it ends early"),
-            (r#"{"method":"m","items":["0123456789abcdefg"]}"#, "item 0 is 19 bytes"),
         ];
         let deep = format!(
             r#"{{"method":"m","items":[1],"options":{{"params":{{"k":{}{}}}}}}}"#,
             "[".repeat(200),
             "]".repeat(200)
         );
-        let cases = cases.iter().copied().chain([(deep.as_str(), "nests deeper than 128 levels")]);
+        let deep_item = format!(r#"{{"method":"m","items":[{}{}]}}"#, "[".repeat(200), "]".repeat(200));
+        let cases = cases.iter().copied().chain([
+            (deep.as_str(), "nests deeper than 128 levels"),
+            (deep_item.as_str(), "item 0 nests deeper than 128 levels"),
+            (r#"{"method":"m","items":["\udc00"]}"#, "item 0 cannot be read as JSON"),
+        ]);
         for (body, expected) in cases {
             let (code, detail) = refusal(body);
             assert_eq!(code, ProblemCode::InvalidArgument, "{body}");
