@@ -57,8 +57,9 @@
 //!   `docs/permissions.md` are the code's; ARCHITECTURE.md's route table is
 //!   the routers and the queues' targets), `api` (the HTTP contract:
 //!   problems, idempotent submits, the service routes).
-//! - Hostile clients: `memory` (the worst bodies keep `mapi dev`'s peak
-//!   resident set under a bound).
+//! - Hostile clients: `hostile` (524 hostile inputs across every route
+//!   family, each a problem with its code), `memory` (the worst bodies keep
+//!   `mapi dev`'s peak resident set under a bound).
 //! - Determinism: `replay` (a seeded entropy gives the same ids and nonces).
 
 use std::collections::HashMap;
