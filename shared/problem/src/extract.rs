@@ -111,7 +111,7 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
         {
             return Err(ApiError::new(
                 ProblemCode::PayloadTooLarge,
-                format!("the body is {declared} bytes: this route accepts at most {limit}"),
+                format!("the body is {declared} bytes, larger than the {limit} this route accepts"),
             ));
         }
         let mut bytes = Vec::with_capacity(declared.min(MAX_RESERVE));
