@@ -170,7 +170,8 @@ fn check_email(s: &str) -> Result<(), IdError> {
     // id is part of document ids and paths); the domain is a host name.
     let local_ok = |l: &str| {
         !l.is_empty()
-            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+=?^_`{|}~.-".contains(&b))
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+=?^_`{|}~.-".contains(&b))
     };
     let domain_ok = |d: &str| {
         d.contains('.')
@@ -321,7 +322,9 @@ mod tests {
         assert!(UserId::parse("Dev@dev.local").is_err());
         assert!(UserId::parse("nobody").is_err());
         assert!(UserId::parse("a.b+tag@dev.local").is_ok());
-        for bad in ["../../admin@dev.local", "a/b@dev.local", "a@b@dev.local", "a@dev..local", "a b@dev.local"] {
+        for bad in
+            ["../../admin@dev.local", "a/b@dev.local", "a@b@dev.local", "a@dev..local", "a b@dev.local"]
+        {
             assert!(UserId::parse(bad).is_err(), "{bad}");
         }
     }
