@@ -97,9 +97,8 @@ impl Serialize for Timestamp {
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        Timestamp::parse_rfc3339(&s).map_err(|_| {
-            serde::de::Error::custom("must be an RFC 3339 time such as 2026-12-01T09:30:00Z")
-        })
+        Timestamp::parse_rfc3339(&s)
+            .map_err(|_| serde::de::Error::custom("must be an RFC 3339 time such as 2026-12-01T09:30:00Z"))
     }
 }
 
