@@ -61,6 +61,10 @@
 //!   family, each a problem with its code), `memory` (the worst bodies keep
 //!   `mapi dev`'s peak resident set under a bound).
 //! - Determinism: `replay` (a seeded entropy gives the same ids and nonces).
+//! - Deployment: `terraform` (every `.tf` parses; policy rules over every
+//!   resource; contracts between the terraform and the code: settings,
+//!   routes, queues, Job names, indexes), `deploy` (`deploy.sh --dry-run`
+//!   and against stand-in tools; shellcheck and hadolint clean).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,0 +1,6 @@
+terraform {
+  backend "gcs" {
+    bucket = "mapi-dev-tfstate"
+    prefix = "envs/dev"
+  }
+}

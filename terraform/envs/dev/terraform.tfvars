@@ -1,0 +1,19 @@
+# Non-secret values of dev: its own projects and accounts, smaller limits.
+project_id          = "mapi-dev-control"
+exec_project_id     = "mapi-dev-exec"
+region              = "europe-west1"
+env                 = "dev"
+gpu_jobs            = false
+oidc_issuer         = "https://accounts.google.com"
+oidc_audience       = "mapi-dev"
+operator_emails     = []
+firestore_location  = "eur3"
+bucket_location     = "EU"
+data_bucket         = "mapi-dev-control-data"
+exec_cidr           = "10.20.0.0/20"
+signing_key_version = 1
+job_retention_days  = 7
+billing_account     = "000000-000000-000000"
+spend_cap_usd       = 200
+max_instances       = 3
+deletion_protection = false

@@ -1,0 +1,6 @@
+terraform {
+  backend "gcs" {
+    bucket = "mapi-prod-tfstate"
+    prefix = "envs/prod"
+  }
+}

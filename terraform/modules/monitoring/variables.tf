@@ -1,0 +1,32 @@
+variable "project_id" {
+  type = string
+}
+
+variable "env" {
+  type = string
+}
+
+variable "project_numbers" {
+  description = "The control and exec projects' numbers, whose spend the budget counts."
+  type        = list(string)
+}
+
+variable "billing_account" {
+  type = string
+}
+
+variable "spend_cap_usd" {
+  description = "The spend cap of a period in USD (as `mapi admin kill-switches set --spend-cap`)."
+  type        = number
+}
+
+variable "spend_cap_period" {
+  description = "MONTH or another calendar period of the budget."
+  type        = string
+  default     = "MONTH"
+}
+
+variable "notification_channels" {
+  type    = list(string)
+  default = []
+}

@@ -1,0 +1,428 @@
+# The whole platform for one environment, composed of the small modules. Each
+# environment (envs/prod, envs/dev) calls this once with its own projects and
+# sizes, so the environments differ only in their values and every name
+# (accounts included) carries `var.env`: dev and prod never share an identity.
+#
+# Services, ingress and invokers:
+# - submit-api, meter and admin take INGRESS_TRAFFIC_ALL and allUsers as
+#   invoker: people call them (tenants call submit's API, meter's usage
+#   reports and admin's sessions, tenants, members and tokens; operators call
+#   admin), with credentials mapi checks itself (API tokens and session ID
+#   tokens), which Cloud Run's IAM cannot. meter's finalize route and every
+#   other internal route accept only the internal token or the invoker
+#   account's ID token for the task audience (mapi_identity's InternalCaller).
+# - submit-tasks, push-events and reconcile-tick are INGRESS_TRAFFIC_INTERNAL_ONLY:
+#   only Google services call them (Cloud Tasks, Pub/Sub, Cloud Scheduler), and
+#   only the account that calls each may invoke it.
+# - Internal calls carry one identity and one audience: the invoker account
+#   (MAPI_CLOUDTASKS_SERVICE_ACCOUNT) and the task audience
+#   (MAPI_CLOUDTASKS_AUDIENCE), for queue deliveries and scheduler calls alike,
+#   because that is the one ID token an internal route accepts. Every service
+#   a queue or the scheduler calls lists the task audience as a custom audience.
+#
+# Service URLs are Cloud Run's deterministic ones
+# (https://NAME-PROJECT_NUMBER.REGION.run.app), so services that call each
+# other are configured without a dependency cycle.
+
+data "google_project" "control" {
+  project_id = var.project_id
+}
+
+data "google_project" "exec" {
+  project_id = var.exec_project_id
+}
+
+locals {
+  services = ["submit-api", "submit-tasks", "push-events", "reconcile-tick", "meter", "admin"]
+  url = {
+    for s in local.services : s => "https://mapi-${var.env}-${s}-${data.google_project.control.number}.${var.region}.run.app"
+  }
+  public_url     = coalesce(var.public_url, local.url["submit-api"])
+  tasks_audience = "mapi-${var.env}-internal"
+  own_account = {
+    for s in local.services : s => "mapi-${var.env}-${s}@${var.project_id}.iam.gserviceaccount.com"
+  }
+  firestore = ["roles/datastore.user"]
+
+  # Settings, by the configuration section that reads them.
+  base_env = {
+    MAPI_PROFILE            = "multi-tenant"
+    MAPI_PUBLIC_URL         = local.public_url
+    MAPI_STORE              = "firestore"
+    MAPI_FIRESTORE_PROJECT  = var.project_id
+    MAPI_FIRESTORE_DATABASE = module.data.database
+  }
+  sessions_env = {
+    MAPI_OIDC_ISSUER     = var.oidc_issuer
+    MAPI_OIDC_AUDIENCE   = var.oidc_audience
+    MAPI_OPERATOR_EMAILS = join(",", var.operator_emails)
+  }
+  objects_env = {
+    MAPI_OBJECTS              = "gcs"
+    MAPI_GCS_BUCKET           = module.data.data_bucket
+    MAPI_GCS_BOOTSTRAP_BUCKET = module.data.bootstrap_bucket
+  }
+  queue_env = {
+    MAPI_QUEUE                      = "cloudtasks"
+    MAPI_CLOUDTASKS_PROJECT         = var.project_id
+    MAPI_CLOUDTASKS_LOCATION        = var.region
+    MAPI_SUBMIT_TASKS_URL           = local.url["submit-tasks"]
+    MAPI_METER_URL                  = local.url["meter"]
+    MAPI_CLOUDTASKS_SERVICE_ACCOUNT = module.queues.invoker_email
+    MAPI_CLOUDTASKS_AUDIENCE        = local.tasks_audience
+  }
+  executor_env = {
+    MAPI_EXECUTOR          = "cloudrun-jobs"
+    MAPI_CLOUDRUN_PROJECT  = var.exec_project_id
+    MAPI_CLOUDRUN_REGION   = var.region
+    MAPI_ENV               = var.env
+    MAPI_CLOUDRUN_GPU_JOBS = tostring(var.gpu_jobs)
+  }
+  signer_env = {
+    MAPI_SIGNER                   = "kms"
+    MAPI_KMS_KEY_VERSION          = "${module.data.signing_key_id}/cryptoKeyVersions/${var.signing_key_version}"
+    MAPI_KMS_TRUSTED_KEY_VERSIONS = join(",", [for v in var.trusted_key_versions : "${module.data.signing_key_id}/cryptoKeyVersions/${v}"])
+  }
+}
+
+module "secrets" {
+  source     = "../secrets"
+  project_id = var.project_id
+  env        = var.env
+  secrets = {
+    MAPI_INTERNAL_TOKEN  = "internal-token"
+    MAPI_TOKEN_PEPPER    = "token-pepper"
+    MAPI_URL_SIGNING_KEY = "url-signing-key"
+  }
+}
+
+module "data" {
+  source             = "../data"
+  project_id         = var.project_id
+  env                = var.env
+  firestore_location = var.firestore_location
+  data_bucket        = var.data_bucket
+  bucket_location    = var.bucket_location
+  kms_location       = var.region
+}
+
+module "network" {
+  source     = "../network"
+  project_id = var.exec_project_id
+  region     = var.region
+  env        = var.env
+  cidr       = var.exec_cidr
+}
+
+module "jobs" {
+  source              = "../jobs"
+  project_id          = var.exec_project_id
+  control_project_id  = var.project_id
+  region              = var.region
+  env                 = var.env
+  gpu_jobs            = var.gpu_jobs
+  image_digests       = var.image_digests
+  bootstrap_bucket    = module.data.bootstrap_bucket
+  network             = module.network.network
+  subnetwork          = module.network.subnetwork
+  deletion_protection = var.deletion_protection
+  orchestrators = {
+    submit-api     = module.submit_api.service_account_email
+    submit-tasks   = module.submit_tasks.service_account_email
+    reconcile-tick = module.reconcile_tick.service_account_email
+    meter          = module.meter.service_account_email
+    admin          = module.admin.service_account_email
+  }
+  starters = { submit-tasks = module.submit_tasks.service_account_email }
+}
+
+module "queues" {
+  source     = "../queues"
+  project_id = var.project_id
+  region     = var.region
+  env        = var.env
+  audience   = local.tasks_audience
+  # Retries and concurrency are mapi_platform::queue_configs. dispatch's rate
+  # is the jobs.run quota (180 a minute), above the executor's own bucket.
+  queues = {
+    dispatch = {
+      host                      = trimprefix(local.url["submit-tasks"], "https://")
+      max_dispatches_per_second = 3
+      max_concurrent_dispatches = 16
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers = {
+        submit-api     = module.submit_api.service_account_email
+        submit-tasks   = module.submit_tasks.service_account_email
+        reconcile-tick = module.reconcile_tick.service_account_email
+        meter          = module.meter.service_account_email
+      }
+    }
+    finalize = {
+      host                      = trimprefix(local.url["meter"], "https://")
+      max_dispatches_per_second = 50
+      max_concurrent_dispatches = 16
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers                 = { reconcile-tick = module.reconcile_tick.service_account_email }
+    }
+    job-fanout = {
+      host                      = trimprefix(local.url["submit-tasks"], "https://")
+      max_dispatches_per_second = 50
+      max_concurrent_dispatches = 16
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers = {
+        submit-api   = module.submit_api.service_account_email
+        submit-tasks = module.submit_tasks.service_account_email
+      }
+    }
+    job-items = {
+      host                      = trimprefix(local.url["submit-tasks"], "https://")
+      max_dispatches_per_second = 500
+      max_concurrent_dispatches = 32
+      max_attempts              = -1
+      min_backoff               = "0.2s"
+      max_backoff               = "10s"
+      max_doublings             = 5
+      enqueuers = {
+        submit-api   = module.submit_api.service_account_email
+        submit-tasks = module.submit_tasks.service_account_email
+      }
+    }
+  }
+}
+
+module "events" {
+  source          = "../events"
+  project_id      = var.project_id
+  exec_project_id = var.exec_project_id
+  env             = var.env
+  push_endpoint   = "${local.url["push-events"]}/internal/events"
+  push_audience   = local.url["push-events"]
+}
+
+module "scheduler" {
+  source                = "../scheduler"
+  project_id            = var.project_id
+  region                = var.region
+  env                   = var.env
+  service_account_email = module.queues.invoker_email
+  audience              = local.tasks_audience
+  jobs = {
+    reconcile-tick = {
+      schedule         = "* * * * *"
+      attempt_deadline = "60s"
+      uri              = "${local.url["reconcile-tick"]}/internal/tick"
+    }
+    housekeep = {
+      schedule         = "*/10 * * * *"
+      attempt_deadline = "300s"
+      uri              = "${local.url["submit-tasks"]}/internal/tasks/jobs/housekeep"
+    }
+  }
+}
+
+module "monitoring" {
+  source                = "../monitoring"
+  project_id            = var.project_id
+  env                   = var.env
+  project_numbers       = [data.google_project.control.number, data.google_project.exec.number]
+  billing_account       = var.billing_account
+  spend_cap_usd         = var.spend_cap_usd
+  notification_channels = var.notification_channels
+}
+
+module "submit_api" {
+  source              = "../service"
+  project_id          = var.project_id
+  region              = var.region
+  env                 = var.env
+  name                = "submit-api"
+  binary              = "mapi-submit"
+  image               = var.image_digests["mapi"]
+  ingress             = "INGRESS_TRAFFIC_ALL"
+  invokers            = ["allUsers"]
+  memory              = "1Gi"
+  max_instances       = var.max_instances
+  deletion_protection = var.deletion_protection
+  project_roles       = local.firestore
+  secrets             = module.secrets.secret_ids
+  env_vars = merge(
+    local.base_env,
+    { MAPI_ROUTES = "api" },
+    local.sessions_env,
+    local.objects_env,
+    {
+      MAPI_GCS_SIGNING_SERVICE_ACCOUNT  = local.own_account["submit-api"]
+      MAPI_GCS_UPLOADER_SERVICE_ACCOUNT = module.data.uploader_email
+    },
+    local.queue_env,
+    local.executor_env,
+    local.signer_env,
+  )
+}
+
+module "submit_tasks" {
+  source              = "../service"
+  project_id          = var.project_id
+  region              = var.region
+  env                 = var.env
+  name                = "submit-tasks"
+  binary              = "mapi-submit"
+  image               = var.image_digests["mapi"]
+  invokers            = ["serviceAccount:${module.queues.invoker_email}"]
+  custom_audiences    = [local.tasks_audience]
+  memory              = "1Gi"
+  timeout             = "60s"
+  max_instances       = var.max_instances
+  deletion_protection = var.deletion_protection
+  project_roles       = local.firestore
+  secrets             = module.secrets.secret_ids
+  env_vars = merge(
+    local.base_env,
+    {
+      MAPI_ROUTES             = "tasks"
+      MAPI_JOB_RETENTION_DAYS = tostring(var.job_retention_days)
+      # A dispatch waits for its jobs.run slot less than its 30 s dispatch deadline.
+      MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S  = "20"
+      MAPI_GCS_SIGNING_SERVICE_ACCOUNT = local.own_account["submit-tasks"]
+    },
+    local.objects_env,
+    local.queue_env,
+    local.executor_env,
+    local.signer_env,
+  )
+}
+
+module "push_events" {
+  source              = "../service"
+  project_id          = var.project_id
+  region              = var.region
+  env                 = var.env
+  name                = "push-events"
+  binary              = "mapi-push-events"
+  image               = var.image_digests["mapi"]
+  invokers            = ["serviceAccount:${module.events.push_service_account_email}"]
+  max_instances       = var.max_instances
+  deletion_protection = var.deletion_protection
+  project_roles       = local.firestore
+  secrets             = module.secrets.secret_ids
+  env_vars = merge(
+    local.base_env,
+    {
+      MAPI_PUBSUB_PUSH_AUDIENCE        = local.url["push-events"]
+      MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT = module.events.push_service_account_email
+      MAPI_PUBSUB_PUSH_SUBSCRIPTIONS   = module.events.push_subscription_id
+    },
+  )
+}
+
+module "reconcile_tick" {
+  source              = "../service"
+  project_id          = var.project_id
+  region              = var.region
+  env                 = var.env
+  name                = "reconcile-tick"
+  binary              = "mapi-reconcile-tick"
+  image               = var.image_digests["mapi"]
+  invokers            = ["serviceAccount:${module.queues.invoker_email}"]
+  custom_audiences    = [local.tasks_audience]
+  max_instances       = 2
+  deletion_protection = var.deletion_protection
+  project_roles       = local.firestore
+  secrets             = module.secrets.secret_ids
+  env_vars            = merge(local.base_env, local.queue_env, local.executor_env)
+}
+
+module "meter" {
+  source              = "../service"
+  project_id          = var.project_id
+  region              = var.region
+  env                 = var.env
+  name                = "meter"
+  binary              = "mapi-meter"
+  image               = var.image_digests["mapi"]
+  ingress             = "INGRESS_TRAFFIC_ALL"
+  invokers            = ["allUsers"]
+  custom_audiences    = [local.tasks_audience]
+  timeout             = "60s"
+  max_instances       = var.max_instances
+  deletion_protection = var.deletion_protection
+  project_roles       = local.firestore
+  secrets             = module.secrets.secret_ids
+  env_vars = merge(
+    local.base_env,
+    local.objects_env,
+    local.queue_env,
+    local.executor_env,
+    local.signer_env,
+  )
+}
+
+module "admin" {
+  source              = "../service"
+  project_id          = var.project_id
+  region              = var.region
+  env                 = var.env
+  name                = "admin"
+  binary              = "mapi-admin"
+  image               = var.image_digests["mapi"]
+  ingress             = "INGRESS_TRAFFIC_ALL"
+  invokers            = ["allUsers"]
+  max_instances       = var.max_instances
+  deletion_protection = var.deletion_protection
+  project_roles       = local.firestore
+  secrets             = module.secrets.secret_ids
+  env_vars            = merge(local.base_env, local.sessions_env, local.executor_env)
+}
+
+# Objects: each service on the buckets it touches, nothing project-wide.
+resource "google_storage_bucket_iam_member" "objects" {
+  for_each = {
+    "submit-api/data"        = { bucket = module.data.data_bucket, account = module.submit_api.service_account_email }
+    "submit-tasks/data"      = { bucket = module.data.data_bucket, account = module.submit_tasks.service_account_email }
+    "submit-tasks/bootstrap" = { bucket = module.data.bootstrap_bucket, account = module.submit_tasks.service_account_email }
+    "meter/data"             = { bucket = module.data.data_bucket, account = module.meter.service_account_email }
+  }
+  bucket = each.value.bucket
+  role   = "roles/storage.objectAdmin"
+  member = "serviceAccount:${each.value.account}"
+}
+
+# Signed URLs are signed by signBlob as the service's own account; upload
+# policies as the create-only uploader. Each grant is on one account.
+resource "google_service_account_iam_member" "sign_blob" {
+  for_each = {
+    "submit-api/self"     = { target = module.submit_api.service_account_name, account = module.submit_api.service_account_email }
+    "submit-tasks/self"   = { target = module.submit_tasks.service_account_name, account = module.submit_tasks.service_account_email }
+    "submit-api/uploader" = { target = module.data.uploader_name, account = module.submit_api.service_account_email }
+  }
+  service_account_id = each.value.target
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${each.value.account}"
+}
+
+# The bundle signer: meter signs; the submit deployments load the public keys
+# they verify with.
+resource "google_kms_crypto_key_iam_member" "signer" {
+  crypto_key_id = module.data.signing_key_id
+  role          = "roles/cloudkms.signerVerifier"
+  member        = "serviceAccount:${module.meter.service_account_email}"
+}
+
+resource "google_kms_crypto_key_iam_member" "verifiers" {
+  for_each = {
+    submit-api   = module.submit_api.service_account_email
+    submit-tasks = module.submit_tasks.service_account_email
+  }
+  crypto_key_id = module.data.signing_key_id
+  role          = "roles/cloudkms.publicKeyViewer"
+  member        = "serviceAccount:${each.value}"
+}
