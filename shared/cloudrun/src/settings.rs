@@ -88,8 +88,8 @@ pub const ENDPOINT: Var = Var::derived(
 /// `MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S`.
 pub const MAX_SUBMIT_WAIT_S: Var = Var::new(
     "MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S",
-    "20",
-    "cloudrun-jobs: longest wait for a bucket slot before the run goes back to the queue (below the dispatch queue's 30 s deadline)",
+    "60",
+    "cloudrun-jobs: longest wait for a bucket slot before the run goes back to the queue",
 );
 
 /// Every variable the executor reads (the platform's README table is
