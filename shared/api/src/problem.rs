@@ -108,3 +108,25 @@ impl Problem {
         }
     }
 }
+
+/// What to send instead of a body that is not JSON (the detail of its 415).
+pub const NOT_JSON: &str = "send the body as JSON with `content-type: application/json`";
+
+/// Whether a request says its body is JSON (`application/json` or
+/// `application/…+json`, UTF-8). JSON is UTF-8 (RFC 8259): a body declared
+/// in another charset is not one this platform reads.
+pub fn is_json(headers: &http::HeaderMap) -> bool {
+    let Some(value) = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let mut params = value.split(';');
+    let essence = params.next().unwrap_or("").trim().to_ascii_lowercase();
+    let utf8 = params.all(|p| match p.split_once('=') {
+        Some((k, v)) if k.trim().eq_ignore_ascii_case("charset") => {
+            v.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    utf8 && (essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json")))
+}

@@ -22,11 +22,12 @@ use aws_lc_rs::signature::{KeyPair, RSA_PKCS1_SHA256, RsaKeyPair};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use mapi_api::problem::{self, ProblemCode};
 use mapi_clock::Clock;
 use mapi_domain::Timestamp;
 use serde::Deserialize;
@@ -254,28 +255,15 @@ async fn login(
     headers: axum::http::HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"));
-    if !json {
-        return problem(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UNSUPPORTED_MEDIA_TYPE",
-            "send the body as JSON with `content-type: application/json`".to_owned(),
-        );
+    if !problem::is_json(&headers) {
+        return answer(ProblemCode::UnsupportedMediaType, problem::NOT_JSON.to_owned());
     }
     let Ok(body) = body else {
-        return problem(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PAYLOAD_TOO_LARGE",
-            "the body is larger than this route accepts".to_owned(),
-        );
+        return answer(ProblemCode::PayloadTooLarge, "the body is larger than this route accepts".to_owned());
     };
     let Ok(request) = serde_json::from_slice::<LoginRequest>(&body) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "INVALID_ARGUMENT",
+        return answer(
+            ProblemCode::InvalidArgument,
             r#"the body must be JSON {"email": "<a development account>"}"#.to_owned(),
         );
     };
@@ -292,23 +280,17 @@ async fn login(
             } else {
                 format!("no development account {email}: use one of {}", state.idp.accounts().join(", "))
             };
-            problem(StatusCode::NOT_FOUND, "NOT_FOUND", detail)
+            answer(ProblemCode::NotFound, detail)
         }
         Err(error) => {
             tracing::error!(%error, "the development identity provider could not issue a token");
-            problem(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "could not issue a token".to_owned())
+            answer(ProblemCode::Internal, "could not issue a token".to_owned())
         }
     }
 }
 
-/// An RFC 9457 problem in the platform's shape.
-fn problem(status: StatusCode, code: &str, detail: String) -> Response {
-    let body = json!({
-        "type": format!("urn:mapi:problem:{}", code.to_ascii_lowercase().replace('_', "-")),
-        "title": status.canonical_reason().unwrap_or("Error"),
-        "status": status.as_u16(),
-        "code": code,
-        "detail": detail,
-    });
-    (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+/// The platform's problem answer for `code`.
+fn answer(code: ProblemCode, detail: String) -> Response {
+    let body = serde_json::to_vec(&problem::Problem::new(code, detail)).unwrap_or_default();
+    (code.status(), [(header::CONTENT_TYPE, "application/problem+json")], body).into_response()
 }

@@ -22,35 +22,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        if !is_json(req.headers()) {
-            return Err(ApiError::new(
-                ProblemCode::UnsupportedMediaType,
-                "send the body as JSON with `content-type: application/json`",
-            ));
-        }
+        require_json(req.headers())?;
         let RawBody(bytes) = RawBody::from_request(req, state).await?;
         parse_json(&bytes).map(Json)
     }
 }
 
-/// Whether the request says its body is JSON (`application/json` or
-/// `application/…+json`).
-pub fn is_json(headers: &axum::http::HeaderMap) -> bool {
-    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let mut params = value.split(';');
-    let essence = params.next().unwrap_or("").trim().to_ascii_lowercase();
-    // JSON is UTF-8 (RFC 8259): a body declared in another charset is not
-    // one this platform reads.
-    let utf8 = params.all(|p| match p.split_once('=') {
-        Some((k, v)) if k.trim().eq_ignore_ascii_case("charset") => {
-            v.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
-        }
-        _ => true,
-    });
-    utf8 && (essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json")))
+/// Refuses a body that is not declared as JSON: 415, saying what to send.
+pub fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    if mapi_api::problem::is_json(headers) {
+        return Ok(());
+    }
+    Err(ApiError::new(ProblemCode::UnsupportedMediaType, mapi_api::problem::NOT_JSON))
 }
 
 /// Parses a JSON body into `T`, refusing in our words.

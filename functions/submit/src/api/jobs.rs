@@ -13,7 +13,7 @@ use mapi_domain::{JobId, ProjectId, TenantId, Timestamp};
 use mapi_identity::{Audit, Caller, Target, authorize};
 use mapi_jobs::{Counts, Fanout, ItemFailure, ItemOutcome, JobDoc, JobItemDoc, JobState, layout};
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
+use mapi_problem::{ApiError, Json, Path, Query, RawBody, page_size};
 use mapi_schema::{IdempotencyDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
@@ -195,7 +195,7 @@ pub async fn submit(
         return replayed(&state, &caller, made_job(idempotency::same_request(seen, &key.request_hash)?)?)
             .await;
     }
-    require_json(&headers)?;
+    mapi_problem::require_json(&headers)?;
     let jobs = &state.config.jobs;
     let spec = job_body::parse(&body, jobs.max_items, jobs.max_item_bytes)?;
     let method = item_method(&spec.method)?;
@@ -278,17 +278,6 @@ pub async fn submit(
     }
     tracing::info!(job = %id, method = %job.method, items = n, "job submitted");
     Ok((StatusCode::CREATED, Json(view(&state, &job).await?)).into_response())
-}
-
-/// A job submit's body must be JSON.
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    if mapi_problem::is_json(headers) {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        ProblemCode::UnsupportedMediaType,
-        "send the body as JSON with `content-type: application/json`",
-    ))
 }
 
 /// The item method `name`, or a refusal listing them.
