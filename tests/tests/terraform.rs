@@ -324,7 +324,8 @@ fn tf_name(s: Service) -> &'static str {
     }
 }
 
-/// The services people call: the public API, meter's usage reports, admin.
+/// The services people call, through the entry: the public API, meter's
+/// usage reports, admin.
 const PUBLIC: [&str; 3] = ["submit-api", "meter", "admin"];
 
 /// The `module "…" { source = "../service" }` calls, by service name.
@@ -405,6 +406,7 @@ fn every_module_and_environment_has_its_files() {
         "network",
         "monitoring",
         "secrets",
+        "entry",
         "platform",
     ] {
         for f in ["main.tf", "variables.tf", "outputs.tf"] {
@@ -461,7 +463,7 @@ fn policy_ingress_is_internal_but_for_the_services_people_call() {
     for (name, body) in service_calls(tf) {
         let ingress = attr(body, "ingress").map_or(default.clone(), src);
         let want = if PUBLIC.contains(&name.as_str()) {
-            "INGRESS_TRAFFIC_ALL"
+            "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"
         } else {
             "INGRESS_TRAFFIC_INTERNAL_ONLY"
         };
@@ -1033,19 +1035,26 @@ fn policy_queues_deliver_with_oidc_to_one_host_and_enqueue_is_per_queue() {
 #[test]
 fn policy_alerts_watch_jobs_run_429s_and_the_spend_cap() {
     let tf = tf();
-    let alert = tf.resource("google_monitoring_alert_policy", "jobs_run_throttled");
-    let query = src_at(alert.body, &["conditions", "condition_prometheus_query_language", "query"]);
-    assert!(query.contains("mapi_executor_submit_throttled_total"), "{query}");
-    let metrics = mapi_metrics::Metrics::new();
-    metrics
-        .executor_submit_throttled
-        .get_or_create(&mapi_metrics::ExecutorName { executor: "cloudrun-jobs".into() })
-        .inc();
-    let text = metrics.render();
-    assert!(
-        text.contains("mapi_executor_submit_throttled_total{executor=\"cloudrun-jobs\"} 1"),
-        "the alert's metric is the one the executor counts: {text}"
+    // The log-based metric counts exactly the line the executor logs on a 429.
+    let metric = tf.resource("google_logging_metric", "jobs_run_throttled");
+    // As written, quotes escaped or not.
+    let filter = src_at(metric.body, &["filter"]).replace('\\', "");
+    assert!(filter.contains("jsonPayload.message=\"${var.throttled_message}\""), "{filter}");
+    assert!(filter.contains("severity=ERROR"), "the executor logs it as an error: {filter}");
+    assert_eq!(
+        lit(tf.default_of("modules/monitoring", "throttled_message")).as_deref(),
+        Some(mapi_cloudrun::THROTTLED_ALARM),
+        "the metric's message is the one the executor logs"
     );
+    let alert = tf.resource("google_monitoring_alert_policy", "jobs_run_throttled");
+    let condition = nested(alert.body, &["conditions", "condition_threshold"]).expect("a threshold condition");
+    assert!(
+        src_at(condition, &["filter"])
+            .contains("logging.googleapis.com/user/${google_logging_metric.jobs_run_throttled.name}"),
+        "the alert watches the log-based metric"
+    );
+    assert_eq!(src_at(condition, &["comparison"]), "COMPARISON_GT");
+    assert_eq!(src_at(condition, &["threshold_value"]), "0", "one 429 is enough");
     assert!(
         src_at(alert.body, &["display_name"]).starts_with("MapiJobsRun429"),
         "the alert the metric's doc names"
@@ -1054,6 +1063,30 @@ fn policy_alerts_watch_jobs_run_429s_and_the_spend_cap() {
     let thresholds: Vec<String> =
         blocks(budget.body, "threshold_rules").iter().map(|t| src_at(t, &["threshold_percent"])).collect();
     assert_eq!(thresholds, ["0.7", "0.9"]);
+}
+
+#[test]
+fn policy_the_entry_is_https_only_with_modern_tls() {
+    let tf = tf();
+    let ssl = tf.resource("google_compute_ssl_policy", "entry");
+    assert_eq!(src_at(ssl.body, &["min_tls_version"]), "TLS_1_2");
+    assert_eq!(src_at(ssl.body, &["profile"]), "RESTRICTED");
+    let proxy = tf.resource("google_compute_target_https_proxy", "entry");
+    assert_eq!(src_at(proxy.body, &["ssl_policy"]), "google_compute_ssl_policy.entry.id");
+    let mut bad = Vec::new();
+    for r in tf.resources("google_compute_global_forwarding_rule") {
+        let (port, target) = (src_at(r.body, &["port_range"]), src_at(r.body, &["target"]));
+        if port != "443" || !target.starts_with("google_compute_target_https_proxy.") {
+            bad.push(format!("{}: port {port} to {target}, want 443 to the HTTPS proxy", r.id()));
+        }
+        if src_at(r.body, &["load_balancing_scheme"]) != "EXTERNAL_MANAGED" {
+            bad.push(format!("{}: not the global external Application Load Balancer", r.id()));
+        }
+    }
+    if !tf.resources("google_compute_target_http_proxy").is_empty() {
+        bad.push("a plain-HTTP proxy: bearer tokens would cross the network in clear".to_owned());
+    }
+    assert_none("the entry", bad);
 }
 
 // ---------------------------------------------------------------------------
@@ -1255,6 +1288,112 @@ fn contract_every_route_a_queue_the_scheduler_or_pubsub_calls_is_its_targets() {
         "var.push_endpoint"
     );
     assert_none("routes", bad);
+}
+
+/// One rule of the entry's URL map: how it matches and where it sends.
+struct EntryRule {
+    service: String,
+    kind: String,
+    path: String,
+}
+
+/// `path` against a URL-map path template: `{name=*}` (or `*`) is one
+/// non-empty segment, `{name=**}` (or `**`) the rest; anything else literal.
+fn template_matches(template: &str, path: &str) -> bool {
+    let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
+    let one = |s: &str| s == "*" || (s.starts_with('{') && s.ends_with("=*}"));
+    let rest = |s: &str| s == "**" || (s.starts_with('{') && s.ends_with("=**}"));
+    if let Some(i) = t.iter().position(|s| rest(s)) {
+        return p.len() > i && t[..i].iter().zip(&p).all(|(t, p)| if one(t) { !p.is_empty() } else { t == p });
+    }
+    t.len() == p.len() && t.iter().zip(&p).all(|(t, p)| if one(t) { !p.is_empty() } else { t == p })
+}
+
+impl EntryRule {
+    fn matches(&self, path: &str) -> bool {
+        match self.kind.as_str() {
+            "prefix" => path.starts_with(&self.path),
+            "full" => path == self.path,
+            "template" => template_matches(&self.path, path),
+            other => panic!("an entry route matches by prefix, full or template, not {other}"),
+        }
+    }
+}
+
+/// Where the entry sends `path`: a service's terraform name, or `None` when
+/// the entry refuses it.
+fn entry_target(tf: &Tf, path: &str) -> Option<String> {
+    let refused = string_list(tf.default_of("modules/entry", "refused_prefixes"), &BTreeMap::new());
+    if refused.iter().any(|p| path.starts_with(p.as_str())) {
+        return None;
+    }
+    let locals = tf.locals(PLATFORM);
+    let Some(Expression::Array(rows)) = locals.get("entry_routes").copied() else {
+        panic!("local.entry_routes is a list literal");
+    };
+    let rules = rows.iter().map(|row| {
+        let Expression::Object(o) = row else { panic!("an entry route is an object") };
+        let get = |k: &str| o.iter().find(|(key, _)| key_of(key) == k).and_then(|(_, v)| lit(v)).unwrap_or_default();
+        EntryRule { service: get("service"), kind: get("match"), path: get("path") }
+    });
+    let default = lit(attr(call(tf, "entry"), "default_service").expect("a default service")).expect("a literal");
+    Some(rules.into_iter().find(|r| r.matches(path)).map_or(default, |r| r.service))
+}
+
+#[test]
+fn contract_the_entry_sends_every_public_route_to_its_service() {
+    let tf = tf();
+    let entry = call(tf, "entry");
+    assert_eq!(src_at(entry, &["routes"]), "local.entry_routes");
+    assert_eq!(
+        src_at(tf.resource("google_compute_url_map", "entry").body, &["host_rule", "hosts"]),
+        "[\"*\"]",
+        "every host goes through the refusals"
+    );
+    let table = route_table();
+    let sample = |path: &str| {
+        path.split('/')
+            .map(|s| if s.starts_with('{') { "x-1@example.com" } else { s })
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let mut bad = Vec::new();
+    for row in &table {
+        let [service, method, path, caller] = row;
+        let path = sample(path);
+        let target = entry_target(tf, &path);
+        if path.starts_with("/internal/") || caller == "Prometheus" {
+            if let Some(t) = target {
+                bad.push(format!("{method} {path} ({caller}) reaches {t} from outside"));
+            }
+            continue;
+        }
+        if !["tenant", "operator"].contains(&caller.as_str()) {
+            continue;
+        }
+        // Routes every service serves (health, manifest, build info) are submit's.
+        let shared = table.iter().any(|r| r[0] == "submit" && r[1] == *method && r[2] == row[2]);
+        let want = if shared { "submit-api" } else { tf_name(service_of(service)) };
+        if target.as_deref() != Some(want) {
+            bad.push(format!("{method} {} ({caller}): the entry sends it to {target:?}, {want} serves it", row[2]));
+        }
+    }
+    assert_none("the entry's routes", bad);
+    // The refusal is a 404 for every request, ahead of every route.
+    let url_map = tf.resource("google_compute_url_map", "entry");
+    let first = blocks(nested(url_map.body, &["path_matcher"]).expect("a path matcher"), "route_rules");
+    let refusal = first.first().expect("a first route rule");
+    assert_eq!(src_at(refusal, &["priority"]), "1");
+    let refused = refusal.blocks().find(|b| b.identifier() == "dynamic").map(|b| src_at(b.body(), &["for_each"]));
+    assert_eq!(refused.as_deref(), Some("var.refused_prefixes"), "the refusal matches the refused prefixes");
+    assert!(attr(entry, "refused_prefixes").is_none(), "the platform keeps the entry's refusals");
+    let abort = nested(refusal, &["route_action", "fault_injection_policy", "abort"]).expect("an abort");
+    assert_eq!((src_at(abort, &["http_status"]), src_at(abort, &["percentage"])), ("404".into(), "100".into()));
+}
+
+/// The service a route-table row names.
+fn service_of(name: &str) -> Service {
+    *Service::ALL.iter().find(|s| s.as_str() == name).unwrap_or_else(|| panic!("no service {name}"))
 }
 
 #[test]

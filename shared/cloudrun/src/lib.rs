@@ -72,6 +72,11 @@ pub use settings::Settings;
 /// The executor's name in capabilities, metrics and the admin API.
 pub const NAME: &str = "cloudrun-jobs";
 
+/// The message of the error line logged on every 429 from jobs.run. The
+/// deployment's log-based metric (and so the MapiJobsRun429 alert) counts
+/// lines with exactly this message, besides `mapi_executor_submit_throttled_total`.
+pub const THROTTLED_ALARM: &str = "ALARM cloudrun-jobs: jobs.run answered 429";
+
 /// How the clients authenticate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Credentials {
@@ -345,7 +350,7 @@ impl Executor for CloudRunJobsExecutor {
                     throttled += 1;
                     tracing::error!(
                         run = %a.run, nonce = %a.nonce, in_a_row, cool_down_s = until.since(sent).as_secs_f64(),
-                        "ALARM cloudrun-jobs: jobs.run answered 429"
+                        "{THROTTLED_ALARM}"
                     );
                     if throttled > inner.settings.max_429_retries {
                         return Err(SubmitError::Throttled {

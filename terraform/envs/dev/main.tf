@@ -26,7 +26,7 @@ module "platform" {
   env                   = var.env
   image_digests         = var.image_digests
   gpu_jobs              = var.gpu_jobs
-  public_url            = var.public_url
+  domain                = var.domain
   oidc_issuer           = var.oidc_issuer
   oidc_audience         = var.oidc_audience
   operator_emails       = var.operator_emails
@@ -42,6 +42,14 @@ module "platform" {
   notification_channels = var.notification_channels
   max_instances         = var.max_instances
   deletion_protection   = var.deletion_protection
+}
+
+output "public_url" {
+  value = module.platform.public_url
+}
+
+output "entry_address" {
+  value = module.platform.entry_address
 }
 
 output "urls" {

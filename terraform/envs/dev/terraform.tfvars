@@ -4,6 +4,7 @@ exec_project_id     = "mapi-dev-exec"
 region              = "europe-west1"
 env                 = "dev"
 gpu_jobs            = false
+domain              = "api.dev.mapi.example.com"
 oidc_issuer         = "https://accounts.google.com"
 oidc_audience       = "mapi-dev"
 operator_emails     = []

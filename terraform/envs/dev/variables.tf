@@ -24,9 +24,9 @@ variable "gpu_jobs" {
   default = false
 }
 
-variable "public_url" {
-  type    = string
-  default = ""
+variable "domain" {
+  description = "The host people reach the platform at (https://DOMAIN is MAPI_PUBLIC_URL)."
+  type        = string
 }
 
 variable "oidc_issuer" {

@@ -5,6 +5,7 @@ exec_project_id     = "mapi-prod-exec-paid"
 region              = "europe-west1"
 env                 = "prod"
 gpu_jobs            = false
+domain              = "api.mapi.example.com"
 oidc_issuer         = "https://accounts.google.com"
 oidc_audience       = "mapi"
 operator_emails     = []

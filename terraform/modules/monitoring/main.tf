@@ -1,11 +1,25 @@
-# Alarms: jobs.run answered 429 (mapi_executor_submit_throttled_total, which
-# the executor counts on every 429 besides its ALARM log line), and the
-# spend cap at 70 % and 90 % of the period's budget.
+# Alarms: jobs.run answered 429, and the spend cap at 70 % and 90 % of the
+# period's budget.
 #
-# The platform's metrics are Prometheus metrics on each service's /metrics,
-# read here through Google Cloud Managed Service for Prometheus (PromQL).
+# The executor logs one error line with the message `var.throttled_message`
+# on every 429 (besides counting mapi_executor_submit_throttled_total on its
+# /metrics). Cloud Run sends that line to Cloud Logging with no collector to
+# run, so the alarm counts those lines through a log-based metric.
 # Spend has no platform metric (the spend cap is a kill switch in the
 # store), so the 70 % and 90 % alarms are a billing budget on both projects.
+
+resource "google_logging_metric" "jobs_run_throttled" {
+  project     = var.project_id
+  name        = "mapi-${var.env}-jobs-run-throttled"
+  description = "jobs.run answers of 429 the executor logged."
+  filter      = "resource.type=\"cloud_run_revision\" AND severity=ERROR AND jsonPayload.message=\"${var.throttled_message}\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
 
 resource "google_monitoring_alert_policy" "jobs_run_throttled" {
   project      = var.project_id
@@ -14,12 +28,23 @@ resource "google_monitoring_alert_policy" "jobs_run_throttled" {
   severity     = "WARNING"
 
   conditions {
-    display_name = "mapi_executor_submit_throttled_total increases"
-    condition_prometheus_query_language {
-      query               = "sum(increase(mapi_executor_submit_throttled_total[5m])) > 0"
-      duration            = "0s"
-      evaluation_interval = "60s"
+    display_name = "a jobs.run 429 was logged"
+    condition_threshold {
+      filter          = "resource.type=\"cloud_run_revision\" AND metric.type=\"logging.googleapis.com/user/${google_logging_metric.jobs_run_throttled.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
     }
+  }
+
+  alert_strategy {
+    auto_close = "1800s"
   }
 
   documentation {

@@ -30,3 +30,9 @@ variable "notification_channels" {
   type    = list(string)
   default = []
 }
+
+variable "throttled_message" {
+  description = "The message of the executor's log line on a jobs.run 429 (mapi_cloudrun::THROTTLED_ALARM)."
+  type        = string
+  default     = "ALARM cloudrun-jobs: jobs.run answered 429"
+}

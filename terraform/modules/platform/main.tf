@@ -4,13 +4,15 @@
 # (accounts included) carries `var.env`: dev and prod never share an identity.
 #
 # Services, ingress and invokers:
-# - submit-api, meter and admin take INGRESS_TRAFFIC_ALL and allUsers as
-#   invoker: people call them (tenants call submit's API, meter's usage
-#   reports and admin's sessions, tenants, members and tokens; operators call
-#   admin), with credentials mapi checks itself (API tokens and session ID
-#   tokens), which Cloud Run's IAM cannot. meter's finalize route and every
-#   other internal route accept only the internal token or the invoker
-#   account's ID token for the task audience (mapi_identity's InternalCaller).
+# - People reach the platform at one URL, https://DOMAIN (the entry module:
+#   a global external Application Load Balancer), which sends each route to
+#   submit-api, meter or admin. Those three take INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER
+#   and allUsers as invoker: tenants and operators call them with credentials
+#   mapi checks itself (API tokens and session ID tokens), which Cloud Run's
+#   IAM cannot. meter's finalize route and every other internal route accept
+#   only the internal token or the invoker account's ID token for the task
+#   audience (mapi_identity's InternalCaller), and the entry refuses
+#   /internal/ outright.
 # - submit-tasks, push-events and reconcile-tick are INGRESS_TRAFFIC_INTERNAL_ONLY:
 #   only Google services call them (Cloud Tasks, Pub/Sub, Cloud Scheduler), and
 #   only the account that calls each may invoke it.
@@ -37,7 +39,7 @@ locals {
   url = {
     for s in local.services : s => "https://mapi-${var.env}-${s}-${data.google_project.control.number}.${var.region}.run.app"
   }
-  public_url     = coalesce(var.public_url, local.url["submit-api"])
+  public_url     = "https://${var.domain}"
   tasks_audience = "mapi-${var.env}-internal"
   own_account = {
     for s in local.services : s => "mapi-${var.env}-${s}@${var.project_id}.iam.gserviceaccount.com"
@@ -229,6 +231,46 @@ module "scheduler" {
   }
 }
 
+# The public routes of meter and admin, in the order the entry matches them
+# (a template's {name=*} is one path segment); everything else people call
+# is submit's API, the entry's default.
+locals {
+  entry_routes = [
+    { service = "meter", match = "template", path = "/v1/tenants/{tenant=*}/usage" },
+    { service = "meter", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/usage" },
+    { service = "admin", match = "prefix", path = "/v1/admin/" },
+    { service = "admin", match = "full", path = "/v1/sessions" },
+    { service = "admin", match = "full", path = "/v1/whoami" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/members" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/members/{email=*}" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/audit" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/access-checks" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/members" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/members/{email=*}" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/tokens" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/tokens/{id=*}" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/access-checks" },
+  ]
+}
+
+module "entry" {
+  source     = "../entry"
+  project_id = var.project_id
+  region     = var.region
+  env        = var.env
+  domain     = var.domain
+  services = {
+    submit-api = module.submit_api.name
+    meter      = module.meter.name
+    admin      = module.admin.name
+  }
+  default_service = "submit-api"
+  routes          = local.entry_routes
+}
+
 module "monitoring" {
   source                = "../monitoring"
   project_id            = var.project_id
@@ -247,7 +289,7 @@ module "submit_api" {
   name                = "submit-api"
   binary              = "mapi-submit"
   image               = var.image_digests["mapi"]
-  ingress             = "INGRESS_TRAFFIC_ALL"
+  ingress             = "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"
   invokers            = ["allUsers"]
   memory              = "1Gi"
   max_instances       = var.max_instances
@@ -349,7 +391,7 @@ module "meter" {
   name                = "meter"
   binary              = "mapi-meter"
   image               = var.image_digests["mapi"]
-  ingress             = "INGRESS_TRAFFIC_ALL"
+  ingress             = "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"
   invokers            = ["allUsers"]
   custom_audiences    = [local.tasks_audience]
   timeout             = "60s"
@@ -374,7 +416,7 @@ module "admin" {
   name                = "admin"
   binary              = "mapi-admin"
   image               = var.image_digests["mapi"]
-  ingress             = "INGRESS_TRAFFIC_ALL"
+  ingress             = "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"
   invokers            = ["allUsers"]
   max_instances       = var.max_instances
   deletion_protection = var.deletion_protection
@@ -425,4 +467,14 @@ resource "google_kms_crypto_key_iam_member" "verifiers" {
   crypto_key_id = module.data.signing_key_id
   role          = "roles/cloudkms.publicKeyViewer"
   member        = "serviceAccount:${each.value}"
+}
+
+# The exec project's Cloud Run agent pulls the worker images from the control
+# project's repository (deploy.sh pushes there); reading it is all it may do.
+resource "google_artifact_registry_repository_iam_member" "exec_pulls_images" {
+  project    = var.project_id
+  location   = var.region
+  repository = var.image_repository
+  role       = "roles/artifactregistry.reader"
+  member     = "serviceAccount:service-${data.google_project.exec.number}@serverless-robot-prod.iam.gserviceaccount.com"
 }

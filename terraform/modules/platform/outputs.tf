@@ -1,3 +1,13 @@
+output "public_url" {
+  description = "MAPI_PUBLIC_URL: where the CLI and people reach the platform."
+  value       = module.entry.url
+}
+
+output "entry_address" {
+  description = "The entry's IP address: point the domain's DNS A record at it."
+  value       = module.entry.address
+}
+
 output "urls" {
   description = "Each service's URL."
   value = {

@@ -38,10 +38,15 @@ variable "gpu_jobs" {
   default     = false
 }
 
-variable "public_url" {
-  description = "MAPI_PUBLIC_URL; submit-api's own URL when empty."
+variable "domain" {
+  description = "The host people reach the platform at: MAPI_PUBLIC_URL is https://DOMAIN (the entry's certificate is for it)."
   type        = string
-  default     = ""
+}
+
+variable "image_repository" {
+  description = "The Artifact Registry repository (in project_id and region) deploy.sh pushes the images to."
+  type        = string
+  default     = "mapi"
 }
 
 variable "oidc_issuer" {
