@@ -63,8 +63,10 @@
 //! - Determinism: `replay` (a seeded entropy gives the same ids and nonces).
 //! - Deployment: `terraform` (every `.tf` parses; policy rules over every
 //!   resource; contracts between the terraform and the code: settings,
-//!   routes, queues, Job names, indexes), `deploy` (`deploy.sh --dry-run`
-//!   and against stand-in tools; shellcheck and hadolint clean).
+//!   routes, queues, Job names, indexes, the entry's URL map),
+//!   `provider_schema` (every argument the terraform sets is one the google
+//!   provider documents), `deploy` (`deploy.sh --dry-run` and against
+//!   stand-in tools; shellcheck, hadolint and checkov clean).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

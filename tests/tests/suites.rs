@@ -8,6 +8,7 @@ mod adc;
 mod admin_tour;
 mod api;
 mod auth_attacks;
+
 mod authz;
 mod cloud_platform;
 mod cloudrun;
@@ -27,6 +28,7 @@ mod ledger;
 mod memory;
 mod model_versions;
 mod objects_gcs;
+mod provider_schema;
 mod push_auth;
 mod quotas;
 mod replay;
