@@ -60,6 +60,9 @@
 //! - Hostile clients: `hostile` (524 hostile inputs across every route
 //!   family, each a problem with its code), `memory` (the worst bodies keep
 //!   `mapi dev`'s peak resident set under a bound).
+//! - Costs: `budgets` (documents read and written, commits, syncs and
+//!   object files per submit and per item, counted by the adapters and
+//!   held under stated budgets).
 //! - Determinism: `replay` (a seeded entropy gives the same ids and nonces).
 //! - Deployment: `terraform` (every `.tf` parses; policy rules over every
 //!   resource; contracts between the terraform and the code: settings,

@@ -9,6 +9,7 @@
 //! files no generation points to are removed at the next open.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +37,26 @@ struct Inner {
     db: Mutex<Connection>,
     signer: UrlSigner,
     clock: Arc<dyn Clock>,
+    counters: Arc<Counters>,
+}
+
+/// What a bucket has written since it opened: the costs the budget tests
+/// hold. Counts, not timings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Objects written.
+    pub puts: u64,
+    /// Object files created and synced (one per put).
+    pub files: u64,
+    /// Write transactions on the metadata file: each one sync of it.
+    pub transactions: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    puts: AtomicU64,
+    files: AtomicU64,
+    transactions: Arc<AtomicU64>,
 }
 
 fn db_err(e: rusqlite::Error) -> ObjectError {
@@ -110,11 +131,30 @@ impl FsObjectStore {
              INSERT OR IGNORE INTO object_meta (name, value) VALUES ('generation_seq', 0);",
         )
         .map_err(db_err)?;
+        let mut conn = conn;
+        let counters = Arc::new(Counters::default());
+        let transactions = counters.transactions.clone();
+        conn.commit_hook(Some(move || {
+            transactions.fetch_add(1, Ordering::Relaxed);
+            false
+        }))
+        .map_err(db_err)?;
+        let db = Mutex::new(conn);
         let store = FsObjectStore {
-            inner: Arc::new(Inner { bucket: bucket.to_owned(), dir, db: Mutex::new(conn), signer, clock }),
+            inner: Arc::new(Inner { bucket: bucket.to_owned(), dir, db, signer, clock, counters }),
         };
         store.remove_orphans()?;
         Ok(store)
+    }
+
+    /// What this bucket has written since it opened.
+    pub fn counts(&self) -> ObjectCounts {
+        let c = &self.inner.counters;
+        ObjectCounts {
+            puts: c.puts.load(Ordering::Relaxed),
+            files: c.files.load(Ordering::Relaxed),
+            transactions: c.transactions.load(Ordering::Relaxed),
+        }
     }
 
     fn blob_path(&self, key: &str, generation: i64) -> PathBuf {
@@ -180,6 +220,7 @@ impl FsObjectStore {
             f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
             f.sync_all().map_err(|e| io_err(&tmp, e))?;
         }
+        self.inner.counters.files.fetch_add(1, Ordering::Relaxed);
         std::fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
         if let Ok(d) = std::fs::File::open(&parent) {
             let _ = d.sync_all();
@@ -202,6 +243,7 @@ impl FsObjectStore {
         )
         .map_err(db_err)?;
         tx.commit().map_err(db_err)?;
+        self.inner.counters.puts.fetch_add(1, Ordering::Relaxed);
         if let Some(old) = previous {
             let _ = std::fs::remove_file(self.blob_path(key.as_str(), old.0));
         }

@@ -83,6 +83,9 @@ pub struct Platform {
 /// one-machine platform runs. A cloud port has no local part.
 #[derive(Clone, Debug, Default)]
 pub struct LocalParts {
+    /// `MAPI_STORE=sqlite`: the SQLite store (its counts are what the
+    /// budget tests read).
+    pub store: Option<SqliteStore>,
     /// `MAPI_QUEUE=local`: the SQLite queue.
     pub queue: Option<SqliteQueue>,
     /// `MAPI_EXECUTOR=local-process`: the local-process executor.
@@ -408,15 +411,21 @@ impl Platform {
         let objects = local_objects(&config, &clock)?;
         let queue = local_queue(&config, &clock)?;
         let executor = local_executor(&config, &clock, worker)?;
+        let store = local_store(&config, &clock)?;
         let ports = Ports {
-            store: Arc::new(local_store(&config, &clock)?),
+            store: Arc::new(store.clone()),
             objects: Arc::new(objects.data.clone()),
             bootstrap: Arc::new(objects.bootstrap.clone()),
             queue: Arc::new(queue.clone()),
             executor: Arc::new(executor.clone()),
             signer: bundle_signer,
         };
-        let local = LocalParts { queue: Some(queue), executor: Some(executor), objects: Some(objects) };
+        let local = LocalParts {
+            store: Some(store),
+            queue: Some(queue),
+            executor: Some(executor),
+            objects: Some(objects),
+        };
         Ok(Platform::assemble(config, clock, ports, local, Metrics::new()))
     }
 
@@ -437,7 +446,11 @@ impl Platform {
         let metrics = Metrics::new();
         let mut local = LocalParts::default();
         let store: Arc<dyn Store> = match &config.store_backend {
-            StoreBackend::Sqlite => Arc::new(local_store(&config, &clock)?),
+            StoreBackend::Sqlite => {
+                let store = local_store(&config, &clock)?;
+                local.store = Some(store.clone());
+                Arc::new(store)
+            }
             StoreBackend::Firestore(settings) => {
                 let credentials = mapi_firestore::Credentials::for_settings(settings);
                 Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?)

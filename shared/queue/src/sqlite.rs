@@ -26,6 +26,7 @@ mod deliverer;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,6 +90,9 @@ struct Inner {
     /// Creates waiting for the connection. Whoever takes the lock next
     /// writes all of them in one transaction (group commit: one fsync).
     pending: Mutex<Vec<PendingCreate>>,
+    /// Write transactions committed on the connection (SQLite's commit
+    /// hook): each one sync of the file.
+    transactions: Arc<AtomicU64>,
 }
 
 type PendingCreate = (NewTask, tokio::sync::oneshot::Sender<Result<TaskInfo, QueueError>>);
@@ -192,6 +196,14 @@ impl SqliteQueue {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_err)?;
         conn.pragma_update(None, "synchronous", "FULL").map_err(sql_err)?;
         conn.execute_batch(SCHEMA).map_err(sql_err)?;
+        let mut conn = conn;
+        let transactions = Arc::new(AtomicU64::new(0));
+        let counted = transactions.clone();
+        conn.commit_hook(Some(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            false
+        }))
+        .map_err(sql_err)?;
         Ok(SqliteQueue {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
@@ -199,8 +211,15 @@ impl SqliteQueue {
                 queues: configs,
                 created: Notify::new(),
                 pending: Mutex::new(Vec::new()),
+                transactions,
             }),
         })
+    }
+
+    /// Write transactions the queue has committed since it opened: each is
+    /// one sync of the file (the budget tests count them).
+    pub fn transactions(&self) -> u64 {
+        self.inner.transactions.load(Ordering::Relaxed)
     }
 
     /// The queue's dead tasks, oldest death first.

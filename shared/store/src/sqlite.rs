@@ -60,6 +60,52 @@ impl Durability {
 
 const READERS: usize = 4;
 
+/// What the store has done since it opened, counted as it happens: the
+/// costs the budget tests hold (`tests/tests/budgets.rs`). Counts, not
+/// timings, so they repeat exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Read calls (`get` of any number of keys, `query`): each one read
+    /// transaction, one snapshot.
+    pub reads: u64,
+    /// Documents those reads returned or looked for (a `get` of a missing
+    /// key counts: it is a lookup all the same).
+    pub documents_read: u64,
+    /// Commits applied (`commit` calls that wrote).
+    pub commits: u64,
+    /// Writes those commits applied.
+    pub documents_written: u64,
+    /// SQLite write transactions: each is one sync of the file, for every
+    /// commit grouped into it.
+    pub transactions: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    reads: AtomicU64,
+    documents_read: AtomicU64,
+    commits: AtomicU64,
+    documents_written: AtomicU64,
+    transactions: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> StoreCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StoreCounts {
+            reads: get(&self.reads),
+            documents_read: get(&self.documents_read),
+            commits: get(&self.commits),
+            documents_written: get(&self.documents_written),
+            transactions: get(&self.transactions),
+        }
+    }
+}
+
 /// The SQLite adapter. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -74,6 +120,7 @@ struct Inner {
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     next_txn: AtomicU64,
+    counters: Arc<Counters>,
 }
 
 /// The largest number of commits applied in one SQLite transaction.
@@ -97,7 +144,12 @@ impl std::fmt::Debug for CommitRequest {
 /// savepoint of one transaction (a failing commit rolls back only its own
 /// savepoint), commits once, then answers each. A caller is answered only
 /// after the transaction holding its writes is durable.
-fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<CommitRequest>, clock: Arc<dyn Clock>) {
+fn writer_loop(
+    mut conn: Connection,
+    rx: std::sync::mpsc::Receiver<CommitRequest>,
+    clock: Arc<dyn Clock>,
+    counters: Arc<Counters>,
+) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -107,6 +159,16 @@ fn writer_loop(mut conn: Connection, rx: std::sync::mpsc::Receiver<CommitRequest
             }
         }
         let results = commit_batch(&mut conn, clock.now(), &batch);
+        // A transaction that applied nothing wrote no log frames to sync.
+        if results.iter().any(Result::is_ok) {
+            Counters::add(&counters.transactions, 1);
+        }
+        for (req, result) in batch.iter().zip(&results) {
+            if result.is_ok() {
+                Counters::add(&counters.commits, 1);
+                Counters::add(&counters.documents_written, req.writes.len());
+            }
+        }
         for (req, result) in batch.into_iter().zip(results) {
             let _ = req.reply.send(result);
         }
@@ -241,9 +303,11 @@ impl SqliteStore {
             readers.push(Mutex::new(open_connection(path, durability).map_err(sql_err)?));
         }
         let (commits, rx) = std::sync::mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let writer_counters = counters.clone();
         std::thread::Builder::new()
             .name("mapi-store-writer".to_owned())
-            .spawn(move || writer_loop(writer, rx, clock))
+            .spawn(move || writer_loop(writer, rx, clock, writer_counters))
             .map_err(|e| StoreError::Internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -251,8 +315,14 @@ impl SqliteStore {
                 readers,
                 next_reader: AtomicUsize::new(0),
                 next_txn: AtomicU64::new(1),
+                counters,
             }),
         })
+    }
+
+    /// What the store has done since it opened.
+    pub fn counts(&self) -> StoreCounts {
+        self.inner.counters.snapshot()
     }
 
     /// Runs a read on a pooled connection, on the calling thread.
@@ -292,6 +362,22 @@ fn row_to_doc(collection: &str, row: &rusqlite::Row<'_>) -> rusqlite::Result<Res
         }),
         Err(e) => Err(StoreError::Internal(format!("document {key} holds invalid JSON: {e}"))),
     })
+}
+
+/// Runs `f` inside one deferred read transaction of `conn`.
+fn in_read_transaction<T>(
+    conn: &Connection,
+    f: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("BEGIN DEFERRED").map_err(sql_err)?;
+    let out = f();
+    // A read transaction has nothing to keep; ending it cannot lose data.
+    let end = conn.execute_batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
+    match (out, end) {
+        (Ok(v), Ok(())) => Ok(v),
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(e)) => Err(sql_err(e)),
+    }
 }
 
 fn get_doc(conn: &Connection, key: &DocKey) -> Result<Option<Document>, StoreError> {
@@ -562,12 +648,24 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
 
 #[async_trait]
 impl Store for SqliteStore {
+    /// Every key is read in one read transaction: one snapshot, and one
+    /// look at the write-ahead log for all of them.
     async fn get(&self, keys: &[DocKey], _txn: Option<TxnId>) -> Result<Vec<Option<Document>>, StoreError> {
-        self.with_reader(|conn| keys.iter().map(|k| get_doc(conn, k)).collect())
+        let c = &self.inner.counters;
+        Counters::add(&c.reads, 1);
+        Counters::add(&c.documents_read, keys.len());
+        self.with_reader(|conn| match keys {
+            [one] => Ok(vec![get_doc(conn, one)?]),
+            _ => in_read_transaction(conn, || keys.iter().map(|k| get_doc(conn, k)).collect()),
+        })
     }
 
     async fn query(&self, query: &Query, _txn: Option<TxnId>) -> Result<Vec<Document>, StoreError> {
-        self.with_reader(|conn| run_query(conn, query))
+        let c = &self.inner.counters;
+        Counters::add(&c.reads, 1);
+        let docs = self.with_reader(|conn| run_query(conn, query))?;
+        Counters::add(&c.documents_read, docs.len());
+        Ok(docs)
     }
 
     async fn begin(&self) -> Result<TxnId, StoreError> {

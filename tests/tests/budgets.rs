@@ -1,0 +1,185 @@
+//! Cost budgets, held as counts: what one submit, one item of a job and one
+//! pushed event cost the embedded adapters (documents read and written,
+//! commits, SQLite write transactions — each one sync of its file — object
+//! files), counted by the adapters themselves as it happens. Counts, not
+//! timings, so they repeat exactly and CI cannot flake; a change that
+//! spends more fails here, and raising a budget is a visible diff with its
+//! reason beside it.
+//!
+//! The counts are upper bounds where group commit can merge work (several
+//! commits in one transaction), and exact where nothing can.
+
+use std::time::Duration;
+
+use mapi_objects::fs::ObjectCounts;
+use mapi_queue::sqlite::Deliverer;
+use mapi_store::sqlite::StoreCounts;
+use mapi_tests::{Options, TestPlatform};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// Everything the embedded adapters have done so far.
+#[derive(Clone, Copy, Debug)]
+struct Spent {
+    store: StoreCounts,
+    queue_transactions: u64,
+    objects: ObjectCounts,
+}
+
+fn spent(p: &TestPlatform) -> Spent {
+    let local = &p.platform.state.local;
+    Spent {
+        store: local.store.as_ref().expect("the SQLite store").counts(),
+        queue_transactions: local.queue.as_ref().expect("the SQLite queue").transactions(),
+        objects: local.objects.as_ref().expect("the local buckets").data.counts(),
+    }
+}
+
+/// `after - before`, field by field.
+fn since(before: Spent, after: Spent) -> Spent {
+    let (b, a) = (before.store, after.store);
+    Spent {
+        store: StoreCounts {
+            reads: a.reads - b.reads,
+            documents_read: a.documents_read - b.documents_read,
+            commits: a.commits - b.commits,
+            documents_written: a.documents_written - b.documents_written,
+            transactions: a.transactions - b.transactions,
+        },
+        queue_transactions: after.queue_transactions - before.queue_transactions,
+        objects: ObjectCounts {
+            puts: after.objects.puts - before.objects.puts,
+            files: after.objects.files - before.objects.files,
+            transactions: after.objects.transactions - before.objects.transactions,
+        },
+    }
+}
+
+/// Nothing runs in the background: only the requests the test makes spend.
+async fn quiet(extra: &[(&str, &str)]) -> TestPlatform {
+    TestPlatform::start_with(extra, Options { background: false, ..Options::default() }).await
+}
+
+/// What one run submit may cost, for a tenant with every limit (a
+/// `verified` tenant under a scoped token with its own budget).
+mod submit {
+    /// Read calls, each one snapshot: the caller (token, membership), the
+    /// run's context (tenant, project, dataset, policy, kill switches), the
+    /// counters its limits need.
+    pub const READS: u64 = 5;
+    /// Documents those reads looked up: mostly counter shards (16 for each
+    /// platform counter, 4 for a tenant's or a token's, each with its
+    /// legacy document).
+    pub const DOCUMENTS_READ: u64 = 84;
+    /// The run, its first attempt, the reservations and the audit entry, in
+    /// one commit.
+    pub const COMMITS: u64 = 1;
+    pub const DOCUMENTS_WRITTEN: u64 = 11;
+    /// Durable syncs of `mapi.db`: the store's commit and the queue's
+    /// dispatch task.
+    pub const SYNCS: u64 = 2;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_costs_at_most_its_budget() {
+    let p = quiet(&[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@acme.test")]).await;
+    let operator = p.login("admin@dev.local").await;
+    let owner = p.create_tenant(&operator, "acme", "verified").await;
+    let body = json!({"name": "ci", "scopes": ["runs:create", "datasets:write"], "budget_vcpu_seconds": 100000, "budget_period": "day"});
+    let (s, tok) = p.call(&owner, Method::POST, "/v1/tenants/acme/projects/default/tokens", Some(body)).await;
+    assert_eq!(s, 201, "{tok}");
+    let token = tok["secret"].as_str().expect("secret").to_owned();
+    let upload = p
+        .http
+        .post(p.url("/v1/tenants/acme/projects/default/datasets?name=d"))
+        .bearer_auth(&token)
+        .header("content-type", "text/csv")
+        .body("x,y\n1,2\n2,4\n3,7\n")
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(upload.status(), 201);
+    let ds = upload.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
+    let run = json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "y"}});
+    let path = "/v1/tenants/acme/projects/default/runs";
+    // The first submit warms what is read once per process (the tier's
+    // defaults, the key set); the second is what every submit costs.
+    let (s, v) = p.call(&token, Method::POST, path, Some(run.clone())).await;
+    assert_eq!(s, 201, "{v}");
+    let before = spent(&p);
+    let (s, v) = p.call(&token, Method::POST, path, Some(run)).await;
+    assert_eq!(s, 201, "{v}");
+    let cost = since(before, spent(&p));
+    let st = cost.store;
+    println!("one submit: {cost:?}");
+    assert!(st.reads <= submit::READS, "read calls per submit {} > {}", st.reads, submit::READS);
+    assert!(
+        st.documents_read <= submit::DOCUMENTS_READ,
+        "documents read per submit {} > {}",
+        st.documents_read,
+        submit::DOCUMENTS_READ
+    );
+    assert_eq!(st.commits, submit::COMMITS, "commits per submit");
+    assert!(st.documents_written <= submit::DOCUMENTS_WRITTEN, "documents written per submit {}", st.documents_written);
+    let syncs = st.transactions + cost.queue_transactions;
+    assert!(syncs <= submit::SYNCS, "syncs of mapi.db per submit {syncs} > {}", submit::SYNCS);
+    assert_eq!(cost.objects.files, 0, "a submit writes no object");
+}
+
+/// What one item of a job may cost once it runs, the fan-out and the
+/// job's end shared out over its items.
+mod item {
+    /// Store commits per item: its marker and counts.
+    pub const COMMITS: f64 = 1.05;
+    /// Durable syncs of `mapi.db` per item, at most: the store's commit, the
+    /// queue's lease and outcome of the delivery; group commit only lowers it.
+    pub const SYNCS: f64 = 3.1;
+    /// Objects written per item: its result, usage and log (and the job's
+    /// manifest and chunk shared out).
+    pub const OBJECTS: f64 = 3.01;
+    /// Object files left per item.
+    pub const FILES: f64 = 3.01;
+    /// Syncs of the object metadata file per item: two per object (the
+    /// generation, then the object).
+    pub const OBJECT_SYNCS: f64 = 6.02;
+}
+
+const ITEMS: usize = 200;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_costs_at_most_its_budget() {
+    let p = quiet(&[]).await;
+    let queue = p.platform.state.local.queue.as_ref().expect("the embedded queue").clone();
+    let state = &p.platform.state;
+    let deliverer = Deliverer::new(
+        queue,
+        reqwest::Client::new(),
+        &p.platform.url,
+        Some(state.config.secrets.internal_token.clone()),
+        state.metrics.clone(),
+    );
+    let items: Vec<Value> = (0..ITEMS).map(|i| json!({"n": i})).collect();
+    let before = spent(&p);
+    let delivering = tokio::spawn(deliverer.run(std::future::pending()));
+    let id = p.submit_job(p.token(), "dev", json!({"method": "item.echo", "items": items})).await;
+    let job = p.wait_job(p.token(), &id, Duration::from_secs(120)).await;
+    delivering.abort();
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let cost = since(before, spent(&p));
+    println!("a job of {ITEMS} items: {cost:?}");
+    let per = |n: u64| n as f64 / ITEMS as f64;
+    let st = cost.store;
+    let checks = [
+        ("store commits", per(st.commits), item::COMMITS),
+        ("syncs of mapi.db", per(st.transactions + cost.queue_transactions), item::SYNCS),
+        ("objects written", per(cost.objects.puts), item::OBJECTS),
+        ("object files", per(cost.objects.files), item::FILES),
+        ("syncs of the object metadata", per(cost.objects.transactions), item::OBJECT_SYNCS),
+    ];
+    let over: Vec<String> = checks
+        .iter()
+        .filter(|(_, got, budget)| got > budget)
+        .map(|(what, got, budget)| format!("{what} per item: {got:.2} > {budget}"))
+        .collect();
+    assert!(over.is_empty(), "over budget:\n  {}", over.join("\n  "));
+}
