@@ -1,15 +1,18 @@
 //! The local ObjectStore adapter: object bytes in files under a root
 //! directory, object metadata (live generation, size, type) in SQLite.
 //!
-//! A write puts the bytes in a new file named for its generation
-//! (`{bucket}/{key}#{generation}`: `#` cannot occur in a key), syncs it,
-//! then switches the live generation in one SQLite transaction that also
-//! checks the precondition; the superseded file is removed afterwards. A
-//! crash at any point leaves either the old or the new object live, and
-//! files no generation points to are removed at the next open.
-
+//! A write takes the next generation from a counter in memory, puts the
+//! bytes in a new file named for it (`{bucket}/{key}#{generation}`: `#`
+//! cannot occur in a key) and syncs it, then switches the live generation
+//! in one SQLite transaction that checks the precondition and raises the
+//! persisted high-water mark of generations; the superseded file is removed
+//! afterwards. One write is one metadata commit. A crash at any point
+//! leaves either the old or the new object live, and files no generation
+//! points to are removed at the next open, before the counter resumes
+//! above the high-water mark, so a generation is never reused for an
+//! object that was seen. One process opens a bucket's directory at a time.
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,6 +41,8 @@ struct Inner {
     signer: UrlSigner,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
+    /// The last generation handed out (starts at the persisted high-water mark).
+    generation: AtomicI64,
 }
 
 /// What a bucket has written since it opened: the costs the budget tests
@@ -139,9 +144,21 @@ impl FsObjectStore {
             false
         }))
         .map_err(db_err)?;
+        let seen: i64 = conn
+            .query_row("SELECT value FROM object_meta WHERE name = 'generation_seq'", [], |r| r.get(0))
+            .map_err(db_err)?;
+        let generation = AtomicI64::new(seen);
         let db = Mutex::new(conn);
         let store = FsObjectStore {
-            inner: Arc::new(Inner { bucket: bucket.to_owned(), dir, db, signer, clock, counters }),
+            inner: Arc::new(Inner {
+                bucket: bucket.to_owned(),
+                dir,
+                db,
+                signer,
+                clock,
+                counters,
+                generation,
+            }),
         };
         store.remove_orphans()?;
         Ok(store)
@@ -196,20 +213,16 @@ impl FsObjectStore {
         content_type: &str,
         precondition: IfGeneration,
     ) -> Result<ObjectMeta, ObjectError> {
-        let db = self.inner.db.lock().unwrap_or_else(|e| e.into_inner());
-        // Refuse early, before writing bytes, when the precondition already fails.
-        check(key, live(&db, &self.inner.bucket, key.as_str())?.map(|r| r.0), precondition)?;
-        let generation: i64 = db
-            .query_row(
-                "UPDATE object_meta SET value = value + 1 WHERE name = 'generation_seq' RETURNING value",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(db_err)?;
-        // The bytes are written and synced without the lock, so puts of
-        // different objects sync their files in parallel; the commit below
-        // checks the precondition again.
-        drop(db);
+        {
+            // Refuse early, before writing bytes, when the precondition already fails.
+            let db = self.inner.db.lock().unwrap_or_else(|e| e.into_inner());
+            check(key, live(&db, &self.inner.bucket, key.as_str())?.map(|r| r.0), precondition)?;
+        }
+        // The generation costs no commit: the commit below persists the
+        // high-water mark with the object. The bytes are written and synced
+        // without the lock, so puts of different objects sync their files
+        // in parallel; the commit checks the precondition again.
+        let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let path = self.blob_path(key.as_str(), generation);
         let parent = path.parent().unwrap_or(&self.inner.dir).to_owned();
         std::fs::create_dir_all(&parent).map_err(|e| io_err(&parent, e))?;
@@ -235,6 +248,18 @@ impl FsObjectStore {
             return Err(e);
         }
         let row: Row = (generation, bytes.len() as i64, content_type.to_owned(), now);
+        if previous.as_ref().is_some_and(|p| p.0 > generation) {
+            // A put of the same key that took a later generation committed
+            // first: this one is ordered before it, and already superseded.
+            drop(tx);
+            let _ = std::fs::remove_file(&path);
+            return Ok(meta(key, row));
+        }
+        tx.execute(
+            "UPDATE object_meta SET value = max(value, ?1) WHERE name = 'generation_seq'",
+            params![generation],
+        )
+        .map_err(db_err)?;
         tx.execute(
             "INSERT INTO objects (bucket, key, generation, size, content_type, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (bucket, key) DO UPDATE SET generation = excluded.generation, size = excluded.size,
@@ -441,5 +466,36 @@ mod tests {
         assert_eq!((meta.generation, &bytes[..]), (g, &b"one"[..]));
         let again = s.put(&key, Bytes::from_static(b"x"), "text/plain", IfGeneration::ABSENT).await;
         assert!(matches!(again, Err(ObjectError::PreconditionFailed(_))));
+    }
+
+    /// A put is one metadata commit, and a generation handed out before a
+    /// crash (its file an orphan, its commit never made) is not one any
+    /// reader saw: after reopening, every new generation is above every
+    /// committed one, of any key.
+    #[tokio::test]
+    async fn a_put_is_one_commit_and_generations_only_rise_across_reopening() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock: Arc<dyn Clock> = Arc::new(mapi_clock::SystemClock);
+        let (a, b) = (ObjectKey::parse("t/dev/a").expect("key"), ObjectKey::parse("t/dev/b").expect("key"));
+        let last = {
+            let s = open(dir.path(), clock.clone());
+            let before = s.counts();
+            let mut last = Generation(0);
+            for k in [&a, &b, &a] {
+                last = s
+                    .put(k, Bytes::from_static(b"v"), "text/plain", IfGeneration::Any)
+                    .await
+                    .expect("put")
+                    .generation;
+            }
+            let after = s.counts();
+            assert_eq!((after.puts - before.puts, after.transactions - before.transactions), (3, 3));
+            last
+        };
+        let s = open(dir.path(), clock);
+        let next = s.put(&b, Bytes::from_static(b"w"), "text/plain", IfGeneration::Any).await.expect("put");
+        assert!(next.generation.0 > last.0, "{:?} after {last:?}", next.generation);
+        let (meta, bytes) = s.get(&b, None).await.expect("get");
+        assert_eq!((meta.generation, &bytes[..]), (next.generation, &b"w"[..]));
     }
 }
