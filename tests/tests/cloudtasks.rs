@@ -185,12 +185,12 @@ async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
     let v = p.wait_job(&token, &id, Duration::from_secs(120)).await;
     assert_eq!(v["state"], "succeeded", "{v:#}");
     assert_eq!(v["counts"]["succeeded"], 1000);
-    let prefix = format!("t/dev/p/default/jobs/{id}/results/");
+    let prefix = format!("t/dev/p/default/jobs/{id}/ends/");
     let page = p.platform.state.objects.list(&prefix, None, 2000).await.expect("list");
-    assert_eq!(page.objects.len(), 1000, "one result per item");
+    assert_eq!(page.objects.len(), 1000, "one end per item");
     let (_, bytes) = p.platform.state.objects.get(&page.objects[0].key, None).await.expect("get");
     let first: Value = serde_json::from_slice(&bytes).expect("json");
-    assert_eq!(first["words"], 3);
+    assert_eq!(first["result"]["words"], 3, "{first}");
     let s = fake.stats();
     for (what, n) in [
         ("duplicated", s.duplicated.load(Ordering::Relaxed)),

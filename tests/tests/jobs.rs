@@ -55,7 +55,7 @@ async fn wait_final(p: &TestPlatform, token: &str, id: &str, limit: Duration) ->
     p.wait_job(token, id, limit).await
 }
 
-/// Every object of `job` under `dir` (`results`, `errors`, `logs`, …), by item index.
+/// Every object of `job` under `dir` (`ends`, `logs`), by item index.
 async fn objects(p: &TestPlatform, id: &str, dir: &str) -> BTreeMap<u64, Vec<u8>> {
     let prefix = format!("t/dev/p/default/jobs/{id}/{dir}/");
     let store = &p.platform.state.objects;
@@ -84,6 +84,23 @@ async fn active_items(p: &TestPlatform, tenant: &str) -> i64 {
 }
 
 /// Lines of each item's log whose outcome is `outcome`.
+/// Every item's end (`ends/{idx}.json`), by item index.
+async fn ends(p: &TestPlatform, id: &str) -> BTreeMap<u64, Value> {
+    let ends = objects(p, id, "ends").await;
+    ends.into_iter().map(|(i, b)| (i, serde_json::from_slice(&b).expect("an end is JSON"))).collect()
+}
+
+/// Every item's log as the log route serves it: its log object's lines,
+/// then its end's.
+async fn logs(p: &TestPlatform, id: &str) -> BTreeMap<u64, Vec<u8>> {
+    let mut out = objects(p, id, "logs").await;
+    for (i, end) in ends(p, id).await {
+        let lines = end["log"].as_array().expect("an end's log").iter().map(|l| format!("{l}\n"));
+        out.entry(i).or_default().extend(lines.collect::<String>().into_bytes());
+    }
+    out
+}
+
 fn log_outcomes(logs: &BTreeMap<u64, Vec<u8>>, outcome: &str) -> BTreeMap<u64, usize> {
     logs.iter()
         .map(|(i, b)| {
@@ -111,23 +128,21 @@ async fn five_thousand_items_each_result_once_through_duplicate_and_overlapping_
     let v = wait_final(&p, &token, &id, Duration::from_secs(240)).await;
     assert_eq!(v["state"], "succeeded", "{v:#}");
     assert_eq!((v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64()), (Some(5000), Some(0)));
-    let results = objects(&p, &id, "results").await;
-    assert_eq!(
-        results.keys().copied().collect::<Vec<_>>(),
-        (0..5000).collect::<Vec<_>>(),
-        "every result, once"
-    );
-    for (i, bytes) in &results {
-        let got: Value = serde_json::from_slice(bytes).expect("result JSON");
-        assert_eq!(got, json!({"i": i, "text": format!("item {i}")}), "item {i}");
+    let ends = ends(&p, &id).await;
+    assert_eq!(ends.keys().copied().collect::<Vec<_>>(), (0..5000).collect::<Vec<_>>(), "every end, once");
+    for (i, end) in &ends {
+        assert_eq!(end["outcome"], "succeeded", "item {i}: {end}");
+        assert_eq!(end["result"], json!({"i": i, "text": format!("item {i}")}), "item {i}");
+        assert_eq!(end["usage"]["idx"], *i, "item {i}'s usage: {end}");
     }
-    assert!(objects(&p, &id, "errors").await.is_empty());
-    assert_eq!(objects(&p, &id, "usage").await.len(), 5000);
     let duplicated = proxy.tally.duplicated.load(Ordering::Relaxed);
     let overlapped = proxy.tally.overlapped.load(Ordering::Relaxed);
     // Seeded: about 10 % and 2 % of some 5,050 deliveries.
     assert!((350..=700).contains(&duplicated), "duplicated {duplicated}");
     assert!((50..=170).contains(&overlapped), "overlapped {overlapped}");
+    // No item retried: a log object is only a superseded delivery's line.
+    let logged = objects(&p, &id, "logs").await.len();
+    assert!(logged <= overlapped, "{logged} log objects, {overlapped} overlapped deliveries");
     assert_eq!(active_items(&p, "dev").await, 0, "every window slot given back once");
     let (_, page) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}/items?page_size=3"), None).await;
     let first: Vec<u64> =
@@ -167,6 +182,48 @@ impl TaskQueue for DyingQueue {
     async fn depth(&self, queue: &QueueName) -> Result<u64, QueueError> {
         self.inner.depth(queue).await
     }
+}
+
+/// A delivery that crashed after writing an item's end and before its
+/// marker leaves the end alone in the bucket; the next delivery makes the
+/// marker from that end, runs nothing again, and counts the item once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_left_without_its_marker_by_a_crash_is_recovered_not_rerun() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let token = p.token().to_owned();
+    let id =
+        submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": [{"a": 1}, {"a": 2}]})).await;
+    let line = json!({"round": 0, "attempt": 1, "outcome": "succeeded", "duration_ms": 3, "at": 0});
+    let end = json!({
+        "round": 0, "outcome": "succeeded", "result": {"from": "the delivery that crashed"},
+        "usage": {"idx": 1, "round": 0, "attempts": 1, "duration_ms": 3, "cost_micros": 7, "outcome": "succeeded"},
+        "log": [line],
+    });
+    let key = mapi_objects::ObjectKey::parse(&format!("t/dev/p/default/jobs/{id}/ends/1.json")).expect("key");
+    let bytes = serde_json::to_vec(&end).expect("json");
+    p.platform
+        .state
+        .objects
+        .put(&key, bytes.into(), "application/json", mapi_objects::IfGeneration::ABSENT)
+        .await
+        .expect("put");
+    let _deliverer = deliver(&p, &p.platform.url);
+    let v = wait_final(&p, &token, &id, Duration::from_secs(60)).await;
+    assert_eq!(
+        (v["state"].as_str(), v["counts"]["succeeded"].as_u64()),
+        (Some("succeeded"), Some(2)),
+        "{v:#}"
+    );
+    let (status, page) = p.call(&token, Method::GET, &format!("/v1/jobs/{id}/items"), None).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["items"][1]["result"], json!({"from": "the delivery that crashed"}), "not run again");
+    assert_eq!(page["items"][1]["duration_ms"], 3, "the marker is the end's: {page}");
+    assert_eq!(page["items"][0]["result"], json!({"a": 1}));
+    let log = p.http.get(p.url(&format!("/v1/jobs/{id}/items/1/log"))).bearer_auth(&token).send().await;
+    let text = log.expect("log").text().await.expect("text");
+    assert_eq!(text.lines().count(), 1, "one attempt: {text}");
+    assert_eq!(active_items(&p, "dev").await, 0, "the window slot was freed once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,9 +273,8 @@ async fn a_fanout_that_dies_halfway_and_is_delivered_again_loses_and_doubles_not
     }
     assert_eq!(v["state"], "succeeded", "{v:#}");
     assert_eq!(v["counts"]["succeeded"], 1000);
-    let results = objects(&p, &id, "results").await;
-    assert_eq!(results.len(), 1000, "no item lost");
-    let completions = log_outcomes(&objects(&p, &id, "logs").await, "succeeded");
+    assert_eq!(ends(&p, &id).await.len(), 1000, "no item lost");
+    let completions = log_outcomes(&logs(&p, &id).await, "succeeded");
     assert_eq!(completions.len(), 1000);
     let twice: Vec<_> = completions.iter().filter(|(_, n)| **n != 1).collect();
     assert!(twice.is_empty(), "items run to completion more than once: {twice:?}");
@@ -313,10 +369,9 @@ async fn retry_failed_reruns_only_the_failed_items() {
         async move {
             let mut out = BTreeMap::new();
             for i in (0..200u64).filter(|i| i % 10 != 3) {
-                let key =
-                    mapi_objects::ObjectKey::parse(&format!("t/dev/p/default/jobs/{id}/results/{i}.json"))
-                        .expect("key");
-                out.insert(i, objects.head(&key).await.expect("result").generation);
+                let key = mapi_objects::ObjectKey::parse(&format!("t/dev/p/default/jobs/{id}/ends/{i}.json"))
+                    .expect("key");
+                out.insert(i, objects.head(&key).await.expect("end").generation);
             }
             out
         }
@@ -330,14 +385,20 @@ async fn retry_failed_reruns_only_the_failed_items() {
     assert_eq!(v["state"], "succeeded", "{v:#}");
     assert_eq!((v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64()), (Some(200), Some(0)));
     assert_eq!(generations(&p).await, before, "succeeded items were not touched");
-    let logs = objects(&p, &id, "logs").await;
+    let logs = logs(&p, &id).await;
     let ran: BTreeMap<u64, usize> =
         logs.iter().map(|(i, b)| (*i, String::from_utf8_lossy(b).lines().count())).collect();
     for (i, n) in &ran {
         let want = if i % 10 == 3 || *i == 5 { 2 } else { 1 };
         assert_eq!(*n, want, "item {i} ran {n} times");
     }
-    assert!(objects(&p, &id, "errors").await.is_empty(), "the retried items' errors are gone");
+    let failed: Vec<u64> = ends(&p, &id)
+        .await
+        .into_iter()
+        .filter(|(_, e)| e["outcome"] != "succeeded")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(failed.is_empty(), "the retried items' failed ends are gone: {failed:?}");
     let history = p
         .platform
         .state
@@ -476,8 +537,8 @@ async fn the_housekeeper_deletes_jobs_past_their_retention() {
         p.call(&internal, Method::POST, mapi_submit::tasks::housekeep::HOUSEKEEP_PATH, None).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["deleted_jobs"], 1, "only the job older than 7 days: {v}");
-    // Per item a result, a usage and a log; the manifest and one chunk.
-    assert_eq!(v["deleted_objects"], 30 * 3 + 2, "{v}");
+    // Per item its end; the manifest and one chunk.
+    assert_eq!(v["deleted_objects"], 30 + 2, "{v}");
     assert_eq!(p.call(&token, Method::GET, &format!("/v1/jobs/{old}"), None).await.0, 404);
     let left =
         p.platform.state.objects.list(&format!("t/dev/p/default/jobs/{old}/"), None, 10).await.expect("list");

@@ -8,7 +8,7 @@
 
 use mapi_domain::JobId;
 use mapi_jobs::{
-    ItemOutcome, JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc, JobState, count_field, layout,
+    ItemEnd, ItemOutcome, JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc, JobState, count_field, layout,
 };
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey};
 use mapi_platform::AppState;
@@ -93,7 +93,8 @@ pub async fn read_object(state: &AppState, key: &str) -> Result<Option<bytes::By
 
 /// Appends `lines` to an object by compare-and-swap on its generation (Cloud
 /// Storage has no append): read, write with the generation read as the
-/// precondition, again on a 412.
+/// precondition, again on a 412. Lines already at the object's end are not
+/// appended again, so a retried append (its answer lost) writes them once.
 pub async fn append(state: &AppState, key: &str, lines: &str) -> Result<(), ApiError> {
     let key = object_key(key)?;
     for _ in 0..16 {
@@ -102,6 +103,9 @@ pub async fn append(state: &AppState, key: &str, lines: &str) -> Result<(), ApiE
             Err(ObjectError::NotFound(_)) => (Vec::new(), IfGeneration::ABSENT),
             Err(e) => return Err(e.into()),
         };
+        if current.ends_with(lines.as_bytes()) {
+            return Ok(());
+        }
         let mut next = current;
         next.extend_from_slice(lines.as_bytes());
         match state.objects.put(&key, next.into(), "application/x-ndjson", precondition).await {
@@ -111,6 +115,69 @@ pub async fn append(state: &AppState, key: &str, lines: &str) -> Result<(), ApiE
         }
     }
     Err(ApiError::unavailable("the item log is contended: retry", 1))
+}
+
+/// `lines` as newline-delimited JSON.
+pub fn ndjson(lines: &[Value]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// An item's end, with its generation, `None` when it has none.
+pub async fn read_end(
+    state: &AppState,
+    base: &str,
+    idx: u64,
+) -> Result<Option<(mapi_objects::Generation, ItemEnd)>, ApiError> {
+    match state.objects.get(&object_key(&layout::end(base, idx))?, None).await {
+        Ok((meta, b)) => {
+            let end = serde_json::from_slice(&b).map_err(|e| ApiError::internal_from("an item's end", e))?;
+            Ok(Some((meta.generation, end)))
+        }
+        Err(ObjectError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes item `idx`'s end, create-only, and answers the end that stands
+/// and whether it is this one. Another delivery's end stands, but for an
+/// earlier round's, or a failure of this round when this delivery
+/// succeeded (a result beats an error): those this one replaces, keeping
+/// their log lines first. An end
+/// byte for byte this one is this delivery's own earlier write whose
+/// answer was lost.
+pub async fn write_end(
+    state: &AppState,
+    base: &str,
+    idx: u64,
+    mut end: ItemEnd,
+) -> Result<(ItemEnd, bool), ApiError> {
+    let key = object_key(&layout::end(base, idx))?;
+    let mut precondition = IfGeneration::ABSENT;
+    for _ in 0..8 {
+        let bytes = serde_json::to_vec(&end)?;
+        match state.objects.put(&key, bytes.clone().into(), "application/json", precondition).await {
+            Ok(_) => return Ok((end, true)),
+            Err(ObjectError::PreconditionFailed(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some((generation, theirs)) = read_end(state, base, idx).await? else {
+            precondition = IfGeneration::ABSENT;
+            continue;
+        };
+        if serde_json::to_vec(&theirs)? == bytes {
+            return Ok((end, true));
+        }
+        let replaces = theirs.round < end.round
+            || (theirs.round == end.round
+                && end.outcome == ItemOutcome::Succeeded
+                && theirs.outcome == ItemOutcome::Failed);
+        if !replaces {
+            return Ok((theirs, false));
+        }
+        end.log = theirs.log.into_iter().chain(end.log).collect();
+        precondition = IfGeneration::Match(generation);
+    }
+    Err(ApiError::unavailable("the item's end is contended: retry", 1))
 }
 
 /// The marker of item `idx`, if it finished.
@@ -184,23 +251,18 @@ pub async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Res
     remove_stale(state, &base(job), idx, round).await
 }
 
-/// Deletes the error and usage objects of an earlier round than `round`.
+/// Removes item `idx`'s end if it is of an earlier round than `round`
+/// (retry-failed reopened the item), its log lines moved to the item's log
+/// object first so the item's log keeps every attempt.
 pub async fn remove_stale(state: &AppState, base: &str, idx: u64, round: u32) -> Result<(), ApiError> {
-    for key in [layout::error(base, idx), layout::usage(base, idx)] {
-        let key = object_key(&key)?;
-        let (meta, bytes) = match state.objects.get(&key, None).await {
-            Ok(found) => found,
-            Err(ObjectError::NotFound(_)) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let of_round =
-            serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v["round"].as_u64()).unwrap_or(0);
-        if of_round < u64::from(round) {
-            match state.objects.delete(&key, IfGeneration::Match(meta.generation)).await {
-                Ok(()) | Err(ObjectError::NotFound(_) | ObjectError::PreconditionFailed(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+    let Some((generation, end)) = read_end(state, base, idx).await? else { return Ok(()) };
+    if end.round >= round {
+        return Ok(());
     }
-    Ok(())
+    append(state, &layout::log(base, idx), &ndjson(&end.log)).await?;
+    let key = object_key(&layout::end(base, idx))?;
+    match state.objects.delete(&key, IfGeneration::Match(generation)).await {
+        Ok(()) | Err(ObjectError::NotFound(_) | ObjectError::PreconditionFailed(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

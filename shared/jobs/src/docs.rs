@@ -161,7 +161,7 @@ pub mod count_field {
     pub const COST: &str = "cost_micros";
 }
 
-/// What `usage/{idx}.json` holds: written once per item and round.
+/// An item's usage in its end: the delivery that finished the item.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemUsage {
     pub idx: u64,
@@ -173,7 +173,7 @@ pub struct ItemUsage {
     pub outcome: ItemOutcome,
 }
 
-/// What `errors/{idx}.json` holds.
+/// Why an item failed, in its end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemFailure {
     pub idx: u64,
@@ -182,4 +182,21 @@ pub struct ItemFailure {
     pub kind: mapi_domain::ItemErrorKind,
     pub message: String,
     pub attempts: u32,
+}
+
+/// What `ends/{idx}.json` holds: how an item ended in a round, written
+/// create-only by the delivery that finished it (a success replaces a
+/// failure of the same round: a result beats an error).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemEnd {
+    pub round: u32,
+    pub outcome: ItemOutcome,
+    /// The method's result, when it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemFailure>,
+    pub usage: ItemUsage,
+    /// The log lines of the deliveries this end holds, oldest first.
+    pub log: Vec<serde_json::Value>,
 }

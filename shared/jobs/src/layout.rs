@@ -3,11 +3,16 @@
 //! ```text
 //! t/{tenant}/p/{project}/jobs/{job}/manifest.json         method, params, item count
 //! t/{tenant}/p/{project}/jobs/{job}/items/{chunk}.json    the items, CHUNK_ITEMS to an object
-//! t/{tenant}/p/{project}/jobs/{job}/results/{idx}.json    on success
-//! t/{tenant}/p/{project}/jobs/{job}/errors/{idx}.json     on terminal failure
-//! t/{tenant}/p/{project}/jobs/{job}/usage/{idx}.json      always (duration, attempts)
-//! t/{tenant}/p/{project}/jobs/{job}/logs/{idx}.jsonl      one line per attempt
+//! t/{tenant}/p/{project}/jobs/{job}/ends/{idx}.json       how the item ended (ItemEnd)
+//! t/{tenant}/p/{project}/jobs/{job}/logs/{idx}.jsonl      lines of attempts the end does not hold
 //! ```
+//!
+//! An item's end is one object: its result or error, its usage and the log
+//! line of the delivery that wrote it, so an item that succeeds at its
+//! first attempt costs one object write and leaves one file. The log object
+//! exists only for attempts that retried, deliveries whose end another
+//! delivery's end superseded, and earlier rounds' ends retry-failed removed;
+//! an item's log is that object's lines, then its end's.
 
 use mapi_domain::{JobId, ProjectId, TenantId};
 
@@ -27,16 +32,8 @@ pub fn chunk(base: &str, chunk: u64) -> String {
     format!("{base}items/{chunk:06}.json")
 }
 
-pub fn result(base: &str, idx: u64) -> String {
-    format!("{base}results/{idx}.json")
-}
-
-pub fn error(base: &str, idx: u64) -> String {
-    format!("{base}errors/{idx}.json")
-}
-
-pub fn usage(base: &str, idx: u64) -> String {
-    format!("{base}usage/{idx}.json")
+pub fn end(base: &str, idx: u64) -> String {
+    format!("{base}ends/{idx}.json")
 }
 
 pub fn log(base: &str, idx: u64) -> String {

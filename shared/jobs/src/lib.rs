@@ -1,7 +1,8 @@
 //! Item jobs as data. A caller posts a method and a list of items; the
 //! manifest is written as objects, one fan-out task expands it into one
-//! queue task per item, and each item's handler writes its result, error,
-//! usage and log as create-only objects. Nothing here does I/O.
+//! queue task per item, and each item's handler writes how it ended (its
+//! result or error, usage and log line) as one create-only object. Nothing
+//! here does I/O.
 //!
 //! - [`layout`]: where a job's objects live (`t/{tenant}/p/{project}/jobs/{job}/…`);
 //! - [`JobDoc`], [`JobItemDoc`], [`JobCountsDoc`]: the store's documents;
@@ -11,9 +12,9 @@
 //!
 //! Architecture invariant: a job's state is never stored. It is derived
 //! from the manifest's item count, the fan-out cursor and the per-item
-//! markers, and each marker exists only when the item's result or error
-//! object does (the marker is created after the object, once, and the
-//! counters move in the marker's commit).
+//! markers, and each marker exists only when the item's end object does
+//! (the marker is created after the object, once, and the counters move in
+//! the marker's commit).
 
 mod docs;
 pub mod layout;

@@ -35,7 +35,7 @@ pub enum ItemError {
 }
 
 impl ItemError {
-    /// The error's type, as stored in `errors/{idx}.json`.
+    /// The error's type, as stored in the item's end (`ends/{idx}.json`).
     pub fn kind(&self) -> ItemErrorKind {
         match self {
             ItemError::Input(_) => ItemErrorKind::Input,

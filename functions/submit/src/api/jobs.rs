@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
-use bytes::Bytes;
 use mapi_access::{Action, Resource};
 use mapi_domain::{JobId, ProjectId, TenantId, Timestamp};
 use mapi_identity::{Audit, Caller, Target, authorize};
@@ -23,7 +22,9 @@ use serde_json::value::RawValue;
 use super::datasets::{entropy, require_project};
 use super::idempotency::{self, Key};
 use super::job_body;
-use crate::job_store::{base, create_only, derived, load, object_key, read_items, read_object};
+use crate::job_store::{
+    base, create_only, derived, load, ndjson, object_key, read_end, read_items, read_object,
+};
 use crate::quota;
 
 /// What a job is asked to do (the request's schema; the body is read by
@@ -435,16 +436,8 @@ pub async fn list_items(
     let mut items = Vec::with_capacity(docs.len());
     for d in &docs {
         let m: JobItemDoc = d.decode()?;
-        let (result, error) = match m.outcome {
-            ItemOutcome::Succeeded => {
-                let b = read_object(&state, &layout::result(&base, m.idx)).await?;
-                (b.and_then(|b| serde_json::from_slice(&b).ok()), None)
-            }
-            ItemOutcome::Failed => {
-                let b = read_object(&state, &layout::error(&base, m.idx)).await?;
-                (None, b.and_then(|b| serde_json::from_slice(&b).ok()))
-            }
-        };
+        let end = read_end(&state, &base, m.idx).await?.map(|(_, e)| e);
+        let (result, error) = end.map_or((None, None), |e| (e.result, e.error));
         items.push(ItemView {
             idx: m.idx,
             state: m.outcome,
@@ -479,9 +472,19 @@ pub async fn item_log(
     if idx >= job.items {
         return Err(ApiError::not_found(format!("job {} has {} items: no item {idx}", job.id, job.items)));
     }
-    let bytes: Bytes = read_object(&state, &layout::log(&base(&job), idx)).await?.ok_or_else(|| {
-        ApiError::not_found(format!("item {idx} of job {} has no log yet: it has not run", job.id))
-    })?;
+    // The log object's lines (attempts that retried, ends superseded or
+    // removed), then the end's.
+    let base = base(&job);
+    let earlier = read_object(&state, &layout::log(&base, idx)).await?;
+    let end = read_end(&state, &base, idx).await?.map(|(_, e)| ndjson(&e.log));
+    if earlier.is_none() && end.is_none() {
+        return Err(ApiError::not_found(format!(
+            "item {idx} of job {} has no log yet: it has not run",
+            job.id
+        )));
+    }
+    let mut bytes = earlier.map(|b| b.to_vec()).unwrap_or_default();
+    bytes.extend_from_slice(end.unwrap_or_default().as_bytes());
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], bytes))
 }
 

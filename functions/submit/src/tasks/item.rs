@@ -2,22 +2,23 @@
 //! process, and owns the item's retry budget.
 //!
 //! A delivery first looks for the item's end: a marker (finished: nothing
-//! to do), or a result or error object of this round with no marker (an
-//! earlier delivery died between the two: the marker is made from the
-//! objects). Otherwise it runs the method under the per-item timeout,
-//! appends a line to the item's log, and:
-//! - on success writes `results/{idx}.json`, `usage/{idx}.json`, the marker;
-//! - on an input error (retrying cannot help) writes `errors/{idx}.json`
-//!   at once; on a transient error or a timeout answers 503 so the queue
-//!   delivers again, until the last attempt, which writes the error and
+//! to do), or an end object of this round with no marker (an earlier
+//! delivery died between the two: the marker is made from the end).
+//! Otherwise it runs the method under the per-item timeout, and:
+//! - on success writes the end (`ends/{idx}.json`: result, usage and this
+//!   attempt's log line, one object), then the marker;
+//! - on an input error (retrying cannot help) writes the end with the
+//!   error at once; on a transient error or a timeout appends a line to
+//!   the item's log object and answers 503 so the queue delivers again,
+//!   until the last attempt, which writes the end with the error and
 //!   answers 200 so the queue stops.
 //!
-//! Objects are created only if absent. A 412 is success when the stored
-//! object is byte for byte the one this delivery meant to write (its own
-//! earlier write whose answer was lost, or an identical result); otherwise
-//! another delivery's object stands, and this one adopts it. A result
-//! beats an error: if overlapping deliveries left both, the marker says
-//! succeeded and the error object is removed.
+//! The end is created only if absent. A 412 is success when the stored end
+//! is byte for byte this delivery's (its own earlier write whose answer was
+//! lost); otherwise another delivery's end stands and this one adopts it,
+//! its own log line appended to the log object, except that a success
+//! replaces a failure of the same round (a result beats an error) and any
+//! end replaces an earlier round's. The marker then says what the end says.
 
 use std::time::{Duration, Instant};
 
@@ -26,9 +27,10 @@ use axum::http::{HeaderMap, StatusCode};
 use mapi_domain::ResourceClass;
 use mapi_identity::InternalCaller;
 use mapi_jobs::tasks::ItemTask;
-use mapi_jobs::{ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, count_field, layout};
+use mapi_jobs::{
+    ItemEnd, ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, count_field, layout,
+};
 use mapi_methods::{ItemContext, ItemError};
-use mapi_objects::{IfGeneration, ObjectError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode};
 use mapi_quota::Period;
@@ -37,9 +39,7 @@ use mapi_schema::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde_json::{Value, json};
 
-use crate::job_store::{
-    append, base, create_only, load, marker, object_key, read_object, remove_stale, reopen,
-};
+use crate::job_store::{append, base, load, marker, ndjson, read_end, remove_stale, reopen, write_end};
 
 /// What a delivery came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,15 +152,9 @@ pub async fn handle(
     }
     let base = base(&job);
     // An end written by a delivery that died before its marker.
-    if read_object(&state, &layout::result(&base, idx)).await?.is_some() {
-        mark_from_objects(&state, &job, idx, ItemOutcome::Succeeded).await?;
-        return Ok(ok(Handled::Recovered));
-    }
-    if let Some(b) = read_object(&state, &layout::error(&base, idx)).await? {
-        let f: ItemFailure =
-            serde_json::from_slice(&b).map_err(|e| ApiError::internal_from("error object", e))?;
-        if f.round >= round {
-            mark_from_objects(&state, &job, idx, ItemOutcome::Failed).await?;
+    if let Some((_, end)) = read_end(&state, &base, idx).await? {
+        if end.round >= round {
+            mark_from_end(&state, &job, idx, &end).await?;
             return Ok(ok(Handled::Recovered));
         }
         // An earlier round's failure that retry-failed reopened.
@@ -175,9 +169,12 @@ pub async fn handle(
             message: "the job was cancelled".into(),
             attempts: 0,
         };
-        let line = json!({"round": round, "attempt": attempt, "outcome": Attempted::Cancelled.as_str()});
-        log_line(&state, &base, idx, line).await?;
-        finish(&state, &job, idx, round, End::Failed(f), 0, Duration::ZERO).await?;
+        let line = log_line(
+            &state,
+            json!({"round": round, "attempt": attempt, "outcome": Attempted::Cancelled.as_str()}),
+        );
+        let ending = Ending { idx, round, end: End::Failed(f), attempts: 0, took: Duration::ZERO, line };
+        finish(&state, &job, ending).await?;
         return Ok(ok(Handled::Cancelled));
     }
     let params = mapi_methods::validate(
@@ -209,7 +206,11 @@ pub async fn handle(
         Ok(v) => End::Succeeded(v),
         Err(ItemError::Transient(m) | ItemError::Timeout(m)) if !last => {
             let outcome = Attempted::Retrying.as_str();
-            log_line(&state, &base, idx, json!({"round": round, "attempt": attempt, "outcome": outcome, "duration_ms": duration_ms, "error": m})).await?;
+            let line = log_line(
+                &state,
+                json!({"round": round, "attempt": attempt, "outcome": outcome, "duration_ms": duration_ms, "error": m}),
+            );
+            append(&state, &layout::log(&base, idx), &ndjson(&[line])).await?;
             return Err(ApiError::new(
                 ProblemCode::Unavailable,
                 format!("item {idx}, attempt {attempt}: {m}"),
@@ -223,54 +224,42 @@ pub async fn handle(
         End::Succeeded(_) => (Attempted::Succeeded, Handled::Succeeded, None),
         End::Failed(f) => (Attempted::Failed, Handled::Failed, Some(f.message.clone())),
     };
-    log_line(
+    let line = log_line(
         &state,
-        &base,
-        idx,
         json!({"round": round, "attempt": attempt, "outcome": attempted.as_str(), "duration_ms": duration_ms, "error": error}),
-    )
-    .await?;
-    finish(&state, &job, idx, round, end, attempt, took).await?;
+    );
+    finish(&state, &job, Ending { idx, round, end, attempts: attempt, took, line }).await?;
     Ok(ok(handled))
 }
 
-/// Appends one JSON line, stamped with the time, to the item's log.
-async fn log_line(state: &AppState, base: &str, idx: u64, mut line: Value) -> Result<(), ApiError> {
+/// One line of the item's log, stamped with the time.
+fn log_line(state: &AppState, mut line: Value) -> Value {
     if let Value::Object(o) = &mut line {
         o.insert("at".into(), json!(state.clock.now()));
     }
-    append(state, &layout::log(base, idx), &format!("{line}\n")).await
+    line
 }
 
-/// Writes the item's end (create-only), its usage, and its marker.
-async fn finish(
-    state: &AppState,
-    job: &JobDoc,
+/// How a delivery finished an item.
+struct Ending {
     idx: u64,
     round: u32,
     end: End,
     attempts: u32,
+    /// The method's time.
     took: Duration,
-) -> Result<(), ApiError> {
+    /// The attempt's log line.
+    line: Value,
+}
+
+/// Writes the item's end (create-only: another delivery's may stand, and
+/// then this delivery's line goes to the log object), then its marker.
+async fn finish(state: &AppState, job: &JobDoc, ending: Ending) -> Result<(), ApiError> {
+    let Ending { idx, round, end, attempts, took, line } = ending;
     let base = base(job);
-    let outcome = match &end {
-        End::Succeeded(v) => {
-            if !create_only(state, &layout::result(&base, idx), to_json(v)?, "application/json").await? {
-                tracing::debug!(job = %job.id, idx, "another delivery's result stands");
-            }
-            ItemOutcome::Succeeded
-        }
-        End::Failed(f) => {
-            if read_object(state, &layout::result(&base, idx)).await?.is_some() {
-                // An overlapping delivery succeeded: its result wins.
-                ItemOutcome::Succeeded
-            } else {
-                if !create_only(state, &layout::error(&base, idx), to_json(f)?, "application/json").await? {
-                    tracing::debug!(job = %job.id, idx, "another delivery's error stands");
-                }
-                ItemOutcome::Failed
-            }
-        }
+    let (outcome, result, error) = match end {
+        End::Succeeded(v) => (ItemOutcome::Succeeded, Some(v), None),
+        End::Failed(f) => (ItemOutcome::Failed, None, Some(f)),
     };
     let cost = mapi_cost::CURRENT.charge(ResourceClass::S, 1, took).amount_micros;
     let usage = ItemUsage {
@@ -281,39 +270,32 @@ async fn finish(
         cost_micros: cost,
         outcome,
     };
-    create_only(state, &layout::usage(&base, idx), to_json(&usage)?, "application/json").await?;
-    mark_from_objects(state, job, idx, outcome).await
+    let mine = ItemEnd { round, outcome, result, error, usage, log: vec![line.clone()] };
+    let (stands, is_mine) = write_end(state, &base, idx, mine).await?;
+    if !is_mine {
+        tracing::debug!(job = %job.id, idx, "another delivery's end stands");
+        append(state, &layout::log(&base, idx), &ndjson(&[line])).await?;
+    }
+    mark_from_end(state, job, idx, &stands).await
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
-    Ok(serde_json::to_vec(v)?)
-}
-
-/// Makes the item's marker from its stored usage (the first delivery's
-/// usage object stands): created once; moves the job's counts, frees the
-/// tenant's window slot and counts the item and its cost in the tenant's
-/// day and month, all in the marker's commit. A marker that says failed is
-/// upgraded when a result exists (a result beats an error).
-async fn mark_from_objects(
-    state: &AppState,
-    job: &JobDoc,
-    idx: u64,
-    outcome: ItemOutcome,
-) -> Result<(), ApiError> {
-    let base = base(job);
-    let usage: Option<ItemUsage> =
-        read_object(state, &layout::usage(&base, idx)).await?.and_then(|b| serde_json::from_slice(&b).ok());
+/// Makes the item's marker from the end that stands: created once; moves
+/// the job's counts, frees the tenant's window slot and counts the item and
+/// its cost in the tenant's day and month, all in the marker's commit. A
+/// marker that says failed is upgraded when the end says succeeded (a
+/// result beats an error).
+async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) -> Result<(), ApiError> {
     let now = state.clock.now();
     let m = JobItemDoc {
         job: job.id.clone(),
         tenant: job.tenant.clone(),
         project: job.project.clone(),
         idx,
-        outcome,
-        round: usage.as_ref().map_or(job.round, |u| u.round),
-        attempts: usage.as_ref().map_or(0, |u| u.attempts),
-        duration_ms: usage.as_ref().map_or(0, |u| u.duration_ms),
-        cost_micros: usage.as_ref().map_or(0, |u| u.cost_micros),
+        outcome: end.outcome,
+        round: end.usage.round,
+        attempts: end.usage.attempts,
+        duration_ms: end.usage.duration_ms,
+        cost_micros: end.usage.cost_micros,
         at: now,
     };
     let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
@@ -331,7 +313,7 @@ async fn mark_from_objects(
         at: now,
     };
     let (m_ref, shard, entry) = (&m, &shard, &entry);
-    let upgraded = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(&m_ref.job, m_ref.idx)).await?;
         let ledger_seen = tx_get::<ItemLedgerEntry>(&mut tx, &entry.doc_id()).await?.is_some();
         match existing {
@@ -339,9 +321,9 @@ async fn mark_from_objects(
                 tx_put(&mut tx, m_ref)?;
                 tx.increment(shard, count_field::FAILED, -1, None);
                 tx.increment(shard, count_field::SUCCEEDED, 1, None);
-                Ok(tx.finish(true))
+                Ok(tx.finish(()))
             }
-            Some(_) => Ok(tx.finish(false)),
+            Some(_) => Ok(tx.finish(())),
             None => {
                 tx_create(&mut tx, m_ref)?;
                 // Create-only, in the marker's commit: once per item and round.
@@ -373,19 +355,11 @@ async fn mark_from_objects(
                 // vCPU-ms of the item's class (as its ledger entry), not wall ms.
                 bumps.extend(Bumps::charge(&periods, &seed, entry.charge.vcpu_ms, m_ref.cost_micros));
                 bumps.apply(&mut tx)?;
-                Ok(tx.finish(false))
+                Ok(tx.finish(()))
             }
         }
     })
-    .await?;
-    if upgraded {
-        // A stray error object beside the result (overlapping deliveries).
-        match state.objects.delete(&object_key(&layout::error(&base, idx))?, IfGeneration::Any).await {
-            Ok(()) | Err(ObjectError::NotFound(_)) => {}
-            Err(e) => tracing::warn!(job = %job.id, idx, error = %e, "removing a stray error object failed"),
-        }
-    }
-    Ok(())
+    .await
 }
 
 #[cfg(test)]
