@@ -34,6 +34,8 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
 COPY --from=planner /src/recipe.json recipe.json
+# The workspace's build settings (.cargo/config.toml) apply to the cook too.
+COPY .cargo/ .cargo/
 RUN cargo chef cook --release --locked --recipe-path recipe.json \
       -p mapi-submit -p mapi-push-events -p mapi-reconcile-tick -p mapi-meter -p mapi-admin
 COPY . .

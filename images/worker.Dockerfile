@@ -29,6 +29,8 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
 COPY --from=planner /src/recipe.json recipe.json
+# The workspace's build settings (.cargo/config.toml) apply to the cook too.
+COPY .cargo/ .cargo/
 RUN cargo chef cook --release --locked --recipe-path recipe.json -p mapi-worker
 COPY . .
 RUN cargo build --release --locked -p mapi-worker --bin mapi-worker
