@@ -75,8 +75,8 @@ mod submit {
     /// one commit.
     pub const COMMITS: u64 = 1;
     pub const DOCUMENTS_WRITTEN: u64 = 11;
-    /// Durable syncs of `mapi.db`: the store's commit and the queue's
-    /// dispatch task.
+    /// Durable syncs: the store's commit (`mapi.db`) and the queue's
+    /// dispatch task (`queue.db`).
     pub const SYNCS: u64 = 2;
 }
 
@@ -126,7 +126,7 @@ async fn a_submit_costs_at_most_its_budget() {
         st.documents_written
     );
     let syncs = st.transactions + cost.queue_transactions;
-    assert!(syncs <= submit::SYNCS, "syncs of mapi.db per submit {syncs} > {}", submit::SYNCS);
+    assert!(syncs <= submit::SYNCS, "syncs per submit {syncs} > {}", submit::SYNCS);
     assert_eq!(cost.objects.files, 0, "a submit writes no object");
 }
 
@@ -135,8 +135,9 @@ async fn a_submit_costs_at_most_its_budget() {
 mod item {
     /// Store commits per item: its marker and counts.
     pub const COMMITS: f64 = 1.05;
-    /// Durable syncs of `mapi.db` per item, at most: the store's commit, the
-    /// queue's lease and outcome of the delivery; group commit only lowers it.
+    /// Durable syncs of the store and the queue per item, at most: the
+    /// store's commit, the queue's lease and outcome of the delivery; group
+    /// commit only lowers it.
     pub const SYNCS: f64 = 3.1;
     /// Objects written per item: its end, which holds its result or error,
     /// its usage and its log line (it was three: result, usage and log),
@@ -177,7 +178,7 @@ async fn an_item_costs_at_most_its_budget() {
     let st = cost.store;
     let checks = [
         ("store commits", per(st.commits), item::COMMITS),
-        ("syncs of mapi.db", per(st.transactions + cost.queue_transactions), item::SYNCS),
+        ("syncs of the store and the queue", per(st.transactions + cost.queue_transactions), item::SYNCS),
         ("objects written", per(cost.objects.puts), item::OBJECTS),
         ("object files", per(cost.objects.files), item::FILES),
         ("syncs of the object metadata", per(cost.objects.transactions), item::OBJECT_SYNCS),

@@ -217,7 +217,7 @@ async fn a_cloud_configured_platform_opens_no_local_file() {
     let config = mapi_platform::Config::from_lookup(&|k| get(&with_local_queue, k)).expect("config");
     let platform =
         mapi_platform::Platform::configured(config, clock, mapi_tests::worker()).await.expect("start");
-    assert!(home.join("mapi.db").is_file(), "the local queue lives in MAPI_HOME");
+    assert!(home.join("queue.db").is_file(), "the local queue lives in MAPI_HOME");
     assert!(platform.local.queue.is_some() && platform.local.executor.is_none());
     assert!(!home.join("objects").exists() && !home.join("executions").exists(), "only the queue is local");
 }

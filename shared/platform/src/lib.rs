@@ -301,10 +301,13 @@ fn local_store(config: &Config, clock: &Arc<dyn Clock>) -> Result<SqliteStore, S
     Ok(SqliteStore::open(&db, clock.clone(), &indexes(), config.sqlite_durability)?)
 }
 
-/// The SQLite queue, in the same file as the store.
+/// The SQLite queue in `$MAPI_HOME/queue.db`, its own file (one writer per
+/// file), holding any tasks an older home left in `mapi.db`.
 fn local_queue(config: &Config, clock: &Arc<dyn Clock>) -> Result<SqliteQueue, StartError> {
-    let db = home(config)?.join("mapi.db");
-    Ok(SqliteQueue::open(&db, clock.clone(), queue_configs()?)?)
+    let home = home(config)?;
+    let queue = SqliteQueue::open(&home.join("queue.db"), clock.clone(), queue_configs()?)?;
+    queue.adopt(&home.join("mapi.db"))?;
+    Ok(queue)
 }
 
 /// The two buckets under `$MAPI_HOME/objects/`, with the URL signer their
@@ -384,7 +387,7 @@ async fn cloudrun_executor(
 
 impl Platform {
     /// The platform on embedded adapters under `config.home`: SQLite store
-    /// and queue in `mapi.db`, objects under `objects/`, executions under
+    /// in `mapi.db` and queue in `queue.db`, objects under `objects/`, executions under
     /// `executions/`. `worker` is how to start `mapi-worker`. The signer
     /// is the local key (`MAPI_SIGNER=kms` is connected by
     /// [`Platform::configured`]).

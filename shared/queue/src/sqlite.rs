@@ -1,8 +1,12 @@
-//! The embedded TaskQueue adapter: tasks in the platform's SQLite file.
+//! The embedded TaskQueue adapter: tasks in a SQLite file of their own.
 //!
-//! Tasks live in `queue_tasks`, one row per `(queue, name)`, beside the
-//! Store's tables in the same file (WAL, `synchronous=FULL`, so an
-//! acknowledged `create` survives a crash). A row moves
+//! Tasks live in `queue_tasks`, one row per `(queue, name)`, in
+//! `$MAPI_HOME/queue.db` (WAL, `synchronous=FULL`, so an acknowledged
+//! `create` survives a crash). The file is the queue's alone: one writer
+//! per file, so the queue never waits in SQLite's busy handler for the
+//! store's writer (and the store's never waits for it). Homes made when
+//! the queue shared the store's file hand their tasks over once
+//! ([`SqliteQueue::adopt`]). A row moves
 //! `pending → leased → done`, or back to `pending` with a back-off after a
 //! failed delivery, or to `dead` when the queue's `max_attempts` are spent.
 //! `done` and `deleted` rows are tombstones that keep the name reserved for
@@ -214,6 +218,29 @@ impl SqliteQueue {
                 transactions,
             }),
         })
+    }
+
+    /// Moves the tasks a queue left in the SQLite file at `old` (when the
+    /// queue shared the store's file) into this one, once: the rows are
+    /// copied in one transaction of this file (a name already here is
+    /// kept), then dropped from `old` in another, so a crash between the two
+    /// copies them again, harmlessly. Answers how many rows it copied; 0
+    /// when `old` has no queue tables.
+    pub fn adopt(&self, old: &Path) -> Result<u64, QueueError> {
+        if !old.exists() {
+            return Ok(0);
+        }
+        let mut conn = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let path = old.to_string_lossy().into_owned();
+        conn.execute("ATTACH DATABASE ?1 AS old", params![path]).map_err(sql_err)?;
+        let moved = adopt_attached(&mut conn);
+        let detached = conn.execute_batch("DETACH DATABASE old").map_err(sql_err);
+        let moved = moved?;
+        detached?;
+        if moved > 0 {
+            tracing::info!(tasks = moved, from = %old.display(), "queue tasks moved to the queue's own file");
+        }
+        Ok(moved)
     }
 
     /// Write transactions the queue has committed since it opened: each is
@@ -546,6 +573,35 @@ fn bury(
 
 /// Takes `name` for a new task: refused while a task of that name is
 /// pending or its tombstone is within the dedup window; an older row goes.
+/// [`SqliteQueue::adopt`] with the old file attached as `old`.
+fn adopt_attached(conn: &mut Connection) -> Result<u64, QueueError> {
+    let has: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM old.sqlite_master WHERE type = 'table' AND name = 'queue_tasks')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err)?;
+    if !has {
+        return Ok(0);
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+    let moved = tx
+        .execute("INSERT OR IGNORE INTO main.queue_tasks SELECT * FROM old.queue_tasks", [])
+        .map_err(sql_err)?;
+    // Generated names and lease tokens keep rising above the old file's.
+    tx.execute(
+        "UPDATE main.queue_meta SET value = max(value, (SELECT value FROM old.queue_meta o
+             WHERE o.name = main.queue_meta.name)) WHERE name IN (SELECT name FROM old.queue_meta)",
+        [],
+    )
+    .map_err(sql_err)?;
+    tx.commit().map_err(sql_err)?;
+    conn.execute_batch("DROP TABLE IF EXISTS old.queue_tasks; DROP TABLE IF EXISTS old.queue_meta;")
+        .map_err(sql_err)?;
+    Ok(u64::try_from(moved).unwrap_or(0))
+}
+
 /// Writes a batch of creates in one transaction, each in its own savepoint
 /// (a refused create does not undo the others), and answers each after the
 /// commit.

@@ -337,3 +337,24 @@ async fn concurrent_creates_are_answered_each_on_its_own() {
     assert_eq!(created, 20, "each of the 20 names is created exactly once");
     assert_eq!(h.queue.depth(&main_queue()).await.expect("depth"), 20);
 }
+
+/// A home made when the queue shared the store's file hands its tasks to
+/// the queue's own file once: every task, its name still reserved, and
+/// generated names above the old file's.
+#[tokio::test]
+async fn tasks_left_in_the_shared_file_move_to_the_queues_own_once() {
+    let (dir, clock) = fresh();
+    let old = SqliteQueue::open(&dir.path().join("mapi.db"), clock.clone(), queues()).expect("open");
+    let named = task("/internal/a").named(TaskName::new("kept").expect("name"));
+    old.create(named.clone()).await.expect("create");
+    let generated = old.create(task("/internal/b")).await.expect("create").name;
+    drop(old);
+    let queue = SqliteQueue::open(&dir.path().join("queue.db"), clock.clone(), queues()).expect("open");
+    assert_eq!(queue.adopt(&dir.path().join("mapi.db")).expect("adopt"), 2);
+    assert_eq!(queue.depth(&main_queue()).await.expect("depth"), 2);
+    assert!(matches!(queue.create(named).await, Err(QueueError::AlreadyExists(_))), "the name stays taken");
+    let next = queue.create(task("/internal/c")).await.expect("create").name;
+    assert!(next.as_str() > generated.as_str(), "{next} after {generated}");
+    assert_eq!(queue.adopt(&dir.path().join("mapi.db")).expect("again"), 0, "once");
+    assert_eq!(queue.depth(&main_queue()).await.expect("depth"), 3);
+}
