@@ -24,6 +24,9 @@ use crate::TestPlatform;
 pub struct ScriptedExecutor {
     submitted: Mutex<Vec<(AttemptSubmit, ExecutionHandle)>>,
     cancelled: Mutex<Vec<ExecutionHandle>>,
+    /// `status` calls, and listings (`running_among`, `list_recent`).
+    statuses: std::sync::atomic::AtomicUsize,
+    listings: std::sync::atomic::AtomicUsize,
 }
 
 impl ScriptedExecutor {
@@ -35,6 +38,12 @@ impl ScriptedExecutor {
     /// How many attempts were submitted.
     pub fn submitted(&self) -> usize {
         self.submitted.lock().expect("lock").len()
+    }
+
+    /// How many `status` reads and how many listings were asked for.
+    pub fn reads(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.statuses.load(Relaxed), self.listings.load(Relaxed))
     }
 }
 
@@ -72,6 +81,7 @@ impl Executor for ScriptedExecutor {
     }
 
     async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
+        self.statuses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let submitted = self.submitted.lock().expect("lock");
         let Some((a, h)) = submitted.iter().find(|(_, h)| h == handle) else {
             return Ok(ExecutionInfo {
@@ -89,7 +99,19 @@ impl Executor for ScriptedExecutor {
     }
 
     async fn list_recent(&self, _since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        self.listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(self.submitted.lock().expect("lock").iter().map(|(a, h)| running(a, h)).collect())
+    }
+
+    /// One listing, as Cloud Run lists a Job's executions.
+    async fn running_among(
+        &self,
+        handles: &[ExecutionHandle],
+        since: Timestamp,
+    ) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        let wanted: std::collections::HashSet<&ExecutionHandle> = handles.iter().collect();
+        let listed = self.list_recent(since).await?;
+        Ok(listed.into_iter().filter(|i| wanted.contains(&i.handle)).collect())
     }
 
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {

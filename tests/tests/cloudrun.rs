@@ -213,3 +213,39 @@ async fn placement_refuses_xl_and_gpu_for_other_namespaces_before_calling() {
     let caps = r.executor.capabilities();
     assert_eq!(caps.classes, vec![ResourceClass::S, ResourceClass::M, ResourceClass::L]);
 }
+
+/// The tick's poll of a batch: one `executions.list` per Job (paged), no
+/// `executions.get` per execution; a finished execution is left out, so the
+/// caller reads its status (its tasks say how it ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_among_lists_each_job_once_instead_of_a_get_per_execution() {
+    let r = rig().await;
+    let since = r.clock.now();
+    let mut handles = Vec::new();
+    for i in 0..6u8 {
+        let class = [ResourceClass::S, ResourceClass::M][usize::from(i) % 2];
+        let mut a = attempt(100 + i, Duration::from_secs(600), 1);
+        a.class = class;
+        handles.push(r.executor.submit(&a).await.expect("submit"));
+    }
+    r.fake.finish(&handles[0].0, 0);
+    let before = r.fake.calls().len();
+    let running = r.executor.running_among(&handles[1..4], since).await.expect("running");
+    let mut got: Vec<&str> = running.iter().map(|i| i.handle.0.as_str()).collect();
+    got.sort_unstable();
+    let mut want: Vec<&str> = handles[1..4].iter().map(|h| h.0.as_str()).collect();
+    want.sort_unstable();
+    assert_eq!(got, want, "the asked-for running executions, and only those");
+    let all = r.executor.running_among(&handles, since).await.expect("running");
+    assert!(all.iter().all(|i| i.handle != handles[0]), "the finished one is left to a status read");
+    let calls: Vec<_> = r.fake.calls().into_iter().skip(before).collect();
+    assert!(calls.iter().all(|c| c.method == "GET" && c.path.ends_with("/executions")), "{calls:?}");
+    let jobs = mapi_cloudrun::Inventory::new(&{
+        let mut s = Settings::new("fake-project");
+        s.env = "test".to_owned();
+        s
+    })
+    .jobs()
+    .len();
+    assert!(calls.len() <= 2 * jobs, "{} list calls for two polls of {jobs} Jobs", calls.len());
+}

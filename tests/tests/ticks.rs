@@ -179,3 +179,96 @@ async fn one_runs_failing_push_does_not_stop_the_sweep_nor_keep_the_lease() {
     assert_eq!(again["busy"], false, "the first tick released its lease: {again}");
     assert_eq!(again["errors"], 1, "and the next tick tries the refused run again: {again}");
 }
+
+/// Active runs a full-sweep measurement holds.
+const SWEPT: usize = 10_000;
+
+/// A full sweep over 10,000 running runs: each tick polls its batch with
+/// one listing of the executor's executions (Cloud Run: one
+/// `executions.list` per Job) and reads no execution's status, and its
+/// store reads are a handful per tick, not a few per run. The time of the
+/// whole sweep is printed (`--nocapture`), not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_sweep_of_ten_thousand_running_runs_lists_once_per_tick_and_reads_no_status() {
+    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let executor = Arc::new(ScriptedExecutor::default());
+    let options = Options {
+        background: false,
+        clock: clock.clone(),
+        executor: Some(executor.clone()),
+        queue: None,
+        entropy: None,
+    };
+    let p = TestPlatform::start_with(&[], options).await;
+    let ds = p.upload("x,y\n1,2\n").await;
+    let id = RunId::parse(&p.submit(json!({"method": "describe", "dataset": ds})).await).expect("id");
+    assert_eq!(p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
+    let store = p.platform.state.store.clone();
+    let template: RunDoc = mapi_schema::get(&*store, id.as_str()).await.expect("read").expect("run");
+    let attempt: AttemptDoc = mapi_schema::get(&*store, &AttemptDoc::id_of(&id, AttemptNo::FIRST))
+        .await
+        .expect("read")
+        .expect("attempt");
+    let mut rng = Rng::new(11);
+    let mut copies = Vec::with_capacity(SWEPT);
+    for _ in 1..SWEPT {
+        let mut bytes = [0u8; 10];
+        for b in &mut bytes {
+            *b = rng.below(256) as u8;
+        }
+        let run_id = RunId::generate(template.created_at(), bytes);
+        let mut stored = serde_json::to_value(&template).expect("encode");
+        stored["id"] = json!(run_id.as_str());
+        let run: RunDoc = serde_json::from_value(stored).expect("decode");
+        let mut a = attempt.clone();
+        a.run = run_id.clone();
+        let submit = AttemptSubmit {
+            run: run_id.clone(),
+            attempt: AttemptNo::FIRST,
+            nonce: a.nonce.clone(),
+            class: a.class,
+            method: "describe".to_owned(),
+            timeout: std::time::Duration::from_secs(600),
+            task_count: 1,
+            env: BTreeMap::new(),
+        };
+        a.handle = Some(executor.submit(&submit).await.expect("scripted submit"));
+        copies.push((run, a));
+    }
+    for chunk in copies.chunks(500) {
+        transact::<_, mapi_store::StoreError, _, _>(&*store, |mut tx| async move {
+            for (run, a) in chunk {
+                tx_put(&mut tx, run)?;
+                tx_put(&mut tx, a)?;
+            }
+            Ok(tx.finish(()))
+        })
+        .await
+        .expect("write copies");
+    }
+    let counts = p.platform.state.local.store.clone().expect("the SQLite store");
+    let (before, (statuses, listings)) = (counts.counts(), executor.reads());
+    let started = std::time::Instant::now();
+    let (mut polled, mut ticks) = (0u64, 0usize);
+    while polled < SWEPT as u64 {
+        let r = tick(&p).await;
+        assert_eq!((r["errors"].as_u64(), r["finalizing"].as_u64()), (Some(0), Some(0)), "{r}");
+        polled += r["polled"].as_u64().expect("polled");
+        ticks += 1;
+        assert!(ticks <= SWEPT / 500 + 1, "the sweep covers every run in {} ticks", SWEPT / 500);
+    }
+    let took = started.elapsed();
+    let after = counts.counts();
+    let (statuses, listings) = (executor.reads().0 - statuses, executor.reads().1 - listings);
+    let reads_per_tick = (after.reads - before.reads) as f64 / ticks as f64;
+    println!(
+        "full sweep of {SWEPT} running runs: {ticks} ticks, {took:?} (debug build), {listings} listings, \
+         {statuses} status reads, {reads_per_tick:.1} store reads and {} documents read per tick",
+        (after.documents_read - before.documents_read) / ticks as u64
+    );
+    assert_eq!(statuses, 0, "every execution is listed running: no status read");
+    assert_eq!(listings, ticks, "one listing per tick");
+    // The batch query, its attempts, their progress, the queued-runs query
+    // and the lease (taken, renewed every 50 runs, released).
+    assert!(reads_per_tick <= 16.0, "{reads_per_tick} store reads per tick");
+}

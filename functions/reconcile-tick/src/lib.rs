@@ -2,7 +2,12 @@
 //! every few seconds by `mapi dev`). Each tick:
 //!
 //! 1. polls the execution of every active run (dispatching, running,
-//!    cancelling): a finished or vanished execution is handed to the meter
+//!    cancelling) — one listing of the executor's recent executions for
+//!    the whole batch (on Cloud Run one `executions.list` per Job, not one
+//!    `executions.get` per run), then a `status` read only for each
+//!    execution the listing does not show running (finished, vanished, or
+//!    older than the listing reaches) — and reads the batch's attempts and
+//!    progress in one read each: a finished or vanished execution is handed to the meter
 //!    as a finalize task, once the outcome table has a verdict; a cancel not
 //!    yet confirmed is asked for again; a run without events for
 //!    `MAPI_STALL_AFTER_S` is marked stalled (the executor, not the events,
@@ -23,13 +28,14 @@
 //! themselves stay idempotent (task names deduplicate, transitions are
 //! transactional), so even a fenced-out holder's last batch does no harm.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use mapi_domain::{ExecutionStatus, RunState};
-use mapi_executor::ExecutionInfo;
+use mapi_executor::{ExecutionHandle, ExecutionInfo};
 use mapi_identity::InternalCaller;
 use mapi_lifecycle::{Rules, RunDoc, commands, verdict};
 use mapi_platform::AppState;
@@ -107,15 +113,16 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         }
         docs.extend(more.into_iter().filter(|d| !seen.contains(d.key.id())));
     }
-    for (i, doc) in docs.iter().enumerate() {
+    let runs = docs.iter().map(|d| d.decode::<RunDoc>()).collect::<Result<Vec<_>, _>>()?;
+    let batch = Batch::read(&state, &runs).await?;
+    for (i, run) in runs.iter().enumerate() {
         if i > 0 && i % FENCE_EVERY == 0 && !renew_lease(&state, &holder, lease.token).await? {
             report.fenced = true;
             tracing::warn!(token = lease.token, "the tick lease was taken over: stopping this sweep");
             return Ok(Json(report));
         }
-        let run: RunDoc = doc.decode()?;
         report.polled += 1;
-        if let Err(e) = reconcile_run(&state, &run, &mut report).await {
+        if let Err(e) = reconcile_run(&state, run, &batch, &mut report).await {
             report.errors += 1;
             tracing::warn!(run = %run.id(), error = %e, "reconciling a run failed; the next tick retries");
         }
@@ -208,10 +215,66 @@ async fn release_lease(
     .await
 }
 
-async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) -> Result<(), ApiError> {
+/// What a sweep reads once for all its runs: their current attempts and
+/// progress (one batch read each), and the executions the executor lists
+/// as running.
+struct Batch {
+    attempts: HashMap<String, AttemptDoc>,
+    progress: HashMap<String, ProgressDoc>,
+    running: HashMap<String, ExecutionInfo>,
+}
+
+impl Batch {
+    async fn read(state: &AppState, runs: &[RunDoc]) -> Result<Batch, ApiError> {
+        let ids: Vec<String> = runs.iter().map(|r| AttemptDoc::id_of(r.id(), r.attempt())).collect();
+        let attempts: HashMap<String, AttemptDoc> = read_docs(state, &ids).await?;
+        // Progress shares its attempt's id.
+        let progress = read_docs(state, &ids).await?;
+        let polled: Vec<&AttemptDoc> =
+            attempts.values().filter(|a| a.handle.is_some() && !a.finalized).collect();
+        let handles: Vec<ExecutionHandle> = polled.iter().filter_map(|a| a.handle.clone()).collect();
+        // The executor's clock may run a little behind the store's.
+        let since = polled.iter().map(|a| a.created_at).min().map(|t| t - Duration::from_secs(60));
+        let running = match since {
+            None => HashMap::new(),
+            Some(since) => match state.executor.running_among(&handles, since).await {
+                Ok(listed) => listed.into_iter().map(|i| (i.handle.0.clone(), i)).collect(),
+                Err(e) => {
+                    // Each run's status is read instead: slower, as correct.
+                    tracing::warn!(error = %e, "listing running executions failed: reading each one's status");
+                    HashMap::new()
+                }
+            },
+        };
+        Ok(Batch { attempts, progress, running })
+    }
+}
+
+/// The documents `ids` of `T`'s collection that exist, by id, in one read.
+async fn read_docs<T: Doc + serde::de::DeserializeOwned>(
+    state: &AppState,
+    ids: &[String],
+) -> Result<HashMap<String, T>, ApiError> {
+    let keys = ids.iter().map(|id| mapi_schema::key::<T>(id)).collect::<Result<Vec<_>, _>>()?;
+    let docs = state.store.get(&keys, None).await?;
+    let mut out = HashMap::with_capacity(docs.len());
+    for (id, doc) in ids.iter().zip(docs) {
+        if let Some(d) = doc {
+            out.insert(id.clone(), d.decode()?);
+        }
+    }
+    Ok(out)
+}
+
+async fn reconcile_run(
+    state: &AppState,
+    run: &RunDoc,
+    batch: &Batch,
+    report: &mut TickReport,
+) -> Result<(), ApiError> {
     let now = state.clock.now();
     let attempt_id = AttemptDoc::id_of(run.id(), run.attempt());
-    let Some(attempt) = mapi_schema::get::<AttemptDoc>(&*state.store, &attempt_id).await? else {
+    let Some(attempt) = batch.attempts.get(&attempt_id) else {
         return Ok(());
     };
     if attempt.finalized {
@@ -224,7 +287,11 @@ async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) 
         }
         return Ok(());
     };
-    let info = state.executor.status(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
+    let progress = batch.progress.get(&attempt_id);
+    let info = match batch.running.get(&handle.0) {
+        Some(listed) => listed.clone(),
+        None => state.executor.status(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?,
+    };
     match &info.status {
         ExecutionStatus::Running => {
             let backstop = Duration::from_secs(u64::from(run.timeout_s()))
@@ -238,14 +305,14 @@ async fn reconcile_run(state: &AppState, run: &RunDoc, report: &mut TickReport) 
                 state.executor.cancel(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
                 report.cancels_sent += 1;
             }
-            mark_stalled(state, run, &attempt, report).await
+            mark_stalled(state, run, attempt, progress, report).await
         }
         ExecutionStatus::NotFound => {
             // Confirm it is gone before the attempt is retried.
             state.executor.cancel(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
-            finalize(state, run, &attempt, info, report).await
+            finalize(state, run, attempt, progress, info, report).await
         }
-        _ => finalize(state, run, &attempt, info, report).await,
+        _ => finalize(state, run, attempt, progress, info, report).await,
     }
 }
 
@@ -254,6 +321,7 @@ async fn finalize(
     state: &AppState,
     run: &RunDoc,
     attempt: &AttemptDoc,
+    progress: Option<&ProgressDoc>,
     info: ExecutionInfo,
     report: &mut TickReport,
 ) -> Result<(), ApiError> {
@@ -263,13 +331,11 @@ async fn finalize(
     } else {
         attempt.clone()
     };
-    let progress: Option<ProgressDoc> =
-        mapi_schema::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
     let rules = Rules {
         event_grace: state.config.event_grace,
         retry: mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries },
     };
-    if verdict(run, &attempt, progress.as_ref(), &info.status, now, rules).is_none() {
+    if verdict(run, &attempt, progress, &info.status, now, rules).is_none() {
         return Ok(());
     }
     push_finalize(
@@ -304,11 +370,10 @@ async fn mark_stalled(
     state: &AppState,
     run: &RunDoc,
     attempt: &AttemptDoc,
+    progress: Option<&ProgressDoc>,
     report: &mut TickReport,
 ) -> Result<(), ApiError> {
     let now = state.clock.now();
-    let progress: Option<ProgressDoc> =
-        mapi_schema::get(&*state.store, &AttemptDoc::id_of(run.id(), run.attempt())).await?;
     let last = progress.map_or(attempt.submitted_at, |p| Some(p.updated_at));
     let stalled = last.is_some_and(|t| t + state.config.stall_after <= now);
     if stalled == run.stalled() {

@@ -434,6 +434,23 @@ impl Executor for CloudRunJobsExecutor {
         self.list_since(since.max(floor)).await
     }
 
+    /// One listing of each Job's executions since `since` (newest first,
+    /// paged) instead of one `executions.get` per handle. An execution the
+    /// listing does not reach (older than the adoption lookback) is simply
+    /// not returned: the caller reads its status.
+    async fn running_among(
+        &self,
+        handles: &[ExecutionHandle],
+        since: Timestamp,
+    ) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        let wanted: std::collections::HashSet<&str> = handles.iter().map(|h| h.0.as_str()).collect();
+        let listed = self.list_recent(since).await?;
+        Ok(listed
+            .into_iter()
+            .filter(|i| i.status == ExecutionStatus::Running && wanted.contains(i.handle.0.as_str()))
+            .collect())
+    }
+
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
         if !self.owns(handle) {
             return Ok(());

@@ -181,6 +181,32 @@ pub trait Executor: Send + Sync + Debug {
     /// they report `ExecutionStatus::NotFound`. A read changes nothing: retrying is safe.
     async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError>;
 
+    /// The executions among `handles` that are running, in as few calls as
+    /// the backend allows; none of them was created before `since`. The
+    /// reconcile tick polls a whole batch of active runs with it, then
+    /// reads the status of each execution it does not return. The default
+    /// asks each one's status; Cloud Run lists each Job's recent executions
+    /// instead (calls per Job, not per run).
+    ///
+    /// # Errors
+    ///
+    /// As [`Executor::status`] and [`Executor::list_recent`]: retrying is safe.
+    async fn running_among(
+        &self,
+        handles: &[ExecutionHandle],
+        since: Timestamp,
+    ) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        let _ = since;
+        let mut running = Vec::new();
+        for h in handles {
+            let info = self.status(h).await?;
+            if info.status == ExecutionStatus::Running {
+                running.push(info);
+            }
+        }
+        Ok(running)
+    }
+
     /// Executions created at or after `since`, for adoption by nonce.
     ///
     /// # Errors
