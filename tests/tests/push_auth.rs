@@ -258,6 +258,50 @@ async fn genuine_pushes_are_applied_and_a_reused_token_is_verified_once() {
     assert_eq!(refused(&m, "expired"), 1, "{m}");
 }
 
+/// What one pushed event may cost the store: a budget held as counts (the
+/// events path is CPU-bound, so its store work must stay small).
+mod event_budget {
+    /// Read calls per event: the attempt (its key checks the signature),
+    /// then in the merge's transaction its dedupe marker, the attempt again
+    /// and its progress in one read.
+    pub const READS: u64 = 2;
+    pub const DOCUMENTS_READ: u64 = 4;
+    /// The progress merge and the dedupe marker: one commit.
+    pub const COMMITS: u64 = 1;
+    pub const DOCUMENTS_WRITTEN: u64 = 2;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushed_event_costs_at_most_its_budget() {
+    let w = World::start(&[]).await;
+    let a = w.attempt(&run_id(7), 1, 1, false).await;
+    let token = w.google.push_token(w.now());
+    let started = a.event(0, 0, EventBody::Started);
+    assert_eq!(w.deliver(&token, &a.push(&started, 0)).await, "applied");
+    let store = w.p.platform.state.local.store.clone().expect("the SQLite store");
+    let before = store.counts();
+    const EVENTS: u64 = 20;
+    for n in 1..=EVENTS {
+        let e = a.event(0, n, EventBody::Metric { name: "loss".into(), value: 1.0 / n as f64 });
+        assert_eq!(w.deliver(&token, &a.push(&e, 0)).await, "applied");
+    }
+    let after = store.counts();
+    let per = |f: fn(&mapi_store::sqlite::StoreCounts) -> u64| (f(&after) - f(&before)).div_ceil(EVENTS);
+    let got = [
+        ("read calls", per(|c| c.reads), event_budget::READS),
+        ("documents read", per(|c| c.documents_read), event_budget::DOCUMENTS_READ),
+        ("commits", per(|c| c.commits), event_budget::COMMITS),
+        ("documents written", per(|c| c.documents_written), event_budget::DOCUMENTS_WRITTEN),
+    ];
+    println!("per event: {got:?}");
+    let over: Vec<String> = got
+        .iter()
+        .filter(|(_, n, b)| n > b)
+        .map(|(what, n, b)| format!("{what} per event: {n} > {b}"))
+        .collect();
+    assert!(over.is_empty(), "over budget:\n  {}", over.join("\n  "));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_and_misdirected_tokens_are_refused_before_the_body_and_counted() {
     let w = World::start(&[]).await;

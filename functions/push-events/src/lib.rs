@@ -30,7 +30,7 @@ use mapi_identity::{Audit, audit};
 use mapi_metrics::{Metrics, Rejection, Violation};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode, RawBody};
-use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_put};
 use mapi_store::transact;
 use serde::Serialize;
 
@@ -175,25 +175,32 @@ async fn push(
     };
     let (seen, attempt, event) = (&seen, &attempt, &event);
     let disposition = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let seen_key = mapi_schema::key::<EventSeenDoc>(&mapi_schema::Doc::doc_id(seen))?;
-        if tx.get(&seen_key).await?.is_some() {
+        // The marker, the attempt (re-read: the meter may have finalized
+        // meanwhile) and its progress, in one read.
+        let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
+        let keys = [
+            mapi_schema::key::<EventSeenDoc>(&mapi_schema::Doc::doc_id(seen))?,
+            mapi_schema::key::<AttemptDoc>(&id)?,
+            mapi_schema::key::<ProgressDoc>(&id)?,
+        ];
+        let [seen_doc, current, stored] =
+            <[Option<mapi_store::Document>; 3]>::try_from(tx.get_all(&keys).await?)
+                .map_err(|_| ApiError::internal("a read of three documents answered another number"))?;
+        if seen_doc.is_some() {
             return Ok(tx.finish(Disposition::Duplicate));
         }
-        // Re-read in the transaction: the meter may have finalized meanwhile.
-        let current =
-            tx_get::<AttemptDoc>(&mut tx, &AttemptDoc::id_of(&attempt.run, attempt.attempt)).await?;
-        if current.is_none_or(|a| a.finalized) {
+        if current.map(|d| d.decode::<AttemptDoc>()).transpose()?.is_none_or(|a| a.finalized) {
             return Ok(tx.finish(Disposition::AttemptEnded));
         }
-        let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
-        let mut progress = tx_get::<ProgressDoc>(&mut tx, &id).await?.unwrap_or_else(|| ProgressDoc {
-            run: attempt.run.clone(),
-            tenant: attempt.tenant.clone(),
-            project: attempt.project.clone(),
-            attempt: attempt.attempt,
-            progress: Progress::new(attempt.task_count),
-            updated_at: now,
-        });
+        let mut progress =
+            stored.map(|d| d.decode::<ProgressDoc>()).transpose()?.unwrap_or_else(|| ProgressDoc {
+                run: attempt.run.clone(),
+                tenant: attempt.tenant.clone(),
+                project: attempt.project.clone(),
+                attempt: attempt.attempt,
+                progress: Progress::new(attempt.task_count),
+                updated_at: now,
+            });
         progress.progress.apply(event);
         progress.updated_at = now;
         tx_put(&mut tx, &progress)?;
