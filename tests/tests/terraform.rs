@@ -1047,7 +1047,8 @@ fn policy_alerts_watch_jobs_run_429s_and_the_spend_cap() {
         "the metric's message is the one the executor logs"
     );
     let alert = tf.resource("google_monitoring_alert_policy", "jobs_run_throttled");
-    let condition = nested(alert.body, &["conditions", "condition_threshold"]).expect("a threshold condition");
+    let condition =
+        nested(alert.body, &["conditions", "condition_threshold"]).expect("a threshold condition");
     assert!(
         src_at(condition, &["filter"])
             .contains("logging.googleapis.com/user/${google_logging_metric.jobs_run_throttled.name}"),
@@ -1304,7 +1305,8 @@ fn template_matches(template: &str, path: &str) -> bool {
     let one = |s: &str| s == "*" || (s.starts_with('{') && s.ends_with("=*}"));
     let rest = |s: &str| s == "**" || (s.starts_with('{') && s.ends_with("=**}"));
     if let Some(i) = t.iter().position(|s| rest(s)) {
-        return p.len() > i && t[..i].iter().zip(&p).all(|(t, p)| if one(t) { !p.is_empty() } else { t == p });
+        return p.len() > i
+            && t[..i].iter().zip(&p).all(|(t, p)| if one(t) { !p.is_empty() } else { t == p });
     }
     t.len() == p.len() && t.iter().zip(&p).all(|(t, p)| if one(t) { !p.is_empty() } else { t == p })
 }
@@ -1333,10 +1335,13 @@ fn entry_target(tf: &Tf, path: &str) -> Option<String> {
     };
     let rules = rows.iter().map(|row| {
         let Expression::Object(o) = row else { panic!("an entry route is an object") };
-        let get = |k: &str| o.iter().find(|(key, _)| key_of(key) == k).and_then(|(_, v)| lit(v)).unwrap_or_default();
+        let get = |k: &str| {
+            o.iter().find(|(key, _)| key_of(key) == k).and_then(|(_, v)| lit(v)).unwrap_or_default()
+        };
         EntryRule { service: get("service"), kind: get("match"), path: get("path") }
     });
-    let default = lit(attr(call(tf, "entry"), "default_service").expect("a default service")).expect("a literal");
+    let default =
+        lit(attr(call(tf, "entry"), "default_service").expect("a default service")).expect("a literal");
     Some(rules.into_iter().find(|r| r.matches(path)).map_or(default, |r| r.service))
 }
 
@@ -1375,7 +1380,10 @@ fn contract_the_entry_sends_every_public_route_to_its_service() {
         let shared = table.iter().any(|r| r[0] == "submit" && r[1] == *method && r[2] == row[2]);
         let want = if shared { "submit-api" } else { tf_name(service_of(service)) };
         if target.as_deref() != Some(want) {
-            bad.push(format!("{method} {} ({caller}): the entry sends it to {target:?}, {want} serves it", row[2]));
+            bad.push(format!(
+                "{method} {} ({caller}): the entry sends it to {target:?}, {want} serves it",
+                row[2]
+            ));
         }
     }
     assert_none("the entry's routes", bad);
@@ -1384,11 +1392,15 @@ fn contract_the_entry_sends_every_public_route_to_its_service() {
     let first = blocks(nested(url_map.body, &["path_matcher"]).expect("a path matcher"), "route_rules");
     let refusal = first.first().expect("a first route rule");
     assert_eq!(src_at(refusal, &["priority"]), "1");
-    let refused = refusal.blocks().find(|b| b.identifier() == "dynamic").map(|b| src_at(b.body(), &["for_each"]));
+    let refused =
+        refusal.blocks().find(|b| b.identifier() == "dynamic").map(|b| src_at(b.body(), &["for_each"]));
     assert_eq!(refused.as_deref(), Some("var.refused_prefixes"), "the refusal matches the refused prefixes");
     assert!(attr(entry, "refused_prefixes").is_none(), "the platform keeps the entry's refusals");
     let abort = nested(refusal, &["route_action", "fault_injection_policy", "abort"]).expect("an abort");
-    assert_eq!((src_at(abort, &["http_status"]), src_at(abort, &["percentage"])), ("404".into(), "100".into()));
+    assert_eq!(
+        (src_at(abort, &["http_status"]), src_at(abort, &["percentage"])),
+        ("404".into(), "100".into())
+    );
 }
 
 /// The service a route-table row names.

@@ -127,13 +127,16 @@ impl FsObjectStore {
         conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(db_err)?;
         conn.pragma_update(None, "synchronous", "FULL").map_err(db_err)?;
+        // One transaction, one sync, for the whole schema.
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS objects (
+            "BEGIN IMMEDIATE;
+             CREATE TABLE IF NOT EXISTS objects (
                 bucket TEXT NOT NULL, key TEXT NOT NULL, generation INTEGER NOT NULL,
                 size INTEGER NOT NULL, content_type TEXT NOT NULL, created INTEGER NOT NULL,
                 PRIMARY KEY (bucket, key)) WITHOUT ROWID;
              CREATE TABLE IF NOT EXISTS object_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-             INSERT OR IGNORE INTO object_meta (name, value) VALUES ('generation_seq', 0);",
+             INSERT OR IGNORE INTO object_meta (name, value) VALUES ('generation_seq', 0);
+             COMMIT;",
         )
         .map_err(db_err)?;
         let mut conn = conn;
