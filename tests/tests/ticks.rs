@@ -25,33 +25,19 @@ async fn tick(p: &TestPlatform) -> serde_json::Value {
     body
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
-    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
-    let executor = Arc::new(ScriptedExecutor::default());
-    let options = Options {
-        background: false,
-        clock: clock.clone(),
-        executor: Some(executor.clone()),
-        queue: None,
-        entropy: None,
-    };
-    let p = TestPlatform::start_with(&[], options).await;
-    let ds = p.upload("x,y\n1,2\n").await;
-
-    // One run through the API to cancelling, then 999 copies of it.
-    let id = RunId::parse(&p.submit(json!({"method": "describe", "dataset": ds})).await).expect("id");
-    assert_eq!(p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
-    assert_eq!(p.cancel(p.token(), id.as_str()).await.0, 202);
+/// Writes `n - 1` copies of run `id` (already dispatched) and its first
+/// attempt under new seeded ids, each copy's execution submitted to
+/// `executor`, so the store holds `n` runs like it.
+async fn copy_run(p: &TestPlatform, executor: &ScriptedExecutor, id: &RunId, n: usize, seed: u64) {
     let store = p.platform.state.store.clone();
     let template: RunDoc = mapi_schema::get(&*store, id.as_str()).await.expect("read").expect("run");
-    let attempt: AttemptDoc = mapi_schema::get(&*store, &AttemptDoc::id_of(&id, AttemptNo::FIRST))
+    let attempt: AttemptDoc = mapi_schema::get(&*store, &AttemptDoc::id_of(id, AttemptNo::FIRST))
         .await
         .expect("read")
         .expect("attempt");
-    let mut rng = Rng::new(7);
-    let mut copies = Vec::new();
-    for _ in 1..RUNS {
+    let mut rng = Rng::new(seed);
+    let mut copies = Vec::with_capacity(n);
+    for _ in 1..n {
         let mut bytes = [0u8; 10];
         for b in &mut bytes {
             *b = rng.below(256) as u8;
@@ -78,7 +64,7 @@ async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
         a.handle = Some(executor.submit(&submit).await.expect("scripted submit"));
         copies.push((run, a));
     }
-    for chunk in copies.chunks(100) {
+    for chunk in copies.chunks(500) {
         transact::<_, mapi_store::StoreError, _, _>(&*store, |mut tx| async move {
             for (run, a) in chunk {
                 tx_put(&mut tx, run)?;
@@ -89,6 +75,27 @@ async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
         .await
         .expect("write copies");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
+    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let executor = Arc::new(ScriptedExecutor::default());
+    let options = Options {
+        background: false,
+        clock: clock.clone(),
+        executor: Some(executor.clone()),
+        queue: None,
+        entropy: None,
+    };
+    let p = TestPlatform::start_with(&[], options).await;
+    let ds = p.upload("x,y\n1,2\n").await;
+
+    // One run through the API to cancelling, then 999 copies of it.
+    let id = RunId::parse(&p.submit(json!({"method": "describe", "dataset": ds})).await).expect("id");
+    assert_eq!(p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
+    assert_eq!(p.cancel(p.token(), id.as_str()).await.0, 202);
+    copy_run(&p, &executor, &id, RUNS, 7).await;
     let before = executor.cancelled().len();
 
     // Two ticks at once: one works, the other finds the lease held.
@@ -203,49 +210,7 @@ async fn a_full_sweep_of_ten_thousand_running_runs_lists_once_per_tick_and_reads
     let ds = p.upload("x,y\n1,2\n").await;
     let id = RunId::parse(&p.submit(json!({"method": "describe", "dataset": ds})).await).expect("id");
     assert_eq!(p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
-    let store = p.platform.state.store.clone();
-    let template: RunDoc = mapi_schema::get(&*store, id.as_str()).await.expect("read").expect("run");
-    let attempt: AttemptDoc = mapi_schema::get(&*store, &AttemptDoc::id_of(&id, AttemptNo::FIRST))
-        .await
-        .expect("read")
-        .expect("attempt");
-    let mut rng = Rng::new(11);
-    let mut copies = Vec::with_capacity(SWEPT);
-    for _ in 1..SWEPT {
-        let mut bytes = [0u8; 10];
-        for b in &mut bytes {
-            *b = rng.below(256) as u8;
-        }
-        let run_id = RunId::generate(template.created_at(), bytes);
-        let mut stored = serde_json::to_value(&template).expect("encode");
-        stored["id"] = json!(run_id.as_str());
-        let run: RunDoc = serde_json::from_value(stored).expect("decode");
-        let mut a = attempt.clone();
-        a.run = run_id.clone();
-        let submit = AttemptSubmit {
-            run: run_id.clone(),
-            attempt: AttemptNo::FIRST,
-            nonce: a.nonce.clone(),
-            class: a.class,
-            method: "describe".to_owned(),
-            timeout: std::time::Duration::from_secs(600),
-            task_count: 1,
-            env: BTreeMap::new(),
-        };
-        a.handle = Some(executor.submit(&submit).await.expect("scripted submit"));
-        copies.push((run, a));
-    }
-    for chunk in copies.chunks(500) {
-        transact::<_, mapi_store::StoreError, _, _>(&*store, |mut tx| async move {
-            for (run, a) in chunk {
-                tx_put(&mut tx, run)?;
-                tx_put(&mut tx, a)?;
-            }
-            Ok(tx.finish(()))
-        })
-        .await
-        .expect("write copies");
-    }
+    copy_run(&p, &executor, &id, SWEPT, 11).await;
     let counts = p.platform.state.local.store.clone().expect("the SQLite store");
     let (before, (statuses, listings)) = (counts.counts(), executor.reads());
     let started = std::time::Instant::now();
