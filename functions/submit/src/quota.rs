@@ -34,10 +34,11 @@ fn budget_of(token: Option<&TokenDoc>) -> Option<TokenBudget> {
 }
 
 /// Reads what admission looks at (the tenant's policy, the kill switches
-/// and the counters' shards, in one batch), checks `ask` against it and
-/// plans its reservation. `tier` is the tenant's, as the caller's
-/// authorization read it. `seed` (the run's or dataset's id) picks the
-/// counter shards it starts from.
+/// and the shards of the counters `ask`'s checks need, in one batch; the
+/// platform's spend in a second read only when a spend cap can stop it),
+/// checks `ask` against it and plans its reservation. `tier` is the
+/// tenant's, as the caller's authorization read it. `seed` (the run's or
+/// dataset's id) picks the counter shards it starts from.
 pub async fn plan(
     state: &AppState,
     now: Timestamp,
@@ -48,7 +49,7 @@ pub async fn plan(
     seed: &str,
 ) -> Result<Result<Plan, Refusal>, ApiError> {
     let budget = budget_of(token);
-    let names = CounterNames::of(tenant, now, token.map(TokenDoc::public_id).zip(budget.as_ref()));
+    let mut names = CounterNames::of(tenant, now, ask, token.map(TokenDoc::public_id).zip(budget.as_ref()));
     let mut keys = vec![
         mapi_schema::key::<QuotaPolicyDoc>(tenant.as_str())?,
         mapi_schema::key::<KillSwitchDoc>(KillSwitchDoc::ID)?,
@@ -58,13 +59,16 @@ pub async fn plan(
     let policy = docs[0].as_ref().map(|d| d.decode::<QuotaPolicyDoc>()).transpose()?.map(|p| p.policy);
     let switches = docs[1].as_ref().map(|d| d.decode::<KillSwitchDoc>()).transpose()?;
     let switches = switches.map(|k| k.switches).unwrap_or_default();
-    let counters = counters::Sharded::decode_all(names.list(), &docs[2..])?;
+    let mut counters = counters::Sharded::decode_all(names.list(), &docs[2..])?;
+    if let Some(spend) = names.add_spend(&switches, tier, now) {
+        counters.extend(counters::read_all(&*state.store, &[spend.to_owned()]).await?);
+    }
     let platform = Limits {
         concurrent_runs: Some(state.config.platform_concurrent_runs),
         max_items_per_job: Some(state.config.jobs.max_items),
         ..platform_limits()
     };
-    let read = Read { counters: &counters, policy: policy.as_ref(), switches: &switches };
+    let read = Read { names: &names, counters: &counters, policy: policy.as_ref(), switches: &switches };
     let asked = Asked { now, tier, budget: budget.as_ref(), platform: &platform, ask, seed };
     mapi_quota::plan(&read, &asked).map_err(|e| ApiError::unavailable(e.to_string(), 1))
 }

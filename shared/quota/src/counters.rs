@@ -71,10 +71,13 @@
 //!
 //! # Reading
 //!
-//! Admission reads every shard of its counters and their legacy documents in one
-//! batch read outside any transaction, with the tenant's policy and the kill
-//! switches: 78 documents with a budgeted token, 51 of them the platform's three
-//! counters. That read is the price of spreading the writes. A retry's renewal
+//! Admission reads every shard of the counters its request's checks look at,
+//! and their legacy documents, in one batch read outside any transaction,
+//! with the tenant's policy and the kill switches (see `mapi_quota::plan`): a
+//! run with a budgeted token reads 42 counter documents, 17 of them the
+//! platform's slots; an upload reads 10. The platform's spend (17 more) is
+//! read only while a spend cap is set. That read is the price of spreading
+//! the writes. A retry's renewal
 //! reads only its budgets' shards, inside the finalize transaction.
 //!
 //! # Reservations

@@ -4,6 +4,13 @@
 //!
 //! Pure: the caller reads [`CounterNames::list`] (with the tenant's policy
 //! and the kill switches) in one batch, and passes what it read.
+//!
+//! Only the counters the request's checks look at are named, so what
+//! admission reads stays small: an upload reads the tenant's total and
+//! minute counters; a job adds the tenant's day and month; a run adds the
+//! platform's slots. The platform's spend in the cap's period is read only
+//! when a cap is set and the tenant is not internal, which the kill
+//! switches (read first, with the policy) say.
 
 use mapi_domain::{TenantId, Tier, Timestamp};
 
@@ -11,38 +18,63 @@ use crate::counters::{self, Bumps, CounterDoc, Hold, Reservation, Sharded, field
 use crate::{Ask, KillSwitches, Limits, Period, Policy, Refusal, TokenBudget, Usage, admit, effective};
 
 /// The counters one admission looks at, in the order [`CounterNames::list`]
-/// gives them.
+/// gives them, and where each is in that list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CounterNames {
     names: Vec<String>,
+    day: Option<usize>,
+    month: Option<usize>,
+    platform: Option<usize>,
+    spend: Option<usize>,
+    token: Option<usize>,
 }
 
-/// Positions in [`CounterNames::list`].
+/// Positions in [`CounterNames::list`] of the counters every request reads.
 const TOTAL: usize = 0;
-const DAY: usize = 1;
-const MONTH: usize = 2;
-const MINUTE: usize = 3;
-const PLATFORM: usize = 4;
-const PLATFORM_DAY: usize = 5;
-const PLATFORM_MONTH: usize = 6;
-const TOKEN: usize = 7;
+const MINUTE: usize = 1;
 
 impl CounterNames {
-    /// The tenant's counters (now, this day, month and minute), the
-    /// platform's (now, both spend periods: the kill switches say which
-    /// counts), and the token's budget period when it has a budget.
-    pub fn of(tenant: &TenantId, now: Timestamp, token: Option<(&str, &TokenBudget)>) -> CounterNames {
-        let mut names = vec![
-            counters::tenant(tenant),
-            counters::tenant_period(tenant, Period::Day, now),
-            counters::tenant_period(tenant, Period::Month, now),
-            counters::tenant_minute(tenant, now),
-            counters::PLATFORM.to_owned(),
-            counters::platform_period(Period::Day, now),
-            counters::platform_period(Period::Month, now),
-        ];
-        names.extend(token.map(|(id, b)| counters::token_period(id, b.period, now)));
-        CounterNames { names }
+    /// The counters `ask`'s checks look at: the tenant's (now and this
+    /// minute; this day and month for compute), the token's budget period
+    /// when it has one (for compute) and the platform's slots (for a run).
+    /// The platform's spend is named after the kill switches are read
+    /// ([`CounterNames::add_spend`]).
+    pub fn of(tenant: &TenantId, now: Timestamp, ask: &Ask, token: Option<(&str, &TokenBudget)>) -> CounterNames {
+        let mut c = CounterNames {
+            names: vec![counters::tenant(tenant), counters::tenant_minute(tenant, now)],
+            day: None,
+            month: None,
+            platform: None,
+            spend: None,
+            token: None,
+        };
+        let compute = !matches!(ask, Ask::Upload { .. });
+        if compute {
+            c.day = Some(c.push(counters::tenant_period(tenant, Period::Day, now)));
+            c.month = Some(c.push(counters::tenant_period(tenant, Period::Month, now)));
+            c.token = token.map(|(id, b)| c.push(counters::token_period(id, b.period, now)));
+        }
+        if matches!(ask, Ask::Run { .. }) {
+            c.platform = Some(c.push(counters::PLATFORM.to_owned()));
+        }
+        c
+    }
+
+    /// Adds the platform's spend counter in the cap's period when the
+    /// kill switches set a cap that can stop this request (compute, a tenant
+    /// that is not internal), and returns its name to read.
+    pub fn add_spend(&mut self, switches: &KillSwitches, tier: Tier, now: Timestamp) -> Option<&str> {
+        if self.spend.is_some() || !needs_spend(self, switches, tier) {
+            return None;
+        }
+        let at = self.push(counters::platform_period(switches.spend_cap_period, now));
+        self.spend = Some(at);
+        Some(&self.names[at])
+    }
+
+    fn push(&mut self, name: String) -> usize {
+        self.names.push(name);
+        self.names.len() - 1
     }
 
     /// The names, to read with one batch ([`counters::keys`]).
@@ -51,10 +83,11 @@ impl CounterNames {
     }
 }
 
-/// What admission read: the counters of [`CounterNames`], in its order,
-/// the tenant's policy and the kill switches.
+/// What admission read: the counters of `names`, in its order, the tenant's
+/// policy and the kill switches.
 #[derive(Debug, Clone)]
 pub struct Read<'a> {
+    pub names: &'a CounterNames,
     pub counters: &'a [Sharded],
     pub policy: Option<&'a Policy>,
     pub switches: &'a KillSwitches,
@@ -103,18 +136,24 @@ fn limit(n: Option<impl Into<u64>>) -> Option<i64> {
     n.map(|n| i64::try_from(n.into()).unwrap_or(i64::MAX))
 }
 
-/// What is in use now, from the sums of the counters read.
-fn usage(sums: &[CounterDoc], switches: &KillSwitches) -> Usage {
-    let spend = if switches.spend_cap_period == Period::Day { PLATFORM_DAY } else { PLATFORM_MONTH };
+/// Whether the spend cap can stop a request that reads `names`.
+fn needs_spend(names: &CounterNames, switches: &KillSwitches, tier: Tier) -> bool {
+    switches.spend_cap_micros.is_some() && tier != Tier::Internal && names.day.is_some()
+}
+
+/// What is in use now, from the sums of the counters read (zero for a
+/// counter not read: no check of this request looks at it).
+fn usage(names: &CounterNames, sums: &[CounterDoc]) -> Usage {
+    let at = |i: Option<usize>| i.and_then(|i| sums.get(i)).cloned().unwrap_or_default();
     Usage {
-        token_vcpu_ms: sums.get(TOKEN).map_or(0, CounterDoc::vcpu_ms),
+        token_vcpu_ms: at(names.token).vcpu_ms(),
         tenant_requests_this_minute: clamp_u32(sums[MINUTE].requests),
         tenant_active_runs: clamp_u32(sums[TOTAL].active_runs),
-        tenant_vcpu_ms_day: sums[DAY].vcpu_ms(),
-        tenant_vcpu_ms_month: sums[MONTH].vcpu_ms(),
+        tenant_vcpu_ms_day: at(names.day).vcpu_ms(),
+        tenant_vcpu_ms_month: at(names.month).vcpu_ms(),
         tenant_storage_bytes: u64::try_from(sums[TOTAL].storage_bytes).unwrap_or(0),
-        platform_active_runs: clamp_u32(sums[PLATFORM].active_runs),
-        platform_spend_micros: sums[spend].spend_micros,
+        platform_active_runs: clamp_u32(at(names.platform).active_runs),
+        platform_spend_micros: at(names.spend).spend_micros,
     }
 }
 
@@ -127,14 +166,19 @@ fn usage(sums: &[CounterDoc], switches: &KillSwitches) -> Usage {
 /// [`counters`]): that is [`NoRoom`], a race to be planned again.
 ///
 /// # Panics
-/// If `read.counters` is not what [`CounterNames::of`] named (seven
-/// counters, and the token's when `asked.budget` is set).
+/// If `read.counters` is not what `read.names` lists, or `read.names` was
+/// not made for `asked.ask` (with [`CounterNames::add_spend`] called on
+/// `read.switches`).
 pub fn plan(read: &Read<'_>, asked: &Asked<'_>) -> Result<Result<Plan, Refusal>, NoRoom> {
-    let c = read.counters;
-    assert_eq!(c.len(), TOKEN + usize::from(asked.budget.is_some()), "the counters CounterNames::of named");
+    let (c, names) = (read.counters, read.names);
+    assert_eq!(c.len(), names.list().len(), "the counters read.names lists");
+    assert!(
+        names.spend.is_some() || !needs_spend(names, read.switches, asked.tier),
+        "a spend cap is set: the platform's spend is read (CounterNames::add_spend)"
+    );
     let sums: Vec<CounterDoc> = c.iter().map(Sharded::total).collect();
     let limits = effective(asked.tier, read.policy);
-    let usage = usage(&sums, read.switches);
+    let usage = usage(names, &sums);
     let checked =
         admit(asked.now, asked.tier, asked.budget, &limits, asked.platform, read.switches, &usage, asked.ask);
     if let Err(refusal) = checked {
@@ -158,15 +202,17 @@ pub fn plan(read: &Read<'_>, asked: &Asked<'_>) -> Result<Result<Plan, Refusal>,
                 }
                 Ok::<_, NoRoom>(())
             };
-            if let (Some(token), Some(b)) = (c.get(TOKEN), asked.budget) {
+            let named = |i: Option<usize>| &c[i.expect("a run's counters are named for a run")];
+            if let (Some(token), Some(b)) = (names.token.map(|i| &c[i]), asked.budget) {
                 budget_takes(&mut bumps, token, limit_ms(Some(b.vcpu_seconds)))?;
             }
             bumps.take(field::REQUESTS, &requests);
             let tenant_slot = take(&c[TOTAL], field::ACTIVE, 1, limit(limits.concurrent_runs))?;
             bumps.take(field::ACTIVE, &tenant_slot);
-            budget_takes(&mut bumps, &c[DAY], limit_ms(limits.vcpu_seconds_per_day))?;
-            budget_takes(&mut bumps, &c[MONTH], limit_ms(limits.vcpu_seconds_per_month))?;
-            let platform_slot = take(&c[PLATFORM], field::ACTIVE, 1, limit(asked.platform.concurrent_runs))?;
+            budget_takes(&mut bumps, named(names.day), limit_ms(limits.vcpu_seconds_per_day))?;
+            budget_takes(&mut bumps, named(names.month), limit_ms(limits.vcpu_seconds_per_month))?;
+            let platform_slot =
+                take(named(names.platform), field::ACTIVE, 1, limit(asked.platform.concurrent_runs))?;
             bumps.take(field::ACTIVE, &platform_slot);
             Some(Reservation {
                 vcpu_ms: *vcpu_ms,
@@ -203,10 +249,13 @@ mod tests {
         Timestamp::parse_rfc3339("2026-12-01T10:00:00Z").expect("time")
     }
 
-    /// The counters `names` as read, with `active` runs on the tenant's
-    /// shard 0 and nothing else.
-    fn read_with(names: &CounterNames, active: i64) -> Vec<Sharded> {
-        let mut c: Vec<Sharded> = names
+    fn acme() -> TenantId {
+        TenantId::parse("acme").expect("tenant")
+    }
+
+    /// The counters `names` as read, all zero.
+    fn zeros(names: &CounterNames) -> Vec<Sharded> {
+        names
             .list()
             .iter()
             .map(|n| Sharded {
@@ -214,27 +263,90 @@ mod tests {
                 legacy: CounterDoc::default(),
                 shards: vec![CounterDoc::default(); counters::shards_of(n) as usize],
             })
-            .collect();
-        c[TOTAL].shards[0].active_runs = active;
-        c
+            .collect()
     }
 
     fn run() -> Ask {
         Ask::Run { class: ResourceClass::S, task_count: 1, vcpu_ms: 60_000, plugin: false }
     }
 
-    fn plan_for(tier: Tier, c: &[Sharded], ask: &Ask) -> Result<Result<Plan, Refusal>, NoRoom> {
-        let (switches, platform) = (KillSwitches::default(), crate::platform_limits());
-        let read = Read { counters: c, policy: None, switches: &switches };
+    /// Plans `ask` for acme under `switches`, on counters read as zeros
+    /// then changed by `edit`.
+    fn plan_with(
+        tier: Tier,
+        ask: &Ask,
+        switches: &KillSwitches,
+        edit: impl FnOnce(&CounterNames, &mut [Sharded]),
+    ) -> Result<Result<Plan, Refusal>, NoRoom> {
+        let mut names = CounterNames::of(&acme(), now(), ask, None);
+        names.add_spend(switches, tier, now());
+        let mut c = zeros(&names);
+        edit(&names, &mut c);
+        let platform = crate::platform_limits();
+        let read = Read { names: &names, counters: &c, policy: None, switches };
         plan(&read, &Asked { now: now(), tier, budget: None, platform: &platform, ask, seed: "run_1" })
+    }
+
+    fn plan_for(
+        tier: Tier,
+        ask: &Ask,
+        edit: impl FnOnce(&CounterNames, &mut [Sharded]),
+    ) -> Result<Result<Plan, Refusal>, NoRoom> {
+        plan_with(tier, ask, &KillSwitches::default(), edit)
+    }
+
+    fn active(n: i64) -> impl FnOnce(&CounterNames, &mut [Sharded]) {
+        move |_, c| c[TOTAL].shards[0].active_runs = n
+    }
+
+    #[test]
+    fn each_request_reads_only_the_counters_its_checks_look_at() {
+        let budget = TokenBudget { vcpu_seconds: 10, period: Period::Month };
+        let token = Some(("tok1", &budget));
+        let count = |ask: &Ask, token| CounterNames::of(&acme(), now(), ask, token).list().to_vec();
+        let upload = count(&Ask::Upload { bytes: 1 }, token);
+        assert_eq!(upload.len(), 2, "the tenant's total and minute: {upload:?}");
+        assert_eq!(count(&Ask::Job { items: 1 }, None).len(), 4, "and the day and month");
+        let a_run = count(&run(), token);
+        assert_eq!(a_run.len(), 6, "and the token's budget and the platform's slots: {a_run:?}");
+        assert!(a_run.iter().all(|n| !n.starts_with("platform@")), "no spend without a cap: {a_run:?}");
+        let capped = KillSwitches { spend_cap_micros: Some(1), ..KillSwitches::default() };
+        let mut names = CounterNames::of(&acme(), now(), &run(), None);
+        assert_eq!(names.add_spend(&capped, Tier::Public, now()), Some("platform@2026-12"));
+        assert_eq!(names.add_spend(&capped, Tier::Public, now()), None, "named once");
+        let mut internal = CounterNames::of(&acme(), now(), &run(), None);
+        assert_eq!(internal.add_spend(&capped, Tier::Internal, now()), None, "the cap does not stop them");
+        let mut upload = CounterNames::of(&acme(), now(), &Ask::Upload { bytes: 1 }, None);
+        assert_eq!(upload.add_spend(&capped, Tier::Public, now()), None, "an upload starts no compute");
+    }
+
+    #[test]
+    fn the_spend_cap_refuses_compute_from_the_spend_read() {
+        let capped = KillSwitches { spend_cap_micros: Some(500), ..KillSwitches::default() };
+        let spent = |names: &CounterNames, c: &mut [Sharded]| {
+            c[names.spend.expect("named")].shards[3].spend_micros = 500;
+        };
+        let r = plan_with(Tier::Public, &run(), &capped, spent).expect("checked");
+        assert_eq!(r.expect_err("at the cap").limit, "spend_cap");
+        let r = plan_with(Tier::Internal, &run(), &capped, |_, _| {}).expect("checked");
+        assert!(r.is_ok(), "internal tenants pass the cap");
+    }
+
+    #[test]
+    #[should_panic(expected = "a spend cap is set")]
+    fn a_plan_without_the_spend_read_under_a_cap_is_refused_loudly() {
+        let capped = KillSwitches { spend_cap_micros: Some(500), ..KillSwitches::default() };
+        let names = CounterNames::of(&acme(), now(), &run(), None);
+        let (c, platform) = (zeros(&names), crate::platform_limits());
+        let read = Read { names: &names, counters: &c, policy: None, switches: &capped };
+        let asked =
+            Asked { now: now(), tier: Tier::Public, budget: None, platform: &platform, ask: &run(), seed: "r" };
+        let _ = plan(&read, &asked);
     }
 
     #[test]
     fn an_admitted_run_holds_a_tenant_and_a_platform_slot_and_its_compute() {
-        let t = TenantId::parse("acme").expect("tenant");
-        let names = CounterNames::of(&t, now(), None);
-        assert_eq!(names.list().len(), TOKEN, "no token counter without a budget");
-        let plan = plan_for(Tier::Public, &read_with(&names, 0), &run()).expect("room").expect("admitted");
+        let plan = plan_for(Tier::Public, &run(), active(0)).expect("room").expect("admitted");
         let r = plan.reservation.expect("a run reserves");
         assert_eq!(r.vcpu_ms, 60_000);
         assert_eq!(r.slots.len(), 2, "{:?}", r.slots);
@@ -249,34 +361,31 @@ mod tests {
 
     #[test]
     fn a_refusal_names_the_limit_and_writes_nothing() {
-        let t = TenantId::parse("acme").expect("tenant");
-        let names = CounterNames::of(&t, now(), None);
-        let full = read_with(&names, 2);
-        let r = plan_for(Tier::Public, &full, &run()).expect("checked").expect_err("at the limit");
+        let r = plan_for(Tier::Public, &run(), active(2)).expect("checked").expect_err("at the limit");
         assert_eq!(r.limit, "concurrent_runs");
-        let job = plan_for(Tier::Public, &full, &Ask::Job { items: 10 }).expect("checked");
+        let job = plan_for(Tier::Public, &Ask::Job { items: 10 }, active(2)).expect("checked");
         let job = job.expect("a job takes no run slot");
         assert!(job.reservation.is_none());
-        let big = plan_for(Tier::Public, &full, &Ask::Job { items: 1_001 }).expect("checked");
+        let big = plan_for(Tier::Public, &Ask::Job { items: 1_001 }, active(2)).expect("checked");
         assert_eq!(big.expect_err("over the tier's items per job").limit, "max_items_per_job");
     }
 
     #[test]
     fn a_slot_comes_from_a_shard_with_room_when_the_seeds_is_full() {
-        let t = TenantId::parse("acme").expect("tenant");
-        let names = CounterNames::of(&t, now(), None);
         // The public tier allows 2 runs: shares over 4 shards are 1, 1, 0, 0.
-        let first = plan_for(Tier::Public, &read_with(&names, 0), &run()).expect("room").expect("admitted");
+        let first = plan_for(Tier::Public, &run(), active(0)).expect("room").expect("admitted");
         let seeds = first.reservation.expect("reserved").slots[0].clone();
         let k: usize = seeds.rsplit_once('#').expect("a shard").1.parse().expect("index");
-        let mut c = read_with(&names, 0);
-        c[TOTAL].shards[k].active_runs = 1;
         let other: u32 = if k == 0 { 1 } else { 0 };
-        let second = plan_for(Tier::Public, &c, &run()).expect("room").expect("admitted");
+        let taken = move |_: &CounterNames, c: &mut [Sharded]| c[TOTAL].shards[k].active_runs = 1;
+        let second = plan_for(Tier::Public, &run(), taken).expect("room").expect("admitted");
         let slot = &second.reservation.expect("reserved").slots[0];
         assert_eq!(slot, &counters::shard_id("tenant:acme", other), "the other shard with a share");
-        c[TOTAL].shards[other as usize].active_runs = 1;
-        let third = plan_for(Tier::Public, &c, &run()).expect("checked");
+        let both = move |_: &CounterNames, c: &mut [Sharded]| {
+            c[TOTAL].shards[k].active_runs = 1;
+            c[TOTAL].shards[other as usize].active_runs = 1;
+        };
+        let third = plan_for(Tier::Public, &run(), both).expect("checked");
         assert_eq!(third.expect_err("both shares taken").limit, "concurrent_runs");
     }
 }
