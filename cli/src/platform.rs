@@ -49,6 +49,18 @@ pub enum BenchCmd {
         #[arg(long, default_value = "full")]
         sync: String,
     },
+    /// Full sweeps of the reconcile tick over running runs on a scripted executor: time, listings, reads, memory.
+    Tick {
+        /// Running runs the store holds.
+        #[arg(long, default_value_t = 10_000)]
+        runs: usize,
+        /// Sweeps timed.
+        #[arg(long, default_value_t = 5)]
+        sweeps: usize,
+        /// SQLite synchronous setting: full or normal.
+        #[arg(long, default_value = "full")]
+        sync: String,
+    },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
         /// A function binary, e.g. target/release/mapi-submit.
@@ -113,6 +125,9 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         BenchCmd::Jobs { sizes, samples, e2e_items, sync } => serde_json::to_value(
             crate::bench::jobs(dir.path(), &sizes, samples.max(1), e2e_items.max(1), durability(&sync)?)
                 .await?,
+        )?,
+        BenchCmd::Tick { runs, sweeps, sync } => serde_json::to_value(
+            crate::bench::tick(dir.path(), runs.max(1), sweeps.max(1), durability(&sync)?).await?,
         )?,
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?

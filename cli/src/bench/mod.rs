@@ -19,6 +19,12 @@
 //!   submit to its last item, with the deliverer running.
 //! - `cold-start`: a function binary from process start to its first 200
 //!   from `/health`, its size on disk and its resident memory when idle.
+//! - `tick`: full sweeps of the reconcile tick over thousands of running
+//!   runs on a scripted executor (see [`tick`]).
+
+mod tick;
+
+pub use tick::{TickReport, tick};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -64,7 +70,7 @@ pub async fn submit(
     // Every run stays queued (nothing dispatches), so concurrency limits
     // are lifted for the measurement; the admission checks still run.
     let lifted = [("MAPI_PLATFORM_CONCURRENT_RUNS", u32::MAX.to_string())];
-    let platform = bench_platform(&home, sync, false, &lifted).await?;
+    let platform = bench_platform(&home, sync, false, &lifted, None).await?;
     let creds = platform.credentials.clone();
     let lifted = mapi_schema::QuotaPolicyDoc {
         tenant: creds.tenant.clone(),
@@ -196,12 +202,15 @@ pub struct ColdStartReport {
 }
 
 fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A line of `/proc/{pid}/status` in KiB (`VmRSS:`, `VmHWM:`); 0 when unknown.
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
 }
@@ -408,7 +417,7 @@ pub async fn events(
         ("MAPI_PUBSUB_PUSH_SUBSCRIPTIONS", PUSH_SUBSCRIPTION.to_owned()),
         ("MAPI_GOOGLE_JWKS_URL", jwks_url.clone()),
     ];
-    let platform = bench_platform(&home, sync, false, &push).await?;
+    let platform = bench_platform(&home, sync, false, &push, None).await?;
 
     // Running attempts, as the dispatcher writes them.
     let now = clock.now();
@@ -584,12 +593,14 @@ pub struct JobsReport {
 }
 
 /// The platform a benchmark measures: the embedded defaults in `home` with
-/// `sync`, plus the `extra` settings, with its background work on or off.
+/// `sync`, plus the `extra` settings, with its background work on or off,
+/// on `executor` when one is given.
 async fn bench_platform(
     home: &Path,
     sync: &str,
     background: bool,
     extra: &[(&str, String)],
+    executor: Option<Arc<dyn mapi_executor::Executor>>,
 ) -> Result<DevPlatform, Box<dyn std::error::Error>> {
     let config = mapi_platform::Config::from_lookup(&|k| match k {
         "MAPI_HOME" => Some(home.to_string_lossy().into_owned()),
@@ -599,7 +610,7 @@ async fn bench_platform(
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let worker = mapi_platform::worker_command(None, true);
-    let options = mapi_embedded::Options { background, ..Default::default() };
+    let options = mapi_embedded::Options { background, executor, ..Default::default() };
     Ok(DevPlatform::start_with(config, listener, worker, options).await?)
 }
 
@@ -622,7 +633,7 @@ pub async fn jobs(
 ) -> Result<JobsReport, Box<dyn std::error::Error>> {
     let sync = if durability == Durability::Full { "full" } else { "normal" };
     let http = reqwest::Client::new();
-    let platform = bench_platform(&dir.join("submit"), sync, false, &[]).await?;
+    let platform = bench_platform(&dir.join("submit"), sync, false, &[], None).await?;
     let creds = platform.credentials.clone();
     let url = format!("{}/v1/tenants/{}/projects/{}/jobs", platform.url, creds.tenant, creds.project);
     let mut submit = Vec::new();
@@ -656,7 +667,7 @@ pub async fn jobs(
     }
     platform.shutdown().await;
 
-    let platform = bench_platform(&dir.join("e2e"), sync, true, &[]).await?;
+    let platform = bench_platform(&dir.join("e2e"), sync, true, &[], None).await?;
     let creds = platform.credentials.clone();
     let url = format!("{}/v1/tenants/{}/projects/{}/jobs", platform.url, creds.tenant, creds.project);
     let t = Instant::now();

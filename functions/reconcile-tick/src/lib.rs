@@ -21,10 +21,12 @@
 //! runs. A tick first takes the tick lease (`leases/reconcile-tick`) and
 //! bumps its fencing token; a tick that finds the lease held answers at
 //! once with `busy` and does nothing, and a holder that finds the token
-//! moved on (its lease lapsed and another tick took over) stops before its
-//! next batch. Its work is bounded ([`SWEEP_LIMIT`] runs) and resumable:
-//! the lease keeps the sweep's cursor, so thousands of active runs are
-//! covered over several ticks instead of timing one out. The actions
+//! moved on (its lease lapsed and another tick took over) stops at its next
+//! check of the fence (every few seconds of its time). Its work is bounded (`MAPI_TICK_MAX_RUNS` runs, read in pages
+//! of [`PAGE`], with one listing of the executor for all of them) and
+//! resumable: the lease keeps the sweep's cursor, so a platform with more
+//! active runs than that is covered over several ticks instead of timing
+//! one out. The actions
 //! themselves stay idempotent (task names deduplicate, transitions are
 //! transactional), so even a fenced-out holder's last batch does no harm.
 
@@ -47,11 +49,12 @@ use serde::Serialize;
 
 pub const TICK_PATH: &str = "/internal/tick";
 
-/// Runs looked at per tick, per sweep.
-pub const SWEEP_LIMIT: u32 = 500;
+/// Active runs read per query of a sweep, and documents per batch read.
+pub const PAGE: u32 = 500;
 
-/// Runs reconciled between two checks of the fencing token.
-const FENCE_EVERY: usize = 50;
+/// How often (on the platform's clock) a tick renews its lease, checking
+/// that no other tick took it over.
+const RENEW_EVERY: Duration = Duration::from_secs(10);
 
 /// How long a tick holds the lease before another may take it over.
 pub const TICK_LEASE: Duration = Duration::from_secs(60);
@@ -85,41 +88,21 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         report.busy = true;
         return Ok(Json(report));
     };
-    let watched: Vec<&str> = RunState::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
-    let mut active = mapi_store::Query::new(RunDoc::COLLECTION)
-        .filter("state", Op::In, serde_json::json!(watched))
-        .order_by("updated_at", Direction::Asc)
-        .limit(SWEEP_LIMIT);
-    if let Some(cursor) = lease.cursor.as_deref().and_then(mapi_store::Cursor::from_token) {
-        active = active.start_after(cursor);
-        report.resumed = true;
-    }
-    let mut docs = state.store.query(&active, None).await?;
-    let mut next_cursor = match docs.last() {
-        Some(last) if docs.len() == SWEEP_LIMIT as usize => Some(active.cursor_after(last).to_token()),
-        _ => None,
-    };
-    if report.resumed && next_cursor.is_none() {
-        // The sweep reached the end: fill the rest of this tick's budget
-        // from the beginning.
-        let room = SWEEP_LIMIT - u32::try_from(docs.len()).unwrap_or(SWEEP_LIMIT);
-        let mut from_start = active.clone();
-        from_start.start_after = None;
-        from_start.limit = Some(room);
-        let seen: std::collections::HashSet<String> = docs.iter().map(|d| d.key.id().to_owned()).collect();
-        let more = state.store.query(&from_start, None).await?;
-        if let Some(last) = more.last().filter(|_| more.len() == room as usize) {
-            next_cursor = Some(from_start.cursor_after(last).to_token());
-        }
-        docs.extend(more.into_iter().filter(|d| !seen.contains(d.key.id())));
-    }
-    let runs = docs.iter().map(|d| d.decode::<RunDoc>()).collect::<Result<Vec<_>, _>>()?;
-    let batch = Batch::read(&state, &runs).await?;
-    for (i, run) in runs.iter().enumerate() {
-        if i > 0 && i % FENCE_EVERY == 0 && !renew_lease(&state, &holder, lease.token).await? {
-            report.fenced = true;
-            tracing::warn!(token = lease.token, "the tick lease was taken over: stopping this sweep");
-            return Ok(Json(report));
+    let sweep = Sweep::read(&state, lease.cursor.as_deref()).await?;
+    report.resumed = sweep.resumed;
+    let batch = Batch::read(&state, &sweep.runs).await?;
+    let mut renewed = state.clock.now();
+    for run in &sweep.runs {
+        // A holder checks its fence at least every RENEW_EVERY of its own
+        // time, so it renews long before its lease lapses, and a holder whose
+        // lease lapsed anyway (it stalled) stops at its next check.
+        if state.clock.now().since(renewed) >= RENEW_EVERY {
+            if !renew_lease(&state, &holder, lease.token).await? {
+                report.fenced = true;
+                tracing::warn!(token = lease.token, "the tick lease was taken over: stopping this sweep");
+                return Ok(Json(report));
+            }
+            renewed = state.clock.now();
         }
         report.polled += 1;
         if let Err(e) = reconcile_run(&state, run, &batch, &mut report).await {
@@ -131,7 +114,7 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     let queued = mapi_store::Query::new(RunDoc::COLLECTION)
         .filter("state", Op::Eq, RunState::Queued.as_str())
         .order_by("updated_at", Direction::Asc)
-        .limit(SWEEP_LIMIT);
+        .limit(PAGE);
     for doc in state.store.query(&queued, None).await? {
         let run: RunDoc = doc.decode()?;
         // A queued run untouched for a dispatch lease has probably lost its push.
@@ -147,7 +130,7 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
             }
         }
     }
-    if !release_lease(&state, &holder, lease.token, next_cursor).await? {
+    if !release_lease(&state, &holder, lease.token, sweep.next).await? {
         report.fenced = true;
     }
     if report != TickReport::default() {
@@ -215,6 +198,58 @@ async fn release_lease(
     .await
 }
 
+/// The active runs one tick looks at: from the lease's cursor, page by
+/// page ([`PAGE`]), to the end of the active runs or the tick's budget
+/// (`MAPI_TICK_MAX_RUNS`); a sweep that started mid-way goes on from the
+/// beginning up to the first run it already has, within the budget.
+struct Sweep {
+    runs: Vec<RunDoc>,
+    /// Where the next tick starts: `None` when this one reached the end.
+    next: Option<String>,
+    resumed: bool,
+}
+
+impl Sweep {
+    async fn read(state: &AppState, cursor: Option<&str>) -> Result<Sweep, ApiError> {
+        let watched: Vec<&str> = RunState::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
+        let active = mapi_store::Query::new(RunDoc::COLLECTION)
+            .filter("state", Op::In, serde_json::json!(watched))
+            .order_by("updated_at", Direction::Asc);
+        let mut from = cursor.and_then(mapi_store::Cursor::from_token);
+        let resumed = from.is_some();
+        let (max, mut wrapped) = ((state.config.tick_max_runs as usize).max(1), false);
+        let mut runs: Vec<RunDoc> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let room = u32::try_from(max - runs.len()).unwrap_or(PAGE).min(PAGE);
+            let mut page = active.clone().limit(room);
+            if let Some(c) = from.take() {
+                page = page.start_after(c);
+            }
+            let docs = state.store.query(&page, None).await?;
+            let full = docs.len() == room as usize;
+            let after = docs.last().map(|d| page.cursor_after(d));
+            for doc in &docs {
+                if !seen.insert(doc.key.id().to_owned()) {
+                    // Wrapped around to where this sweep began.
+                    return Ok(Sweep { runs, next: None, resumed });
+                }
+                runs.push(doc.decode()?);
+            }
+            if runs.len() >= max {
+                return Ok(Sweep { runs, next: after.map(|c| c.to_token()), resumed });
+            }
+            if full {
+                from = after;
+            } else if resumed && !wrapped {
+                wrapped = true;
+            } else {
+                return Ok(Sweep { runs, next: None, resumed });
+            }
+        }
+    }
+}
+
 /// What a sweep reads once for all its runs: their current attempts and
 /// progress (one batch read each), and the executions the executor lists
 /// as running.
@@ -250,17 +285,20 @@ impl Batch {
     }
 }
 
-/// The documents `ids` of `T`'s collection that exist, by id, in one read.
+/// The documents `ids` of `T`'s collection that exist, by id, in one read
+/// per [`PAGE`] of them.
 async fn read_docs<T: Doc + serde::de::DeserializeOwned>(
     state: &AppState,
     ids: &[String],
 ) -> Result<HashMap<String, T>, ApiError> {
-    let keys = ids.iter().map(|id| mapi_schema::key::<T>(id)).collect::<Result<Vec<_>, _>>()?;
-    let docs = state.store.get(&keys, None).await?;
-    let mut out = HashMap::with_capacity(docs.len());
-    for (id, doc) in ids.iter().zip(docs) {
-        if let Some(d) = doc {
-            out.insert(id.clone(), d.decode()?);
+    let mut out = HashMap::with_capacity(ids.len());
+    for ids in ids.chunks(PAGE as usize) {
+        let keys = ids.iter().map(|id| mapi_schema::key::<T>(id)).collect::<Result<Vec<_>, _>>()?;
+        let docs = state.store.get(&keys, None).await?;
+        for (id, doc) in ids.iter().zip(docs) {
+            if let Some(d) = doc {
+                out.insert(id.clone(), d.decode()?);
+            }
         }
     }
     Ok(out)

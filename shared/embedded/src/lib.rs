@@ -9,6 +9,8 @@
 //! Architecture invariant: this crate composes; it decides nothing a
 //! function decides (every route here is a function's router, merged).
 
+pub mod load;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -12,6 +12,8 @@
 
 pub mod evidence;
 pub mod local;
+#[cfg(feature = "scripted")]
+pub mod scripted;
 
 /// The names of the executor conformance suite's cases: a report must
 /// have every one of them passed to count as evidence.

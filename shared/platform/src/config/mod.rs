@@ -159,6 +159,8 @@ pub struct Config {
     /// A running attempt without events for this long is marked stalled.
     pub stall_after: Duration,
     pub tick_interval: Duration,
+    /// Active runs one reconcile tick looks at.
+    pub tick_max_runs: u32,
     pub worker_bin: Option<PathBuf>,
     pub local_timeout_margin: Duration,
     pub local_grace: Duration,
@@ -668,6 +670,7 @@ impl Config {
             dispatch_lease: v::DISPATCH_LEASE_S.seconds(life)?,
             stall_after: v::STALL_AFTER_S.seconds(life)?,
             tick_interval: v::TICK_INTERVAL_S.seconds(life)?,
+            tick_max_runs: v::TICK_MAX_RUNS.parse(life)?,
             operator_emails: emails(
                 &v::OPERATOR_EMAILS,
                 sessions,

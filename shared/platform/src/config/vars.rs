@@ -92,6 +92,11 @@ pub const DISPATCH_LEASE_S: Var = Var::new(
 );
 pub const STALL_AFTER_S: Var =
     Var::new("MAPI_STALL_AFTER_S", "300", "A running attempt without events for this long is marked stalled");
+pub const TICK_MAX_RUNS: Var = Var::new(
+    "MAPI_TICK_MAX_RUNS",
+    "20000",
+    "Active runs one reconcile tick looks at; the next tick goes on from where it stopped",
+);
 pub const TICK_INTERVAL_S: Var =
     Var::new("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick");
 
@@ -244,6 +249,7 @@ pub const VARIABLES: &[Var] = &[
     IDEMPOTENCY_TTL_S,
     STALL_AFTER_S,
     TICK_INTERVAL_S,
+    TICK_MAX_RUNS,
     WORKER_BIN,
     LOCAL_TIMEOUT_MARGIN_S,
     LOCAL_GRACE_S,

@@ -1,0 +1,132 @@
+//! An executor that starts nothing: it takes every attempt and reports each
+//! execution as running until the caller says otherwise, counting the
+//! status reads and listings it answers. The suites drive a platform with
+//! it in virtual time, and `mapi bench tick` measures a sweep over
+//! thousands of runs with it, with no processes and no cloud.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use mapi_domain::{AttemptNo, ExecutionStatus, ResourceClass, RunId, Timestamp};
+
+use crate::{
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation,
+    SubmitError,
+};
+
+/// Takes every attempt, starts nothing, and reports each execution as
+/// running: the suite says how it ended by finalizing it.
+#[derive(Debug, Default)]
+pub struct ScriptedExecutor {
+    submitted: Mutex<Vec<(AttemptSubmit, ExecutionHandle)>>,
+    cancelled: Mutex<Vec<ExecutionHandle>>,
+    /// `status` calls, and listings (`running_among`, `list_recent`).
+    statuses: std::sync::atomic::AtomicUsize,
+    listings: std::sync::atomic::AtomicUsize,
+}
+
+impl ScriptedExecutor {
+    /// The handles the platform asked to cancel.
+    pub fn cancelled(&self) -> Vec<ExecutionHandle> {
+        self.cancelled.lock().expect("lock").clone()
+    }
+
+    /// How many attempts were submitted.
+    pub fn submitted(&self) -> usize {
+        self.submitted.lock().expect("lock").len()
+    }
+
+    /// How many `status` reads and how many listings were asked for.
+    pub fn reads(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.statuses.load(Relaxed), self.listings.load(Relaxed))
+    }
+}
+
+/// The handle a scripted execution of `run`'s `attempt` gets.
+pub fn handle_of(run: &RunId, attempt: AttemptNo) -> ExecutionHandle {
+    ExecutionHandle(format!("scripted/{run}/{attempt}"))
+}
+
+#[async_trait]
+impl Executor for ScriptedExecutor {
+    fn backstop_margin(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            executor: "scripted".to_owned(),
+            isolation: Isolation::MicroVm,
+            classes: ResourceClass::ALL.to_vec(),
+            enforces_memory_limit: true,
+            egress_enforced: true,
+            dns_enforced: true,
+            remote_control_api: true,
+            max_task_count: 10_000,
+        }
+    }
+
+    fn check_placement(&self, _class: ResourceClass, _method: &str) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn submit(&self, attempt: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError> {
+        let handle = handle_of(&attempt.run, attempt.attempt);
+        self.submitted.lock().expect("lock").push((attempt.clone(), handle.clone()));
+        Ok(handle)
+    }
+
+    async fn status(&self, handle: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
+        self.statuses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let submitted = self.submitted.lock().expect("lock");
+        let Some((a, h)) = submitted.iter().find(|(_, h)| h == handle) else {
+            return Ok(ExecutionInfo {
+                handle: handle.clone(),
+                nonce: None,
+                run: None,
+                created: Timestamp::from_secs(0),
+                started: None,
+                finished: None,
+                task_count: 0,
+                status: ExecutionStatus::NotFound,
+            });
+        };
+        Ok(running(a, h))
+    }
+
+    async fn list_recent(&self, _since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        self.listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(self.submitted.lock().expect("lock").iter().map(|(a, h)| running(a, h)).collect())
+    }
+
+    /// One listing, as Cloud Run lists a Job's executions.
+    async fn running_among(
+        &self,
+        handles: &[ExecutionHandle],
+        since: Timestamp,
+    ) -> Result<Vec<ExecutionInfo>, ExecutorError> {
+        let wanted: std::collections::HashSet<&ExecutionHandle> = handles.iter().collect();
+        let listed = self.list_recent(since).await?;
+        Ok(listed.into_iter().filter(|i| wanted.contains(&i.handle)).collect())
+    }
+
+    async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
+        self.cancelled.lock().expect("lock").push(handle.clone());
+        Ok(())
+    }
+}
+
+fn running(a: &AttemptSubmit, h: &ExecutionHandle) -> ExecutionInfo {
+    ExecutionInfo {
+        handle: h.clone(),
+        nonce: Some(a.nonce.clone()),
+        run: Some(a.run.clone()),
+        created: Timestamp::from_secs(0),
+        started: None,
+        finished: None,
+        task_count: a.task_count,
+        status: ExecutionStatus::Running,
+    }
+}
+
