@@ -106,7 +106,8 @@ pub struct Document {
 impl Document {
     /// The fields as a typed value.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, StoreError> {
-        serde_json::from_value(serde_json::Value::Object(self.fields.clone()))
+        // Read from the fields where they are, not from a copy of them.
+        T::deserialize(&self.fields)
             .map_err(|e| StoreError::Internal(format!("document {} does not decode: {e}", self.key)))
     }
 }

@@ -276,19 +276,16 @@ impl SqliteStore {
             )
             .map_err(sql_err)?;
         // Indexes are partial, one collection each: a write maintains only
-        // its own collection's indexes (a counter update touches none).
-        // Indexes of the earlier, whole-table form are dropped.
-        let legacy: Vec<String> = schema
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'documents' AND name LIKE 'ix\\_%' ESCAPE '\\'")
-            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
-            .map_err(sql_err)?;
-        for name in legacy {
-            schema.execute_batch(&format!("DROP INDEX IF EXISTS \"{name}\"")).map_err(sql_err)?;
-        }
+        // its own collection's indexes (a counter update touches none). Each
+        // ends with the id, the last key of every query's order, so a page
+        // is read in index order with no sort, and a cursor is a seek.
+        // Indexes of earlier forms (whole-table, or without the id) are
+        // dropped.
+        let mut declared = Vec::with_capacity(indexes.len());
         for index in indexes {
             check_collection(index.collection)?;
             let mut cols = Vec::new();
-            let mut name = format!("px_{}", index.collection);
+            let mut name = format!("ox_{}", index.collection);
             for (field, dir) in index.fields {
                 check_field_path(field)?;
                 let d = if *dir == crate::Direction::Desc { " DESC" } else { "" };
@@ -299,11 +296,20 @@ impl SqliteStore {
                     name.push_str("_desc");
                 }
             }
-            let sql = format!(
-                "CREATE INDEX IF NOT EXISTS {name} ON documents ({}) WHERE collection = '{}'",
-                cols.join(", "),
-                index.collection
-            );
+            let last_desc = index.fields.last().is_some_and(|(_, d)| *d == crate::Direction::Desc);
+            cols.push(if last_desc { "id DESC".to_owned() } else { "id".to_owned() });
+            declared.push((name, cols.join(", "), index.collection));
+        }
+        let existing: Vec<String> = schema
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'documents' AND sql IS NOT NULL")
+            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
+            .map_err(sql_err)?;
+        for name in existing.iter().filter(|n| !declared.iter().any(|(d, _, _)| d == *n)) {
+            schema.execute_batch(&format!("DROP INDEX IF EXISTS \"{name}\"")).map_err(sql_err)?;
+        }
+        for (name, cols, collection) in &declared {
+            let sql =
+                format!("CREATE INDEX IF NOT EXISTS {name} ON documents ({cols}) WHERE collection = '{collection}'");
             schema.execute_batch(&sql).map_err(sql_err)?;
         }
         schema.commit().map_err(sql_err)?;
@@ -495,6 +501,14 @@ fn query_sql(q: &Query) -> Result<(String, Vec<SqlValue>), StoreError> {
             ors.push(format!("({})", ands.join(" AND ")));
         }
         sql.push_str(&format!(" AND ({})", ors.join(" OR ")));
+        // The bound on the first ordered field the OR implies, said
+        // outright: SQLite then seeks the index to the cursor instead of
+        // reading (and skipping) every earlier document of the filter.
+        if let Some((field, dir)) = q.order_by.first() {
+            let cmp = if *dir == crate::Direction::Desc { "<=" } else { ">=" };
+            sql.push_str(&format!(" AND {} {cmp} ?", json_expr(field)));
+            args.push(scalar(&c.values[0])?);
+        }
     }
     let mut order: Vec<String> = q
         .order_by
@@ -789,21 +803,52 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn declared_indexes_are_used_by_queries() {
+    async fn declared_indexes_serve_queries_and_their_pages_in_order_with_no_sort() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = open(&dir);
         let q = Query::new("things").filter("group", Op::Eq, "a").order_by("n", crate::Direction::Asc);
-        let plan: Vec<String> = {
-            let conn = s.inner.readers[0].lock().expect("reader");
-            // Ask SQLite for the plan of exactly the SQL the adapter runs.
-            let (sql, args) = query_sql(&q).expect("sql");
-            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("plan");
-            stmt.query_map(params_from_iter(args.iter()), |r| r.get::<_, String>(3))
-                .expect("rows")
-                .flatten()
-                .collect()
-        };
-        assert!(plan.iter().any(|p| p.contains("px_things_group_n")), "plan: {plan:?}");
+        let next = q.clone().limit(10).start_after(crate::Cursor { values: vec![serde_json::json!(3)], id: "x".into() });
+        for q in [q.clone(), next] {
+            let plan: Vec<String> = {
+                let conn = s.inner.readers[0].lock().expect("reader");
+                // Ask SQLite for the plan of exactly the SQL the adapter runs.
+                let (sql, args) = query_sql(&q).expect("sql");
+                let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("plan");
+                stmt.query_map(params_from_iter(args.iter()), |r| r.get::<_, String>(3))
+                    .expect("rows")
+                    .flatten()
+                    .collect()
+            };
+            // Either of the two indexes on (group, n) reads in order (the
+            // descending one backwards); from a cursor, it seeks.
+            let seek = if q.start_after.is_some() { "(<expr>=? AND <expr>>?)" } else { "(<expr>=?)" };
+            let ok = |p: &String| {
+                p.starts_with("SEARCH documents USING INDEX ox_things_group_n") && p.ends_with(seek)
+            };
+            assert!(plan.len() == 1 && ok(&plan[0]), "read in index order, with no sort: {plan:?}");
+        }
         assert!(s.query(&q, None).await.expect("query").is_empty());
+    }
+
+    #[tokio::test]
+    async fn indexes_of_an_earlier_form_are_replaced_when_the_store_opens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(open(&dir));
+        {
+            let conn = Connection::open(dir.path().join("store.db")).expect("open");
+            conn.execute_batch(
+                "DROP INDEX ox_things_group_n; \
+                 CREATE INDEX px_things_group_n ON documents (json_extract(fields, '$.group')) WHERE collection = 'things'",
+            )
+            .expect("an index of the earlier form");
+        }
+        drop(open(&dir));
+        let conn = Connection::open(dir.path().join("store.db")).expect("open");
+        let names: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
+            .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+            .expect("names");
+        assert!(names.contains(&"ox_things_group_n".to_owned()), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("px_")), "{names:?}");
     }
 }
