@@ -198,10 +198,13 @@ async fn release_lease(
     .await
 }
 
-/// The active runs one tick looks at: from the lease's cursor, page by
-/// page ([`PAGE`]), to the end of the active runs or the tick's budget
-/// (`MAPI_TICK_MAX_RUNS`); a sweep that started mid-way goes on from the
-/// beginning up to the first run it already has, within the budget.
+/// The active runs one tick looks at: state by state (a query per state
+/// follows the `(state, updated_at)` index in order; one over all three
+/// states would sort the whole set for every page), from the lease's
+/// cursor, page by page ([`PAGE`]), to the end of the active runs or the
+/// tick's budget (`MAPI_TICK_MAX_RUNS`). A sweep that started mid-way goes
+/// on from the first state up to the first run it already has, within the
+/// budget. The cursor is `{state}/{page token}`.
 struct Sweep {
     runs: Vec<RunDoc>,
     /// Where the next tick starts: `None` when this one reached the end.
@@ -209,44 +212,62 @@ struct Sweep {
     resumed: bool,
 }
 
+/// Where a sweep goes on: the state it was in and the page token after the
+/// last run it looked at.
+fn parse_cursor(token: &str) -> Option<(RunState, mapi_store::Cursor)> {
+    let (state, page) = token.split_once('/')?;
+    let state = RunState::ALL.iter().copied().find(|s| s.is_active() && s.as_str() == state)?;
+    Some((state, mapi_store::Cursor::from_token(page)?))
+}
+
 impl Sweep {
     async fn read(state: &AppState, cursor: Option<&str>) -> Result<Sweep, ApiError> {
-        let watched: Vec<&str> = RunState::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
-        let active = mapi_store::Query::new(RunDoc::COLLECTION)
-            .filter("state", Op::In, serde_json::json!(watched))
-            .order_by("updated_at", Direction::Asc);
-        let mut from = cursor.and_then(mapi_store::Cursor::from_token);
-        let resumed = from.is_some();
-        let (max, mut wrapped) = ((state.config.tick_max_runs as usize).max(1), false);
-        let mut runs: Vec<RunDoc> = Vec::new();
+        let watched: Vec<RunState> = RunState::ALL.iter().copied().filter(|s| s.is_active()).collect();
+        let start = cursor.and_then(parse_cursor);
+        let resumed = start.is_some();
+        // (state, where in it): from the cursor to the last state, then, for
+        // a sweep that began mid-way, from the first state round to it.
+        let k = start.as_ref().and_then(|(s, _)| watched.iter().position(|w| w == s)).unwrap_or(0);
+        let mut segments: Vec<(RunState, Option<mapi_store::Cursor>)> =
+            watched[k..].iter().map(|s| (*s, None)).collect();
+        if let Some((_, c)) = start {
+            segments[0].1 = Some(c);
+            segments.extend(watched[..=k].iter().map(|s| (*s, None)));
+        }
+        let max = (state.config.tick_max_runs as usize).max(1);
+        let mut sweep = Sweep { runs: Vec::new(), next: None, resumed };
         let mut seen = std::collections::HashSet::new();
-        loop {
-            let room = u32::try_from(max - runs.len()).unwrap_or(PAGE).min(PAGE);
-            let mut page = active.clone().limit(room);
-            if let Some(c) = from.take() {
-                page = page.start_after(c);
-            }
-            let docs = state.store.query(&page, None).await?;
-            let full = docs.len() == room as usize;
-            let after = docs.last().map(|d| page.cursor_after(d));
-            for doc in &docs {
-                if !seen.insert(doc.key.id().to_owned()) {
-                    // Wrapped around to where this sweep began.
-                    return Ok(Sweep { runs, next: None, resumed });
+        for (run_state, mut from) in segments {
+            let active = mapi_store::Query::new(RunDoc::COLLECTION)
+                .filter("state", Op::Eq, run_state.as_str())
+                .order_by("updated_at", Direction::Asc);
+            loop {
+                let room = u32::try_from(max - sweep.runs.len()).unwrap_or(PAGE).min(PAGE);
+                let mut page = active.clone().limit(room);
+                if let Some(c) = from.take() {
+                    page = page.start_after(c);
                 }
-                runs.push(doc.decode()?);
-            }
-            if runs.len() >= max {
-                return Ok(Sweep { runs, next: after.map(|c| c.to_token()), resumed });
-            }
-            if full {
+                let docs = state.store.query(&page, None).await?;
+                let after = docs.last().map(|d| page.cursor_after(d));
+                let full = docs.len() == room as usize;
+                for doc in &docs {
+                    if !seen.insert(doc.key.id().to_owned()) {
+                        // Round to where this sweep began.
+                        return Ok(sweep);
+                    }
+                    sweep.runs.push(doc.decode()?);
+                }
+                if sweep.runs.len() >= max {
+                    sweep.next = after.map(|c| format!("{}/{}", run_state.as_str(), c.to_token()));
+                    return Ok(sweep);
+                }
+                if !full {
+                    break;
+                }
                 from = after;
-            } else if resumed && !wrapped {
-                wrapped = true;
-            } else {
-                return Ok(Sweep { runs, next: None, resumed });
             }
         }
+        Ok(sweep)
     }
 }
 

@@ -27,6 +27,7 @@ pub enum LoadError {
 
 /// Writes `n - 1` copies of run `id` (dispatched: its first attempt has an
 /// execution) and of its first attempt under new ids drawn from `entropy`,
+/// each updated a microsecond after the one before,
 /// each copy's execution submitted to `executor`, so the store holds `n`
 /// runs like it. Written 500 runs per commit.
 pub async fn copy_dispatched_run(
@@ -45,11 +46,15 @@ pub async fn copy_dispatched_run(
     // stored form under another id.
     let stored = serde_json::to_value(&template).map_err(|e| LoadError::Copy(e.to_string()))?;
     let mut copies = Vec::with_capacity(n);
-    for _ in 1..n {
+    for i in 1..n {
         let bytes = mapi_entropy::bytes(entropy).map_err(|e| LoadError::Copy(e.to_string()))?;
         let run_id = RunId::generate(template.created_at(), bytes);
         let mut copy = stored.clone();
         copy["id"] = serde_json::json!(run_id.as_str());
+        // Each copy changed a microsecond after the one before, as runs
+        // changed by separate commits are.
+        let updated = template.updated_at() + std::time::Duration::from_micros(i as u64);
+        copy["updated_at"] = serde_json::to_value(updated).map_err(|e| LoadError::Copy(e.to_string()))?;
         let run: RunDoc = serde_json::from_value(copy).map_err(|e| LoadError::Copy(e.to_string()))?;
         let mut a = attempt.clone();
         a.run = run_id.clone();
