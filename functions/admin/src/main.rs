@@ -9,7 +9,7 @@ async fn main() -> std::process::ExitCode {
         info,
         mapi_platform::Service::Admin,
         mapi_admin::router,
-        mapi_admin::ApiDoc::openapi(),
+        mapi_admin::ApiDoc::openapi,
     )
     .await
 }

@@ -7,7 +7,7 @@ async fn main() -> std::process::ExitCode {
         info,
         mapi_platform::Service::Meter,
         mapi_meter::router,
-        <mapi_meter::ApiDoc as utoipa::OpenApi>::openapi(),
+        <mapi_meter::ApiDoc as utoipa::OpenApi>::openapi,
     )
     .await
 }

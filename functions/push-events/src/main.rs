@@ -7,7 +7,7 @@ async fn main() -> std::process::ExitCode {
         info,
         mapi_platform::Service::PushEvents,
         mapi_push_events::router,
-        utoipa::openapi::OpenApi::default(),
+        utoipa::openapi::OpenApi::default,
     )
     .await
 }

@@ -7,7 +7,7 @@ async fn main() -> std::process::ExitCode {
         info,
         mapi_platform::Service::ReconcileTick,
         mapi_reconcile_tick::router,
-        utoipa::openapi::OpenApi::default(),
+        utoipa::openapi::OpenApi::default,
     )
     .await
 }

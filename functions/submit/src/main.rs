@@ -9,7 +9,7 @@ async fn main() -> std::process::ExitCode {
         info,
         mapi_platform::Service::Submit,
         mapi_submit::router,
-        mapi_submit::ApiDoc::openapi(),
+        mapi_submit::ApiDoc::openapi,
     )
     .await
 }

@@ -105,8 +105,7 @@ impl ServiceAccountTokens {
         service_account: String,
         clock: Arc<dyn Clock>,
     ) -> ServiceAccountTokens {
-        let http = reqwest::Client::builder().timeout(JWKS_TIMEOUT).build().unwrap_or_default();
-        let jwks = JwksCache::new(jwks_url, http, clock.clone());
+        let jwks = JwksCache::lazy(jwks_url, JWKS_TIMEOUT, clock.clone());
         let issuers = GOOGLE_ISSUERS.iter().map(|i| (*i).to_owned()).collect();
         ServiceAccountTokens {
             verifier: Verifier::new(VerifierConfig::new(issuers, audience), jwks, clock.clone()),

@@ -12,7 +12,7 @@
 //! all find the cache stale cause one fetch, not many.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -46,7 +46,10 @@ pub struct JwksCache {
 #[derive(Debug)]
 struct Inner {
     url: String,
-    http: reqwest::Client,
+    /// Built on the first fetch when not given: building a client loads the
+    /// system's CA certificates, milliseconds a process start need not pay.
+    http: OnceLock<reqwest::Client>,
+    timeout: Duration,
     clock: Arc<dyn Clock>,
     fetches: AtomicU64,
     state: Mutex<State>,
@@ -72,13 +75,28 @@ impl State {
     }
 }
 
+impl Inner {
+    fn http(&self) -> &reqwest::Client {
+        self.http.get_or_init(|| reqwest::Client::builder().timeout(self.timeout).build().unwrap_or_default())
+    }
+}
+
 impl JwksCache {
     /// A cache of the key set at `url` (nothing is fetched until a key is asked for).
     pub fn new(url: String, http: reqwest::Client, clock: Arc<dyn Clock>) -> JwksCache {
+        let cache = JwksCache::lazy(url, Duration::ZERO, clock);
+        let _ = cache.inner.http.set(http);
+        cache
+    }
+
+    /// As [`JwksCache::new`], with a client of its own, built (with
+    /// `timeout` on each request) when the first key is asked for.
+    pub fn lazy(url: String, timeout: Duration, clock: Arc<dyn Clock>) -> JwksCache {
         JwksCache {
             inner: Arc::new(Inner {
                 url,
-                http,
+                http: OnceLock::new(),
+                timeout,
                 clock,
                 fetches: AtomicU64::new(0),
                 state: Mutex::new(State::default()),
@@ -148,7 +166,7 @@ impl JwksCache {
     async fn fetch(&self) -> Result<(HashMap<String, DecodingKey>, Duration), String> {
         let mut response = self
             .inner
-            .http
+            .http()
             .get(&self.inner.url)
             .timeout(FETCH_TIMEOUT)
             .send()

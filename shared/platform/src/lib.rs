@@ -201,8 +201,7 @@ pub async fn signer(config: &Config) -> Result<Arc<dyn Signer>, StartError> {
 pub fn session_verifier(config: &Config, clock: Arc<dyn Clock>) -> Option<mapi_oidc::Verifier> {
     let issuer = config.session_issuer()?;
     let jwks_url = config.session_jwks_url()?;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default();
-    let jwks = mapi_oidc::JwksCache::new(jwks_url, http, clock.clone());
+    let jwks = mapi_oidc::JwksCache::lazy(jwks_url, Duration::from_secs(10), clock.clone());
     let verifier_config = mapi_oidc::VerifierConfig {
         max_lifetime: Some(config.session_max_lifetime),
         ..mapi_oidc::VerifierConfig::new(vec![issuer], config.oidc_audience.clone())
@@ -582,7 +581,7 @@ pub async fn serve_function(
     info: mapi_runtime::ServiceInfo,
     service: Service,
     router: fn(AppState) -> axum::Router,
-    openapi: utoipa::openapi::OpenApi,
+    openapi: fn() -> utoipa::openapi::OpenApi,
 ) -> std::process::ExitCode {
     let config = match Config::from_env_for(service.uses()) {
         Ok(c) => c,
@@ -601,11 +600,20 @@ pub async fn serve_function(
     };
     let metrics = platform.metrics.clone();
     let json_limit = platform.config.max_json_bytes;
-    let doc = Arc::new(openapi);
+    // The API description is built and encoded on its first request, once:
+    // building it is a few milliseconds a start need not pay.
+    let doc: Arc<std::sync::OnceLock<axum::body::Bytes>> = Arc::default();
+    let described = move || {
+        let doc = doc.clone();
+        async move {
+            let body = doc.get_or_init(|| serde_json::to_vec(&openapi()).unwrap_or_default().into()).clone();
+            ([(axum::http::header::CONTENT_TYPE, "application/json")], body)
+        }
+    };
     // Every body is bounded: routes that take larger ones (uploads, job
     // submits) set their own limit, which the innermost layer keeps.
     let app = router(AppState(Arc::new(platform)))
-        .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }))
+        .route("/openapi.json", axum::routing::get(described))
         .layer(axum::extract::DefaultBodyLimit::max(json_limit));
     match mapi_runtime::run(info, metrics, app).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
