@@ -62,7 +62,9 @@
 //!   `mapi dev`'s peak resident set under a bound).
 //! - Costs: `budgets` (documents read and written, commits, syncs and
 //!   object files per submit and per item, counted by the adapters and
-//!   held under stated budgets).
+//!   held under stated budgets); and, in a test binary of its own
+//!   (`--test alloc_budget`), the bytes a job holds per item while it runs
+//!   and leaves behind, counted by the allocator.
 //! - Determinism: `replay` (a seeded entropy gives the same ids and nonces).
 //! - Deployment: `terraform` (every `.tf` parses; policy rules over every
 //!   resource; contracts between the terraform and the code: settings,
