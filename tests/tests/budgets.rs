@@ -134,7 +134,8 @@ async fn a_submit_costs_at_most_its_budget() {
     assert!(syncs <= submit::SYNCS, "syncs per submit {syncs} > {}", submit::SYNCS);
     assert_eq!(cost.objects.files, 0, "a submit writes no object");
 
-    let cap = json!({"spend_cap_micros": 1_000_000_000, "spend_cap_period": "month", "reason": "budget test"});
+    let cap =
+        json!({"spend_cap_micros": 1_000_000_000, "spend_cap_period": "month", "reason": "budget test"});
     let (s, v) = p.call(&operator, Method::PUT, "/v1/admin/kill-switches", Some(cap)).await;
     assert_eq!(s, 200, "{v}");
     let before = spent(&p);

@@ -129,4 +129,3 @@ fn running(a: &AttemptSubmit, h: &ExecutionHandle) -> ExecutionInfo {
         status: ExecutionStatus::Running,
     }
 }
-

@@ -12,8 +12,8 @@
 //! all find the cache stale cause one fetch, not many.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use jsonwebtoken::DecodingKey;

@@ -39,7 +39,12 @@ impl CounterNames {
     /// when it has one (for compute) and the platform's slots (for a run).
     /// The platform's spend is named after the kill switches are read
     /// ([`CounterNames::add_spend`]).
-    pub fn of(tenant: &TenantId, now: Timestamp, ask: &Ask, token: Option<(&str, &TokenBudget)>) -> CounterNames {
+    pub fn of(
+        tenant: &TenantId,
+        now: Timestamp,
+        ask: &Ask,
+        token: Option<(&str, &TokenBudget)>,
+    ) -> CounterNames {
         let mut c = CounterNames {
             names: vec![counters::tenant(tenant), counters::tenant_minute(tenant, now)],
             day: None,
@@ -339,8 +344,14 @@ mod tests {
         let names = CounterNames::of(&acme(), now(), &run(), None);
         let (c, platform) = (zeros(&names), crate::platform_limits());
         let read = Read { names: &names, counters: &c, policy: None, switches: &capped };
-        let asked =
-            Asked { now: now(), tier: Tier::Public, budget: None, platform: &platform, ask: &run(), seed: "r" };
+        let asked = Asked {
+            now: now(),
+            tier: Tier::Public,
+            budget: None,
+            platform: &platform,
+            ask: &run(),
+            seed: "r",
+        };
         let _ = plan(&read, &asked);
     }
 

@@ -308,8 +308,9 @@ impl SqliteStore {
             schema.execute_batch(&format!("DROP INDEX IF EXISTS \"{name}\"")).map_err(sql_err)?;
         }
         for (name, cols, collection) in &declared {
-            let sql =
-                format!("CREATE INDEX IF NOT EXISTS {name} ON documents ({cols}) WHERE collection = '{collection}'");
+            let sql = format!(
+                "CREATE INDEX IF NOT EXISTS {name} ON documents ({cols}) WHERE collection = '{collection}'"
+            );
             schema.execute_batch(&sql).map_err(sql_err)?;
         }
         schema.commit().map_err(sql_err)?;
@@ -807,7 +808,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = open(&dir);
         let q = Query::new("things").filter("group", Op::Eq, "a").order_by("n", crate::Direction::Asc);
-        let next = q.clone().limit(10).start_after(crate::Cursor { values: vec![serde_json::json!(3)], id: "x".into() });
+        let next = q
+            .clone()
+            .limit(10)
+            .start_after(crate::Cursor { values: vec![serde_json::json!(3)], id: "x".into() });
         for q in [q.clone(), next] {
             let plan: Vec<String> = {
                 let conn = s.inner.readers[0].lock().expect("reader");
