@@ -83,13 +83,7 @@ pub async fn submit(
         set_by: mapi_domain::UserId::parse("bench@dev.local")?,
         set_at: platform.state.clock.now(),
     };
-    mapi_store::StoreExt::put(
-        &*platform.state.store,
-        &mapi_schema::Doc::key(&lifted)?,
-        mapi_store::encode(&lifted)?,
-        mapi_store::Precondition::None,
-    )
-    .await?;
+    mapi_schema::put(&*platform.state.store, &lifted).await?;
     let project = format!("{}/v1/tenants/{}/projects/{}", platform.url, creds.tenant, creds.project);
     let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
     let csv = "x,y\n1,2\n2,4.1\n3,5.9\n4,8.2\n";
@@ -450,13 +444,7 @@ pub async fn events(
             status: None,
             finalized: false,
         };
-        mapi_store::StoreExt::put(
-            &*platform.state.store,
-            &mapi_schema::Doc::key(&attempt)?,
-            mapi_store::encode(&attempt)?,
-            mapi_store::Precondition::None,
-        )
-        .await?;
+        mapi_schema::put(&*platform.state.store, &attempt).await?;
         sequencers.push(EventSequencer::new(run, AttemptNo(1), 0, key));
         executions.push(execution);
     }

@@ -23,7 +23,7 @@ pub mod tasks;
 pub mod tenancy;
 
 pub use audit::*;
-pub use mapi_store::typed::{Doc, decode, get, key, tx_create, tx_get, tx_put};
+pub use mapi_store::typed::{Doc, decode, get, key, put, tx_create, tx_get, tx_put};
 pub use ops::*;
 pub use runs::*;
 pub use tenancy::*;

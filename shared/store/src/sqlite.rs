@@ -118,7 +118,12 @@ struct Inner {
     /// Commits go to the writer thread, which applies all that are waiting
     /// in one SQLite transaction (group commit: one fsync for the batch).
     commits: std::sync::mpsc::Sender<CommitRequest>,
-    readers: Vec<Mutex<Connection>>,
+    /// The first is opened with the store; the others when a read finds
+    /// every open one busy (opening one parses the schema: milliseconds a
+    /// process start need not pay for connections it may never use).
+    readers: Vec<std::sync::OnceLock<Mutex<Connection>>>,
+    path: std::path::PathBuf,
+    durability: Durability,
     next_reader: AtomicUsize,
     next_txn: AtomicU64,
     counters: Arc<Counters>,
@@ -314,10 +319,10 @@ impl SqliteStore {
             schema.execute_batch(&sql).map_err(sql_err)?;
         }
         schema.commit().map_err(sql_err)?;
-        let mut readers = Vec::with_capacity(READERS);
-        for _ in 0..READERS {
-            readers.push(Mutex::new(open_connection(path, durability).map_err(sql_err)?));
-        }
+        let readers: Vec<std::sync::OnceLock<Mutex<Connection>>> =
+            (0..READERS).map(|_| std::sync::OnceLock::new()).collect();
+        let first = open_connection(path, durability).map_err(sql_err)?;
+        let _ = readers[0].set(Mutex::new(first));
         let (commits, rx) = std::sync::mpsc::channel();
         let writer_counters = counters.clone();
         std::thread::Builder::new()
@@ -328,6 +333,8 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 commits,
                 readers,
+                path: path.to_owned(),
+                durability,
                 next_reader: AtomicUsize::new(0),
                 next_txn: AtomicU64::new(1),
                 counters,
@@ -348,14 +355,27 @@ impl SqliteStore {
     /// `spawn_blocking` costs (measured in BENCHMARKS.md). A free connection
     /// is taken without waiting when there is one.
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        let n = self.inner.readers.len();
+        let readers = &self.inner.readers;
+        let n = readers.len();
         let start = self.inner.next_reader.fetch_add(1, Ordering::Relaxed);
         for k in 0..n {
-            if let Ok(conn) = self.inner.readers[(start + k) % n].try_lock() {
+            if let Some(conn) = readers[(start + k) % n].get().and_then(|r| r.try_lock().ok()) {
                 return f(&conn);
             }
         }
-        let conn = self.inner.readers[start % n].lock().unwrap_or_else(|e| e.into_inner());
+        // Every open reader is busy: open the next one, if any is left.
+        if let Some(slot) = readers.iter().find(|r| r.get().is_none()) {
+            let conn = open_connection(&self.inner.path, self.inner.durability).map_err(sql_err)?;
+            // Another read may have opened this one meanwhile: either serves.
+            let _ = slot.set(Mutex::new(conn));
+            if let Some(conn) = slot.get().and_then(|r| r.try_lock().ok()) {
+                return f(&conn);
+            }
+        }
+        // All are open and busy: wait for one (the first is always open).
+        let busy = readers[start % n].get().or_else(|| readers[0].get());
+        let busy = busy.ok_or_else(|| StoreError::Internal("the store has no reader".to_owned()))?;
+        let conn = busy.lock().unwrap_or_else(|e| e.into_inner());
         f(&conn)
     }
 }
@@ -814,7 +834,7 @@ mod tests {
             .start_after(crate::Cursor { values: vec![serde_json::json!(3)], id: "x".into() });
         for q in [q.clone(), next] {
             let plan: Vec<String> = {
-                let conn = s.inner.readers[0].lock().expect("reader");
+                let conn = s.inner.readers[0].get().expect("opened").lock().expect("reader");
                 // Ask SQLite for the plan of exactly the SQL the adapter runs.
                 let (sql, args) = query_sql(&q).expect("sql");
                 let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("plan");
@@ -832,6 +852,20 @@ mod tests {
             assert!(plan.len() == 1 && ok(&plan[0]), "read in index order, with no sort: {plan:?}");
         }
         assert!(s.query(&q, None).await.expect("query").is_empty());
+    }
+
+    #[test]
+    fn a_store_opens_one_reader_and_another_only_when_every_open_one_is_busy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = open(&dir);
+        let opened = |s: &SqliteStore| s.inner.readers.iter().filter(|r| r.get().is_some()).count();
+        assert_eq!(opened(&s), 1, "one reader at start");
+        s.with_reader(|_| Ok(())).expect("read");
+        assert_eq!(opened(&s), 1, "a read with the first one free opens none");
+        let held = s.inner.readers[0].get().expect("opened").lock().expect("reader");
+        s.with_reader(|_| Ok(())).expect("read while the first is busy");
+        assert_eq!(opened(&s), 2, "a read that found every open reader busy opened one");
+        drop(held);
     }
 
     #[tokio::test]

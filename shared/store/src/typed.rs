@@ -32,6 +32,11 @@ pub async fn get<T: Doc>(store: &dyn Store, id: &str) -> Result<Option<T>, Store
     store.get_one(&key::<T>(id)?).await?.map(|d| d.decode()).transpose()
 }
 
+/// Writes `value` whatever is stored under its id, outside a transaction.
+pub async fn put<T: Doc>(store: &dyn Store, value: &T) -> Result<(), StoreError> {
+    store.put(&value.key()?, crate::encode(value)?, Precondition::None).await.map(|_| ())
+}
+
 /// Reads document `id` of type `T` in a transaction.
 pub async fn tx_get<T: Doc>(tx: &mut Txn<'_>, id: &str) -> Result<Option<T>, StoreError> {
     tx.get(&key::<T>(id)?).await?.map(|d| d.decode()).transpose()
