@@ -31,19 +31,20 @@ async fn copy_run(p: &TestPlatform, executor: &ScriptedExecutor, id: &RunId, n: 
         .expect("copies");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
+/// A platform with nothing in the background, on a virtual clock and a
+/// scripted executor, with the `extra` settings.
+async fn scripted(extra: &[(&str, &str)]) -> (TestPlatform, Arc<ScriptedExecutor>) {
     let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
     let executor = Arc::new(ScriptedExecutor::default());
-    let options = Options {
-        background: false,
-        clock: clock.clone(),
-        executor: Some(executor.clone()),
-        queue: None,
-        entropy: None,
-    };
+    let options =
+        Options { background: false, clock, executor: Some(executor.clone()), queue: None, entropy: None };
+    (TestPlatform::start_with(extra, options).await, executor)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_overlapping_ticks_over_a_thousand_runs_do_no_action_twice() {
     // A tick's budget of half the active runs, so the sweep takes two.
-    let p = TestPlatform::start_with(&[("MAPI_TICK_MAX_RUNS", "500")], options).await;
+    let (p, executor) = scripted(&[("MAPI_TICK_MAX_RUNS", "500")]).await;
     let ds = p.upload("x,y\n1,2\n").await;
 
     // One run through the API to cancelling, then 999 copies of it.
@@ -152,16 +153,7 @@ const SWEPT: usize = 10_000;
 /// (`--nocapture`), not asserted; `mapi bench tick` measures it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_sweep_of_ten_thousand_running_runs_is_one_tick_with_one_listing_and_no_status_read() {
-    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
-    let executor = Arc::new(ScriptedExecutor::default());
-    let options = Options {
-        background: false,
-        clock: clock.clone(),
-        executor: Some(executor.clone()),
-        queue: None,
-        entropy: None,
-    };
-    let p = TestPlatform::start_with(&[], options).await;
+    let (p, executor) = scripted(&[]).await;
     let ds = p.upload("x,y\n1,2\n").await;
     let id = RunId::parse(&p.submit(json!({"method": "describe", "dataset": ds})).await).expect("id");
     assert_eq!(p.dispatch(&id, AttemptNo::FIRST).await.0, 200);

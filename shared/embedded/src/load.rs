@@ -63,9 +63,9 @@ pub async fn copy_dispatched_run(
             attempt: AttemptNo::FIRST,
             nonce: a.nonce.clone(),
             class: a.class,
-            method: "describe".to_owned(),
-            timeout: std::time::Duration::from_secs(60),
-            task_count: 1,
+            method: template.method().to_owned(),
+            timeout: std::time::Duration::from_secs(u64::from(template.timeout_s())),
+            task_count: template.task_count(),
             env: BTreeMap::new(),
         };
         a.handle = Some(executor.submit(&submit).await.map_err(|e| LoadError::Executor(e.to_string()))?);
