@@ -3,15 +3,15 @@
 //!
 //! 1. polls the execution of every active run (dispatching, running,
 //!    cancelling) — one listing of the executor's recent executions for
-//!    the whole batch (on Cloud Run one `executions.list` per Job, not one
+//!    the whole sweep (on Cloud Run one `executions.list` per Job, not one
 //!    `executions.get` per run), then a `status` read only for each
 //!    execution the listing does not show running (finished, vanished, or
-//!    older than the listing reaches) — and reads the batch's attempts and
-//!    progress in one read each: a finished or vanished execution is handed to the meter
-//!    as a finalize task, once the outcome table has a verdict; a cancel not
-//!    yet confirmed is asked for again; a run without events for
-//!    `MAPI_STALL_AFTER_S` is marked stalled (the executor, not the events,
-//!    decides whether it is alive);
+//!    older than the listing reaches) — and reads the runs' attempts and
+//!    progress a page at a time: a finished or vanished execution is handed
+//!    to the meter as a finalize task, once the outcome table has a
+//!    verdict; a cancel not yet confirmed is asked for again; a run without
+//!    events for `MAPI_STALL_AFTER_S` is marked stalled (the executor, not
+//!    the events, decides whether it is alive);
 //! 2. re-pushes the dispatch of attempts whose dispatcher let its lease
 //!    expire (the dispatcher adopts by nonce before it submits again) and
 //!    of runs queued for longer than a dispatch lease (a push lost after
@@ -22,13 +22,13 @@
 //! bumps its fencing token; a tick that finds the lease held answers at
 //! once with `busy` and does nothing, and a holder that finds the token
 //! moved on (its lease lapsed and another tick took over) stops at its next
-//! check of the fence (every few seconds of its time). Its work is bounded (`MAPI_TICK_MAX_RUNS` runs, read in pages
-//! of [`PAGE`], with one listing of the executor for all of them) and
-//! resumable: the lease keeps the sweep's cursor, so a platform with more
-//! active runs than that is covered over several ticks instead of timing
-//! one out. The actions
-//! themselves stay idempotent (task names deduplicate, transitions are
-//! transactional), so even a fenced-out holder's last batch does no harm.
+//! check of the fence (every few seconds of its time). Its work is bounded
+//! (`MAPI_TICK_MAX_RUNS` runs, read in pages of [`PAGE`], with one listing
+//! of the executor for all of them) and resumable: the lease keeps the
+//! sweep's cursor, so a platform with more active runs than that is covered
+//! over several ticks instead of timing one out. The actions themselves
+//! stay idempotent (task names deduplicate, transitions are transactional),
+//! so even a fenced-out holder's last batch does no harm.
 
 use std::collections::HashMap;
 use std::time::Duration;
