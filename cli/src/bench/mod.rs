@@ -66,7 +66,7 @@ pub async fn submit(
     durability: Durability,
 ) -> Result<SubmitReport, Box<dyn std::error::Error>> {
     let home = dir.join("home");
-    let sync = if durability == Durability::Full { "full" } else { "normal" };
+    let sync = sync_name(durability);
     // Every run stays queued (nothing dispatches), so concurrency limits
     // are lifted for the measurement; the admission checks still run.
     let lifted = [("MAPI_PLATFORM_CONCURRENT_RUNS", u32::MAX.to_string())];
@@ -404,7 +404,7 @@ pub async fn events(
     let google_server = tokio::spawn(async move { axum::serve(google, google_routes).await });
 
     let home = dir.join("home");
-    let sync = if durability == Durability::Full { "full" } else { "normal" };
+    let sync = sync_name(durability);
     let push = [
         ("MAPI_PUBSUB_PUSH_AUDIENCE", PUSH_AUDIENCE.to_owned()),
         ("MAPI_PUBSUB_PUSH_SERVICE_ACCOUNT", PUSH_ACCOUNT.to_owned()),
@@ -580,6 +580,11 @@ pub struct JobsReport {
     pub e2e_items_per_s: f64,
 }
 
+/// The `MAPI_SQLITE_SYNC` value of `durability`, as the reports name it.
+fn sync_name(durability: Durability) -> &'static str {
+    if durability == Durability::Full { "full" } else { "normal" }
+}
+
 /// The platform a benchmark measures: the embedded defaults in `home` with
 /// `sync`, plus the `extra` settings, with its background work on or off,
 /// on `executor` when one is given.
@@ -619,7 +624,7 @@ pub async fn jobs(
     e2e_items: usize,
     durability: Durability,
 ) -> Result<JobsReport, Box<dyn std::error::Error>> {
-    let sync = if durability == Durability::Full { "full" } else { "normal" };
+    let sync = sync_name(durability);
     let http = reqwest::Client::new();
     let platform = bench_platform(&dir.join("submit"), sync, false, &[], None).await?;
     let creds = platform.credentials.clone();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use mapi_executor::scripted::ScriptedExecutor;
 use serde::Serialize;
 
-use super::{bench_platform, percentile, status_kib};
+use super::{bench_platform, percentile, status_kib, sync_name};
 
 /// The figures of one tick benchmark.
 #[derive(Debug, Serialize)]
@@ -44,7 +44,7 @@ pub async fn tick(
     sweeps: usize,
     durability: mapi_store::sqlite::Durability,
 ) -> Result<TickReport, BenchError> {
-    let sync = if durability == mapi_store::sqlite::Durability::Full { "full" } else { "normal" };
+    let sync = sync_name(durability);
     let executor = Arc::new(ScriptedExecutor::default());
     let platform = bench_platform(dir, sync, false, &[], Some(executor.clone())).await?;
     let id = dispatched_run(&platform).await?;
