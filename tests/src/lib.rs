@@ -86,6 +86,7 @@ pub mod fake_kms;
 pub mod firestore_emulator;
 pub mod gcs_front;
 pub mod google;
+pub mod model_fixture;
 pub mod scripted;
 
 use mapi_embedded::DevPlatform;

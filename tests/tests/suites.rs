@@ -24,6 +24,7 @@ mod docs;
 mod e2e;
 mod executor_conformance;
 mod hostile;
+mod hosting_local;
 mod jobs;
 mod ledger;
 mod memory;

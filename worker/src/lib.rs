@@ -4,11 +4,13 @@
 //!   (see [`supervisor`]).
 //! - `local-exec --dir <dir>`: the local execution host that the
 //!   local-process executor starts (Cloud Run's role on one machine).
+//! - `serve`: the model server of an endpoint's revision (see [`serve`]).
 //!
 //! The `mapi` CLI embeds the same entry point as its `worker` subcommand,
 //! so `mapi dev` runs without a separately built worker.
 
 pub mod bootstrap;
+pub mod serve;
 pub mod supervisor;
 
 use std::path::PathBuf;
@@ -31,13 +33,14 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
             }
             _ => usage(),
         },
+        Some("serve") if args.len() == 1 => serve::main(),
         Some(_) => usage(),
     }
 }
 
 fn usage() -> i32 {
     eprintln!(
-        "usage: mapi-worker                      (run the task described by MAPI_RUN_ID, MAPI_NONCE, MAPI_BOOTSTRAP_URL)\n       mapi-worker local-exec --dir DIR   (host one local execution)"
+        "usage: mapi-worker                      (run the task described by MAPI_RUN_ID, MAPI_NONCE, MAPI_BOOTSTRAP_URL)\n       mapi-worker local-exec --dir DIR   (host one local execution)\n       mapi-worker serve                  (serve the model version described by MAPI_SERVE_*, on PORT)"
     );
     2
 }

@@ -17,9 +17,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mapi_objects::{Generation, IfGeneration, ObjectError, ObjectKey, ObjectStore, SignedMethod};
-use mapi_signer::{SignError, Signature, Signer};
+use mapi_signer::{SignError, Signature, Signer, TrustedKeys};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+pub use mapi_objects::ObjectKey as Key;
 
 /// One artifact as the manifest pins it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,15 +166,61 @@ pub async fn open(
     };
     let bytes = read(manifest_key(prefix)?).await?;
     let sig = read(signature_key(prefix)?).await?;
+    verify_manifest(prefix, &bytes, &sig, |m, s| signer.verify(m, s))
+}
+
+/// Verifies a manifest's bytes and its signature's: the signature, that the
+/// manifest is readable and that it is of bundle `prefix`. No I/O.
+fn verify_manifest(
+    prefix: &ObjectKey,
+    bytes: &[u8],
+    sig: &[u8],
+    verify: impl Fn(&[u8], &Signature) -> Result<(), mapi_signer::VerifyError>,
+) -> Result<Sealed, BundleError> {
     let signature: Signature =
-        serde_json::from_slice(&sig).map_err(|e| integrity(prefix, format!("unreadable signature: {e}")))?;
-    signer.verify(&bytes, &signature).map_err(|e| integrity(prefix, e.to_string()))?;
+        serde_json::from_slice(sig).map_err(|e| integrity(prefix, format!("unreadable signature: {e}")))?;
+    verify(bytes, &signature).map_err(|e| integrity(prefix, e.to_string()))?;
     let manifest: Manifest =
-        serde_json::from_slice(&bytes).map_err(|e| integrity(prefix, format!("unreadable manifest: {e}")))?;
+        serde_json::from_slice(bytes).map_err(|e| integrity(prefix, format!("unreadable manifest: {e}")))?;
     if manifest.bundle != *prefix {
         return Err(integrity(prefix, format!("the manifest is of bundle {}", manifest.bundle)));
     }
-    Ok(Sealed::of(manifest, &bytes, signature))
+    Ok(Sealed::of(manifest, bytes, signature))
+}
+
+/// The object keys of a bundle's manifest and signature, for a copy of it.
+pub fn manifest_keys(prefix: &ObjectKey) -> Result<[ObjectKey; 2], ObjectError> {
+    Ok([manifest_key(prefix)?, signature_key(prefix)?])
+}
+
+/// Verifies a copy of a bundle kept outside the object store (a model
+/// server's): the manifest's signature under `keys`, that it is the one
+/// pinned by `sha256`, and every artifact's size and SHA-256 as `read`
+/// returns its bytes. Answers the artifacts with their bytes.
+pub fn verify_copy(
+    prefix: &ObjectKey,
+    manifest: &[u8],
+    signature: &[u8],
+    sha256: &str,
+    keys: &TrustedKeys,
+    mut read: impl FnMut(&ObjectKey) -> Result<Vec<u8>, String>,
+) -> Result<Vec<(Artifact, Vec<u8>)>, BundleError> {
+    let sealed = verify_manifest(prefix, manifest, signature, |m, s| keys.verify(m, s))?;
+    if sealed.sha256 != sha256 {
+        return Err(integrity(prefix, format!("the manifest is not the one recorded ({sha256})")));
+    }
+    let mut out = Vec::with_capacity(sealed.manifest.artifacts.len());
+    for a in sealed.manifest.artifacts {
+        let bytes = read(&a.key).map_err(|e| integrity(prefix, format!("{} cannot be read: {e}", a.key)))?;
+        if bytes.len() as u64 != a.size || hex::encode(Sha256::digest(&bytes)) != a.sha256 {
+            return Err(integrity(
+                prefix,
+                format!("{} is not the artifact the manifest pins (SHA-256 differs)", a.key),
+            ));
+        }
+        out.push((a, bytes));
+    }
+    Ok(out)
 }
 
 /// Opens a bundle and checks that its manifest is exactly the one whose
@@ -188,6 +236,35 @@ pub async fn open_pinned(
         return Err(integrity(prefix, format!("the manifest is not the one recorded ({sha256})")));
     }
     Ok(sealed)
+}
+
+/// Every file of a verified bundle, to copy it where a model server reads
+/// it: the manifest and its signature as stored, and each artifact at the
+/// generation pinned, checked against its SHA-256.
+pub async fn read_pinned(
+    objects: &dyn ObjectStore,
+    signer: &dyn Signer,
+    prefix: &ObjectKey,
+    sha256: &str,
+) -> Result<Vec<(ObjectKey, Bytes)>, BundleError> {
+    let sealed = open_pinned(objects, signer, prefix, sha256).await?;
+    let mut files = Vec::with_capacity(sealed.manifest.artifacts.len() + 2);
+    for key in manifest_keys(prefix)? {
+        let (_, bytes) = objects.get(&key, None).await?;
+        files.push((key, bytes));
+    }
+    for a in &sealed.manifest.artifacts {
+        let bytes = match objects.get(&a.key, Some(a.generation)).await {
+            Ok((_, bytes)) => bytes,
+            Err(ObjectError::NotFound(_)) => return Err(integrity(prefix, format!("{} is missing", a.key))),
+            Err(e) => return Err(e.into()),
+        };
+        if hex::encode(Sha256::digest(&bytes)) != a.sha256 {
+            return Err(integrity(prefix, format!("{} is not the artifact the manifest pins", a.key)));
+        }
+        files.push((a.key.clone(), bytes));
+    }
+    Ok(files)
 }
 
 /// GET URLs to every artifact of a bundle (with the artifact as the
@@ -345,5 +422,37 @@ mod tests {
             .await
             .expect("replace");
         assert!(matches!(urls().await, Err(BundleError::Integrity { .. })), "a replaced artifact");
+    }
+
+    #[tokio::test]
+    async fn a_copy_verifies_only_as_it_was_signed() {
+        let e = env().await;
+        let m = sealed(&e).await;
+        let p = key(PREFIX);
+        let files = read_pinned(&e.objects, &e.signer, &p, &m.sha256).await.expect("read");
+        assert_eq!(files.len(), 4, "manifest, signature and two artifacts");
+        let copy: std::collections::BTreeMap<String, Vec<u8>> =
+            files.into_iter().map(|(k, b)| (k.to_string(), b.to_vec())).collect();
+        let [mk, sk] = manifest_keys(&p).expect("keys");
+        let keys = TrustedKeys::import(&e.signer.trusted_keys().export()).expect("import");
+        let check = |copy: &std::collections::BTreeMap<String, Vec<u8>>, keys: &TrustedKeys| {
+            verify_copy(&p, &copy[mk.as_str()], &copy[sk.as_str()], &m.sha256, keys, |k| {
+                copy.get(k.as_str()).cloned().ok_or_else(|| "no such file".to_owned())
+            })
+        };
+        let artifacts = check(&copy, &keys).expect("the copy verifies");
+        assert_eq!(artifacts[1].1, b"{\"w\":[1,2]}");
+
+        let mut changed = copy.clone();
+        changed.insert(ARTIFACTS[0].into(), b"{\"w\":[1,3]}".to_vec());
+        let e1 = check(&changed, &keys).expect_err("a changed artifact");
+        assert!(e1.to_string().contains("SHA-256 differs"), "{e1}");
+        let mut missing = copy.clone();
+        missing.remove(ARTIFACTS[1]);
+        assert!(check(&missing, &keys).expect_err("missing").to_string().contains("cannot be read"));
+        let stranger =
+            LocalSigner::from_pem(&LocalSigner::generate_pem().expect("key"), &[]).expect("signer");
+        let foreign = TrustedKeys::import(&stranger.trusted_keys().export()).expect("import");
+        assert!(check(&copy, &foreign).expect_err("untrusted").to_string().contains("not trusted"));
     }
 }

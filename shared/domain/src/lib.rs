@@ -6,6 +6,7 @@
 
 pub mod bootstrap;
 pub mod class;
+pub mod endpoint;
 pub mod ids;
 pub mod outcome;
 pub mod run;

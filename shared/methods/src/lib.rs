@@ -11,6 +11,7 @@ mod diag;
 pub mod items;
 mod linear;
 mod numerics;
+pub mod predict;
 pub mod registry;
 pub mod table;
 

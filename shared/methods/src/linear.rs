@@ -106,8 +106,21 @@ pub(crate) fn run(params: &Params, table: &Table, ctx: &mut dyn Context) -> Resu
             ctx.metric(name, value);
         }
     }
+    // The coefficients' covariance, and one used row with the fit's own
+    // prediction for it: a server of this model must answer it the same.
+    let covariance: Vec<Vec<f64>> =
+        fit.unscaled_covariance.iter().map(|row| row.iter().map(|v| v * sigma2).collect()).collect();
+    let example_inputs: serde_json::Map<String, Value> = x_names
+        .iter()
+        .zip(&design[usize::from(intercept)..])
+        .map(|(n, col)| (n.clone(), json!(col[0])))
+        .collect();
+    let example_prediction: f64 = (0..p).map(|j| design[j][0] * fit.coefficients[j]).sum();
     let model = json!({
         "method": LINEAR,
+        "x": x_names,
+        "covariance": covariance,
+        "example": {"inputs": example_inputs, "prediction": example_prediction},
         "y": y_name,
         "intercept": intercept,
         "n": n,

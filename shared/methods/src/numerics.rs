@@ -177,6 +177,8 @@ pub(crate) struct LeastSquares {
     pub coefficients: Vec<f64>,
     /// The diagonal of `(XᵀX)⁻¹ = R⁻¹R⁻ᵀ`; times σ² it gives the coefficient variances.
     pub unscaled_variances: Vec<f64>,
+    /// All of `(XᵀX)⁻¹` (row-major); times σ² it is the coefficients' covariance.
+    pub unscaled_covariance: Vec<Vec<f64>>,
     /// Residual sum of squares.
     pub rss: f64,
 }
@@ -239,7 +241,11 @@ pub(crate) fn least_squares(mut columns: Vec<Vec<f64>>, mut y: Vec<f64>) -> Resu
         inverse[i] = row;
     }
     let unscaled_variances = inverse.iter().map(|row| row.iter().map(|x| x * x).sum()).collect();
-    Ok(LeastSquares { coefficients, unscaled_variances, rss })
+    // (XᵀX)⁻¹ = R⁻¹R⁻ᵀ: entry (i, j) is the dot product of rows i and j of R⁻¹.
+    let unscaled_covariance = (0..p)
+        .map(|i| (0..p).map(|j| inverse[i].iter().zip(&inverse[j]).map(|(a, b)| a * b).sum()).collect())
+        .collect();
+    Ok(LeastSquares { coefficients, unscaled_variances, unscaled_covariance, rss })
 }
 
 #[cfg(test)]

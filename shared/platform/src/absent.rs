@@ -15,7 +15,7 @@ use mapi_objects::{
     Generation, IfGeneration, ListPage, ObjectError, ObjectKey, ObjectMeta, ObjectStore, SignedMethod,
 };
 use mapi_queue::{NewTask, QueueError, QueueName, TaskInfo, TaskName, TaskQueue};
-use mapi_signer::{SignError, Signature, Signer, VerifyError};
+use mapi_signer::{SignError, Signature, Signer, TrustedKeys, VerifyError};
 
 /// A port the process does not use: `port` names it ("object store").
 #[derive(Clone, Copy, Debug)]
@@ -133,5 +133,10 @@ impl Signer for Absent {
 
     fn verify(&self, _: &[u8], signature: &Signature) -> Result<(), VerifyError> {
         Err(VerifyError::UntrustedKey(signature.key_version.clone()))
+    }
+
+    fn trusted_keys(&self) -> &TrustedKeys {
+        static NONE: TrustedKeys = TrustedKeys::EMPTY;
+        &NONE
     }
 }

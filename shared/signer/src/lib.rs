@@ -175,12 +175,23 @@ pub trait Signer: Send + Sync + Debug {
     /// `Invalid`: not a signature of `message` by that key (also when its algorithm is not the
     /// key's). Nothing is fetched, so a retry answers the same.
     fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), VerifyError>;
+
+    /// The public keys `verify` trusts, for a verifier elsewhere (a model server).
+    fn trusted_keys(&self) -> &TrustedKeys;
 }
 
 /// The public keys of the active and trusted key versions, by name.
 #[derive(Clone, Default)]
 pub struct TrustedKeys {
-    keys: BTreeMap<String, (Algorithm, ParsedPublicKey)>,
+    keys: BTreeMap<String, (Algorithm, ParsedPublicKey, Vec<u8>)>,
+}
+
+/// One trusted key as it travels: its version, algorithm and `PUBLIC KEY` PEM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicKey {
+    pub key_version: String,
+    pub algorithm: Algorithm,
+    pub public_key_pem: String,
 }
 
 impl Debug for TrustedKeys {
@@ -190,6 +201,9 @@ impl Debug for TrustedKeys {
 }
 
 impl TrustedKeys {
+    /// No key: nothing verifies.
+    pub const EMPTY: TrustedKeys = TrustedKeys { keys: BTreeMap::new() };
+
     /// Adds a key version's public key (DER SubjectPublicKeyInfo).
     pub fn insert(&mut self, version: &str, algorithm: Algorithm, spki_der: &[u8]) -> Result<(), SignError> {
         let key = ParsedPublicKey::new(algorithm.verification(), spki_der).map_err(|e| {
@@ -198,7 +212,7 @@ impl TrustedKeys {
                 algorithm.as_str()
             ))
         })?;
-        self.keys.insert(version.to_owned(), (algorithm, key));
+        self.keys.insert(version.to_owned(), (algorithm, key, spki_der.to_vec()));
         Ok(())
     }
 
@@ -209,12 +223,33 @@ impl TrustedKeys {
         self.insert(version, algorithm, &der)
     }
 
+    /// Every key, in version order.
+    pub fn export(&self) -> Vec<PublicKey> {
+        self.keys
+            .iter()
+            .map(|(version, (algorithm, _, der))| PublicKey {
+                key_version: version.clone(),
+                algorithm: *algorithm,
+                public_key_pem: pem_encode("PUBLIC KEY", der),
+            })
+            .collect()
+    }
+
+    /// The keys of an [`export`](TrustedKeys::export).
+    pub fn import(keys: &[PublicKey]) -> Result<TrustedKeys, SignError> {
+        let mut out = TrustedKeys::default();
+        for k in keys {
+            out.insert_pem(&k.key_version, k.algorithm, &k.public_key_pem)?;
+        }
+        Ok(out)
+    }
+
     pub fn contains(&self, version: &str) -> bool {
         self.keys.contains_key(version)
     }
 
     pub fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), VerifyError> {
-        let Some((algorithm, key)) = self.keys.get(&signature.key_version) else {
+        let Some((algorithm, key, _)) = self.keys.get(&signature.key_version) else {
             return Err(VerifyError::UntrustedKey(signature.key_version.clone()));
         };
         if *algorithm != signature.algorithm {

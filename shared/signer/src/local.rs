@@ -127,6 +127,10 @@ impl Signer for LocalSigner {
     fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), VerifyError> {
         self.keys.verify(message, signature)
     }
+
+    fn trusted_keys(&self) -> &TrustedKeys {
+        &self.keys
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,72 @@
+//! Model endpoints' vocabulary: what an endpoint runs on, who may call it,
+//! where its rollout stands, and its alias.
+
+crate::wire_enum!(
+    /// The hardware an endpoint's instances have.
+    Accelerator {
+        /// CPU only: request-billed, 1 vCPU and 2 GiB per instance.
+        Cpu => "cpu",
+        /// One NVIDIA L4: instance-billed, at least 4 vCPU and 16 GiB per instance.
+        L4 => "l4",
+    }
+);
+
+impl Accelerator {
+    /// vCPUs and memory (MiB) of one instance.
+    pub fn resources(self) -> (u32, u32) {
+        match self {
+            Accelerator::Cpu => (1, 2048),
+            Accelerator::L4 => (4, 16384),
+        }
+    }
+}
+
+crate::wire_enum!(
+    /// Who may call an endpoint's service directly (scoring through the
+    /// platform is authorized by the platform either way).
+    Access {
+        /// Only identities allowed to invoke it (the platform's), with an ID token.
+        Private => "private",
+        /// Anyone who knows the URL.
+        Public => "public",
+    }
+);
+
+#[allow(clippy::derivable_impls, reason = "`wire_enum!` fixes the derives")]
+impl Default for Access {
+    fn default() -> Self {
+        Access::Private
+    }
+}
+
+crate::wire_enum!(
+    /// Where an endpoint stands.
+    EndpointStatus {
+        /// Its first revision is rolling out.
+        Deploying => "deploying",
+        /// It answers scores.
+        Ready => "ready",
+        /// Its first revision failed to start (the host's message says why).
+        Failed => "failed",
+        /// It is being removed.
+        Deleting => "deleting",
+    }
+);
+
+/// Checks an endpoint alias: 1–40 lowercase letters, digits and `-`,
+/// starting with a letter and not ending with `-` (it becomes part of a
+/// service name and of `score:<alias>` scopes).
+pub fn check_alias(alias: &str) -> Result<(), String> {
+    let ok = (1..=40).contains(&alias.len())
+        && alias.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && alias.as_bytes()[0].is_ascii_lowercase()
+        && !alias.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "endpoint alias `{}` is not valid: use 1–40 lowercase letters, digits and `-`, starting with a letter",
+            alias.chars().take(48).collect::<String>()
+        ))
+    }
+}

@@ -1,0 +1,542 @@
+//! The local adapter of the Hosting port: each revision is a model server
+//! process (`mapi worker serve`) on a loopback port, supervised the way the
+//! local executor supervises executions.
+//!
+//! - A service is `{dir}/{service}/service.json` (written whole, synced,
+//!   renamed), so services outlive the process; their servers start again
+//!   on demand. A revision's bundle is staged at `{dir}/{service}/{tag}/objects/`
+//!   by object key, which is where its server reads it.
+//! - A revision is `Ready` once its server answered `GET /health`, and
+//!   `Failed` with the server's last error line when it exited first (a
+//!   bundle that does not verify is refused that way).
+//! - A server that crashed is started again by the next `route` to it; one
+//!   not asked for anything for the idle time is stopped when the service
+//!   scales to zero (`min = 0`), and started by the next `route`.
+//!
+//! One process per revision: `scaling.max` is recorded, not enforced here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mapi_clock::Clock;
+use mapi_domain::Timestamp;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+use crate::{
+    Accelerator, Access, Hosting, HostingError, MANAGED_LABEL, RevisionSpec, RevisionState, Rollout, Route,
+    Scaling, ServiceSpec, ServiceState, Traffic, check_split, server_env,
+};
+
+/// How long a starting server may take to answer its health check.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The program that serves a revision, with its leading arguments (`serve` included).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StoredRevision {
+    tag: String,
+    bundle: String,
+    manifest_sha256: String,
+    trusted_keys: String,
+    rollout: Rollout,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StoredService {
+    name: String,
+    region: String,
+    accelerator: Accelerator,
+    scaling: Scaling,
+    access: Access,
+    labels: BTreeMap<String, String>,
+    revisions: Vec<StoredRevision>,
+    traffic: Vec<Traffic>,
+}
+
+#[derive(Debug)]
+struct Proc {
+    child: Child,
+    port: u16,
+    last_used: Timestamp,
+    /// The last line the server wrote to stderr.
+    last_line: Arc<Mutex<String>>,
+}
+
+#[derive(Debug, Default)]
+struct Services {
+    stored: BTreeMap<String, StoredService>,
+    procs: BTreeMap<(String, String), Proc>,
+}
+
+/// The local hosting adapter.
+#[derive(Clone, Debug)]
+pub struct LocalHosting {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    server: ServerCommand,
+    idle: Duration,
+    clock: Arc<dyn Clock>,
+    services: tokio::sync::Mutex<Services>,
+    http: reqwest::Client,
+    spread: AtomicU64,
+}
+
+fn io(what: &str, e: std::io::Error) -> HostingError {
+    HostingError::Unavailable(format!("{what}: {e}"))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), HostingError> {
+    use std::io::Write;
+    let dir =
+        path.parent().ok_or_else(|| HostingError::Invalid(format!("{} has no parent", path.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| io(&dir.display().to_string(), e))?;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp.display().to_string(), e))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| io(&tmp.display().to_string(), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io(&path.display().to_string(), e))
+}
+
+impl LocalHosting {
+    /// Opens the services under `dir` (none are started until asked for).
+    /// A background task stops idle servers of services that scale to zero
+    /// and marks revisions ready or failed as their servers start.
+    pub fn open(
+        dir: &Path,
+        server: ServerCommand,
+        idle: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Result<LocalHosting, HostingError> {
+        std::fs::create_dir_all(dir).map_err(|e| io(&dir.display().to_string(), e))?;
+        let mut stored = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| io(&dir.display().to_string(), e))? {
+            let path = entry.map_err(|e| io("endpoints directory", e))?.path().join("service.json");
+            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let service: StoredService = serde_json::from_slice(&bytes)
+                .map_err(|e| HostingError::Unavailable(format!("{}: {e}", path.display())))?;
+            stored.insert(service.name.clone(), service);
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .map_err(|e| HostingError::Unavailable(e.to_string()))?;
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            server,
+            idle,
+            clock,
+            services: tokio::sync::Mutex::new(Services { stored, procs: BTreeMap::new() }),
+            http,
+            spread: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&inner);
+        let every = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.reap().await;
+            }
+        });
+        Ok(LocalHosting { inner })
+    }
+
+    /// The loopback port a revision's server listens on, if it runs.
+    pub async fn port_of(&self, service: &str, tag: &str) -> Option<u16> {
+        let s = self.inner.services.lock().await;
+        s.procs.get(&(service.to_owned(), tag.to_owned())).map(|p| p.port)
+    }
+
+    /// How many servers run now.
+    pub async fn running(&self) -> usize {
+        let mut s = self.inner.services.lock().await;
+        s.procs.retain(|_, p| matches!(p.child.try_wait(), Ok(None)));
+        s.procs.len()
+    }
+}
+
+impl Inner {
+    fn service_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn persist(&self, service: &StoredService) -> Result<(), HostingError> {
+        let bytes = serde_json::to_vec_pretty(service).map_err(|e| HostingError::Invalid(e.to_string()))?;
+        write_synced(&self.service_dir(&service.name).join("service.json"), &bytes)
+    }
+
+    fn stage(&self, service: &str, revision: &RevisionSpec) -> Result<PathBuf, HostingError> {
+        let root = self.service_dir(service).join(&revision.tag).join("objects");
+        for f in &revision.model.files {
+            if f.key.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+                return Err(HostingError::Invalid(format!(
+                    "bundle file key `{}` is not a plain path",
+                    f.key
+                )));
+            }
+            write_synced(&root.join(&f.key), &f.bytes)?;
+        }
+        Ok(root)
+    }
+
+    fn spawn(&self, service: &str, revision: &StoredRevision) -> Result<Proc, HostingError> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| io("a loopback port", e))?
+            .port();
+        let objects = self.service_dir(service).join(&revision.tag).join("objects");
+        let mut cmd = tokio::process::Command::new(&self.server.program);
+        cmd.args(&self.server.args)
+            .env(server_env::PORT, port.to_string())
+            .env(server_env::LISTEN, "127.0.0.1")
+            .env(server_env::OBJECTS, &objects)
+            .env(server_env::BUNDLE, &revision.bundle)
+            .env(server_env::MANIFEST_SHA256, &revision.manifest_sha256)
+            .env(server_env::TRUSTED_KEYS, &revision.trusted_keys)
+            .env(server_env::REVISION, &revision.tag)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| io(&self.server.program.display().to_string(), e))?;
+        let last_line = Arc::new(Mutex::new(String::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let last = last_line.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let message = serde_json::from_str::<serde_json::Value>(&line)
+                        .ok()
+                        .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
+                        .unwrap_or(line);
+                    if let Ok(mut l) = last.lock() {
+                        *l = message;
+                    }
+                }
+            });
+        }
+        Ok(Proc { child, port, last_used: self.clock.now(), last_line })
+    }
+
+    /// Waits until the server answers its health check; the error is why it never will.
+    async fn await_health(&self, port: u16, proc_exit: impl Fn() -> Option<String>) -> Result<(), String> {
+        let url = format!("http://127.0.0.1:{port}{}", server_env::HEALTH_PATH);
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(reason) = proc_exit() {
+                return Err(reason);
+            }
+            if let Ok(r) = self.http.get(&url).send().await
+                && r.status().is_success()
+            {
+                return Ok(());
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(format!(
+                    "the model server did not answer {} within {START_TIMEOUT:?}",
+                    server_env::HEALTH_PATH
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Starts a revision's server if it does not run, and waits for it.
+    async fn ensure(&self, service: &str, tag: &str) -> Result<u16, HostingError> {
+        let key = (service.to_owned(), tag.to_owned());
+        let port = {
+            let mut s = self.services.lock().await;
+            if let Some(p) = s.procs.get_mut(&key) {
+                if matches!(p.child.try_wait(), Ok(None)) {
+                    p.last_used = self.clock.now();
+                    return Ok(p.port);
+                }
+                tracing::warn!(service, tag, "model server exited: starting it again");
+                s.procs.remove(&key);
+            }
+            let stored = s.stored.get(service).ok_or_else(|| HostingError::NotFound(service.to_owned()))?;
+            let revision = stored
+                .revisions
+                .iter()
+                .find(|r| r.tag == tag)
+                .ok_or_else(|| HostingError::Invalid(format!("service {service} has no revision {tag}")))?
+                .clone();
+            let proc = self.spawn(service, &revision)?;
+            let port = proc.port;
+            s.procs.insert(key.clone(), proc);
+            port
+        };
+        let outcome = self.await_health(port, || None).await;
+        let mut s = self.services.lock().await;
+        let exited = s.procs.get_mut(&key).map(|p| !matches!(p.child.try_wait(), Ok(None))).unwrap_or(true);
+        match outcome {
+            Ok(()) if !exited => Ok(port),
+            _ => {
+                let reason = s
+                    .procs
+                    .remove(&key)
+                    .and_then(|p| p.last_line.lock().ok().map(|l| l.clone()))
+                    .unwrap_or_default();
+                Err(HostingError::Unavailable(format!(
+                    "the model server of {service}/{tag} did not start: {reason}"
+                )))
+            }
+        }
+    }
+
+    /// Starts a new revision and records whether it became ready.
+    async fn roll_out(self: &Arc<Self>, service: String, tag: String) {
+        let spawned = {
+            let mut s = self.services.lock().await;
+            let Some(stored) = s.stored.get(&service) else { return };
+            let Some(revision) = stored.revisions.iter().find(|r| r.tag == tag).cloned() else { return };
+            match self.spawn(&service, &revision) {
+                Ok(proc) => {
+                    let last = proc.last_line.clone();
+                    let port = proc.port;
+                    s.procs.insert((service.clone(), tag.clone()), proc);
+                    Ok((port, last))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let outcome = match spawned {
+            Err(reason) => Rollout::Failed(reason),
+            Ok((port, last)) => {
+                let key = (service.clone(), tag.clone());
+                let exit = || {
+                    let mut s = self.services.try_lock().ok()?;
+                    let p = s.procs.get_mut(&key)?;
+                    match p.child.try_wait() {
+                        Ok(None) => None,
+                        Ok(Some(status)) => {
+                            let line = last.lock().map(|l| l.clone()).unwrap_or_default();
+                            Some(format!("the model server exited ({status}) before it was ready: {line}"))
+                        }
+                        Err(e) => Some(e.to_string()),
+                    }
+                };
+                match self.await_health(port, exit).await {
+                    Ok(()) => Rollout::Ready,
+                    Err(reason) => Rollout::Failed(reason),
+                }
+            }
+        };
+        let mut s = self.services.lock().await;
+        if let Rollout::Failed(reason) = &outcome {
+            tracing::warn!(service, tag, %reason, "revision failed to start");
+            s.procs.remove(&(service.clone(), tag.clone()));
+        }
+        let Some(stored) = s.stored.get_mut(&service) else { return };
+        if let Some(r) = stored.revisions.iter_mut().find(|r| r.tag == tag) {
+            r.rollout = outcome;
+        }
+        let snapshot = stored.clone();
+        if let Err(e) = self.persist(&snapshot) {
+            tracing::error!(service, error = %e, "cannot record a revision's rollout");
+        }
+    }
+
+    /// Stops idle servers of services that scale to zero.
+    async fn reap(&self) {
+        let now = self.clock.now();
+        let mut s = self.services.lock().await;
+        let Services { stored, procs } = &mut *s;
+        procs.retain(|(service, tag), p| {
+            let scales_to_zero = stored.get(service).is_none_or(|st| st.scaling.min == 0);
+            let idle = now.since(p.last_used) >= self.idle;
+            let exited = !matches!(p.child.try_wait(), Ok(None));
+            if scales_to_zero && idle && !exited {
+                tracing::info!(service, tag, "model server idle: scaled to zero");
+                terminate(&mut p.child);
+            }
+            !(exited || (scales_to_zero && idle))
+        });
+    }
+}
+
+/// SIGTERM, so the server finishes what it serves; `kill_on_drop` backs it up.
+fn terminate(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+    }
+}
+
+fn state_of(service: &StoredService) -> ServiceState {
+    let revisions: Vec<RevisionState> = service
+        .revisions
+        .iter()
+        .map(|r| RevisionState {
+            tag: r.tag.clone(),
+            name: format!("{}-{}", service.name, r.tag),
+            url: None,
+            rollout: r.rollout.clone(),
+        })
+        .collect();
+    let rollout = revisions.last().map(|r| r.rollout.clone()).unwrap_or(Rollout::Reconciling);
+    let mut labels = service.labels.clone();
+    labels.insert(MANAGED_LABEL.0.into(), MANAGED_LABEL.1.into());
+    ServiceState {
+        name: service.name.clone(),
+        url: None,
+        rollout,
+        revisions,
+        traffic: service.traffic.clone(),
+        labels,
+    }
+}
+
+fn stored_revision(r: &RevisionSpec) -> StoredRevision {
+    StoredRevision {
+        tag: r.tag.clone(),
+        bundle: r.model.bundle.clone(),
+        manifest_sha256: r.model.manifest_sha256.clone(),
+        trusted_keys: r.model.trusted_keys.clone(),
+        rollout: Rollout::Reconciling,
+    }
+}
+
+#[async_trait]
+impl Hosting for LocalHosting {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError> {
+        let inner = &self.inner;
+        {
+            let mut s = inner.services.lock().await;
+            if s.stored.contains_key(&spec.name) {
+                return Err(HostingError::AlreadyExists(spec.name.clone()));
+            }
+            inner.stage(&spec.name, first)?;
+            let service = StoredService {
+                name: spec.name.clone(),
+                region: spec.region.clone(),
+                accelerator: spec.accelerator,
+                scaling: spec.scaling,
+                access: spec.access,
+                labels: spec.labels.clone(),
+                revisions: vec![stored_revision(first)],
+                traffic: vec![Traffic { tag: first.tag.clone(), percent: 100 }],
+            };
+            inner.persist(&service)?;
+            s.stored.insert(spec.name.clone(), service);
+        }
+        tokio::spawn({
+            let inner = inner.clone();
+            let (name, tag) = (spec.name.clone(), first.tag.clone());
+            async move { inner.roll_out(name, tag).await }
+        });
+        Ok(())
+    }
+
+    async fn add_revision(&self, service: &str, revision: &RevisionSpec) -> Result<(), HostingError> {
+        let inner = &self.inner;
+        {
+            let mut s = inner.services.lock().await;
+            let stored =
+                s.stored.get_mut(service).ok_or_else(|| HostingError::NotFound(service.to_owned()))?;
+            if stored.revisions.iter().any(|r| r.tag == revision.tag) {
+                return Ok(());
+            }
+            inner.stage(service, revision)?;
+            let mut next = stored.clone();
+            next.revisions.push(stored_revision(revision));
+            next.traffic.push(Traffic { tag: revision.tag.clone(), percent: 0 });
+            inner.persist(&next)?;
+            *stored = next;
+        }
+        tokio::spawn({
+            let inner = inner.clone();
+            let (name, tag) = (service.to_owned(), revision.tag.clone());
+            async move { inner.roll_out(name, tag).await }
+        });
+        Ok(())
+    }
+
+    async fn set_traffic(&self, service: &str, traffic: &[Traffic]) -> Result<(), HostingError> {
+        check_split(traffic)?;
+        let mut s = self.inner.services.lock().await;
+        let stored = s.stored.get_mut(service).ok_or_else(|| HostingError::NotFound(service.to_owned()))?;
+        if let Some(t) = traffic.iter().find(|t| !stored.revisions.iter().any(|r| r.tag == t.tag)) {
+            return Err(HostingError::Invalid(format!("service {service} has no revision {}", t.tag)));
+        }
+        let mut next = stored.clone();
+        next.traffic = next
+            .revisions
+            .iter()
+            .map(|r| Traffic {
+                tag: r.tag.clone(),
+                percent: traffic.iter().find(|t| t.tag == r.tag).map_or(0, |t| t.percent),
+            })
+            .collect();
+        self.inner.persist(&next)?;
+        *stored = next;
+        Ok(())
+    }
+
+    async fn get(&self, service: &str) -> Result<ServiceState, HostingError> {
+        let s = self.inner.services.lock().await;
+        s.stored.get(service).map(state_of).ok_or_else(|| HostingError::NotFound(service.to_owned()))
+    }
+
+    async fn list(&self) -> Result<Vec<ServiceState>, HostingError> {
+        let s = self.inner.services.lock().await;
+        Ok(s.stored.values().map(state_of).collect())
+    }
+
+    async fn delete(&self, service: &str) -> Result<(), HostingError> {
+        let mut s = self.inner.services.lock().await;
+        if s.stored.remove(service).is_none() {
+            return Err(HostingError::NotFound(service.to_owned()));
+        }
+        let keys: Vec<_> = s.procs.keys().filter(|(name, _)| name == service).cloned().collect();
+        for key in keys {
+            if let Some(mut p) = s.procs.remove(&key) {
+                terminate(&mut p.child);
+            }
+        }
+        let dir = self.inner.service_dir(service);
+        std::fs::remove_dir_all(&dir).map_err(|e| io(&dir.display().to_string(), e))
+    }
+
+    async fn route(&self, service: &str, tag: Option<&str>) -> Result<Route, HostingError> {
+        let tag = match tag {
+            Some(t) => t.to_owned(),
+            None => {
+                let s = self.inner.services.lock().await;
+                let stored =
+                    s.stored.get(service).ok_or_else(|| HostingError::NotFound(service.to_owned()))?;
+                // Spread requests over the split in proportion, deterministically.
+                let slot = (self.inner.spread.fetch_add(1, Ordering::Relaxed) % 100) as u32;
+                let mut acc = 0;
+                stored
+                    .traffic
+                    .iter()
+                    .find(|t| {
+                        acc += t.percent;
+                        slot < acc
+                    })
+                    .map(|t| t.tag.clone())
+                    .ok_or_else(|| HostingError::Unavailable(format!("service {service} has no traffic")))?
+            }
+        };
+        let port = self.inner.ensure(service, &tag).await?;
+        Ok(Route { url: format!("http://127.0.0.1:{port}"), authorization: None })
+    }
+}

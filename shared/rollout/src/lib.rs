@@ -1,0 +1,1 @@
+//! The promotion gate of model endpoints (written in the next commit).
