@@ -86,6 +86,9 @@ enum Command {
     /// Model versions: succeeded runs' outputs as signed bundles.
     #[command(subcommand)]
     Models(crate::models::ModelsCmd),
+    /// Model endpoints: serve a model version, score it, promote and roll back.
+    #[command(subcommand)]
+    Endpoints(crate::endpoints::EndpointsCmd),
     /// Measure this machine (see BENCHMARKS.md).
     #[cfg(feature = "platform")]
     #[command(subcommand)]
@@ -295,6 +298,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Models(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::models::run(&ctx.client, scope, cmd, ctx.json).await
+        }
+        Command::Endpoints(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::endpoints::run(&ctx.client, scope, cmd, ctx.json).await
         }
     }
 }

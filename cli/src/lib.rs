@@ -15,6 +15,7 @@ mod account;
 pub mod bench;
 pub mod client;
 mod commands;
+mod endpoints;
 mod jobs;
 mod models;
 #[cfg(feature = "platform")]

@@ -22,6 +22,7 @@ mod delivery;
 mod deploy;
 mod docs;
 mod e2e;
+mod endpoints;
 mod executor_conformance;
 mod hostile;
 mod hosting_local;

@@ -30,6 +30,8 @@
 //! stay idempotent (task names deduplicate, transitions are transactional),
 //! so even a fenced-out holder's last batch does no harm.
 
+mod endpoints;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -77,6 +79,8 @@ pub struct TickReport {
     pub redispatched: u32,
     pub cancels_sent: u32,
     pub stalled: u32,
+    /// Endpoints whose rollout, promotion or deletion moved.
+    pub endpoints: u32,
     pub errors: u32,
 }
 
@@ -130,6 +134,9 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
             }
         }
     }
+    let (moved, failed) = endpoints::sweep(&state).await?;
+    report.endpoints += moved;
+    report.errors += failed;
     if !release_lease(&state, &holder, lease.token, sweep.next).await? {
         report.fenced = true;
     }

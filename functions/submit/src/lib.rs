@@ -46,7 +46,9 @@ use utoipa::OpenApi;
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::runs::submit, api::runs::list, api::runs::get_run,
         api::runs::cancel, api::jobs::submit, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
-        api::model_versions::list, api::model_versions::get_version, api::model_versions::urls
+        api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,
+        api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
+        api::endpoints::act
     ),
     components(schemas(
         mapi_problem::Problem,
@@ -59,6 +61,12 @@ use utoipa::OpenApi;
         mapi_api::views::ModelVersionView,
         mapi_api::views::ModelVersionSummary,
         mapi_api::views::ModelVersionPage,
+        mapi_api::endpoints::CreateEndpoint,
+        mapi_api::endpoints::PromoteEndpoint,
+        mapi_api::endpoints::EndpointView,
+        mapi_api::endpoints::EndpointPage,
+        mapi_api::endpoints::ScoreRequest,
+        mapi_api::endpoints::ScoreResponse,
         mapi_api::views::ArtifactView,
         mapi_api::views::ArtifactUrl,
         mapi_api::views::ArtifactUrls,

@@ -8,5 +8,6 @@
 //! here names a store, a queue or an executor.
 
 pub mod credentials;
+pub mod endpoints;
 pub mod problem;
 pub mod views;

@@ -93,6 +93,16 @@ impl PriceTable {
         }
     }
 
+    /// Nano-units of currency for `vcpus` vCPUs, `gib` GiB and `accelerators`
+    /// for `ms` milliseconds (a score's compute time; summed before rounding).
+    pub fn nanos(&self, vcpus: u32, gib: u32, accelerators: u32, ms: u64) -> u64 {
+        let r = &self.rates;
+        let per_s = i128::from(vcpus) * i128::from(r.vcpu_second_nanos)
+            + i128::from(gib) * i128::from(r.gib_second_nanos)
+            + i128::from(accelerators) * i128::from(r.accelerator_second_nanos);
+        u64::try_from(per_s * i128::from(ms) / 1000).unwrap_or(u64::MAX)
+    }
+
     /// The most a run can cost on one attempt: its class for its whole timeout.
     pub fn estimate(&self, class: ResourceClass, tasks: u32, timeout: Duration) -> Charge {
         self.charge(class, tasks, timeout)

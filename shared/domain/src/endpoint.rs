@@ -53,11 +53,11 @@ crate::wire_enum!(
     }
 );
 
-/// Checks an endpoint alias: 1–40 lowercase letters, digits and `-`,
+/// Checks an endpoint alias: 1–32 lowercase letters, digits and `-`,
 /// starting with a letter and not ending with `-` (it becomes part of a
 /// service name and of `score:<alias>` scopes).
 pub fn check_alias(alias: &str) -> Result<(), String> {
-    let ok = (1..=40).contains(&alias.len())
+    let ok = (1..=32).contains(&alias.len())
         && alias.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && alias.as_bytes()[0].is_ascii_lowercase()
         && !alias.ends_with('-');
@@ -65,8 +65,43 @@ pub fn check_alias(alias: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "endpoint alias `{}` is not valid: use 1–40 lowercase letters, digits and `-`, starting with a letter",
+            "endpoint alias `{}` is not valid: use 1–32 lowercase letters, digits and `-`, starting with a letter",
             alias.chars().take(48).collect::<String>()
         ))
     }
+}
+
+/// Regions where Cloud Run has NVIDIA L4 GPUs.
+pub const GPU_REGIONS: &[&str] =
+    &["asia-southeast1", "asia-south1", "europe-west1", "europe-west4", "us-central1", "us-east4"];
+
+/// The region `us` stands for (it has L4 GPUs).
+pub const US_REGION: &str = "us-central1";
+/// The region `eu` stands for (it has L4 GPUs).
+pub const EU_REGION: &str = "europe-west4";
+
+/// The region an endpoint runs in: `us` and `eu` name regions with L4 GPUs,
+/// any other value must be a region's name; an `l4` endpoint only in a GPU region.
+pub fn resolve_region(region: &str, accelerator: Accelerator) -> Result<String, String> {
+    let resolved = match region {
+        "us" => US_REGION.to_owned(),
+        "eu" => EU_REGION.to_owned(),
+        r if !r.is_empty()
+            && r.len() <= 32
+            && r.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && r.contains('-') =>
+        {
+            r.to_owned()
+        }
+        r => {
+            return Err(format!(
+                "region `{}` is not a region: use `us`, `eu` or a region's name such as `europe-west1`",
+                r.chars().take(40).collect::<String>()
+            ));
+        }
+    };
+    if accelerator == Accelerator::L4 && !GPU_REGIONS.contains(&resolved.as_str()) {
+        return Err(format!("region {resolved} has no L4 GPUs: use one of {}", GPU_REGIONS.join(", ")));
+    }
+    Ok(resolved)
 }

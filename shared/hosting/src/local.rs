@@ -94,6 +94,7 @@ struct Inner {
     services: tokio::sync::Mutex<Services>,
     http: reqwest::Client,
     spread: AtomicU64,
+    reaper: std::sync::Once,
 }
 
 fn io(what: &str, e: std::io::Error) -> HostingError {
@@ -113,8 +114,8 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), HostingError> {
 
 impl LocalHosting {
     /// Opens the services under `dir` (none are started until asked for).
-    /// A background task stops idle servers of services that scale to zero
-    /// and marks revisions ready or failed as their servers start.
+    /// From the first call on the runtime, a background task stops idle
+    /// servers of services that scale to zero.
     pub fn open(
         dir: &Path,
         server: ServerCommand,
@@ -142,15 +143,7 @@ impl LocalHosting {
             services: tokio::sync::Mutex::new(Services { stored, procs: BTreeMap::new() }),
             http,
             spread: AtomicU64::new(0),
-        });
-        let weak = Arc::downgrade(&inner);
-        let every = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(inner) = weak.upgrade() else { return };
-                inner.reap().await;
-            }
+            reaper: std::sync::Once::new(),
         });
         Ok(LocalHosting { inner })
     }
@@ -170,6 +163,21 @@ impl LocalHosting {
 }
 
 impl Inner {
+    /// Starts the idle reaper once, on the runtime of the first call.
+    fn start_reaper(self: &Arc<Self>) {
+        self.reaper.call_once(|| {
+            let weak = Arc::downgrade(self);
+            let every = (self.idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    inner.reap().await;
+                }
+            });
+        });
+    }
+
     fn service_dir(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -418,6 +426,7 @@ impl Hosting for LocalHosting {
 
     async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError> {
         let inner = &self.inner;
+        inner.start_reaper();
         {
             let mut s = inner.services.lock().await;
             if s.stored.contains_key(&spec.name) {
@@ -536,6 +545,7 @@ impl Hosting for LocalHosting {
                     .ok_or_else(|| HostingError::Unavailable(format!("service {service} has no traffic")))?
             }
         };
+        self.inner.start_reaper();
         let port = self.inner.ensure(service, &tag).await?;
         Ok(Route { url: format!("http://127.0.0.1:{port}"), authorization: None })
     }

@@ -11,6 +11,7 @@ use mapi_domain::{ExecutionHandle, ResourceClass, Timestamp};
 use mapi_executor::{
     AttemptSubmit, Capabilities, ExecutionInfo, Executor, ExecutorError, Isolation, SubmitError,
 };
+use mapi_hosting::{HostingError, RevisionSpec, Route, ServiceSpec, ServiceState, Traffic};
 use mapi_objects::{
     Generation, IfGeneration, ListPage, ObjectError, ObjectKey, ObjectMeta, ObjectStore, SignedMethod,
 };
@@ -138,5 +139,46 @@ impl Signer for Absent {
     fn trusted_keys(&self) -> &TrustedKeys {
         static NONE: TrustedKeys = TrustedKeys::EMPTY;
         &NONE
+    }
+}
+
+#[async_trait]
+impl mapi_hosting::Hosting for Absent {
+    fn name(&self) -> &'static str {
+        "absent"
+    }
+
+    async fn create(&self, _: &ServiceSpec, _: &RevisionSpec) -> Result<(), HostingError> {
+        Err(self.hosting())
+    }
+
+    async fn add_revision(&self, _: &str, _: &RevisionSpec) -> Result<(), HostingError> {
+        Err(self.hosting())
+    }
+
+    async fn set_traffic(&self, _: &str, _: &[Traffic]) -> Result<(), HostingError> {
+        Err(self.hosting())
+    }
+
+    async fn get(&self, _: &str) -> Result<ServiceState, HostingError> {
+        Err(self.hosting())
+    }
+
+    async fn list(&self) -> Result<Vec<ServiceState>, HostingError> {
+        Err(self.hosting())
+    }
+
+    async fn delete(&self, _: &str) -> Result<(), HostingError> {
+        Err(self.hosting())
+    }
+
+    async fn route(&self, _: &str, _: Option<&str>) -> Result<Route, HostingError> {
+        Err(self.hosting())
+    }
+}
+
+impl Absent {
+    fn hosting(&self) -> HostingError {
+        HostingError::Invalid(self.why())
     }
 }

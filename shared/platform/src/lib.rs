@@ -19,6 +19,8 @@ use mapi_clock::Clock;
 use mapi_executor::Executor;
 use mapi_executor::local::layout::Command;
 use mapi_executor::local::{LocalConfig, LocalProcessExecutor};
+use mapi_hosting::Hosting;
+use mapi_hosting::local::{LocalHosting, ServerCommand};
 use mapi_identity::{IdentityState, Pepper};
 use mapi_metrics::Metrics;
 use mapi_objects::ObjectStore;
@@ -56,6 +58,10 @@ pub struct Platform {
     pub bootstrap: Arc<dyn ObjectStore>,
     pub queue: Arc<dyn TaskQueue>,
     pub executor: Arc<dyn Executor>,
+    /// Hosts model endpoints (read with the executor's section).
+    pub hosting: Arc<dyn Hosting>,
+    /// The client scores are forwarded with (connections kept alive).
+    pub http: reqwest::Client,
     /// Signs and verifies model-version bundle manifests.
     pub signer: Arc<dyn Signer>,
     pub clock: Arc<dyn Clock>,
@@ -92,6 +98,8 @@ pub struct LocalParts {
     pub executor: Option<LocalProcessExecutor>,
     /// `MAPI_OBJECTS=local`: the two buckets on disk and their URL signer.
     pub objects: Option<LocalObjects>,
+    /// Local endpoints: model servers as local processes.
+    pub hosting: Option<LocalHosting>,
 }
 
 /// The local object stores.
@@ -166,6 +174,8 @@ pub enum StartError {
     Executor(#[from] mapi_executor::ExecutorError),
     #[error(transparent)]
     CloudRun(#[from] mapi_cloudrun::BuildError),
+    #[error("cannot open the endpoints' host: {0}")]
+    Hosting(#[from] mapi_hosting::HostingError),
     #[error("cannot start the bundle signer: {0}")]
     Signer(#[from] mapi_signer::SignError),
     #[error("cannot start the Cloud Storage object store: {0}")]
@@ -283,6 +293,7 @@ struct Ports {
     bootstrap: Arc<dyn ObjectStore>,
     queue: Arc<dyn TaskQueue>,
     executor: Arc<dyn Executor>,
+    hosting: Arc<dyn Hosting>,
     signer: Arc<dyn Signer>,
 }
 
@@ -346,6 +357,19 @@ fn local_executor(
         memory_mib: config.local_memory_mib.clone(),
     };
     Ok(LocalProcessExecutor::new(local, clock.clone())?)
+}
+
+/// Local endpoints under `$MAPI_HOME/endpoints/`, each revision served by
+/// `{worker} serve`.
+fn local_hosting(
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+    worker: &Command,
+) -> Result<LocalHosting, StartError> {
+    let mut args = worker.args.clone();
+    args.push("serve".into());
+    let server = ServerCommand { program: worker.program.clone(), args };
+    Ok(LocalHosting::open(&home(config)?.join("endpoints"), server, config.endpoints_idle, clock.clone())?)
 }
 
 /// The data and bootstrap buckets in Cloud Storage.
@@ -412,6 +436,7 @@ impl Platform {
     ) -> Result<Platform, StartError> {
         let objects = local_objects(&config, &clock)?;
         let queue = local_queue(&config, &clock)?;
+        let hosting = local_hosting(&config, &clock, &worker)?;
         let executor = local_executor(&config, &clock, worker)?;
         let store = local_store(&config, &clock)?;
         let ports = Ports {
@@ -420,6 +445,7 @@ impl Platform {
             bootstrap: Arc::new(objects.bootstrap.clone()),
             queue: Arc::new(queue.clone()),
             executor: Arc::new(executor.clone()),
+            hosting: Arc::new(hosting.clone()),
             signer: bundle_signer,
         };
         let local = LocalParts {
@@ -427,6 +453,7 @@ impl Platform {
             queue: Some(queue),
             executor: Some(executor),
             objects: Some(objects),
+            hosting: Some(hosting),
         };
         Ok(Platform::assemble(config, clock, ports, local, Metrics::new()))
     }
@@ -494,6 +521,14 @@ impl Platform {
                 Arc::new(mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, clock.clone()).await?)
             }
         };
+        let hosting: Arc<dyn Hosting> = match uses.has(Section::Executor) {
+            false => Arc::new(Absent { port: "hosting" }),
+            true => {
+                let h = local_hosting(&config, &clock, &worker)?;
+                local.hosting = Some(h.clone());
+                Arc::new(h)
+            }
+        };
         let executor: Arc<dyn Executor> = match (uses.has(Section::Executor), config.cloudrun.clone()) {
             (false, _) => Arc::new(Absent { port: "executor" }),
             (true, None) => {
@@ -503,7 +538,7 @@ impl Platform {
             }
             (true, Some(settings)) => Arc::new(cloudrun_executor(settings, &metrics, &clock).await?),
         };
-        let ports = Ports { store, objects, bootstrap, queue, executor, signer };
+        let ports = Ports { store, objects, bootstrap, queue, executor, hosting, signer };
         Ok(Platform::assemble(config, clock, ports, local, metrics))
     }
 
@@ -527,7 +562,7 @@ impl Platform {
                 clock.clone(),
             )
         });
-        let Ports { store, objects, bootstrap, queue, executor, signer } = ports;
+        let Ports { store, objects, bootstrap, queue, executor, hosting, signer } = ports;
         Platform {
             sessions,
             task_invoker,
@@ -536,6 +571,12 @@ impl Platform {
             bootstrap,
             queue,
             executor,
+            hosting,
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(300))
+                .build()
+                .unwrap_or_default(),
             signer,
             clock,
             entropy: Arc::new(mapi_entropy::OsEntropy),

@@ -1,8 +1,9 @@
-//! The tenant-facing routes: datasets, runs, model versions, item jobs and
-//! the method docs. Nothing here imports the task routes (the `tasks` tree).
+//! The tenant-facing routes: datasets, runs, model versions, endpoints,
+//! item jobs and the method docs. Nothing here imports the task routes (the `tasks` tree).
 
 pub mod datasets;
 pub mod docs;
+pub mod endpoints;
 mod idempotency;
 mod job_body;
 pub mod jobs;
@@ -40,5 +41,13 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/jobs/{id}/items/{idx}/log", get(jobs::item_log))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/jobs/{id}/retry-failed", post(jobs::retry_failed))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/endpoints",
+            post(endpoints::create).get(endpoints::list),
+        )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
+            get(endpoints::get_endpoint).delete(endpoints::delete).post(endpoints::act),
+        )
         .route("/v1/usage", get(docs::usage))
 }

@@ -159,11 +159,16 @@ pub struct Config {
     /// A running attempt without events for this long is marked stalled.
     pub stall_after: Duration,
     pub tick_interval: Duration,
+    /// Promotion gate: each step's least time and fewest scores.
+    pub endpoints_step: Duration,
+    pub endpoints_step_requests: u64,
     /// Active runs one reconcile tick looks at.
     pub tick_max_runs: u32,
     pub worker_bin: Option<PathBuf>,
     pub local_timeout_margin: Duration,
     pub local_grace: Duration,
+    /// Local endpoints' idle time before a server scaled to zero stops.
+    pub endpoints_idle: Duration,
     pub local_memory_mib: BTreeMap<ResourceClass, u64>,
     /// Platform-wide limit of concurrent runs (protects the cloud project).
     pub platform_concurrent_runs: u32,
@@ -669,6 +674,8 @@ impl Config {
             event_grace: v::EVENT_GRACE_S.seconds(life)?,
             dispatch_lease: v::DISPATCH_LEASE_S.seconds(life)?,
             stall_after: v::STALL_AFTER_S.seconds(life)?,
+            endpoints_step: v::ENDPOINTS_STEP_S.seconds(life)?,
+            endpoints_step_requests: v::ENDPOINTS_STEP_REQUESTS.parse(life)?,
             tick_interval: v::TICK_INTERVAL_S.seconds(life)?,
             tick_max_runs: v::TICK_MAX_RUNS.parse(life)?,
             operator_emails: emails(
@@ -688,6 +695,7 @@ impl Config {
             worker_bin: v::WORKER_BIN.get(exec).map(PathBuf::from),
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,
+            endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(exec)?,
             local_memory_mib: memory_map(exec)?,
             evidence_max_age: v::EXECUTOR_EVIDENCE_MAX_AGE_S.seconds(exec)?,
             objects_backend: objects_backend(objects)?,

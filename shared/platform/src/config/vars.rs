@@ -97,6 +97,16 @@ pub const TICK_MAX_RUNS: Var = Var::new(
     "20000",
     "Active runs one reconcile tick looks at; the next tick goes on from where it stopped",
 );
+pub const ENDPOINTS_STEP_S: Var = Var::new(
+    "MAPI_ENDPOINTS_STEP_S",
+    "60",
+    "Promotion gate: the least time each traffic step (5, 25, 50 %) lasts",
+);
+pub const ENDPOINTS_STEP_REQUESTS: Var = Var::new(
+    "MAPI_ENDPOINTS_STEP_REQUESTS",
+    "50",
+    "Promotion gate: the fewest scores the new revision answers in each step",
+);
 pub const TICK_INTERVAL_S: Var =
     Var::new("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick");
 
@@ -137,6 +147,11 @@ pub const WORKER_BIN: Var = Var::derived(
 pub const LOCAL_TIMEOUT_MARGIN_S: Var =
     Var::new("MAPI_LOCAL_TIMEOUT_MARGIN_S", "5", "Local executor: the backstop after a run's timeout");
 pub const LOCAL_GRACE_S: Var = Var::new("MAPI_LOCAL_GRACE_S", "5", "Local executor: SIGTERM to SIGKILL");
+pub const ENDPOINTS_IDLE_S: Var = Var::new(
+    "MAPI_ENDPOINTS_IDLE_S",
+    "900",
+    "Local endpoints: a model server of an endpoint with `min_instances` 0 stops after this idle time",
+);
 pub const LOCAL_MEMORY_MIB: Var = Var::derived(
     "MAPI_LOCAL_MEMORY_MIB",
     "the class's memory",
@@ -249,10 +264,13 @@ pub const VARIABLES: &[Var] = &[
     IDEMPOTENCY_TTL_S,
     STALL_AFTER_S,
     TICK_INTERVAL_S,
+    ENDPOINTS_STEP_S,
+    ENDPOINTS_STEP_REQUESTS,
     TICK_MAX_RUNS,
     WORKER_BIN,
     LOCAL_TIMEOUT_MARGIN_S,
     LOCAL_GRACE_S,
+    ENDPOINTS_IDLE_S,
     LOCAL_MEMORY_MIB,
     OPERATOR_EMAILS,
     OIDC_ISSUER,

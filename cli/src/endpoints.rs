@@ -1,0 +1,288 @@
+//! `mapi endpoints`: serve a model version, score it, promote another
+//! version through the gate, roll back, delete.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use mapi_api::endpoints::{CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest};
+use reqwest::Method;
+use serde_json::{Map, Value};
+
+use crate::client::Client;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Debug, clap::Args)]
+pub struct Where {
+    #[arg(long, env = "MAPI_TENANT")]
+    tenant: Option<String>,
+    #[arg(long, env = "MAPI_PROJECT")]
+    project: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EndpointsCmd {
+    /// Serve a model version as an endpoint (private, CPU, scaling to zero by default).
+    Create {
+        alias: String,
+        /// The model version to serve (`mv_…`).
+        #[arg(long)]
+        model_version: String,
+        /// `cpu` or `l4`.
+        #[arg(long, default_value = "cpu")]
+        accelerator: String,
+        /// `us`, `eu` or a region's name.
+        #[arg(long, default_value = "us")]
+        region: String,
+        #[arg(long, default_value_t = 0)]
+        min_instances: u32,
+        #[arg(long, default_value_t = 3)]
+        max_instances: u32,
+        /// Let anyone call the service directly (scores through the platform are authorized either way).
+        #[arg(long)]
+        public: bool,
+        /// Wait until it is ready (or failed).
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// List a project's endpoints.
+    Ls {
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Show an endpoint: revisions and traffic, the promotion under way, usage and history.
+    Get {
+        alias: String,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Score rows: `--row a=1.5,b=2` (repeatable) or `--rows FILE` (a JSON list of objects).
+    Score {
+        alias: String,
+        #[arg(long = "row")]
+        row: Vec<String>,
+        #[arg(long)]
+        rows: Option<std::path::PathBuf>,
+        /// Also show each prediction's standard error.
+        #[arg(long)]
+        std_errors: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Deploy another model version at 0 % and shift traffic to it through the gate.
+    Promote {
+        alias: String,
+        #[arg(long)]
+        model_version: String,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Return all traffic to the last good revision at once.
+    Rollback {
+        alias: String,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Delete an endpoint and its service.
+    Delete {
+        alias: String,
+        #[command(flatten)]
+        at: Where,
+    },
+}
+
+fn print<T: serde::Serialize>(json: bool, value: &T, human: String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{human}");
+    }
+    Ok(())
+}
+
+/// An endpoint in words.
+pub fn describe(e: &EndpointView) -> String {
+    let mut out = format!(
+        "endpoint {}  {}{}\nserves   {} on {} in {} ({}…{} instances, {})\nhost     {} service {}\n",
+        e.alias,
+        e.status,
+        e.message.as_ref().map(|m| format!(": {m}")).unwrap_or_default(),
+        e.model_version,
+        e.accelerator,
+        e.region,
+        e.min_instances,
+        e.max_instances,
+        e.access,
+        e.hosting,
+        e.service,
+    );
+    out.push_str("revisions\n");
+    for r in &e.revisions {
+        out.push_str(&format!(
+            "  {:<4} {:<30} {:>3} %  {}\n",
+            r.tag,
+            r.model_version.to_string(),
+            r.traffic_percent,
+            r.role
+        ));
+    }
+    if let Some(p) = &e.promotion {
+        out.push_str(&format!(
+            "promotion {} ({}): {} at {} %\n",
+            p.model_version, p.tag, p.phase, p.canary_percent
+        ));
+    }
+    out.push_str(&format!(
+        "usage    {} scores, {} errors, {:.3} s compute, {}\n",
+        e.usage.requests,
+        e.usage.errors,
+        e.usage.compute_ms as f64 / 1000.0,
+        mapi_cost::format_micros(i64::try_from(e.usage.cost_micros).unwrap_or(i64::MAX), "USD")
+    ));
+    out.push_str("history\n");
+    for ev in e.events.iter().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
+        out.push_str(&format!("  {}  {:<17} {}\n", ev.at, ev.kind, ev.detail));
+    }
+    out
+}
+
+/// `a=1.5,b=2` as a row.
+fn parse_row(s: &str) -> Result<Map<String, Value>> {
+    let mut row = Map::new();
+    for pair in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| format!("`{pair}` is not column=number"))?;
+        let n: f64 = v.trim().parse().map_err(|_| format!("`{v}` (column {k}) is not a number"))?;
+        row.insert(k.trim().to_owned(), Value::from(n));
+    }
+    Ok(row)
+}
+
+fn rows_of(row: &[String], file: Option<&std::path::Path>) -> Result<Vec<Map<String, Value>>> {
+    let mut rows: Vec<Map<String, Value>> = row.iter().map(|r| parse_row(r)).collect::<Result<_>>()?;
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let more: Vec<Map<String, Value>> = serde_json::from_str(&text).map_err(|_| {
+            format!("{}: write a JSON list of objects, e.g. [{{\"a\": 1.5}}]", path.display())
+        })?;
+        rows.extend(more);
+    }
+    if rows.is_empty() {
+        return Err("give rows to score: --row a=1.5,b=2 or --rows FILE".into());
+    }
+    Ok(rows)
+}
+
+/// Runs `cmd`; `scope` resolves a tenant and project from flags or the credentials.
+pub async fn run(
+    client: &Client,
+    scope: impl Fn(Option<String>, Option<String>) -> Result<(String, String)>,
+    cmd: EndpointsCmd,
+    json: bool,
+) -> Result<ExitCode> {
+    let base = |at: Where| -> Result<String> {
+        let (t, p) = scope(at.tenant, at.project)?;
+        Ok(format!("/v1/tenants/{t}/projects/{p}/endpoints"))
+    };
+    match cmd {
+        EndpointsCmd::Create {
+            alias,
+            model_version,
+            accelerator,
+            region,
+            min_instances,
+            max_instances,
+            public,
+            wait,
+            at,
+        } => {
+            let base = base(at)?;
+            let body = CreateEndpoint {
+                alias: alias.clone(),
+                model_version: mapi_domain::ModelVersionId::parse(&model_version)
+                    .map_err(|e| format!("--model-version: {e}"))?,
+                accelerator: accelerator.parse().map_err(|e| format!("--accelerator: {e}"))?,
+                region,
+                min_instances,
+                max_instances,
+                access: if public {
+                    mapi_domain::endpoint::Access::Public
+                } else {
+                    mapi_domain::endpoint::Access::Private
+                },
+            };
+            let mut e: EndpointView = client.send(client.request(Method::POST, &base).json(&body)).await?;
+            while wait && e.status == mapi_domain::endpoint::EndpointStatus::Deploying {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                e = client.get(&format!("{base}/{alias}")).await?;
+            }
+            print(json, &e, describe(&e))?;
+            if e.status == mapi_domain::endpoint::EndpointStatus::Failed {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        EndpointsCmd::Ls { at } => {
+            let page: EndpointPage = client.get(&base(at)?).await?;
+            let mut out = format!(
+                "{:<24} {:<10} {:<30} {:<4} {:<14} {:>8}\n",
+                "ALIAS", "STATUS", "MODEL VERSION", "HW", "REGION", "SCORES"
+            );
+            for e in &page.endpoints {
+                out.push_str(&format!(
+                    "{:<24} {:<10} {:<30} {:<4} {:<14} {:>8}\n",
+                    e.alias,
+                    e.status.as_str(),
+                    e.model_version.to_string(),
+                    e.accelerator.as_str(),
+                    e.region,
+                    e.usage.requests
+                ));
+            }
+            if page.endpoints.is_empty() {
+                out.push_str("(no endpoints: serve a model version with `mapi endpoints create ALIAS --model-version mv_…`)\n");
+            }
+            print(json, &page, out)?;
+        }
+        EndpointsCmd::Get { alias, at } => {
+            let e: EndpointView = client.get(&format!("{}/{alias}", base(at)?)).await?;
+            print(json, &e, describe(&e))?;
+        }
+        EndpointsCmd::Score { alias, row, rows, std_errors, at } => {
+            let body = ScoreRequest { rows: rows_of(&row, rows.as_deref())?, std_errors };
+            let url = format!("{}/{alias}:score", base(at)?);
+            let answer: Value = client.send(client.request(Method::POST, &url).json(&body)).await?;
+            let mut out = String::new();
+            let revision = answer["revision"].as_str().unwrap_or("?");
+            for (i, p) in answer["predictions"].as_array().into_iter().flatten().enumerate() {
+                let value = p["value"].as_f64().unwrap_or(f64::NAN);
+                match p["std_error"].as_f64() {
+                    Some(se) => out.push_str(&format!("{i:>4}  {value:.6}  ± {se:.6}\n")),
+                    None => out.push_str(&format!("{i:>4}  {value:.6}\n")),
+                }
+            }
+            out.push_str(&format!("(revision {revision})\n"));
+            print(json, &answer, out)?;
+        }
+        EndpointsCmd::Promote { alias, model_version, at } => {
+            let body = PromoteEndpoint {
+                model_version: mapi_domain::ModelVersionId::parse(&model_version)
+                    .map_err(|e| format!("--model-version: {e}"))?,
+            };
+            let url = format!("{}/{alias}:promote", base(at)?);
+            let e: EndpointView = client.send(client.request(Method::POST, &url).json(&body)).await?;
+            print(json, &e, describe(&e))?;
+        }
+        EndpointsCmd::Rollback { alias, at } => {
+            let url = format!("{}/{alias}:rollback", base(at)?);
+            let e: EndpointView = client.send(client.request(Method::POST, &url)).await?;
+            print(json, &e, describe(&e))?;
+        }
+        EndpointsCmd::Delete { alias, at } => {
+            let url = format!("{}/{alias}", base(at)?);
+            let e: EndpointView = client.send(client.request(Method::DELETE, &url)).await?;
+            print(json, &e, format!("endpoint {} is {}\n", e.alias, e.status))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

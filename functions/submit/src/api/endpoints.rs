@@ -1,0 +1,568 @@
+//! Model endpoints: serve a model version, score it, promote another
+//! version through the gate, roll back, delete. Authorized by the matrix's
+//! `endpoint` rows; scores by `endpoint run` with the alias, so a
+//! `score:<alias>` token reaches only its endpoint. The handlers write the
+//! endpoint's document and ask the host; `reconcile-tick` moves it with
+//! what the host reports (`mapi_endpoints::reconcile`).
+//!
+//! A score is refused (and the refusal audited) before anything is sent to
+//! the host, so an unauthorized caller never wakes a scaled-to-zero server.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use mapi_access::{Action, Resource};
+use mapi_api::endpoints::{
+    CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
+};
+use mapi_domain::endpoint::{EndpointStatus, check_alias, resolve_region};
+use mapi_domain::{ModelVersionId, ProjectId, TenantId};
+use mapi_endpoints::stats::{SHARDS, StatsDoc};
+use mapi_endpoints::{EndpointDoc, Promotion, Revision, endpoint_id, service_name};
+use mapi_hosting::{
+    BundleFile, HostingError, ModelRef, RevisionSpec, Scaling, ServiceSpec, Traffic, server_env,
+};
+use mapi_identity::{Audit, Caller, Target, authorize};
+use mapi_objects::ObjectKey;
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json, Path, ProblemCode, RawBody};
+use mapi_schema::{Doc, ModelVersionDoc, tx_create, tx_get, tx_put};
+use mapi_store::{Op, Query, transact};
+
+use super::datasets::require_project;
+
+/// Loads an endpoint `caller` may act on as `action`. One of another
+/// tenant, or of a project the caller cannot see, answers as a missing one.
+async fn load(
+    state: &AppState,
+    caller: &Caller,
+    (tenant, project, alias): (&TenantId, &ProjectId, &str),
+    action: Action,
+) -> Result<EndpointDoc, ApiError> {
+    let what = format!("endpoint {}", alias.chars().take(40).collect::<String>());
+    let target = Target { endpoint: Some(alias), ..Target::project(tenant, project, &what) };
+    authorize(state, caller, target, Resource::Endpoint, action).await?;
+    let id = endpoint_id(tenant, project, alias);
+    mapi_schema::get::<EndpointDoc>(&*state.store, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))
+}
+
+/// The model a revision serves, read from its bundle (which verified).
+async fn model_of(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    id: &ModelVersionId,
+) -> Result<(ModelVersionDoc, ModelRef, Option<(serde_json::Map<String, serde_json::Value>, f64)>), ApiError>
+{
+    let missing =
+        || ApiError::not_found(format!("model version {id} not found in project {tenant}/{project}"));
+    let version =
+        mapi_schema::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.ok_or_else(missing)?;
+    if (&version.tenant, &version.project) != (tenant, project) {
+        return Err(missing());
+    }
+    let prefix = ObjectKey::parse(&version.bundle)
+        .map_err(|e| ApiError::internal_from(format!("bundle prefix of {id}"), e))?;
+    let files = mapi_bundles::read_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)
+        .await
+        .map_err(|e| match e {
+            mapi_bundles::BundleError::Integrity { detail, .. } => ApiError::new(
+                ProblemCode::IntegrityFailure,
+                format!("model version {id} failed its integrity check ({detail}): it cannot be served"),
+            ),
+            mapi_bundles::BundleError::Objects(e) => e.into(),
+            mapi_bundles::BundleError::Sign(e) => ApiError::internal_from("bundle signer", e),
+        })?;
+    let model = files.iter().find(|(k, _)| k.as_str().ends_with("/model.json")).ok_or_else(|| {
+        ApiError::precondition(format!(
+            "model version {id} is of method {}, which makes no servable model: serve a tabular.linear fit",
+            version.method
+        ))
+    })?;
+    mapi_methods::predict::Model::load(&model.1)
+        .map_err(|e| ApiError::precondition(format!("model version {id}: {e}")))?;
+    let example = mapi_endpoints::example_of(&model.1);
+    let trusted_keys = serde_json::to_string(&state.signer.trusted_keys().export())?;
+    let model = ModelRef {
+        bundle: version.bundle.clone(),
+        manifest_sha256: version.manifest_sha256.clone(),
+        trusted_keys,
+        files: files.into_iter().map(|(k, b)| BundleFile { key: k.to_string(), bytes: b.to_vec() }).collect(),
+    };
+    Ok((version, model, example))
+}
+
+fn body_of<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, ApiError> {
+    mapi_problem::require_json(headers)?;
+    mapi_problem::parse_json(body)
+}
+
+fn hosting_error(e: HostingError) -> ApiError {
+    match e {
+        HostingError::Throttled(m) | HostingError::Unavailable(m) => {
+            ApiError::unavailable(format!("the endpoints' host is unavailable: {m}"), 5)
+        }
+        HostingError::Invalid(m) => ApiError::invalid(m),
+        other => ApiError::internal_from("the endpoints' host", other),
+    }
+}
+
+async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiError> {
+    let mut shards = Vec::new();
+    for r in &doc.revisions {
+        for shard in 0..SHARDS {
+            if let Some(s) =
+                mapi_schema::get::<StatsDoc>(&*state.store, &StatsDoc::id_of(&doc.id, &r.tag, shard)).await?
+            {
+                shards.push(s);
+            }
+        }
+    }
+    Ok(doc.view(&mapi_endpoints::Usage::sum(&shards)))
+}
+
+fn checked(body: &CreateEndpoint) -> Result<(String, Scaling), ApiError> {
+    check_alias(&body.alias).map_err(ApiError::invalid)?;
+    let region = resolve_region(&body.region, body.accelerator).map_err(ApiError::invalid)?;
+    if !(1..=100).contains(&body.max_instances) || body.min_instances > body.max_instances {
+        return Err(ApiError::invalid(format!(
+            "instances must satisfy 0 ≤ min_instances ≤ max_instances ≤ 100 and max_instances ≥ 1, not {}…{}",
+            body.min_instances, body.max_instances
+        )));
+    }
+    Ok((region, Scaling { min: body.min_instances, max: body.max_instances }))
+}
+
+/// Serve a model version as an endpoint.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant}/projects/{project}/endpoints",
+    tag = "endpoints",
+    params(("tenant" = String, Path), ("project" = String, Path)),
+    request_body = CreateEndpoint,
+    responses(
+        (status = 202, body = EndpointView, description = "Deploying: poll until `status` is `ready` or `failed`"),
+        (status = 400, body = mapi_problem::Problem),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem, description = "ALREADY_EXISTS: the alias is taken; FAILED_PRECONDITION: the version makes no servable model"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Json(body): Json<CreateEndpoint>,
+) -> Result<(StatusCode, Json<EndpointView>), ApiError> {
+    require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Create).await?;
+    let (region, scaling) = checked(&body)?;
+    let (version, model, example) = model_of(&state, &tenant, &project, &body.model_version).await?;
+    let now = state.clock.now();
+    let tag = "r1".to_owned();
+    let mut doc = EndpointDoc {
+        id: endpoint_id(&tenant, &project, &body.alias),
+        tenant: tenant.clone(),
+        project: project.clone(),
+        alias: body.alias.clone(),
+        service: service_name(&tenant, &project, &body.alias),
+        hosting: state.hosting.name().to_owned(),
+        accelerator: body.accelerator,
+        region: region.clone(),
+        scaling,
+        access: body.access,
+        status: EndpointStatus::Deploying,
+        message: None,
+        url: None,
+        revisions: vec![Revision {
+            tag: tag.clone(),
+            model_version: version.id.clone(),
+            bundle: version.bundle.clone(),
+            manifest_sha256: version.manifest_sha256.clone(),
+            created_at: now,
+            example,
+        }],
+        stable: tag.clone(),
+        previous: None,
+        traffic: vec![Traffic { tag: tag.clone(), percent: 100 }],
+        promotion: None,
+        active: true,
+        events: Vec::new(),
+        created_at: now,
+        created_by: caller.user().clone(),
+        updated_at: now,
+        rollout_started_at: now,
+    };
+    doc.event(now, "created", format!("{} on {} in {region}", version.id, body.accelerator));
+    let record = Audit::by(&caller, "endpoint.create", format!("endpoints/{}", doc.id))
+        .tenant(&tenant)
+        .project(&project)
+        .detail(format!("{} serving {}", body.alias, version.id))
+        .into_doc(now, &*state.entropy);
+    let (d, r) = (&doc, &record);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if tx_get::<EndpointDoc>(&mut tx, &d.id).await?.is_some() {
+            return Err(ApiError::new(
+                ProblemCode::AlreadyExists,
+                format!(
+                    "endpoint {} exists in {}/{}: promote a version to it, or pick another alias",
+                    d.alias, d.tenant, d.project
+                ),
+            ));
+        }
+        tx_create(&mut tx, d)?;
+        tx_create(&mut tx, r)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    let spec = ServiceSpec {
+        name: doc.service.clone(),
+        region,
+        accelerator: doc.accelerator,
+        scaling,
+        access: doc.access,
+        labels: mapi_endpoints::labels(&tenant, &project, &doc.alias),
+    };
+    match state.hosting.create(&spec, &RevisionSpec { tag, model }).await {
+        Ok(()) | Err(HostingError::AlreadyExists(_)) => {}
+        // The document stands: the tick fails it with the host's answer.
+        Err(e) => tracing::error!(endpoint = %doc.id, error = %e, "the host refused the service"),
+    }
+    Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)))
+}
+
+/// A project's endpoints.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/projects/{project}/endpoints",
+    tag = "endpoints",
+    params(("tenant" = String, Path), ("project" = String, Path)),
+    responses((status = 200, body = EndpointPage), (status = 404, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+) -> Result<Json<EndpointPage>, ApiError> {
+    require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Read).await?;
+    let q = Query::new(EndpointDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str()).filter(
+        "project",
+        Op::Eq,
+        project.as_str(),
+    );
+    let docs = state.store.query(&q, None).await?;
+    let mut endpoints = Vec::with_capacity(docs.len());
+    for d in docs {
+        endpoints.push(view(&state, &d.decode::<EndpointDoc>()?).await?);
+    }
+    Ok(Json(EndpointPage { endpoints }))
+}
+
+/// An endpoint: its revisions and traffic, the promotion under way, usage and history.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
+    tag = "endpoints",
+    params(("tenant" = String, Path), ("project" = String, Path), ("alias" = String, Path)),
+    responses((status = 200, body = EndpointView), (status = 404, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn get_endpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
+) -> Result<Json<EndpointView>, ApiError> {
+    let doc = load(&state, &caller, (&tenant, &project, &alias), Action::Read).await?;
+    Ok(Json(view(&state, &doc).await?))
+}
+
+/// Delete an endpoint: its service is removed, then its record.
+#[utoipa::path(
+    delete,
+    path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
+    tag = "endpoints",
+    params(("tenant" = String, Path), ("project" = String, Path), ("alias" = String, Path)),
+    responses((status = 202, body = EndpointView, description = "Deleting"), (status = 404, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
+) -> Result<(StatusCode, Json<EndpointView>), ApiError> {
+    let doc = load(&state, &caller, (&tenant, &project, &alias), Action::Delete).await?;
+    let doc = change(&state, &caller, &doc.id, "endpoint.delete", |d, now| {
+        d.status = EndpointStatus::Deleting;
+        d.promotion = None;
+        d.event(now, "deleting", "asked to delete");
+        Ok(())
+    })
+    .await?;
+    Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)))
+}
+
+/// Changes an endpoint's document with its audit entry in one commit.
+async fn change(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    action: &str,
+    f: impl Fn(&mut EndpointDoc, mapi_domain::Timestamp) -> Result<(), ApiError>,
+) -> Result<EndpointDoc, ApiError> {
+    let now = state.clock.now();
+    let record = Audit::by(caller, action, format!("endpoints/{id}")).into_doc(now, &*state.entropy);
+    let (record, f) = (&record, &f);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut doc = tx_get::<EndpointDoc>(&mut tx, id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("endpoint {id} not found")))?;
+        f(&mut doc, now)?;
+        doc.active = doc.needs_reconcile();
+        let mut record = record.clone();
+        record.tenant = Some(doc.tenant.clone());
+        record.project = Some(doc.project.clone());
+        tx_put(&mut tx, &doc)?;
+        tx_create(&mut tx, &record)?;
+        Ok(tx.finish(doc))
+    })
+    .await
+}
+
+/// `POST …/endpoints/{alias}:score`, `:promote`, `:rollback` and `:override`.
+#[utoipa::path(
+    post,
+    path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias_action}",
+    tag = "endpoints",
+    params(
+        ("tenant" = String, Path), ("project" = String, Path),
+        ("alias_action" = String, Path, description = "`{alias}:score` (body ScoreRequest), `{alias}:promote` (body PromoteEndpoint), `{alias}:rollback` or `{alias}:override` (sessions only: skip the gate)"),
+    ),
+    request_body = ScoreRequest,
+    responses(
+        (status = 200, body = ScoreResponse, description = "`:score`: the predictions, with `x-mapi-revision` and `x-mapi-model-version`"),
+        (status = 202, body = EndpointView, description = "`:promote`, `:rollback`, `:override`"),
+        (status = 400, body = mapi_problem::Problem, description = "A row misses a column, has an extra one, or a value is not a number"),
+        (status = 403, body = mapi_problem::Problem),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem, description = "Not ready, or a promotion is (not) under way"),
+        (status = 503, body = mapi_problem::Problem, description = "The model server did not answer; retry"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn act(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project, alias_action)): Path<(TenantId, ProjectId, String)>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let Some((alias, action)) = alias_action.rsplit_once(':') else {
+        return Err(ApiError::not_found(
+            "no such route: use …/endpoints/{alias}:score, :promote, :rollback or :override",
+        ));
+    };
+    let key = (&tenant, &project, alias);
+    match action {
+        "score" => score(&state, &caller, key, &headers, body).await,
+        "promote" => {
+            let doc = load(&state, &caller, key, Action::Promote).await?;
+            let body: PromoteEndpoint = body_of(&headers, &body)?;
+            let doc = promote(&state, &caller, doc, &body.model_version).await?;
+            Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
+        }
+        "rollback" => {
+            let doc = load(&state, &caller, key, Action::Promote).await?;
+            let doc = rollback(&state, &caller, &doc.id).await?;
+            Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
+        }
+        "override" => {
+            let doc = load(&state, &caller, key, Action::Manage).await?;
+            let doc = change(&state, &caller, &doc.id, "endpoint.override", |d, now| {
+                let p = d
+                    .promotion
+                    .as_mut()
+                    .ok_or_else(|| ApiError::precondition("no promotion is under way"))?;
+                let (gate, _) = p.gate.override_gate(now);
+                p.gate = gate;
+                d.event(now, "override", "the gate was overridden: the canary goes to 100 %");
+                Ok(())
+            })
+            .await?;
+            Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
+        }
+        other => Err(ApiError::not_found(format!(
+            "endpoints have no action `{}`: use :score, :promote, :rollback or :override",
+            other.chars().take(20).collect::<String>()
+        ))),
+    }
+}
+
+/// Deploys `version` as a new revision at 0 % and starts its promotion.
+async fn promote(
+    state: &AppState,
+    caller: &Caller,
+    doc: EndpointDoc,
+    version: &ModelVersionId,
+) -> Result<EndpointDoc, ApiError> {
+    if doc.status != EndpointStatus::Ready {
+        return Err(ApiError::precondition(format!(
+            "endpoint {} is {}, not ready: promote once it is ready",
+            doc.alias, doc.status
+        )));
+    }
+    if doc.promotion.is_some() {
+        return Err(ApiError::precondition(format!(
+            "endpoint {} is promoting already: wait, or roll it back",
+            doc.alias
+        )));
+    }
+    let (version, model, example) = model_of(state, &doc.tenant, &doc.project, version).await?;
+    let tag = doc.next_tag();
+    let (t, v) = (&tag, &version);
+    let doc = change(state, caller, &doc.id, "endpoint.promote", |d, now| {
+        if d.promotion.is_some() || d.status != EndpointStatus::Ready {
+            return Err(ApiError::precondition("the endpoint changed meanwhile: look at it and try again"));
+        }
+        d.revisions.push(Revision {
+            tag: t.clone(),
+            model_version: v.id.clone(),
+            bundle: v.bundle.clone(),
+            manifest_sha256: v.manifest_sha256.clone(),
+            created_at: now,
+            example: example.clone(),
+        });
+        d.promotion = Some(Promotion {
+            tag: t.clone(),
+            model_version: v.id.clone(),
+            started_at: now,
+            gate: mapi_rollout::Gate::start(now),
+            smoke: None,
+        });
+        d.event(now, "promotion_started", format!("{} as revision {t} at 0 %", v.id));
+        Ok(())
+    })
+    .await?;
+    state.hosting.add_revision(&doc.service, &RevisionSpec { tag, model }).await.map_err(hosting_error)?;
+    Ok(doc)
+}
+
+/// Returns all traffic to the last good revision in one step.
+async fn rollback(state: &AppState, caller: &Caller, id: &str) -> Result<EndpointDoc, ApiError> {
+    let doc = change(state, caller, id, "endpoint.rollback", |d, now| {
+        if let Some(p) = d.promotion.as_mut() {
+            let (gate, _) = p.gate.rollback(now, "rolled back by hand");
+            p.gate = gate;
+            let tag = p.tag.clone();
+            d.traffic = d.split(&tag, 0);
+            d.event(now, "rollback", "asked by hand: the canary goes to 0 %");
+            return Ok(());
+        }
+        let previous = d.previous.clone().ok_or_else(|| {
+            ApiError::precondition(format!("endpoint {} has no earlier revision to roll back to", d.alias))
+        })?;
+        let from = std::mem::replace(&mut d.stable, previous.clone());
+        d.previous = None;
+        d.traffic = vec![Traffic { tag: previous.clone(), percent: 100 }];
+        d.event(now, "rolled_back", format!("revision {previous} serves 100 % again (was {from})"));
+        Ok(())
+    })
+    .await?;
+    // The split as the document now says; a lost answer is repeated by the tick while promoting.
+    state.hosting.set_traffic(&doc.service, &doc.traffic).await.map_err(hosting_error)?;
+    Ok(doc)
+}
+
+/// Scores rows on the endpoint: authorized first, then one revision chosen
+/// by the split, forwarded, counted.
+async fn score(
+    state: &AppState,
+    caller: &Caller,
+    key: (&TenantId, &ProjectId, &str),
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let doc = load(state, caller, key, Action::Run).await?;
+    let req: ScoreRequest = body_of(headers, &body)?;
+    if req.rows.is_empty() || req.rows.len() > 10_000 {
+        return Err(ApiError::invalid(format!("send 1 to 10000 rows, not {}", req.rows.len())));
+    }
+    if doc.status != EndpointStatus::Ready {
+        return Err(ApiError::precondition(format!(
+            "endpoint {} is {}: it scores once it is ready",
+            doc.alias, doc.status
+        )));
+    }
+    let draw = u32::from(mapi_entropy::bytes::<1>(&*state.entropy)?[0]) * 100 / 256;
+    let tag = doc.choose(draw).to_owned();
+    let route = state.hosting.route(&doc.service, Some(&tag)).await.map_err(hosting_error)?;
+    let started = Instant::now();
+    let mut forward = state
+        .http
+        .post(format!("{}{}", route.url, server_env::PREDICT_PATH))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(a) = &route.authorization {
+        forward = forward.header(header::AUTHORIZATION, a);
+    }
+    let answer = forward.send().await;
+    let elapsed = started.elapsed();
+    let (status, bytes, content_type) = match answer {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let ct = r.headers().get(header::CONTENT_TYPE).cloned();
+            (status, r.bytes().await.ok(), ct)
+        }
+        Err(_) => (503, None, None),
+    };
+    record(state, &doc, &tag, status >= 500 || bytes.is_none(), elapsed).await;
+    let Some(bytes) = bytes.filter(|_| status < 500) else {
+        return Err(ApiError::unavailable(
+            format!("the model server of {} did not answer: retry", doc.alias),
+            1,
+        ));
+    };
+    let mut resp = (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), bytes).into_response();
+    let h = resp.headers_mut();
+    if let Some(ct) = content_type {
+        h.insert(header::CONTENT_TYPE, ct);
+    }
+    let version = doc.revision(&tag).map(|r| r.model_version.to_string()).unwrap_or_default();
+    for (name, value) in [("x-mapi-revision", tag.as_str()), ("x-mapi-model-version", version.as_str())] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// Counts one score into its revision's statistics: requests, errors,
+/// latency, and compute time at the class's price (the request's duration
+/// on the instance's vCPUs, memory and GPU).
+async fn record(state: &AppState, doc: &EndpointDoc, tag: &str, error: bool, elapsed: std::time::Duration) {
+    let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX).max(1);
+    let (vcpus, mib) = doc.accelerator.resources();
+    let gpus = u32::from(doc.accelerator == mapi_domain::endpoint::Accelerator::L4);
+    let nanos = mapi_cost::CURRENT.nanos(vcpus, mib / 1024, gpus, ms);
+    let shard = mapi_entropy::bytes::<1>(&*state.entropy).map(|b| u32::from(b[0]) % SHARDS).unwrap_or(0);
+    let id = StatsDoc::id_of(&doc.id, tag, shard);
+    let result = transact::<_, mapi_store::StoreError, _, _>(&*state.store, |mut tx| {
+        let id = id.clone();
+        async move {
+            let mut s = tx_get::<StatsDoc>(&mut tx, &id)
+                .await?
+                .unwrap_or_else(|| StatsDoc::empty(&doc.tenant, &doc.project, &doc.id, tag, shard));
+            s.add(error, ms, ms, nanos);
+            tx_put(&mut tx, &s)?;
+            Ok(tx.finish(()))
+        }
+    })
+    .await;
+    if let Err(e) = result {
+        tracing::error!(endpoint = %doc.id, error = %e, "a score was not counted");
+    }
+}

@@ -1,0 +1,274 @@
+//! Model endpoints as data. An endpoint (per project, by alias) is one
+//! hosted service whose revisions each serve one model version; its
+//! document says what the host should run (revisions, the traffic split, a
+//! promotion under way) and what happened (status, history).
+//!
+//! - The API writes the document and asks the host for the change (a new
+//!   service, a revision at 0 %, a delete); [`reconcile`] then moves the
+//!   document with what the host reports: `deploying` becomes `ready` or
+//!   `failed` with the host's message (or failed after [`DEPLOY_TIMEOUT`]),
+//!   a promotion advances through the gate (`mapi-rollout`), `deleting`
+//!   ends with the document gone. `reconcile-tick` runs it for every
+//!   endpoint that is `active`.
+//! - Scores are counted per revision in sharded statistics documents
+//!   ([`StatsDoc`]): requests, errors, a latency histogram, compute time
+//!   and cost. The gate reads them; the endpoint's view sums them.
+//!
+//! Architecture invariant: only `reconcile` moves an endpoint's status or
+//! promotion from what the host reports; handlers only ask.
+
+pub mod reconcile;
+pub mod stats;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mapi_api::endpoints::{EndpointEventView, EndpointUsageView, EndpointView, PromotionView, RevisionView};
+use mapi_domain::endpoint::{Accelerator, Access, EndpointStatus};
+use mapi_domain::{ModelVersionId, ProjectId, TenantId, Timestamp, UserId};
+use mapi_hosting::{Scaling, Traffic};
+use mapi_store::typed::Doc;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+pub use reconcile::{Reconciled, reconcile};
+pub use stats::{StatsDoc, Usage};
+
+/// How long a rollout may take before it is failed.
+pub const DEPLOY_TIMEOUT: Duration = Duration::from_secs(600);
+/// How many history entries an endpoint keeps (the oldest go first).
+pub const MAX_EVENTS: usize = 50;
+
+/// One revision of an endpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Revision {
+    /// `r1`, `r2`, … in order of creation.
+    pub tag: String,
+    pub model_version: ModelVersionId,
+    pub bundle: String,
+    pub manifest_sha256: String,
+    pub created_at: Timestamp,
+    /// One row of the fit's data and the fit's own prediction for it (the smoke test).
+    pub example: Option<(Map<String, Value>, f64)>,
+}
+
+/// A promotion under way: the canary revision and its gate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Promotion {
+    pub tag: String,
+    pub model_version: ModelVersionId,
+    pub started_at: Timestamp,
+    pub gate: mapi_rollout::Gate,
+    /// The smoke test's result once it ran.
+    pub smoke: Option<Result<(), String>>,
+}
+
+/// One entry of an endpoint's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub at: Timestamp,
+    pub kind: String,
+    pub detail: String,
+}
+
+/// An endpoint. Id: `{tenant}:{project}:{alias}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointDoc {
+    pub id: String,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub alias: String,
+    /// The host's service name.
+    pub service: String,
+    /// The adapter that hosts it (`local`, `cloud-run`).
+    pub hosting: String,
+    pub accelerator: Accelerator,
+    pub region: String,
+    pub scaling: Scaling,
+    pub access: Access,
+    pub status: EndpointStatus,
+    pub message: Option<String>,
+    pub url: Option<String>,
+    pub revisions: Vec<Revision>,
+    /// The tag of the revision that serves unless a promotion moves traffic.
+    pub stable: String,
+    /// The last good revision before `stable`, for `rollback`.
+    pub previous: Option<String>,
+    /// The split last asked of the host.
+    pub traffic: Vec<Traffic>,
+    pub promotion: Option<Promotion>,
+    /// Whether reconciliation has anything to do (deploying, deleting or promoting).
+    pub active: bool,
+    pub events: Vec<Event>,
+    pub created_at: Timestamp,
+    pub created_by: UserId,
+    pub updated_at: Timestamp,
+    /// When the newest rollout was asked for.
+    pub rollout_started_at: Timestamp,
+}
+
+impl Doc for EndpointDoc {
+    const COLLECTION: &'static str = "endpoints";
+    fn doc_id(&self) -> String {
+        self.id.clone()
+    }
+}
+
+/// The id of the endpoint `alias` of a project.
+pub fn endpoint_id(tenant: &TenantId, project: &ProjectId, alias: &str) -> String {
+    format!("{tenant}:{project}:{alias}")
+}
+
+/// The host's service name: `ep-{alias}-{8 hex of the tenant, project and
+/// alias}` (at most 44 characters; unique per project's alias).
+pub fn service_name(tenant: &TenantId, project: &ProjectId, alias: &str) -> String {
+    let digest = Sha256::digest(endpoint_id(tenant, project, alias).as_bytes());
+    format!("ep-{alias}-{}", hex::encode(&digest[..4]))
+}
+
+impl EndpointDoc {
+    /// Records an event (and the time of the change).
+    pub fn event(&mut self, at: Timestamp, kind: &str, detail: impl Into<String>) {
+        self.events.push(Event { at, kind: kind.to_owned(), detail: detail.into() });
+        if self.events.len() > MAX_EVENTS {
+            let over = self.events.len() - MAX_EVENTS;
+            self.events.drain(..over);
+        }
+        self.updated_at = at;
+    }
+
+    pub fn revision(&self, tag: &str) -> Option<&Revision> {
+        self.revisions.iter().find(|r| r.tag == tag)
+    }
+
+    /// The tag a new revision gets.
+    pub fn next_tag(&self) -> String {
+        format!("r{}", self.revisions.len() + 1)
+    }
+
+    /// The version the stable revision serves.
+    pub fn model_version(&self) -> Option<&ModelVersionId> {
+        self.revision(&self.stable).map(|r| &r.model_version)
+    }
+
+    /// Which revision serves a score, `draw` in `0..100` (uniform): by the split.
+    pub fn choose(&self, draw: u32) -> &str {
+        let mut acc = 0;
+        for t in &self.traffic {
+            acc += t.percent;
+            if draw < acc {
+                return &t.tag;
+            }
+        }
+        &self.stable
+    }
+
+    /// Whether reconciliation has anything left to do.
+    pub fn needs_reconcile(&self) -> bool {
+        matches!(self.status, EndpointStatus::Deploying | EndpointStatus::Deleting)
+            || self.promotion.is_some()
+    }
+
+    /// The split with `canary` at `percent` and the stable revision at the rest.
+    pub fn split(&self, canary: &str, percent: u32) -> Vec<Traffic> {
+        let mut split = vec![Traffic { tag: self.stable.clone(), percent: 100 - percent.min(100) }];
+        if percent > 0 {
+            split.push(Traffic { tag: canary.to_owned(), percent: percent.min(100) });
+        }
+        split.retain(|t| t.percent > 0);
+        split
+    }
+
+    /// The endpoint as the API shows it.
+    pub fn view(&self, usage: &Usage) -> EndpointView {
+        let percent = |tag: &str| self.traffic.iter().find(|t| t.tag == tag).map_or(0, |t| t.percent);
+        let canary = self.promotion.as_ref().map(|p| p.tag.as_str());
+        let revisions = self
+            .revisions
+            .iter()
+            .map(|r| RevisionView {
+                tag: r.tag.clone(),
+                model_version: r.model_version.clone(),
+                traffic_percent: percent(&r.tag),
+                role: if r.tag == self.stable {
+                    "stable"
+                } else if Some(r.tag.as_str()) == canary {
+                    "canary"
+                } else if self.previous.as_deref() == Some(&r.tag) {
+                    "previous"
+                } else {
+                    "retired"
+                }
+                .into(),
+                created_at: r.created_at,
+            })
+            .collect();
+        let promotion = self.promotion.as_ref().map(|p| PromotionView {
+            model_version: p.model_version.clone(),
+            tag: p.tag.clone(),
+            phase: p.gate.phase_name().to_owned(),
+            canary_percent: p.gate.desired_percent(),
+            started_at: p.started_at,
+        });
+        let model_version = self
+            .model_version()
+            .or_else(|| self.revisions.first().map(|r| &r.model_version))
+            .cloned()
+            .unwrap_or_else(unreachable_version);
+        EndpointView {
+            alias: self.alias.clone(),
+            tenant: self.tenant.clone(),
+            project: self.project.clone(),
+            model_version,
+            accelerator: self.accelerator,
+            region: self.region.clone(),
+            min_instances: self.scaling.min,
+            max_instances: self.scaling.max,
+            access: self.access,
+            status: self.status,
+            message: self.message.clone(),
+            hosting: self.hosting.clone(),
+            service: self.service.clone(),
+            url: self.url.clone(),
+            revisions,
+            promotion,
+            usage: EndpointUsageView {
+                requests: usage.requests,
+                errors: usage.errors,
+                compute_ms: usage.compute_ms,
+                cost_micros: usage.cost_nanos / 1000,
+            },
+            events: self
+                .events
+                .iter()
+                .map(|e| EndpointEventView { at: e.at, kind: e.kind.clone(), detail: e.detail.clone() })
+                .collect(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// Every endpoint has a revision from its creation on, so its version is
+/// always known; this is only the type's fallback.
+fn unreachable_version() -> ModelVersionId {
+    ModelVersionId::of_run(&mapi_domain::RunId::generate(Timestamp::EPOCH, [0; 10]))
+}
+
+/// The example a fit's `model.json` stores for the smoke test.
+pub fn example_of(model_json: &[u8]) -> Option<(Map<String, Value>, f64)> {
+    let v: Value = serde_json::from_slice(model_json).ok()?;
+    let inputs = v.get("example")?.get("inputs")?.as_object()?.clone();
+    let prediction = v.get("example")?.get("prediction")?.as_f64()?;
+    Some((inputs, prediction))
+}
+
+/// Labels the host keeps on the service.
+pub fn labels(tenant: &TenantId, project: &ProjectId, alias: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("mapi-tenant".to_owned(), tenant.to_string()),
+        ("mapi-project".to_owned(), project.to_string()),
+        ("mapi-alias".to_owned(), alias.to_owned()),
+    ])
+}

@@ -1,0 +1,236 @@
+//! Model endpoints end to end over HTTP on the embedded platform (local
+//! hosting, real model servers): a fit served and scored, a second version
+//! promoted through the gate and rolled back, refusals audited, a deleted
+//! endpoint gone.
+
+use std::time::Duration;
+
+use mapi_store::Query;
+use mapi_tests::TestPlatform;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const LONGLEY: &str = include_str!("../../examples/longley.csv");
+
+/// Fits `employed` on every other column; the succeeded run's model version.
+async fn fit(p: &TestPlatform, csv: &str) -> String {
+    let ds = p.upload(csv).await;
+    let id = p
+        .submit(
+            json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "employed"}, "timeout_s": 120}),
+        )
+        .await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    run["model_version"].as_str().expect("a model version").to_owned()
+}
+
+fn endpoints(p: &TestPlatform) -> String {
+    format!("{}/endpoints", p.project_path())
+}
+
+/// Polls the endpoint until `done` holds (a bounded wait).
+async fn wait_for(p: &TestPlatform, alias: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let (s, e) = p.call(p.token(), Method::GET, &format!("{}/{alias}", endpoints(p)), None).await;
+        assert_eq!(s, 200, "{e}");
+        if done(&e) {
+            return e;
+        }
+        assert!(std::time::Instant::now() < deadline, "the endpoint did not get there: {e:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A row of Longley's predictors.
+fn row() -> Value {
+    json!({"gnp_deflator": 100.0, "gnp": 400000.0, "unemployed": 3000.0, "armed_forces": 2500.0, "population": 117000.0, "year": 1955.0})
+}
+
+async fn score(p: &TestPlatform, token: &str, alias: &str, body: Value) -> (u16, Value) {
+    p.call(token, Method::POST, &format!("{}/{alias}:score", endpoints(p)), Some(body)).await
+}
+
+fn history(e: &Value) -> Vec<String> {
+    e["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {
+    let p =
+        TestPlatform::start(&[("MAPI_ENDPOINTS_STEP_S", "0"), ("MAPI_ENDPOINTS_STEP_REQUESTS", "4")]).await;
+    let first = fit(&p, LONGLEY).await;
+    let header = LONGLEY.lines().next().expect("header");
+    assert!(header.contains("employed") && header.contains("gnp_deflator"), "{header}");
+
+    let body = json!({"alias": "employment", "model_version": first});
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body.clone())).await;
+    assert_eq!((s, e["status"].as_str()), (202, Some("deploying")), "{e}");
+    let (s, again) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body)).await;
+    assert_eq!((s, again["code"].as_str()), (409, Some("ALREADY_EXISTS")), "{again}");
+    let e = wait_for(&p, "employment", |e| e["status"] != "deploying").await;
+    assert_eq!(e["status"], "ready", "{e:#}");
+    assert_eq!(
+        (e["accelerator"].as_str(), e["region"].as_str(), e["access"].as_str()),
+        (Some("cpu"), Some("us-central1"), Some("private"))
+    );
+
+    let (s, answer) =
+        score(&p, p.token(), "employment", json!({"rows": [row(), row()], "std_errors": true})).await;
+    assert_eq!(s, 200, "{answer}");
+    let predictions = answer["predictions"].as_array().expect("predictions");
+    assert_eq!(predictions.len(), 2);
+    assert!(predictions[0]["value"].as_f64().is_some_and(|v| v > 50_000.0 && v < 80_000.0), "{answer}");
+    assert!(predictions[0]["std_error"].as_f64().is_some_and(|se| se > 0.0), "{answer}");
+    assert_eq!(answer["revision"], "r1");
+
+    // A row without a column is refused with the column named.
+    let mut short = row();
+    short.as_object_mut().expect("row").remove("year");
+    let (s, problem) = score(&p, p.token(), "employment", json!({"rows": [short]})).await;
+    assert_eq!(s, 400, "{problem}");
+    assert!(problem["detail"].as_str().expect("detail").contains("column `year` is missing"), "{problem}");
+
+    // A second version, promoted through the gate while scores arrive.
+    let second = fit(&p, &LONGLEY.replacen("60323,", "60400,", 1)).await;
+    assert_ne!(first, second);
+    let (s, e) = p
+        .call(
+            p.token(),
+            Method::POST,
+            &format!("{}/employment:promote", endpoints(&p)),
+            Some(json!({"model_version": second})),
+        )
+        .await;
+    assert_eq!((s, e["promotion"]["phase"].as_str()), (202, Some("smoke")), "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut served_by_r2 = 0;
+    let e = loop {
+        let (s, a) = score(&p, p.token(), "employment", json!({"rows": [row()]})).await;
+        assert_eq!(s, 200, "scores keep answering during the promotion: {a}");
+        served_by_r2 += usize::from(a["revision"] == "r2");
+        let (_, e) = p.call(p.token(), Method::GET, &format!("{}/employment", endpoints(&p)), None).await;
+        if e["promotion"].is_null() {
+            break e;
+        }
+        assert!(std::time::Instant::now() < deadline, "the promotion did not finish: {e:#}");
+    };
+    assert_eq!(e["model_version"], second.as_str(), "promoted: {e:#}");
+    assert!(served_by_r2 > 0, "the canary served scores before it took all traffic");
+    let kinds = history(&e);
+    for kind in ["promotion_started", "smoke", "traffic", "promoted"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind} in {kinds:?}");
+    }
+    let traffic: Vec<(String, u64)> = e["revisions"]
+        .as_array()
+        .expect("revisions")
+        .iter()
+        .map(|r| (r["tag"].as_str().unwrap_or("").to_owned(), r["traffic_percent"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(traffic, [("r1".to_owned(), 0), ("r2".to_owned(), 100)]);
+
+    // Rollback returns everything to the previous revision at once.
+    let (s, e) =
+        p.call(p.token(), Method::POST, &format!("{}/employment:rollback", endpoints(&p)), None).await;
+    assert_eq!(s, 202, "{e}");
+    assert_eq!(e["model_version"], first.as_str(), "{e:#}");
+    let (s, a) = score(&p, p.token(), "employment", json!({"rows": [row()]})).await;
+    assert_eq!((s, a["revision"].as_str()), (200, Some("r1")), "{a}");
+    assert!(e["usage"]["requests"].as_u64().is_some_and(|n| n >= 5), "scores are counted: {e:#}");
+
+    let (s, e) = p.call(p.token(), Method::DELETE, &format!("{}/employment", endpoints(&p)), None).await;
+    assert_eq!((s, e["status"].as_str()), (202, Some("deleting")), "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (s, _) = p.call(p.token(), Method::GET, &format!("{}/employment", endpoints(&p)), None).await;
+        if s == 404 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the endpoint was not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(p.platform.state.hosting.list().await.expect("list").len(), 0, "its service is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scores_by_a_viewer_a_token_without_the_scope_or_another_tenant_are_refused_and_audited() {
+    let accounts = "dev@dev.local,admin@dev.local,viewer@test.local,owner@away.test";
+    let p = TestPlatform::start(&[("MAPI_DEV_ACCOUNTS", accounts)]).await;
+    let version = fit(&p, LONGLEY).await;
+    let (s, e) = p
+        .call(
+            p.token(),
+            Method::POST,
+            &endpoints(&p),
+            Some(json!({"alias": "prod", "model_version": version})),
+        )
+        .await;
+    assert_eq!(s, 202, "{e}");
+    wait_for(&p, "prod", |e| e["status"] == "ready").await;
+
+    let dev = p.login("dev@dev.local").await;
+    let (s, b) = p
+        .call(
+            &dev,
+            Method::POST,
+            "/v1/tenants/dev/members",
+            Some(json!({"email": "viewer@test.local", "role": "viewer"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let viewer = p.login("viewer@test.local").await;
+    let token = |scopes: Value| {
+        let (p, dev) = (&p, &dev);
+        async move {
+            let (s, b) = p
+                .call(
+                    dev,
+                    Method::POST,
+                    &format!("{}/tokens", p.project_path()),
+                    Some(json!({"name": "t", "scopes": scopes})),
+                )
+                .await;
+            assert_eq!(s, 201, "{b}");
+            b["secret"].as_str().expect("secret").to_owned()
+        }
+    };
+    let unscoped = token(json!(["models:read"])).await;
+    let other_alias = token(json!(["score:other"])).await;
+    let this_alias = token(json!(["score:prod"])).await;
+    let operator = p.login("admin@dev.local").await;
+    let (s, b) = p
+        .call(
+            &operator,
+            Method::POST,
+            "/v1/admin/tenants",
+            Some(json!({"id": "away", "name": "Away", "tier": "internal", "residency": "eu", "admin_email": "owner@away.test"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let stranger = p.login("owner@away.test").await;
+
+    let body = json!({"rows": [row()]});
+    assert_eq!(score(&p, &viewer, "prod", body.clone()).await.0, 403, "a viewer may read, not score");
+    assert_eq!(score(&p, &unscoped, "prod", body.clone()).await.0, 403, "models:read does not score");
+    assert_eq!(score(&p, &other_alias, "prod", body.clone()).await.0, 403, "score:other is another endpoint");
+    assert_eq!(score(&p, &stranger, "prod", body.clone()).await.0, 404, "another tenant cannot see it");
+    let (s, a) = score(&p, &this_alias, "prod", body).await;
+    assert_eq!(s, 200, "score:prod scores prod: {a}");
+
+    let q = Query::new(<mapi_schema::AuditDoc as mapi_schema::Doc>::COLLECTION);
+    let audit = p.platform.state.store.query(&q, None).await.expect("audit");
+    let refused: Vec<mapi_schema::AuditDoc> = audit
+        .iter()
+        .map(|d| d.decode::<mapi_schema::AuditDoc>().expect("decode"))
+        .filter(|a| a.action == "endpoint.run" && a.outcome != mapi_schema::Outcome::Success)
+        .collect();
+    assert_eq!(refused.len(), 4, "every refused score is audited: {refused:#?}");
+    let e = wait_for(&p, "prod", |_| true).await;
+    assert_eq!(e["usage"]["requests"], 1, "refused scores reached no server: {e:#}");
+}
