@@ -61,6 +61,15 @@ pub enum BenchCmd {
         #[arg(long, default_value = "full")]
         sync: String,
     },
+    /// Endpoint scoring through the platform vs the model server directly, a batch, the server's start.
+    Score {
+        /// Scores timed on each side.
+        #[arg(long, default_value_t = 2000)]
+        scores: usize,
+        /// SQLite synchronous setting: full or normal.
+        #[arg(long, default_value = "full")]
+        sync: String,
+    },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
         /// A function binary, e.g. target/release/mapi-submit.
@@ -129,6 +138,9 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         BenchCmd::Tick { runs, sweeps, sync } => serde_json::to_value(
             crate::bench::tick(dir.path(), runs.max(1), sweeps.max(1), durability(&sync)?).await?,
         )?,
+        BenchCmd::Score { scores, sync } => {
+            serde_json::to_value(crate::bench::score(dir.path(), scores.max(1), durability(&sync)?).await?)?
+        }
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?
         }

@@ -21,9 +21,13 @@
 //!   from `/health`, its size on disk and its resident memory when idle.
 //! - `tick`: full sweeps of the reconcile tick over thousands of running
 //!   runs on a scripted executor (see [`tick`]).
+//! - `score`: an endpoint scored through the platform beside its model
+//!   server called directly, a batch, and the server's start (see [`score`]).
 
+mod score;
 mod tick;
 
+pub use score::{ScoreReport, score};
 pub use tick::{TickReport, tick};
 
 use std::path::Path;

@@ -87,6 +87,15 @@ pub async fn reconcile(ports: Ports<'_>, id: &str) -> Result<Reconciled, Reconci
             doc.event(now, "failed", "the host has no such service");
             return commit(ports.store, &before, doc).await;
         }
+        Err(e)
+            if doc.status == EndpointStatus::Deploying
+                && now.since(doc.rollout_started_at) >= DEPLOY_TIMEOUT =>
+        {
+            doc.status = EndpointStatus::Failed;
+            doc.event(now, "failed", e.to_string());
+            doc.message = Some(e.to_string());
+            return commit(ports.store, &before, doc).await;
+        }
         Err(e) => return Err(e.into()),
     };
     if doc.status == EndpointStatus::Deploying {

@@ -521,13 +521,16 @@ impl Platform {
                 Arc::new(mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, clock.clone()).await?)
             }
         };
-        let hosting: Arc<dyn Hosting> = match uses.has(Section::Executor) {
-            false => Arc::new(Absent { port: "hosting" }),
-            true => {
+        // Endpoints are hosted locally beside the local executor; the
+        // cloud-run hosting adapter is not wired into the platform yet, so a
+        // cloud-configured platform has no host for endpoints.
+        let hosting: Arc<dyn Hosting> = match (uses.has(Section::Executor), &config.cloudrun) {
+            (true, None) => {
                 let h = local_hosting(&config, &clock, &worker)?;
                 local.hosting = Some(h.clone());
                 Arc::new(h)
             }
+            _ => Arc::new(Absent { port: "endpoints' host" }),
         };
         let executor: Arc<dyn Executor> = match (uses.has(Section::Executor), config.cloudrun.clone()) {
             (false, _) => Arc::new(Absent { port: "executor" }),

@@ -229,8 +229,17 @@ pub async fn create(
     };
     match state.hosting.create(&spec, &RevisionSpec { tag, model }).await {
         Ok(()) | Err(HostingError::AlreadyExists(_)) => {}
-        // The document stands: the tick fails it with the host's answer.
-        Err(e) => tracing::error!(endpoint = %doc.id, error = %e, "the host refused the service"),
+        // Retryable: the document stands and the tick fails it if the host never has it.
+        Err(e) if e.is_retryable() => {
+            tracing::warn!(endpoint = %doc.id, error = %e, "the host did not answer")
+        }
+        Err(e) => {
+            doc.status = EndpointStatus::Failed;
+            doc.event(state.clock.now(), "failed", e.to_string());
+            doc.message = Some(e.to_string());
+            doc.active = false;
+            mapi_schema::put(&*state.store, &doc).await?;
+        }
     }
     Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)))
 }
