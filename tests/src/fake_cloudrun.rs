@@ -286,7 +286,7 @@ fn rfc3339(t: Timestamp) -> String {
     t.to_rfc3339()
 }
 
-fn google_error(code: u16, status: &str, message: &str) -> Response {
+pub(crate) fn google_error(code: u16, status: &str, message: &str) -> Response {
     let body = json!({"error": {"code": code, "message": message, "status": status}});
     (StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), axum::Json(body))
         .into_response()
@@ -366,7 +366,7 @@ fn operation_json(fake: &FakeCloudRun, e: &FakeExecution) -> Value {
 }
 
 /// A 200 whose body breaks off: the execution was made, the answer lost.
-fn lost() -> Response {
+pub(crate) fn lost() -> Response {
     let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = vec![
         Ok(bytes::Bytes::from_static(b"{\"name\": \"projects/")),
         Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "answer lost")),

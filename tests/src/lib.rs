@@ -8,6 +8,10 @@
 //! children with Cloud Run's environment, memory limits and timeouts, a log
 //! sink, and faults on demand: 429 with `Retry-After`, lost answers, 503,
 //! slow answers, OOM as exit 137 or signal 9, vanishing executions),
+//! [`fake_cloudrun_services`] (the Admin API v2 Services: revisions run as
+//! real model-server children behind an IAM-enforcing proxy per service and
+//! tag URL, rollouts that succeed or fail with Cloud Run's messages, and
+//! 429s, 503s, lost answers, unpullable images and crashes on demand),
 //! [`fake_cloudtasks`] (409s, seeded 429s, lost answers, doubled
 //! deliveries), [`fake_kms`] (corrupted CRCs, another key version, an
 //! unverified digest, a foreign signature), [`google`] (Google's key set and
@@ -80,6 +84,7 @@ use std::time::{Duration, Instant};
 pub mod backend;
 pub mod chaos;
 pub mod fake_cloudrun;
+pub mod fake_cloudrun_services;
 pub mod fake_cloudtasks;
 pub mod fake_gcs;
 pub mod fake_kms;

@@ -25,6 +25,7 @@ mod e2e;
 mod endpoints;
 mod executor_conformance;
 mod hostile;
+mod hosting_cloudrun;
 mod hosting_local;
 mod jobs;
 mod ledger;

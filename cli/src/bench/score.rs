@@ -89,7 +89,10 @@ pub async fn score(dir: &Path, scores: usize, durability: Durability) -> Result<
     let run =
         poll(&http, &run_url, &c.token, |r| r["state"] == "succeeded" || r["state"] == "failed").await?;
     let body = json!({"alias": "bench", "model_version": run["model_version"]});
-    http.post(format!("{base}/endpoints")).bearer_auth(&c.token).json(&body).send().await?;
+    let created = http.post(format!("{base}/endpoints")).bearer_auth(&c.token).json(&body).send().await?;
+    if !created.status().is_success() {
+        return Err(format!("the endpoint was not created ({run}): {}", created.text().await?).into());
+    }
     let endpoint =
         poll(&http, &format!("{base}/endpoints/bench"), &c.token, |e| e["status"] != "deploying").await?;
     if endpoint["status"] != "ready" {

@@ -47,6 +47,7 @@
 pub mod assumptions;
 pub mod gate;
 pub mod inventory;
+pub mod services;
 pub mod settings;
 mod wire;
 
