@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::{Map, Value};
 
 use crate::client::Client;
+use crate::models::print;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -91,15 +92,6 @@ pub enum EndpointsCmd {
         #[command(flatten)]
         at: Where,
     },
-}
-
-fn print<T: serde::Serialize>(json: bool, value: &T, human: String) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
-    } else {
-        print!("{human}");
-    }
-    Ok(())
 }
 
 /// An endpoint in words.

@@ -36,7 +36,8 @@ pub enum VersionsCmd {
     Urls { id: String },
 }
 
-fn print<T: serde::Serialize>(json: bool, value: &T, human: String) -> Result<()> {
+/// Prints `value` as JSON with `--json`, else the human text.
+pub(crate) fn print<T: serde::Serialize>(json: bool, value: &T, human: String) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(value)?);
     } else {

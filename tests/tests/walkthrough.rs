@@ -75,6 +75,27 @@ async fn the_readme_walkthrough_works() {
     let (code, out, _) = mapi(&p, &["runs", "submit", "--method", "diag.fail", "--dataset", &ds, "--watch"]);
     assert_eq!(code, 1, "a failed run exits non-zero");
     assert!(out.contains("METHOD_ERROR"), "{out}");
+
+    // The README's endpoint section: serve the version, score it, a bad row.
+    let version = format!("mv_{}", &run["run_".len()..]);
+    let (code, out, err) =
+        mapi(&p, &["endpoints", "create", "employment", "--model-version", &version, "--wait"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.starts_with("endpoint employment  ready\n"), "{out}");
+    assert!(
+        out.contains(&format!("serves   {version} on cpu in us-central1 (0…3 instances, private)")),
+        "{out}"
+    );
+    let row = "gnp_deflator=100,gnp=400000,unemployed=3000,armed_forces=2500,population=117000,year=1955";
+    let (code, out, err) = mapi(&p, &["endpoints", "score", "employment", "--std-errors", "--row", row]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("   0  ") && out.contains("  ± ") && out.ends_with("(revision r1)\n"), "{out}");
+    let (code, _, err) = mapi(&p, &["endpoints", "score", "employment", "--row", "gnp=400000"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("row 0: column `gnp_deflator` is missing"), "{err}");
+    let (code, out, _) = mapi(&p, &["endpoints", "ls"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("employment") && out.contains("ready"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
