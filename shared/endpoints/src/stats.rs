@@ -10,9 +10,20 @@ use serde::{Deserialize, Serialize};
 /// How many documents one revision's statistics are spread over.
 pub const SHARDS: u32 = 4;
 
-/// Upper bounds (ms) of the latency histogram's buckets; the last is open.
-pub const BUCKETS_MS: &[u64] =
-    &[1, 2, 3, 5, 8, 13, 20, 30, 50, 80, 130, 200, 300, 500, 800, 1300, 2000, 3000, 5000, 10_000, 30_000];
+/// Buckets of the latency histogram: bucket `i` holds latencies up to
+/// `0.1 ms × 1.1^i`, so bounds are 10 % apart and a 1.2× difference spans
+/// two buckets; the last bucket (past about 55 s) is open.
+pub const BUCKETS: usize = 140;
+
+/// The upper bound of bucket `i`, in ms.
+pub fn bound_ms(i: usize) -> f64 {
+    0.1 * 1.1_f64.powi(i32::try_from(i).unwrap_or(i32::MAX))
+}
+
+fn bucket_of(latency_us: u64) -> usize {
+    let ms = latency_us as f64 / 1000.0;
+    (0..BUCKETS).find(|&i| ms <= bound_ms(i)).unwrap_or(BUCKETS)
+}
 
 /// One shard of one revision's statistics. Id: `{endpoint}:{tag}:{shard}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,7 +37,7 @@ pub struct StatsDoc {
     pub errors: u64,
     pub compute_ms: u64,
     pub cost_nanos: u64,
-    /// Counts per bucket of [`BUCKETS_MS`] plus one for slower.
+    /// Counts per bucket (see [`bound_ms`]) plus one for slower.
     pub latency: Vec<u64>,
 }
 
@@ -53,19 +64,19 @@ impl StatsDoc {
             errors: 0,
             compute_ms: 0,
             cost_nanos: 0,
-            latency: vec![0; BUCKETS_MS.len() + 1],
+            latency: vec![0; BUCKETS + 1],
         }
     }
 
     /// Adds one score.
-    pub fn add(&mut self, error: bool, latency_ms: u64, compute_ms: u64, cost_nanos: u64) {
+    pub fn add(&mut self, error: bool, latency_us: u64, compute_ms: u64, cost_nanos: u64) {
         self.requests += 1;
         self.errors += u64::from(error);
         self.compute_ms += compute_ms;
         self.cost_nanos += cost_nanos;
-        let bucket = BUCKETS_MS.iter().position(|b| latency_ms <= *b).unwrap_or(BUCKETS_MS.len());
+        let bucket = bucket_of(latency_us);
         if self.latency.len() <= bucket {
-            self.latency.resize(BUCKETS_MS.len() + 1, 0);
+            self.latency.resize(BUCKETS + 1, 0);
         }
         self.latency[bucket] += 1;
     }
@@ -83,7 +94,7 @@ pub struct Usage {
 
 impl Usage {
     pub fn sum<'a>(docs: impl IntoIterator<Item = &'a StatsDoc>) -> Usage {
-        let mut u = Usage { latency: vec![0; BUCKETS_MS.len() + 1], ..Usage::default() };
+        let mut u = Usage { latency: vec![0; BUCKETS + 1], ..Usage::default() };
         for d in docs {
             u.requests += d.requests;
             u.errors += d.errors;
@@ -107,8 +118,7 @@ impl Usage {
         for (i, n) in self.latency.iter().enumerate() {
             seen += n;
             if seen >= rank {
-                let bound = BUCKETS_MS.get(i).copied().unwrap_or(60_000);
-                return Some(bound as f64);
+                return Some(bound_ms(i.min(BUCKETS)));
             }
         }
         None
@@ -125,14 +135,17 @@ mod tests {
         let p = ProjectId::parse("default").expect("project");
         let mut d = StatsDoc::empty(&t, &p, "e", "r1", 0);
         for _ in 0..99 {
-            d.add(false, 4, 4, 1);
+            d.add(false, 4_000, 4, 1);
         }
-        d.add(true, 700, 700, 1);
+        d.add(true, 700_000, 700, 1);
         let u = Usage::sum([&d]);
         assert_eq!((u.requests, u.errors, u.compute_ms), (100, 1, 99 * 4 + 700));
-        assert_eq!(u.p99_ms(), Some(5.0), "99 of 100 took at most 5 ms");
-        d.add(true, 700, 700, 1);
-        assert_eq!(Usage::sum([&d]).p99_ms(), Some(800.0), "2 of 101 slow: the 99th percentile is slow");
+        let p99 = u.p99_ms().expect("a p99");
+        assert!((4.0..4.4).contains(&p99), "99 of 100 took 4 ms: the bound within 10 % above, {p99}");
+        d.add(true, 700_000, 700, 1);
+        let slow = Usage::sum([&d]).p99_ms().expect("a p99");
+        assert!((700.0..770.0).contains(&slow), "2 of 101 slow: the 99th percentile is slow, {slow}");
+        assert!(bound_ms(BUCKETS) > 50_000.0, "the last bound is past 50 s");
         assert_eq!(Usage::sum([]).p99_ms(), None);
     }
 }

@@ -20,8 +20,9 @@
 //!   rate times `max(requests, min_sample)`): a revision clearly above 1 %
 //!   is stopped within its first steps, one at 0.1 % almost never is, and
 //!   one near 1 % may go either way —
-//!   or, with at least `min_requests` scores in the step, its p99 exceeds
-//!   `max_p99_ratio` × the stable revision's.
+//!   or, with at least `min_latency_sample` scores in the step (a p99 of
+//!   fewer is just their maximum), its p99 exceeds `max_p99_ratio` × the
+//!   stable revision's.
 //! - Counts that go backwards (statistics reset) rebase the step: time and
 //!   requests start again from there, so nothing is promoted on them.
 //! - Reaching the last step's percent, observed, is `Promoted`; a rollback
@@ -54,6 +55,8 @@ pub struct Policy {
     pub confidence: f64,
     /// The canary's p99 over the stable revision's above which it rolls back.
     pub max_p99_ratio: f64,
+    /// The fewest scores in a step for its p99 to be judged.
+    pub min_latency_sample: u64,
 }
 
 impl Default for Policy {
@@ -67,6 +70,7 @@ impl Default for Policy {
             max_error_rate: 0.01,
             confidence: 0.99,
             max_p99_ratio: 1.2,
+            min_latency_sample: 100,
         }
     }
 }
@@ -294,7 +298,7 @@ impl Gate {
             );
             return self.rollback(now, &reason);
         }
-        if requests >= policy.min_requests
+        if requests >= policy.min_requests.max(policy.min_latency_sample)
             && let (Some(c), Some(s)) = (obs.canary.p99_ms, obs.stable.p99_ms)
             && s > 0.0
             && c > policy.max_p99_ratio * s

@@ -75,9 +75,9 @@ fn errors_clearly_over_one_percent_roll_back_and_a_few_early_ones_do_not() {
 fn a_slow_canary_rolls_back_once_its_p99_means_something() {
     let p = Policy::default();
     let g = at_first_step(&p);
-    let (g, d) = g.observe(&p, &obs(10, Some(5), (10, 0, 30.0), 10.0));
-    assert_eq!(d, Decision::Hold, "10 requests: no p99 judged yet");
-    let (g, d) = g.observe(&p, &obs(20, Some(5), (60, 0, 13.0), 10.0));
+    let (g, d) = g.observe(&p, &obs(10, Some(5), (60, 0, 30.0), 10.0));
+    assert_eq!(d, Decision::Hold, "60 requests: a p99 of so few is their maximum, not judged");
+    let (g, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 13.0), 10.0));
     assert_eq!(d, Decision::SetCanary(0));
     assert!(g.rolled_back_reason().expect("rolled back").contains("p99 13 ms"));
 }

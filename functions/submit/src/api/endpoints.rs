@@ -554,6 +554,7 @@ async fn score(
 /// on the instance's vCPUs, memory and GPU).
 async fn record(state: &AppState, doc: &EndpointDoc, tag: &str, error: bool, elapsed: std::time::Duration) {
     let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX).max(1);
+    let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let (vcpus, mib) = doc.accelerator.resources();
     let gpus = u32::from(doc.accelerator == mapi_domain::endpoint::Accelerator::L4);
     let nanos = mapi_cost::CURRENT.nanos(vcpus, mib / 1024, gpus, ms);
@@ -565,7 +566,7 @@ async fn record(state: &AppState, doc: &EndpointDoc, tag: &str, error: bool, ela
             let mut s = tx_get::<StatsDoc>(&mut tx, &id)
                 .await?
                 .unwrap_or_else(|| StatsDoc::empty(&doc.tenant, &doc.project, &doc.id, tag, shard));
-            s.add(error, ms, ms, nanos);
+            s.add(error, us, ms, nanos);
             tx_put(&mut tx, &s)?;
             Ok(tx.finish(()))
         }
