@@ -1,37 +1,62 @@
 //! The promotion gate of model endpoints: a pure state machine that moves a
-//! new (canary) revision's share of the scores step by step and rolls it
-//! back on errors or latency. No I/O, no clock: each call is given an
-//! observation (the time, the smoke test's result, the split the host
-//! shows, each revision's cumulative counts) and answers the next state and
-//! what to ask of the host.
+//! new (canary) revision's share of the traffic step by step and rolls it
+//! back on errors or latency. No I/O and no clock: each call is given an
+//! [`Observation`] (the time, the smoke test's result, the split the host
+//! shows, each revision's cumulative counts) and answers the next [`Gate`]
+//! and the [`Decision`] to carry out at the host. The caller stores the gate
+//! (it is plain serde data) and calls again a few seconds later.
 //!
 //! Rules:
-//! - First the smoke test: its failure rolls back at once (the canary never
-//!   gets traffic); its success starts the first step.
-//! - Steps (5 → 25 → 50 → 100 % by default): each lasts at least
-//!   `min_step_time` and `min_requests` scores to the canary, both counted
-//!   only from when the host was seen at that step's percent. A step whose
-//!   split the host shows otherwise is asked again (a lost answer) and
-//!   starts over once seen; an observation without the host's state changes
-//!   nothing. A step never advances unobserved.
-//! - At any observation the canary rolls back at once when its errors since
-//!   the smoke test are more than a `max_error_rate` revision would make
-//!   with probability `1 - confidence` (a one-sided Poisson test at the
-//!   rate times `max(requests, min_sample)`): a revision clearly above 1 %
-//!   is stopped within its first steps, one at 0.1 % almost never is, and
-//!   one near 1 % may go either way —
-//!   or, with at least `min_latency_sample` scores in the step (a p99 of
-//!   fewer is just their maximum), its p99 exceeds `max_p99_ratio` × the
-//!   stable revision's.
-//! - Counts that go backwards (statistics reset) rebase the step: time and
-//!   requests start again from there, so nothing is promoted on them.
-//! - Reaching the last step's percent, observed, is `Promoted`; a rollback
-//!   is `RolledBack` with its reason, and asks for 0 % until the host shows
-//!   it. Both are final: later observations change nothing.
-//! - `rollback` (by hand) and `override_gate` (skip to 100 %) act at once
-//!   from any state that is not final.
-//! - A step longer than `max_step_time` without enough scores holds and is
-//!   reported `stalled` (waiting for traffic); it is never promoted on time alone.
+//! - **Smoke test first.** The canary has 0 % until the caller reports its
+//!   smoke test: an error rolls back at once (the canary never gets
+//!   traffic), a pass asks for the first step; no result yet holds.
+//! - **Steps.** The canary's percent climbs through [`Policy::steps`]
+//!   (5 → 25 → 50 → 100 by default). A step advances only when, counted from
+//!   when the host was *observed* at the step's percent, at least
+//!   `min_step_time` has passed, the canary answered at least `min_requests`
+//!   requests, its error rate over those requests is at most
+//!   `pass_error_rate_ppm` (half the rollback limit by default) and its p99
+//!   is known whenever the stable revision's is. Observed at 100 %,
+//!   the canary is [`Phase::Promoted`]: the last step is the promotion, it
+//!   does not last.
+//! - **Errors roll back at once**, at any observation of any step: when the
+//!   canary's errors since the step began exceed `max_error_rate_ppm` of
+//!   `max(requests, min_sample)`. Below `min_sample` requests the limit is
+//!   the fixed count `min_sample × rate` (10 errors by default), so one error
+//!   among 3 requests does not roll back a healthy revision while a burst
+//!   does. Between the two rates a step neither rolls back nor advances: it
+//!   holds for more evidence, so a small sample that looks bad is judged on
+//!   more requests, and a revision near the limit (say 2 % against 1 %) is
+//!   not promoted on a lucky minute of traffic.
+//! - **Latency rolls back at once** when the canary has at least
+//!   `max(min_requests, min_latency_sample)` requests in the step (a p99 of
+//!   fewer is about their maximum), both p99s are known and the canary's
+//!   exceeds `max_p99_ratio` × the stable revision's. A step with fewer
+//!   requests advances on its errors alone; the next, larger step judges the
+//!   latency, so only a last step short of that sample reaches 100 % unjudged.
+//! - **Counts are cumulative totals.** The gate keeps the canary's totals at
+//!   the step's start and at the last observation; totals that go backwards
+//!   (the caller's counters were reset) rebase the step: its time and counts
+//!   start again there, so nothing is promoted on them.
+//! - **Lost answers.** The gate keeps a *desired* percent; the decision is
+//!   `Hold` exactly when the host is observed at it and otherwise repeats
+//!   `SetCanary(desired)` (idempotent). A step's time and requests count only
+//!   from when the host was observed at its percent, start over if the host
+//!   is seen elsewhere, and an observation without the host's state
+//!   (`None`) never advances a step (the rollback checks still apply).
+//! - **Final states.** `Promoted` (the canary is the new stable) and
+//!   `RolledBack { reason }` (desired 0 %) are final: later observations and
+//!   commands change nothing, and the decision keeps asking for 100 % or 0 %
+//!   until the host shows it. A rolled-back gate never asks for traffic.
+//! - **Commands.** [`Gate::override_gate`] (permission checked by the caller)
+//!   promotes at once and asks for 100 %; [`Gate::rollback`] rolls back at
+//!   once and asks for 0 %; both from any state that is not final.
+//! - **Stalls.** A step held longer than `max_step_time` (waiting for
+//!   traffic, for a sample that clears the error limit, or for the host to
+//!   show the split) is reported `stalled` and keeps holding: time alone
+//!   never promotes, and never rolls back.
+//! - **Policy.** Steps must rise strictly from above 0 to 100; a gate given
+//!   any other policy rolls back with that reason rather than guess.
 
 use std::time::Duration;
 
@@ -41,21 +66,23 @@ use serde::{Deserialize, Serialize};
 /// The gate's thresholds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
-    /// The canary's percent at each step; the last is 100.
+    /// The canary's percent at each step, rising; the last is 100 (the promotion).
     pub steps: Vec<u32>,
+    /// The least time a step lasts, from when the host shows its percent.
     pub min_step_time: Duration,
+    /// How long a step may hold before it is reported stalled.
     pub max_step_time: Duration,
+    /// The fewest requests the canary answers in a step before it advances.
     pub min_requests: u64,
-    /// The error test assumes at least this many requests, so a few early
-    /// errors do not roll back a healthy revision.
+    /// The error limit is taken of at least this many requests (the small-sample rule).
     pub min_sample: u64,
-    /// Errors per request above which the canary rolls back (0.01 = 1 %).
-    pub max_error_rate: f64,
-    /// How sure the gate must be that the rate is above `max_error_rate` (0.99).
-    pub confidence: f64,
+    /// Errors per million requests above which the canary rolls back (10 000 = 1 %).
+    pub max_error_rate_ppm: u32,
+    /// Errors per million requests a step's traffic may show at most to advance.
+    pub pass_error_rate_ppm: u32,
     /// The canary's p99 over the stable revision's above which it rolls back.
     pub max_p99_ratio: f64,
-    /// The fewest scores in a step for its p99 to be judged.
+    /// The fewest requests in a step (with `min_requests`) for the canary's p99 to be judged.
     pub min_latency_sample: u64,
 }
 
@@ -64,18 +91,37 @@ impl Default for Policy {
         Policy {
             steps: vec![5, 25, 50, 100],
             min_step_time: Duration::from_secs(60),
-            max_step_time: Duration::from_secs(1800),
+            max_step_time: Duration::from_secs(30 * 60),
             min_requests: 50,
-            min_sample: 100,
-            max_error_rate: 0.01,
-            confidence: 0.99,
+            min_sample: 1000,
+            max_error_rate_ppm: 10_000,
+            pass_error_rate_ppm: 5_000,
             max_p99_ratio: 1.2,
             min_latency_sample: 100,
         }
     }
 }
 
-/// One revision's cumulative counts.
+impl Policy {
+    /// Why no promotion can run on this policy, if none can.
+    fn flaw(&self) -> Option<String> {
+        let rising = self.steps.windows(2).all(|w| w[0] < w[1]);
+        let valid = rising && self.steps.first().is_some_and(|&p| p > 0) && self.steps.last() == Some(&100);
+        (!valid).then(|| format!("the gate's steps {:?} do not rise from above 0 % to 100 %", self.steps))
+    }
+
+    /// The step after `percent` (100 past the last).
+    fn step_after(&self, percent: u32) -> u32 {
+        self.steps.iter().copied().find(|&p| p > percent).unwrap_or(100)
+    }
+}
+
+/// Whether `c.errors` exceed `ppm` of `requests`.
+fn over(c: Counts, ppm: u32, requests: u64) -> bool {
+    u128::from(c.errors) * 1_000_000 > u128::from(ppm) * u128::from(requests)
+}
+
+/// One revision's cumulative counts, as the caller's statistics hold them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     pub requests: u64,
@@ -84,11 +130,11 @@ pub struct Totals {
     pub p99_ms: Option<f64>,
 }
 
-/// What the caller saw.
-#[derive(Clone, Debug, PartialEq)]
+/// What the caller saw, once per call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
     pub now: Timestamp,
-    /// `None` until the smoke test ran.
+    /// `None` until the smoke test has an answer.
     pub smoke: Option<Result<(), String>>,
     /// The canary's percent as the host shows it; `None` when it could not be read.
     pub observed_canary_percent: Option<u32>,
@@ -96,88 +142,124 @@ pub struct Observation {
     pub stable: Totals,
 }
 
+/// Requests and errors, without the latency.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub requests: u64,
+    pub errors: u64,
+}
+
+impl Counts {
+    fn of(t: &Totals) -> Counts {
+        Counts { requests: t.requests, errors: t.errors }
+    }
+
+    fn since(self, base: Counts) -> Counts {
+        Counts {
+            requests: self.requests.saturating_sub(base.requests),
+            errors: self.errors.saturating_sub(base.errors),
+        }
+    }
+
+    /// Either count is below `earlier`'s: the counters were reset.
+    fn went_back_from(self, earlier: Counts) -> bool {
+        self.requests < earlier.requests || self.errors < earlier.errors
+    }
+}
+
+/// A step under way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// The canary's percent in this step.
+    pub percent: u32,
+    /// When the gate asked for this step.
+    pub entered_at: Timestamp,
+    /// The canary's totals the rollback checks count from (the step's start, or its last rebase).
+    pub entered: Counts,
+    /// The canary's totals at the last observation (a drop below them is a reset).
+    pub seen: Counts,
+    /// Since when the host has been observed at `percent`; `None` until then.
+    pub shown: Option<Shown>,
+    /// Held longer than `max_step_time`.
+    pub stalled: bool,
+}
+
+/// When the host was first observed at a step's percent, and the canary's totals then.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Shown {
+    pub since: Timestamp,
+    pub base: Counts,
+}
+
 /// Where a promotion stands.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 pub enum Phase {
+    /// Waiting for the smoke test; the canary has 0 %.
     Smoke,
-    /// At step `index`; `since` is when the host was first seen at its percent
-    /// (`None` until then), `base` the canary's counts at that moment.
-    Step {
-        index: usize,
-        since: Option<Timestamp>,
-        base: Totals,
-        seen: Totals,
-        stalled: bool,
+    Step(Step),
+    /// Final: the canary is the new stable revision.
+    Promoted {
+        at: Timestamp,
     },
-    Promoted,
+    /// Final: the stable revision takes all traffic back.
     RolledBack {
+        at: Timestamp,
         reason: String,
     },
 }
 
 /// What to ask of the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {
+    /// The host shows the desired split: nothing to do.
     Hold,
-    /// Set the canary's share (the stable revision has the rest).
+    /// Set the canary's percent (the stable revision has the rest); idempotent.
     SetCanary(u32),
 }
 
-/// A promotion's state.
+/// A promotion's state. Built by [`Gate::start`] and moved only by its
+/// commands, so its phase and desired percent always agree.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Gate {
-    pub phase: Phase,
-    pub started_at: Timestamp,
-    pub updated_at: Timestamp,
-    /// The canary's counts when its first step began (rebased on a reset).
-    pub origin: Totals,
-}
-
-/// The fewest errors a revision erring at `rate` makes among `requests`
-/// only with probability below `1 - confidence` (Poisson tail).
-pub fn error_limit(rate: f64, requests: u64, confidence: f64) -> u64 {
-    let lambda = rate * requests as f64;
-    let (mut k, mut pmf, mut cdf) = (0u64, (-lambda).exp(), 0.0);
-    loop {
-        cdf += pmf;
-        if 1.0 - cdf < 1.0 - confidence || k > requests {
-            return k + 1;
-        }
-        k += 1;
-        pmf *= lambda / k as f64;
-    }
+    phase: Phase,
+    started_at: Timestamp,
 }
 
 impl Gate {
+    /// A promotion whose canary was just deployed at 0 %.
     pub fn start(now: Timestamp) -> Gate {
-        Gate { phase: Phase::Smoke, started_at: now, updated_at: now, origin: Totals::default() }
+        Gate { phase: Phase::Smoke, started_at: now }
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    pub fn started_at(&self) -> Timestamp {
+        self.started_at
     }
 
     /// The canary percent this state wants the host at.
     pub fn desired_percent(&self) -> u32 {
-        self.desired(&Policy::default())
-    }
-
-    fn desired(&self, policy: &Policy) -> u32 {
         match &self.phase {
             Phase::Smoke | Phase::RolledBack { .. } => 0,
-            Phase::Step { index, .. } => policy.steps.get(*index).copied().unwrap_or(100),
-            Phase::Promoted => 100,
+            Phase::Step(s) => s.percent,
+            Phase::Promoted { .. } => 100,
         }
     }
 
     pub fn is_final(&self) -> bool {
-        matches!(self.phase, Phase::Promoted | Phase::RolledBack { .. })
+        matches!(self.phase, Phase::Promoted { .. } | Phase::RolledBack { .. })
     }
 
     pub fn is_promoted(&self) -> bool {
-        self.phase == Phase::Promoted
+        matches!(self.phase, Phase::Promoted { .. })
     }
 
     pub fn rolled_back_reason(&self) -> Option<&str> {
         match &self.phase {
-            Phase::RolledBack { reason } => Some(reason),
+            Phase::RolledBack { reason, .. } => Some(reason),
             _ => None,
         }
     }
@@ -186,150 +268,128 @@ impl Gate {
     pub fn phase_name(&self) -> &'static str {
         match &self.phase {
             Phase::Smoke => "smoke",
-            Phase::Step { stalled: true, .. } => "stalled",
-            Phase::Step { .. } => "shifting",
-            Phase::Promoted => "promoted",
+            Phase::Step(s) if s.stalled => "stalled",
+            Phase::Step(_) => "shifting",
+            Phase::Promoted { .. } => "promoted",
             Phase::RolledBack { .. } => "rolled_back",
         }
-    }
-
-    fn with(&self, phase: Phase, now: Timestamp) -> Gate {
-        Gate { phase, started_at: self.started_at, updated_at: now, origin: self.origin }
     }
 
     /// Rolls back at once (by hand, or because the host failed the revision).
     pub fn rollback(&self, now: Timestamp, reason: &str) -> (Gate, Decision) {
         if self.is_final() {
-            return (self.clone(), self.repeat(None));
+            return (self.clone(), Decision::Hold);
         }
-        (self.with(Phase::RolledBack { reason: reason.to_owned() }, now), Decision::SetCanary(0))
+        (self.with(rolled_back(now, reason.to_owned())), Decision::SetCanary(0))
     }
 
-    /// Skips the gate: the canary goes to 100 % at once.
+    /// Skips the gate: promoted at once, the canary asked for 100 %.
     pub fn override_gate(&self, now: Timestamp) -> (Gate, Decision) {
         if self.is_final() {
-            return (self.clone(), self.repeat(None));
+            return (self.clone(), Decision::Hold);
         }
-        (self.with(Phase::Promoted, now), Decision::SetCanary(100))
+        (self.with(Phase::Promoted { at: now }), Decision::SetCanary(100))
     }
 
-    /// For a final state: ask again for its split until the host shows it.
-    fn repeat(&self, observed: Option<u32>) -> Decision {
-        let want = match self.phase {
-            Phase::Promoted => 100,
-            _ => 0,
-        };
-        if observed == Some(want) { Decision::Hold } else { Decision::SetCanary(want) }
-    }
-
-    /// The next state from an observation.
+    /// The next state from an observation, and what to ask of the host.
     pub fn observe(&self, policy: &Policy, obs: &Observation) -> (Gate, Decision) {
         let now = obs.now;
-        match &self.phase {
-            Phase::Promoted | Phase::RolledBack { .. } => {
-                (self.clone(), self.repeat(obs.observed_canary_percent))
-            }
-            Phase::Smoke => match &obs.smoke {
-                None => (self.clone(), Decision::Hold),
-                Some(Err(e)) => self.rollback(now, &format!("smoke test failed: {e}")),
-                Some(Ok(())) => {
-                    let first = Phase::Step {
-                        index: 0,
-                        since: None,
-                        base: obs.canary,
-                        seen: obs.canary,
-                        stalled: false,
-                    };
-                    let mut next = self.with(first, now);
-                    next.origin = obs.canary;
-                    let want = next.desired(policy);
-                    (next, Decision::SetCanary(want))
-                }
+        let next = match (&self.phase, policy.flaw()) {
+            (Phase::Promoted { .. } | Phase::RolledBack { .. }, _) => self.clone(),
+            (_, Some(flaw)) => self.with(rolled_back(now, flaw)),
+            (Phase::Smoke, None) => match &obs.smoke {
+                None => self.clone(),
+                Some(Err(m)) => self.with(rolled_back(now, format!("the smoke test failed: {m}"))),
+                Some(Ok(())) => self.with(enter(policy.step_after(0), now, Counts::of(&obs.canary))),
             },
-            Phase::Step { index, since, base, seen, stalled } => {
-                self.step(policy, obs, (*index, *since, *base, *seen, *stalled))
-            }
-        }
+            (Phase::Step(s), None) => self.with(step(policy, s, obs)),
+        };
+        let decision = match obs.observed_canary_percent {
+            Some(p) if p == next.desired_percent() => Decision::Hold,
+            _ => Decision::SetCanary(next.desired_percent()),
+        };
+        (next, decision)
     }
 
-    fn step(
-        &self,
-        policy: &Policy,
-        obs: &Observation,
-        (index, since, base, seen, stalled): (usize, Option<Timestamp>, Totals, Totals, bool),
-    ) -> (Gate, Decision) {
-        let now = obs.now;
-        let want = policy.steps.get(index).copied().unwrap_or(100);
-        let Some(observed) = obs.observed_canary_percent else {
-            // The host could not be read: nothing is known, nothing changes.
-            return (self.clone(), Decision::Hold);
-        };
-        if observed != want {
-            // Not (yet) at this step's split: ask again; nothing counts.
-            let phase = Phase::Step { index, since: None, base: obs.canary, seen: obs.canary, stalled };
-            return (self.with(phase, now), Decision::SetCanary(want));
-        }
-        let (since, base) = match since {
-            Some(t) if obs.canary.requests >= seen.requests && obs.canary.errors >= seen.errors => (t, base),
-            // First seen at this split, or the counts were reset: the step starts here.
-            _ => {
-                let phase = Phase::Step {
-                    index,
-                    since: Some(now),
-                    base: obs.canary,
-                    seen: obs.canary,
-                    stalled: false,
-                };
-                let mut next = self.with(phase, now);
-                if obs.canary.requests < seen.requests || obs.canary.errors < seen.errors {
-                    next.origin = obs.canary;
-                }
-                return (next, Decision::Hold);
-            }
-        };
-        let requests = obs.canary.requests - base.requests;
-        let total = obs.canary.requests.saturating_sub(self.origin.requests);
-        let errors = obs.canary.errors.saturating_sub(self.origin.errors);
-        if errors >= error_limit(policy.max_error_rate, total.max(policy.min_sample), policy.confidence) {
-            let rate = 100.0 * errors as f64 / total.max(1) as f64;
-            let reason = format!(
-                "error rate {rate:.1} % ({errors} of {total}) at {want} % is above {:.1} %",
-                100.0 * policy.max_error_rate
-            );
-            return self.rollback(now, &reason);
-        }
-        if requests >= policy.min_requests.max(policy.min_latency_sample)
-            && let (Some(c), Some(s)) = (obs.canary.p99_ms, obs.stable.p99_ms)
-            && s > 0.0
-            && c > policy.max_p99_ratio * s
-        {
-            let reason = format!(
-                "p99 {c:.0} ms at {want} % exceeds {:.1} × the stable revision's {s:.0} ms",
-                policy.max_p99_ratio
-            );
-            return self.rollback(now, &reason);
-        }
-        let elapsed = now.since(since);
-        if elapsed >= policy.min_step_time && requests >= policy.min_requests {
-            if index + 1 >= policy.steps.len() {
-                return (self.with(Phase::Promoted, now), Decision::Hold);
-            }
-            let phase = Phase::Step {
-                index: index + 1,
-                since: None,
-                base: obs.canary,
-                seen: obs.canary,
-                stalled: false,
-            };
-            let next = self.with(phase, now);
-            let want = next.desired(policy);
-            return (next, Decision::SetCanary(want));
-        }
-        let stalled = elapsed >= policy.max_step_time;
-        let phase = Phase::Step { index, since: Some(since), base, seen: obs.canary, stalled };
-        (self.with(phase, now), Decision::Hold)
+    fn with(&self, phase: Phase) -> Gate {
+        Gate { phase, started_at: self.started_at }
     }
 }
 
+fn rolled_back(at: Timestamp, reason: String) -> Phase {
+    Phase::RolledBack { at, reason }
+}
+
+fn enter(percent: u32, now: Timestamp, counts: Counts) -> Phase {
+    Phase::Step(Step { percent, entered_at: now, entered: counts, seen: counts, shown: None, stalled: false })
+}
+
+/// One observation of a step: reset, rollback checks, the host's split, advance, stall.
+fn step(policy: &Policy, s: &Step, obs: &Observation) -> Phase {
+    let now = obs.now;
+    let counts = Counts::of(&obs.canary);
+    let mut s = Step { stalled: now.since(s.entered_at) >= policy.max_step_time, ..s.clone() };
+    if counts.went_back_from(s.seen) {
+        // Reset counters: the step's counts (and time, once shown) start again here.
+        s.entered = counts;
+        s.seen = counts;
+        s.shown = s.shown.map(|_| Shown { since: now, base: counts });
+        return Phase::Step(s);
+    }
+    s.seen = counts;
+    if let Some(reason) = verdict(policy, s.percent, counts.since(s.entered), obs) {
+        return rolled_back(now, reason);
+    }
+    match obs.observed_canary_percent {
+        // Unknown: keep what was shown, advance nothing.
+        None => {}
+        Some(p) if p != s.percent => s.shown = None,
+        Some(_) => {
+            let shown = *s.shown.get_or_insert(Shown { since: now, base: counts });
+            if s.percent == 100 {
+                return Phase::Promoted { at: now };
+            }
+            if ready(policy, now.since(shown.since), counts.since(shown.base), obs) {
+                return enter(policy.step_after(s.percent), now, counts);
+            }
+        }
+    }
+    Phase::Step(s)
+}
+
+/// The reason to roll back, from the canary's counts in the step and both p99s.
+fn verdict(policy: &Policy, percent: u32, step: Counts, obs: &Observation) -> Option<String> {
+    if over(step, policy.max_error_rate_ppm, step.requests.max(policy.min_sample)) {
+        let rate = 100.0 * step.errors as f64 / step.requests.max(1) as f64;
+        return Some(format!(
+            "error rate {rate:.1} % ({} of {} requests) at {percent} % exceeds {} %",
+            step.errors,
+            step.requests,
+            f64::from(policy.max_error_rate_ppm) / 10_000.0
+        ));
+    }
+    if step.requests >= policy.min_requests.max(policy.min_latency_sample)
+        && let (Some(c), Some(s)) = (obs.canary.p99_ms, obs.stable.p99_ms)
+        && s > 0.0
+        && c > policy.max_p99_ratio * s
+    {
+        return Some(format!(
+            "p99 latency {c:.0} ms at {percent} % exceeds {} × the stable revision's {s:.0} ms",
+            policy.max_p99_ratio
+        ));
+    }
+    None
+}
+
+/// Whether a step shown for `elapsed` with `shown` counts since has its evidence.
+fn ready(policy: &Policy, elapsed: Duration, shown: Counts, obs: &Observation) -> bool {
+    elapsed >= policy.min_step_time
+        && shown.requests >= policy.min_requests
+        && !over(shown, policy.pass_error_rate_ppm, shown.requests)
+        && (obs.stable.p99_ms.is_none() || obs.canary.p99_ms.is_some())
+}
+
+#[cfg(test)]
+mod sim;
 #[cfg(test)]
 mod tests;
