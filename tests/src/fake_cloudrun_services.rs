@@ -23,7 +23,8 @@
 //!   `PORT` a free loopback port, `K_SERVICE`/`K_REVISION`. A revision's
 //!   filesystem is a directory of its own where each Cloud Storage volume's
 //!   mount path is a link to the directory the test registered for its
-//!   bucket ([`FakeCloudRunServices::with_bucket_dir`], `only-dir=X` honoured
+//!   bucket ([`FakeCloudRunServices::with_bucket_dir`], or a copy of an object
+//!   store's objects at their keys, [`FakeCloudRunServices::with_bucket_store`]; `only-dir=X` honoured
 //!   as `dir/X`); env values naming a path at or above a mount are rewritten
 //!   into that directory (a process cannot see `/objects`). Ready when the
 //!   startup probe's path answers 2xx (polled every 50 ms for the probe's
@@ -59,6 +60,7 @@ use mapi_cloudrun::services::{IdToken, IdTokens};
 use mapi_domain::Timestamp;
 use mapi_executor::local::layout::Command;
 use mapi_hosting::HostingError;
+use mapi_objects::ObjectStore;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinHandle;
@@ -208,7 +210,7 @@ struct FakeState {
     /// Operation name → service full name.
     operations: BTreeMap<String, String>,
     faults: VecDeque<Fault>,
-    buckets: BTreeMap<String, PathBuf>,
+    buckets: BTreeMap<String, Bucket>,
     unpullable: BTreeSet<String>,
     check: Option<InvokerCheck>,
     calls: Vec<Call>,
@@ -268,6 +270,33 @@ impl Drop for FakeCloudRunServices {
     }
 }
 
+/// What a bucket's Cloud Storage volumes show.
+#[derive(Clone, Debug)]
+enum Bucket {
+    Dir(PathBuf),
+    Store(Arc<dyn ObjectStore>),
+}
+
+/// Writes every object of `store` under `prefix` to `dir`, at its key.
+async fn copy_objects(store: &dyn ObjectStore, prefix: &str, dir: &Path) -> Result<(), String> {
+    let mut token = None;
+    loop {
+        let page = store.list(prefix, token.as_deref(), 1000).await.map_err(|e| e.to_string())?;
+        for meta in page.objects {
+            let (_, bytes) = store.get(&meta.key, Some(meta.generation)).await.map_err(|e| e.to_string())?;
+            let path = dir.join(meta.key.as_str());
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
+        }
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => return Ok(()),
+        }
+    }
+}
+
 fn now() -> Timestamp {
     SystemClock.now()
 }
@@ -300,7 +329,15 @@ impl FakeCloudRunServices {
 
     /// Cloud Storage volumes of `bucket` show `dir`.
     pub fn with_bucket_dir(self, bucket: &str, dir: &Path) -> Self {
-        self.shared.lock().buckets.insert(bucket.to_owned(), dir.to_owned());
+        self.shared.lock().buckets.insert(bucket.to_owned(), Bucket::Dir(dir.to_owned()));
+        self
+    }
+
+    /// Cloud Storage volumes of `bucket` show the objects of `store`, each
+    /// a file at its key, as Cloud Storage FUSE does (read when an
+    /// instance starts: a started instance sees no later object).
+    pub fn with_bucket_store(self, store: Arc<dyn ObjectStore>) -> Self {
+        self.shared.lock().buckets.insert(store.bucket().to_owned(), Bucket::Store(store));
         self
     }
 
@@ -1043,7 +1080,16 @@ impl Shared {
                 .flatten()
                 .filter_map(Value::as_str)
                 .find_map(|o| o.strip_prefix("only-dir="));
-            let target = only.map_or_else(|| dir.clone(), |o| dir.join(o));
+            let target = match dir {
+                Bucket::Dir(dir) => only.map_or_else(|| dir.clone(), |o| dir.join(o)),
+                Bucket::Store(store) => {
+                    let files = root.with_extension("bucket");
+                    copy_objects(&**store, only.unwrap_or_default(), &files)
+                        .await
+                        .map_err(|e| format!("{not_ready} Cloud Storage volume '{vname}': {e}"))?;
+                    files.join(only.unwrap_or_default())
+                }
+            };
             let _ = std::fs::create_dir_all(&target);
             let link = root.join(path.trim_start_matches('/'));
             if let Some(parent) = link.parent() {
@@ -1522,5 +1568,51 @@ impl IdTokens for FakeIdTokens {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(token.clone(), (audience.to_owned(), expires));
         Ok(IdToken { token, expires })
+    }
+}
+
+/// The metadata server's identity path (what `google-cloud-auth` asks).
+const IDENTITY_PATH: &str = "/computeMetadata/v1/instance/service-accounts/default/identity";
+
+impl FakeIdTokens {
+    /// Serves the issuer as the metadata server's identity endpoint on
+    /// 127.0.0.1: `GET …/identity?audience=A` with `Metadata-Flavor:
+    /// Google` answers a token for `A` as text, as the metadata server of
+    /// a Cloud Run instance does; no header is 403, no audience 400. Answers
+    /// the root to give `MAPI_ENDPOINTS_METADATA_URL`; the server stops when
+    /// the runtime does.
+    pub async fn serve_metadata(self: &Arc<Self>) -> String {
+        let (listener, url) = bind().await;
+        let issuer = self.clone();
+        let app = Router::new().route(
+            IDENTITY_PATH,
+            axum::routing::get(
+                move |headers: axum::http::HeaderMap, Query(q): Query<HashMap<String, String>>| {
+                    let issuer = issuer.clone();
+                    async move {
+                        if headers.get("metadata-flavor").and_then(|v| v.to_str().ok()) != Some("Google") {
+                            return (
+                                StatusCode::FORBIDDEN,
+                                "Missing Metadata-Flavor:Google header.".to_owned(),
+                            );
+                        }
+                        let Some(audience) = q.get("audience").filter(|a| !a.is_empty()) else {
+                            return (
+                                StatusCode::BAD_REQUEST,
+                                "non-empty audience parameter required".to_owned(),
+                            );
+                        };
+                        match issuer.mint(audience).await {
+                            Ok(t) => (StatusCode::OK, t.token),
+                            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                        }
+                    }
+                },
+            ),
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        url
     }
 }

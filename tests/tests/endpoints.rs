@@ -5,8 +5,12 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use mapi_clock::SystemClock;
 use mapi_store::Query;
-use mapi_tests::TestPlatform;
+use mapi_tests::fake_cloudrun_services::{FakeCloudRunServices, FakeIdTokens};
+use mapi_tests::{TestPlatform, worker};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -61,20 +65,59 @@ fn history(e: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The gate's steps as short as a test can wait.
+const QUICK_GATE: [(&str, &str); 2] = [("MAPI_ENDPOINTS_STEP_S", "0"), ("MAPI_ENDPOINTS_STEP_REQUESTS", "4")];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {
-    let p =
-        TestPlatform::start(&[("MAPI_ENDPOINTS_STEP_S", "0"), ("MAPI_ENDPOINTS_STEP_REQUESTS", "4")]).await;
-    let first = fit(&p, LONGLEY).await;
+    let p = TestPlatform::start(&QUICK_GATE).await;
+    assert_eq!(p.platform.state.hosting.name(), "local");
+    serve_promote_and_roll_back(&p).await;
+}
+
+/// The same flow with the platform's endpoints on Cloud Run services (the
+/// Admin API fake running the real model server per revision), private
+/// scores carrying ID tokens from the metadata server (a fake issuer the
+/// services check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_flow_runs_on_cloud_run_services() {
+    let tokens = FakeIdTokens::new(Arc::new(SystemClock), Duration::from_secs(3600));
+    let metadata = tokens.serve_metadata().await;
+    let fake = FakeCloudRunServices::start("mapi-endpoints", worker()).await.accepting(&tokens);
+    let mut settings = vec![
+        ("MAPI_HOSTING", "cloud-run"),
+        ("MAPI_ENDPOINTS_PROJECT", "mapi-endpoints"),
+        ("MAPI_ENDPOINTS_SERVER_IMAGE", "europe-docker.pkg.dev/mapi/mapi/worker:test"),
+        ("MAPI_ENDPOINTS_BUCKET", mapi_platform::DATA_BUCKET),
+        ("MAPI_ENDPOINTS_API_ENDPOINT", fake.url.as_str()),
+        ("MAPI_ENDPOINTS_METADATA_URL", metadata.as_str()),
+    ];
+    settings.extend(QUICK_GATE);
+    let p = TestPlatform::start(&settings).await;
+    assert_eq!(p.platform.state.hosting.name(), "cloud-run");
+    // The data bucket, as the services' Cloud Storage volume shows it.
+    let fake = fake.with_bucket_store(p.platform.state.objects.clone());
+    serve_promote_and_roll_back(&p).await;
+    assert!(tokens.minted() >= 1, "private scores carried ID tokens");
+    let made =
+        fake.calls().into_iter().filter(|c| c.method == "POST" && c.path.ends_with("/services")).count();
+    assert_eq!(made, 1, "one service for the endpoint, its versions revisions of it");
+    assert!(fake.services().is_empty(), "its service is deleted: {:?}", fake.services());
+}
+
+/// Serves a fit, scores it, promotes a second version through the gate
+/// while scores arrive, rolls it back and deletes the endpoint.
+async fn serve_promote_and_roll_back(p: &TestPlatform) {
+    let first = fit(p, LONGLEY).await;
     let header = LONGLEY.lines().next().expect("header");
     assert!(header.contains("employed") && header.contains("gnp_deflator"), "{header}");
 
     let body = json!({"alias": "employment", "model_version": first});
-    let (s, e) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body.clone())).await;
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints(p), Some(body.clone())).await;
     assert_eq!((s, e["status"].as_str()), (202, Some("deploying")), "{e}");
-    let (s, again) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body)).await;
+    let (s, again) = p.call(p.token(), Method::POST, &endpoints(p), Some(body)).await;
     assert_eq!((s, again["code"].as_str()), (409, Some("ALREADY_EXISTS")), "{again}");
-    let e = wait_for(&p, "employment", |e| e["status"] != "deploying").await;
+    let e = wait_for(p, "employment", |e| e["status"] != "deploying").await;
     assert_eq!(e["status"], "ready", "{e:#}");
     assert_eq!(
         (e["accelerator"].as_str(), e["region"].as_str(), e["access"].as_str()),
@@ -82,7 +125,7 @@ async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {
     );
 
     let (s, answer) =
-        score(&p, p.token(), "employment", json!({"rows": [row(), row()], "std_errors": true})).await;
+        score(p, p.token(), "employment", json!({"rows": [row(), row()], "std_errors": true})).await;
     assert_eq!(s, 200, "{answer}");
     let predictions = answer["predictions"].as_array().expect("predictions");
     assert_eq!(predictions.len(), 2);
@@ -93,18 +136,18 @@ async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {
     // A row without a column is refused with the column named.
     let mut short = row();
     short.as_object_mut().expect("row").remove("year");
-    let (s, problem) = score(&p, p.token(), "employment", json!({"rows": [short]})).await;
+    let (s, problem) = score(p, p.token(), "employment", json!({"rows": [short]})).await;
     assert_eq!(s, 400, "{problem}");
     assert!(problem["detail"].as_str().expect("detail").contains("column `year` is missing"), "{problem}");
 
     // A second version, promoted through the gate while scores arrive.
-    let second = fit(&p, &LONGLEY.replacen("60323,", "60400,", 1)).await;
+    let second = fit(p, &LONGLEY.replacen("60323,", "60400,", 1)).await;
     assert_ne!(first, second);
     let (s, e) = p
         .call(
             p.token(),
             Method::POST,
-            &format!("{}/employment:promote", endpoints(&p)),
+            &format!("{}/employment:promote", endpoints(p)),
             Some(json!({"model_version": second})),
         )
         .await;
@@ -112,10 +155,10 @@ async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let mut served_by_r2 = 0;
     let e = loop {
-        let (s, a) = score(&p, p.token(), "employment", json!({"rows": [row()]})).await;
+        let (s, a) = score(p, p.token(), "employment", json!({"rows": [row()]})).await;
         assert_eq!(s, 200, "scores keep answering during the promotion: {a}");
         served_by_r2 += usize::from(a["revision"] == "r2");
-        let (_, e) = p.call(p.token(), Method::GET, &format!("{}/employment", endpoints(&p)), None).await;
+        let (_, e) = p.call(p.token(), Method::GET, &format!("{}/employment", endpoints(p)), None).await;
         if e["promotion"].is_null() {
             break e;
         }
@@ -137,18 +180,18 @@ async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {
 
     // Rollback returns everything to the previous revision at once.
     let (s, e) =
-        p.call(p.token(), Method::POST, &format!("{}/employment:rollback", endpoints(&p)), None).await;
+        p.call(p.token(), Method::POST, &format!("{}/employment:rollback", endpoints(p)), None).await;
     assert_eq!(s, 202, "{e}");
     assert_eq!(e["model_version"], first.as_str(), "{e:#}");
-    let (s, a) = score(&p, p.token(), "employment", json!({"rows": [row()]})).await;
+    let (s, a) = score(p, p.token(), "employment", json!({"rows": [row()]})).await;
     assert_eq!((s, a["revision"].as_str()), (200, Some("r1")), "{a}");
     assert!(e["usage"]["requests"].as_u64().is_some_and(|n| n >= 5), "scores are counted: {e:#}");
 
-    let (s, e) = p.call(p.token(), Method::DELETE, &format!("{}/employment", endpoints(&p)), None).await;
+    let (s, e) = p.call(p.token(), Method::DELETE, &format!("{}/employment", endpoints(p)), None).await;
     assert_eq!((s, e["status"].as_str()), (202, Some("deleting")), "{e}");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (s, _) = p.call(p.token(), Method::GET, &format!("{}/employment", endpoints(&p)), None).await;
+        let (s, _) = p.call(p.token(), Method::GET, &format!("{}/employment", endpoints(p)), None).await;
         if s == 404 {
             break;
         }

@@ -35,9 +35,9 @@ use mapi_store::sqlite::SqliteStore;
 
 pub use absent::Absent;
 pub use config::{
-    CloudTasksConfig, Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, JOB_ITEM_DISPATCH_DEADLINE,
-    JobSettings, ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets, Section, SignerConfig,
-    StoreBackend, Uses, VARIABLES, variables,
+    CloudTasksConfig, Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, HostingBackend,
+    JOB_ITEM_DISPATCH_DEADLINE, JobSettings, ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets,
+    Section, SignerConfig, StoreBackend, Uses, VARIABLES, variables,
 };
 
 pub use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE};
@@ -372,6 +372,26 @@ fn local_hosting(
     Ok(LocalHosting::open(&home(config)?.join("endpoints"), server, config.endpoints_idle, clock.clone())?)
 }
 
+/// Endpoints as Cloud Run services. Private ones are scored with ID tokens
+/// from the metadata server when one is named, else from Application
+/// Default Credentials.
+async fn cloudrun_hosting(
+    settings: mapi_cloudrun::services::ServicesSettings,
+    clock: &Arc<dyn Clock>,
+) -> Result<mapi_cloudrun::services::CloudRunHosting, StartError> {
+    use mapi_cloudrun::services::{CloudRunHosting, GoogleIdTokens};
+    let credentials = credentials(
+        settings.endpoint.as_deref(),
+        mapi_cloudrun::Credentials::Anonymous,
+        mapi_cloudrun::Credentials::ApplicationDefault,
+    );
+    let id_tokens = match &settings.metadata_url {
+        Some(root) => GoogleIdTokens::metadata_server(root.clone()),
+        None => GoogleIdTokens::application_default(),
+    };
+    Ok(CloudRunHosting::new(settings, credentials, Arc::new(id_tokens), clock.clone()).await?)
+}
+
 /// The data and bootstrap buckets in Cloud Storage.
 async fn gcs_buckets(
     data: mapi_gcs::Settings,
@@ -521,14 +541,14 @@ impl Platform {
                 Arc::new(mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, clock.clone()).await?)
             }
         };
-        // Endpoints are hosted locally beside the local executor; the
-        // cloud-run hosting adapter is not wired into the platform yet, so a
-        // cloud-configured platform has no host for endpoints.
-        let hosting: Arc<dyn Hosting> = match (uses.has(Section::Executor), &config.cloudrun) {
-            (true, None) => {
+        let hosting: Arc<dyn Hosting> = match (uses.has(Section::Executor), &config.hosting) {
+            (true, HostingBackend::Local) => {
                 let h = local_hosting(&config, &clock, &worker)?;
                 local.hosting = Some(h.clone());
                 Arc::new(h)
+            }
+            (true, HostingBackend::CloudRun(settings)) => {
+                Arc::new(cloudrun_hosting((**settings).clone(), &clock).await?)
             }
             _ => Arc::new(Absent { port: "endpoints' host" }),
         };

@@ -54,6 +54,13 @@ pub const API_ENDPOINT: Var = Var::derived(
     "cloud-run endpoints: root of the Cloud Run Admin API (a fake's in tests)",
 );
 
+/// `MAPI_ENDPOINTS_METADATA_URL`.
+pub const METADATA_URL: Var = Var::derived(
+    "MAPI_ENDPOINTS_METADATA_URL",
+    "Application Default Credentials",
+    "cloud-run endpoints: the metadata server that mints the ID tokens private endpoints are scored with (a fake's in tests)",
+);
+
 /// Every variable the adapter reads.
 pub const VARIABLES: &[Var] = &[
     PROJECT,
@@ -65,6 +72,7 @@ pub const VARIABLES: &[Var] = &[
     SERVICE_ACCOUNT,
     BUCKET,
     API_ENDPOINT,
+    METADATA_URL,
 ];
 
 /// Settings of the cloud-run hosting adapter.
@@ -88,6 +96,8 @@ pub struct ServicesSettings {
     pub bucket: String,
     /// `MAPI_ENDPOINTS_API_ENDPOINT`.
     pub endpoint: Option<String>,
+    /// `MAPI_ENDPOINTS_METADATA_URL`: `None` mints ID tokens through Application Default Credentials.
+    pub metadata_url: Option<String>,
 }
 
 fn is_region(r: &str) -> bool {
@@ -138,6 +148,7 @@ impl ServicesSettings {
             service_account: SERVICE_ACCOUNT.get(env),
             bucket: BUCKET.require(env, FOR).map_err(|e| e.0)?,
             endpoint: API_ENDPOINT.get(env),
+            metadata_url: METADATA_URL.get(env),
         };
         s.validate()?;
         Ok(s)

@@ -188,6 +188,8 @@ pub struct Config {
     pub executor: ExecutorKind,
     /// The cloudrun-jobs executor's settings, when it is selected.
     pub cloudrun: Option<mapi_cloudrun::Settings>,
+    /// `MAPI_HOSTING`: where endpoints' model servers run.
+    pub hosting: HostingBackend,
     /// `MAPI_QUEUE=cloudtasks`: the Cloud Tasks queue's settings (`None`:
     /// the embedded SQLite queue).
     pub cloudtasks: Option<CloudTasksConfig>,
@@ -322,6 +324,47 @@ impl Choice for ExecutorKind {
         &[("local-process", ExecutorKind::LocalProcess), ("cloudrun-jobs", ExecutorKind::CloudRunJobs)];
 }
 
+/// Where endpoints' model servers run (`MAPI_HOSTING`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostingBackend {
+    /// `{worker} serve` processes under `$MAPI_HOME/endpoints/`.
+    Local,
+    /// Cloud Run services, through the Admin API v2.
+    CloudRun(Box<mapi_cloudrun::services::ServicesSettings>),
+    /// No host: endpoint routes answer that endpoints are not available.
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HostingKind {
+    Local,
+    CloudRun,
+    None,
+}
+
+impl Choice for HostingKind {
+    const CHOICES: &'static [(&'static str, Self)] =
+        &[("local", HostingKind::Local), ("cloud-run", HostingKind::CloudRun), ("none", HostingKind::None)];
+}
+
+/// `MAPI_HOSTING`, read beside the executor it defaults from: a process
+/// that runs attempts on Cloud Run Jobs has no machine of its own to serve
+/// models on, so only an explicit `cloud-run` gives it a host.
+fn hosting(env: Env<'_>, executor: ExecutorKind) -> Result<HostingBackend, ConfigError> {
+    let kind = match (v::HOSTING.get(env), executor) {
+        (Some(_), _) => v::HOSTING.choose(env)?,
+        (None, ExecutorKind::LocalProcess) => HostingKind::Local,
+        (None, ExecutorKind::CloudRunJobs) => HostingKind::None,
+    };
+    Ok(match kind {
+        HostingKind::Local => HostingBackend::Local,
+        HostingKind::None => HostingBackend::None,
+        HostingKind::CloudRun => HostingBackend::CloudRun(Box::new(
+            mapi_cloudrun::services::ServicesSettings::from_env(env).map_err(ConfigError::Invalid)?,
+        )),
+    })
+}
+
 /// What the OIDC token of a Pub/Sub push must say, besides being signed by
 /// Google and unexpired.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -410,6 +453,7 @@ pub fn variables() -> impl Iterator<Item = &'static Var> {
         .chain(VARIABLES)
         .chain(mapi_cloudtasks::settings::VARIABLES)
         .chain(mapi_cloudrun::settings::VARIABLES)
+        .chain(mapi_cloudrun::services::settings::VARIABLES)
         .chain(mapi_signer::kms::VARIABLES)
         .chain(mapi_firestore::settings::VARIABLES)
         .chain(mapi_gcs::settings::VARIABLES)
@@ -692,6 +736,7 @@ impl Config {
             pubsub_push_subscriptions: subscriptions(push)?,
             executor,
             cloudrun,
+            hosting: hosting(exec, executor)?,
             worker_bin: v::WORKER_BIN.get(exec).map(PathBuf::from),
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,

@@ -147,6 +147,10 @@ fn every_variable_listed_is_read_by_someone() {
         ("MAPI_CLOUDRUN_PROJECT", "p-1".into()),
         ("MAPI_SIGNER", "kms".into()),
         ("MAPI_KMS_KEY_VERSION", v),
+        ("MAPI_HOSTING", "cloud-run".into()),
+        ("MAPI_ENDPOINTS_PROJECT", "p-1".into()),
+        ("MAPI_ENDPOINTS_SERVER_IMAGE", "europe-docker.pkg.dev/p-1/mapi/worker:1".into()),
+        ("MAPI_ENDPOINTS_BUCKET", "b-1".into()),
     ];
     let lookup =
         |vars: &[(&str, String)], k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
@@ -178,4 +182,34 @@ fn a_function_that_does_not_use_a_section_does_not_read_it() {
     let c = Config::read(&env, Uses::only(&[Section::Push])).expect("jobs are not read");
     assert_eq!(c.jobs.fanout_batch, 100, "an unread section holds its defaults");
     assert!(!c.uses.has(Section::Jobs) && c.uses.has(Section::Push));
+}
+
+#[test]
+fn endpoints_are_hosted_beside_a_local_executor_and_on_cloud_run_only_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().to_string_lossy().into_owned();
+    let read = |extra: &[(&str, &str)]| {
+        let mut vars: Vec<(String, String)> = vec![("MAPI_HOME".into(), home.clone())];
+        vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        Config::read(&|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()), Uses::ALL)
+    };
+    assert_eq!(read(&[]).expect("local").hosting, HostingBackend::Local);
+    let jobs = [("MAPI_EXECUTOR", "cloudrun-jobs"), ("MAPI_CLOUDRUN_PROJECT", "p-1")];
+    assert_eq!(read(&jobs).expect("jobs").hosting, HostingBackend::None, "no machine to serve on");
+    let Err(ConfigError::Invalid(e)) = read(&[("MAPI_HOSTING", "cloud-run")]) else {
+        panic!("cloud-run without its project is refused")
+    };
+    assert!(e.contains("MAPI_ENDPOINTS_PROJECT"), "{e}");
+    let Err(ConfigError::Invalid(e)) = read(&[("MAPI_HOSTING", "gke")]) else { panic!("unknown host") };
+    assert_eq!(e, "MAPI_HOSTING `gke`: use local, cloud-run or none");
+    let cloud = [
+        ("MAPI_HOSTING", "cloud-run"),
+        ("MAPI_ENDPOINTS_PROJECT", "p-1"),
+        ("MAPI_ENDPOINTS_SERVER_IMAGE", "europe-docker.pkg.dev/p-1/mapi/worker:1"),
+        ("MAPI_ENDPOINTS_BUCKET", "b-1"),
+    ];
+    let HostingBackend::CloudRun(s) = read(&cloud).expect("cloud-run").hosting else {
+        panic!("cloud-run hosting")
+    };
+    assert_eq!((s.project.as_str(), s.bucket.as_str(), s.metadata_url.as_deref()), ("p-1", "b-1", None));
 }

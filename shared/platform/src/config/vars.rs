@@ -152,6 +152,11 @@ pub const ENDPOINTS_IDLE_S: Var = Var::new(
     "900",
     "Local endpoints: a model server of an endpoint with `min_instances` 0 stops after this idle time",
 );
+pub const HOSTING: Var = Var::derived(
+    "MAPI_HOSTING",
+    "`local` with the local-process executor, else `none`",
+    "Where endpoints' model servers run: `local` (processes on this machine), `cloud-run` (Cloud Run services) or `none`",
+);
 pub const LOCAL_MEMORY_MIB: Var = Var::derived(
     "MAPI_LOCAL_MEMORY_MIB",
     "the class's memory",
@@ -271,6 +276,7 @@ pub const VARIABLES: &[Var] = &[
     LOCAL_TIMEOUT_MARGIN_S,
     LOCAL_GRACE_S,
     ENDPOINTS_IDLE_S,
+    HOSTING,
     LOCAL_MEMORY_MIB,
     OPERATOR_EMAILS,
     OIDC_ISSUER,
