@@ -207,3 +207,79 @@ async fn an_item_costs_at_most_its_budget() {
         .collect();
     assert!(over.is_empty(), "over budget:\n  {}", over.join("\n  "));
 }
+
+/// What one score of an endpoint may cost: authorized, admitted, forwarded
+/// and metered.
+mod score {
+    /// Read calls: the caller (token, membership), the tenant, the
+    /// endpoint, admission's batch (policy, kill switches, counter shards),
+    /// and the metering commit's statistics and ledger shards.
+    pub const READS: u64 = 7;
+    /// Documents those reads looked up: mostly admission's counter shards
+    /// (4 for each of the tenant's total, minute, day and month counters,
+    /// each with its legacy document).
+    pub const DOCUMENTS_READ: u64 = 30;
+    /// The statistics, the ledger entry and the usage counters, in one commit.
+    pub const COMMITS: u64 = 1;
+    /// Writes (a field increment is one): the statistics' and the ledger's
+    /// shard, the minute's request, and the charge (vCPU charged and
+    /// committed, spend) of the tenant's, the platform's and the token's day
+    /// and month: 2 + 1 + 6 × 3, on nine documents.
+    pub const DOCUMENTS_WRITTEN: u64 = 21;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_score_costs_at_most_its_budget() {
+    // Ticks only when asked, so nothing but the score spends while it is counted.
+    let p = TestPlatform::start(&[("MAPI_TICK_INTERVAL_S", "3600")]).await;
+    let ds = p.upload(include_str!("../../examples/longley.csv")).await;
+    let id = p.submit(json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "employed"}})).await;
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let ticked_until = async |what: &str, path: &str, done: &dyn Fn(&Value) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let (s, t) = p.call(&internal, Method::POST, "/internal/tick", Some(json!({}))).await;
+            assert_eq!(s, 200, "{t}");
+            let (_, v) = p.call(p.token(), Method::GET, path, None).await;
+            if done(&v) {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: {v:#}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let run_path = format!("/v1/runs/{id}");
+    let final_states = ["succeeded", "failed", "cancelled"];
+    let run =
+        ticked_until("the fit ends", &run_path, &|r| final_states.iter().any(|s| r["state"] == *s)).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let endpoints = format!("{}/endpoints", p.project_path());
+    let body = json!({"alias": "budget", "model_version": run["model_version"]});
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(body)).await;
+    assert_eq!(s, 202, "{e}");
+    ticked_until("the endpoint is ready", &format!("{endpoints}/budget"), &|e| e["status"] == "ready").await;
+    let row = json!({"rows": [{"gnp_deflator": 100.0, "gnp": 400000.0, "unemployed": 3000.0, "armed_forces": 2500.0, "population": 117000.0, "year": 1955.0}]});
+    let path = format!("{endpoints}/budget:score");
+    // The first score wakes the server and warms what is read once per process.
+    let (s, v) = p.call(p.token(), Method::POST, &path, Some(row.clone())).await;
+    assert_eq!(s, 200, "{v}");
+    let before = spent(&p);
+    let (s, v) = p.call(p.token(), Method::POST, &path, Some(row)).await;
+    assert_eq!(s, 200, "{v}");
+    let st = since(before, spent(&p)).store;
+    println!("one score: {st:?}");
+    assert!(st.reads <= score::READS, "read calls per score {} > {}", st.reads, score::READS);
+    assert!(
+        st.documents_read <= score::DOCUMENTS_READ,
+        "documents read per score {} > {}",
+        st.documents_read,
+        score::DOCUMENTS_READ
+    );
+    assert_eq!(st.commits, score::COMMITS, "commits per score");
+    assert!(
+        st.documents_written <= score::DOCUMENTS_WRITTEN,
+        "documents written per score {} > {}",
+        st.documents_written,
+        score::DOCUMENTS_WRITTEN
+    );
+}

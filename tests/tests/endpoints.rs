@@ -185,7 +185,21 @@ async fn serve_promote_and_roll_back(p: &TestPlatform) {
     assert_eq!(e["model_version"], first.as_str(), "{e:#}");
     let (s, a) = score(p, p.token(), "employment", json!({"rows": [row()]})).await;
     assert_eq!((s, a["revision"].as_str()), (200, Some("r1")), "{a}");
-    assert!(e["usage"]["requests"].as_u64().is_some_and(|n| n >= 5), "scores are counted: {e:#}");
+    let requests = e["usage"]["requests"].as_u64().expect("requests");
+    assert!(requests >= 5, "scores are counted: {e:#}");
+    // The scores are in the project's usage, request-billed: each at least
+    // 100 ms of 1 vCPU and 2 GiB, and the request fee (3,300 nano-USD).
+    let (s, u) =
+        p.call(p.token(), Method::GET, &format!("{}/usage?group_by=kind", p.project_path()), None).await;
+    assert_eq!(s, 200, "{u}");
+    let group = u["groups"].as_array().expect("groups").iter().find(|g| g["key"] == "score").cloned();
+    let scores = group.unwrap_or_else(|| panic!("a score group: {u:#}"))["totals"].clone();
+    let metered = scores["scores"].as_u64().expect("scores");
+    assert!(metered > requests, "every score is metered, the last one too: {metered} of {scores}");
+    assert!(scores["vcpu_ms"].as_u64().is_some_and(|ms| ms >= 100 * metered), "{scores}");
+    assert_eq!(scores["gib_ms"].as_u64(), scores["vcpu_ms"].as_u64().map(|v| 2 * v), "{scores}");
+    let micros = scores["cost_micros"].as_i64().expect("cost");
+    assert!(micros * 1000 + 500 >= 3_300 * metered as i64, "{micros} µ$ for {metered} scores");
 
     let (s, e) = p.call(p.token(), Method::DELETE, &format!("{}/employment", endpoints(p)), None).await;
     assert_eq!((s, e["status"].as_str()), (202, Some("deleting")), "{e}");
@@ -276,4 +290,31 @@ async fn scores_by_a_viewer_a_token_without_the_scope_or_another_tenant_are_refu
     assert_eq!(refused.len(), 4, "every refused score is audited: {refused:#?}");
     let e = wait_for(&p, "prod", |_| true).await;
     assert_eq!(e["usage"]["requests"], 1, "refused scores reached no server: {e:#}");
+
+    // A token's rate limit and the tenant's quotas hold for scores, before
+    // anything is sent to the server.
+    let (s, b) = p
+        .call(
+            &dev,
+            Method::POST,
+            &format!("{}/tokens", p.project_path()),
+            Some(json!({"name": "slow", "scopes": ["score:prod"], "rate_limit_per_minute": 1})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let slow = b["secret"].as_str().expect("secret").to_owned();
+    let body = json!({"rows": [row()]});
+    assert_eq!(score(&p, &slow, "prod", body.clone()).await.0, 200);
+    let (s, b) = score(&p, &slow, "prod", body.clone()).await;
+    assert_eq!((s, b["code"].as_str()), (429, Some("RATE_LIMITED")), "{b}");
+    let (s, b) = p
+        .call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(json!({"vcpu_seconds_per_day": 0})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = score(&p, &this_alias, "prod", body).await;
+    assert_eq!((s, b["code"].as_str()), (429, Some("QUOTA_EXCEEDED")), "{b}");
+    let detail = b["detail"].as_str().expect("detail");
+    assert!(detail.contains("is 0;") && detail.contains("this score needs compute"), "{b}");
+    let e = wait_for(&p, "prod", |_| true).await;
+    assert_eq!(e["usage"]["requests"], 2, "the refused scores reached no server: {e:#}");
 }

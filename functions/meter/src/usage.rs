@@ -1,7 +1,8 @@
 //! Usage: what a project or a tenant spent in a UTC day or month, from the
-//! ledger (the one record of what was metered: run attempts' entries and
-//! item jobs' per-item entries), grouped by resource class, kind (`run` or
-//! `item`), token or day, with how near each quota is (warnings at 70 % and 90 %).
+//! ledger (the one record of what was metered: run attempts' entries, item
+//! jobs' per-item entries and endpoints' per-minute score entries), grouped
+//! by resource class (an endpoint's `endpoint-cpu` or `endpoint-l4`), kind
+//! (`run`, `item` or `score`), token or day, with how near each quota is (warnings at 70 % and 90 %).
 //! Amounts are estimates of compute cost at list prices, not an invoice.
 
 use std::collections::BTreeMap;
@@ -15,7 +16,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query};
 use mapi_quota::counters;
 use mapi_quota::{Limits, Period, effective};
-use mapi_schema::{Doc, ItemLedgerEntry, LedgerEntry, QuotaPolicyDoc};
+use mapi_schema::{Doc, ItemLedgerEntry, LedgerEntry, QuotaPolicyDoc, ScoreLedgerEntry};
 use mapi_store::{Direction, Op};
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +25,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
     ResourceClass,
-    /// `run` (run attempts) or `item` (items of item jobs).
+    /// `run` (run attempts), `item` (items of item jobs) or `score` (endpoints' scores).
     Kind,
     Token,
     Day,
@@ -57,6 +58,9 @@ pub struct Totals {
     /// Items of item jobs metered (one per item and round).
     #[serde(default)]
     pub items: u64,
+    /// Scores of endpoints metered.
+    #[serde(default)]
+    pub scores: u64,
 }
 
 /// One group of a report.
@@ -94,36 +98,58 @@ pub struct UsageReport {
     pub note: String,
 }
 
-/// One metered entry of either ledger.
+/// One metered entry of any ledger.
 #[derive(Clone, Copy, Debug)]
 pub enum Entry<'a> {
     Run(&'a LedgerEntry),
     Item(&'a ItemLedgerEntry),
+    Score(&'a ScoreLedgerEntry),
 }
 
 impl Entry<'_> {
-    fn charge(&self) -> &Charge {
-        match self {
-            Entry::Run(e) => &e.charge,
-            Entry::Item(e) => &e.charge,
-        }
-    }
     fn token(&self) -> Option<&str> {
         match self {
             Entry::Run(e) => e.token.as_deref(),
             Entry::Item(e) => e.token.as_deref(),
+            Entry::Score(e) => e.token.as_deref(),
         }
     }
     fn at(&self) -> Timestamp {
         match self {
             Entry::Run(e) => e.at,
             Entry::Item(e) => e.at,
+            Entry::Score(e) => e.at,
         }
     }
     fn kind(&self) -> &'static str {
         match self {
             Entry::Run(_) => "run",
             Entry::Item(_) => "item",
+            Entry::Score(_) => "score",
+        }
+    }
+    /// The resource class, or for scores the endpoint's hardware.
+    fn class(&self) -> String {
+        match self {
+            Entry::Run(e) => e.charge.class.to_string(),
+            Entry::Item(e) => e.charge.class.to_string(),
+            Entry::Score(e) => format!("endpoint-{}", e.accelerator),
+        }
+    }
+    fn currency(&self) -> &str {
+        match self {
+            Entry::Run(e) => &e.charge.currency,
+            Entry::Item(e) => &e.charge.currency,
+            Entry::Score(_) => mapi_cost::CURRENT.currency,
+        }
+    }
+    /// Amount, vCPU-ms, GiB-ms and accelerator-ms.
+    fn amounts(&self) -> (i64, u64, u64, u64) {
+        let of = |c: &Charge| (c.amount_micros, c.vcpu_ms, c.gib_ms, c.accelerator_ms);
+        match self {
+            Entry::Run(e) => of(&e.charge),
+            Entry::Item(e) => of(&e.charge),
+            Entry::Score(e) => (e.cost_micros(), e.vcpu_ms, e.gib_ms, e.accelerator_ms),
         }
     }
 }
@@ -133,17 +159,18 @@ pub fn totals(entries: &[Entry<'_>]) -> Totals {
     let mut t = Totals::default();
     let mut runs = std::collections::BTreeSet::new();
     for e in entries {
-        let c = e.charge();
-        t.cost_micros += c.amount_micros;
-        t.vcpu_ms += c.vcpu_ms;
-        t.gib_ms += c.gib_ms;
-        t.accelerator_ms += c.accelerator_ms;
+        let (micros, vcpu_ms, gib_ms, accelerator_ms) = e.amounts();
+        t.cost_micros += micros;
+        t.vcpu_ms += vcpu_ms;
+        t.gib_ms += gib_ms;
+        t.accelerator_ms += accelerator_ms;
         match e {
             Entry::Run(r) => {
                 t.attempts += 1;
                 runs.insert(r.run.clone());
             }
             Entry::Item(_) => t.items += 1,
+            Entry::Score(s) => t.scores += s.requests,
         }
     }
     t.runs = runs.len() as u64;
@@ -195,6 +222,14 @@ async fn quotas(
     .collect())
 }
 
+/// Every entry `query` finds, decoded.
+async fn entries<T: serde::de::DeserializeOwned>(
+    store: &dyn mapi_store::Store,
+    query: mapi_store::Query,
+) -> Result<Vec<T>, ApiError> {
+    Ok(store.query(&query, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?)
+}
+
 async fn report(
     state: &AppState,
     tenant: TenantId,
@@ -216,27 +251,22 @@ async fn report(
             .filter("at", Op::Lt, end.to_rfc3339())
             .order_by("at", Direction::Asc)
     };
-    let runs: Vec<LedgerEntry> = state
-        .store
-        .query(&query_of(LedgerEntry::COLLECTION), None)
-        .await?
+    let (store, query_of) = (&*state.store, &query_of);
+    let runs: Vec<LedgerEntry> = entries(store, query_of(LedgerEntry::COLLECTION)).await?;
+    let items: Vec<ItemLedgerEntry> = entries(store, query_of(ItemLedgerEntry::COLLECTION)).await?;
+    let scores: Vec<ScoreLedgerEntry> = entries(store, query_of(ScoreLedgerEntry::COLLECTION)).await?;
+    let mut all: Vec<Entry<'_>> = runs
         .iter()
-        .map(|d| d.decode())
-        .collect::<Result<_, _>>()?;
-    let items: Vec<ItemLedgerEntry> = state
-        .store
-        .query(&query_of(ItemLedgerEntry::COLLECTION), None)
-        .await?
-        .iter()
-        .map(|d| d.decode())
-        .collect::<Result<_, _>>()?;
-    let mut all: Vec<Entry<'_>> = runs.iter().map(Entry::Run).chain(items.iter().map(Entry::Item)).collect();
+        .map(Entry::Run)
+        .chain(items.iter().map(Entry::Item))
+        .chain(scores.iter().map(Entry::Score))
+        .collect();
     all.sort_by_key(|e| e.at());
     let mut groups: BTreeMap<String, Vec<Entry<'_>>> = BTreeMap::new();
     if let Some(g) = q.group_by {
         for e in &all {
             let key = match g {
-                GroupBy::ResourceClass => e.charge().class.to_string(),
+                GroupBy::ResourceClass => e.class(),
                 GroupBy::Kind => e.kind().to_owned(),
                 GroupBy::Token => e.token().map_or_else(|| "(session)".to_owned(), str::to_owned),
                 GroupBy::Day => Period::Day.key(e.at()),
@@ -245,9 +275,7 @@ async fn report(
         }
     }
     Ok(UsageReport {
-        currency: all
-            .first()
-            .map_or_else(|| mapi_cost::CURRENT.currency.to_owned(), |e| e.charge().currency.clone()),
+        currency: all.first().map_or(mapi_cost::CURRENT.currency, |e| e.currency()).to_owned(),
         totals: totals(&all),
         groups: groups.into_iter().map(|(key, es)| Group { key, totals: totals(&es) }).collect(),
         quotas: quotas(state, &tenant, tier, now).await?,

@@ -93,20 +93,95 @@ impl PriceTable {
         }
     }
 
-    /// Nano-units of currency for `vcpus` vCPUs, `gib` GiB and `accelerators`
-    /// for `ms` milliseconds (a score's compute time; summed before rounding).
-    pub fn nanos(&self, vcpus: u32, gib: u32, accelerators: u32, ms: u64) -> u64 {
-        let r = &self.rates;
-        let per_s = i128::from(vcpus) * i128::from(r.vcpu_second_nanos)
-            + i128::from(gib) * i128::from(r.gib_second_nanos)
-            + i128::from(accelerators) * i128::from(r.accelerator_second_nanos);
-        u64::try_from(per_s * i128::from(ms) / 1000).unwrap_or(u64::MAX)
-    }
-
     /// The most a run can cost on one attempt: its class for its whole timeout.
     pub fn estimate(&self, class: ResourceClass, tasks: u32, timeout: Duration) -> Charge {
         self.charge(class, tasks, timeout)
     }
+}
+
+/// Cloud Run's request-based billing (a service whose CPU is allocated only
+/// while it answers), Tier 1 list prices from cloud.google.com/run/pricing:
+/// $0.000024 per vCPU-second, $0.0000025 per GiB-second and $0.40 per
+/// million requests, a request's time rounded up to 100 ms.
+pub const REQUEST_BILLING_2026_11: RequestRates = RequestRates {
+    version: "cloudrun-requests-tier1-2026-11",
+    vcpu_second_nanos: 24_000,
+    gib_second_nanos: 2_500,
+    request_nanos: 400,
+    granularity_ms: 100,
+};
+
+/// Prices of request-billed serving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestRates {
+    pub version: &'static str,
+    pub vcpu_second_nanos: i64,
+    pub gib_second_nanos: i64,
+    /// The fee of one request.
+    pub request_nanos: i64,
+    /// A request's time is billed in whole multiples of this.
+    pub granularity_ms: u64,
+}
+
+/// What one score used and costs, in nano-units (a score costs well under
+/// a micro-unit: the sum over a period is rounded, once, where it is shown).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScoreCharge {
+    /// The score's time as billed.
+    pub billed_ms: u64,
+    pub vcpu_ms: u64,
+    pub gib_ms: u64,
+    pub accelerator_ms: u64,
+    pub nanos: u64,
+}
+
+impl RequestRates {
+    /// A score answered in `ms` on an instance of `vcpus` and `gib`, billed
+    /// per request. Concurrent scores on one instance are each billed their
+    /// whole time, so over a busy minute this is an upper bound.
+    pub fn score(&self, vcpus: u32, gib: u32, ms: u64) -> ScoreCharge {
+        let g = self.granularity_ms.max(1);
+        let billed_ms = ms.max(1).div_ceil(g).saturating_mul(g);
+        let (vcpu_ms, gib_ms) = (u64::from(vcpus) * billed_ms, u64::from(gib) * billed_ms);
+        let nanos = (i128::from(vcpu_ms) * i128::from(self.vcpu_second_nanos)
+            + i128::from(gib_ms) * i128::from(self.gib_second_nanos))
+            / 1000
+            + i128::from(self.request_nanos);
+        ScoreCharge {
+            billed_ms,
+            vcpu_ms,
+            gib_ms,
+            accelerator_ms: 0,
+            nanos: u64::try_from(nanos).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl PriceTable {
+    /// A score answered in `ms` on an instance-billed GPU instance of
+    /// `vcpus`, `gib` and one accelerator: its own time at instance prices,
+    /// no request fee. The instance's idle time between scores is not in it.
+    pub fn instance_score(&self, vcpus: u32, gib: u32, ms: u64) -> ScoreCharge {
+        let ms = ms.max(1);
+        let r = &self.rates;
+        let (vcpu_ms, gib_ms) = (u64::from(vcpus) * ms, u64::from(gib) * ms);
+        let nanos = (i128::from(vcpu_ms) * i128::from(r.vcpu_second_nanos)
+            + i128::from(gib_ms) * i128::from(r.gib_second_nanos)
+            + i128::from(ms) * i128::from(r.accelerator_second_nanos))
+            / 1000;
+        ScoreCharge {
+            billed_ms: ms,
+            vcpu_ms,
+            gib_ms,
+            accelerator_ms: ms,
+            nanos: u64::try_from(nanos).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// Nano-units rounded half up to micro-units.
+pub fn nanos_to_micros(nanos: u64) -> i64 {
+    i64::try_from(nanos.saturating_add(500) / 1000).unwrap_or(i64::MAX)
 }
 
 /// Formats micros as a decimal amount, e.g. `0.043200 USD`.
@@ -168,6 +243,27 @@ mod tests {
         let one = CURRENT.charge(ResourceClass::M, 1, Duration::from_secs(100)).amount_micros;
         let four = CURRENT.charge(ResourceClass::M, 4, Duration::from_secs(100)).amount_micros;
         assert_eq!(four, 4 * one);
+    }
+
+    #[test]
+    fn a_score_is_billed_per_request_in_100_ms_steps_with_its_fee() {
+        // 1 vCPU, 2 GiB, 3 ms → 100 ms: 100 × 24 000 / 1000 + 200 × 2 500 / 1000 + 400 = 2 400 + 500 + 400.
+        let c = REQUEST_BILLING_2026_11.score(1, 2, 3);
+        assert_eq!((c.billed_ms, c.vcpu_ms, c.gib_ms, c.nanos), (100, 100, 200, 3_300));
+        assert_eq!(REQUEST_BILLING_2026_11.score(1, 2, 100).billed_ms, 100);
+        assert_eq!(REQUEST_BILLING_2026_11.score(1, 2, 101).billed_ms, 200);
+        assert_eq!(REQUEST_BILLING_2026_11.score(1, 2, 0).billed_ms, 100, "a score takes some time");
+        // A million 100 ms scores: $2.40 + $0.50 + $0.40.
+        assert_eq!(nanos_to_micros(1_000_000 * c.nanos), 3_300_000);
+        assert_eq!((nanos_to_micros(499), nanos_to_micros(500)), (0, 1));
+    }
+
+    #[test]
+    fn a_gpu_score_is_its_time_at_instance_prices() {
+        // 4 vCPU × 18 000 + 16 GiB × 2 000 + 186 700 per second, for 250 ms.
+        let c = CURRENT.instance_score(4, 16, 250);
+        assert_eq!(c.nanos, (4 * 18_000 + 16 * 2_000 + 186_700) / 4);
+        assert_eq!((c.vcpu_ms, c.gib_ms, c.accelerator_ms), (1_000, 4_000, 250));
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub enum Ask {
     /// and reserves nothing up front, so a vCPU limit refuses it once the
     /// limit is spent.
     Job { items: u64 },
+    /// A score of a model endpoint. Its compute is metered when it has
+    /// been answered, so, as a job, it reserves nothing and a vCPU limit
+    /// refuses it once the limit is spent.
+    Score,
 }
 
 /// The level whose limit refused a request.
@@ -159,6 +163,7 @@ fn vcpu_ask(ask: &Ask) -> Option<(u64, String)> {
             Some((*vcpu_ms, format!("this run would reserve {} more", vcpu_s(*vcpu_ms))))
         }
         Ask::Job { .. } => Some((1, "this job needs compute and none is left".to_owned())),
+        Ask::Score => Some((1, "this score needs compute and none is left".to_owned())),
         Ask::Upload { .. } => None,
     }
 }
@@ -245,6 +250,7 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             }
             check_vcpu(now, tenant, usage, ask)?;
         }
+        Ask::Score => check_vcpu(now, tenant, usage, ask)?,
         Ask::Upload { bytes } => {
             if let Some(limit) = tenant.storage_bytes
                 && over(usage.tenant_storage_bytes, *bytes, limit)
@@ -311,7 +317,7 @@ fn check_platform(
     }
     let plugin = match ask {
         Ask::Run { plugin, .. } => *plugin,
-        Ask::Job { .. } => false,
+        Ask::Job { .. } | Ask::Score => false,
         Ask::Upload { .. } => return Ok(()),
     };
     if plugin && !switches.untrusted_execution_enabled {
@@ -773,6 +779,34 @@ mod tests {
         assert_eq!(vcpu_s(3_599_500), "3599.5");
         assert_eq!(vcpu_s(2_000), "2");
         assert_eq!(vcpu_s(7), "0.007");
+    }
+
+    #[test]
+    fn a_score_is_refused_by_the_request_rate_spent_compute_and_the_spend_cap_only() {
+        let mut c = Case::new(MID).tier(Tier::Public);
+        assert_eq!(c.admit(&Ask::Score), Ok(()));
+        c.usage.tenant_requests_this_minute = 60;
+        assert_eq!(shape(&c.refusal(&Ask::Score)), (Tenant, "requests_per_minute", RateLimited, Some(25)));
+        c.usage.tenant_requests_this_minute = 0;
+        c.usage.tenant_vcpu_ms_day = 3_599_999;
+        assert_eq!(c.admit(&Ask::Score), Ok(()), "a millisecond is left today");
+        c.usage.tenant_vcpu_ms_day = 3_600_000;
+        let r = c.refusal(&Ask::Score);
+        assert_eq!((r.level, r.limit, r.code), (Tenant, "vcpu_seconds_per_day", QuotaExceeded));
+        assert!(r.detail.contains("this score needs compute and none is left"), "{}", r.detail);
+        c.usage.tenant_vcpu_ms_day = 0;
+        c.token = Some(TokenBudget { vcpu_seconds: 10, period: Period::Month });
+        c.usage.token_vcpu_ms = 10_000;
+        assert_eq!(c.refusal(&Ask::Score).limit, "budget_vcpu_seconds");
+        c.token = None;
+        c.switches.spend_cap_micros = Some(100);
+        c.usage.platform_spend_micros = 100;
+        assert_eq!(c.refusal(&Ask::Score).limit, "spend_cap");
+        c.switches.spend_cap_micros = None;
+        // Not a run: no slots, no class, no uploaded code.
+        c.switches.untrusted_execution_enabled = false;
+        (c.usage.platform_active_runs, c.usage.tenant_active_runs) = (700, 2);
+        assert_eq!(c.admit(&Ask::Score), Ok(()));
     }
 
     #[test]

@@ -123,6 +123,15 @@ pub const INDEXES: &[Index] = &[
         collection: ItemLedgerEntry::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("at", Direction::Asc)],
     },
+    // Endpoints' scores of a tenant, or of one of its projects, in a period.
+    Index {
+        collection: ScoreLedgerEntry::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("at", Direction::Asc)],
+    },
+    Index {
+        collection: ScoreLedgerEntry::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("at", Direction::Asc)],
+    },
     // Datasets of a tenant (storage).
     Index {
         collection: DatasetDoc::COLLECTION,

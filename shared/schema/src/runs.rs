@@ -191,10 +191,107 @@ impl ItemLedgerEntry {
     }
 }
 
+impl Doc for ScoreLedgerEntry {
+    const COLLECTION: &'static str = "score_ledger";
+    fn doc_id(&self) -> String {
+        self.id.clone()
+    }
+}
+
 impl Doc for ItemLedgerEntry {
     const COLLECTION: &'static str = "item_ledger";
     fn doc_id(&self) -> String {
         Self::id_of(&self.job, self.idx, self.round)
+    }
+}
+
+/// The ledger of model endpoints: the scores of one endpoint in one UTC
+/// minute by one token (or by sessions), in one of [`SCORE_LEDGER_SHARDS`]
+/// documents so concurrent scores rarely write the same one. Each score adds
+/// itself in the commit that counts it in the revision's statistics and
+/// the tenant's usage counters, so the ledger, the statistics and the
+/// counters agree; amounts stay in nano-units until a report rounds them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ScoreLedgerEntry {
+    /// See [`ScoreLedgerEntry::id_of`].
+    pub id: String,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub endpoint: String,
+    /// `cpu` (request-billed) or `l4` (instance-billed).
+    pub accelerator: String,
+    /// The token the scores came with; `None` for sessions.
+    pub token: Option<String>,
+    /// The minute's start.
+    pub at: Timestamp,
+    pub price_table: String,
+    pub requests: u64,
+    pub errors: u64,
+    pub billed_ms: u64,
+    pub vcpu_ms: u64,
+    pub gib_ms: u64,
+    pub accelerator_ms: u64,
+    pub cost_nanos: u64,
+}
+
+/// How many documents one endpoint's scores of one minute and token are spread over.
+pub const SCORE_LEDGER_SHARDS: u32 = 4;
+
+impl ScoreLedgerEntry {
+    /// The minute `now` is in.
+    pub fn minute_of(now: Timestamp) -> Timestamp {
+        Timestamp::from_secs(now.as_secs().div_euclid(60) * 60)
+    }
+
+    /// An entry with nothing in it yet.
+    pub fn empty(
+        (tenant, project, endpoint): (&TenantId, &ProjectId, &str),
+        accelerator: &str,
+        token: Option<&str>,
+        now: Timestamp,
+        shard: u32,
+    ) -> ScoreLedgerEntry {
+        let at = ScoreLedgerEntry::minute_of(now);
+        let id = format!("{tenant}:{project}:{endpoint}");
+        ScoreLedgerEntry {
+            id: ScoreLedgerEntry::id_of(&id, at, token, shard),
+            tenant: tenant.clone(),
+            project: project.clone(),
+            endpoint: endpoint.to_owned(),
+            accelerator: accelerator.to_owned(),
+            token: token.map(str::to_owned),
+            at,
+            price_table: String::new(),
+            requests: 0,
+            errors: 0,
+            billed_ms: 0,
+            vcpu_ms: 0,
+            gib_ms: 0,
+            accelerator_ms: 0,
+            cost_nanos: 0,
+        }
+    }
+
+    /// Adds one score.
+    pub fn add(&mut self, error: bool, charge: &mapi_cost::ScoreCharge, price_table: &str) {
+        self.requests += 1;
+        self.errors += u64::from(error);
+        self.billed_ms += charge.billed_ms;
+        self.vcpu_ms += charge.vcpu_ms;
+        self.gib_ms += charge.gib_ms;
+        self.accelerator_ms += charge.accelerator_ms;
+        self.cost_nanos += charge.nanos;
+        price_table.clone_into(&mut self.price_table);
+    }
+
+    /// The entry's id: `{endpoint id}:{minute, in s}:{token or -}:{shard}`.
+    pub fn id_of(endpoint: &str, minute: Timestamp, token: Option<&str>, shard: u32) -> String {
+        format!("{endpoint}:{}:{}:{shard}", minute.as_secs(), token.unwrap_or("-"))
+    }
+
+    /// Micro-units, rounded half up.
+    pub fn cost_micros(&self) -> i64 {
+        mapi_cost::nanos_to_micros(self.cost_nanos)
     }
 }
 

@@ -80,6 +80,15 @@ locals {
     MAPI_ENV               = var.env
     MAPI_CLOUDRUN_GPU_JOBS = tostring(var.gpu_jobs)
   }
+  # Endpoints are Cloud Run services in the exec project, served by the
+  # worker image (`mapi-worker serve`).
+  endpoints_env = {
+    MAPI_HOSTING                   = "cloud-run"
+    MAPI_ENDPOINTS_PROJECT         = var.exec_project_id
+    MAPI_ENDPOINTS_SERVER_IMAGE    = var.image_digests["worker-base-ml"]
+    MAPI_ENDPOINTS_SERVICE_ACCOUNT = module.endpoints.server_email
+    MAPI_ENDPOINTS_BUCKET          = module.data.data_bucket
+  }
   signer_env = {
     MAPI_SIGNER                   = "kms"
     MAPI_KMS_KEY_VERSION          = "${module.data.signing_key_id}/cryptoKeyVersions/${var.signing_key_version}"
@@ -136,6 +145,17 @@ module "jobs" {
     admin          = module.admin.service_account_email
   }
   starters = { submit-tasks = module.submit_tasks.service_account_email }
+}
+
+module "endpoints" {
+  source      = "../endpoints"
+  project_id  = var.exec_project_id
+  env         = var.env
+  data_bucket = module.data.data_bucket
+  hosts = {
+    submit-api     = module.submit_api.service_account_email
+    reconcile-tick = module.reconcile_tick.service_account_email
+  }
 }
 
 module "queues" {
@@ -307,6 +327,7 @@ module "submit_api" {
     },
     local.queue_env,
     local.executor_env,
+    local.endpoints_env,
     local.signer_env,
   )
 }
@@ -380,7 +401,7 @@ module "reconcile_tick" {
   deletion_protection = var.deletion_protection
   project_roles       = local.firestore
   secrets             = module.secrets.secret_ids
-  env_vars            = merge(local.base_env, local.queue_env, local.executor_env)
+  env_vars            = merge(local.base_env, local.queue_env, local.executor_env, local.endpoints_env)
 }
 
 module "meter" {

@@ -8,12 +8,9 @@
 //! A score is refused (and the refusal audited) before anything is sent to
 //! the host, so an unauthorized caller never wakes a scaled-to-zero server.
 
-use std::time::Instant;
-
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use mapi_access::{Action, Resource};
 use mapi_api::endpoints::{
     CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
@@ -22,9 +19,7 @@ use mapi_domain::endpoint::{EndpointStatus, check_alias, resolve_region};
 use mapi_domain::{ModelVersionId, ProjectId, TenantId};
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
 use mapi_endpoints::{EndpointDoc, Promotion, Revision, endpoint_id, service_name};
-use mapi_hosting::{
-    BundleFile, HostingError, ModelRef, RevisionSpec, Scaling, ServiceSpec, Traffic, server_env,
-};
+use mapi_hosting::{BundleFile, HostingError, ModelRef, RevisionSpec, Scaling, ServiceSpec, Traffic};
 use mapi_identity::{Audit, Caller, Target, authorize};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
@@ -39,16 +34,27 @@ use super::datasets::require_project;
 async fn load(
     state: &AppState,
     caller: &Caller,
-    (tenant, project, alias): (&TenantId, &ProjectId, &str),
+    key: (&TenantId, &ProjectId, &str),
     action: Action,
 ) -> Result<EndpointDoc, ApiError> {
+    Ok(load_granted(state, caller, key, action).await?.0)
+}
+
+/// [`load`], with the tenant the authorization read.
+pub(super) async fn load_granted(
+    state: &AppState,
+    caller: &Caller,
+    (tenant, project, alias): (&TenantId, &ProjectId, &str),
+    action: Action,
+) -> Result<(EndpointDoc, mapi_schema::TenantDoc), ApiError> {
     let what = format!("endpoint {}", alias.chars().take(40).collect::<String>());
     let target = Target { endpoint: Some(alias), ..Target::project(tenant, project, &what) };
-    authorize(state, caller, target, Resource::Endpoint, action).await?;
+    let granted = authorize(state, caller, target, Resource::Endpoint, action).await?;
     let id = endpoint_id(tenant, project, alias);
-    mapi_schema::get::<EndpointDoc>(&*state.store, &id)
+    let doc = mapi_schema::get::<EndpointDoc>(&*state.store, &id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))
+        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
+    Ok((doc, granted.tenant))
 }
 
 /// The model a revision serves, read from its bundle (which verified).
@@ -97,12 +103,15 @@ async fn model_of(
     Ok((version, model, example))
 }
 
-fn body_of<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, ApiError> {
+pub(super) fn body_of<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<T, ApiError> {
     mapi_problem::require_json(headers)?;
     mapi_problem::parse_json(body)
 }
 
-fn hosting_error(e: HostingError) -> ApiError {
+pub(super) fn hosting_error(e: HostingError) -> ApiError {
     match e {
         HostingError::Throttled(m) | HostingError::Unavailable(m) => {
             ApiError::unavailable(format!("the endpoints' host is unavailable: {m}"), 5)
@@ -377,7 +386,7 @@ pub async fn act(
     };
     let key = (&tenant, &project, alias);
     match action {
-        "score" => score(&state, &caller, key, &headers, body).await,
+        "score" => super::scoring::score(&state, &caller, key, &headers, body).await,
         "promote" => {
             let doc = load(&state, &caller, key, Action::Promote).await?;
             let body: PromoteEndpoint = body_of(&headers, &body)?;
@@ -484,95 +493,4 @@ async fn rollback(state: &AppState, caller: &Caller, id: &str) -> Result<Endpoin
     // The split as the document now says; a lost answer is repeated by the tick while promoting.
     state.hosting.set_traffic(&doc.service, &doc.traffic).await.map_err(hosting_error)?;
     Ok(doc)
-}
-
-/// Scores rows on the endpoint: authorized first, then one revision chosen
-/// by the split, forwarded, counted.
-async fn score(
-    state: &AppState,
-    caller: &Caller,
-    key: (&TenantId, &ProjectId, &str),
-    headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let doc = load(state, caller, key, Action::Run).await?;
-    let req: ScoreRequest = body_of(headers, &body)?;
-    if req.rows.is_empty() || req.rows.len() > 10_000 {
-        return Err(ApiError::invalid(format!("send 1 to 10000 rows, not {}", req.rows.len())));
-    }
-    if doc.status != EndpointStatus::Ready {
-        return Err(ApiError::precondition(format!(
-            "endpoint {} is {}: it scores once it is ready",
-            doc.alias, doc.status
-        )));
-    }
-    let draw = u32::from(mapi_entropy::bytes::<1>(&*state.entropy)?[0]) * 100 / 256;
-    let tag = doc.choose(draw).to_owned();
-    let route = state.hosting.route(&doc.service, Some(&tag)).await.map_err(hosting_error)?;
-    let started = Instant::now();
-    let mut forward = state
-        .http
-        .post(format!("{}{}", route.url, server_env::PREDICT_PATH))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body);
-    if let Some(a) = &route.authorization {
-        forward = forward.header(header::AUTHORIZATION, a);
-    }
-    let answer = forward.send().await;
-    let elapsed = started.elapsed();
-    let (status, bytes, content_type) = match answer {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            let ct = r.headers().get(header::CONTENT_TYPE).cloned();
-            (status, r.bytes().await.ok(), ct)
-        }
-        Err(_) => (503, None, None),
-    };
-    record(state, &doc, &tag, status >= 500 || bytes.is_none(), elapsed).await;
-    let Some(bytes) = bytes.filter(|_| status < 500) else {
-        return Err(ApiError::unavailable(
-            format!("the model server of {} did not answer: retry", doc.alias),
-            1,
-        ));
-    };
-    let mut resp = (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), bytes).into_response();
-    let h = resp.headers_mut();
-    if let Some(ct) = content_type {
-        h.insert(header::CONTENT_TYPE, ct);
-    }
-    let version = doc.revision(&tag).map(|r| r.model_version.to_string()).unwrap_or_default();
-    for (name, value) in [("x-mapi-revision", tag.as_str()), ("x-mapi-model-version", version.as_str())] {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            h.insert(name, v);
-        }
-    }
-    Ok(resp)
-}
-
-/// Counts one score into its revision's statistics: requests, errors,
-/// latency, and compute time at the class's price (the request's duration
-/// on the instance's vCPUs, memory and GPU).
-async fn record(state: &AppState, doc: &EndpointDoc, tag: &str, error: bool, elapsed: std::time::Duration) {
-    let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX).max(1);
-    let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-    let (vcpus, mib) = doc.accelerator.resources();
-    let gpus = u32::from(doc.accelerator == mapi_domain::endpoint::Accelerator::L4);
-    let nanos = mapi_cost::CURRENT.nanos(vcpus, mib / 1024, gpus, ms);
-    let shard = mapi_entropy::bytes::<1>(&*state.entropy).map(|b| u32::from(b[0]) % SHARDS).unwrap_or(0);
-    let id = StatsDoc::id_of(&doc.id, tag, shard);
-    let result = transact::<_, mapi_store::StoreError, _, _>(&*state.store, |mut tx| {
-        let id = id.clone();
-        async move {
-            let mut s = tx_get::<StatsDoc>(&mut tx, &id)
-                .await?
-                .unwrap_or_else(|| StatsDoc::empty(&doc.tenant, &doc.project, &doc.id, tag, shard));
-            s.add(error, us, ms, nanos);
-            tx_put(&mut tx, &s)?;
-            Ok(tx.finish(()))
-        }
-    })
-    .await;
-    if let Err(e) = result {
-        tracing::error!(endpoint = %doc.id, error = %e, "a score was not counted");
-    }
 }

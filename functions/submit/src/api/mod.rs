@@ -9,6 +9,7 @@ mod job_body;
 pub mod jobs;
 pub mod model_versions;
 pub mod runs;
+pub mod scoring;
 mod view;
 
 use axum::Router;

@@ -1,0 +1,220 @@
+//! Scoring an endpoint: authorized, validated and admitted before anything
+//! is sent to the host (so a refused score never wakes a scaled-to-zero
+//! server), forwarded to one revision chosen by the split, then metered.
+//!
+//! Admission is the one admission of runs and jobs (`crate::quota`): the
+//! token's vCPU budget, the tenant's requests per minute and vCPU-seconds per
+//! day and month, the platform's spend cap. A score reserves nothing: its
+//! compute is known once it is answered, and is then charged in one commit
+//! with its revision's statistics, the endpoint's ledger (one document per
+//! minute, token and shard) and the usage counters of the tenant, the
+//! platform and the token.
+//!
+//! Prices: a `cpu` endpoint is request-billed (the score's time rounded up
+//! to 100 ms on the instance's vCPU and memory, plus the request fee); an
+//! `l4` endpoint is instance-billed, and a score is charged its own time on
+//! the instance (vCPU, memory and GPU) — the instance's idle time between
+//! scores is not metered.
+
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use mapi_access::Action;
+use mapi_api::endpoints::ScoreRequest;
+use mapi_cost::ScoreCharge;
+use mapi_domain::endpoint::{Accelerator, EndpointStatus};
+use mapi_domain::{ProjectId, TenantId, Timestamp};
+use mapi_endpoints::EndpointDoc;
+use mapi_endpoints::stats::{SHARDS, StatsDoc};
+use mapi_hosting::server_env;
+use mapi_identity::Caller;
+use mapi_platform::AppState;
+use mapi_problem::ApiError;
+use mapi_quota::counters::{self, Bumps, field};
+use mapi_quota::{Ask, Period, Plan};
+use mapi_schema::{SCORE_LEDGER_SHARDS, ScoreLedgerEntry, tx_get, tx_put};
+use mapi_store::{StoreError, transact};
+
+use super::endpoints::{body_of, hosting_error, load_granted};
+use crate::quota;
+
+/// The most rows one score may send.
+pub const MAX_ROWS: usize = 10_000;
+
+/// Scores rows on the endpoint.
+pub async fn score(
+    state: &AppState,
+    caller: &Caller,
+    key: (&TenantId, &ProjectId, &str),
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (doc, tenant) = load_granted(state, caller, key, Action::Run).await?;
+    let req: ScoreRequest = body_of(headers, &body)?;
+    if req.rows.is_empty() || req.rows.len() > MAX_ROWS {
+        return Err(ApiError::invalid(format!("send 1 to {MAX_ROWS} rows, not {}", req.rows.len())));
+    }
+    if doc.status != EndpointStatus::Ready {
+        return Err(ApiError::precondition(format!(
+            "endpoint {} is {}: it scores once it is ready",
+            doc.alias, doc.status
+        )));
+    }
+    let [draw, shard, seed @ ..] = mapi_entropy::bytes::<10>(&*state.entropy)?;
+    let seed: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    let request = quota::Request {
+        caller,
+        tenant: &doc.tenant,
+        tier: tenant.tier,
+        ask: Ask::Score,
+        seed: &seed,
+        what: format!("projects/{}/{}/endpoints/{}:score", doc.tenant, doc.project, doc.alias),
+    };
+    let plan = quota::admission(state, &request).await?;
+    let tag = doc.choose(u32::from(draw) * 100 / 256).to_owned();
+    let route = state.hosting.route(&doc.service, Some(&tag)).await.map_err(hosting_error)?;
+    let started = Instant::now();
+    let mut forward = state
+        .http
+        .post(format!("{}{}", route.url, server_env::PREDICT_PATH))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(a) = &route.authorization {
+        forward = forward.header(header::AUTHORIZATION, a);
+    }
+    let answer = forward.send().await;
+    let elapsed = started.elapsed();
+    let (status, bytes, content_type) = match answer {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let ct = r.headers().get(header::CONTENT_TYPE).cloned();
+            (status, r.bytes().await.ok(), ct)
+        }
+        Err(_) => (503, None, None),
+    };
+    let scored = Scored {
+        doc: &doc,
+        tag: &tag,
+        token: caller.token().map(|t| t.public_id()),
+        error: status >= 500 || bytes.is_none(),
+        elapsed,
+        shard: u32::from(shard),
+        seed: &seed,
+    };
+    meter(state, &scored, plan).await;
+    let Some(bytes) = bytes.filter(|_| status < 500) else {
+        return Err(ApiError::unavailable(
+            format!("the model server of {} did not answer: retry", doc.alias),
+            1,
+        ));
+    };
+    let mut resp = (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), bytes).into_response();
+    let h = resp.headers_mut();
+    if let Some(ct) = content_type {
+        h.insert(header::CONTENT_TYPE, ct);
+    }
+    let version = doc.revision(&tag).map(|r| r.model_version.to_string()).unwrap_or_default();
+    for (name, value) in [("x-mapi-revision", tag.as_str()), ("x-mapi-model-version", version.as_str())] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// One answered (or failed) score, to be metered.
+struct Scored<'a> {
+    doc: &'a EndpointDoc,
+    tag: &'a str,
+    token: Option<&'a str>,
+    error: bool,
+    elapsed: Duration,
+    /// Picks the statistics' and the ledger's shard.
+    shard: u32,
+    /// Picks the usage counters' shards.
+    seed: &'a str,
+}
+
+/// What a score of `ms` on `accelerator` costs, and the price list's name.
+pub fn charge_of(accelerator: Accelerator, ms: u64) -> (ScoreCharge, &'static str) {
+    let (vcpus, mib) = accelerator.resources();
+    match accelerator {
+        Accelerator::Cpu => {
+            let rates = mapi_cost::REQUEST_BILLING_2026_11;
+            (rates.score(vcpus, mib / 1024, ms), rates.version)
+        }
+        Accelerator::L4 => {
+            (mapi_cost::CURRENT.instance_score(vcpus, mib / 1024, ms), mapi_cost::CURRENT.version)
+        }
+    }
+}
+
+/// The counters a score's charge adds to: the tenant's, the platform's and
+/// the token's day and month.
+fn usage_counters(tenant: &TenantId, token: Option<&str>, now: Timestamp) -> Vec<String> {
+    let mut ids = Vec::new();
+    for period in [Period::Day, Period::Month] {
+        ids.push(counters::tenant_period(tenant, period, now));
+        ids.push(counters::platform_period(period, now));
+        if let Some(t) = token {
+            ids.push(counters::token_period(t, period, now));
+        }
+    }
+    ids
+}
+
+/// Counts a score in one commit: its revision's statistics, the endpoint's
+/// ledger and the usage counters (with the request admission took). The
+/// counters take the change in the ledger document's rounded amount, so
+/// sub-micro scores add up exactly. The score was answered, so its
+/// request is counted even past a limit another request reached first
+/// (the guarded take fails, and the commit is made again unguarded).
+async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
+    let doc = s.doc;
+    let ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX).max(1);
+    let us = u64::try_from(s.elapsed.as_micros()).unwrap_or(u64::MAX);
+    let (charge, table) = charge_of(doc.accelerator, ms);
+    let now = state.clock.now();
+    let stats_id = StatsDoc::id_of(&doc.id, s.tag, s.shard % SHARDS);
+    let ledger_shard = s.shard % SCORE_LEDGER_SHARDS;
+    let ledger_id = ScoreLedgerEntry::id_of(&doc.id, ScoreLedgerEntry::minute_of(now), s.token, ledger_shard);
+    let counters = usage_counters(&doc.tenant, s.token, now);
+    let mut admitted = Some(plan.bumps);
+    loop {
+        let requests = admitted.clone().unwrap_or_else(|| {
+            let mut b = Bumps::default();
+            b.add_to(&counters::tenant_minute(&doc.tenant, now), s.seed, field::REQUESTS, 1);
+            b
+        });
+        let (stats_id, ledger_id, counters, requests) = (&stats_id, &ledger_id, &counters, &requests);
+        let result = transact::<_, StoreError, _, _>(&*state.store, |mut tx| async move {
+            let mut stats = tx_get::<StatsDoc>(&mut tx, stats_id).await?.unwrap_or_else(|| {
+                StatsDoc::empty(&doc.tenant, &doc.project, &doc.id, s.tag, s.shard % SHARDS)
+            });
+            stats.add(s.error, us, ms, charge.nanos);
+            let mut entry = tx_get::<ScoreLedgerEntry>(&mut tx, ledger_id).await?.unwrap_or_else(|| {
+                let key = (&doc.tenant, &doc.project, doc.alias.as_str());
+                ScoreLedgerEntry::empty(key, doc.accelerator.as_str(), s.token, now, ledger_shard)
+            });
+            let before = entry.cost_micros();
+            entry.add(s.error, &charge, table);
+            let mut bumps = requests.clone();
+            bumps.extend(Bumps::charge(counters, s.seed, charge.vcpu_ms, entry.cost_micros() - before));
+            tx_put(&mut tx, &stats)?;
+            tx_put(&mut tx, &entry)?;
+            bumps.apply(&mut tx)?;
+            Ok(tx.finish(()))
+        })
+        .await;
+        match result {
+            Err(StoreError::LimitReached { .. }) if admitted.is_some() => admitted = None,
+            Err(e) => {
+                tracing::error!(endpoint = %doc.id, error = %e, "a score was not metered");
+                return;
+            }
+            Ok(()) => return,
+        }
+    }
+}
