@@ -2,6 +2,7 @@
 //! `mapi whoami`, `mapi tokens …`, `mapi admin tenants …`, `mapi admin
 //! audit`, and `mapi api` for any other route.
 
+use crate::output::print;
 use std::path::PathBuf;
 
 use clap::Subcommand;
@@ -248,14 +249,6 @@ pub enum AdminCmd {
     },
 }
 
-fn print(json_out: bool, value: &Value, human: impl FnOnce() -> String) {
-    if json_out {
-        println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
-    } else {
-        print!("{}", human());
-    }
-}
-
 /// `mapi login`: sign in with an ID token (from your identity provider, or
 /// `--dev EMAIL` from the development identity provider of `mapi dev`).
 pub async fn login(
@@ -295,7 +288,7 @@ pub async fn login(
     let client = Client::new(url, &token);
     let me: Value = client.send(client.request(Method::POST, "/v1/sessions")).await?;
     if print_token {
-        println!("{token}");
+        crate::output::line(&token)?;
         return Ok(());
     }
     let mut creds = load_credentials().unwrap_or(Credentials {
@@ -323,7 +316,7 @@ pub async fn login(
             creds.tenant,
             creds.project
         )
-    });
+    })?;
     Ok(())
 }
 
@@ -371,7 +364,7 @@ pub async fn whoami(client: &Client, json_out: bool) -> Result<()> {
             ));
         }
         out
-    });
+    })?;
     Ok(())
 }
 
@@ -392,14 +385,14 @@ pub async fn tokens(
             });
             let created: Value = client.send(client.request(Method::POST, &base).json(&body)).await?;
             if json_out {
-                println!("{}", serde_json::to_string_pretty(&created)?);
+                crate::output::line(&serde_json::to_string_pretty(&created)?)?;
             } else {
                 eprintln!(
                     "token {} created, expires {}; the secret is shown once:",
                     created["token"]["id"].as_str().unwrap_or("?"),
                     created["token"]["expires_at"].as_str().unwrap_or("?")
                 );
-                println!("{}", created["secret"].as_str().unwrap_or(""));
+                crate::output::line(created["secret"].as_str().unwrap_or(""))?;
             }
         }
         TokensCmd::Ls { all } => {
@@ -425,7 +418,7 @@ pub async fn tokens(
                     ));
                 }
                 out
-            });
+            })?;
         }
         TokensCmd::Revoke { id } => {
             let resp = client.request(Method::DELETE, &format!("{base}/{id}")).send().await?;
@@ -457,7 +450,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     t["tier"].as_str().unwrap_or("?"),
                     t["residency"].as_str().unwrap_or("?")
                 )
-            });
+            })?;
         }
         AdminCmd::Tenants(TenantsCmd::Ls) => {
             let page: Value = client.get("/v1/admin/tenants").await?;
@@ -478,7 +471,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     ));
                 }
                 out
-            });
+            })?;
         }
         AdminCmd::Tenants(TenantsCmd::Update { id, name, tier, status, residency, reason, yes: _ }) => {
             let body = json!({"name": name, "tier": tier, "status": status, "residency": residency, "reason": reason});
@@ -498,7 +491,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     t["status"].as_str().unwrap_or("?"),
                     t["tier"].as_str().unwrap_or("?")
                 )
-            });
+            })?;
         }
         AdminCmd::Quotas(QuotasCmd::Set {
             tenant,
@@ -531,7 +524,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     "quotas of {tenant}: {}; jobs kept {} days\n",
                     t["effective"], t["job_retention_days"]
                 )
-            });
+            })?;
         }
         AdminCmd::Quotas(QuotasCmd::Ls) => {
             let list: Value = client.get("/v1/admin/quotas").await?;
@@ -568,14 +561,14 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     ));
                 }
                 out
-            });
+            })?;
         }
         AdminCmd::Quotas(QuotasCmd::Rm { tenant, .. }) => {
             let t: Value =
                 client.send(client.request(Method::DELETE, &format!("/v1/admin/quotas/{tenant}"))).await?;
             print(json_out, &t, || {
                 format!("quotas of {tenant} are the {} tier's again\n", t["tier"].as_str().unwrap_or("?"))
-            });
+            })?;
         }
         AdminCmd::KillSwitches(KillSwitchesCmd::Get) => {
             let k: Value = client.get("/v1/admin/kill-switches").await?;
@@ -591,7 +584,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     )),
                     k["reason"].as_str().unwrap_or("-")
                 )
-            });
+            })?;
         }
         AdminCmd::KillSwitches(KillSwitchesCmd::Set {
             uploaded_code,
@@ -613,7 +606,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             });
             let k: Value =
                 client.send(client.request(Method::PUT, "/v1/admin/kill-switches").json(&body)).await?;
-            print(json_out, &k, || format!("kill switches set: {}\n", k["switches"]));
+            print(json_out, &k, || format!("kill switches set: {}\n", k["switches"]))?;
         }
         AdminCmd::Executors(ExecutorsCmd::Ls) => {
             let list: Value = client.get("/v1/admin/executors").await?;
@@ -637,7 +630,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     ));
                 }
                 out
-            });
+            })?;
         }
         AdminCmd::Executors(cmd @ (ExecutorsCmd::Enable { .. } | ExecutorsCmd::Disable { .. })) => {
             let (name, reason, enabled) = match cmd {
@@ -649,7 +642,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             let e: Value = client
                 .send(client.request(Method::PUT, &format!("/v1/admin/executors/{name}")).json(&body))
                 .await?;
-            print(json_out, &e, || format!("{name} is {}\n", e["status"].as_str().unwrap_or("?")));
+            print(json_out, &e, || format!("{name} is {}\n", e["status"].as_str().unwrap_or("?")))?;
         }
         AdminCmd::Executors(ExecutorsCmd::Evidence { name, file }) => {
             let raw = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -668,7 +661,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
                     e["message"].as_str().unwrap_or("")
                 )
-            });
+            })?;
         }
         AdminCmd::Audit { tenant, project, actor, action, outcome, since, limit } => {
             let path = match &tenant {
@@ -704,7 +697,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     ));
                 }
                 out
-            });
+            })?;
         }
     }
     Ok(())
@@ -767,7 +760,7 @@ pub async fn usage(
         }
         out.push_str(&format!("{}\n", r["note"].as_str().unwrap_or("")));
         out
-    });
+    })?;
     Ok(())
 }
 
@@ -783,8 +776,8 @@ pub async fn api(client: &Client, method: &str, path: &str, data: Option<String>
     let ok = resp.status().is_success();
     let text = resp.text().await?;
     match serde_json::from_str::<Value>(&text) {
-        Ok(v) => println!("{}", serde_json::to_string_pretty(&v)?),
-        Err(_) if !text.is_empty() => println!("{text}"),
+        Ok(v) => crate::output::line(&serde_json::to_string_pretty(&v)?)?,
+        Err(_) if !text.is_empty() => crate::output::line(&text)?,
         Err(_) => {}
     }
     Ok(ok)

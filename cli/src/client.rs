@@ -11,10 +11,20 @@ pub enum ClientError {
     /// The platform answered with a problem.
     #[error("{} ({}): {}", .0.code, .0.status, .0.detail)]
     Problem(Box<Problem>),
-    #[error("cannot reach the platform at {url}: {source}")]
+    #[error("cannot reach the platform at {url}: {source}{hint}", hint = start_hint(url))]
     Unreachable { url: String, source: reqwest::Error },
     #[error("unexpected answer {status}: {body}")]
     Unexpected { status: u16, body: String },
+}
+
+/// What to try when a platform on this machine does not answer.
+fn start_hint(url: &str) -> &'static str {
+    let host = url.split("://").nth(1).unwrap_or(url);
+    if ["127.0.0.1", "localhost", "[::1]"].iter().any(|h| host.starts_with(h)) {
+        " (is `mapi dev` running? start it in another terminal)"
+    } else {
+        ""
+    }
 }
 
 /// The platform at `url`, as `token`.
@@ -64,5 +74,17 @@ impl Client {
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         self.send(self.request(reqwest::Method::GET, path)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::start_hint;
+
+    #[test]
+    fn an_unreachable_local_platform_suggests_starting_mapi_dev() {
+        assert!(start_hint("http://127.0.0.1:8080").contains("mapi dev"));
+        assert!(start_hint("http://localhost:8080").contains("mapi dev"));
+        assert_eq!(start_hint("https://mapi.example.com"), "");
     }
 }

@@ -229,12 +229,7 @@ impl Ctx {
     }
 
     fn print<T: serde::Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> Result<()> {
-        if self.json {
-            println!("{}", serde_json::to_string_pretty(value)?);
-        } else {
-            print!("{}", human());
-        }
-        Ok(())
+        crate::output::print(self.json, value, human)
     }
 }
 
@@ -593,8 +588,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                 .map_err(|source| ClientError::Unreachable { url: out.url.clone(), source })?
                 .bytes()
                 .await?;
-            use std::io::Write;
-            std::io::stdout().write_all(&bytes)?;
+            crate::output::write_bytes(&bytes)?;
             Ok(ExitCode::SUCCESS)
         }
     }

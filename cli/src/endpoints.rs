@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Map, Value};
 
 use crate::client::Client;
-use crate::models::print;
+use crate::output::print;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -209,7 +209,7 @@ pub async fn run(
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
                 e = client.get(&format!("{base}/{alias}")).await?;
             }
-            print(json, &e, describe(&e))?;
+            print(json, &e, || describe(&e))?;
             if e.status == mapi_domain::endpoint::EndpointStatus::Failed {
                 return Ok(ExitCode::FAILURE);
             }
@@ -234,11 +234,11 @@ pub async fn run(
             if page.endpoints.is_empty() {
                 out.push_str("(no endpoints: serve a model version with `mapi endpoints create ALIAS --model-version mv_…`)\n");
             }
-            print(json, &page, out)?;
+            print(json, &page, || out)?;
         }
         EndpointsCmd::Get { alias, at } => {
             let e: EndpointView = client.get(&format!("{}/{alias}", base(at)?)).await?;
-            print(json, &e, describe(&e))?;
+            print(json, &e, || describe(&e))?;
         }
         EndpointsCmd::Score { alias, row, rows, std_errors, at } => {
             let body = ScoreRequest { rows: rows_of(&row, rows.as_deref())?, std_errors };
@@ -254,7 +254,7 @@ pub async fn run(
                 }
             }
             out.push_str(&format!("(revision {revision})\n"));
-            print(json, &answer, out)?;
+            print(json, &answer, || out)?;
         }
         EndpointsCmd::Promote { alias, model_version, at } => {
             let body = PromoteEndpoint {
@@ -263,17 +263,17 @@ pub async fn run(
             };
             let url = format!("{}/{alias}:promote", base(at)?);
             let e: EndpointView = client.send(client.request(Method::POST, &url).json(&body)).await?;
-            print(json, &e, describe(&e))?;
+            print(json, &e, || describe(&e))?;
         }
         EndpointsCmd::Rollback { alias, at } => {
             let url = format!("{}/{alias}:rollback", base(at)?);
             let e: EndpointView = client.send(client.request(Method::POST, &url)).await?;
-            print(json, &e, describe(&e))?;
+            print(json, &e, || describe(&e))?;
         }
         EndpointsCmd::Delete { alias, at } => {
             let url = format!("{}/{alias}", base(at)?);
             let e: EndpointView = client.send(client.request(Method::DELETE, &url)).await?;
-            print(json, &e, format!("endpoint {} is {}\n", e.alias, e.status))?;
+            print(json, &e, || format!("endpoint {} is {}\n", e.alias, e.status))?;
         }
     }
     Ok(ExitCode::SUCCESS)

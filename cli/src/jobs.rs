@@ -1,5 +1,6 @@
 //! `mapi jobs`: submit an item job from a JSON Lines file, and follow it.
 
+use crate::output::print;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -82,15 +83,6 @@ fn describe(v: &Value) -> String {
 
 fn exit_for(v: &Value) -> ExitCode {
     if v["state"] == "succeeded" { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-}
-
-fn print(json_out: bool, v: &Value, human: impl FnOnce() -> String) -> Result<()> {
-    if json_out {
-        println!("{}", serde_json::to_string_pretty(v)?);
-    } else {
-        print!("{}", human());
-    }
-    Ok(())
 }
 
 async fn watch(client: &Client, id: &str, quiet: bool) -> Result<Value> {
@@ -216,7 +208,7 @@ pub async fn run(
             let ok = resp.status().is_success();
             let text = resp.text().await?;
             if ok {
-                print!("{text}");
+                crate::output::write(&text)?;
                 Ok(ExitCode::SUCCESS)
             } else {
                 let detail = serde_json::from_str::<Value>(&text)

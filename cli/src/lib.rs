@@ -18,6 +18,7 @@ mod commands;
 mod endpoints;
 mod jobs;
 mod models;
+mod output;
 #[cfg(feature = "platform")]
 mod platform;
 

@@ -2,6 +2,7 @@
 //! bundles of their outputs), their verified manifests, and download URLs
 //! minted only after the manifest verifies.
 
+use crate::output::print;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -34,16 +35,6 @@ pub enum VersionsCmd {
     Get { id: String },
     /// Signed download URLs for every artifact (refused if anything fails its integrity check).
     Urls { id: String },
-}
-
-/// Prints `value` as JSON with `--json`, else the human text.
-pub(crate) fn print<T: serde::Serialize>(json: bool, value: &T, human: String) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(value)?);
-    } else {
-        print!("{human}");
-    }
-    Ok(())
 }
 
 fn describe(v: &ModelVersionView) -> String {
@@ -86,11 +77,11 @@ pub async fn run(
                     v.created_at.to_string()
                 ));
             }
-            print(json, &page, out)?;
+            print(json, &page, || out)?;
         }
         VersionsCmd::Get { id } => {
             let v: ModelVersionView = client.get(&format!("/v1/model-versions/{id}")).await?;
-            print(json, &v, describe(&v))?;
+            print(json, &v, || describe(&v))?;
         }
         VersionsCmd::Urls { id } => {
             let urls: ArtifactUrls =
@@ -99,7 +90,7 @@ pub async fn run(
             for a in &urls.artifacts {
                 out.push_str(&format!("{}  sha256 {}\n  {}\n", a.name, a.sha256, a.url));
             }
-            print(json, &urls, out)?;
+            print(json, &urls, || out)?;
         }
     }
     Ok(ExitCode::SUCCESS)

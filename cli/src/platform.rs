@@ -107,7 +107,7 @@ pub async fn dev() -> Result<ExitCode> {
     eprintln!(
         "  try: mapi datasets upload data.csv; mapi runs submit --method describe --dataset ds_… --watch"
     );
-    println!("{}", platform.url);
+    crate::output::line(&platform.url)?;
     mapi_runtime::shutdown_signal().await;
     eprintln!("mapi dev: stopping (executions keep running and are found at the next start)");
     platform.shutdown().await;
@@ -146,10 +146,10 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         }
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::output::line(&serde_json::to_string_pretty(&report)?)?;
     } else if let Some(map) = report.as_object() {
         for (k, v) in map {
-            println!("{k:<24} {v}");
+            crate::output::line(&format!("{k:<24} {v}"))?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -121,3 +121,48 @@ async fn an_operator_sets_a_tenants_job_retention_from_the_cli() {
     assert_ne!(code, 0, "0 days is refused: {out}");
     assert!(err.contains("job_retention_days must be at least 1"), "{err}");
 }
+
+/// `mapi api GET /openapi.json | head -1`: the reader goes away after one
+/// line, and `mapi` ends quietly with 141 (128 + SIGPIPE) instead of a panic;
+/// a typo'd subcommand gets a suggestion; an unreachable local platform
+/// says to start `mapi dev`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_a_typo_and_a_stopped_platform_get_plain_answers() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let p = TestPlatform::start(&[]).await;
+    let mut child = Command::new(binary("mapi"))
+        .args(["api", "GET", "/openapi.json"])
+        .env("MAPI_URL", &p.platform.url)
+        .env("MAPI_TOKEN", p.token())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mapi");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut first).expect("a line");
+    // The reader is dropped here: the pipe is closed with most of the document unread.
+    assert_eq!(first.trim(), "{");
+    let out =
+        tokio::task::spawn_blocking(move || child.wait_with_output()).await.expect("join").expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+
+    let (code, _, err) = mapi(&p, &["runs", "lst"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("similar subcommand") && err.contains("'ls'"), "{err}");
+
+    let closed = format!("http://127.0.0.1:{}", mapi_tests::free_port());
+    let out = Command::new(binary("mapi"))
+        .args(["runs", "ls"])
+        .env("MAPI_URL", &closed)
+        .env("MAPI_TOKEN", "mapi_x")
+        .env("MAPI_TENANT", "dev")
+        .env("MAPI_PROJECT", "default")
+        .output()
+        .expect("run mapi");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot reach the platform") && err.contains("is `mapi dev` running?"), "{err}");
+}

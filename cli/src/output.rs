@@ -1,0 +1,34 @@
+//! Writing to standard output, for every command. A reader that goes away
+//! (`mapi api GET /openapi.json | head -1`) ends the command quietly with
+//! status 141 (128 + SIGPIPE), as Unix tools end, rather than a panic.
+
+use std::io::{ErrorKind, Write};
+
+use crate::commands::Result;
+
+/// The status a command ends with when its reader closed the pipe.
+pub const CLOSED_PIPE: i32 = 141;
+
+/// Writes `text` to standard output as it is.
+pub fn write(text: &str) -> Result<()> {
+    write_bytes(text.as_bytes())
+}
+
+/// Writes `bytes` to standard output as they are.
+pub fn write_bytes(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => std::process::exit(CLOSED_PIPE),
+        other => Ok(other?),
+    }
+}
+
+/// Writes `text` and a newline.
+pub fn line(text: &str) -> Result<()> {
+    write(&format!("{text}\n"))
+}
+
+/// Prints `value` as JSON with `--json`, else the human text.
+pub fn print<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce() -> String) -> Result<()> {
+    if json { line(&serde_json::to_string_pretty(value)?) } else { write(&human()) }
+}
