@@ -166,3 +166,69 @@ async fn a_closed_pipe_a_typo_and_a_stopped_platform_get_plain_answers() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("cannot reach the platform") && err.contains("is `mapi dev` running?"), "{err}");
 }
+
+/// README lines that once failed as printed: the dry run's estimate, an
+/// operator switching `mapi dev`'s executor off and on, cancelling a job
+/// that already finished, and the method examples naming the shipped
+/// dataset's columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_lines_work_as_printed() {
+    let p = TestPlatform::start(&[]).await;
+    let csv = std::env::temp_dir().join(format!("longley-{}.csv", std::process::id()));
+    std::fs::write(&csv, include_str!("../../examples/longley.csv")).expect("write");
+    let (code, out, err) = mapi(&p, &["--json", "datasets", "upload", csv.to_str().expect("path")]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let ds: Value = serde_json::from_str(&out).expect("json");
+    let ds = ds["id"].as_str().expect("id");
+    let dry = [
+        "runs",
+        "submit",
+        "--method",
+        "tabular.linear",
+        "--dataset",
+        ds,
+        "--param",
+        "y=employed",
+        "--class",
+        "M",
+        "--timeout",
+        "600",
+        "--dry-run",
+    ];
+    let (code, out, err) = mapi(&p, &dry);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("would be admitted; estimate 0.062400 USD at list prices (class M, timeout 600 s); nothing submitted"),
+        "{out}"
+    );
+
+    let operator = p.login("admin@dev.local").await;
+    for args in [
+        ["admin", "executors", "disable", "local-process", "--reason", "INC-42"],
+        ["admin", "executors", "enable", "local-process", "--reason", "INC-42 over"],
+    ] {
+        let (code, out, err) = mapi_as(&p, &operator, &args);
+        assert_eq!(code, 0, "{args:?}: {out}\n{err}");
+    }
+
+    let items = std::env::temp_dir().join(format!("items-{}.jsonl", std::process::id()));
+    std::fs::write(&items, "{\"text\": \"jumps\"}\n").expect("write");
+    let (code, out, err) = mapi(
+        &p,
+        &["--json", "jobs", "submit", "text.stats", "--items", items.to_str().expect("path"), "--watch"],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let job: Value = serde_json::from_str(&out).expect("json");
+    let (code, _, err) = mapi(&p, &["jobs", "cancel", job["id"].as_str().expect("id")]);
+    assert_ne!(code, 0);
+    assert!(err.contains("FAILED_PRECONDITION (409)"), "{err}");
+
+    let (code, usage, err) = mapi(&p, &["api", "GET", "/v1/usage"]);
+    assert_eq!(code, 0, "{err}");
+    let header = include_str!("../../examples/longley.csv").lines().next().expect("header");
+    for column in ["\"employed\"", "\"gnp\"", "\"population\""] {
+        assert!(usage.contains(column), "the examples name {column}: {usage}");
+        assert!(header.contains(column.trim_matches('"')), "{header}");
+    }
+    let _ = (std::fs::remove_file(csv), std::fs::remove_file(items));
+}

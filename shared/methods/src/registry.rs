@@ -133,7 +133,7 @@ static METHODS: [MethodSpec; 8] = [
                   q25, median, q75, max; quartiles interpolate linearly, like numpy and R type 7), and \
                   the names of the text columns in `text_columns`.",
         }],
-        example: r#"{"columns": ["height", "weight"]}"#,
+        example: r#"{"columns": ["gnp", "population"]}"#,
         input: Input::Dataset,
         example_item: None,
     },
@@ -159,7 +159,7 @@ static METHODS: [MethodSpec; 8] = [
                   residual standard error and degrees of freedom; the F statistic and its p-value; rows \
                   used and rows dropped for missing values.",
         }],
-        example: r#"{"y": "Employed", "x": ["GNP", "Population"], "intercept": true}"#,
+        example: r#"{"y": "employed", "x": ["gnp", "population"], "intercept": true}"#,
         input: Input::Dataset,
         example_item: None,
     },
