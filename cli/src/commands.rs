@@ -33,7 +33,7 @@ struct Cli {
 enum Command {
     /// Run the whole platform on this machine (embedded store, queue, objects, executor).
     #[cfg(feature = "platform")]
-    Dev,
+    Dev(crate::platform::DevArgs),
     /// Sign in: `--dev EMAIL` against `mapi dev`, or `--id-token TOKEN` from your identity provider.
     Login {
         #[arg(long, conflicts_with = "id_token")]
@@ -237,7 +237,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let creds = crate::account::load_credentials();
     match cli.command {
         #[cfg(feature = "platform")]
-        Command::Dev => return crate::platform::dev().await,
+        Command::Dev(args) => return crate::platform::dev(args).await,
         #[cfg(feature = "platform")]
         Command::Bench(b) => return crate::platform::bench(b, cli.json).await,
         Command::Use { target } => {
@@ -260,7 +260,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let ctx = Ctx { client: Client::new(&url, &token), creds, json: cli.json };
     match cli.command {
         #[cfg(feature = "platform")]
-        Command::Dev | Command::Bench(_) | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
+        Command::Dev(_) | Command::Bench(_) | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
         Command::Use { .. } | Command::Login { .. } => Ok(ExitCode::SUCCESS),
         Command::Whoami => {
             crate::account::whoami(&ctx.client, ctx.json).await?;

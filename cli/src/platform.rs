@@ -85,33 +85,135 @@ pub fn worker(args: Vec<String>) -> ExitCode {
     ExitCode::from(u8::try_from(mapi_worker::main_with_args(args)).unwrap_or(1))
 }
 
-pub async fn dev() -> Result<ExitCode> {
-    let config = mapi_platform::Config::from_env()?;
+/// `mapi dev`'s options; each wins over its variable.
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// The port on 127.0.0.1 (default: PORT, else 8080).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Where the platform keeps its state (default: MAPI_HOME, else ./.mapi).
+    #[arg(long)]
+    home: Option<PathBuf>,
+    /// Start from nothing: delete the home's store, queue, objects, executions and endpoints first.
+    #[arg(long)]
+    reset: bool,
+}
+
+pub async fn dev(args: DevArgs) -> Result<ExitCode> {
+    let port = args.port.map(|p| p.to_string());
+    let home = args.home.as_ref().map(|h| h.to_string_lossy().into_owned());
+    let lookup = |k: &str| match k {
+        "PORT" if port.is_some() => port.clone(),
+        "MAPI_HOME" if home.is_some() => home.clone(),
+        _ => std::env::var(k).ok(),
+    };
+    let config = mapi_platform::Config::from_lookup(&lookup)?;
     if config.profile != mapi_platform::Profile::Dev {
         return Err("mapi dev runs the dev profile only: its local-process executor and development identity provider never serve many tenants (unset MAPI_PROFILE)".into());
     }
-    let filter = std::env::var("MAPI_LOG").unwrap_or_else(|_| "info".into());
-    mapi_runtime::init_logging_to("mapi-dev", None, &filter, std::io::stderr);
+    let runtime = mapi_runtime::RuntimeConfig::from_lookup(lookup)?;
+    let human = match runtime.log_format {
+        Some(f) => f == mapi_runtime::LogFormat::Human,
+        None => std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let (format, filter) = match (human, std::env::var("MAPI_LOG").ok()) {
+        (true, None) => (mapi_runtime::LogFormat::Human, format!("info,{}", mapi_runtime::HUMAN_QUIET)),
+        (true, Some(f)) => (mapi_runtime::LogFormat::Human, f),
+        (false, f) => (mapi_runtime::LogFormat::Json, f.unwrap_or_else(|| "info".into())),
+    };
+    mapi_runtime::init_logging_as(format, "mapi-dev", &filter, std::io::stderr);
+    if args.reset {
+        reset(&config.home)?;
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await.map_err(|e| {
-        format!("cannot listen on 127.0.0.1:{}: {e} (set PORT to use another port)", config.port)
+        format!("cannot listen on 127.0.0.1:{}: {e} (use --port to pick another)", config.port)
     })?;
     let worker = mapi_platform::worker_command(config.worker_bin.as_deref(), true);
-    let home = config.home.clone();
+    let (home, accounts) = (config.home.clone(), config.dev_accounts.clone());
     let platform = DevPlatform::start(config, listener, worker).await?;
-    eprintln!("mapi dev: the platform is up at {}", platform.url);
-    eprintln!(
-        "  state in {}; CLI credentials in {}",
-        home.display(),
-        home.join("credentials.json").display()
-    );
-    eprintln!(
-        "  try: mapi datasets upload data.csv; mapi runs submit --method describe --dataset ds_… --watch"
-    );
+    eprint!("{}", banner(&platform.url, &home, &accounts, format));
     crate::output::line(&platform.url)?;
     mapi_runtime::shutdown_signal().await;
     eprintln!("mapi dev: stopping (executions keep running and are found at the next start)");
     platform.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `mapi dev` keeps in its home; `--reset` removes these and nothing
+/// else (its keys and secrets stay, so bundles signed before still verify).
+const HOME_ENTRIES: &[&str] = &[
+    "mapi.db",
+    "mapi.db-wal",
+    "mapi.db-shm",
+    "queue.db",
+    "queue.db-wal",
+    "queue.db-shm",
+    "objects",
+    "executions",
+    "endpoints",
+    "credentials.json",
+];
+
+/// Empties a `mapi dev` home. A directory that holds no store is left
+/// alone: `--home` may point at the wrong place, and nothing there is ours.
+fn reset(home: &std::path::Path) -> Result<()> {
+    if !home.exists() {
+        return Ok(());
+    }
+    if !home.join("mapi.db").is_file() {
+        return Err(format!(
+            "--reset: {} holds no mapi.db, so it is not a mapi dev home; nothing was deleted",
+            home.display()
+        )
+        .into());
+    }
+    for entry in HOME_ENTRIES {
+        let path = home.join(entry);
+        let removed =
+            if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("--reset: cannot remove {}: {e}", path.display()).into());
+            }
+            _ => {}
+        }
+    }
+    eprintln!("mapi dev: reset {}", home.display());
+    Ok(())
+}
+
+/// What a person needs to start: where the platform is, how to reach it,
+/// who can sign in, where its state is, how to stop it.
+fn banner(
+    url: &str,
+    home: &std::path::Path,
+    accounts: &[mapi_domain::UserId],
+    format: mapi_runtime::LogFormat,
+) -> String {
+    let me = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "mapi".into());
+    // The CLI finds its credentials in MAPI_HOME (./.mapi when unset).
+    let cli = match home == std::path::Path::new("./.mapi") {
+        true => me,
+        false => format!("MAPI_HOME={} {me}", home.display()),
+    };
+    let accounts: Vec<String> = accounts.iter().map(ToString::to_string).collect();
+    let logs = match format {
+        mapi_runtime::LogFormat::Human => "a line per event below; MAPI_LOG=debug adds one per request",
+        mapi_runtime::LogFormat::Json => {
+            "Cloud Logging JSON on stderr (MAPI_LOG_FORMAT=human for short lines)"
+        }
+    };
+    let lines = [
+        format!("mapi dev is up at {url}"),
+        format!("  API        {url}/openapi.json (the description), {url}/v1/usage (methods and examples)"),
+        format!("  CLI        signed in as dev@dev.local in dev/default; in another terminal: {cli} runs ls"),
+        "             (`cargo install --path cli` puts a `mapi` on your PATH)".to_owned(),
+        format!("  accounts   {} (mapi login --dev EMAIL)", accounts.join(", ")),
+        format!("  state      {} (start afresh with --reset)", home.display()),
+        format!("  logs       {logs}"),
+        "  stop       Ctrl-C (executions keep running and are found at the next start)".to_owned(),
+    ];
+    format!("\n{}\n\n", lines.join("\n"))
 }
 
 fn durability(sync: &str) -> Result<mapi_store::sqlite::Durability> {

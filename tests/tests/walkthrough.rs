@@ -232,3 +232,75 @@ async fn readme_lines_work_as_printed() {
     }
     let _ = (std::fs::remove_file(csv), std::fs::remove_file(items));
 }
+
+/// `mapi dev --port --home` serve there and say so in the banner (with the
+/// accounts, the API description and how to stop); human log lines when
+/// asked; `--reset` starts from nothing, and refuses a directory that is not
+/// a `mapi dev` home.
+#[test]
+fn mapi_dev_takes_its_port_and_home_prints_a_banner_and_resets() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let start = |extra: &[&str]| {
+        let port = mapi_tests::free_port();
+        let mut child = Command::new(binary("mapi"))
+            .args(["dev", "--port", &port.to_string(), "--home", home.to_str().expect("home")])
+            .args(extra)
+            .env("MAPI_WORKER_BIN", binary("mapi-worker"))
+            .env("MAPI_LOG_FORMAT", "human")
+            .env_remove("MAPI_HOME")
+            .env_remove("PORT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mapi dev");
+        let mut url = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut url).expect("its URL");
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let mut err = String::new();
+        child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+        let status = child.wait().expect("wait");
+        (port, url.trim().to_owned(), err, status)
+    };
+    let (port, url, err, status) = start(&[]);
+    assert_eq!(url, format!("http://127.0.0.1:{port}"), "{err}");
+    assert!(status.success(), "{err}");
+    for shown in [
+        format!("mapi dev is up at {url}"),
+        format!("{url}/openapi.json"),
+        "admin@dev.local, analyst@dev.local, viewer@dev.local, dev@dev.local".to_owned(),
+        format!("MAPI_HOME={}", home.display()),
+        "Ctrl-C".to_owned(),
+        "a line per event below".to_owned(),
+    ] {
+        assert!(err.contains(&shown), "the banner shows {shown}: {err}");
+    }
+    assert!(!err.contains("\"severity\""), "human lines, not JSON: {err}");
+    assert!(home.join("mapi.db").is_file() && home.join("credentials.json").is_file());
+
+    let marker = home.join("objects").join("left-behind");
+    std::fs::write(&marker, "x").expect("write");
+    let (_, _, err, status) = start(&["--reset"]);
+    assert!(status.success() && err.contains("reset"), "{err}");
+    assert!(!marker.exists(), "--reset removed the objects");
+    assert!(home.join("mapi.db").is_file(), "and the platform started afresh");
+
+    let (code, _, err) = {
+        let out = Command::new(binary("mapi"))
+            .args(["dev", "--home", dir.path().to_str().expect("dir"), "--reset"])
+            .env("MAPI_LOG_FORMAT", "json")
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("holds no mapi.db, so it is not a mapi dev home; nothing was deleted"), "{err}");
+    assert!(home.exists(), "nothing was deleted");
+}

@@ -12,6 +12,12 @@ use tracing_subscriber::EnvFilter;
 pub const PORT: Var = Var::new("PORT", "8080", "The port to listen on (Cloud Run sets it)");
 /// `MAPI_LOG`.
 pub const LOG: Var = Var::new("MAPI_LOG", "info", "Log filter (tracing-subscriber syntax)");
+/// `MAPI_LOG_FORMAT`.
+pub const LOG_FORMAT: Var = Var::derived(
+    "MAPI_LOG_FORMAT",
+    "`json`; `human` for `mapi dev` on a terminal",
+    "How log lines look: `json` (one Cloud Logging object per line) or `human` (short lines; one per request only with MAPI_LOG=debug)",
+);
 /// `MAPI_DRAIN_TIMEOUT_S`: Cloud Run waits 10 s between SIGTERM and SIGKILL.
 pub const DRAIN_TIMEOUT_S: Var =
     Var::new("MAPI_DRAIN_TIMEOUT_S", "10", "How long in-flight requests may finish after SIGTERM");
@@ -57,6 +63,7 @@ pub const BODY_READ_TIMEOUT_S: Var = Var::new(
 pub const VARIABLES: &[Var] = &[
     PORT,
     LOG,
+    LOG_FORMAT,
     DRAIN_TIMEOUT_S,
     MAX_URI_BYTES,
     MAX_HEADER_BYTES,
@@ -86,6 +93,8 @@ pub struct RuntimeConfig {
     pub project_id: Option<String>,
     /// `$MAPI_LOG`, an `EnvFilter` directive such as `info,mapi_store=debug`; default `info`.
     pub log_filter: String,
+    /// `$MAPI_LOG_FORMAT`; `None` when unset (JSON, but `mapi dev` on a terminal is human).
+    pub log_format: Option<crate::LogFormat>,
     /// `$MAPI_DRAIN_TIMEOUT_S`, whole seconds; default 10.
     pub drain_timeout: Duration,
     /// What the connection guard holds every request to.
@@ -161,6 +170,8 @@ pub enum ConfigError {
         "MAPI_LOG must be a valid log filter such as `info` or `info,mapi_store=debug`, got `{value}`: {reason}"
     )]
     LogFilter { value: String, reason: String },
+    #[error("MAPI_LOG_FORMAT `{0}`: use json or human")]
+    LogFormat(String),
     #[error(transparent)]
     Guard(#[from] Invalid),
 }
@@ -187,8 +198,15 @@ impl RuntimeConfig {
         if let Err(e) = EnvFilter::try_new(&log_filter) {
             return Err(ConfigError::LogFilter { value: log_filter, reason: e.to_string() });
         }
+        let log_format = match LOG_FORMAT.get(&env).as_deref() {
+            None => None,
+            Some(f) if f.eq_ignore_ascii_case("json") => Some(crate::LogFormat::Json),
+            Some(f) if f.eq_ignore_ascii_case("human") => Some(crate::LogFormat::Human),
+            Some(other) => return Err(ConfigError::LogFormat(other.to_owned())),
+        };
         let guard = GuardConfig::from_env(&env)?;
-        Ok(RuntimeConfig { port, project_id: get("GOOGLE_CLOUD_PROJECT"), log_filter, drain_timeout, guard })
+        let project_id = get("GOOGLE_CLOUD_PROJECT");
+        Ok(RuntimeConfig { port, project_id, log_filter, log_format, drain_timeout, guard })
     }
 }
 
@@ -212,6 +230,7 @@ mod tests {
                 port: 8080,
                 project_id: None,
                 log_filter: "info".into(),
+                log_format: None,
                 drain_timeout: Duration::from_secs(10),
                 guard: GuardConfig {
                     max_uri_bytes: 8 * 1024,
@@ -240,6 +259,7 @@ mod tests {
             ("PORT", "9000"),
             ("GOOGLE_CLOUD_PROJECT", "mapi-prod"),
             ("MAPI_LOG", "warn,mapi_store=debug"),
+            ("MAPI_LOG_FORMAT", "human"),
             ("MAPI_DRAIN_TIMEOUT_S", "3"),
             ("MAPI_MAX_URI_BYTES", "1024"),
             ("MAPI_MAX_HEADER_BYTES", "409600"),
@@ -255,6 +275,7 @@ mod tests {
                 port: 9000,
                 project_id: Some("mapi-prod".into()),
                 log_filter: "warn,mapi_store=debug".into(),
+                log_format: Some(crate::LogFormat::Human),
                 drain_timeout: Duration::from_secs(3),
                 guard: GuardConfig {
                     max_uri_bytes: 1024,
@@ -266,6 +287,16 @@ mod tests {
                 },
             }
         );
+    }
+
+    #[test]
+    fn a_log_format_is_json_or_human() {
+        assert_eq!(
+            config(&[("MAPI_LOG_FORMAT", "JSON")]).expect("json").log_format,
+            Some(crate::LogFormat::Json)
+        );
+        let e = config(&[("MAPI_LOG_FORMAT", "pretty")]).expect_err("unknown");
+        assert_eq!(e.to_string(), "MAPI_LOG_FORMAT `pretty`: use json or human");
     }
 
     #[test]

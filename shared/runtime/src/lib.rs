@@ -26,8 +26,8 @@ pub use crate::http::{
     API_VERSION, BuildInfo, OPENMETRICS_CONTENT_TYPE, UNMATCHED_ROUTE, common_routes, instrument,
 };
 pub use crate::logging::{
-    CloudLogFormat, HTTP_REQUEST, SPAN_ID, SpanFieldsLayer, TRACE_ID, TRACE_SAMPLED, init_logging,
-    init_logging_to, subscriber,
+    CloudLogFormat, HTTP_REQUEST, HUMAN_QUIET, HumanFormat, LogFormat, SPAN_ID, SpanFieldsLayer, TRACE_ID,
+    TRACE_SAMPLED, init_logging, init_logging_as, init_logging_to, subscriber,
 };
 pub use crate::serve::{serve, shutdown_signal};
 
@@ -81,7 +81,12 @@ pub enum RunError {
 /// `0.0.0.0:$PORT` and returns after SIGTERM or SIGINT once drained.
 pub async fn run(info: ServiceInfo, metrics: Metrics, router: Router) -> Result<(), RunError> {
     let config = RuntimeConfig::from_env()?;
-    init_logging(info.name, config.project_id.as_deref(), &config.log_filter);
+    match config.log_format {
+        Some(LogFormat::Human) => {
+            init_logging_as(LogFormat::Human, info.name, &config.log_filter, std::io::stdout)
+        }
+        _ => init_logging(info.name, config.project_id.as_deref(), &config.log_filter),
+    }
     let build = BuildInfo::new(info);
     let app = instrument(router.merge(common_routes(build.clone(), metrics.clone())), metrics);
     let addr = SocketAddr::from(([0, 0, 0, 0], config.port));

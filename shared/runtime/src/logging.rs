@@ -270,6 +270,79 @@ impl Visit for FieldList {
     }
 }
 
+/// How log lines look (`MAPI_LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One Cloud Logging JSON object per line.
+    Json,
+    /// A short line per event for a person at a terminal: the time, the
+    /// level, the message and the event's own fields (no span fields, no
+    /// request record). Request lines are left to `debug`.
+    Human,
+}
+
+/// The filter a human log adds: a line per HTTP request only when asked
+/// for (`MAPI_LOG=debug`), failed requests still shown.
+pub const HUMAN_QUIET: &str = "mapi_runtime::http=warn";
+
+/// Installs the global subscriber for `format`, writing to `writer`
+/// ([`init_logging_to`] for JSON). Only the first call has any effect.
+pub fn init_logging_as<W>(format: LogFormat, service: &str, filter: &str, writer: W)
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    if format == LogFormat::Json {
+        return init_logging_to(service, None, filter, writer);
+    }
+    INIT.call_once(|| {
+        let env_filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+        let subscriber = tracing_subscriber::fmt()
+            .event_format(HumanFormat { clock: Arc::new(SystemClock) })
+            .with_env_filter(env_filter)
+            .with_writer(writer)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+}
+
+/// Formats each event as `HH:MM:SS LEVEL message key=value …`.
+#[derive(Debug, Clone)]
+pub struct HumanFormat {
+    pub clock: Arc<dyn Clock>,
+}
+
+impl HumanFormat {
+    fn line(&self, level: Level, mut fields: FieldList) -> String {
+        let message = fields.take("message").map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned));
+        let _ = fields.take(HTTP_REQUEST);
+        let time = self.clock.now().to_rfc3339();
+        let hms = time.get(11..19).unwrap_or(&time);
+        let mut line = format!("{hms} {:<5} {}", level.as_str(), message.unwrap_or_default());
+        for (name, value) in fields.0 {
+            let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+            line.push_str(&format!(" {name}={text}"));
+        }
+        line
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for HumanFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut fields = FieldList::default();
+        event.record(&mut fields);
+        writeln!(writer, "{}", self.line(*event.metadata().level(), fields))
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::io;
@@ -453,5 +526,22 @@ pub(crate) mod tests {
         let time = lines[0]["time"].as_str().expect("time is a string");
         Timestamp::parse_rfc3339(time).expect("time is RFC 3339");
         assert!(time.ends_with('Z'), "{time}");
+    }
+
+    #[test]
+    fn a_human_line_is_the_time_level_message_and_the_events_own_fields() {
+        let clock = Arc::new(mapi_clock::VirtualClock::new(
+            mapi_domain::Timestamp::parse_rfc3339("2026-12-02T02:31:07Z").expect("time"),
+        ));
+        let format = HumanFormat { clock };
+        let mut fields = FieldList::default();
+        fields.set("message", Value::from("run queued → running"));
+        fields.set("run", Value::from("run_01"));
+        fields.set("attempt", Value::from(1));
+        fields.set(HTTP_REQUEST, Value::from("{\"status\":200}"));
+        assert_eq!(
+            format.line(Level::INFO, fields),
+            "02:31:07 INFO  run queued → running run=run_01 attempt=1"
+        );
     }
 }
