@@ -391,6 +391,9 @@ pub fn describe_run(r: &RunView) -> String {
             p.message.clone().unwrap_or_default()
         ));
     }
+    if let Some(w) = &r.waiting {
+        out.push_str(&format!("waiting   since {}: {}\n", w.since, w.reason));
+    }
     if let Some(e) = &r.error {
         out.push_str(&format!("error     {}: {}\n", e.code, e.message));
     }
@@ -439,17 +442,20 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
         if !ctx.json {
             let fraction = r.progress.as_ref().map_or(0.0, |p| p.fraction).clamp(0.0, 1.0);
             let filled = (fraction * 30.0).round() as usize;
-            let message = r.progress.as_ref().and_then(|p| p.message.clone()).unwrap_or_default();
+            let message = match &r.waiting {
+                Some(w) => format!("waiting: {}", w.reason),
+                None => r.progress.as_ref().and_then(|p| p.message.clone()).unwrap_or_default(),
+            };
             let line = format!(
                 "\r[{}{}] {:>3.0}% {:<11} {}",
                 "#".repeat(filled),
                 ".".repeat(30 - filled),
                 fraction * 100.0,
                 r.state.as_str(),
-                truncate(&message, 40)
+                truncate(&message, if r.waiting.is_some() { 80 } else { 40 })
             );
             if line != last_line {
-                eprint!("{line:<90}");
+                eprint!("{line:<130}");
                 let _ = std::io::stderr().flush();
                 last_line = line;
             }

@@ -158,6 +158,8 @@ async fn verified_runs_wait_for_fresh_evidence_of_exactly_the_current_caps_and_n
     assert!(b["detail"].as_str().unwrap_or_default().contains("too old"), "{b}");
     let run = r.p.call(&owner, Method::GET, &format!("/v1/runs/{later}"), None).await.1;
     assert_eq!(run["state"], "queued", "waiting, not failed: {run}");
+    let why = run["waiting"]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("shared tiers are not open") && why.contains("too old"), "the run says why: {run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,11 +189,22 @@ async fn the_operators_switch_holds_every_tier_and_every_change_is_audited() {
     let (s, b) = r.p.dispatch(&id, AttemptNo::FIRST).await;
     assert_eq!(s, 503, "even internal runs wait while the executor is disabled: {b}");
     assert!(b["detail"].as_str().unwrap_or_default().contains("INC-42"), "{b}");
+    let run = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
+    assert_eq!(
+        run["waiting"]["reason"], "executor scripted is disabled by an operator: INC-42 containment",
+        "the run says why it waits: {run}"
+    );
+    let since = run["waiting"]["since"].clone();
+    assert_eq!(r.p.dispatch(&id, AttemptNo::FIRST).await.0, 503);
+    let run = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
+    assert_eq!(run["waiting"]["since"], since, "the same wait keeps its start");
 
     let (s, _) =
         r.p.call(&r.operator, Method::PUT, path, Some(json!({"enabled": true, "reason": "resolved"}))).await;
     assert_eq!(s, 200);
     assert_eq!(r.p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
+    let run = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
+    assert!(run.get("waiting").is_none(), "a placed run waits for nothing: {run}");
 
     let (_, log) = r.p.call(&r.operator, Method::GET, "/v1/admin/audit", None).await;
     let actions: Vec<&str> = log["entries"]

@@ -65,6 +65,10 @@ pub struct RunView {
     pub created_by: UserId,
     pub error: Option<RunError>,
     pub stalled: bool,
+    /// Why a queued run is not placed yet (the executor switched off, the
+    /// shared-tier gate, the spend cap), and since when; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitingView>,
     #[schema(value_type = Option<Object>)]
     pub progress: Option<Summary>,
     pub attempts: Vec<AttemptView>,
@@ -73,6 +77,13 @@ pub struct RunView {
     /// The model version the run's outputs were sealed into, once it succeeded.
     pub model_version: Option<ModelVersionId>,
     pub cost: CostView,
+}
+
+/// What holds a queued run back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WaitingView {
+    pub reason: String,
+    pub since: Timestamp,
 }
 
 /// A run in a listing.

@@ -360,6 +360,20 @@ pub fn request_cancel(
     Ok(step)
 }
 
+/// Records why a queued run is held back (`None`: nothing holds it now).
+/// Written only when the reason changes, so a run held for hours by the
+/// same thing keeps the time it began to wait; a run that left `queued`
+/// is not marked.
+pub fn mark_waiting(mut run: RunDoc, reason: Option<String>, now: Timestamp) -> Step {
+    let mut step = Step::default();
+    if run.state() != RunState::Queued || run.waiting().map(|w| &w.reason) == reason.as_ref() {
+        return step;
+    }
+    run.set_waiting(reason.map(|reason| crate::run::Waiting { reason, since: now }));
+    step.put_run(run);
+    step
+}
+
 /// Marks whether a running attempt has gone quiet (informational only: the
 /// executor, not the events, decides whether it is alive).
 pub fn mark_stalled(mut run: RunDoc, stalled: bool) -> Step {

@@ -24,7 +24,7 @@ pub mod verdict;
 mod tests;
 
 pub use commands::{FollowUp, Step};
-pub use run::{NewRun, RunDoc};
+pub use run::{NewRun, RunDoc, Waiting};
 pub use verdict::{Decided, Rules, verdict};
 
 use mapi_api::views::RunSummary;

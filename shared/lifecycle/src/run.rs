@@ -72,6 +72,18 @@ pub struct RunDoc {
     /// What the run holds until it ends (a concurrent slot, reserved vCPU-seconds).
     #[serde(default)]
     reservation: Option<Reservation>,
+    /// Why a queued run is not placed yet, when something holds it
+    /// (informational: cleared as it leaves `queued`).
+    #[serde(default)]
+    waiting: Option<Waiting>,
+}
+
+/// What holds a queued run back, and since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// A sentence: what holds the run and what would let it go.
+    pub reason: String,
+    pub since: Timestamp,
 }
 
 impl Doc for RunDoc {
@@ -129,6 +141,7 @@ impl RunDoc {
             stalled: false,
             token: new.token,
             reservation,
+            waiting: None,
         }
     }
 
@@ -172,6 +185,15 @@ impl RunDoc {
         self.error.as_ref()
     }
 
+    /// Why the queued run waits, if something holds it.
+    pub fn waiting(&self) -> Option<&Waiting> {
+        self.waiting.as_ref()
+    }
+
+    pub(crate) fn set_waiting(&mut self, waiting: Option<Waiting>) {
+        self.waiting = waiting;
+    }
+
     /// The token the run was submitted with (public id), if any.
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()
@@ -195,6 +217,9 @@ impl RunDoc {
         self.history.push(t.clone());
         self.state = to;
         self.updated_at = at;
+        if to != RunState::Queued {
+            self.waiting = None;
+        }
         Ok(t)
     }
 

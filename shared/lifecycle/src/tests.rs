@@ -607,6 +607,31 @@ fn stalled_is_written_only_when_it_changes() {
 }
 
 #[test]
+fn a_wait_is_written_when_its_reason_changes_and_ends_as_the_run_leaves_the_queue() {
+    let why = "executor local-process is disabled by an operator: INC-42".to_owned();
+    let step = commands::mark_waiting(queued(), Some(why.clone()), at(1));
+    let waiting = step.run().cloned().expect("written");
+    assert_eq!(waiting.waiting().map(|w| (w.reason.as_str(), w.since)), Some((why.as_str(), at(1))));
+    assert!(step.transition.is_none(), "a wait moves no state");
+    assert!(
+        commands::mark_waiting(waiting.clone(), Some(why), at(9)).is_empty(),
+        "the same reason keeps its time"
+    );
+    let cleared = commands::mark_waiting(waiting.clone(), None, at(9));
+    assert_eq!(cleared.run().map(RunDoc::waiting), Some(None));
+    let claimed =
+        match commands::claim(Some(waiting), None, AttemptNo::FIRST, &intent(), at(10)).expect("legal") {
+            Claim::Mine { run, .. } => *run,
+            other => panic!("not claimed: {other:?}"),
+        };
+    assert_eq!(claimed.waiting(), None, "a dispatching run waits for nothing");
+    assert!(
+        commands::mark_waiting(claimed, Some("late".into()), at(11)).is_empty(),
+        "only a queued run waits"
+    );
+}
+
+#[test]
 fn the_stored_form_keeps_its_field_names() {
     let run = queued();
     let fields = mapi_store::encode(&run).expect("encode");

@@ -107,6 +107,9 @@ fn assemble(
         created_by: run.created_by().clone(),
         error: run.error().cloned(),
         stalled: run.stalled(),
+        waiting: run
+            .waiting()
+            .map(|w| mapi_api::views::WaitingView { reason: w.reason.clone(), since: w.since }),
         progress: summary,
         attempts,
         history: run.history().to_vec(),

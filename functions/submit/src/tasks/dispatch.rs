@@ -101,10 +101,12 @@ pub async fn handle(
     {
         if let Some((wait, why)) = crate::quota::compute_stopped(&state, run.tenant()).await? {
             tracing::warn!(run = %run.id(), "{why}");
+            note_wait(&state, &run, &why).await?;
             return Err(ApiError::unavailable(why, wait.min(3600)));
         }
         if let Some((wait, why)) = hold(&state, &run).await? {
             tracing::info!(run = %run.id(), "{why}");
+            note_wait(&state, &run, &why).await?;
             return Err(ApiError::unavailable(why, wait));
         }
     }
@@ -191,6 +193,22 @@ pub async fn handle(
             Err(ApiError::unavailable(format!("the executor did not start the attempt: {e}"), retry))
         }
     }
+}
+
+/// Records on the run why it waits, so `runs get` and the API can say it
+/// (once per reason: a run held for hours by one thing is written once).
+async fn note_wait(state: &AppState, seen: &RunDoc, why: &str) -> Result<(), ApiError> {
+    if seen.waiting().is_some_and(|w| w.reason == why) {
+        return Ok(());
+    }
+    let now = state.clock.now();
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if let Some(run) = tx_get::<RunDoc>(&mut tx, seen.id().as_str()).await? {
+            commands::mark_waiting(run, Some(why.to_owned()), now).write(&mut tx)?;
+        }
+        Ok(tx.finish(()))
+    })
+    .await
 }
 
 /// How long a run held back by the executor's switch or the shared-tier
