@@ -502,8 +502,10 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                         v["class"].as_str().unwrap_or("?"),
                         v["timeout_s"]
                     );
+                    let wait =
+                        v["would_wait"].as_str().map(|w| format!("would wait: {w}\n")).unwrap_or_default();
                     if admitted {
-                        format!("would be admitted; {estimate}\n")
+                        format!("would be admitted; {estimate}\n{wait}")
                     } else {
                         format!(
                             "would be refused ({}): {}\n{estimate}\n",

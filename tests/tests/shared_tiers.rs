@@ -189,6 +189,15 @@ async fn the_operators_switch_holds_every_tier_and_every_change_is_audited() {
     let (s, b) = r.p.dispatch(&id, AttemptNo::FIRST).await;
     assert_eq!(s, 503, "even internal runs wait while the executor is disabled: {b}");
     assert!(b["detail"].as_str().unwrap_or_default().contains("INC-42"), "{b}");
+    let queued = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
+    let again = json!({"method": "describe", "dataset": queued["dataset"]});
+    let (s, dry) =
+        r.p.call(&dev, Method::POST, "/v1/tenants/dev/projects/default/runs?dry_run=true", Some(again)).await;
+    assert_eq!((s, dry["admitted"].as_bool()), (200, Some(true)), "{dry}");
+    assert_eq!(
+        dry["would_wait"], "executor scripted is disabled by an operator: INC-42 containment",
+        "{dry}"
+    );
     let run = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
     assert_eq!(
         run["waiting"]["reason"], "executor scripted is disabled by an operator: INC-42 containment",

@@ -30,6 +30,7 @@
 
 pub mod api;
 pub mod job_store;
+mod placement;
 mod quota;
 pub mod tasks;
 

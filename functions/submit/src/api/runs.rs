@@ -101,6 +101,9 @@ pub struct DryRunView {
     pub admitted: bool,
     /// The first limit the run would exceed, when not admitted.
     pub refusal: Option<DryRunRefusal>,
+    /// What would hold an admitted run in the queue now (the executor's
+    /// switch, the shared-tier gate, the spend cap), as `waiting` would say it.
+    pub would_wait: Option<String>,
     pub method: String,
     pub class: mapi_domain::ResourceClass,
     pub timeout_s: u32,
@@ -182,7 +185,8 @@ pub async fn submit(
         .into_doc(now, &*state.entropy);
     if q.dry_run {
         let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
-        return Ok(Json(dry_run(run, plan.err())).into_response());
+        let held = crate::placement::held(&state, &tenant).await?.map(|(_, why)| why);
+        return Ok(Json(dry_run(run, plan.err(), held)).into_response());
     }
     let request = quota::Request {
         caller: &caller,
@@ -228,7 +232,7 @@ async fn replayed(state: &AppState, id: RunId) -> Result<axum::response::Respons
 
 /// What a dry run answers: a refusal is the answer, not a denial (a
 /// question, not a request).
-fn dry_run(run: &NewRun, refusal: Option<mapi_quota::Refusal>) -> DryRunView {
+fn dry_run(run: &NewRun, refusal: Option<mapi_quota::Refusal>, would_wait: Option<String>) -> DryRunView {
     let refusal = refusal.map(|r| DryRunRefusal {
         code: quota::problem_code(r.code),
         level: r.level.as_str().to_owned(),
@@ -240,6 +244,7 @@ fn dry_run(run: &NewRun, refusal: Option<mapi_quota::Refusal>) -> DryRunView {
         dry_run: true,
         admitted: refusal.is_none(),
         refusal,
+        would_wait,
         method: run.method.clone(),
         class: run.class,
         timeout_s: run.timeout_s,

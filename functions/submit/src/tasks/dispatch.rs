@@ -99,12 +99,7 @@ pub async fn handle(
     if let Some(run) = mapi_schema::get::<RunDoc>(&*state.store, task.run.as_str()).await?
         && run.state() == RunState::Queued
     {
-        if let Some((wait, why)) = crate::quota::compute_stopped(&state, run.tenant()).await? {
-            tracing::warn!(run = %run.id(), "{why}");
-            note_wait(&state, &run, &why).await?;
-            return Err(ApiError::unavailable(why, wait.min(3600)));
-        }
-        if let Some((wait, why)) = hold(&state, &run).await? {
+        if let Some((wait, why)) = crate::placement::held(&state, run.tenant()).await? {
             tracing::info!(run = %run.id(), "{why}");
             note_wait(&state, &run, &why).await?;
             return Err(ApiError::unavailable(why, wait));
@@ -209,49 +204,6 @@ async fn note_wait(state: &AppState, seen: &RunDoc, why: &str) -> Result<(), Api
         Ok(tx.finish(()))
     })
     .await
-}
-
-/// How long a run held back by the executor's switch or the shared-tier
-/// gate waits before the queue offers it again.
-const HOLD_RETRY_S: u64 = 300;
-
-/// Why a queued run may not be placed on the executor now, if it may not:
-/// the operators disabled the executor, or the run's tenant is `verified`
-/// or `public` and the shared-tier gate is closed. Such runs wait in the
-/// queue; they never fail for it.
-async fn hold(state: &AppState, run: &RunDoc) -> Result<Option<(u64, String)>, ApiError> {
-    let caps = state.executor.capabilities();
-    let doc = mapi_schema::get::<mapi_schema::ExecutorDoc>(&*state.store, &caps.executor).await?;
-    if let Some(d) = doc.as_ref().filter(|d| !d.enabled) {
-        let reason = d.reason.clone().unwrap_or_default();
-        return Ok(Some((
-            HOLD_RETRY_S,
-            format!("executor {} is disabled by an operator: {reason}", caps.executor),
-        )));
-    }
-    let tier = mapi_schema::get::<mapi_schema::TenantDoc>(&*state.store, run.tenant().as_str())
-        .await?
-        .map(|t| t.tier);
-    if !matches!(tier, Some(mapi_domain::Tier::Verified | mapi_domain::Tier::Public)) {
-        return Ok(None);
-    }
-    let evidence = doc.and_then(|d| d.evidence);
-    let gate = mapi_executor::evidence::shared_tier_gate(
-        &caps,
-        evidence.as_ref(),
-        state.clock.now(),
-        state.config.evidence_max_age,
-    );
-    if gate.shared_tiers_enabled {
-        return Ok(None);
-    }
-    Ok(Some((
-        HOLD_RETRY_S,
-        format!(
-            "shared tiers are not open on executor {}: {}; the run waits in the queue",
-            caps.executor, gate.message
-        ),
-    )))
 }
 
 /// How many lease lengths one stuck submit may keep its attempt.
