@@ -98,12 +98,11 @@ pub async fn handle(
 
     if let Some(run) = mapi_schema::get::<RunDoc>(&*state.store, task.run.as_str()).await?
         && run.state() == RunState::Queued
+        && let Some((wait, why)) = crate::placement::held(&state, run.tenant()).await?
     {
-        if let Some((wait, why)) = crate::placement::held(&state, run.tenant()).await? {
-            tracing::info!(run = %run.id(), "{why}");
-            note_wait(&state, &run, &why).await?;
-            return Err(ApiError::unavailable(why, wait));
-        }
+        tracing::info!(run = %run.id(), "{why}");
+        note_wait(&state, &run, &why).await?;
+        return Err(ApiError::unavailable(why, wait));
     }
     let claim = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let run = tx_get::<RunDoc>(&mut tx, task_ref.run.as_str()).await?;
