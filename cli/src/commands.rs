@@ -336,10 +336,11 @@ async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
             let (t, p) = ctx.scope(&scope)?;
             let page: DatasetPage = ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/datasets")).await?;
             ctx.print(&page, || {
-                let mut out =
-                    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", "ID", "NAME", "ROWS", "BYTES", "COLUMNS");
-                page.datasets.iter().for_each(|d| out.push_str(&dataset_row(d)));
-                out
+                crate::output::listing(
+                    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", "ID", "NAME", "ROWS", "BYTES", "COLUMNS"),
+                    page.datasets.iter().map(dataset_row),
+                    "no datasets yet: mapi datasets upload FILE.csv",
+                )
             })?;
         }
         DatasetsCmd::Get { id, scope } => {
@@ -434,7 +435,7 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
     loop {
         let r: RunView = ctx.client.get(&format!("/v1/runs/{id}")).await?;
         if r.state.is_terminal() {
-            if !ctx.json && !last_line.is_empty() {
+            if !ctx.json && !last_line.is_empty() && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
                 eprintln!();
             }
             return Ok(r);
@@ -455,7 +456,12 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
                 truncate(&message, if r.waiting.is_some() { 80 } else { 40 })
             );
             if line != last_line {
-                eprint!("{line:<130}");
+                // A terminal redraws one line; a file or pipe gets a line per change.
+                if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                    eprint!("{line:<130}");
+                } else {
+                    eprintln!("{}", line.trim_start_matches('\r').trim_end());
+                }
                 let _ = std::io::stderr().flush();
                 last_line = line;
             }
@@ -554,12 +560,12 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             }
             let page: RunPage = ctx.client.send(req).await?;
             ctx.print(&page, || {
-                let mut out = format!(
+                let header = format!(
                     "{:<31} {:<16} {:<11} {:<5} {:>3} {:<28} {:>16}\n",
                     "ID", "METHOD", "STATE", "CLASS", "ATT", "CREATED", "CHARGED"
                 );
-                for r in &page.runs {
-                    out.push_str(&format!(
+                let rows = page.runs.iter().map(|r| {
+                    format!(
                         "{:<31} {:<16} {:<11} {:<5} {:>3} {:<28} {:>16}\n",
                         r.id,
                         truncate(&r.method, 16),
@@ -568,9 +574,10 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                         r.attempt.0,
                         r.created_at.to_string(),
                         money(r.charged_micros, "USD")
-                    ));
-                }
-                out
+                    )
+                });
+                let empty = "no runs yet: mapi runs submit --method describe --dataset ds_… --watch";
+                crate::output::listing(header, rows, empty)
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -216,12 +216,12 @@ pub async fn run(
         }
         EndpointsCmd::Ls { at } => {
             let page: EndpointPage = client.get(&base(at)?).await?;
-            let mut out = format!(
+            let header = format!(
                 "{:<24} {:<10} {:<30} {:<4} {:<14} {:>8}\n",
                 "ALIAS", "STATUS", "MODEL VERSION", "HW", "REGION", "SCORES"
             );
-            for e in &page.endpoints {
-                out.push_str(&format!(
+            let rows = page.endpoints.iter().map(|e| {
+                format!(
                     "{:<24} {:<10} {:<30} {:<4} {:<14} {:>8}\n",
                     e.alias,
                     e.status.as_str(),
@@ -229,11 +229,10 @@ pub async fn run(
                     e.accelerator.as_str(),
                     e.region,
                     e.usage.requests
-                ));
-            }
-            if page.endpoints.is_empty() {
-                out.push_str("(no endpoints: serve a model version with `mapi endpoints create ALIAS --model-version mv_…`)\n");
-            }
+                )
+            });
+            let empty = "no endpoints yet: mapi endpoints create ALIAS --model-version mv_…";
+            let out = crate::output::listing(header, rows, empty);
             print(json, &page, || out)?;
         }
         EndpointsCmd::Get { alias, at } => {

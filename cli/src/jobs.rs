@@ -86,20 +86,29 @@ fn exit_for(v: &Value) -> ExitCode {
 }
 
 async fn watch(client: &Client, id: &str, quiet: bool) -> Result<Value> {
+    // A terminal redraws one line; a file or pipe gets a line per change.
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut last = String::new();
     loop {
         let v: Value = client.get(&format!("/v1/jobs/{id}")).await?;
         if !quiet {
             let c = &v["counts"];
-            eprint!(
-                "\r{:<22} {}/{} done ({} failed)   ",
+            let line = format!(
+                "{:<22} {}/{} done ({} failed)",
                 v["state"].as_str().unwrap_or("?"),
                 c["succeeded"].as_u64().unwrap_or(0) + c["failed"].as_u64().unwrap_or(0),
                 c["total"],
                 c["failed"]
             );
+            match (terminal, line != last) {
+                (true, _) => eprint!("\r{line}   "),
+                (false, true) => eprintln!("{line}"),
+                (false, false) => {}
+            }
+            last = line;
         }
         if is_final(&v) {
-            if !quiet {
+            if !quiet && terminal {
                 eprintln!();
             }
             return Ok(v);

@@ -63,20 +63,22 @@ pub async fn run(
                 .request(Method::GET, &format!("/v1/tenants/{t}/projects/{p}/model-versions"))
                 .query(&[("page_size", limit.to_string())]);
             let page: ModelVersionPage = client.send(req).await?;
-            let mut out = format!(
+            let header = format!(
                 "{:<30} {:<31} {:<16} {:>9}  {:<28}\n",
                 "ID", "RUN", "METHOD", "ARTIFACTS", "CREATED"
             );
-            for v in &page.model_versions {
-                out.push_str(&format!(
+            let rows = page.model_versions.iter().map(|v| {
+                format!(
                     "{:<30} {:<31} {:<16} {:>9}  {:<28}\n",
                     v.id,
                     v.run,
                     v.method,
                     v.artifact_count,
                     v.created_at.to_string()
-                ));
-            }
+                )
+            });
+            let empty = "no model versions yet: each succeeded run makes one (mapi runs submit …)";
+            let out = crate::output::listing(header, rows, empty);
             print(json, &page, || out)?;
         }
         VersionsCmd::Get { id } => {

@@ -32,3 +32,23 @@ pub fn line(text: &str) -> Result<()> {
 pub fn print<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce() -> String) -> Result<()> {
     if json { line(&serde_json::to_string_pretty(value)?) } else { write(&human()) }
 }
+
+/// A table: `header` and its `rows` (each ending in a newline), or, when
+/// there are no rows, `empty` alone (what to do to have some), never a
+/// header over nothing.
+pub fn listing(header: String, rows: impl IntoIterator<Item = String>, empty: &str) -> String {
+    let rows: String = rows.into_iter().collect();
+    if rows.is_empty() { format!("{empty}\n") } else { header + &rows }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listing;
+
+    #[test]
+    fn an_empty_listing_says_what_to_do_instead_of_a_bare_header() {
+        let empty = listing("ID\n".into(), Vec::<String>::new(), "no runs yet: mapi runs submit …");
+        assert_eq!(empty, "no runs yet: mapi runs submit …\n");
+        assert_eq!(listing("ID\n".into(), vec!["r1\n".to_owned()], "none"), "ID\nr1\n");
+    }
+}

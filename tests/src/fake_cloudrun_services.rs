@@ -1109,70 +1109,81 @@ impl Shared {
                 v.to_owned()
             }
         };
-        let port = crate::free_port();
-        let mut cmd = tokio::process::Command::new(&self.server.program);
-        cmd.args(&self.server.args)
-            .args(container["args"].as_array().into_iter().flatten().filter_map(Value::as_str))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-            .envs(container["env"].as_array().into_iter().flatten().map(|e| {
-                (
-                    e["name"].as_str().unwrap_or_default().to_owned(),
-                    in_root(e["value"].as_str().unwrap_or_default()),
-                )
-            }))
-            .env("PORT", port.to_string())
-            .env("K_SERVICE", &service_id)
-            .env("K_REVISION", &id)
-            .env("K_CONFIGURATION", &service_id)
-            .current_dir(&root)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child =
-            cmd.spawn().map_err(|e| format!("{not_ready} The container could not be started: {e}"))?;
-        if let Some(err) = child.stderr.take() {
-            let last = last_line.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(err).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if !line.trim().is_empty() {
-                        *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = line;
+        let mut attempt = 0;
+        let (mut child, port) = 'start: loop {
+            attempt += 1;
+            let port = crate::free_port();
+            let mut cmd = tokio::process::Command::new(&self.server.program);
+            cmd.args(&self.server.args)
+                .args(container["args"].as_array().into_iter().flatten().filter_map(Value::as_str))
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+                .envs(container["env"].as_array().into_iter().flatten().map(|e| {
+                    (
+                        e["name"].as_str().unwrap_or_default().to_owned(),
+                        in_root(e["value"].as_str().unwrap_or_default()),
+                    )
+                }))
+                .env("PORT", port.to_string())
+                .env("K_SERVICE", &service_id)
+                .env("K_REVISION", &id)
+                .env("K_CONFIGURATION", &service_id)
+                .current_dir(&root)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true);
+            let mut child =
+                cmd.spawn().map_err(|e| format!("{not_ready} The container could not be started: {e}"))?;
+            if let Some(err) = child.stderr.take() {
+                let last = last_line.clone();
+                tokio::spawn(async move {
+                    let mut lines = BufReader::new(err).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        if !line.trim().is_empty() {
+                            *last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = line;
+                        }
                     }
+                });
+            }
+            let probe = &container["startupProbe"];
+            let path = probe["httpGet"]["path"].as_str().unwrap_or("/").to_owned();
+            let secs = |k: &str, d: u64| probe[k].as_u64().unwrap_or(d);
+            let budget = Duration::from_secs(
+                secs("initialDelaySeconds", 0) + secs("failureThreshold", 3) * secs("periodSeconds", 10),
+            );
+            let deadline = Instant::now() + budget;
+            let url = format!("http://127.0.0.1:{port}{path}");
+            let failed = |last_line: &Arc<Mutex<String>>| {
+                let line = last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                format!(
+                    "{not_ready} The user-provided container failed to start and listen on the port defined provided by the PORT={container_port} environment variable within the allocated timeout. This can happen when the container port is misconfigured or if the timeout is too short. The health check timeout can be extended. Logs for this revision might contain more information. Last log line: {line}"
+                )
+            };
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    // Let the stderr reader take the last lines.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // The free port was taken by another process between our
+                    // check and the child's bind (a local race Cloud Run never
+                    // has): start the container again on another port.
+                    let clash = last_line.lock().is_ok_and(|l| l.contains("Address already in use"));
+                    if clash && attempt < PORT_ATTEMPTS {
+                        continue 'start;
+                    }
+                    return Err(failed(&last_line));
                 }
-            });
-        }
-        let probe = &container["startupProbe"];
-        let path = probe["httpGet"]["path"].as_str().unwrap_or("/").to_owned();
-        let secs = |k: &str, d: u64| probe[k].as_u64().unwrap_or(d);
-        let budget = Duration::from_secs(
-            secs("initialDelaySeconds", 0) + secs("failureThreshold", 3) * secs("periodSeconds", 10),
-        );
-        let deadline = Instant::now() + budget;
-        let url = format!("http://127.0.0.1:{port}{path}");
-        let failed = |last_line: &Arc<Mutex<String>>| {
-            let line = last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-            format!(
-                "{not_ready} The user-provided container failed to start and listen on the port defined provided by the PORT={container_port} environment variable within the allocated timeout. This can happen when the container port is misconfigured or if the timeout is too short. The health check timeout can be extended. Logs for this revision might contain more information. Last log line: {line}"
-            )
+                let ok = self.http.get(&url).timeout(Duration::from_secs(2)).send().await;
+                if ok.is_ok_and(|r| r.status().is_success()) {
+                    break 'start (child, port);
+                }
+                if Instant::now() >= deadline {
+                    let _ = child.start_kill();
+                    return Err(failed(&last_line));
+                }
+                tokio::time::sleep(PROBE_EVERY).await;
+            }
         };
-        loop {
-            if let Ok(Some(_)) = child.try_wait() {
-                // Let the stderr reader take the last lines.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return Err(failed(&last_line));
-            }
-            let ok = self.http.get(&url).timeout(Duration::from_secs(2)).send().await;
-            if ok.is_ok_and(|r| r.status().is_success()) {
-                break;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.start_kill();
-                return Err(failed(&last_line));
-            }
-            tokio::time::sleep(PROBE_EVERY).await;
-        }
         let mut s = self.lock();
         match s.revisions.get_mut(rev) {
             Some(r) => r.instance = Some(Instance { child, port }),
@@ -1195,6 +1206,9 @@ impl Shared {
         }
     }
 }
+
+/// How many ports an instance's start tries when its port was taken.
+const PORT_ATTEMPTS: u32 = 3;
 
 /// A number for each instance's directory.
 static ROOTS: AtomicU64 = AtomicU64::new(0);

@@ -198,8 +198,24 @@ async fn serve_promote_and_roll_back(p: &TestPlatform) {
     assert!(metered > requests, "every score is metered, the last one too: {metered} of {scores}");
     assert!(scores["vcpu_ms"].as_u64().is_some_and(|ms| ms >= 100 * metered), "{scores}");
     assert_eq!(scores["gib_ms"].as_u64(), scores["vcpu_ms"].as_u64().map(|v| 2 * v), "{scores}");
-    let micros = scores["cost_micros"].as_i64().expect("cost");
-    assert!(micros * 1000 + 500 >= 3_300 * metered as i64, "{micros} µ$ for {metered} scores");
+    // The report is the ledger's entries, each rounded once; together they
+    // hold at least the fee and 100 ms of every score, in nano-units.
+    let q = Query::new(<mapi_schema::ScoreLedgerEntry as mapi_schema::Doc>::COLLECTION);
+    let entries: Vec<mapi_schema::ScoreLedgerEntry> = p
+        .platform
+        .state
+        .store
+        .query(&q, None)
+        .await
+        .expect("ledger")
+        .iter()
+        .map(|d| d.decode().expect("entry"))
+        .collect();
+    let nanos: u64 = entries.iter().map(|e| e.cost_nanos).sum();
+    assert!(nanos >= 3_300 * metered, "{nanos} nano-USD for {metered} scores");
+    let rounded: i64 = entries.iter().map(mapi_schema::ScoreLedgerEntry::cost_micros).sum();
+    assert_eq!(scores["cost_micros"].as_i64(), Some(rounded), "the report adds the entries: {scores}");
+    assert_eq!(entries.iter().map(|e| e.requests).sum::<u64>(), metered);
 
     let (s, e) = p.call(p.token(), Method::DELETE, &format!("{}/employment", endpoints(p)), None).await;
     assert_eq!((s, e["status"].as_str()), (202, Some("deleting")), "{e}");

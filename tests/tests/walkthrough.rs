@@ -149,6 +149,13 @@ async fn a_closed_pipe_a_typo_and_a_stopped_platform_get_plain_answers() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
 
+    let (code, out, err) = mapi(&p, &["runs", "ls"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "no runs yet: mapi runs submit --method describe --dataset ds_… --watch\n"),
+        "{err}"
+    );
+
     let (code, _, err) = mapi(&p, &["runs", "lst"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("similar subcommand") && err.contains("'ls'"), "{err}");
@@ -219,6 +226,11 @@ async fn readme_lines_work_as_printed() {
     );
     assert_eq!(code, 0, "{out}\n{err}");
     let job: Value = serde_json::from_str(&out).expect("json");
+    let (code, _, watched) =
+        mapi(&p, &["jobs", "submit", "text.stats", "--items", items.to_str().expect("path"), "--watch"]);
+    assert_eq!(code, 0, "{watched}");
+    assert!(watched.contains("1/1 done (0 failed)"), "{watched:?}");
+    assert!(!watched.contains('\r'), "no redrawn frames when stderr is not a terminal: {watched:?}");
     let (code, _, err) = mapi(&p, &["jobs", "cancel", job["id"].as_str().expect("id")]);
     assert_ne!(code, 0);
     assert!(err.contains("FAILED_PRECONDITION (409)"), "{err}");

@@ -33,6 +33,11 @@ use crate::{
     Scaling, ServiceSpec, ServiceState, Traffic, check_split, server_env,
 };
 
+/// What a server that lost its port to another process says (the OS's words).
+const PORT_TAKEN: &str = "Address already in use";
+/// How many ports a start tries.
+const PORT_ATTEMPTS: u32 = 3;
+
 /// How long a starting server may take to answer its health check.
 pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -246,7 +251,9 @@ impl Inner {
         let started = std::time::Instant::now();
         loop {
             if let Some(reason) = proc_exit() {
-                return Err(reason);
+                // Give the stderr reader a moment to take the last line, then ask again.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Err(proc_exit().unwrap_or(reason));
             }
             if let Ok(r) = self.http.get(&url).send().await
                 && r.status().is_success()
@@ -263,8 +270,21 @@ impl Inner {
         }
     }
 
-    /// Starts a revision's server if it does not run, and waits for it.
+    /// Starts a revision's server if it does not run, and waits for it,
+    /// again on another port when its port was taken before it bound it.
     async fn ensure(&self, service: &str, tag: &str) -> Result<u16, HostingError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.ensure_once(service, tag).await {
+                Err(HostingError::Unavailable(why))
+                    if why.contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => {}
+                other => return other,
+            }
+        }
+    }
+
+    async fn ensure_once(&self, service: &str, tag: &str) -> Result<u16, HostingError> {
         let key = (service.to_owned(), tag.to_owned());
         let port = {
             let mut s = self.services.lock().await;
@@ -308,40 +328,53 @@ impl Inner {
 
     /// Starts a new revision and records whether it became ready.
     async fn roll_out(self: &Arc<Self>, service: String, tag: String) {
-        let spawned = {
-            let mut s = self.services.lock().await;
-            let Some(stored) = s.stored.get(&service) else { return };
-            let Some(revision) = stored.revisions.iter().find(|r| r.tag == tag).cloned() else { return };
-            match self.spawn(&service, &revision) {
-                Ok(proc) => {
-                    let last = proc.last_line.clone();
-                    let port = proc.port;
-                    s.procs.insert((service.clone(), tag.clone()), proc);
-                    Ok((port, last))
-                }
-                Err(e) => Err(e.to_string()),
-            }
-        };
-        let outcome = match spawned {
-            Err(reason) => Rollout::Failed(reason),
-            Ok((port, last)) => {
-                let key = (service.clone(), tag.clone());
-                let exit = || {
-                    let mut s = self.services.try_lock().ok()?;
-                    let p = s.procs.get_mut(&key)?;
-                    match p.child.try_wait() {
-                        Ok(None) => None,
-                        Ok(Some(status)) => {
-                            let line = last.lock().map(|l| l.clone()).unwrap_or_default();
-                            Some(format!("the model server exited ({status}) before it was ready: {line}"))
-                        }
-                        Err(e) => Some(e.to_string()),
+        let mut attempt = 0;
+        let outcome = loop {
+            attempt += 1;
+            let spawned = {
+                let mut s = self.services.lock().await;
+                let Some(stored) = s.stored.get(&service) else { return };
+                let Some(revision) = stored.revisions.iter().find(|r| r.tag == tag).cloned() else { return };
+                match self.spawn(&service, &revision) {
+                    Ok(proc) => {
+                        let last = proc.last_line.clone();
+                        let port = proc.port;
+                        s.procs.insert((service.clone(), tag.clone()), proc);
+                        Ok((port, last))
                     }
-                };
-                match self.await_health(port, exit).await {
-                    Ok(()) => Rollout::Ready,
-                    Err(reason) => Rollout::Failed(reason),
+                    Err(e) => Err(e.to_string()),
                 }
+            };
+            let outcome = match spawned {
+                Err(reason) => Rollout::Failed(reason),
+                Ok((port, last)) => {
+                    let key = (service.clone(), tag.clone());
+                    let exit = || {
+                        let mut s = self.services.try_lock().ok()?;
+                        let p = s.procs.get_mut(&key)?;
+                        match p.child.try_wait() {
+                            Ok(None) => None,
+                            Ok(Some(status)) => {
+                                let line = last.lock().map(|l| l.clone()).unwrap_or_default();
+                                Some(format!(
+                                    "the model server exited ({status}) before it was ready: {line}"
+                                ))
+                            }
+                            Err(e) => Some(e.to_string()),
+                        }
+                    };
+                    match self.await_health(port, exit).await {
+                        Ok(()) => Rollout::Ready,
+                        Err(reason) => Rollout::Failed(reason),
+                    }
+                }
+            };
+            match &outcome {
+                // Its port was taken between our pick and its bind: another port.
+                Rollout::Failed(why) if why.contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => {
+                    self.services.lock().await.procs.remove(&(service.clone(), tag.clone()));
+                }
+                _ => break outcome,
             }
         };
         let mut s = self.services.lock().await;
