@@ -74,19 +74,42 @@ pub async fn score(
     };
     let plan = quota::admission(state, &request).await?;
     let tag = doc.choose(u32::from(draw) * 100 / 256).to_owned();
-    let route = state.hosting.route(&doc.service, Some(&tag)).await.map_err(hosting_error)?;
+    let answer = forward(state, &doc, &tag, body).await?;
+    let scored = Scored {
+        doc: &doc,
+        tag: &tag,
+        token: caller.token().map(|t| t.public_id()),
+        error: answer.status >= 500 || answer.bytes.is_none(),
+        elapsed: answer.elapsed,
+        shard: u32::from(shard),
+        seed: &seed,
+    };
+    meter(state, &scored, plan).await;
+    respond(&doc, &tag, answer)
+}
+
+/// What the model server answered, and how long it took.
+struct Answer {
+    status: u16,
+    /// `None` when no answer came.
+    bytes: Option<Bytes>,
+    content_type: Option<HeaderValue>,
+    elapsed: Duration,
+}
+
+/// Sends the rows to revision `tag` (with its ID token when it is private).
+async fn forward(state: &AppState, doc: &EndpointDoc, tag: &str, body: Bytes) -> Result<Answer, ApiError> {
+    let route = state.hosting.route(&doc.service, Some(tag)).await.map_err(hosting_error)?;
     let started = Instant::now();
-    let mut forward = state
+    let mut request = state
         .http
         .post(format!("{}{}", route.url, server_env::PREDICT_PATH))
         .header(header::CONTENT_TYPE, "application/json")
         .body(body);
     if let Some(a) = &route.authorization {
-        forward = forward.header(header::AUTHORIZATION, a);
+        request = request.header(header::AUTHORIZATION, a);
     }
-    let answer = forward.send().await;
-    let elapsed = started.elapsed();
-    let (status, bytes, content_type) = match answer {
+    let (status, bytes, content_type) = match request.send().await {
         Ok(r) => {
             let status = r.status().as_u16();
             let ct = r.headers().get(header::CONTENT_TYPE).cloned();
@@ -94,29 +117,27 @@ pub async fn score(
         }
         Err(_) => (503, None, None),
     };
-    let scored = Scored {
-        doc: &doc,
-        tag: &tag,
-        token: caller.token().map(|t| t.public_id()),
-        error: status >= 500 || bytes.is_none(),
-        elapsed,
-        shard: u32::from(shard),
-        seed: &seed,
-    };
-    meter(state, &scored, plan).await;
-    let Some(bytes) = bytes.filter(|_| status < 500) else {
+    Ok(Answer { status, bytes, content_type, elapsed: started.elapsed() })
+}
+
+/// The model server's answer, as the caller gets it: its status, body and
+/// type, and which revision and version answered; a server that did not
+/// answer is a 503 to retry.
+fn respond(doc: &EndpointDoc, tag: &str, answer: Answer) -> Result<Response, ApiError> {
+    let Some(bytes) = answer.bytes.filter(|_| answer.status < 500) else {
         return Err(ApiError::unavailable(
             format!("the model server of {} did not answer: retry", doc.alias),
             1,
         ));
     };
-    let mut resp = (StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), bytes).into_response();
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = (status, bytes).into_response();
     let h = resp.headers_mut();
-    if let Some(ct) = content_type {
+    if let Some(ct) = answer.content_type {
         h.insert(header::CONTENT_TYPE, ct);
     }
-    let version = doc.revision(&tag).map(|r| r.model_version.to_string()).unwrap_or_default();
-    for (name, value) in [("x-mapi-revision", tag.as_str()), ("x-mapi-model-version", version.as_str())] {
+    let version = doc.revision(tag).map(|r| r.model_version.to_string()).unwrap_or_default();
+    for (name, value) in [("x-mapi-revision", tag), ("x-mapi-model-version", version.as_str())] {
         if let Ok(v) = HeaderValue::from_str(value) {
             h.insert(name, v);
         }
