@@ -131,9 +131,11 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
     let worker = mapi_platform::worker_command(config.worker_bin.as_deref(), true);
     let (home, accounts) = (config.home.clone(), config.dev_accounts.clone());
     let platform = DevPlatform::start(config, listener, worker).await?;
+    // Listening before the URL is printed: whoever reads it may stop us at once.
+    let stop = mapi_runtime::shutdown_signal();
     eprint!("{}", banner(&platform.url, &home, &accounts, format));
     crate::output::line(&platform.url)?;
-    mapi_runtime::shutdown_signal().await;
+    stop.await;
     eprintln!("mapi dev: stopping (executions keep running and are found at the next start)");
     platform.shutdown().await;
     Ok(ExitCode::SUCCESS)

@@ -67,25 +67,36 @@ pub async fn serve(
 /// implementing `Connected` for `SocketAddr` ourselves.
 fn keep_connect_info(_: &mut GuardedStream<TcpStream>) {}
 
-/// Resolves on the first SIGTERM (what Cloud Run sends) or SIGINT.
-pub async fn shutdown_signal() {
-    let name = tokio::select! {
-        name = wait_for(SignalKind::terminate(), "SIGTERM") => name,
-        name = wait_for(SignalKind::interrupt(), "SIGINT") => name,
-    };
-    tracing::info!(signal = name, "shutdown signal received");
+/// Resolves on the first SIGTERM (what Cloud Run sends) or SIGINT. It
+/// listens from the call, not from the first poll, so a signal that comes
+/// between the two (a supervisor that stops the process as soon as it has
+/// read its URL) still stops it gracefully.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
+    let term = wait_for(SignalKind::terminate(), "SIGTERM");
+    let int = wait_for(SignalKind::interrupt(), "SIGINT");
+    async move {
+        let name = tokio::select! {
+            name = term => name,
+            name = int => name,
+        };
+        tracing::info!(signal = name, "shutdown signal received");
+    }
 }
 
-/// Resolves when `kind` arrives; never, if it cannot be listened for.
-async fn wait_for(kind: SignalKind, name: &'static str) -> &'static str {
-    match signal(kind) {
-        Ok(mut stream) => {
-            stream.recv().await;
-            name
-        }
-        Err(e) => {
-            tracing::error!(signal = name, error = %e, "cannot listen for signal");
-            std::future::pending().await
+/// Resolves when `kind` arrives, listening from the call; never, if it
+/// cannot be listened for.
+fn wait_for(kind: SignalKind, name: &'static str) -> impl std::future::Future<Output = &'static str> + Send {
+    let stream = signal(kind);
+    async move {
+        match stream {
+            Ok(mut stream) => {
+                stream.recv().await;
+                name
+            }
+            Err(e) => {
+                tracing::error!(signal = name, error = %e, "cannot listen for signal");
+                std::future::pending().await
+            }
         }
     }
 }
