@@ -44,6 +44,23 @@
 //! API's REST JSON and injects 429s, lost answers, OOM kills and vanished
 //! executions.
 
+/// A client of the Admin API of type `$t` (Jobs, Services, …), for both
+/// adapters: it never retries (the adapters decide what a failed call
+/// means), talks to `$endpoint` when set (a fake's, in tests), and is
+/// anonymous only when asked; the build's error is a [`BuildError`].
+macro_rules! admin_client {
+    ($t:ty, $endpoint:expr, $credentials:expr) => {{
+        let mut b = <$t>::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
+        if let Some(e) = &$endpoint {
+            b = b.with_endpoint(e.clone());
+        }
+        if $credentials == Credentials::Anonymous {
+            b = b.with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
+        }
+        b.build().await.map_err(|e| BuildError(e.to_string()))?
+    }};
+}
+
 pub mod assumptions;
 pub mod gate;
 pub mod inventory;
@@ -129,21 +146,9 @@ impl CloudRunJobsExecutor {
         throttled_total: Counter,
     ) -> Result<CloudRunJobsExecutor, BuildError> {
         settings.validate().map_err(BuildError)?;
-        macro_rules! client {
-            ($t:ty) => {{
-                let mut b = <$t>::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
-                if let Some(e) = &settings.endpoint {
-                    b = b.with_endpoint(e.clone());
-                }
-                if credentials == Credentials::Anonymous {
-                    b = b.with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
-                }
-                b.build().await.map_err(|e| BuildError(e.to_string()))?
-            }};
-        }
-        let jobs = client!(Jobs);
-        let executions = client!(Executions);
-        let tasks = client!(Tasks);
+        let jobs = admin_client!(Jobs, settings.endpoint, credentials);
+        let executions = admin_client!(Executions, settings.endpoint, credentials);
+        let tasks = admin_client!(Tasks, settings.endpoint, credentials);
         Ok(CloudRunJobsExecutor {
             inner: Arc::new(Inner {
                 inventory: Inventory::new(&settings),

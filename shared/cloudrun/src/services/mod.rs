@@ -141,20 +141,8 @@ impl CloudRunHosting {
         clock: Arc<dyn Clock>,
     ) -> Result<CloudRunHosting, BuildError> {
         settings.validate().map_err(BuildError)?;
-        macro_rules! client {
-            ($t:ty) => {{
-                let mut b = <$t>::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
-                if let Some(e) = &settings.endpoint {
-                    b = b.with_endpoint(e.clone());
-                }
-                if credentials == Credentials::Anonymous {
-                    b = b.with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
-                }
-                b.build().await.map_err(|e| BuildError(e.to_string()))?
-            }};
-        }
-        let services = client!(Services);
-        let revisions = client!(Revisions);
+        let services = admin_client!(Services, settings.endpoint, credentials);
+        let revisions = admin_client!(Revisions, settings.endpoint, credentials);
         Ok(CloudRunHosting {
             inner: Arc::new(Inner {
                 settings,
