@@ -475,6 +475,15 @@ impl Executor for CloudRunJobsExecutor {
             Err(e) => Err(ExecutorError::Unavailable(format!("executions.cancel {handle}: {e}"))),
         }
     }
+
+    async fn logs(
+        &self,
+        _: &ExecutionHandle,
+        _: Option<&str>,
+        _: usize,
+    ) -> Result<mapi_executor::LogPage, ExecutorError> {
+        Err(ExecutorError::Unavailable("TODO(logs): Cloud Logging reader".to_owned()))
+    }
 }
 
 /// The status a finished execution is reported with (exported for tests of

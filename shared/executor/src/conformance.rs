@@ -195,6 +195,48 @@ pub async fn unknown_executions_are_not_found(h: &dyn Harness) {
         .expect("cancel of unknown succeeds");
 }
 
+/// What the tasks printed is read back a page at a time: every task's lines, none twice, the
+/// cursor at the end answering nothing new; unknown executions print nothing, and a cursor the
+/// executor did not give out is refused as such.
+pub async fn logs_page_through_what_the_tasks_printed(h: &dyn Harness) {
+    let a = attempt(11, Duration::from_secs(30), 2);
+    h.prepare(&a, Behaviour::Succeed).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+    let whole = read_logs(h, &handle, None, crate::MAX_LOG_PAGE).await;
+    assert!(!whole.lines.is_empty(), "the worker prints its events");
+    for task in 0..2 {
+        assert!(whole.lines.iter().any(|l| l.task == task), "task {task} printed nothing: {whole:?}");
+    }
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..whole.lines.len() + 5 {
+        let page = read_logs(h, &handle, cursor.as_deref(), 1).await;
+        assert!(page.lines.len() <= 1, "a page holds at most the limit");
+        paged.extend(page.lines);
+        cursor = Some(page.cursor);
+        if !page.more {
+            break;
+        }
+    }
+    assert_eq!(paged, whole.lines, "pages of one line read the same lines, once each");
+    let after = read_logs(h, &handle, cursor.as_deref(), 10).await;
+    assert!(after.lines.is_empty() && !after.more, "nothing after the end: {after:?}");
+    let unknown = read_logs(h, &ExecutionHandle("exec-0-00000000".to_owned()), None, 10).await;
+    assert!(unknown.lines.is_empty(), "an unknown execution printed nothing");
+    let bad = h.executor().logs(&handle, Some("not-a-cursor!"), 10).await;
+    assert!(matches!(bad, Err(crate::ExecutorError::Cursor(_))), "{bad:?}");
+}
+
+async fn read_logs(
+    h: &dyn Harness,
+    handle: &ExecutionHandle,
+    cursor: Option<&str>,
+    limit: usize,
+) -> crate::LogPage {
+    h.executor().logs(handle, cursor, limit).await.expect("logs")
+}
+
 /// Runs every case in order against `h` and reports each, a panic as a
 /// failure with its message: the report `PUT …/evidence` records.
 pub async fn run_all(h: &dyn Harness, now: impl Fn() -> Timestamp) -> crate::evidence::ConformanceReport {
@@ -228,7 +270,8 @@ pub async fn run_all(h: &dyn Harness, now: impl Fn() -> Timestamp) -> crate::evi
         memory_limit_kills_with_137,
         fan_out_runs_every_task,
         the_bootstrap_is_taken_once,
-        unknown_executions_are_not_found
+        unknown_executions_are_not_found,
+        logs_page_through_what_the_tasks_printed
     );
     crate::evidence::ConformanceReport {
         executor: h.executor().capabilities().executor,
@@ -246,7 +289,7 @@ macro_rules! executor_conformance_suite {
             adoption_finds_the_execution_by_nonce, duplicate_submits_are_reduced_to_the_oldest,
             cancel_stops_a_running_execution, cancel_after_a_checkpoint_reports_exit_16, timeout_is_enforced,
             memory_limit_kills_with_137, fan_out_runs_every_task, the_bootstrap_is_taken_once,
-            unknown_executions_are_not_found);
+            unknown_executions_are_not_found, logs_page_through_what_the_tasks_printed);
     };
     (@cases $make:expr; $($case:ident),+) => {
         $(

@@ -30,6 +30,7 @@ pub mod conformance_cases {
         "fan_out_runs_every_task",
         "the_bootstrap_is_taken_once",
         "unknown_executions_are_not_found",
+        "logs_page_through_what_the_tasks_printed",
     ];
 }
 
@@ -109,6 +110,57 @@ pub struct SubmitHealth {
     pub submits_per_minute_limit: Option<u32>,
 }
 
+/// Which stream a log line was printed to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LogStream {
+    Stdout,
+    Stderr,
+}
+
+/// One line an execution's task printed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LogLine {
+    /// The task (0 for a single-task execution).
+    pub task: u32,
+    pub stream: LogStream,
+    /// When the line was received, where the backend records it (Cloud Logging does; local files
+    /// do not).
+    pub at: Option<Timestamp>,
+    /// The line without its newline, cut at [`MAX_LOG_LINE_BYTES`].
+    pub text: String,
+}
+
+/// The longest line a log page carries; longer lines are cut (at a character boundary) and end
+/// in `…`.
+pub const MAX_LOG_LINE_BYTES: usize = 8 * 1024;
+
+/// The most lines one [`Executor::logs`] call answers.
+pub const MAX_LOG_PAGE: usize = 1000;
+
+/// A page of an execution's output.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogPage {
+    pub lines: Vec<LogLine>,
+    /// Where the next call continues: lines printed after these. Always set, so a follower can
+    /// ask again later for what is printed meanwhile.
+    pub cursor: String,
+    /// More lines are already there: ask again at once with `cursor`.
+    pub more: bool,
+}
+
+/// Cuts `text` to [`MAX_LOG_LINE_BYTES`] at a character boundary.
+pub fn bounded_line(text: &str) -> String {
+    if text.len() <= MAX_LOG_LINE_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_LOG_LINE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// Why a submit did not produce a handle.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
@@ -133,6 +185,9 @@ pub enum ExecutorError {
     Unavailable(String),
     #[error("executor internal error: {0}")]
     Internal(String),
+    /// A log cursor this executor did not give out: the caller's mistake, retrying will not help.
+    #[error("{0}")]
+    Cursor(String),
 }
 
 /// The Executor port.
@@ -234,6 +289,22 @@ pub trait Executor: Send + Sync + Debug {
     /// How long after a run's timeout the executor's own backstop stops an
     /// execution; the reconciler cancels what runs past it.
     fn backstop_margin(&self) -> Duration;
+
+    /// The output the execution's tasks printed, oldest first, at most `limit` lines (capped at
+    /// [`MAX_LOG_PAGE`]) after `cursor` (`None`: from the start). An execution that printed
+    /// nothing yet, or is unknown, answers an empty page.
+    ///
+    /// # Errors
+    ///
+    /// `Cursor` when `cursor` is not one this adapter gave out; `Unavailable` (Cloud Logging: no
+    /// answer, or refused); `Internal` (local: a log file cannot be read). Reading changes
+    /// nothing: retrying is safe.
+    async fn logs(
+        &self,
+        handle: &ExecutionHandle,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, ExecutorError>;
 
     /// Submit rate and throttling, for the executors view.
     fn submit_health(&self) -> SubmitHealth {

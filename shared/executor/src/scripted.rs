@@ -95,6 +95,16 @@ impl Executor for ScriptedExecutor {
         Ok(running(a, h))
     }
 
+    /// A scripted execution prints nothing.
+    async fn logs(
+        &self,
+        _: &ExecutionHandle,
+        cursor: Option<&str>,
+        _: usize,
+    ) -> Result<crate::LogPage, ExecutorError> {
+        Ok(crate::LogPage { lines: Vec::new(), cursor: cursor.unwrap_or("").to_owned(), more: false })
+    }
+
     async fn list_recent(&self, _since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
         self.listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(self.submitted.lock().expect("lock").iter().map(|(a, h)| running(a, h)).collect())

@@ -117,6 +117,15 @@ impl Executor for Absent {
         Err(ExecutorError::Internal(self.why()))
     }
 
+    async fn logs(
+        &self,
+        _: &ExecutionHandle,
+        _: Option<&str>,
+        _: usize,
+    ) -> Result<mapi_executor::LogPage, ExecutorError> {
+        Err(ExecutorError::Internal(self.why()))
+    }
+
     fn backstop_margin(&self) -> Duration {
         Duration::ZERO
     }

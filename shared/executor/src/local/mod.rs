@@ -9,6 +9,7 @@
 pub mod forward;
 pub mod host;
 pub mod layout;
+mod logs;
 mod proc;
 
 use std::collections::BTreeMap;
@@ -22,7 +23,7 @@ use mapi_clock::Clock;
 use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
 
 use crate::{
-    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation,
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation, LogPage,
     SubmitError,
 };
 use layout::{Command, ExecSpec, HostRecord, StatusFile};
@@ -245,6 +246,23 @@ impl Executor for LocalProcessExecutor {
         })
         .await
         .map_err(internal)?
+    }
+
+    async fn logs(
+        &self,
+        handle: &ExecutionHandle,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LogPage, ExecutorError> {
+        let Some(dir) = self.exec_dir(handle) else { return Ok(LogPage::default()) };
+        let cursor = cursor.map(str::to_owned);
+        tokio::task::spawn_blocking(move || logs::read(&dir, cursor.as_deref(), limit))
+            .await
+            .map_err(internal)?
+            .map_err(|e| match e {
+                logs::ReadError::Cursor => ExecutorError::Cursor(e.to_string()),
+                logs::ReadError::Io(e) => internal(e),
+            })
     }
 
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
