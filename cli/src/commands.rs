@@ -185,6 +185,8 @@ enum RunsCmd {
     Watch { id: String },
     /// Print one output file of a finished run.
     Output { id: String, name: String },
+    /// Print what a run's execution printed (stdout and stderr); -f follows it.
+    Logs(crate::logs::LogsArgs),
 }
 
 /// Runs the command line; the process exit code.
@@ -302,7 +304,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn dataset_row(d: &DatasetSummary) -> String {
-    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", d.id, truncate(&d.name, 24), d.rows, d.size, d.column_count)
+    format!(
+        "{:<30} {:<24} {:>8} {:>10} {:>7}\n",
+        d.id,
+        truncate(&d.name, 24),
+        d.rows,
+        crate::output::size(d.size),
+        d.column_count
+    )
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -337,7 +346,7 @@ async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
             let page: DatasetPage = ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/datasets")).await?;
             ctx.print(&page, || {
                 crate::output::listing(
-                    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", "ID", "NAME", "ROWS", "BYTES", "COLUMNS"),
+                    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", "ID", "NAME", "ROWS", "SIZE", "COLUMNS"),
                     page.datasets.iter().map(dataset_row),
                     "no datasets yet: mapi datasets upload FILE.csv",
                 )
@@ -349,7 +358,8 @@ async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
                 ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/datasets/{id}")).await?;
             ctx.print(&d, || {
                 let numeric = |c: &String| if d.numeric_columns.contains(c) { "numeric" } else { "text" };
-                let mut out = format!("{} {} ({} rows, {} bytes)\n", d.id, d.name, d.rows, d.size);
+                let size = crate::output::size(d.size);
+                let mut out = format!("{} {} ({} rows, {size})\n", d.id, d.name, d.rows);
                 d.columns.iter().for_each(|c| out.push_str(&format!("  {c:<32} {}\n", numeric(c))));
                 out
             })?;
@@ -420,7 +430,8 @@ pub fn describe_run(r: &RunView) -> String {
     if !r.outputs.is_empty() {
         out.push_str("outputs\n");
         for o in &r.outputs {
-            out.push_str(&format!("  {} ({} bytes): mapi runs output {} {}\n", o.name, o.size, r.id, o.name));
+            let size = crate::output::size(o.size);
+            out.push_str(&format!("  {} ({size}): mapi runs output {} {}\n", o.name, r.id, o.name));
         }
     }
     if let Some(v) = &r.model_version {
@@ -587,6 +598,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             ctx.print(&r, || format!("{} is {}\n", r.id, r.state))?;
             Ok(ExitCode::SUCCESS)
         }
+        RunsCmd::Logs(args) => crate::logs::logs(&ctx.client, ctx.json, args).await,
         RunsCmd::Watch { id } => {
             let done = watch(ctx, &id).await?;
             ctx.print(&done, || describe_run(&done))?;

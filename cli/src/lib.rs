@@ -17,6 +17,7 @@ pub mod client;
 mod commands;
 mod endpoints;
 mod jobs;
+mod logs;
 mod models;
 mod output;
 #[cfg(feature = "platform")]

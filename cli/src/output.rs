@@ -41,9 +41,33 @@ pub fn listing(header: String, rows: impl IntoIterator<Item = String>, empty: &s
     if rows.is_empty() { format!("{empty}\n") } else { header + &rows }
 }
 
+/// A size for people: `812 bytes`, `3.3 KiB`, `1.5 MiB` (JSON output keeps the exact bytes).
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 #[cfg(test)]
 mod tests {
-    use super::listing;
+    use super::{listing, size};
+
+    #[test]
+    fn sizes_are_said_in_binary_units() {
+        assert_eq!(size(0), "0 bytes");
+        assert_eq!(size(1023), "1023 bytes");
+        assert_eq!(size(3424), "3.3 KiB");
+        assert_eq!(size(5 * 1024 * 1024 + 512 * 1024), "5.5 MiB");
+        assert_eq!(size(u64::MAX), "16777216.0 TiB");
+    }
 
     #[test]
     fn an_empty_listing_says_what_to_do_instead_of_a_bare_header() {

@@ -86,7 +86,16 @@ async fn too_many_429s_send_the_run_back_to_the_queue_without_an_infrastructure_
         r.fake().inject(Fault::Throttle { retry_after_s: 1 });
     }
     let id = fit(&r).await;
+    // Back in the queue, the run says why it waits (the queue delivers again after a second).
+    let waited = r
+        .wait_run(&id, std::time::Duration::from_secs(30), |run| {
+            run["waiting"]["reason"].as_str().is_some() || run["state"] == "succeeded"
+        })
+        .await;
+    let reason = waited["waiting"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("cooling down after answering 429"), "{waited:#}");
     let run = r.wait_final(&id).await;
+    assert!(run.get("waiting").is_none(), "a started run waits for nothing: {run:#}");
     assert_eq!(
         transitions(&run),
         path(&[
@@ -225,9 +234,19 @@ async fn the_dispatch_lease_is_renewed_while_a_submit_waits_for_its_slot() {
     };
     let store = r.platform.platform.state.store.clone();
     let id = AttemptDoc::id_of(&second, AttemptNo::FIRST);
+    let read = async || -> Option<AttemptDoc> { mapi_schema::get(&*store, &id).await.expect("read") };
     let waited = advance_until(&clock, Duration::from_secs(90), async || {
-        let a: Option<AttemptDoc> = mapi_schema::get(&*store, &id).await.expect("read");
-        let Some(a) = a else { return false };
+        let Some(mut a) = read().await else { return false };
+        // Renewals are due every 2 s of a 6 s lease: one second or less left means a renewal is
+        // late in real time (a busy machine), so virtual time waits for it, up to 10 s.
+        let patience = std::time::Instant::now() + Duration::from_secs(10);
+        while a.handle.is_none()
+            && a.lease_until <= clock.now() + Duration::from_secs(1)
+            && std::time::Instant::now() < patience
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            a = read().await.expect("the attempt");
+        }
         if a.handle.is_some() {
             return true;
         }

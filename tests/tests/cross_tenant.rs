@@ -41,6 +41,7 @@ async fn another_tenants_ids_answer_as_missing_ones() {
     let cases: Vec<(Method, String, String, Option<Value>)> = vec![
         (Method::GET, format!("/v1/runs/{run}"), format!("/v1/runs/{missing_run}"), None),
         (Method::POST, format!("/v1/runs/{run}/cancel"), format!("/v1/runs/{missing_run}/cancel"), None),
+        (Method::GET, format!("/v1/runs/{run}/logs"), format!("/v1/runs/{missing_run}/logs"), None),
         (
             Method::GET,
             "/v1/tenants/dev/projects/default/runs".into(),

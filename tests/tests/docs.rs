@@ -61,6 +61,7 @@ fn openapi_document_describes_the_runs_api() {
         "/v1/tenants/{tenant}/projects/{project}/datasets",
         "/v1/runs/{id}",
         "/v1/runs/{id}/cancel",
+        "/v1/runs/{id}/logs",
         "/v1/tenants/{tenant}/projects/{project}/model-versions",
         "/v1/model-versions/{id}",
         "/v1/model-versions/{id}/urls",

@@ -205,6 +205,56 @@ async fn a_cancel_stops_every_task_of_a_fan_out(b: Backend) {
     );
 }
 
+/// What the execution printed is read through the API a page at a time, the worker's events
+/// among it, and bad paging is answered in words.
+async fn a_runs_logs_are_read_page_by_page(b: Backend) {
+    let p = start(b, &[], Options::default()).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "diag.fail", "dataset": ds, "params": {"message": "no rows"}})).await;
+    assert_eq!(p.wait_final(&id).await["state"], "failed");
+    let logs = |query: &str| {
+        let path = format!("/v1/runs/{id}/logs{query}");
+        let p = &p;
+        async move { p.call(p.token(), reqwest::Method::GET, &path, None).await }
+    };
+    let (status, whole) = logs("").await;
+    assert_eq!(status, 200, "{whole:#}");
+    assert_eq!((whole["attempt"].as_u64(), whole["finished"].as_bool()), (Some(1), Some(true)));
+    let texts: Vec<&str> =
+        whole["lines"].as_array().expect("lines").iter().filter_map(|l| l["text"].as_str()).collect();
+    let kinds: Vec<String> = texts
+        .iter()
+        .filter_map(|t| serde_json::from_str::<Value>(t).ok())
+        .filter_map(|v| v["mapi_event"]["kind"].as_str().map(str::to_owned))
+        .collect();
+    assert!(kinds.starts_with(&["started".to_owned()]) && kinds.contains(&"error".to_owned()), "{kinds:?}");
+    assert!(texts.iter().any(|t| t.contains("no rows")), "the method's message is in its output");
+
+    // One line a page reads the same lines.
+    let (mut cursor, mut paged) = (String::new(), Vec::new());
+    for _ in 0..=texts.len() {
+        let (_, page) = logs(&format!("?limit=1&cursor={cursor}")).await;
+        paged.extend(page["lines"].as_array().expect("lines").iter().map(|l| l["text"].clone()));
+        cursor = page["cursor"].as_str().expect("cursor").to_owned();
+        if page["more"] != true {
+            break;
+        }
+    }
+    assert_eq!(
+        paged,
+        whole["lines"].as_array().expect("lines").iter().map(|l| l["text"].clone()).collect::<Vec<_>>()
+    );
+
+    let (status, bad) = logs("?cursor=nonsense%21").await;
+    assert_eq!((status, bad["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{bad:#}");
+    assert!(bad["detail"].as_str().unwrap_or_default().contains("cursor"), "{bad:#}");
+    let (status, bad) = logs("?limit=0").await;
+    assert_eq!(status, 400, "{bad:#}");
+    let (status, none) = logs("?attempt=2").await;
+    assert_eq!(status, 404, "{none:#}");
+    assert!(none["detail"].as_str().unwrap_or_default().contains("attempts are 1 to 1"), "{none:#}");
+}
+
 macro_rules! on_backend {
     ($backend:expr; $($case:ident),+ $(,)?) => {
         $(
@@ -224,6 +274,7 @@ macro_rules! run_conformance {
 
 mod local_process {
     run_conformance!(mapi_tests::backend::Backend::LocalProcess);
+    on_backend!(mapi_tests::backend::Backend::LocalProcess; a_runs_logs_are_read_page_by_page);
 }
 
 mod cloudrun_jobs {

@@ -45,7 +45,7 @@ use utoipa::OpenApi;
 #[openapi(
     paths(
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::runs::submit, api::runs::list, api::runs::get_run,
-        api::runs::cancel, api::jobs::submit, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
+        api::runs::cancel, api::logs::run_logs, api::jobs::submit, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,
         api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
@@ -55,6 +55,8 @@ use utoipa::OpenApi;
         mapi_problem::Problem,
         mapi_domain::RunSpecInput,
         mapi_api::views::RunView,
+        mapi_api::views::RunLogs,
+        mapi_api::views::LogLineView,
         mapi_api::views::RunPage,
         mapi_api::views::DatasetView,
         mapi_api::views::DatasetSummary,

@@ -58,6 +58,8 @@ pub struct RunView {
     pub class: ResourceClass,
     pub requested_class: ResourceClass,
     pub timeout_s: u32,
+    /// Tasks of each attempt's execution (more than 1 for a fan-out).
+    pub tasks: u32,
     pub state: RunState,
     pub attempt: AttemptNo,
     pub created_at: Timestamp,
@@ -77,6 +79,35 @@ pub struct RunView {
     /// The model version the run's outputs were sealed into, once it succeeded.
     pub model_version: Option<ModelVersionId>,
     pub cost: CostView,
+}
+
+/// A page of what one attempt's execution printed (`GET /v1/runs/{id}/logs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunLogs {
+    pub run: RunId,
+    pub attempt: AttemptNo,
+    /// The execution, once the executor named it; no lines before that.
+    pub execution: Option<ExecutionHandle>,
+    pub lines: Vec<LogLineView>,
+    /// Pass as `cursor` to read on: what was printed after these lines.
+    pub cursor: String,
+    /// More lines are ready: ask again at once.
+    pub more: bool,
+    /// The attempt is over: once `more` is false too, nothing will be added.
+    pub finished: bool,
+}
+
+/// One printed line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LogLineView {
+    pub task: u32,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// When the line was received, where the executor records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Timestamp>,
+    /// The line, cut at 8 KiB.
+    pub text: String,
 }
 
 /// What holds a queued run back.

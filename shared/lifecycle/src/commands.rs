@@ -284,8 +284,14 @@ pub fn record_execution(
 /// The executor kept answering 429, and a 429 made nothing: the run goes
 /// back to the queue keeping its attempt and nonce, spending no
 /// infrastructure retry (late, never failed). The lease is let go so the
-/// next delivery takes the attempt at once.
-pub fn requeue_throttled(mut run: RunDoc, row: AttemptDoc, now: Timestamp) -> Result<Step, TransitionError> {
+/// next delivery takes the attempt at once. The run says why it waits (`why`) until it leaves
+/// the queue again.
+pub fn requeue_throttled(
+    mut run: RunDoc,
+    row: AttemptDoc,
+    why: &str,
+    now: Timestamp,
+) -> Result<Step, TransitionError> {
     if row.handle.is_some() {
         return Ok(Step::default());
     }
@@ -293,6 +299,7 @@ pub fn requeue_throttled(mut run: RunDoc, row: AttemptDoc, now: Timestamp) -> Re
     let mut step = release_lease(row, now);
     if current {
         step.transition = Some(run.transition(RunState::Queued, Reason::Throttled, now)?);
+        run.set_waiting(Some(crate::run::Waiting { reason: why.to_owned(), since: now }));
         step.put_run(run);
     }
     Ok(step)

@@ -126,7 +126,7 @@ fn claim_follows_the_intent_row() {
     let with_handle = AttemptDoc { handle: Some(handle()), ..row.clone() };
     let lapsed = AttemptDoc { lease_until: at(5), ..row.clone() };
     let (dispatching, _) = claimed();
-    let throttled = commands::requeue_throttled(dispatching.clone(), row.clone(), at(3))
+    let throttled = commands::requeue_throttled(dispatching.clone(), row.clone(), "429", at(3))
         .expect("legal")
         .run()
         .cloned()
@@ -243,13 +243,21 @@ fn the_execution_is_recorded_once_and_stopped_when_cancelled_meanwhile() {
 #[test]
 fn throttling_requeues_with_the_same_attempt_and_no_retry_spent() {
     let (run, row) = claimed();
-    let step = commands::requeue_throttled(run, row.clone(), at(4)).expect("legal");
+    let step = commands::requeue_throttled(run, row.clone(), "cooling down", at(4)).expect("legal");
     check(&step);
     let back = step.run().expect("run");
     assert_eq!((back.state(), back.attempt(), back.infra_retries()), (RunState::Queued, AttemptNo::FIRST, 0));
+    assert_eq!(
+        back.waiting().map(|w| (w.reason.as_str(), w.since)),
+        Some(("cooling down", at(4))),
+        "the run says why it waits"
+    );
     assert_eq!(step.attempt().map(|a| (a.lease_until, a.nonce.clone())), Some((at(4), row.nonce)));
     let (run, row) = running();
-    assert!(commands::requeue_throttled(run, row, at(4)).expect("legal").is_empty(), "an execution exists");
+    assert!(
+        commands::requeue_throttled(run, row, "x", at(4)).expect("legal").is_empty(),
+        "an execution exists"
+    );
 }
 
 #[test]

@@ -157,7 +157,15 @@ async fn track(State(metrics): State<Metrics>, request: Request, next: Next) -> 
         };
         let http_request = serde_json::to_string(&http_request).unwrap_or_default();
         let _in_request = span.enter();
-        if status >= 500 {
+        // A 503 with a Retry-After is the platform saying "later" on purpose (a run held by its
+        // tier's gate, a cool-down after 429s, a busy store), and its handler logged why; only
+        // the other 5xx are errors.
+        let later = status == 503 && response.headers().contains_key(header::RETRY_AFTER);
+        if later && route.starts_with(INTERNAL_PREFIX) {
+            tracing::info!({ HTTP_REQUEST } = %http_request, "{method} {path} {status}");
+        } else if later {
+            tracing::warn!({ HTTP_REQUEST } = %http_request, "{method} {path} {status}");
+        } else if status >= 500 {
             tracing::error!({ HTTP_REQUEST } = %http_request, "{method} {path} {status}");
         } else if route.starts_with(INTERNAL_PREFIX) && status < 300 {
             // The platform's own machinery (queue deliveries, ticks, event

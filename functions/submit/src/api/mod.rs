@@ -7,6 +7,7 @@ pub mod endpoints;
 mod idempotency;
 mod job_body;
 pub mod jobs;
+pub mod logs;
 pub mod model_versions;
 pub mod runs;
 pub mod scoring;
@@ -30,6 +31,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/logs", get(logs::run_logs))
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
         .route("/v1/model-versions/{id}", get(model_versions::get_version))
         .route("/v1/model-versions/{id}/urls", post(model_versions::urls))

@@ -294,7 +294,7 @@ pub async fn load(state: &AppState, id: &RunId) -> Result<RunDoc, ApiError> {
 
 /// Loads a run `caller` may do `action` on. A run of another tenant, or of a
 /// project the caller cannot see, answers exactly as a missing one.
-async fn load_for(
+pub(super) async fn load_for(
     state: &AppState,
     caller: &Caller,
     id: &str,

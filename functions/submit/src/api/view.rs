@@ -100,6 +100,7 @@ fn assemble(
         class: run.class(),
         requested_class: run.requested_class(),
         timeout_s: run.timeout_s(),
+        tasks: run.task_count(),
         state: run.state(),
         attempt: run.attempt(),
         created_at: run.created_at(),

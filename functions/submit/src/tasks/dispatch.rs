@@ -179,11 +179,13 @@ pub async fn handle(
             };
             metric(&state, result);
             if matches!(e, SubmitError::Throttled { .. }) {
-                requeue_throttled(&state, &attempt).await?;
+                // A cool-down is expected under load: the run says why it waits.
+                requeue_throttled(&state, &attempt, retry).await?;
+                tracing::info!(run = %run.id(), attempt = %attempt.attempt, retry_after_s = retry, "the executor throttled the submit; the queue will retry");
             } else {
                 release_lease(&state, &attempt).await?;
+                tracing::warn!(run = %run.id(), attempt = %attempt.attempt, error = %e, "submit failed; the queue will retry");
             }
-            tracing::warn!(run = %run.id(), attempt = %attempt.attempt, error = %e, "submit failed; the queue will retry");
             Err(ApiError::unavailable(format!("the executor did not start the attempt: {e}"), retry))
         }
     }
@@ -279,9 +281,13 @@ async fn extend_lease(
 
 /// A 429 made nothing: the run goes back to the queue with its attempt
 /// and nonce, spending no infrastructure retry.
-async fn requeue_throttled(state: &AppState, attempt: &AttemptDoc) -> Result<(), ApiError> {
+async fn requeue_throttled(state: &AppState, attempt: &AttemptDoc, retry_s: u64) -> Result<(), ApiError> {
     let now = state.clock.now();
-    apply(state, attempt, |run, row| Ok(commands::requeue_throttled(run, row, now)?)).await.map(drop)
+    let why = format!(
+        "the executor is cooling down after answering 429 (too many starts): the next try is in {retry_s} s"
+    );
+    let why = &why;
+    apply(state, attempt, |run, row| Ok(commands::requeue_throttled(run, row, why, now)?)).await.map(drop)
 }
 
 /// Lets the next delivery take the attempt at once (it will adopt first).

@@ -1,0 +1,163 @@
+//! `mapi runs logs`: what an attempt's execution printed, paged through the
+//! API, followed while the attempt runs.
+//!
+//! Lines the task printed to stdout go to stdout, stderr's to stderr. The
+//! worker's own event lines (`{"mapi_event":…}`) are shown in words unless
+//! `--raw`; `--json` prints each line as one JSON object.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use mapi_api::views::{LogLineView, RunLogs, RunView};
+use serde_json::Value;
+
+use crate::client::Client;
+use crate::commands::Result;
+use crate::output;
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The run (run_…).
+    pub id: String,
+    /// The attempt to read (1 is the first; default: the latest).
+    #[arg(long)]
+    pub attempt: Option<u32>,
+    /// Keep printing what the attempt prints until it ends.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Print the worker's event lines as it printed them (JSON), not in words.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// How often a follower asks for new lines.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+pub async fn logs(client: &Client, json: bool, args: LogsArgs) -> Result<ExitCode> {
+    let run: RunView = client.get(&format!("/v1/runs/{}", args.id)).await?;
+    let show = Show { json, raw: args.raw, fan_out: run.tasks > 1 };
+    let mut cursor = String::new();
+    let mut printed = 0usize;
+    loop {
+        let page = page(client, &args, &cursor).await?;
+        for line in &page.lines {
+            show.line(line)?;
+        }
+        printed += page.lines.len();
+        cursor.clone_from(&page.cursor);
+        if page.more {
+            continue;
+        }
+        if !args.follow || page.finished {
+            if printed == 0 && !json {
+                eprintln!("{}", nothing_printed(&page, args.follow));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
+async fn page(client: &Client, args: &LogsArgs, cursor: &str) -> Result<RunLogs> {
+    let mut query = vec![("limit", "1000".to_owned())];
+    if let Some(a) = args.attempt {
+        query.push(("attempt", a.to_string()));
+    }
+    if !cursor.is_empty() {
+        query.push(("cursor", cursor.to_owned()));
+    }
+    let req = client.request(reqwest::Method::GET, &format!("/v1/runs/{}/logs", args.id)).query(&query);
+    Ok(client.send(req).await?)
+}
+
+fn nothing_printed(page: &RunLogs, followed: bool) -> String {
+    match (&page.execution, page.finished) {
+        (None, false) => format!(
+            "attempt {} of {} has not started yet: nothing printed (follow it with -f)",
+            page.attempt, page.run
+        ),
+        (None, true) => format!("attempt {} of {} never started: nothing printed", page.attempt, page.run),
+        (Some(_), false) if !followed => {
+            format!("attempt {} of {} printed nothing yet (follow it with -f)", page.attempt, page.run)
+        }
+        (Some(_), _) => format!("attempt {} of {} printed nothing", page.attempt, page.run),
+    }
+}
+
+struct Show {
+    json: bool,
+    raw: bool,
+    fan_out: bool,
+}
+
+impl Show {
+    fn line(&self, line: &LogLineView) -> Result<()> {
+        if self.json {
+            return output::line(&serde_json::to_string(line)?);
+        }
+        let event = if self.raw { None } else { event_in_words(&line.text) };
+        let task = if self.fan_out { format!("[task {}] ", line.task) } else { String::new() };
+        let text = format!("{task}{}", event.as_deref().unwrap_or(&line.text));
+        if line.stream == "stderr" {
+            eprintln!("{text}");
+            Ok(())
+        } else {
+            output::line(&text)
+        }
+    }
+}
+
+/// A worker event line (`{"mapi_event":{…}}`) said in words, with its time; `None` for any other
+/// line.
+pub fn event_in_words(text: &str) -> Option<String> {
+    let outer: Value = serde_json::from_str(text.trim()).ok()?;
+    let e = outer.get("mapi_event")?;
+    let at = e["at"].as_str().map_or(String::new(), |t| format!("{} ", clock_time(t)));
+    let what = match e["kind"].as_str()? {
+        "started" => "started".to_owned(),
+        "progress" => format!(
+            "progress {:>3.0}%  {}",
+            e["fraction"].as_f64().unwrap_or(0.0) * 100.0,
+            e["message"].as_str().unwrap_or("")
+        ),
+        "metric" => format!("metric   {} = {}", e["name"].as_str().unwrap_or("?"), e["value"]),
+        "checkpoint" => format!("checkpoint written (generation {})", e["generation"]),
+        "output" => format!(
+            "output   {} ({})",
+            e["name"].as_str().unwrap_or("?"),
+            e["size"].as_u64().map_or("?".to_owned(), output::size)
+        ),
+        "complete" => "complete".to_owned(),
+        "error" => format!("error    {}", e["message"].as_str().unwrap_or("")),
+        other => other.to_owned(),
+    };
+    Some(format!("{at}{what}").trim_end().to_owned())
+}
+
+/// `2026-12-02T04:00:30.28734Z` as `04:00:30.287`.
+fn clock_time(rfc3339: &str) -> String {
+    let time = rfc3339.split_once('T').map_or(rfc3339, |(_, t)| t).trim_end_matches('Z');
+    match time.split_once('.') {
+        Some((hms, frac)) => format!("{hms}.{:0<3}", &frac[..frac.len().min(3)]),
+        None => time.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_lines_are_said_in_words_and_other_lines_are_not() {
+        let progress = r#"{"mapi_event":{"v":1,"run":"run_x","attempt":1,"task":0,"seq":1,"at":"2026-12-02T04:00:30.28734Z","kind":"progress","fraction":0.1,"message":"parsed 16 rows","sig":"00"}}"#;
+        assert_eq!(event_in_words(progress).as_deref(), Some("04:00:30.287 progress  10%  parsed 16 rows"));
+        let metric =
+            r#"{"mapi_event":{"at":"2026-12-02T04:00:30Z","kind":"metric","name":"r_squared","value":0.5}}"#;
+        assert_eq!(event_in_words(metric).as_deref(), Some("04:00:30 metric   r_squared = 0.5"));
+        let output = r#"{"mapi_event":{"at":"2026-12-02T04:00:30.1Z","kind":"output","name":"model.json","size":3424}}"#;
+        assert_eq!(event_in_words(output).as_deref(), Some("04:00:30.100 output   model.json (3.3 KiB)"));
+        assert_eq!(event_in_words("plain text"), None);
+        assert_eq!(event_in_words(r#"{"other":1}"#), None);
+    }
+}
