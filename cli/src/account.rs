@@ -57,8 +57,13 @@ pub enum TokensCmd {
         #[arg(long)]
         all: bool,
     },
-    /// Revoke a token by its id.
-    Revoke { id: String },
+    /// Revoke a token by its id: every request with it is refused from then on.
+    Revoke {
+        id: String,
+        /// Revoke without asking.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,7 +82,7 @@ pub enum TenantsCmd {
         /// Invited as the tenant's admin.
         #[arg(long)]
         admin_email: Option<String>,
-        /// Confirm without asking.
+        /// Create without asking.
         #[arg(long)]
         yes: bool,
     },
@@ -97,6 +102,7 @@ pub enum TenantsCmd {
         residency: Option<String>,
         #[arg(long)]
         reason: Option<String>,
+        /// Change without asking.
         #[arg(long)]
         yes: bool,
     },
@@ -137,6 +143,7 @@ pub enum QuotasCmd {
         job_retention_days: Option<u32>,
         #[arg(long)]
         note: Option<String>,
+        /// Replace without asking.
         #[arg(long)]
         yes: bool,
     },
@@ -147,6 +154,9 @@ pub enum QuotasCmd {
         #[arg(value_parser = ["tenant"])]
         level: String,
         tenant: String,
+        /// Remove without asking.
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -168,6 +178,7 @@ pub enum KillSwitchesCmd {
         spend_cap_period: Option<String>,
         #[arg(long)]
         reason: String,
+        /// Set without asking.
         #[arg(long)]
         yes: bool,
     },
@@ -188,6 +199,9 @@ pub enum ExecutorsCmd {
         name: String,
         #[arg(long)]
         reason: String,
+        /// Disable without asking.
+        #[arg(long)]
+        yes: bool,
     },
     /// Record the conformance and security reports (a JSON file: target, conformance, security).
     Evidence {
@@ -420,7 +434,10 @@ pub async fn tokens(
                 out
             })?;
         }
-        TokensCmd::Revoke { id } => {
+        TokensCmd::Revoke { id, yes } => {
+            let change =
+                format!("token {id} will be revoked: every request made with it is refused from then on");
+            crate::confirm::confirm(&change, yes)?;
             let resp = client.request(Method::DELETE, &format!("{base}/{id}")).send().await?;
             if !resp.status().is_success() {
                 let body: Value = resp.json().await.unwrap_or_default();
@@ -437,10 +454,94 @@ pub async fn tokens(
     Ok(())
 }
 
+/// The policy fields `quotas set` replaces, in the order a diff shows them.
+const POLICY_FIELDS: &[&str] = &[
+    "vcpu_seconds_per_day",
+    "vcpu_seconds_per_month",
+    "concurrent_runs",
+    "max_fanout_tasks",
+    "max_resource_class",
+    "storage_bytes",
+    "egress_bytes_per_month",
+    "requests_per_minute",
+    "max_items_per_job",
+    "job_retention_days",
+    "note",
+];
+
+/// A tenant's quota override as it is (`null` when it has none).
+async fn override_of(client: &Client, tenant: &str) -> Result<Value> {
+    let list: Value = client.get("/v1/admin/quotas").await?;
+    let found = list["tenants"].as_array().into_iter().flatten().find(|t| t["tenant"] == tenant);
+    match found {
+        Some(t) => Ok(t["policy"].clone()),
+        None => Err(format!("no tenant {tenant}: `mapi admin tenants ls` lists them").into()),
+    }
+}
+
+/// `base` with the non-null fields of `change` put over it.
+fn merged(base: &Value, change: &Value) -> Value {
+    let mut out = base.clone();
+    if let (Some(o), Some(c)) = (out.as_object_mut(), change.as_object()) {
+        c.iter().filter(|(_, v)| !v.is_null()).for_each(|(k, v)| {
+            o.insert(k.clone(), v.clone());
+        });
+    }
+    out
+}
+
+/// Shows what a tenant update changes and asks, unless `yes` or nothing changes.
+async fn confirm_tenant_change(client: &Client, id: &str, body: &Value, yes: bool) -> Result<()> {
+    let now: Value = client.get(&format!("/v1/tenants/{id}")).await?;
+    let lines =
+        crate::confirm::diff(&["name", "tier", "status", "residency"], &now, &merged(&now, body), "—");
+    if lines.is_empty() {
+        return Ok(());
+    }
+    crate::confirm::confirm(&format!("tenant {id} will change:\n{}", lines.join("\n")), yes)
+}
+
+/// A tenant's effective limits in words: one `name: value` line each.
+fn limits_in_words(tenant: &str, t: &Value) -> String {
+    let mut out = format!("quotas of {tenant} ({} tier):\n", t["tier"].as_str().unwrap_or("?"));
+    for (name, value) in t["effective"].as_object().into_iter().flatten() {
+        let shown = match value {
+            Value::Null => "no limit".to_owned(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push_str(&format!("  {name:<24} {shown}\n"));
+    }
+    out.push_str(&format!("  {:<24} {} days\n", "jobs kept", t["job_retention_days"]));
+    out
+}
+
+/// The kill switches (`GET /v1/admin/kill-switches`) in words.
+fn switches_in_words(k: &Value) -> String {
+    let s = &k["switches"];
+    let cap = s["spend_cap_micros"].as_i64().map_or("none".to_owned(), |m| {
+        format!(
+            "{} per {}",
+            mapi_cost::format_micros(m, mapi_cost::CURRENT.currency),
+            s["spend_cap_period"].as_str().unwrap_or("month")
+        )
+    });
+    format!(
+        "uploaded code: {}\nspend cap: {cap}\nreason: {}\n",
+        if s["untrusted_execution_enabled"] == true { "on" } else { "off" },
+        k["reason"].as_str().unwrap_or("-")
+    )
+}
+
 /// `mapi admin …`.
 pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()> {
     match cmd {
-        AdminCmd::Tenants(TenantsCmd::Create { id, name, tier, residency, admin_email, yes: _ }) => {
+        AdminCmd::Tenants(TenantsCmd::Create { id, name, tier, residency, admin_email, yes }) => {
+            let admin =
+                admin_email.as_deref().map_or(String::new(), |e| format!(", {e} invited as its admin"));
+            let change =
+                format!("tenant {id} will be created: {name:?}, {tier} tier, {residency} residency{admin}");
+            crate::confirm::confirm(&change, yes)?;
             let body = json!({"id": id, "name": name, "tier": tier, "residency": residency, "admin_email": admin_email});
             let t: Value = client.send(client.request(Method::POST, "/v1/admin/tenants").json(&body)).await?;
             print(json_out, &t, || {
@@ -473,7 +574,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 out
             })?;
         }
-        AdminCmd::Tenants(TenantsCmd::Update { id, name, tier, status, residency, reason, yes: _ }) => {
+        AdminCmd::Tenants(TenantsCmd::Update { id, name, tier, status, residency, reason, yes }) => {
             let body = json!({"name": name, "tier": tier, "status": status, "residency": residency, "reason": reason});
             let body: Value = body
                 .as_object()
@@ -481,6 +582,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect()
                 })
                 .unwrap_or_default();
+            confirm_tenant_change(client, &id, &body, yes).await?;
             let t: Value = client
                 .send(client.request(Method::PATCH, &format!("/v1/admin/tenants/{id}")).json(&body))
                 .await?;
@@ -506,6 +608,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             max_items_per_job,
             job_retention_days,
             note,
+            yes,
             ..
         }) => {
             let body = json!({
@@ -516,15 +619,21 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
                 "job_retention_days": job_retention_days, "note": note,
             });
+            let before = override_of(client, &tenant).await?;
+            let lines = crate::confirm::diff(POLICY_FIELDS, &before, &body, "the tier's");
+            let change = if lines.is_empty() {
+                format!("the quota override of {tenant} stays as it is")
+            } else {
+                format!(
+                    "the quota override of {tenant} will be replaced (limits not given fall back to the tier's):\n{}",
+                    lines.join("\n")
+                )
+            };
+            crate::confirm::confirm(&change, yes || lines.is_empty())?;
             let t: Value = client
                 .send(client.request(Method::PUT, &format!("/v1/admin/quotas/{tenant}")).json(&body))
                 .await?;
-            print(json_out, &t, || {
-                format!(
-                    "quotas of {tenant}: {}; jobs kept {} days\n",
-                    t["effective"], t["job_retention_days"]
-                )
-            })?;
+            print(json_out, &t, || limits_in_words(&tenant, &t))?;
         }
         AdminCmd::Quotas(QuotasCmd::Ls) => {
             let list: Value = client.get("/v1/admin/quotas").await?;
@@ -563,7 +672,11 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 out
             })?;
         }
-        AdminCmd::Quotas(QuotasCmd::Rm { tenant, .. }) => {
+        AdminCmd::Quotas(QuotasCmd::Rm { tenant, yes, .. }) => {
+            let before = override_of(client, &tenant).await?;
+            let lines = crate::confirm::diff(POLICY_FIELDS, &before, &Value::Null, "the tier's");
+            let change = format!("the quota override of {tenant} will be removed:\n{}", lines.join("\n"));
+            crate::confirm::confirm(&change, yes)?;
             let t: Value =
                 client.send(client.request(Method::DELETE, &format!("/v1/admin/quotas/{tenant}"))).await?;
             print(json_out, &t, || {
@@ -572,26 +685,14 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
         }
         AdminCmd::KillSwitches(KillSwitchesCmd::Get) => {
             let k: Value = client.get("/v1/admin/kill-switches").await?;
-            print(json_out, &k, || {
-                let s = &k["switches"];
-                format!(
-                    "uploaded code: {}\nspend cap: {}\nreason: {}\n",
-                    if s["untrusted_execution_enabled"] == true { "on" } else { "off" },
-                    s["spend_cap_micros"].as_i64().map_or("none".to_owned(), |m| format!(
-                        "{} per {}",
-                        mapi_cost::format_micros(m, mapi_cost::CURRENT.currency),
-                        s["spend_cap_period"].as_str().unwrap_or("month")
-                    )),
-                    k["reason"].as_str().unwrap_or("-")
-                )
-            })?;
+            print(json_out, &k, || switches_in_words(&k))?;
         }
         AdminCmd::KillSwitches(KillSwitchesCmd::Set {
             uploaded_code,
             spend_cap,
             spend_cap_period,
             reason,
-            ..
+            yes,
         }) => {
             let on = match uploaded_code.as_deref() {
                 None => None,
@@ -604,9 +705,14 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 "spend_cap_micros": spend_cap.as_deref().map(mapi_cost::parse_micros).transpose()?,
                 "spend_cap_period": spend_cap_period, "reason": reason,
             });
+            let now: Value = client.get("/v1/admin/kill-switches").await?;
+            let after = merged(&now["switches"], &body);
+            let fields = ["untrusted_execution_enabled", "spend_cap_micros", "spend_cap_period"];
+            let lines = crate::confirm::diff(&fields, &now["switches"], &after, "none");
+            crate::confirm::confirm(&format!("the kill switches will change:\n{}", lines.join("\n")), yes)?;
             let k: Value =
                 client.send(client.request(Method::PUT, "/v1/admin/kill-switches").json(&body)).await?;
-            print(json_out, &k, || format!("kill switches set: {}\n", k["switches"]))?;
+            print(json_out, &k, || switches_in_words(&k))?;
         }
         AdminCmd::Executors(ExecutorsCmd::Ls) => {
             let list: Value = client.get("/v1/admin/executors").await?;
@@ -635,7 +741,13 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
         AdminCmd::Executors(cmd @ (ExecutorsCmd::Enable { .. } | ExecutorsCmd::Disable { .. })) => {
             let (name, reason, enabled) = match cmd {
                 ExecutorsCmd::Enable { name, reason } => (name, reason, true),
-                ExecutorsCmd::Disable { name, reason } => (name, reason, false),
+                ExecutorsCmd::Disable { name, reason, yes } => {
+                    let change = format!(
+                        "executor {name} will take no new attempts: queued runs wait until it is enabled again"
+                    );
+                    crate::confirm::confirm(&change, yes)?;
+                    (name, reason, false)
+                }
                 _ => return Err("not a switch".into()),
             };
             let body = json!({"enabled": enabled, "reason": reason});

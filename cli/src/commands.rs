@@ -11,12 +11,16 @@ use mapi_domain::{ResourceClass, RunState};
 use reqwest::Method;
 
 use crate::client::{Client, ClientError};
+use crate::output::{Cell, Format, Table};
 use mapi_api::credentials::Credentials;
 
 #[derive(Debug, Parser)]
-#[command(name = "mapi", version, about = "The mapi model API platform")]
+#[command(name = "mapi", version, about = "The mapi model API platform", after_help = EXIT_CODES)]
 struct Cli {
-    /// Print JSON instead of tables.
+    /// How to print results: `table` for people, `json` or `yaml` for programs.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Format::Table)]
+    output: Format,
+    /// Print JSON (the same as `--output json`).
     #[arg(long, global = true)]
     json: bool,
     /// The platform's URL (default: the one `mapi dev` wrote).
@@ -28,6 +32,15 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// What `mapi --help` says of exit codes.
+const EXIT_CODES: &str = "Exit codes:
+  0    done (a watched run or job succeeded)
+  1    an error, a refusal, or a watched run or job that did not succeed
+  2    the command line was wrong (see the message)
+  141  the reader of the output went away (`mapi … | head`)
+
+Colour is used on a terminal unless NO_COLOR is set.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -89,6 +102,11 @@ enum Command {
     /// Model endpoints: serve a model version, score it, promote and roll back.
     #[command(subcommand)]
     Endpoints(crate::endpoints::EndpointsCmd),
+    /// Print a shell completion script: `mapi completions bash > ~/.local/share/bash-completion/completions/mapi`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Measure this machine (see BENCHMARKS.md).
     #[cfg(feature = "platform")]
     #[command(subcommand)]
@@ -236,12 +254,26 @@ impl Ctx {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
+    let format = if cli.json { Format::Json } else { cli.output };
+    crate::output::set_format(format);
+    let json = format != Format::Table;
     let creds = crate::account::load_credentials();
     match cli.command {
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "mapi",
+                &mut script,
+            );
+            crate::output::write_bytes(&script)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         #[cfg(feature = "platform")]
         Command::Dev(args) => return crate::platform::dev(args).await,
         #[cfg(feature = "platform")]
-        Command::Bench(b) => return crate::platform::bench(b, cli.json).await,
+        Command::Bench(b) => return crate::platform::bench(b, json).await,
         Command::Use { target } => {
             crate::account::use_scope(&target)?;
             return Ok(ExitCode::SUCCESS);
@@ -249,7 +281,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Login { dev, id_token, print_token } => {
             let url = cli.url.or_else(|| creds.as_ref().map(|c| c.url.clone()));
             let url = url.ok_or("no platform to sign in to: set MAPI_URL (or start `mapi dev`)")?;
-            crate::account::login(url.trim_end_matches('/'), dev, id_token, print_token, cli.json).await?;
+            crate::account::login(url.trim_end_matches('/'), dev, id_token, print_token, json).await?;
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}
@@ -259,11 +291,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let (Some(url), Some(token)) = (url, token) else {
         return Err("no platform to talk to: start `mapi dev`, or set MAPI_URL and MAPI_TOKEN".into());
     };
-    let ctx = Ctx { client: Client::new(&url, &token), creds, json: cli.json };
+    let ctx = Ctx { client: Client::new(&url, &token), creds, json };
     match cli.command {
         #[cfg(feature = "platform")]
         Command::Dev(_) | Command::Bench(_) | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
-        Command::Use { .. } | Command::Login { .. } => Ok(ExitCode::SUCCESS),
+        Command::Use { .. } | Command::Login { .. } | Command::Completions { .. } => Ok(ExitCode::SUCCESS),
         Command::Whoami => {
             crate::account::whoami(&ctx.client, ctx.json).await?;
             Ok(ExitCode::SUCCESS)
@@ -303,15 +335,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn dataset_row(d: &DatasetSummary) -> String {
-    format!(
-        "{:<30} {:<24} {:>8} {:>10} {:>7}\n",
-        d.id,
-        truncate(&d.name, 24),
-        d.rows,
-        crate::output::size(d.size),
-        d.column_count
-    )
+fn dataset_row(d: &DatasetSummary) -> Vec<Cell> {
+    vec![
+        d.id.to_string().into(),
+        d.name.as_str().into(),
+        d.rows.to_string().into(),
+        crate::output::size(d.size).into(),
+        d.column_count.to_string().into(),
+        crate::output::ago(d.created_at).into(),
+    ]
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -345,11 +377,11 @@ async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
             let (t, p) = ctx.scope(&scope)?;
             let page: DatasetPage = ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/datasets")).await?;
             ctx.print(&page, || {
-                crate::output::listing(
-                    format!("{:<30} {:<24} {:>8} {:>10} {:>7}\n", "ID", "NAME", "ROWS", "SIZE", "COLUMNS"),
-                    page.datasets.iter().map(dataset_row),
-                    "no datasets yet: mapi datasets upload FILE.csv",
-                )
+                let mut table = Table::new(&["ID", "NAME", "ROWS", "SIZE", "COLUMNS", "UPLOADED"])
+                    .right(&[2, 3, 4])
+                    .flex(&[1]);
+                page.datasets.iter().for_each(|d| table.row(dataset_row(d)));
+                crate::output::listing(&table, "no datasets yet: mapi datasets upload FILE.csv")
             })?;
         }
         DatasetsCmd::Get { id, scope } => {
@@ -571,24 +603,27 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             }
             let page: RunPage = ctx.client.send(req).await?;
             ctx.print(&page, || {
-                let header = format!(
-                    "{:<31} {:<16} {:<11} {:<5} {:>3} {:<28} {:>16}\n",
-                    "ID", "METHOD", "STATE", "CLASS", "ATT", "CREATED", "CHARGED"
-                );
-                let rows = page.runs.iter().map(|r| {
-                    format!(
-                        "{:<31} {:<16} {:<11} {:<5} {:>3} {:<28} {:>16}\n",
-                        r.id,
-                        truncate(&r.method, 16),
-                        r.state.as_str(),
-                        r.class.as_str(),
-                        r.attempt.0,
-                        r.created_at.to_string(),
-                        money(r.charged_micros, "USD")
-                    )
-                });
-                let empty = "no runs yet: mapi runs submit --method describe --dataset ds_… --watch";
-                crate::output::listing(header, rows, empty)
+                let mut table = Table::new(&["ID", "METHOD", "STATE", "CLASS", "ATT", "CREATED", "CHARGED"])
+                    .right(&[4, 6])
+                    .flex(&[1]);
+                for r in &page.runs {
+                    table.row(vec![
+                        r.id.to_string().into(),
+                        r.method.as_str().into(),
+                        Cell::state(r.state.as_str()),
+                        r.class.as_str().into(),
+                        r.attempt.0.to_string().into(),
+                        crate::output::ago(r.created_at).into(),
+                        money(r.charged_micros, "USD").into(),
+                    ]);
+                }
+                let empty = match state {
+                    Some(s) => format!("no {s} runs"),
+                    None => {
+                        "no runs yet: mapi runs submit --method describe --dataset ds_… --watch".to_owned()
+                    }
+                };
+                crate::output::listing(&table, &empty)
             })?;
             Ok(ExitCode::SUCCESS)
         }

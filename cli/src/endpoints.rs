@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Map, Value};
 
 use crate::client::Client;
-use crate::output::print;
+use crate::output::{Cell, Table, print};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -91,6 +91,9 @@ pub enum EndpointsCmd {
         alias: String,
         #[command(flatten)]
         at: Where,
+        /// Delete without asking.
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -216,24 +219,21 @@ pub async fn run(
         }
         EndpointsCmd::Ls { at } => {
             let page: EndpointPage = client.get(&base(at)?).await?;
-            let header = format!(
-                "{:<24} {:<10} {:<30} {:<4} {:<14} {:>8}\n",
-                "ALIAS", "STATUS", "MODEL VERSION", "HW", "REGION", "SCORES"
-            );
-            let rows = page.endpoints.iter().map(|e| {
-                format!(
-                    "{:<24} {:<10} {:<30} {:<4} {:<14} {:>8}\n",
-                    e.alias,
-                    e.status.as_str(),
-                    e.model_version.to_string(),
-                    e.accelerator.as_str(),
-                    e.region,
-                    e.usage.requests
-                )
-            });
+            let mut table = Table::new(&["ALIAS", "STATUS", "MODEL VERSION", "HW", "REGION", "SCORES"])
+                .right(&[5])
+                .flex(&[0]);
+            for e in &page.endpoints {
+                table.row(vec![
+                    e.alias.to_string().into(),
+                    Cell::state(e.status.as_str()),
+                    e.model_version.to_string().into(),
+                    e.accelerator.as_str().into(),
+                    e.region.as_str().into(),
+                    e.usage.requests.to_string().into(),
+                ]);
+            }
             let empty = "no endpoints yet: mapi endpoints create ALIAS --model-version mv_…";
-            let out = crate::output::listing(header, rows, empty);
-            print(json, &page, || out)?;
+            print(json, &page, || crate::output::listing(&table, empty))?;
         }
         EndpointsCmd::Get { alias, at } => {
             let e: EndpointView = client.get(&format!("{}/{alias}", base(at)?)).await?;
@@ -269,7 +269,10 @@ pub async fn run(
             let e: EndpointView = client.send(client.request(Method::POST, &url)).await?;
             print(json, &e, || describe(&e))?;
         }
-        EndpointsCmd::Delete { alias, at } => {
+        EndpointsCmd::Delete { alias, at, yes } => {
+            let change =
+                format!("endpoint {alias} will be deleted: its service stops and scores are refused");
+            crate::confirm::confirm(&change, yes)?;
             let url = format!("{}/{alias}", base(at)?);
             let e: EndpointView = client.send(client.request(Method::DELETE, &url)).await?;
             print(json, &e, || format!("endpoint {} is {}\n", e.alias, e.status))?;

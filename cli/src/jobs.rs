@@ -1,6 +1,6 @@
 //! `mapi jobs`: submit an item job from a JSON Lines file, and follow it.
 
-use crate::output::print;
+use crate::output::{Cell, Table, print};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -117,16 +117,65 @@ async fn watch(client: &Client, id: &str, quiet: bool) -> Result<Value> {
     }
 }
 
+/// A page of items as a table; `jobs items` shows the next page's token under it.
+fn items_table(page: &Value) -> String {
+    let mut table =
+        Table::new(&["IDX", "STATE", "ROUND", "ATT", "RESULT OR ERROR"]).right(&[0, 2, 3]).flex(&[4]);
+    // Numbers as they are: `Value`'s Display ignores widths, so every cell is a string first.
+    let number = |v: &Value| v.as_u64().map_or_else(|| "?".to_owned(), |n| n.to_string());
+    for i in page["items"].as_array().into_iter().flatten() {
+        let state = i["state"].as_str().unwrap_or("?");
+        let what = if state == "succeeded" {
+            i["result"].to_string()
+        } else if i["error"].is_object() {
+            format!(
+                "{}: {}",
+                i["error"]["type"].as_str().unwrap_or("?"),
+                i["error"]["message"].as_str().unwrap_or("?")
+            )
+        } else {
+            String::new()
+        };
+        table.row(vec![
+            number(&i["idx"]).into(),
+            Cell::state(state),
+            number(&i["round"]).into(),
+            number(&i["attempts"]).into(),
+            what.into(),
+        ]);
+    }
+    let mut out = crate::output::listing(&table, "no items in this state");
+    if let Some(t) = page["next_page_token"].as_str() {
+        out.push_str(&format!("more: --page-token {t}\n"));
+    }
+    out
+}
+
 /// Reads one JSON item per non-blank line.
 pub fn read_items(path: &std::path::Path) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(n, l)| {
-            serde_json::from_str(l).map_err(|e| format!("{} line {}: {e}", path.display(), n + 1).into())
-        })
+        .map(|(n, l)| serde_json::from_str(l).map_err(|e| not_an_item(path, n + 1, &e).into()))
         .collect()
+}
+
+/// Names the file, line and column of a line that is not one JSON value, in our words.
+fn not_an_item(path: &std::path::Path, line: usize, e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Eof => "ends before its JSON value does",
+        Category::Syntax if e.to_string().starts_with("trailing characters") => {
+            "holds more than one JSON value"
+        }
+        _ => "is not valid JSON",
+    };
+    format!(
+        "{} line {line} {what} (near column {}): put exactly one JSON value on each line, e.g. {{\"x\": 3}}",
+        path.display(),
+        e.column()
+    )
 }
 
 pub async fn run(
@@ -177,35 +226,7 @@ pub async fn run(
                 req = req.query(&[("page_token", t)]);
             }
             let v: Value = client.send(req).await?;
-            print(json_out, &v, || {
-                let mut out = format!(
-                    "{:>7} {:<10} {:>5} {:>4} {}\n",
-                    "IDX", "STATE", "ROUND", "ATT", "RESULT OR ERROR"
-                );
-                for i in v["items"].as_array().into_iter().flatten() {
-                    let what = if i["state"] == "succeeded" {
-                        i["result"].to_string()
-                    } else {
-                        format!(
-                            "{}: {}",
-                            i["error"]["type"].as_str().unwrap_or("?"),
-                            i["error"]["message"].as_str().unwrap_or("?")
-                        )
-                    };
-                    out.push_str(&format!(
-                        "{:>7} {:<10} {:>5} {:>4} {}\n",
-                        i["idx"],
-                        i["state"].as_str().unwrap_or("?"),
-                        i["round"],
-                        i["attempts"],
-                        what.chars().take(100).collect::<String>()
-                    ));
-                }
-                if let Some(t) = v["next_page_token"].as_str() {
-                    out.push_str(&format!("more: --page-token {t}\n"));
-                }
-                out
-            })?;
+            print(json_out, &v, || items_table(&v))?;
             Ok(ExitCode::SUCCESS)
         }
         JobsCmd::Log { id, idx } => {
@@ -240,5 +261,28 @@ pub async fn run(
             print(json_out, &v, || format!("{id}: failed items enqueued again (round {})\n", v["round"]))?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_items;
+
+    #[test]
+    fn a_bad_items_line_is_named_by_file_line_and_column_in_our_words() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("items.jsonl");
+        std::fs::write(&path, "{\"x\": 1}\n\n{\"x\": nope}\n").expect("write");
+        let err = read_items(&path).expect_err("line 3 is bad").to_string();
+        assert!(err.contains("items.jsonl line 3 is not valid JSON (near column 8)"), "{err}");
+        assert!(!err.contains("expected"), "no parser wording: {err}");
+        std::fs::write(&path, "{\"x\": 1} {\"x\": 2}\n{\"x\":").expect("write");
+        let err = read_items(&path).expect_err("bad").to_string();
+        assert!(err.contains("line 1 holds more than one JSON value"), "{err}");
+        std::fs::write(&path, "{\"x\":").expect("write");
+        let err = read_items(&path).expect_err("bad").to_string();
+        assert!(err.contains("line 1 ends before its JSON value does"), "{err}");
+        std::fs::write(&path, "{\"x\": 1}\n3\n").expect("write");
+        assert_eq!(read_items(&path).expect("fine").len(), 2);
     }
 }

@@ -15,6 +15,7 @@ mod account;
 pub mod bench;
 pub mod client;
 mod commands;
+mod confirm;
 mod endpoints;
 mod jobs;
 mod logs;

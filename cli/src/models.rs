@@ -2,7 +2,7 @@
 //! bundles of their outputs), their verified manifests, and download URLs
 //! minted only after the manifest verifies.
 
-use crate::output::print;
+use crate::output::{self, Table, print};
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -63,23 +63,19 @@ pub async fn run(
                 .request(Method::GET, &format!("/v1/tenants/{t}/projects/{p}/model-versions"))
                 .query(&[("page_size", limit.to_string())]);
             let page: ModelVersionPage = client.send(req).await?;
-            let header = format!(
-                "{:<30} {:<31} {:<16} {:>9}  {:<28}\n",
-                "ID", "RUN", "METHOD", "ARTIFACTS", "CREATED"
-            );
-            let rows = page.model_versions.iter().map(|v| {
-                format!(
-                    "{:<30} {:<31} {:<16} {:>9}  {:<28}\n",
-                    v.id,
-                    v.run,
-                    v.method,
-                    v.artifact_count,
-                    v.created_at.to_string()
-                )
-            });
-            let empty = "no model versions yet: each succeeded run makes one (mapi runs submit …)";
-            let out = crate::output::listing(header, rows, empty);
-            print(json, &page, || out)?;
+            let mut table =
+                Table::new(&["ID", "RUN", "METHOD", "ARTIFACTS", "CREATED"]).right(&[3]).flex(&[2]);
+            for v in &page.model_versions {
+                table.row(vec![
+                    v.id.to_string().into(),
+                    v.run.to_string().into(),
+                    v.method.as_str().into(),
+                    v.artifact_count.to_string().into(),
+                    output::ago(v.created_at).into(),
+                ]);
+            }
+            let empty = "no model versions yet: each succeeded fit makes one (mapi runs submit --method tabular.linear …)";
+            print(json, &page, || output::listing(&table, empty))?;
         }
         VersionsCmd::Get { id } => {
             let v: ModelVersionView = client.get(&format!("/v1/model-versions/{id}")).await?;

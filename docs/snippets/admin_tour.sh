@@ -64,7 +64,7 @@ refused FORBIDDEN env MAPI_TOKEN="$REPORT" $MAPI api POST "/v1/tenants/$TENANT/p
 refused FORBIDDEN env MAPI_TOKEN="$REPORT" $MAPI admin audit --tenant "$TENANT"
 refused FORBIDDEN env MAPI_TOKEN="$REPORT" $MAPI tokens create another -s admin
 ID=$($MAPI --json tokens ls | json "[t['id'] for t in d['tokens'] if t['name'] == 'nightly-report'][0]")
-$MAPI tokens revoke "$ID"
+$MAPI tokens revoke "$ID" --yes
 refused UNAUTHENTICATED env MAPI_TOKEN="$REPORT" $MAPI whoami
 
 say "Operators suspend and reactivate a tenant"
@@ -90,19 +90,19 @@ refused INVALID_ARGUMENT $MAPI runs submit --method describe --dataset "$DS" --c
 $MAPI usage --tenant "$TENANT" --period day | tee "$WORK/usage"
 grep -q "quota concurrent_runs .* of 40" "$WORK/usage" || fail "usage does not show the quotas"
 grep -q "estimates" "$WORK/usage" || fail "usage does not say its amounts are estimates"
-MAPI_TOKEN=$OPERATOR $MAPI admin quotas rm tenant "$TENANT"
+MAPI_TOKEN=$OPERATOR $MAPI admin quotas rm tenant "$TENANT" --yes
 MAPI_TOKEN=$OPERATOR $MAPI admin quotas ls | grep -Eq "^$TENANT +verified +86400 " || fail "the tier's defaults are not back"
 
 say "Kill switches: operators only, always with a reason"
 refused FORBIDDEN $MAPI admin kill-switches get
 MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches set --uploaded-code off --spend-cap 250.5 --spend-cap-period day \
-  --reason "tour: incident drill"
+  --reason "tour: incident drill" --yes
 MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches get | tee "$WORK/switches"
 grep -q "uploaded code: off" "$WORK/switches" || fail "uploaded code is not off"
 grep -q "250.500000 USD per day" "$WORK/switches" || fail "the spend cap is not set"
 $MAPI runs submit --method describe --dataset "$DS" --class S --timeout 60 | grep -q "submitted" \
   || fail "built-in methods stop working with uploaded code off"
-MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches set --uploaded-code on --spend-cap 0 --reason "tour: drill over"
+MAPI_TOKEN=$OPERATOR $MAPI admin kill-switches set --uploaded-code on --spend-cap 0 --reason "tour: drill over" --yes
 MAPI_TOKEN=$OPERATOR $MAPI admin audit --action kill_switch.set | grep -q "tour: incident drill" \
   || fail "the kill switch change is not audited with its reason"
 
@@ -112,7 +112,7 @@ MAPI_TOKEN=$OPERATOR $MAPI admin executors ls | tee "$WORK/executors"
 grep -q "^local-process  enabled  isolation process" "$WORK/executors" || fail "the local executor is not listed"
 grep -q "shared tiers: closed (isolation process is weaker than gvisor)" "$WORK/executors" \
   || fail "the gate does not say why shared tiers are closed"
-MAPI_TOKEN=$OPERATOR $MAPI admin executors disable local-process --reason "tour: containment drill" | grep -q "is disabled" \
+MAPI_TOKEN=$OPERATOR $MAPI admin executors disable local-process --reason "tour: containment drill" --yes | grep -q "is disabled" \
   || fail "the executor was not disabled"
 MAPI_TOKEN=$OPERATOR $MAPI admin executors enable local-process --reason "tour: drill over" | grep -q "is enabled" \
   || fail "the executor was not enabled again"

@@ -210,11 +210,20 @@ async fn readme_lines_work_as_printed() {
     );
 
     let operator = p.login("admin@dev.local").await;
-    for args in [
-        ["admin", "executors", "disable", "local-process", "--reason", "INC-42"],
-        ["admin", "executors", "enable", "local-process", "--reason", "INC-42 over"],
-    ] {
-        let (code, out, err) = mapi_as(&p, &operator, &args);
+    // Without a terminal to ask on, a switch-off without --yes shows what it would do and does
+    // nothing.
+    let (code, _, err) =
+        mapi_as(&p, &operator, &["admin", "executors", "disable", "local-process", "--reason", "INC-42"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("will take no new attempts") && err.contains("add --yes"), "{err}");
+    let (_, listed, _) = mapi_as(&p, &operator, &["--json", "admin", "executors", "ls"]);
+    assert!(!listed.contains("\"disabled\""), "nothing was switched off: {listed}");
+    let switches: [&[&str]; 2] = [
+        &["admin", "executors", "disable", "local-process", "--reason", "INC-42", "--yes"],
+        &["admin", "executors", "enable", "local-process", "--reason", "INC-42 over"],
+    ];
+    for args in switches {
+        let (code, out, err) = mapi_as(&p, &operator, args);
         assert_eq!(code, 0, "{args:?}: {out}\n{err}");
     }
 
