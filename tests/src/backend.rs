@@ -70,6 +70,7 @@ pub async fn start(backend: Backend, extra: &[(&str, &str)], options: Options) -
                 ("MAPI_CLOUDRUN_PROJECT", FAKE_PROJECT),
                 ("MAPI_ENV", "test"),
                 ("MAPI_CLOUDRUN_ENDPOINT", fake.url.as_str()),
+                ("MAPI_CLOUDRUN_LOGGING_ENDPOINT", fake.logging.url.as_str()),
                 ("MAPI_CLOUDRUN_TIMEOUT_MARGIN_S", "2"),
             ]);
             let platform = TestPlatform::start_with(&vars, options).await;

@@ -5,8 +5,11 @@
 //! `mapi-worker` child process with the environment Cloud Run gives
 //! (`CLOUD_RUN_TASK_INDEX`, `CLOUD_RUN_TASK_COUNT`, the Job's static
 //! `MAPI_BOOTSTRAP_URL`, the overrides), enforces the task timeout
-//! (SIGTERM, then SIGKILL), acts as the log sink (event lines the tasks
-//! print are collected, or pushed to the platform in Pub/Sub envelopes),
+//! (SIGTERM, then SIGKILL), writes every line a task prints on stdout or
+//! stderr to its own [`FakeCloudLogging`] (`FakeCloudRun::logging`) as
+//! Cloud Run does, before the task is reported finished, acts as the log
+//! sink (event lines the tasks print are collected, or pushed to the
+//! platform in Pub/Sub envelopes),
 //! and injects faults on demand: 429 with Retry-After, an answer lost after
 //! the execution was made, 503, slow answers, OOM (exit 137, or
 //! `term_signal` 9 with no exit code), executions that vanish.
@@ -22,12 +25,19 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use mapi_clock::Clock;
 use mapi_domain::Timestamp;
+use mapi_executor::LogStream;
 use mapi_executor::local::layout::Command;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::fake_cloudlogging::FakeCloudLogging;
+
 /// How long after its start an execution with `Fault::OutOfMemory` is killed.
 pub const OOM_AFTER: Duration = Duration::from_millis(1500);
+
+/// How long a finished task's output may take to be read to its end (a
+/// child the task left behind may hold its pipes open).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
 /// The push subscription the fake's log sink delivers through.
 pub const SUBSCRIPTION: &str = "projects/fake/subscriptions/mapi-run-events-push";
@@ -153,6 +163,8 @@ pub struct FakeCloudRun {
     pub url: String,
     pub project: String,
     pub region: String,
+    /// Where the tasks' output is written, as Cloud Logging keeps it.
+    pub logging: FakeCloudLogging,
     state: Arc<Mutex<FakeState>>,
     clock: Arc<dyn Clock>,
     worker: Arc<Command>,
@@ -176,6 +188,7 @@ impl FakeCloudRun {
             url,
             project: project.to_owned(),
             region: region.to_owned(),
+            logging: FakeCloudLogging::start().await,
             state: Arc::new(Mutex::new(FakeState { jobs, run_processes: true, ..FakeState::default() })),
             clock,
             worker: Arc::new(worker),
@@ -672,7 +685,7 @@ impl FakeCloudRun {
             .env("CLOUD_RUN_TASK_ATTEMPT", "0")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         let now = self.clock.now();
         let mut child = match cmd.spawn() {
@@ -702,15 +715,12 @@ impl FakeCloudRun {
                 }
             }
         }
+        let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
-            let sink = self.clone();
-            let (n, j) = (name.clone(), job.clone());
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(out).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    sink.log_line(&n, &j, index, &line).await;
-                }
-            });
+            readers.push(self.read_output(out, name.clone(), job.clone(), index, LogStream::Stdout));
+        }
+        if let Some(err) = child.stderr.take() {
+            readers.push(self.read_output(err, name.clone(), job.clone(), index, LogStream::Stderr));
         }
         if let (Some(Fault::OutOfMemory { .. }), Some(pid)) = (&fault, pid) {
             // Long enough for a worker to have started its method (and
@@ -744,6 +754,10 @@ impl FakeCloudRun {
                 }
             }
         };
+        for reader in readers {
+            // Cloud Logging has the lines once the task is reported finished (the fake's rule).
+            let _ = tokio::time::timeout(OUTPUT_DRAIN, reader).await;
+        }
         let (code, sig) = match status {
             Ok(s) => {
                 use std::os::unix::process::ExitStatusExt;
@@ -799,6 +813,36 @@ impl FakeCloudRun {
         );
         let env = mapi_events::pubsub::envelope(&entry, SUBSCRIPTION, message_id, now);
         serde_json::to_value(env).unwrap_or_default()
+    }
+
+    /// Writes each line `pipe` carries to Cloud Logging as it is read; stdout's lines also go to
+    /// the event sink, in order, on a task of their own (the reader waits for no push).
+    fn read_output(
+        &self,
+        pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+        name: String,
+        job: String,
+        index: u32,
+        stream: LogStream,
+    ) -> tokio::task::JoinHandle<()> {
+        let (events, mut sink_lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let sink = self.clone();
+        let execution = name.clone();
+        tokio::spawn(async move {
+            while let Some(line) = sink_lines.recv().await {
+                sink.log_line(&execution, &job, index, &line).await;
+            }
+        });
+        let fake = self.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                fake.logging.write_line(&name, index, stream, fake.clock.now(), &line);
+                if stream == LogStream::Stdout {
+                    let _ = events.send(line);
+                }
+            }
+        })
     }
 
     async fn log_line(&self, execution: &str, job: &str, task: u32, line: &str) {

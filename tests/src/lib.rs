@@ -7,7 +7,10 @@
 //! Run Admin API v2: Jobs, executions and tasks run as `mapi-worker`
 //! children with Cloud Run's environment, memory limits and timeouts, a log
 //! sink, and faults on demand: 429 with `Retry-After`, lost answers, 503,
-//! slow answers, OOM as exit 137 or signal 9, vanishing executions),
+//! slow answers, OOM as exit 137 or signal 9, vanishing executions; what the
+//! tasks print goes to its [`fake_cloudlogging`], Cloud Logging's
+//! `entries.list` with a parsed filter, page tokens, 429, 403, 503 and lost
+//! answers on demand),
 //! [`fake_cloudrun_services`] (the Admin API v2 Services: revisions run as
 //! real model-server children behind an IAM-enforcing proxy per service and
 //! tag URL, rollouts that succeed or fail with Cloud Run's messages, and
@@ -33,7 +36,8 @@
 //!   acknowledged), `ticks` (two overlapping ticks do nothing twice),
 //!   `walkthrough` (the README's, through the `mapi` binary).
 //! - Adapters: `executor_conformance` (local-process, real worker),
-//!   `cloudrun` (the executor against FakeCloudRun), `cloudtasks` (queue
+//!   `cloudrun` (the executor against FakeCloudRun), `cloudrun_logs` (its
+//!   log pages from FakeCloudLogging: cursors, payloads, faults), `cloudtasks` (queue
 //!   conformance and an item job on FakeCloudTasks), `signer_kms` (Signer
 //!   conformance on FakeKms), `objects_gcs` (ObjectStore conformance on
 //!   fake-gcs-server), `store_firestore` (Store conformance on the Firestore
@@ -83,6 +87,7 @@ use std::time::{Duration, Instant};
 
 pub mod backend;
 pub mod chaos;
+pub mod fake_cloudlogging;
 pub mod fake_cloudrun;
 pub mod fake_cloudrun_services;
 pub mod fake_cloudtasks;

@@ -44,6 +44,7 @@ async fn rig() -> Rig {
             .await;
     fake.without_processes();
     settings.endpoint = Some(fake.url.clone());
+    settings.logging_endpoint = Some(fake.logging.url.clone());
     let throttled = Counter::default();
     let executor =
         CloudRunJobsExecutor::new(settings, Credentials::Anonymous, clock.clone(), throttled.clone())

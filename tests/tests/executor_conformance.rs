@@ -152,7 +152,8 @@ mod local_process {
 }
 
 /// The cloudrun-jobs executor over FakeCloudRun: the same objects, the
-/// same worker, started by the fake as Cloud Run starts a task.
+/// same worker, started by the fake as Cloud Run starts a task, its output
+/// read back from the fake's Cloud Logging.
 async fn cloudrun() -> CloudRun {
     let base = local().await;
     let mut settings = Settings::new("fake-project");
@@ -171,6 +172,7 @@ async fn cloudrun() -> CloudRun {
     fake.set_static_env(base.executor_static_env.clone());
     fake.set_memory_limit_mib(S_MIB);
     settings.endpoint = Some(fake.url.clone());
+    settings.logging_endpoint = Some(fake.logging.url.clone());
     let executor =
         CloudRunJobsExecutor::new(settings, Credentials::Anonymous, base.clock.clone(), Default::default())
             .await

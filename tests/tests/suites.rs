@@ -14,6 +14,7 @@ mod budgets;
 mod cloud_platform;
 mod cloudrun;
 mod cloudrun_load;
+mod cloudrun_logs;
 mod cloudrun_runs;
 mod cloudtasks;
 mod crash;

@@ -33,3 +33,28 @@ pub const TIMEOUT_MESSAGE: &str = "timed out";
 /// A 429 from `jobs.run` means Cloud Run made nothing, so the same nonce
 /// may be submitted again without adopting first.
 pub const THROTTLED_MADE_NOTHING: bool = true;
+
+/// The monitored resource of the entries Cloud Logging keeps for what a
+/// Job's task prints (`resource.type`).
+pub const LOG_RESOURCE_TYPE: &str = "cloud_run_job";
+
+/// The entry label Cloud Run sets to the execution's short name.
+pub const LOG_EXECUTION_LABEL: &str = "run.googleapis.com/execution_name";
+
+/// The entry label Cloud Run sets to the task's index (`"0"`, `"1"`…).
+pub const LOG_TASK_LABEL: &str = "run.googleapis.com/task_index";
+
+/// The log ids (URL-encoded, as in `logName`) of a task's stdout and stderr.
+pub const LOG_STDOUT: &str = "run.googleapis.com%2Fstdout";
+pub const LOG_STDERR: &str = "run.googleapis.com%2Fstderr";
+
+/// No entry of an execution is timestamped more than this many seconds
+/// before the execution's `createTime` (clock skew between Cloud Run's
+/// control plane and the instance): the lower bound `logs` reads from.
+pub const LOG_SKEW_BEFORE_CREATION_S: u64 = 60;
+
+/// `entries.list` with `orderBy = "timestamp asc"` lists entries of equal
+/// timestamps in the byte order of their `insertId` (as the API reference
+/// states), so a reader that remembers the last (timestamp, insertId) it
+/// returned can skip exactly what it already returned.
+pub const LOG_EQUAL_TIMESTAMPS_BY_INSERT_ID: bool = true;

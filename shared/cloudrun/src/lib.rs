@@ -21,6 +21,11 @@
 //! - **Status**: `executions.get`, then `tasks.list` for exit codes once the
 //!   execution completed; a missing execution is `NotFound`. The mapping
 //!   from the Admin API's shapes is in `wire`.
+//! - **Logs**: what the tasks printed is read from Cloud Logging
+//!   (`entries.list` through `google-cloud-logging-v2`, at
+//!   `MAPI_CLOUDRUN_LOGGING_ENDPOINT`), oldest first, from the execution's
+//!   creation on, with cursors that resume after the last entry returned
+//!   (the `logs` module).
 //!
 //! The inventory ([`inventory`]) is one Job per base image and resource
 //! class, named by `MAPI_CLOUDRUN_JOB_TEMPLATE`; placement refuses XL (it
@@ -42,12 +47,13 @@
 //!
 //! Tested against `FakeCloudRun` (in `mapi-tests`), which speaks the Admin
 //! API's REST JSON and injects 429s, lost answers, OOM kills and vanished
-//! executions.
+//! executions, and writes what its tasks print to `FakeCloudLogging`.
 
-/// A client of the Admin API of type `$t` (Jobs, Services, …), for both
-/// adapters: it never retries (the adapters decide what a failed call
-/// means), talks to `$endpoint` when set (a fake's, in tests), and is
-/// anonymous only when asked; the build's error is a [`BuildError`].
+/// A Google API client of type `$t` (the Admin API's Jobs, Services, …, and
+/// Cloud Logging's `LoggingServiceV2`), for both adapters: it never retries
+/// (the adapters decide what a failed call means), talks to `$endpoint` when
+/// set (a fake's, in tests), and is anonymous only when asked; the build's
+/// error is a [`BuildError`].
 macro_rules! admin_client {
     ($t:ty, $endpoint:expr, $credentials:expr) => {{
         let mut b = <$t>::builder().with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
@@ -64,6 +70,7 @@ macro_rules! admin_client {
 pub mod assumptions;
 pub mod gate;
 pub mod inventory;
+mod logs;
 pub mod services;
 pub mod settings;
 mod wire;
@@ -73,6 +80,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use google_cloud_gax::error::Error as GaxError;
+use google_cloud_logging_v2::client::LoggingServiceV2;
 use google_cloud_run_v2::client::{Executions, Jobs, Tasks};
 use google_cloud_run_v2::model;
 use mapi_clock::Clock;
@@ -117,6 +125,7 @@ struct Inner {
     jobs: Jobs,
     executions: Executions,
     tasks: Tasks,
+    logging: LoggingServiceV2,
     clock: Arc<dyn Clock>,
     throttled_total: Counter,
 }
@@ -136,7 +145,7 @@ impl std::fmt::Debug for CloudRunJobsExecutor {
 pub struct BuildError(String);
 
 impl CloudRunJobsExecutor {
-    /// Builds the three clients. `throttled_total` is the
+    /// Builds the Admin API's three clients and Cloud Logging's. `throttled_total` is the
     /// `mapi_executor_submit_throttled_total{executor="cloudrun-jobs"}`
     /// counter of the process's metrics.
     pub async fn new(
@@ -149,6 +158,7 @@ impl CloudRunJobsExecutor {
         let jobs = admin_client!(Jobs, settings.endpoint, credentials);
         let executions = admin_client!(Executions, settings.endpoint, credentials);
         let tasks = admin_client!(Tasks, settings.endpoint, credentials);
+        let logging = admin_client!(LoggingServiceV2, settings.logging_endpoint, credentials);
         Ok(CloudRunJobsExecutor {
             inner: Arc::new(Inner {
                 inventory: Inventory::new(&settings),
@@ -157,6 +167,7 @@ impl CloudRunJobsExecutor {
                 jobs,
                 executions,
                 tasks,
+                logging,
                 clock,
                 throttled_total,
             }),
@@ -263,6 +274,26 @@ impl CloudRunJobsExecutor {
         Ok(out)
     }
 
+    /// The execution's `createTime`; `None` when Cloud Run does not know it.
+    async fn created(
+        &self,
+        handle: &ExecutionHandle,
+    ) -> Result<Option<google_cloud_wkt::Timestamp>, ExecutorError> {
+        let got = self
+            .inner
+            .executions
+            .get_execution()
+            .with_request(model::GetExecutionRequest::new().set_name(handle.0.clone()))
+            .send()
+            .await;
+        match got {
+            // An execution Cloud Run has not stamped yet printed nothing: read from now.
+            Ok(e) => Ok(Some(e.create_time.unwrap_or_else(|| wire_time(self.inner.clock.now())))),
+            Err(e) if e.http_status_code() == Some(404) => Ok(None),
+            Err(e) => Err(ExecutorError::Unavailable(format!("executions.get {handle}: {e}"))),
+        }
+    }
+
     /// Adoption after an ambiguous `jobs.run`: the oldest execution of this
     /// nonce, duplicates cancelled.
     async fn adopt_after(
@@ -272,6 +303,12 @@ impl CloudRunJobsExecutor {
     ) -> Result<Option<ExecutionInfo>, ExecutorError> {
         mapi_executor::adopt(self, &a.nonce, since).await
     }
+}
+
+fn wire_time(t: Timestamp) -> google_cloud_wkt::Timestamp {
+    let micros = t.as_micros();
+    let nanos = i32::try_from(micros.rem_euclid(1_000_000) * 1000).unwrap_or(0);
+    google_cloud_wkt::Timestamp::clamp(micros.div_euclid(1_000_000), nanos)
 }
 
 /// What a failed call means for a submit.
@@ -476,13 +513,26 @@ impl Executor for CloudRunJobsExecutor {
         }
     }
 
+    /// Reads Cloud Logging (see `logs`); the first call of an execution (no cursor) also reads
+    /// its `createTime` with `executions.get`, the lower bound of every later query.
     async fn logs(
         &self,
-        _: &ExecutionHandle,
-        _: Option<&str>,
-        _: usize,
+        handle: &ExecutionHandle,
+        cursor: Option<&str>,
+        limit: usize,
     ) -> Result<mapi_executor::LogPage, ExecutorError> {
-        Err(ExecutorError::Unavailable("TODO(logs): Cloud Logging reader".to_owned()))
+        let short = handle.0.rsplit('/').next().unwrap_or_default();
+        let mut at = logs::Cursor::parse(cursor, short)?;
+        let Some(target) = logs::Target::of(handle).filter(|_| self.owns(handle)) else {
+            return Ok(at.empty_page());
+        };
+        if !at.has_floor() {
+            match self.created(handle).await? {
+                Some(created) => at.read_from_creation(created),
+                None => return Ok(at.empty_page()),
+            }
+        }
+        logs::read(&self.inner.logging, &target, at, limit).await
     }
 }
 

@@ -85,6 +85,12 @@ pub const ENDPOINT: Var = Var::derived(
     "Google's",
     "cloudrun-jobs: root of the Cloud Run Admin API (a fake's in tests)",
 );
+/// `MAPI_CLOUDRUN_LOGGING_ENDPOINT`.
+pub const LOGGING_ENDPOINT: Var = Var::derived(
+    "MAPI_CLOUDRUN_LOGGING_ENDPOINT",
+    "Google's",
+    "cloudrun-jobs: root of the Cloud Logging API the tasks' output is read from (a fake's in tests)",
+);
 /// `MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S`.
 pub const MAX_SUBMIT_WAIT_S: Var = Var::new(
     "MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S",
@@ -112,6 +118,7 @@ pub const VARIABLES: &[Var] = &[
     DNS_ENFORCED,
     ADOPT_LOOKBACK_S,
     ENDPOINT,
+    LOGGING_ENDPOINT,
     MAX_SUBMIT_WAIT_S,
 ];
 
@@ -152,6 +159,9 @@ pub struct Settings {
     pub adopt_lookback: Duration,
     /// `MAPI_CLOUDRUN_ENDPOINT`: the Admin API's root (a fake's in tests).
     pub endpoint: Option<String>,
+    /// `MAPI_CLOUDRUN_LOGGING_ENDPOINT`: the Cloud Logging API's root (a fake's in tests), where
+    /// `logs` reads what the tasks printed.
+    pub logging_endpoint: Option<String>,
     /// `MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S`: the longest a dispatcher waits
     /// for its slot in the bucket; a longer wait goes back to the queue
     /// (keep it below the dispatch queue's dispatch deadline).
@@ -198,6 +208,7 @@ impl Settings {
             dns_enforced: DNS_ENFORCED.flag(env).map_err(e)?,
             adopt_lookback: ADOPT_LOOKBACK_S.seconds(env).map_err(e)?,
             endpoint: ENDPOINT.get(env),
+            logging_endpoint: LOGGING_ENDPOINT.get(env),
             max_submit_wait: MAX_SUBMIT_WAIT_S.seconds(env).map_err(e)?,
         };
         s.validate()?;

@@ -296,9 +296,10 @@ pub trait Executor: Send + Sync + Debug {
     ///
     /// # Errors
     ///
-    /// `Cursor` when `cursor` is not one this adapter gave out; `Unavailable` (Cloud Logging: no
-    /// answer, or refused); `Internal` (local: a log file cannot be read). Reading changes
-    /// nothing: retrying is safe.
+    /// `Cursor` when `cursor` is not one this adapter gave out (for this execution); `Unavailable`
+    /// (Cloud Logging: no answer, or refused, e.g. 403, 429 or a 5xx; Cloud Run's `executions.get`
+    /// likewise on a first call); `Internal` (local: a log file cannot be read; Cloud Logging:
+    /// it answered 400 to the query). Reading changes nothing: retrying is safe.
     async fn logs(
         &self,
         handle: &ExecutionHandle,
