@@ -834,8 +834,10 @@ fn policy_the_orchestrator_role_has_exactly_its_permissions() {
             .into_iter()
             .collect();
     // The five the executor calls, and runWithOverrides: every jobs.run sends
-    // container, task-count and timeout overrides (mapi_cloudrun's run_job).
+    // container, task-count and timeout overrides (mapi_cloudrun's run_job); and listing log
+    // entries, for a run's logs (mapi_cloudrun's logs).
     let want: BTreeSet<String> = [
+        "logging.logEntries.list",
         "run.jobs.run",
         "run.jobs.runWithOverrides",
         "run.executions.get",

@@ -63,10 +63,12 @@ resource "google_project_iam_custom_role" "orchestrator" {
   project     = var.project_id
   role_id     = "mapi_${var.env}_orchestrator"
   title       = "mapi ${var.env} orchestrator"
-  description = "Start executions of the inventory's Jobs (with overrides), poll and cancel them."
+  description = "Start executions of the inventory's Jobs (with overrides), poll and cancel them, read what they printed."
   # jobs.run with container, task-count and timeout overrides needs
-  # run.jobs.runWithOverrides besides run.jobs.run.
+  # run.jobs.runWithOverrides besides run.jobs.run. `GET /v1/runs/{id}/logs` lists the
+  # execution's entries in this project's Cloud Logging (logging.logEntries.list).
   permissions = [
+    "logging.logEntries.list",
     "run.executions.cancel",
     "run.executions.get",
     "run.executions.list",

@@ -19,7 +19,8 @@ use super::runs::load_for;
 pub struct LogsQuery {
     /// The attempt (1 is the first); the run's latest when absent.
     attempt: Option<u32>,
-    /// Continue after the lines of an earlier answer (its `cursor`).
+    /// Continue after the lines of an earlier answer (its `cursor`); absent or empty: from the
+    /// first line.
     cursor: Option<String>,
     /// Lines per page: 1 to 1000; 200 when absent.
     limit: Option<u32>,
@@ -48,6 +49,8 @@ pub async fn run_logs(
     Query(q): Query<LogsQuery>,
 ) -> Result<Json<RunLogs>, ApiError> {
     let (run, _) = load_for(&state, &caller, &id, Action::Read).await?;
+    // An empty cursor is no cursor: read from the start.
+    let cursor = q.cursor.filter(|c| !c.is_empty());
     let limit = limit(q.limit)?;
     let attempt = attempt_of(&run, q.attempt)?;
     let row = mapi_schema::get::<AttemptDoc>(&*state.store, &AttemptDoc::id_of(run.id(), attempt)).await?;
@@ -57,12 +60,12 @@ pub async fn run_logs(
         attempt,
         execution: None,
         lines: Vec::new(),
-        cursor: q.cursor.clone().unwrap_or_default(),
+        cursor: cursor.clone().unwrap_or_default(),
         more: false,
         finished,
     };
     let Some(handle) = row.and_then(|r| r.handle) else { return Ok(Json(logs)) };
-    let page = state.executor.logs(&handle, q.cursor.as_deref(), limit).await.map_err(refused)?;
+    let page = state.executor.logs(&handle, cursor.as_deref(), limit).await.map_err(refused)?;
     logs.execution = Some(handle);
     logs.lines = page.lines.into_iter().map(view).collect();
     (logs.cursor, logs.more) = (page.cursor, page.more);
