@@ -3,34 +3,15 @@
 //! audit`, and `mapi api` for any other route.
 
 use crate::output::print;
-use std::path::PathBuf;
+use crate::session::{self, Entry, Resolved};
 
 use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::client::Client;
-use mapi_api::credentials::Credentials;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-/// Where the CLI keeps its credentials: `$MAPI_HOME/credentials.json`.
-pub fn credentials_path() -> PathBuf {
-    PathBuf::from(std::env::var("MAPI_HOME").unwrap_or_else(|_| "./.mapi".into())).join("credentials.json")
-}
-
-pub fn load_credentials() -> Option<Credentials> {
-    serde_json::from_slice(&std::fs::read(credentials_path()).ok()?).ok()
-}
-
-fn save_credentials(c: &Credentials) -> Result<()> {
-    let path = credentials_path();
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    mapi_api::credentials::write_private(&path, &serde_json::to_vec_pretty(c)?)?;
-    Ok(())
-}
 
 #[derive(Debug, Subcommand)]
 pub enum TokensCmd {
@@ -305,56 +286,65 @@ pub async fn login(
         crate::output::line(&token)?;
         return Ok(());
     }
-    let mut creds = load_credentials().unwrap_or(Credentials {
-        url: url.to_owned(),
-        token: String::new(),
-        tenant: mapi_domain::TenantId::parse("dev")?,
-        project: mapi_domain::ProjectId::parse("default")?,
-    });
-    creds.url = url.to_owned();
-    creds.token = token;
-    if let Some(g) = me["grants"].as_array().and_then(|g| g.first()) {
-        if let Some(t) = g["tenant"].as_str() {
-            creds.tenant = mapi_domain::TenantId::parse(t)?;
-        }
-        if let Some(p) = g["project"].as_str() {
-            creds.project = mapi_domain::ProjectId::parse(p)?;
-        }
-    }
-    save_credentials(&creds)?;
+    // A new sign-in starts in the first place this person may act, never in the last one's.
+    let grant = me["grants"].as_array().and_then(|g| g.first());
+    let tenant = grant.and_then(|g| g["tenant"].as_str()).map(str::to_owned);
+    let project = grant.and_then(|g| g["project"].as_str()).map(str::to_owned);
+    let mut saved = session::load();
+    let entry = Entry { token, tenant: tenant.clone(), project: project.clone(), session: true };
+    saved.platforms.insert(url.to_owned(), entry);
+    saved.current = Some(url.to_owned());
+    session::save(&saved)?;
     print(json_out, &me, || {
+        let place = match (tenant, project) {
+            (Some(t), Some(p)) => format!("using {t}/{p} (change with `mapi use TENANT/PROJECT`)"),
+            (Some(t), None) => format!("in tenant {t}: choose a project with `mapi use {t}/PROJECT`"),
+            _ => "with no tenant yet: an operator or tenant admin adds you".to_owned(),
+        };
         format!(
-            "signed in as {}{}; using {}/{} (change with `mapi use TENANT/PROJECT`)\n",
+            "signed in as {}{}; {place}\n",
             me["user"].as_str().unwrap_or("?"),
             if me["operator"] == true { " (operator)" } else { "" },
-            creds.tenant,
-            creds.project
         )
     })?;
     Ok(())
 }
 
 /// `mapi use TENANT/PROJECT`.
-pub fn use_scope(target: &str) -> Result<()> {
+pub fn use_scope(now: &Resolved, target: &str) -> Result<()> {
     let (t, p) = target.split_once('/').ok_or("write TENANT/PROJECT, e.g. acme/growth")?;
-    let mut creds = load_credentials().ok_or("no credentials yet: run `mapi login` (or `mapi dev`) first")?;
-    creds.tenant = mapi_domain::TenantId::parse(t)?;
-    creds.project = mapi_domain::ProjectId::parse(p)?;
-    save_credentials(&creds)?;
-    eprintln!("using {t}/{p}");
+    mapi_domain::TenantId::parse(t).map_err(|e| format!("tenant `{t}`: {e}"))?;
+    mapi_domain::ProjectId::parse(p).map_err(|e| format!("project `{p}`: {e}"))?;
+    let (Some(url), Some(token)) = (&now.url, &now.token) else {
+        return Err("not signed in to any platform: run `mapi login` (or start `mapi dev`) first".into());
+    };
+    let mut saved = session::load();
+    let was_session = saved.platforms.get(url).is_some_and(|e| e.session);
+    let entry = Entry {
+        token: token.clone(),
+        tenant: Some(t.to_owned()),
+        project: Some(p.to_owned()),
+        session: was_session,
+    };
+    saved.platforms.insert(url.clone(), entry);
+    saved.current = Some(url.clone());
+    session::save(&saved)?;
+    eprintln!("using {t}/{p} on {url}");
     Ok(())
 }
 
 /// `mapi whoami`.
-pub async fn whoami(client: &Client, json_out: bool) -> Result<()> {
+pub async fn whoami(client: &Client, now: &Resolved, json_out: bool) -> Result<()> {
     let me: Value = client.get("/v1/whoami").await?;
     print(json_out, &me, || {
         let mut out = format!(
-            "{} ({}{})\n",
+            "{} ({}{}) on {}\n",
             me["user"].as_str().unwrap_or("?"),
             me["kind"].as_str().unwrap_or("?"),
-            if me["operator"] == true { ", operator" } else { "" }
+            if me["operator"] == true { ", operator" } else { "" },
+            client.url
         );
+        out.push_str(&acting_in(&me, now));
         if let Some(t) = me["token"].as_object() {
             out.push_str(&format!(
                 "token {} \"{}\" in {}/{}, scopes {}\n",
@@ -380,6 +370,19 @@ pub async fn whoami(client: &Client, json_out: bool) -> Result<()> {
         out
     })?;
     Ok(())
+}
+
+/// The line saying where commands act, and as what role there.
+fn acting_in(me: &Value, now: &Resolved) -> String {
+    let (Some(t), Some(p)) = (&now.tenant, &now.project) else {
+        return "no tenant and project chosen: `mapi use TENANT/PROJECT`\n".to_owned();
+    };
+    let grants = me["grants"].as_array().into_iter().flatten();
+    let here =
+        |g: &&Value| g["tenant"] == t.as_str() && (g["project"] == p.as_str() || g["project"].is_null());
+    let role = grants.filter(here).filter_map(|g| g["role"].as_str()).collect::<Vec<_>>().join(", ");
+    let role = if role.is_empty() { "no role there".to_owned() } else { role };
+    format!("acting in {t}/{p} as {role}\n")
 }
 
 /// `mapi tokens …` in `tenant/project`.

@@ -12,7 +12,6 @@ use reqwest::Method;
 
 use crate::client::{Client, ClientError};
 use crate::output::{Cell, Format, Table};
-use mapi_api::credentials::Credentials;
 
 #[derive(Debug, Parser)]
 #[command(name = "mapi", version, about = "The mapi model API platform", after_help = EXIT_CODES)]
@@ -234,17 +233,20 @@ pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 struct Ctx {
     client: Client,
-    creds: Option<Credentials>,
+    now: crate::session::Resolved,
     json: bool,
 }
 
 impl Ctx {
     fn scope(&self, s: &Scope) -> Result<(String, String)> {
-        let tenant = s.tenant.clone().or_else(|| self.creds.as_ref().map(|c| c.tenant.to_string()));
-        let project = s.project.clone().or_else(|| self.creds.as_ref().map(|c| c.project.to_string()));
+        let tenant = s.tenant.clone().or_else(|| self.now.tenant.clone());
+        let project = s.project.clone().or_else(|| self.now.project.clone());
         match (tenant, project) {
             (Some(t), Some(p)) => Ok((t, p)),
-            _ => Err("give --tenant and --project (or run `mapi dev`, which writes defaults)".into()),
+            _ => {
+                Err("no tenant and project chosen: `mapi use TENANT/PROJECT`, or give --tenant and --project"
+                    .into())
+            }
         }
     }
 
@@ -257,7 +259,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let format = if cli.json { Format::Json } else { cli.output };
     crate::output::set_format(format);
     let json = format != Format::Table;
-    let creds = crate::account::load_credentials();
+    let now = crate::session::resolve(
+        cli.url.clone(),
+        cli.token.clone(),
+        &crate::session::load(),
+        crate::session::dev_home().as_ref(),
+    );
     match cli.command {
         Command::Completions { shell } => {
             let mut script = Vec::new();
@@ -275,29 +282,31 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         #[cfg(feature = "platform")]
         Command::Bench(b) => return crate::platform::bench(b, json).await,
         Command::Use { target } => {
-            crate::account::use_scope(&target)?;
+            crate::account::use_scope(&now, &target)?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Login { dev, id_token, print_token } => {
-            let url = cli.url.or_else(|| creds.as_ref().map(|c| c.url.clone()));
-            let url = url.ok_or("no platform to sign in to: set MAPI_URL (or start `mapi dev`)")?;
+            let url =
+                now.url.clone().ok_or("no platform to sign in to: set MAPI_URL (or start `mapi dev`)")?;
             crate::account::login(url.trim_end_matches('/'), dev, id_token, print_token, json).await?;
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}
     }
-    let url = cli.url.or_else(|| creds.as_ref().map(|c| c.url.clone()));
-    let token = cli.token.or_else(|| creds.as_ref().map(|c| c.token.clone()));
-    let (Some(url), Some(token)) = (url, token) else {
-        return Err("no platform to talk to: start `mapi dev`, or set MAPI_URL and MAPI_TOKEN".into());
+    let (Some(url), Some(token)) = (now.url.clone(), now.token.clone()) else {
+        return Err(match &now.url {
+            Some(url) => format!("not signed in to {url}: `mapi login`, or set MAPI_TOKEN"),
+            None => "no platform to talk to: start `mapi dev`, or `mapi login` with MAPI_URL set".to_owned(),
+        }
+        .into());
     };
-    let ctx = Ctx { client: Client::new(&url, &token), creds, json };
+    let ctx = Ctx { client: Client::new(&url, &token), now, json };
     match cli.command {
         #[cfg(feature = "platform")]
         Command::Dev(_) | Command::Bench(_) | Command::Worker { .. } => Ok(ExitCode::SUCCESS),
         Command::Use { .. } | Command::Login { .. } | Command::Completions { .. } => Ok(ExitCode::SUCCESS),
         Command::Whoami => {
-            crate::account::whoami(&ctx.client, ctx.json).await?;
+            crate::account::whoami(&ctx.client, &ctx.now, ctx.json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tokens(cmd) => {

@@ -23,5 +23,6 @@ mod models;
 mod output;
 #[cfg(feature = "platform")]
 mod platform;
+mod session;
 
 pub use commands::main;

@@ -133,7 +133,8 @@ pub async fn dev(args: DevArgs) -> Result<ExitCode> {
     let platform = DevPlatform::start(config, listener, worker).await?;
     // Listening before the URL is printed: whoever reads it may stop us at once.
     let stop = mapi_runtime::shutdown_signal();
-    eprint!("{}", banner(&platform.url, &home, &accounts, format));
+    let cli = cli_access(&platform.credentials, &home);
+    eprint!("{}", banner(&platform.url, &home, &accounts, format, &cli));
     crate::output::line(&platform.url)?;
     stop.await;
     eprintln!("mapi dev: stopping (executions keep running and are found at the next start)");
@@ -184,6 +185,23 @@ fn reset(home: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Gives the CLI this platform's token in the user's configuration (never over a person's
+/// session there); the banner's sentence on how the CLI reaches it.
+fn cli_access(creds: &mapi_api::credentials::Credentials, home: &std::path::Path) -> String {
+    let me = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "mapi".into());
+    let mut saved = crate::session::load();
+    let written = crate::session::register_dev(&mut saved, creds);
+    match crate::session::save(&saved) {
+        Ok(()) if written => format!(
+            "signed in as dev@dev.local in {}/{}; in another terminal: {me} runs ls",
+            creds.tenant, creds.project
+        ),
+        Ok(()) => format!("your `mapi login` session here is kept ({me} whoami shows it)"),
+        // Without a configuration directory the CLI still finds the home's own file.
+        Err(e) => format!("{e}; in another terminal: MAPI_HOME={} {me} runs ls", home.display()),
+    }
+}
+
 /// What a person needs to start: where the platform is, how to reach it,
 /// who can sign in, where its state is, how to stop it.
 fn banner(
@@ -191,13 +209,8 @@ fn banner(
     home: &std::path::Path,
     accounts: &[mapi_domain::UserId],
     format: mapi_runtime::LogFormat,
+    cli: &str,
 ) -> String {
-    let me = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "mapi".into());
-    // The CLI finds its credentials in MAPI_HOME (./.mapi when unset).
-    let cli = match home == std::path::Path::new("./.mapi") {
-        true => me,
-        false => format!("MAPI_HOME={} {me}", home.display()),
-    };
     let accounts: Vec<String> = accounts.iter().map(ToString::to_string).collect();
     let logs = match format {
         mapi_runtime::LogFormat::Human => "a line per event below; MAPI_LOG=debug adds one per request",
@@ -208,7 +221,7 @@ fn banner(
     let lines = [
         format!("mapi dev is up at {url}"),
         format!("  API        {url}/openapi.json (the description), {url}/v1/usage (methods and examples)"),
-        format!("  CLI        signed in as dev@dev.local in dev/default; in another terminal: {cli} runs ls"),
+        format!("  CLI        {cli}"),
         "             (`cargo install --path cli` puts a `mapi` on your PATH)".to_owned(),
         format!("  accounts   {} (mapi login --dev EMAIL)", accounts.join(", ")),
         format!("  state      {} (start afresh with --reset)", home.display()),

@@ -341,8 +341,10 @@ impl DevProcess {
     pub fn start(home: &std::path::Path, port: u16, extra: &[(&str, &str)]) -> DevProcess {
         use std::io::BufRead;
         let mut cmd = std::process::Command::new(binary("mapi"));
+        // The CLI's configuration of this platform stays in its home, not the user's.
         cmd.arg("dev")
             .env("MAPI_HOME", home)
+            .env("MAPI_CONFIG_DIR", Self::config_dir(home))
             .env("PORT", port.to_string())
             .env("MAPI_WORKER_BIN", binary("mapi-worker"))
             .env("MAPI_TICK_INTERVAL_S", "1")
@@ -362,6 +364,12 @@ impl DevProcess {
         let mut line = String::new();
         std::io::BufReader::new(stdout).read_line(&mut line).expect("mapi dev prints its URL");
         DevProcess { child, url: line.trim().to_owned() }
+    }
+
+    /// Where the CLI keeps its state for a `mapi dev` started in `home`: pass it as
+    /// `MAPI_CONFIG_DIR` to the CLI.
+    pub fn config_dir(home: &std::path::Path) -> std::path::PathBuf {
+        home.join("cli-config")
     }
 
     /// Stops it with SIGTERM and waits.

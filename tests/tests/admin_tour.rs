@@ -16,6 +16,7 @@ fn the_admin_tour_passes() {
         .arg(&script)
         .env("PATH", path)
         .env("MAPI_HOME", home.path())
+        .env("MAPI_CONFIG_DIR", DevProcess::config_dir(home.path()))
         .env("MAPI_URL", &dev.url)
         .env_remove("MAPI_TOKEN")
         .output()

@@ -264,13 +264,14 @@ fn mapi_dev_takes_its_port_and_home_prints_a_banner_and_resets() {
     use std::process::Stdio;
     let dir = tempfile::tempdir().expect("tempdir");
     let home = dir.path().join("home");
-    let start = |extra: &[&str]| {
-        let port = mapi_tests::free_port();
+    let config = dir.path().join("config");
+    let start = |port: u16, extra: &[&str]| {
         let mut child = Command::new(binary("mapi"))
             .args(["dev", "--port", &port.to_string(), "--home", home.to_str().expect("home")])
             .args(extra)
             .env("MAPI_WORKER_BIN", binary("mapi-worker"))
             .env("MAPI_LOG_FORMAT", "human")
+            .env("MAPI_CONFIG_DIR", &config)
             .env_remove("MAPI_HOME")
             .env_remove("PORT")
             .stdin(Stdio::null())
@@ -286,14 +287,14 @@ fn mapi_dev_takes_its_port_and_home_prints_a_banner_and_resets() {
         let status = child.wait().expect("wait");
         (port, url.trim().to_owned(), err, status)
     };
-    let (port, url, err, status) = start(&[]);
+    let (port, url, err, status) = start(mapi_tests::free_port(), &[]);
     assert_eq!(url, format!("http://127.0.0.1:{port}"), "{err}");
     assert!(status.success(), "{err}");
     for shown in [
         format!("mapi dev is up at {url}"),
         format!("{url}/openapi.json"),
         "admin@dev.local, analyst@dev.local, viewer@dev.local, dev@dev.local".to_owned(),
-        format!("MAPI_HOME={}", home.display()),
+        "signed in as dev@dev.local in dev/default".to_owned(),
         "Ctrl-C".to_owned(),
         "a line per event below".to_owned(),
     ] {
@@ -302,10 +303,28 @@ fn mapi_dev_takes_its_port_and_home_prints_a_banner_and_resets() {
     assert!(!err.contains("\"severity\""), "human lines, not JSON: {err}");
     assert!(home.join("mapi.db").is_file() && home.join("credentials.json").is_file());
 
+    // The CLI's state is in the configuration directory: this platform is current, with the
+    // home's token; a restart replaces nothing a person signed in with.
+    let read = || -> Value {
+        serde_json::from_slice(&std::fs::read(config.join("credentials.json")).expect("config"))
+            .expect("json")
+    };
+    let own: Value =
+        serde_json::from_slice(&std::fs::read(home.join("credentials.json")).expect("read")).expect("json");
+    let saved = read();
+    assert_eq!(saved["current"], url.as_str());
+    assert_eq!(saved["platforms"][&url]["token"], own["token"], "{saved:#}");
+    let mut signed_in = saved.clone();
+    signed_in["platforms"][&url] =
+        serde_json::json!({"token": "mapi_sess", "tenant": "acme", "project": "growth", "session": true});
+    std::fs::write(config.join("credentials.json"), signed_in.to_string()).expect("write");
+
     let marker = home.join("objects").join("left-behind");
     std::fs::write(&marker, "x").expect("write");
-    let (_, _, err, status) = start(&["--reset"]);
+    let (_, _, err, status) = start(port, &["--reset"]);
     assert!(status.success() && err.contains("reset"), "{err}");
+    assert!(err.contains("your `mapi login` session here is kept"), "{err}");
+    assert_eq!(read(), signed_in, "the session was not overwritten");
     assert!(!marker.exists(), "--reset removed the objects");
     assert!(home.join("mapi.db").is_file(), "and the platform started afresh");
 
