@@ -1,5 +1,5 @@
-//! `mapi models versions`: the model versions of succeeded runs (signed
-//! bundles of their outputs), their verified manifests, and download URLs
+//! `mapi models versions`: the model versions of succeeded runs of
+//! model-producing methods (signed bundles of their outputs), their verified manifests, and download URLs
 //! minted only after the manifest verifies.
 
 use crate::output::print;
@@ -15,7 +15,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 #[derive(Debug, Subcommand)]
 pub enum ModelsCmd {
-    /// Model versions: succeeded runs' outputs, sealed and signed.
+    /// Model versions: succeeded fits' outputs, sealed and signed.
     #[command(subcommand)]
     Versions(VersionsCmd),
 }
@@ -77,7 +77,7 @@ pub async fn run(
                     v.created_at.to_string()
                 )
             });
-            let empty = "no model versions yet: each succeeded run makes one (mapi runs submit …)";
+            let empty = "no model versions yet: each succeeded run of a method that fits a model makes one (mapi methods ls, column MODEL)";
             let out = crate::output::listing(header, rows, empty);
             print(json, &page, || out)?;
         }

@@ -1,7 +1,8 @@
 //! Model versions over HTTP against the platform started in this process,
 //! with real worker processes: a succeeded fit's outputs become exactly one
 //! signed version, listed, read and downloaded only through its verified
-//! manifest; a failed run has none; a redelivered finalization seals
+//! manifest; a failed run has none, and neither has a succeeded run of a
+//! method that fits no model (`describe`); a redelivered finalization seals
 //! nothing twice; a replaced artifact or a changed manifest is refused
 //! with `INTEGRITY_FAILURE`, audited, counted, and no URL is minted; a
 //! version is invisible to another tenant; and the Cloud KMS signer (over
@@ -208,6 +209,61 @@ async fn a_failed_run_has_no_version() {
     let missing = ModelVersionId::of_run(&RunId::parse(&id).expect("run id"));
     let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{missing}"), None).await;
     assert_eq!((s, body["code"].as_str()), (404, Some("NOT_FOUND")), "{body}");
+}
+
+/// A method that fits no model succeeds with its outputs and no version:
+/// no bundle, no record, nothing listed beside the fit's version, nothing
+/// sealed by a redelivered finalization, and the CLI names no model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_describe_run_succeeds_with_no_version() {
+    let p = TestPlatform::start(&[]).await;
+    let fitted = fit(&p).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "describe", "dataset": ds, "timeout_s": 120})).await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert!(run["model_version"].is_null(), "{run:#}");
+    let outputs: Vec<&str> =
+        run["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
+    assert_eq!(outputs, ["summary.json"], "{run:#}");
+    assert!(bundle_objects(&p, &run).await.is_empty(), "nothing was sealed");
+    let missing = ModelVersionId::of_run(&RunId::parse(&id).expect("run id"));
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{missing}"), None).await;
+    assert_eq!((s, body["code"].as_str()), (404, Some("NOT_FOUND")), "{body}");
+
+    // The listing shows the fit's version and nothing of the describe run.
+    let page = list_versions(&p).await;
+    let listed: Vec<&str> =
+        page["model_versions"].as_array().expect("list").iter().filter_map(|v| v["run"].as_str()).collect();
+    assert_eq!(listed, [fitted["id"].as_str().expect("fit id")], "{page:#}");
+
+    // A redelivered finalization seals nothing either.
+    let task = finalize_task(&p, &run).await;
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let (s, answer) = p
+        .call(&internal, Method::POST, FINALIZE_PATH, Some(serde_json::to_value(&task).expect("task")))
+        .await;
+    assert_eq!((s, answer["outcome"].as_str()), (200, Some("already finalized")), "{answer}");
+    let docs = version_docs(&p).await;
+    assert_eq!(docs.iter().map(|d| d.run.as_str()).collect::<Vec<_>>(), listed);
+    assert!(bundle_objects(&p, &run).await.is_empty());
+
+    // The CLI's description has outputs and no model line; the fit's has one.
+    let home = tempfile::tempdir().expect("tempdir");
+    let described = |run: &str| {
+        let out = std::process::Command::new(mapi_tests::binary("mapi"))
+            .args(["--url", &p.platform.url, "--token", p.token(), "runs", "get", run])
+            .env("MAPI_HOME", home.path())
+            .output()
+            .expect("mapi runs get");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = described(&id);
+    assert!(text.contains("summary.json") && text.contains("state     succeeded"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("model ")), "{text}");
+    let text = described(fitted["id"].as_str().expect("fit id"));
+    assert!(text.lines().any(|l| l.starts_with("model     mv_")), "{text}");
 }
 
 /// The audit entries of `action`, as an operator reads them.

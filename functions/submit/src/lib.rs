@@ -88,7 +88,7 @@ use utoipa::OpenApi;
     tags(
         (name = "runs", description = "Submit, watch and cancel runs"),
         (name = "datasets", description = "Upload datasets"),
-        (name = "model-versions", description = "Succeeded runs' outputs as signed bundles, verified before every download"),
+        (name = "model-versions", description = "Succeeded fits' outputs as signed bundles, verified before every download"),
         (name = "jobs", description = "Item jobs: a method on every item of a list")
     )
 )]

@@ -35,6 +35,19 @@ fn param_line(p: &ParamSpec) -> String {
     line
 }
 
+/// Whether the method's runs become model versions, in words.
+fn model_line(m: &MethodSpec) -> String {
+    match m.model {
+        Some(model) => format!(
+            "Model: yes: a succeeded run is sealed into a model version (mv_...) that an endpoint serves from \
+             its {}",
+            model.file
+        ),
+        None if m.input == Input::Item => "Model: none: each item has its result only".to_owned(),
+        None => "Model: none: a succeeded run has its outputs only, no model version".to_owned(),
+    }
+}
+
 fn example(m: &MethodSpec) -> String {
     match m.input {
         Input::Item => format!(
@@ -76,7 +89,7 @@ RUNS run a dataset method on an uploaded CSV dataset in its own execution:\n\
             Input::Item => "item method (jobs)",
             Input::Dataset => "dataset method (runs)",
         };
-        let _ = writeln!(out, "## {} ({kind})\n{}", m.name, m.summary);
+        let _ = writeln!(out, "## {} ({kind})\n{}\n{}", m.name, m.summary, model_line(m));
         if m.params.is_empty() {
             out.push_str("Parameters: none\n");
         } else {
