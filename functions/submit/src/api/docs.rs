@@ -82,7 +82,8 @@ ITEM JOBS run an item method on every item of a list, each item its own task:\n\
   GET  /v1/jobs/{id}/items/{idx}/log      one JSON line per attempt of the item\n\
   POST /v1/jobs/{id}/cancel               stop the job; POST /v1/jobs/{id}/retry-failed  re-run only the failed items\n\n\
 RUNS run a dataset method on an uploaded CSV dataset in its own execution:\n\
-  POST /v1/tenants/{tenant}/projects/{project}/datasets (text/csv), then POST .../runs; GET /v1/runs/{id}\n\n",
+  POST /v1/tenants/{tenant}/projects/{project}/datasets (text/csv), then POST .../runs; GET /v1/runs/{id}\n\n\
+The same methods as JSON: GET /v1/methods, GET /v1/methods/{name}\n\n",
     );
     for m in mapi_methods::all() {
         let kind = match m.input {
