@@ -2,7 +2,7 @@
 //!
 //! - `mapi dev`: the whole platform on one machine (`mapi-embedded`).
 //! - `mapi datasets upload|ls`, `mapi runs submit|get|ls|cancel|watch`,
-//!   `mapi models versions ls|get|urls`, `mapi methods ls|show`,
+//!   `mapi models versions ls|get|urls|download`, `mapi methods ls|show`,
 //!   `mapi whoami`: talk to a platform over HTTP, as the token in
 //!   `MAPI_TOKEN` (or the one `mapi dev` wrote to
 //!   `$MAPI_HOME/credentials.json`). Human tables by default, `--json` for
@@ -16,6 +16,7 @@ mod account;
 pub mod bench;
 pub mod client;
 mod commands;
+mod download;
 mod endpoints;
 mod jobs;
 mod logs;

@@ -53,7 +53,8 @@
 //!   (seeded sequences of attempts, retries, repeated finalizations and
 //!   cancels: every attempt metered once), `model_versions` (one signed
 //!   version per succeeded fit and none for other methods; integrity
-//!   failures refused, audited and counted).
+//!   failures refused, audited and counted; `mapi models versions
+//!   download` keeps only the pinned bytes).
 //! - Item jobs: `jobs` (5,000 items through a chaos proxy duplicating 10 %
 //!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
 //!   between tenants, cancel, retry-failed, the CLI).
