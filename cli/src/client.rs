@@ -27,6 +27,18 @@ fn start_hint(url: &str) -> &'static str {
     }
 }
 
+/// `name` (a method's name, an id) as one path segment: anything but a
+/// name's own characters is percent-encoded, so a `/`, `?` or `#` in what
+/// a person typed cannot reach another route.
+pub fn segment(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The platform at `url`, as `token`.
 #[derive(Clone, Debug)]
 pub struct Client {
@@ -79,7 +91,14 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
-    use super::start_hint;
+    use super::{segment, start_hint};
+
+    #[test]
+    fn a_name_is_one_path_segment() {
+        assert_eq!(segment("tabular.linear"), "tabular.linear");
+        assert_eq!(segment("mv_01ARZ3"), "mv_01ARZ3");
+        assert_eq!(segment("../usage?x=1#y"), "..%2Fusage%3Fx%3D1%23y");
+    }
 
     #[test]
     fn an_unreachable_local_platform_suggests_starting_mapi_dev() {

@@ -95,6 +95,9 @@ enum Command {
     /// Item jobs: a method on every line of a JSON Lines file.
     #[command(subcommand)]
     Jobs(crate::jobs::JobsCmd),
+    /// The methods there are: parameters, outputs, examples, and which fit a model.
+    #[command(subcommand)]
+    Methods(crate::methods::MethodsCmd),
     /// Model versions: succeeded runs' outputs as signed bundles.
     #[command(subcommand)]
     Models(crate::models::ModelsCmd),
@@ -333,6 +336,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::jobs::run(&ctx.client, scope, parse_params, cmd, ctx.json).await
         }
+        Command::Methods(cmd) => crate::methods::run(&ctx.client, cmd, ctx.json).await,
         Command::Models(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::models::run(&ctx.client, scope, cmd, ctx.json).await

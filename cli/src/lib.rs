@@ -2,7 +2,8 @@
 //!
 //! - `mapi dev`: the whole platform on one machine (`mapi-embedded`).
 //! - `mapi datasets upload|ls`, `mapi runs submit|get|ls|cancel|watch`,
-//!   `mapi models versions ls|get|urls`, `mapi whoami`: talk to a platform over HTTP, as the token in
+//!   `mapi models versions ls|get|urls|download`, `mapi methods ls|show`,
+//!   `mapi whoami`: talk to a platform over HTTP, as the token in
 //!   `MAPI_TOKEN` (or the one `mapi dev` wrote to
 //!   `$MAPI_HOME/credentials.json`). Human tables by default, `--json` for
 //!   programs.
@@ -16,9 +17,11 @@ pub mod bench;
 pub mod client;
 mod commands;
 mod confirm;
+mod download;
 mod endpoints;
 mod jobs;
 mod logs;
+mod methods;
 mod models;
 mod output;
 #[cfg(feature = "platform")]

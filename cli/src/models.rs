@@ -1,8 +1,10 @@
-//! `mapi models versions`: the model versions of succeeded runs (signed
-//! bundles of their outputs), their verified manifests, and download URLs
-//! minted only after the manifest verifies.
+//! `mapi models versions`: the model versions of succeeded runs of
+//! model-producing methods (signed bundles of their outputs), their
+//! verified manifests, download URLs minted only after the manifest
+//! verifies, and downloads checked against it ([`crate::download`]).
 
 use crate::output::{self, Table, print};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -15,7 +17,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 #[derive(Debug, Subcommand)]
 pub enum ModelsCmd {
-    /// Model versions: succeeded runs' outputs, sealed and signed.
+    /// Model versions: succeeded fits' outputs, sealed and signed.
     #[command(subcommand)]
     Versions(VersionsCmd),
 }
@@ -35,7 +37,29 @@ pub enum VersionsCmd {
     Get { id: String },
     /// Signed download URLs for every artifact (refused if anything fails its integrity check).
     Urls { id: String },
+    /// Download every artifact into a directory, each checked against the manifest's size and SHA-256.
+    #[command(after_help = DOWNLOAD_EXAMPLES)]
+    Download {
+        /// The model version's id (mv_…), as `mapi models versions ls` lists it.
+        id: String,
+        /// Where to write the artifacts (created if missing; default ./<version id>/).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Replace files in DIR whose bytes differ from the version's artifacts.
+        #[arg(long)]
+        force: bool,
+    },
 }
+
+const DOWNLOAD_EXAMPLES: &str = "Examples:
+  mapi models versions download mv_01…                  # into ./mv_01…/
+  mapi models versions download mv_01… --dir model      # into ./model/
+  mapi models versions download mv_01… --dir model --force
+                                                        # replace files that differ
+  mapi --json models versions download mv_01…           # what was written, as JSON
+
+A file already there with the pinned bytes is kept; nothing is written
+unless every existing file matches or --force is given.";
 
 fn describe(v: &ModelVersionView) -> String {
     let mut out = format!(
@@ -74,7 +98,7 @@ pub async fn run(
                     output::ago(v.created_at).into(),
                 ]);
             }
-            let empty = "no model versions yet: each succeeded fit makes one (mapi runs submit --method tabular.linear …)";
+            let empty = "no model versions yet: each succeeded run of a method that fits a model makes one (mapi methods ls, column MODEL)";
             print(json, &page, || output::listing(&table, empty))?;
         }
         VersionsCmd::Get { id } => {
@@ -89,6 +113,9 @@ pub async fn run(
                 out.push_str(&format!("{}  sha256 {}\n  {}\n", a.name, a.sha256, a.url));
             }
             print(json, &urls, || out)?;
+        }
+        VersionsCmd::Download { id, dir, force } => {
+            return crate::download::download(client, &id, dir, force, json).await;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -56,16 +56,19 @@
 //!   job refused by each limit a run is), `ledger`
 //!   (seeded sequences of attempts, retries, repeated finalizations and
 //!   cancels: every attempt metered once), `model_versions` (one signed
-//!   version per succeeded fit; integrity failures refused, audited and
-//!   counted).
+//!   version per succeeded fit and none for other methods; integrity
+//!   failures refused, audited and counted; `mapi models versions
+//!   download` keeps only the pinned bytes).
 //! - Item jobs: `jobs` (5,000 items through a chaos proxy duplicating 10 %
 //!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
 //!   between tenants, cancel, retry-failed, the CLI).
 //! - Documents: `docs` (the README's variable table, `docs/openapi.json` and
 //!   `docs/permissions.md` are the code's; ARCHITECTURE.md's route table is
 //!   the routers and the queues' targets), `api` (the HTTP contract:
-//!   problems, idempotent submits, the service routes).
-//! - Hostile clients: `hostile` (524 hostile inputs across every route
+//!   problems, idempotent submits, the service routes), `methods` (the
+//!   method registry over `GET /v1/methods` and `mapi methods`, whose
+//!   examples run as printed).
+//! - Hostile clients: `hostile` (531 hostile inputs across every route
 //!   family, each a problem with its code), `memory` (the worst bodies keep
 //!   `mapi dev`'s peak resident set under a bound).
 //! - Costs: `budgets` (documents read and written, commits, syncs and

@@ -65,6 +65,8 @@ fn openapi_document_describes_the_runs_api() {
         "/v1/tenants/{tenant}/projects/{project}/model-versions",
         "/v1/model-versions/{id}",
         "/v1/model-versions/{id}/urls",
+        "/v1/methods",
+        "/v1/methods/{name}",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} is missing from the OpenAPI document");
     }

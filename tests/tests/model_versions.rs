@@ -1,7 +1,8 @@
 //! Model versions over HTTP against the platform started in this process,
 //! with real worker processes: a succeeded fit's outputs become exactly one
 //! signed version, listed, read and downloaded only through its verified
-//! manifest; a failed run has none; a redelivered finalization seals
+//! manifest; a failed run has none, and neither has a succeeded run of a
+//! method that fits no model (`describe`); a redelivered finalization seals
 //! nothing twice; a replaced artifact or a changed manifest is refused
 //! with `INTEGRITY_FAILURE`, audited, counted, and no URL is minted; a
 //! version is invisible to another tenant; and the Cloud KMS signer (over
@@ -210,6 +211,61 @@ async fn a_failed_run_has_no_version() {
     assert_eq!((s, body["code"].as_str()), (404, Some("NOT_FOUND")), "{body}");
 }
 
+/// A method that fits no model succeeds with its outputs and no version:
+/// no bundle, no record, nothing listed beside the fit's version, nothing
+/// sealed by a redelivered finalization, and the CLI names no model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_describe_run_succeeds_with_no_version() {
+    let p = TestPlatform::start(&[]).await;
+    let fitted = fit(&p).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "describe", "dataset": ds, "timeout_s": 120})).await;
+    let run = p.wait_final(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert!(run["model_version"].is_null(), "{run:#}");
+    let outputs: Vec<&str> =
+        run["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
+    assert_eq!(outputs, ["summary.json"], "{run:#}");
+    assert!(bundle_objects(&p, &run).await.is_empty(), "nothing was sealed");
+    let missing = ModelVersionId::of_run(&RunId::parse(&id).expect("run id"));
+    let (s, body) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{missing}"), None).await;
+    assert_eq!((s, body["code"].as_str()), (404, Some("NOT_FOUND")), "{body}");
+
+    // The listing shows the fit's version and nothing of the describe run.
+    let page = list_versions(&p).await;
+    let listed: Vec<&str> =
+        page["model_versions"].as_array().expect("list").iter().filter_map(|v| v["run"].as_str()).collect();
+    assert_eq!(listed, [fitted["id"].as_str().expect("fit id")], "{page:#}");
+
+    // A redelivered finalization seals nothing either.
+    let task = finalize_task(&p, &run).await;
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let (s, answer) = p
+        .call(&internal, Method::POST, FINALIZE_PATH, Some(serde_json::to_value(&task).expect("task")))
+        .await;
+    assert_eq!((s, answer["outcome"].as_str()), (200, Some("already finalized")), "{answer}");
+    let docs = version_docs(&p).await;
+    assert_eq!(docs.iter().map(|d| d.run.as_str()).collect::<Vec<_>>(), listed);
+    assert!(bundle_objects(&p, &run).await.is_empty());
+
+    // The CLI's description has outputs and no model line; the fit's has one.
+    let home = tempfile::tempdir().expect("tempdir");
+    let described = |run: &str| {
+        let out = std::process::Command::new(mapi_tests::binary("mapi"))
+            .args(["--url", &p.platform.url, "--token", p.token(), "runs", "get", run])
+            .env("MAPI_HOME", home.path())
+            .output()
+            .expect("mapi runs get");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = described(&id);
+    assert!(text.contains("summary.json") && text.contains("state     succeeded"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("model ")), "{text}");
+    let text = described(fitted["id"].as_str().expect("fit id"));
+    assert!(text.lines().any(|l| l.starts_with("model     mv_")), "{text}");
+}
+
 /// The audit entries of `action`, as an operator reads them.
 async fn audited(p: &TestPlatform, operator: &str, action: &str) -> Vec<Value> {
     let (s, log) =
@@ -392,6 +448,172 @@ async fn token_scopes_follow_the_model_row_of_the_matrix() {
             assert_eq!((get, list), (200, 200), "{scopes}: {body}");
         } else {
             assert_eq!((get, list), (403, 403), "{scopes}: {body}");
+        }
+    }
+}
+
+/// Runs `mapi` with `args` in `cwd` against `url` as `token`; status, stdout, stderr.
+async fn mapi_in(url: &str, token: &str, cwd: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let home = cwd.join(".no-home");
+    let out = tokio::process::Command::new(mapi_tests::binary("mapi"))
+        .args(["--url", url, "--token", token])
+        .args(args)
+        .current_dir(cwd)
+        .env("MAPI_HOME", home)
+        .output()
+        .await
+        .expect("run mapi");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// Every file under `dir`, relative, sorted.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                found.push(path.strip_prefix(dir).expect("under").to_string_lossy().into_owned());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `mapi models versions download` writes the fit's outputs, byte for
+/// byte, into `./<version id>/` (or `--dir`), one line per file; a second
+/// download keeps the files; a file changed since is refused without
+/// `--force` and replaced with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_downloads_a_version_into_a_directory_checked_against_its_manifest() {
+    let p = TestPlatform::start(&[]).await;
+    let run = fit(&p).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let id = run["model_version"].as_str().expect("version").to_owned();
+    let mut outputs = Vec::new();
+    for out in run["outputs"].as_array().expect("outputs") {
+        let bytes = fetch(&p, out["url"].as_str().expect("url")).await;
+        outputs.push((out["name"].as_str().expect("name").to_owned(), bytes));
+    }
+    outputs.sort();
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let (url, token) = (p.platform.url.clone(), p.token().to_owned());
+    let download = async |args: &[&str]| {
+        let mut all = vec!["models", "versions", "download", id.as_str()];
+        all.extend_from_slice(args);
+        mapi_in(&url, &token, cwd.path(), &all).await
+    };
+    let (code, out, err) = download(&[]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let dir = cwd.path().join(&id);
+    let names: Vec<String> = outputs.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(files_under(&dir), names, "the artifacts and nothing else (no temporary file)");
+    for (name, bytes) in &outputs {
+        assert_eq!(&std::fs::read(dir.join(name)).expect("downloaded"), bytes, "{name}");
+        let line = out.lines().find(|l| l.starts_with(&format!("{id}/{name}  "))).expect("a line per file");
+        assert!(line.ends_with(" bytes") || line.ends_with(" KiB"), "a human size: {line}");
+    }
+    assert_eq!(out.lines().count(), outputs.len(), "{out}");
+
+    let (code, out, err) = download(&[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().all(|l| l.ends_with("(already there)")), "{out}");
+
+    let (name, genuine) = &outputs[0];
+    let changed = dir.join(name);
+    std::fs::write(&changed, b"{\"coefficients\": []}").expect("change a file");
+    let (code, _, err) = download(&[]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&changed.strip_prefix(cwd.path()).expect("rel").display().to_string()), "{err}");
+    assert!(err.contains("--force"), "says what to do: {err}");
+    assert_eq!(std::fs::read(&changed).expect("kept"), b"{\"coefficients\": []}", "untouched");
+    let (code, out, err) = download(&["--force"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(&std::fs::read(&changed).expect("replaced"), genuine);
+    assert!(out.lines().any(|l| l.starts_with(&format!("{id}/{name}  ")) && !l.ends_with("(already there)")));
+
+    let (code, out, err) = mapi_in(
+        &url,
+        &token,
+        cwd.path(),
+        &["--json", "models", "versions", "download", &id, "--dir", "elsewhere/model"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(report["model_version"], id.as_str());
+    let files = report["files"].as_array().expect("files");
+    assert_eq!(files.len(), outputs.len());
+    for (f, (name, bytes)) in files.iter().zip(&outputs) {
+        assert_eq!((f["name"].as_str(), f["outcome"].as_str()), (Some(name.as_str()), Some("written")));
+        assert_eq!(f["sha256"], sha256_hex(bytes).as_str());
+        assert_eq!(std::fs::read(cwd.path().join("elsewhere/model").join(name)).expect("file"), *bytes);
+    }
+}
+
+/// A platform that answers the `urls` route with what the test sets, and
+/// serves blobs: `good` and `bad` (same length, other bytes), `long`, and
+/// `gone` (403, as an expired URL).
+async fn fake_platform(answer: std::sync::Arc<std::sync::Mutex<Value>>) -> String {
+    use axum::routing::{get, post};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let app = axum::Router::new()
+        .route(
+            "/v1/model-versions/{id}/urls",
+            post(async move || axum::Json(answer.lock().expect("answer").clone())),
+        )
+        .route(
+            "/blob/{which}",
+            get(async |axum::extract::Path(which): axum::extract::Path<String>| match which.as_str() {
+                "good" => (http::StatusCode::OK, "hello"),
+                "bad" => (http::StatusCode::OK, "HELLO"),
+                "long" => (http::StatusCode::OK, "hello, and more"),
+                _ => (http::StatusCode::FORBIDDEN, "expired"),
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+/// What the CLI does with bytes that are not the ones the manifest pins,
+/// a name that would leave the directory, and a URL that answers 403: it
+/// fails naming the artifact, and keeps nothing under its name (a verified
+/// file before it stays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_that_is_not_the_pinned_bytes_is_not_kept() {
+    let answer = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let base = fake_platform(answer.clone()).await;
+    let id = "mv_01arz3ndektsv4rrffq69g5fav";
+    let artifact = |name: &str, blob: &str| json!({"name": name, "size": 5, "sha256": sha256_hex(b"hello"), "url": format!("{base}/blob/{blob}")});
+    let cases = [
+        ("bad", vec![artifact("model.json", "good"), artifact("metrics.json", "bad")], "metrics.json"),
+        ("long", vec![artifact("metrics.json", "long")], "metrics.json"),
+        ("gone", vec![artifact("metrics.json", "gone")], "metrics.json"),
+        ("escape", vec![artifact("../escape.json", "good")], "../escape.json"),
+    ];
+    for (case, artifacts, named) in cases {
+        *answer.lock().expect("answer") =
+            json!({"model_version": id, "expires_in_s": 900, "artifacts": artifacts});
+        let cwd = tempfile::tempdir().expect("tempdir");
+        let (code, out, err) =
+            mapi_in(&base, "mapi_x", cwd.path(), &["models", "versions", "download", id, "--dir", "out"])
+                .await;
+        assert_eq!(code, 1, "{case}: {out}\n{err}");
+        assert!(err.contains(named), "{case}: names the artifact: {err}");
+        let out_dir = cwd.path().join("out");
+        let kept = if out_dir.exists() { files_under(&out_dir) } else { Vec::new() };
+        let verified: Vec<String> = if case == "bad" { vec!["model.json".to_owned()] } else { Vec::new() };
+        assert_eq!(kept, verified, "{case}: only verified files, no temporary one");
+        assert!(!cwd.path().join("escape.json").exists(), "{case}");
+        if case == "bad" {
+            assert_eq!(std::fs::read(out_dir.join("model.json")).expect("verified"), b"hello");
+            assert!(err.contains("manifest pins"), "{err}");
         }
     }
 }

@@ -31,6 +31,7 @@ mod hosting_local;
 mod jobs;
 mod ledger;
 mod memory;
+mod methods;
 mod model_versions;
 mod objects_gcs;
 mod provider_schema;

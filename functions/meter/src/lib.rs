@@ -10,10 +10,11 @@
 //!   attempt (the next class after running out of memory, the same class
 //!   after a lost execution).
 //!
-//! A verdict of `succeeded` is applied only with the run's model version:
-//! the attempt's outputs are sealed first, outside the transaction
-//! ([`seal`]), and the version's document is created in the same commit
-//! as the transition.
+//! A verdict of `succeeded` for a run of a model-producing method is
+//! applied only with the run's model version: the attempt's outputs are
+//! sealed first, outside the transaction ([`seal`]), and the version's
+//! document is created in the same commit as the transition. A run of any
+//! other method succeeds with its outputs alone.
 //!
 //! Then it pushes the next attempt's dispatch, if there is one.
 
@@ -89,8 +90,9 @@ impl From<ApiError> for TxError {
 enum Done {
     Already,
     Waiting,
-    /// The verdict is `succeeded` and the outputs are not sealed yet:
-    /// nothing was written; seal, then run the transaction again.
+    /// The verdict is `succeeded` for a run of a model-producing method
+    /// and the outputs are not sealed yet: nothing was written; seal, then
+    /// run the transaction again.
     NeedsSeal(Box<RunDoc>),
     Applied(Box<Finalized>),
 }
@@ -130,9 +132,11 @@ async fn finalize_in(
         }
         _ => decided,
     };
-    // A run succeeds only with its model version, sealed before this
-    // commit (signing is I/O: never inside the transaction).
-    let version = match (commands::succeeds(&run, &row, &decided), sealed) {
+    // A run of a model-producing method succeeds only with its model
+    // version, sealed before this commit (signing is I/O: never inside the
+    // transaction); a run of any other method succeeds without one.
+    let seals = commands::succeeds(&run, &row, &decided) && seal::needed(&run);
+    let version = match (seals, sealed) {
         (false, _) => None,
         (true, None) => return Ok(Done::NeedsSeal(Box::new(run))),
         (true, Some(v)) if tx_get::<ModelVersionDoc>(tx, &v.doc_id()).await?.is_some() => None,

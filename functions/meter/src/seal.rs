@@ -1,15 +1,21 @@
 //! Sealing a succeeded run's outputs into its model version.
 //!
-//! The finalization that would make a run `succeeded` first seals the
-//! attempt's outputs into a bundle (`mapi_bundles::seal`: hashes, a signed
-//! manifest, create-only), outside any transaction because signing is
-//! outside I/O (Cloud KMS) and a transaction may rerun. Only then does the
-//! commit that makes the run `succeeded` create the version's document, so
-//! a run is `succeeded` exactly when its version exists. A seal that fails
-//! answers 503: the attempt stays unfinalized, the queue redelivers the
-//! finalize task and the reconciler re-pushes it, and the next seal
-//! completes the bundle the last one left (every write is create-only and
-//! the version id is derived from the run's).
+//! Only a method that fits a model (`MethodSpec::model` in the registry,
+//! [`needed`]) has its runs sealed: a run of any other method becomes
+//! `succeeded` with its outputs alone, no bundle and no version.
+//!
+//! For a model-producing method, the finalization that would make a run
+//! `succeeded` first seals the attempt's outputs into a bundle
+//! (`mapi_bundles::seal`: hashes, a signed manifest, create-only), outside
+//! any transaction because signing is outside I/O (Cloud KMS) and a
+//! transaction may rerun. Only then does the commit that makes the run
+//! `succeeded` create the version's document, so a run of a
+//! model-producing method is `succeeded` exactly when its version exists;
+//! other runs never have one. A seal that fails answers 503: the attempt
+//! stays unfinalized, the queue redelivers the finalize task and the
+//! reconciler re-pushes it, and the next seal completes the bundle the last
+//! one left (every write is create-only and the version id is derived from
+//! the run's).
 
 use mapi_bundles::BundleError;
 use mapi_domain::{AttemptNo, ModelVersionId, Timestamp};
@@ -18,6 +24,13 @@ use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{ModelVersionDoc, layout};
+
+/// Whether `run` is sealed when it succeeds: its method fits a model. It is
+/// read from the registry at finalization; a method the registry no longer
+/// holds fits none.
+pub fn needed(run: &RunDoc) -> bool {
+    mapi_methods::produces_model(run.method())
+}
 
 /// Every output object an attempt wrote (all its tasks), in key order.
 async fn outputs(state: &AppState, run: &RunDoc, attempt: AttemptNo) -> Result<Vec<ObjectKey>, ApiError> {
@@ -40,8 +53,9 @@ async fn outputs(state: &AppState, run: &RunDoc, attempt: AttemptNo) -> Result<V
     }
 }
 
-/// Seals the outputs of `attempt` of `run` and returns the version's
-/// document, to be created in the commit that makes the run `succeeded`.
+/// Seals the outputs of `attempt` of `run` (a run [`needed`] says is
+/// sealed) and returns the version's document, to be created in the
+/// commit that makes the run `succeeded`.
 pub async fn seal(
     state: &AppState,
     run: &RunDoc,

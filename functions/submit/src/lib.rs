@@ -15,6 +15,7 @@
 //!   `GET /v1/jobs/{id}`, `GET /v1/jobs/{id}/items`,
 //!   `GET /v1/jobs/{id}/items/{idx}/log`, `POST /v1/jobs/{id}/cancel`,
 //!   `POST /v1/jobs/{id}/retry-failed`; `GET /v1/usage`, `GET /manifest`;
+//! - the method registry: `GET /v1/methods`, `GET /v1/methods/{name}`;
 //! - task routes (queue and scheduler callbacks, internal token):
 //!   `POST /internal/tasks/dispatch`, `/internal/tasks/jobs/fanout`,
 //!   `/internal/tasks/jobs/item`, `/internal/tasks/jobs/housekeep`.
@@ -47,6 +48,7 @@ use utoipa::OpenApi;
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::runs::submit, api::runs::list, api::runs::get_run,
         api::runs::cancel, api::logs::run_logs, api::jobs::submit, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
+        api::methods::list, api::methods::get_method,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,
         api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
         api::endpoints::act
@@ -80,6 +82,13 @@ use utoipa::OpenApi;
         api::jobs::ItemView,
         api::jobs::ItemPage,
         api::docs::Manifest,
+        mapi_api::methods::MethodList,
+        mapi_api::methods::MethodView,
+        mapi_api::methods::MethodInput,
+        mapi_api::methods::ParamView,
+        mapi_api::methods::ParamKind,
+        mapi_api::methods::MethodOutput,
+        mapi_api::methods::MethodExample,
         mapi_jobs::Counts,
         mapi_jobs::JobState,
         mapi_jobs::ItemOutcome,
@@ -88,8 +97,9 @@ use utoipa::OpenApi;
     tags(
         (name = "runs", description = "Submit, watch and cancel runs"),
         (name = "datasets", description = "Upload datasets"),
-        (name = "model-versions", description = "Succeeded runs' outputs as signed bundles, verified before every download"),
-        (name = "jobs", description = "Item jobs: a method on every item of a list")
+        (name = "model-versions", description = "Succeeded fits' outputs as signed bundles, verified before every download"),
+        (name = "jobs", description = "Item jobs: a method on every item of a list"),
+        (name = "methods", description = "The method registry: parameters, outputs, examples, which methods fit a model")
     )
 )]
 pub struct ApiDoc;

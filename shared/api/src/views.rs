@@ -76,7 +76,9 @@ pub struct RunView {
     pub attempts: Vec<AttemptView>,
     pub history: Vec<Transition>,
     pub outputs: Vec<OutputView>,
-    /// The model version the run's outputs were sealed into, once it succeeded.
+    /// The model version the run's outputs were sealed into, once it
+    /// succeeded; absent for a method that fits no model (`describe`, the
+    /// diagnostics), whose runs have outputs only.
     pub model_version: Option<ModelVersionId>,
     pub cost: CostView,
 }

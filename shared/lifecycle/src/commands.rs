@@ -439,8 +439,9 @@ pub fn admit_retry(
     })
 }
 
-/// Whether applying `verdict` makes the run `succeeded`: it then needs its
-/// model version, sealed before the commit.
+/// Whether applying `verdict` makes the run `succeeded`: a run of a
+/// model-producing method then needs its model version, sealed before the
+/// commit (the caller knows the registry; this crate does not).
 pub fn succeeds(run: &RunDoc, row: &AttemptDoc, decided: &Decided) -> bool {
     run.is_current(row.attempt)
         && matches!(decided.verdict(), Verdict::Finalize { state: RunState::Succeeded, .. })
@@ -467,7 +468,7 @@ pub struct Ended<'a> {
     /// The attempt's ledger entry exists (an earlier finalization charged it).
     pub ledger_seen: bool,
     /// The model version to create with a `succeeded` transition (sealed,
-    /// and not stored yet).
+    /// and not stored yet); `None` for a method that fits no model.
     pub version: Option<&'a ModelVersionDoc>,
     /// The counters of [`renewal_reads`], as read.
     pub budgets: Vec<Sharded>,

@@ -477,6 +477,34 @@ fn finalize_applies_the_outcome_table() {
     }
 }
 
+/// A method that fits no model succeeds without a version: the caller
+/// passes none, and the step writes none.
+#[test]
+fn a_success_without_a_version_writes_none() {
+    let (run, row) = running();
+    let status = ExecutionStatus::Succeeded;
+    let progress = progress(&run, &[EventBody::Complete]);
+    let decided = verdict(&run, &row, Some(&progress), &status, at(13), RULES).expect("a verdict");
+    assert!(commands::succeeds(&run, &row, &decided));
+    let execution = info(status);
+    let ended = Ended {
+        run,
+        row,
+        execution: &execution,
+        verdict: decided,
+        ledger_seen: false,
+        version: None,
+        budgets: Vec::new(),
+        now: at(13),
+    };
+    let f = commands::finalize(ended).expect("finalized");
+    check(&f.step);
+    assert_eq!((f.applied, f.state), (Applied::Moved, RunState::Succeeded));
+    assert!(!f.step.writes.iter().any(|w| matches!(w, Write::CreateVersion(_))));
+    assert!(f.step.writes.iter().any(|w| matches!(w, Write::CreateLedger(_))), "still charged");
+    assert!(released(&f.step), "an ended run gives back what it reserved");
+}
+
 fn version_of(run: &RunDoc) -> mapi_schema::ModelVersionDoc {
     mapi_schema::ModelVersionDoc {
         id: mapi_domain::ModelVersionId::of_run(run.id()),

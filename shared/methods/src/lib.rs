@@ -17,8 +17,8 @@ pub mod table;
 
 pub use items::{ItemContext, ItemError, run_item};
 pub use registry::{
-    Input, MethodSpec, OutputSpec, ParamError, ParamKind, ParamSpec, Params, all, check_columns, find,
-    registry_version, validate,
+    Input, MethodSpec, ModelSpec, OutputSpec, ParamError, ParamKind, ParamSpec, Params, all, check_columns,
+    find, produces_model, registry_version, validate,
 };
 pub use table::{Limits, Shape, Table, TableError};
 

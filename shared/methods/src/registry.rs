@@ -90,6 +90,15 @@ pub struct OutputSpec {
     pub doc: &'static str,
 }
 
+/// The model a method fits: a succeeded run of the method is sealed into a
+/// model version, which endpoints serve by loading `file`
+/// ([`crate::predict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelSpec {
+    /// The output holding the fitted model: one of the method's `outputs`.
+    pub file: &'static str,
+}
+
 /// A method the worker can run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MethodSpec {
@@ -97,6 +106,9 @@ pub struct MethodSpec {
     pub summary: &'static str,
     pub params: &'static [ParamSpec],
     pub outputs: &'static [OutputSpec],
+    /// The model the method fits. `None`: a succeeded run has its outputs
+    /// and no model version (a summary, a diagnostic, an item method).
+    pub model: Option<ModelSpec>,
     /// Example params, as a JSON object.
     pub example: &'static str,
     pub input: Input,
@@ -108,6 +120,11 @@ impl MethodSpec {
     /// The parameter called `name`, if the method has one.
     pub fn param(&self, name: &str) -> Option<&'static ParamSpec> {
         self.params.iter().find(|p| p.name == name)
+    }
+
+    /// Whether a succeeded run of the method becomes a model version.
+    pub fn produces_model(&self) -> bool {
+        self.model.is_some()
     }
 }
 
@@ -133,6 +150,7 @@ static METHODS: [MethodSpec; 8] = [
                   q25, median, q75, max; quartiles interpolate linearly, like numpy and R type 7), and \
                   the names of the text columns in `text_columns`.",
         }],
+        model: None,
         example: r#"{"columns": ["gnp", "population"]}"#,
         input: Input::Dataset,
         example_item: None,
@@ -159,6 +177,7 @@ static METHODS: [MethodSpec; 8] = [
                   residual standard error and degrees of freedom; the F statistic and its p-value; rows \
                   used and rows dropped for missing values.",
         }],
+        model: Some(ModelSpec { file: "model.json" }),
         example: r#"{"y": "employed", "x": ["gnp", "population"], "intercept": true}"#,
         input: Input::Dataset,
         example_item: None,
@@ -200,6 +219,7 @@ static METHODS: [MethodSpec; 8] = [
             doc: "`slept_s` (the total across attempts), `resumed_from_s` (0 on a first attempt) and \
                   `this_attempt_s`.",
         }],
+        model: None,
         example: r#"{"seconds": 5, "checkpoint_every_s": 1}"#,
         input: Input::Dataset,
         example_item: None,
@@ -212,6 +232,7 @@ static METHODS: [MethodSpec; 8] = [
             ..param("message", ParamKind::Text, "The error message to fail with.")
         }],
         outputs: &[],
+        model: None,
         example: r#"{"message": "expected failure"}"#,
         input: Input::Dataset,
         example_item: None,
@@ -238,6 +259,7 @@ static METHODS: [MethodSpec; 8] = [
             media_type: JSON,
             doc: "`allocated_mib` and `pages_touched` (4 KiB pages written and read back).",
         }],
+        model: None,
         example: r#"{"mib": 64, "hold_s": 2}"#,
         input: Input::Dataset,
         example_item: None,
@@ -247,6 +269,7 @@ static METHODS: [MethodSpec; 8] = [
         summary: "Returns the item unchanged: the trivial method, for measuring the job pipeline.",
         params: &[],
         outputs: &[OutputSpec { name: "result.json", media_type: JSON, doc: "The item itself." }],
+        model: None,
         example: "{}",
         input: Input::Item,
         example_item: Some(r#"{"id": 1, "text": "hello"}"#),
@@ -264,6 +287,7 @@ static METHODS: [MethodSpec; 8] = [
             media_type: JSON,
             doc: "`chars` (Unicode scalar values), `words` (runs of non-whitespace) and `lines`.",
         }],
+        model: None,
         example: r#"{"field": "text"}"#,
         input: Input::Item,
         example_item: Some(r#"{"text": "two words\nand a line"}"#),
@@ -278,6 +302,7 @@ static METHODS: [MethodSpec; 8] = [
             ..param("message", ParamKind::Text, "The error message of a failing item.")
         }],
         outputs: &[OutputSpec { name: "result.json", media_type: JSON, doc: "The item itself." }],
+        model: None,
         example: "{}",
         input: Input::Item,
         example_item: Some(r#"{"fail_rounds": 1, "flaky": 1, "sleep_ms": 10}"#),
@@ -292,6 +317,13 @@ pub fn all() -> &'static [MethodSpec] {
 /// The method called `name`.
 pub fn find(name: &str) -> Option<&'static MethodSpec> {
     METHODS.iter().find(|m| m.name == name)
+}
+
+/// Whether a succeeded run of the method called `name` becomes a model
+/// version. A name the registry does not hold (a method since removed)
+/// produces none: there is no model file to serve from its outputs.
+pub fn produces_model(name: &str) -> bool {
+    find(name).is_some_and(MethodSpec::produces_model)
 }
 
 /// The registry's version: a hash of everything it describes (names,
@@ -548,6 +580,9 @@ mod tests {
         let items: Vec<_> = all().iter().filter(|m| m.input == Input::Item).map(|m| m.name).collect();
         assert_eq!(items, [ITEM_ECHO, TEXT_STATS, DIAG_ITEM]);
         assert!(all().iter().all(|m| m.example_item.is_some() == (m.input == Input::Item)));
+        let models: Vec<_> = all().iter().filter(|m| m.produces_model()).map(|m| m.name).collect();
+        assert_eq!(models, [LINEAR], "the methods whose runs become model versions");
+        assert!(produces_model(LINEAR) && !produces_model(DESCRIBE) && !produces_model("tabular.nope"));
         assert!(registry_version().starts_with('r') && registry_version().len() == 17);
         for m in all() {
             assert!(!m.summary.is_empty(), "{}", m.name);
@@ -558,6 +593,10 @@ mod tests {
             for o in m.outputs {
                 assert!(o.name.contains('.') && !o.name.contains('/'), "{}: {}", m.name, o.name);
                 assert!(!o.media_type.is_empty() && !o.doc.is_empty(), "{}: {}", m.name, o.name);
+            }
+            if let Some(model) = m.model {
+                assert_eq!(m.input, Input::Dataset, "{}: only a run seals a model", m.name);
+                assert!(outputs.contains(model.file), "{}: the model file is an output", m.name);
             }
             for p in m.params {
                 let ctx = format!("{}.{}", m.name, p.name);

@@ -35,6 +35,19 @@ fn param_line(p: &ParamSpec) -> String {
     line
 }
 
+/// Whether the method's runs become model versions, in words.
+fn model_line(m: &MethodSpec) -> String {
+    match m.model {
+        Some(model) => format!(
+            "Model: yes: a succeeded run is sealed into a model version (mv_...) that an endpoint serves from \
+             its {}",
+            model.file
+        ),
+        None if m.input == Input::Item => "Model: none: each item has its result only".to_owned(),
+        None => "Model: none: a succeeded run has its outputs only, no model version".to_owned(),
+    }
+}
+
 fn example(m: &MethodSpec) -> String {
     match m.input {
         Input::Item => format!(
@@ -69,14 +82,15 @@ ITEM JOBS run an item method on every item of a list, each item its own task:\n\
   GET  /v1/jobs/{id}/items/{idx}/log      one JSON line per attempt of the item\n\
   POST /v1/jobs/{id}/cancel               stop the job; POST /v1/jobs/{id}/retry-failed  re-run only the failed items\n\n\
 RUNS run a dataset method on an uploaded CSV dataset in its own execution:\n\
-  POST /v1/tenants/{tenant}/projects/{project}/datasets (text/csv), then POST .../runs; GET /v1/runs/{id}\n\n",
+  POST /v1/tenants/{tenant}/projects/{project}/datasets (text/csv), then POST .../runs; GET /v1/runs/{id}\n\n\
+The same methods as JSON: GET /v1/methods, GET /v1/methods/{name}\n\n",
     );
     for m in mapi_methods::all() {
         let kind = match m.input {
             Input::Item => "item method (jobs)",
             Input::Dataset => "dataset method (runs)",
         };
-        let _ = writeln!(out, "## {} ({kind})\n{}", m.name, m.summary);
+        let _ = writeln!(out, "## {} ({kind})\n{}\n{}", m.name, m.summary, model_line(m));
         if m.params.is_empty() {
             out.push_str("Parameters: none\n");
         } else {

@@ -1,5 +1,5 @@
 //! The tenant-facing routes: datasets, runs, model versions, endpoints,
-//! item jobs and the method docs. Nothing here imports the task routes (the `tasks` tree).
+//! item jobs and the method registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
 
 pub mod datasets;
 pub mod docs;
@@ -8,6 +8,7 @@ mod idempotency;
 mod job_body;
 pub mod jobs;
 pub mod logs;
+pub mod methods;
 pub mod model_versions;
 pub mod runs;
 pub mod scoring;
@@ -53,4 +54,6 @@ pub fn router(state: &AppState) -> Router<AppState> {
             get(endpoints::get_endpoint).delete(endpoints::delete).post(endpoints::act),
         )
         .route("/v1/usage", get(docs::usage))
+        .route("/v1/methods", get(methods::list))
+        .route("/v1/methods/{name}", get(methods::get_method))
 }

@@ -1,5 +1,6 @@
-//! Model versions: the signed bundles of succeeded runs' outputs (sealed by
-//! `meter` in the commit that makes a run `succeeded`). Listed from their
+//! Model versions: the signed bundles of the outputs of succeeded runs of
+//! model-producing methods (sealed by `meter` in the commit that makes such
+//! a run `succeeded`; other runs have none). Listed from their
 //! records; read and downloaded only through their manifest, which is
 //! verified at every request before anything of it is shown or any URL is
 //! minted. Authorized exactly as the run they come from (reading a run).

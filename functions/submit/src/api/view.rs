@@ -54,7 +54,8 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
             }
         }
     }
-    // Created in the commit that made the run succeed.
+    // Created in the commit that made the run succeed, for a method that
+    // fits a model; a run of any other method has none.
     let model_version = if run.state() == RunState::Succeeded {
         let id = ModelVersionId::of_run(run.id());
         mapi_schema::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.map(|v| v.id)
