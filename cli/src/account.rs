@@ -289,7 +289,10 @@ pub async fn login(
     // A new sign-in starts in the first place this person may act, never in the last one's.
     let grant = me["grants"].as_array().and_then(|g| g.first());
     let tenant = grant.and_then(|g| g["tenant"].as_str()).map(str::to_owned);
-    let project = grant.and_then(|g| g["project"].as_str()).map(str::to_owned);
+    let mut project = grant.and_then(|g| g["project"].as_str()).map(str::to_owned);
+    if let (Some(t), None) = (&tenant, &project) {
+        project = first_project(&client, t).await;
+    }
     let mut saved = session::load();
     let entry = Entry { token, tenant: tenant.clone(), project: project.clone(), session: true };
     saved.platforms.insert(url.to_owned(), entry);
@@ -308,6 +311,14 @@ pub async fn login(
         )
     })?;
     Ok(())
+}
+
+/// The project a tenant-wide grant starts in: `default` when the tenant has one, else its
+/// first; none when it has none (or they cannot be listed).
+async fn first_project(client: &Client, tenant: &str) -> Option<String> {
+    let list: Value = client.get(&format!("/v1/tenants/{tenant}/projects")).await.ok()?;
+    let ids: Vec<&str> = list["projects"].as_array()?.iter().filter_map(|p| p["project"].as_str()).collect();
+    ids.iter().find(|id| **id == "default").or(ids.first()).map(|id| (*id).to_owned())
 }
 
 /// `mapi use TENANT/PROJECT`.

@@ -203,8 +203,18 @@ enum RunsCmd {
     Cancel { id: String },
     /// Follow a run until it ends: progress, then state, outputs and cost.
     Watch { id: String },
-    /// Print one output file of a finished run.
-    Output { id: String, name: String },
+    /// Print one output file of a finished run; a linear fit's model.json is shown as its
+    /// coefficient table on a terminal (--raw for the file itself, --table to force the table).
+    Output {
+        id: String,
+        name: String,
+        /// The file as it is, even on a terminal.
+        #[arg(long, conflicts_with = "table")]
+        raw: bool,
+        /// The coefficient table of a linear fit's model.json, even into a file or pipe.
+        #[arg(long)]
+        table: bool,
+    },
     /// Print what a run's execution printed (stdout and stderr); -f follows it.
     Logs(crate::logs::LogsArgs),
 }
@@ -652,7 +662,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             ctx.print(&done, || describe_run(&done))?;
             Ok(exit_for(&done))
         }
-        RunsCmd::Output { id, name } => {
+        RunsCmd::Output { id, name, raw, table } => {
             let r: RunView = ctx.client.get(&format!("/v1/runs/{id}")).await?;
             let Some(out) = r.outputs.iter().find(|o| o.name == name) else {
                 let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
@@ -663,7 +673,18 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                 .map_err(|source| ClientError::Unreachable { url: out.url.clone(), source })?
                 .bytes()
                 .await?;
-            crate::output::write_bytes(&bytes)?;
+            // A file redirected somewhere stays the file; a person at a terminal reads the table.
+            let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+            let summary = (table || (terminal && !raw && !ctx.json))
+                .then(|| crate::model_view::linear_summary(&bytes))
+                .flatten();
+            match summary {
+                Some(text) => crate::output::write(&text)?,
+                None if table => {
+                    return Err(format!("{name} of {id} is not a linear fit's model: drop --table").into());
+                }
+                None => crate::output::write_bytes(&bytes)?,
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -22,6 +22,7 @@ mod endpoints;
 mod jobs;
 mod logs;
 mod methods;
+mod model_view;
 mod models;
 mod output;
 #[cfg(feature = "platform")]

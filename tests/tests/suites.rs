@@ -37,6 +37,7 @@ mod objects_gcs;
 mod provider_schema;
 mod push_auth;
 mod quotas;
+mod readme;
 mod replay;
 mod shared_tiers;
 mod signer_kms;
