@@ -2,7 +2,7 @@
 //! `mapi whoami`, `mapi tokens …`, `mapi admin tenants …`, `mapi admin
 //! audit`, and `mapi api` for any other route.
 
-use crate::output::print;
+use crate::output::{Cell, Table, print};
 use crate::session::{self, Entry, Resolved};
 
 use clap::Subcommand;
@@ -330,13 +330,12 @@ pub fn use_scope(now: &Resolved, target: &str) -> Result<()> {
         return Err("not signed in to any platform: run `mapi login` (or start `mapi dev`) first".into());
     };
     let mut saved = session::load();
-    let was_session = saved.platforms.get(url).is_some_and(|e| e.session);
-    let entry = Entry {
-        token: token.clone(),
-        tenant: Some(t.to_owned()),
-        project: Some(p.to_owned()),
-        session: was_session,
+    // A saved entry keeps its own token (a MAPI_TOKEN of this one command is not remembered).
+    let (token, session) = match saved.platforms.get(url) {
+        Some(e) => (e.token.clone(), e.session),
+        None => (token.clone(), false),
     };
+    let entry = Entry { token, tenant: Some(t.to_owned()), project: Some(p.to_owned()), session };
     saved.platforms.insert(url.clone(), entry);
     saved.current = Some(url.clone());
     session::save(&saved)?;
@@ -426,27 +425,7 @@ pub async fn tokens(
         TokensCmd::Ls { all } => {
             let path = if all { format!("{base}?all=true") } else { base };
             let list: Value = client.get(&path).await?;
-            print(json_out, &list, || {
-                let mut out = format!(
-                    "{:<13} {:<24} {:<20} {:<28} {:<10} SCOPES\n",
-                    "ID", "NAME", "USER", "EXPIRES", "STATE"
-                );
-                for t in list["tokens"].as_array().into_iter().flatten() {
-                    out.push_str(&format!(
-                        "{:<13} {:<24} {:<20} {:<28} {:<10} {}\n",
-                        t["id"].as_str().unwrap_or(""),
-                        t["name"].as_str().unwrap_or(""),
-                        t["user"].as_str().unwrap_or(""),
-                        t["expires_at"].as_str().unwrap_or(""),
-                        if t["revoked_at"].is_null() { "active" } else { "revoked" },
-                        t["scopes"]
-                            .as_array()
-                            .map(|s| s.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
-                            .unwrap_or_default()
-                    ));
-                }
-                out
-            })?;
+            print(json_out, &list, || tokens_table(&list))?;
         }
         TokensCmd::Revoke { id, yes } => {
             let change =
@@ -466,6 +445,49 @@ pub async fn tokens(
         }
     }
     Ok(())
+}
+
+fn text(v: &Value) -> Cell {
+    Cell::from(v.as_str().unwrap_or(""))
+}
+
+/// `mapi tokens ls` as a table.
+fn tokens_table(list: &Value) -> String {
+    let mut table = Table::new(&["ID", "NAME", "USER", "EXPIRES", "STATE", "SCOPES"]).flex(&[1, 5]);
+    for t in list["tokens"].as_array().into_iter().flatten() {
+        let scopes: Vec<&str> =
+            t["scopes"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let state = if t["revoked_at"].is_null() { "active" } else { "revoked" };
+        let expires = t["expires_at"].as_str().map_or("", |e| e.get(..10).unwrap_or(e));
+        table.row(vec![
+            text(&t["id"]),
+            text(&t["name"]),
+            text(&t["user"]),
+            expires.into(),
+            Cell::styled(state, (state == "revoked").then_some(crate::output::Style::Dim)),
+            scopes.join(" ").into(),
+        ]);
+    }
+    crate::output::listing(&table, "no tokens yet: mapi tokens create NAME -s SCOPE")
+}
+
+/// `mapi admin tenants ls` as a table.
+fn tenants_table(page: &Value) -> String {
+    let mut table = Table::new(&["ID", "NAME", "TIER", "STATUS", "RESIDENCY", "ADMIN"]).flex(&[1, 5]);
+    for t in page["tenants"].as_array().into_iter().flatten() {
+        table.row(vec![
+            text(&t["id"]),
+            text(&t["name"]),
+            text(&t["tier"]),
+            Cell::state(t["status"].as_str().unwrap_or("")),
+            text(&t["residency"]),
+            text(&t["admin_email"]),
+        ]);
+    }
+    crate::output::listing(
+        &table,
+        "no tenants yet: mapi admin tenants create ID --name … --tier … --residency …",
+    )
 }
 
 /// The policy fields `quotas set` replaces, in the order a diff shows them.
@@ -569,24 +591,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
         }
         AdminCmd::Tenants(TenantsCmd::Ls) => {
             let page: Value = client.get("/v1/admin/tenants").await?;
-            print(json_out, &page, || {
-                let mut out = format!(
-                    "{:<24} {:<28} {:<20} {:<10} {:<12} ADMIN\n",
-                    "ID", "NAME", "TIER", "STATUS", "RESIDENCY"
-                );
-                for t in page["tenants"].as_array().into_iter().flatten() {
-                    out.push_str(&format!(
-                        "{:<24} {:<28} {:<20} {:<10} {:<12} {}\n",
-                        t["id"].as_str().unwrap_or(""),
-                        t["name"].as_str().unwrap_or(""),
-                        t["tier"].as_str().unwrap_or(""),
-                        t["status"].as_str().unwrap_or(""),
-                        t["residency"].as_str().unwrap_or(""),
-                        t["admin_email"].as_str().unwrap_or("")
-                    ));
-                }
-                out
-            })?;
+            print(json_out, &page, || tenants_table(&page))?;
         }
         AdminCmd::Tenants(TenantsCmd::Update { id, name, tier, status, residency, reason, yes }) => {
             let body = json!({"name": name, "tier": tier, "status": status, "residency": residency, "reason": reason});

@@ -69,14 +69,14 @@ enum Command {
     Admin(crate::account::AdminCmd),
     /// What compute cost: the current project's usage, or a whole tenant's with --tenant.
     Usage {
-        /// resource_class, token or day.
-        #[arg(long)]
+        /// How to break the totals down.
+        #[arg(long, value_parser = ["resource_class", "token", "day"])]
         group_by: Option<String>,
         /// The whole tenant (tenant admins).
         #[arg(long)]
         tenant: Option<String>,
-        /// day or month (UTC).
-        #[arg(long, default_value = "month")]
+        /// The UTC day or month so far.
+        #[arg(long, default_value = "month", value_parser = ["day", "month"])]
         period: String,
     },
     /// Call any route: `mapi api POST /v1/tenants/acme/projects -d '{…}'`.
@@ -158,6 +158,10 @@ enum DatasetsCmd {
 #[derive(Debug, Subcommand)]
 enum RunsCmd {
     /// Submit a run.
+    #[command(after_help = "Examples:
+  mapi runs submit --method tabular.linear --dataset ds_01… --param y=employed --watch
+  mapi runs submit --method describe --dataset ds_01… --class M --timeout 600 --dry-run
+  mapi methods show tabular.linear      # its parameters and an example")]
     Submit {
         /// The method, e.g. tabular.linear.
         #[arg(long)]
@@ -168,6 +172,7 @@ enum RunsCmd {
         /// A parameter, `name=value`; the value is read as JSON when it parses, else as a string.
         #[arg(long = "param", value_name = "NAME=VALUE")]
         params: Vec<String>,
+        /// The resource class: S, M, L, XL or GPU (what the executor offers; `mapi admin executors ls`).
         #[arg(long, default_value = "S")]
         class: ResourceClass,
         /// Timeout in seconds (1 to 86400).
@@ -216,6 +221,10 @@ enum RunsCmd {
         table: bool,
     },
     /// Print what a run's execution printed (stdout and stderr); -f follows it.
+    #[command(after_help = "Examples:
+  mapi runs logs run_01…               # the latest attempt, the worker's events in words
+  mapi runs logs run_01… --attempt 1 -f
+  mapi --json runs logs run_01…        # one JSON object a line")]
     Logs(crate::logs::LogsArgs),
 }
 
@@ -495,8 +504,21 @@ pub fn describe_run(r: &RunView) -> String {
     out
 }
 
+/// Follows run `id` until it ends; Ctrl-C stops following (the run goes on) and says how to
+/// follow it again.
 async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
+    tokio::select! {
+        r = follow(ctx, id) => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\nstill running: mapi runs watch {id}");
+            std::process::exit(130)
+        }
+    }
+}
+
+async fn follow(ctx: &Ctx, id: &str) -> Result<RunView> {
     use std::io::Write;
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last_line = String::new();
     loop {
         let r: RunView = ctx.client.get(&format!("/v1/runs/{id}")).await?;
@@ -513,8 +535,10 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
                 Some(w) => format!("waiting: {}", w.reason),
                 None => r.progress.as_ref().and_then(|p| p.message.clone()).unwrap_or_default(),
             };
+            // A terminal shows the time since submit; a file or pipe gets a line per change only.
+            let elapsed = if terminal { format!("{:>6} ", since(r.created_at)) } else { String::new() };
             let line = format!(
-                "\r[{}{}] {:>3.0}% {:<11} {}",
+                "\r[{}{}] {:>3.0}% {elapsed}{:<11} {}",
                 "#".repeat(filled),
                 ".".repeat(30 - filled),
                 fraction * 100.0,
@@ -522,8 +546,7 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
                 truncate(&message, if r.waiting.is_some() { 80 } else { 40 })
             );
             if line != last_line {
-                // A terminal redraws one line; a file or pipe gets a line per change.
-                if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                if terminal {
                     eprint!("{line:<130}");
                 } else {
                     eprintln!("{}", line.trim_start_matches('\r').trim_end());
@@ -533,6 +556,19 @@ async fn watch(ctx: &Ctx, id: &str) -> Result<RunView> {
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Time since `t`: `42 s`, `3m05s`, `1h02m`.
+fn since(t: mapi_domain::Timestamp) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let s = (now - t.as_micros() / 1_000_000).max(0);
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
     }
 }
 

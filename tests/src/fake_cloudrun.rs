@@ -926,3 +926,31 @@ async fn watch_memory(pid: i32, limit_mib: u64, killed: Arc<std::sync::atomic::A
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Moves virtual time to the next sleeper whenever one waits (for executor tests that run no
+/// processes, so nothing else moves it).
+pub fn drive(clock: Arc<mapi_clock::VirtualClock>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Some(t) = clock.next_wake() {
+                clock.set(t);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+}
+
+/// A fake that starts no processes (a test writes what its executions print), on the
+/// inventory's Jobs of env `test`, and the executor settings that point at it and its Logging.
+pub async fn without_processes(
+    clock: Arc<mapi_clock::VirtualClock>,
+) -> (FakeCloudRun, mapi_cloudrun::Settings) {
+    let mut settings = mapi_cloudrun::Settings::new("fake-project");
+    settings.env = "test".to_owned();
+    let jobs = mapi_cloudrun::Inventory::new(&settings).jobs().iter().map(|j| j.id.clone()).collect();
+    let fake = FakeCloudRun::start(&settings.project, &settings.region, jobs, crate::worker(), clock).await;
+    fake.without_processes();
+    settings.endpoint = Some(fake.url.clone());
+    settings.logging_endpoint = Some(fake.logging.url.clone());
+    (fake, settings)
+}

@@ -22,35 +22,15 @@ struct Rig {
     _driver: tokio::task::JoinHandle<()>,
 }
 
-/// Moves virtual time to the next sleeper whenever one waits.
-fn drive(clock: Arc<VirtualClock>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            if let Some(t) = clock.next_wake() {
-                clock.set(t);
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-}
-
 async fn rig() -> Rig {
     let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
-    let mut settings = Settings::new("fake-project");
-    settings.env = "test".to_owned();
-    let jobs = mapi_cloudrun::Inventory::new(&settings).jobs().iter().map(|j| j.id.clone()).collect();
-    let fake =
-        FakeCloudRun::start(&settings.project, &settings.region, jobs, mapi_tests::worker(), clock.clone())
-            .await;
-    fake.without_processes();
-    settings.endpoint = Some(fake.url.clone());
-    settings.logging_endpoint = Some(fake.logging.url.clone());
+    let (fake, settings) = mapi_tests::fake_cloudrun::without_processes(clock.clone()).await;
     let throttled = Counter::default();
     let executor =
         CloudRunJobsExecutor::new(settings, Credentials::Anonymous, clock.clone(), throttled.clone())
             .await
             .expect("executor");
-    Rig { _driver: drive(clock.clone()), clock, fake, executor, throttled }
+    Rig { _driver: mapi_tests::fake_cloudrun::drive(clock.clone()), clock, fake, executor, throttled }
 }
 
 fn run_job_calls(fake: &FakeCloudRun) -> Vec<mapi_tests::fake_cloudrun::Call> {

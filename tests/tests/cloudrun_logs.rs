@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mapi_clock::{Clock, VirtualClock};
-use mapi_cloudrun::{CloudRunJobsExecutor, Credentials, Settings};
+use mapi_cloudrun::{CloudRunJobsExecutor, Credentials};
 use mapi_domain::Timestamp;
 use mapi_executor::conformance::attempt;
 use mapi_executor::{ExecutionHandle, Executor, ExecutorError, LogLine, LogStream, MAX_LOG_LINE_BYTES};
@@ -24,34 +24,14 @@ struct Rig {
     _driver: tokio::task::JoinHandle<()>,
 }
 
-/// Moves virtual time to the next sleeper whenever one waits.
-fn drive(clock: Arc<VirtualClock>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            if let Some(t) = clock.next_wake() {
-                clock.set(t);
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-}
-
 async fn rig() -> Rig {
     let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
-    let mut settings = Settings::new("fake-project");
-    settings.env = "test".to_owned();
-    let jobs = mapi_cloudrun::Inventory::new(&settings).jobs().iter().map(|j| j.id.clone()).collect();
-    let fake =
-        FakeCloudRun::start(&settings.project, &settings.region, jobs, mapi_tests::worker(), clock.clone())
-            .await;
-    fake.without_processes();
-    settings.endpoint = Some(fake.url.clone());
-    settings.logging_endpoint = Some(fake.logging.url.clone());
+    let (fake, settings) = mapi_tests::fake_cloudrun::without_processes(clock.clone()).await;
     let executor =
         CloudRunJobsExecutor::new(settings, Credentials::Anonymous, clock.clone(), Default::default())
             .await
             .expect("executor");
-    Rig { _driver: drive(clock.clone()), clock, fake, executor }
+    Rig { _driver: mapi_tests::fake_cloudrun::drive(clock.clone()), clock, fake, executor }
 }
 
 impl Rig {

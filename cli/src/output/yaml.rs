@@ -41,15 +41,7 @@ fn array(out: &mut String, items: &[Value], indent: usize) {
                 out.push(' ');
                 out.push_str(&inner[indent + 2..]);
             }
-            Value::Array(a) if !a.is_empty() => {
-                out.push('\n');
-                array(out, a, indent + 2);
-            }
-            other => {
-                out.push(' ');
-                out.push_str(&scalar(other));
-                out.push('\n');
-            }
+            other => nested(out, other, indent),
         }
     }
 }
