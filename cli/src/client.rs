@@ -19,12 +19,7 @@ pub enum ClientError {
 
 /// What to try when a platform on this machine does not answer.
 fn start_hint(url: &str) -> &'static str {
-    let host = url.split("://").nth(1).unwrap_or(url);
-    if ["127.0.0.1", "localhost", "[::1]"].iter().any(|h| host.starts_with(h)) {
-        " (is `mapi dev` running? start it in another terminal)"
-    } else {
-        ""
-    }
+    if is_local(url) { " (is `mapi dev` running? start it in another terminal)" } else { "" }
 }
 
 /// `name` (a method's name, an id) as one path segment: anything but a
@@ -37,6 +32,12 @@ pub fn segment(name: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// Whether `url` names a platform on this machine (a loopback host).
+pub fn is_local(url: &str) -> bool {
+    let host = url.split("://").nth(1).unwrap_or(url);
+    ["127.0.0.1", "localhost", "[::1]"].iter().any(|h| host.starts_with(h))
 }
 
 /// The platform at `url`, as `token`.

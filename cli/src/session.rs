@@ -129,11 +129,7 @@ pub fn register_dev(saved: &mut Saved, creds: &Credentials) -> bool {
         };
         saved.platforms.insert(url.clone(), entry);
     }
-    let local = |u: &str| {
-        let host = u.split("://").nth(1).unwrap_or(u);
-        ["127.0.0.1", "localhost", "[::1]"].iter().any(|h| host.starts_with(h))
-    };
-    if saved.current.as_deref().is_none_or(local) {
+    if saved.current.as_deref().is_none_or(crate::client::is_local) {
         saved.current = Some(url);
     }
     !kept
