@@ -126,10 +126,15 @@ impl IntoResponse for ApiError {
 
 /// Page sizes of list routes: 50 by default, at most 200.
 pub fn page_size(requested: Option<u32>) -> Result<u32, ApiError> {
+    count("page_size", requested, 50, 200)
+}
+
+/// How many of something a query asks for (`name`): `default` when absent, else 1 to `max`.
+pub fn count(name: &str, requested: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError> {
     match requested {
-        None => Ok(50),
-        Some(n) if (1..=200).contains(&n) => Ok(n),
-        Some(n) => Err(ApiError::invalid(format!("page_size {n} is out of range: use 1 to 200"))),
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::invalid(format!("{name} {n} is out of range: use 1 to {max}"))),
     }
 }
 

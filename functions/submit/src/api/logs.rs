@@ -74,11 +74,7 @@ pub async fn run_logs(
 
 fn limit(requested: Option<u32>) -> Result<usize, ApiError> {
     let max = u32::try_from(MAX_LOG_PAGE).unwrap_or(u32::MAX);
-    match requested {
-        None => Ok(200),
-        Some(n) if (1..=max).contains(&n) => Ok(n as usize),
-        Some(n) => Err(ApiError::invalid(format!("limit {n} is out of range: use 1 to {max}"))),
-    }
+    Ok(mapi_problem::count("limit", requested, 200, max)? as usize)
 }
 
 fn attempt_of(run: &RunDoc, asked: Option<u32>) -> Result<AttemptNo, ApiError> {
