@@ -52,6 +52,8 @@ struct Inner {
     timeout: Duration,
     clock: Arc<dyn Clock>,
     fetches: AtomicU64,
+    /// The keys were given ([`JwksCache::fixed`]): nothing is ever fetched.
+    fixed: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
 }
 
@@ -99,9 +101,28 @@ impl JwksCache {
                 timeout,
                 clock,
                 fetches: AtomicU64::new(0),
+                fixed: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(State::default()),
             }),
         }
+    }
+
+    /// A cache that holds `key_set` (a JSON Web Key Set) and never fetches:
+    /// for an issuer whose keys the process has at start (a simulation's
+    /// development issuer, which serves nothing). An unknown key id is
+    /// refused as any other: `UnknownKey`.
+    ///
+    /// # Errors
+    ///
+    /// The key set does not parse (the detail says why).
+    pub fn fixed(key_set: &[u8], clock: Arc<dyn Clock>) -> Result<JwksCache, String> {
+        let keys = parse_key_set(key_set)?;
+        let cache = JwksCache::lazy(String::new(), Duration::ZERO, clock);
+        cache.inner.fixed.store(true, Ordering::Relaxed);
+        if let Ok(mut st) = cache.inner.state.try_lock() {
+            st.keys = keys;
+        }
+        Ok(cache)
     }
 
     /// The key set's address.
@@ -115,6 +136,9 @@ impl JwksCache {
     /// the fetch error is returned only when `kid` is not cached.
     pub async fn key(&self, kid: &str) -> Result<DecodingKey, OidcError> {
         let mut st = self.inner.state.lock().await;
+        if self.inner.fixed.load(Ordering::Relaxed) {
+            return st.keys.get(kid).cloned().ok_or_else(|| OidcError::UnknownKey(kid.to_owned()));
+        }
         let now = self.inner.clock.now();
         let mut fetched = false;
         if st.fresh_until.is_none_or(|t| now >= t) && !st.backing_off(now) {

@@ -309,6 +309,13 @@ async fn replayed(
     id: JobId,
 ) -> Result<axum::response::Response, ApiError> {
     let job = load_for(state, caller, id.as_str(), Action::Read).await?;
+    // The first request may have stored the job and died (or lost the
+    // queue's answer) before its fan-out was enqueued: a replay of a job
+    // whose fan-out has not begun enqueues its first step again (the task's
+    // name makes this once), so the job it acknowledges does run.
+    if job.fanout.step == 0 && job.fanout.finished_at.is_none() && job.cancel_requested_at.is_none() {
+        mapi_jobs::tasks::push_fanout(&*state.queue, &job.id, 0, None).await?;
+    }
     Ok((StatusCode::OK, idempotency::replayed_headers(), Json(view(state, &job).await?)).into_response())
 }
 

@@ -238,7 +238,10 @@ async fn submit_renewing_lease(
             next = now + lease / 3;
         }
     };
+    // Biased: the submit is polled first, so no unseeded choice decides
+    // between an answer and a renewal due at the same instant.
     tokio::select! {
+        biased;
         r = state.executor.submit(submit) => r,
         // The submit in flight is dropped: it may have made the execution,
         // so this is ambiguous (the next delivery adopts by nonce first).

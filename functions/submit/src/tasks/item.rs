@@ -20,7 +20,7 @@
 //! replaces a failure of the same round (a result beats an error) and any
 //! end replaces an earlier round's. The marker then says what the end says.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -185,11 +185,16 @@ pub async fn handle(
     .map_err(|e| ApiError::internal_from("stored params", e))?;
     let ctx = ItemContext { attempt, round };
     let (method, item) = (job.method.clone(), task.item);
-    let started = Instant::now();
+    // The method's time is read on the platform's clock, as every time is:
+    // a simulation's virtual clock makes an item's charge replay exactly.
+    let started = state.clock.now();
     let run = tokio::task::spawn_blocking(move || mapi_methods::run_item(&method, &params, &item, ctx));
     // The timeout is waited for on the platform's clock (virtual in simulations).
     let deadline = state.clock.sleep_until(state.clock.now() + state.config.jobs.item_timeout);
+    // Biased: when both are ready the method's answer wins, and no
+    // unseeded choice can change what an item did.
     let result = tokio::select! {
+        biased;
         done = run => match done {
             Ok(r) => r,
             Err(e) => Err(ItemError::Transient(format!("the method panicked: {e}"))),
@@ -199,7 +204,7 @@ pub async fn handle(
             state.config.jobs.item_timeout.as_secs()
         ))),
     };
-    let took = started.elapsed();
+    let took = state.clock.now().since(started);
     let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
     let last = attempt >= state.config.jobs.item_max_attempts;
     let end = match result {
