@@ -6,9 +6,16 @@
 //! (Google's OIDC token of the push service account, or locally the internal
 //! token: [`auth`]); then the envelope and its subscription; then the
 //! message (base64 LogEntry, `jsonPayload.mapi_event`, the execution label);
-//! then the event's HMAC under its attempt's key, the execution and whether
-//! the attempt has ended; then deduplication on (run, attempt, seq) together
-//! with the merge, in one transaction.
+//! then the event's HMAC under its attempt's key and whether the attempt has
+//! ended; then, in one transaction, deduplication on (run, attempt, seq), the
+//! execution, and the merge.
+//!
+//! Only the execution that took an attempt's bootstrap holds its key, so a
+//! verified event names the attempt's execution: an attempt with no handle
+//! yet (the submit's answer was lost) or whose recorded execution never
+//! spoke (a duplicate that found no bootstrap) takes the speaker as its
+//! execution ([`mapi_lifecycle::commands::adopt_speaker`]), so nothing
+//! submits the work twice and what ran is what is polled and metered.
 //!
 //! A refused credential or subscription answers 401/403, which Pub/Sub
 //! retries. Every answer to an authenticated push from an accepted
@@ -26,11 +33,14 @@ use axum::extract::State;
 use axum::routing::post;
 use mapi_events::progress::Progress;
 use mapi_events::pubsub::PushEnvelope;
+use mapi_executor::ExecutionHandle;
 use mapi_identity::{Audit, audit};
+use mapi_lifecycle::RunDoc;
+use mapi_lifecycle::commands::{self, Speaker};
 use mapi_metrics::{Metrics, Rejection, Violation};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode, RawBody};
-use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_put};
+use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde::Serialize;
 
@@ -154,12 +164,6 @@ async fn push(
             return Ok(ack(m, Disposition::BadSignature, &format!("{attempt_id}: {e}")));
         }
     };
-    if let (Some(label), Some(handle)) = (&delivered.execution_name, &attempt.handle)
-        && label != &handle.0
-    {
-        refused(&state, Disposition::WrongExecution, &run, Some(&attempt), &format!("from {label}")).await;
-        return Ok(ack(m, Disposition::WrongExecution, &format!("{attempt_id}: from {label}")));
-    }
     if attempt.finalized {
         refused(&state, Disposition::AttemptEnded, &run, Some(&attempt), "the attempt has ended").await;
         return Ok(ack(m, Disposition::AttemptEnded, &attempt_id));
@@ -173,8 +177,9 @@ async fn push(
         seq,
         at: now,
     };
-    let (seen, attempt, event) = (&seen, &attempt, &event);
-    let disposition = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+    let speaker = delivered.execution_name.map(ExecutionHandle);
+    let (seen, attempt, event, speaker) = (&seen, &attempt, &event, &speaker);
+    let (disposition, step) = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         // The marker, the attempt (re-read: the meter may have finalized
         // meanwhile) and its progress, in one read.
         let id = AttemptDoc::id_of(&attempt.run, attempt.attempt);
@@ -187,11 +192,28 @@ async fn push(
             <[Option<mapi_store::Document>; 3]>::try_from(tx.get_all(&keys).await?)
                 .map_err(|_| ApiError::internal("a read of three documents answered another number"))?;
         if seen_doc.is_some() {
-            return Ok(tx.finish(Disposition::Duplicate));
+            return Ok(tx.finish((Disposition::Duplicate, None)));
         }
-        if current.map(|d| d.decode::<AttemptDoc>()).transpose()?.is_none_or(|a| a.finalized) {
-            return Ok(tx.finish(Disposition::AttemptEnded));
-        }
+        let Some(current) = current.map(|d| d.decode::<AttemptDoc>()).transpose()?.filter(|a| !a.finalized)
+        else {
+            return Ok(tx.finish((Disposition::AttemptEnded, None)));
+        };
+        let step = match speaker {
+            Some(speaker) if current.handle.as_ref() != Some(speaker) => {
+                let run = match current.handle {
+                    None => tx_get::<RunDoc>(&mut tx, attempt.run.as_str()).await?,
+                    Some(_) => None,
+                };
+                match commands::adopt_speaker(run, current, speaker, stored.is_some(), now)? {
+                    Speaker::Stray => return Ok(tx.finish((Disposition::WrongExecution, None))),
+                    Speaker::Adopted(step) => {
+                        step.write(&mut tx)?;
+                        Some(step)
+                    }
+                }
+            }
+            _ => None,
+        };
         let mut progress =
             stored.map(|d| d.decode::<ProgressDoc>()).transpose()?.unwrap_or_else(|| ProgressDoc {
                 run: attempt.run.clone(),
@@ -205,11 +227,22 @@ async fn push(
         progress.updated_at = now;
         tx_put(&mut tx, &progress)?;
         tx_create(&mut tx, seen)?;
-        Ok(tx.finish(Disposition::Applied))
+        Ok(tx.finish((Disposition::Applied, step)))
     })
     .await?;
-    if disposition == Disposition::AttemptEnded {
-        refused(&state, disposition, &run, Some(attempt), "the attempt ended meanwhile").await;
+    if let Some(step) = &step {
+        step.committed(&state.metrics);
+        let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+    }
+    match disposition {
+        Disposition::AttemptEnded => {
+            refused(&state, disposition, &run, Some(attempt), "the attempt ended meanwhile").await;
+        }
+        Disposition::WrongExecution => {
+            let from = speaker.as_ref().map_or("", |h| h.0.as_str());
+            refused(&state, disposition, &run, Some(attempt), &format!("from {from}")).await;
+        }
+        _ => {}
     }
     Ok(ack(m, disposition, &attempt_id))
 }

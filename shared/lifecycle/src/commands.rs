@@ -11,6 +11,7 @@
 //! | [`admit`] | · → queued | submitted |
 //! | [`claim`] | queued → dispatching | intent_written |
 //! | [`record_execution`] | dispatching → running | execution_created, adopted |
+//! | [`adopt_speaker`] | dispatching → running | adopted |
 //! | [`requeue_throttled`] | dispatching → queued | throttled |
 //! | [`refuse_placement`] | queued, dispatching → failed | placement_refused |
 //! | [`request_cancel`] | queued → cancelled; dispatching, running → cancelling | cancel_requested |
@@ -266,7 +267,13 @@ pub fn record_execution(
     now: Timestamp,
 ) -> Result<Step, TransitionError> {
     let mut step = Step::default();
-    if row.handle.is_some() {
+    if let Some(kept) = &row.handle {
+        if kept != handle {
+            // The attempt already has its execution (its worker spoke
+            // first, or an earlier submit was adopted): a second one would
+            // do the same work unmetered, so it is stopped.
+            step.follow_ups.push(FollowUp::CancelExecution(handle.clone()));
+        }
         return Ok(step);
     }
     row.handle = Some(handle.clone());
@@ -279,6 +286,57 @@ pub fn record_execution(
     }
     step.put_attempt(row);
     Ok(step)
+}
+
+/// A signed event came from `speaker`. Only the execution that took an
+/// attempt's bootstrap holds its event key, so a verified event names the
+/// execution doing the attempt's work:
+/// - an attempt with no handle yet (the submit's answer was lost, or is
+///   still on its way) takes the speaker as its execution, so no later
+///   dispatch submits the work a second time;
+/// - an attempt recording another execution from which no event was ever
+///   applied (`heard` is false) moves to the speaker, and the recorded one
+///   (a duplicate that found no bootstrap, or not yet started) is stopped.
+///
+/// An attempt that heard from the execution it records keeps it: the
+/// speaker's event is refused. It is not stopped from here: its name comes
+/// from the log entry, not from the signature, and it may be another
+/// attempt's.
+///
+/// `run` is needed (and read) only when the attempt has no handle yet; an
+/// attempt whose run is gone takes nothing.
+pub fn adopt_speaker(
+    run: Option<RunDoc>,
+    mut row: AttemptDoc,
+    speaker: &ExecutionHandle,
+    heard: bool,
+    now: Timestamp,
+) -> Result<Speaker, TransitionError> {
+    let kept = match row.handle.clone() {
+        None => {
+            let Some(run) = run else { return Ok(Speaker::Stray) };
+            return record_execution(run, row, speaker, Reason::Adopted, now).map(Speaker::Adopted);
+        }
+        Some(kept) if &kept == speaker => return Ok(Speaker::Adopted(Step::default())),
+        Some(kept) => kept,
+    };
+    if heard {
+        return Ok(Speaker::Stray);
+    }
+    let mut step = Step::default();
+    row.handle = Some(speaker.clone());
+    step.put_attempt(row);
+    step.follow_ups.push(FollowUp::CancelExecution(kept));
+    Ok(Speaker::Adopted(step))
+}
+
+/// What [`adopt_speaker`] decided about an event's execution.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Speaker {
+    /// The speaker is (now) the attempt's execution: apply its event.
+    Adopted(Step),
+    /// Another execution is the attempt's, and spoke: refuse the event.
+    Stray,
 }
 
 /// The executor kept answering 429, and a 429 made nothing: the run goes

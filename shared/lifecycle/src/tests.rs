@@ -15,7 +15,7 @@ use mapi_executor::{ExecutionHandle, ExecutionInfo};
 use mapi_quota::counters::Reservation;
 use mapi_schema::{AttemptDoc, ProgressDoc};
 
-use super::commands::{self, Applied, CancelError, Claim, Ended, Intent, Skip, Write};
+use super::commands::{self, Applied, CancelError, Claim, Ended, Intent, Skip, Speaker, Write};
 use super::{FollowUp, NewRun, Rules, RunDoc, Step, verdict};
 
 const T0: Timestamp = Timestamp::from_secs(1_000);
@@ -209,6 +209,54 @@ fn claim_follows_the_intent_row() {
             (got, _) => panic!("{name}: unexpected {got:?}"),
         }
     }
+}
+
+/// A second execution made for an attempt that has one is stopped; the
+/// attempt keeps the first.
+#[test]
+fn a_second_execution_of_an_attempt_is_stopped() {
+    let (run, recorded) = running();
+    let other = ExecutionHandle("executions/e-2".into());
+    let step =
+        commands::record_execution(run, recorded, &other, Reason::ExecutionCreated, at(3)).expect("legal");
+    assert!(step.is_empty(), "the recorded execution is kept");
+    assert_eq!(step.follow_ups, vec![FollowUp::CancelExecution(other)]);
+}
+
+/// The execution whose signed event arrives is the attempt's, unless the
+/// attempt already heard from the one it records.
+#[test]
+fn the_speaker_is_the_attempts_execution() {
+    let speaker = ExecutionHandle("executions/e-2".into());
+    // No handle yet: the speaker is adopted and the run is running.
+    let (run, row) = claimed();
+    let adopted = |s| match s {
+        Speaker::Adopted(step) => step,
+        Speaker::Stray => panic!("refused"),
+    };
+    let step = adopted(commands::adopt_speaker(Some(run), row, &speaker, false, at(3)).expect("legal"));
+    check(&step);
+    assert_eq!(step.run().map(RunDoc::state), Some(RunState::Running));
+    assert_eq!(step.attempt().and_then(|a| a.handle.clone()), Some(speaker.clone()));
+    // The recorded execution never spoke: the attempt moves to the speaker
+    // and the recorded one is stopped.
+    let (run, recorded) = running();
+    let step =
+        adopted(commands::adopt_speaker(None, recorded.clone(), &speaker, false, at(3)).expect("legal"));
+    assert_eq!(step.attempt().and_then(|a| a.handle.clone()), Some(speaker.clone()));
+    assert_eq!(step.follow_ups, vec![FollowUp::CancelExecution(handle())]);
+    assert!(step.transition.is_none(), "the run was already running");
+    // The recorded execution spoke: the speaker is a stray.
+    let stray = commands::adopt_speaker(None, recorded.clone(), &speaker, true, at(3)).expect("legal");
+    assert_eq!(stray, Speaker::Stray);
+    // An attempt whose run is gone takes nothing.
+    assert_eq!(
+        commands::adopt_speaker(None, claimed().1, &speaker, false, at(3)).expect("legal"),
+        Speaker::Stray
+    );
+    // The recorded execution itself: nothing to change.
+    let same = adopted(commands::adopt_speaker(Some(run), recorded, &handle(), true, at(3)).expect("legal"));
+    assert!(same.is_empty() && same.follow_ups.is_empty());
 }
 
 #[test]

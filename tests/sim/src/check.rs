@@ -25,7 +25,8 @@
 //! - `job_counts_add_up`: a job's finished items never exceed its items; a final job accounts for
 //!   every item.
 //! - `the_execution_that_ran_is_the_attempts`: an execution that took an attempt's bootstrap
-//!   (did its work) is the one the attempt records, so what ran is what is polled and metered.
+//!   (did its work) is the one the finalized attempt records, so what ran is what was polled and
+//!   metered.
 //! - `no_execution_outlives_its_attempt`: no execution is still running fifteen minutes after its
 //!   attempt was finalized or its run became final (at most one execution per attempt survives).
 //! - `everything_finishes` (liveness): once faults stop, every run and job is final within the bound.
@@ -34,6 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use mapi_domain::{RunState, TenantId, Tier, Timestamp};
+use mapi_executor::ExecutionHandle;
 use mapi_jobs::{JobCountsDoc, JobDoc};
 use mapi_lifecycle::RunDoc;
 use mapi_quota::counters::CounterDoc;
@@ -71,6 +73,19 @@ struct Acked {
     rounds: u32,
 }
 
+/// An attempt as first seen finalized.
+#[derive(Debug)]
+struct Finalized {
+    at: Timestamp,
+    /// Its progress then.
+    progress: Option<Fields>,
+    /// The execution it records.
+    handle: Option<ExecutionHandle>,
+}
+
+/// A ledger entry's (tenant, month) and (spend µ$, vCPU-ms).
+type Charged = ((String, String), (i64, i64));
+
 /// What the checker knows.
 #[derive(Debug, Default)]
 pub struct Checker {
@@ -81,9 +96,13 @@ pub struct Checker {
     jobs: BTreeMap<String, Acked>,
     keys: BTreeMap<(String, String), String>,
     seen: BTreeMap<String, RunDoc>,
-    /// When each attempt (`{run}:{attempt}`) was first seen finalized, and its progress then.
-    finalized: BTreeMap<String, (Timestamp, Option<Fields>)>,
+    /// Each attempt (`{run}:{attempt}`) seen finalized.
+    finalized: BTreeMap<String, Finalized>,
     ledger: BTreeMap<String, Fields>,
+    /// What each ledger entry (runs' and items') adds to its tenant's month.
+    charged: BTreeMap<DocKey, Charged>,
+    /// (tenant, month) → (spend µ$, vCPU-ms), the sums of `charged`.
+    sums: BTreeMap<(String, String), (i64, i64)>,
     /// Tenants whose admission was acknowledged this step.
     admitted: Vec<String>,
     step: u64,
@@ -103,6 +122,10 @@ impl Checker {
         self.mirror.get(&key)?.decode().ok()
     }
 
+    fn stored<T: Doc>(&self, id: &str) -> bool {
+        DocKey::new(T::COLLECTION, id).is_ok_and(|k| self.mirror.contains_key(&k))
+    }
+
     fn all<T: Doc + serde::de::DeserializeOwned>(&self) -> impl Iterator<Item = (&DocKey, T)> + '_ {
         let start = DocKey::new(T::COLLECTION, "!").expect("a key");
         self.mirror
@@ -111,9 +134,14 @@ impl Checker {
             .filter_map(|(k, d)| d.decode().ok().map(|t| (k, t)))
     }
 
-    pub fn ack_run(&mut self, tenant: &str, key: &str, id: &str, step: u64) {
+    /// A run acknowledged; `admitted` when this answer admitted it (a
+    /// replay admits nothing, so the quota then may be lower than its use).
+    pub fn ack_run(&mut self, tenant: &str, key: &str, id: &str, admitted: bool, step: u64) {
         self.step = step;
         self.ack(tenant, key, id, 0, false);
+        if admitted {
+            self.admitted.push(tenant.to_owned());
+        }
     }
 
     pub fn ack_job(&mut self, tenant: &str, key: &str, id: &str, items: usize, step: u64) {
@@ -134,7 +162,6 @@ impl Checker {
             self.jobs.entry(id.to_owned()).or_insert(acked);
         } else {
             self.runs.entry(id.to_owned()).or_insert(acked);
-            self.admitted.push(tenant.to_owned());
         }
     }
 
@@ -242,9 +269,11 @@ pub fn after_step(world: &mut World, step: u64) {
     let c = &mut world.checker;
     c.step = step;
     c.now = now;
-    let mut collections = BTreeSet::new();
+    // Each check reads only what this step wrote, so a step costs the
+    // same early and late in a seed.
+    let mut touched = Touched::default();
     for (key, doc) in read {
-        collections.insert(key.collection().to_owned());
+        touched.0.entry(key.collection().to_owned()).or_default().push(key.id().to_owned());
         match doc {
             Some(d) => {
                 c.mirror.insert(key, d);
@@ -254,12 +283,11 @@ pub fn after_step(world: &mut World, step: u64) {
             }
         }
     }
-    let has = |c: &str| collections.contains(c);
-    if has(RunDoc::COLLECTION) {
-        check_runs(c);
-    }
-    if has(AttemptDoc::COLLECTION) || has(ProgressDoc::COLLECTION) || has(LedgerEntry::COLLECTION) {
-        check_attempts(c);
+    let has = |c: &str| touched.0.contains_key(c);
+    check_runs(c, touched.ids(RunDoc::COLLECTION));
+    check_attempts(c, &touched);
+    if has(LedgerEntry::COLLECTION) || has(ItemLedgerEntry::COLLECTION) {
+        sum_ledgers(c, &touched);
     }
     if has(CounterDoc::COLLECTION) || has(LedgerEntry::COLLECTION) || has(ItemLedgerEntry::COLLECTION) {
         check_ledger(c);
@@ -269,16 +297,28 @@ pub fn after_step(world: &mut World, step: u64) {
     }
     check_admissions(c);
     check_acknowledged(c);
-    check_jobs(world);
+    if has(JobDoc::COLLECTION) || has(JobCountsDoc::COLLECTION) {
+        check_jobs(world);
+    }
     check_executions(world);
+}
+
+/// The ids a step wrote, by collection.
+#[derive(Default)]
+struct Touched(BTreeMap<String, Vec<String>>);
+
+impl Touched {
+    fn ids(&self, collection: &str) -> &[String] {
+        self.0.get(collection).map_or(&[], Vec::as_slice)
+    }
 }
 
 fn check_acknowledged(c: &mut Checker) {
     let missing: Vec<String> = c
         .runs
         .keys()
-        .filter(|id| c.get::<RunDoc>(id).is_none())
-        .chain(c.jobs.keys().filter(|id| c.get::<JobDoc>(id).is_none()))
+        .filter(|id| !c.stored::<RunDoc>(id))
+        .chain(c.jobs.keys().filter(|id| !c.stored::<JobDoc>(id)))
         .cloned()
         .collect();
     for id in missing {
@@ -286,8 +326,8 @@ fn check_acknowledged(c: &mut Checker) {
     }
 }
 
-fn check_runs(c: &mut Checker) {
-    let runs: Vec<RunDoc> = c.all::<RunDoc>().map(|(_, r)| r).collect();
+fn check_runs(c: &mut Checker, touched: &[String]) {
+    let runs: Vec<RunDoc> = touched.iter().filter_map(|id| c.get::<RunDoc>(id)).collect();
     for run in runs {
         let id = run.id().to_string();
         let history = run.history();
@@ -317,35 +357,37 @@ fn check_runs(c: &mut Checker) {
     }
 }
 
-fn check_attempts(c: &mut Checker) {
+fn check_attempts(c: &mut Checker, touched: &Touched) {
     let now = c.now;
-    let attempts: Vec<(String, AttemptDoc)> =
-        c.all::<AttemptDoc>().filter(|(_, a)| a.finalized).map(|(k, a)| (k.id().to_owned(), a)).collect();
-    for (id, _) in &attempts {
-        if !c.finalized.contains_key(id) {
-            let progress = DocKey::new(ProgressDoc::COLLECTION, id.as_str())
-                .ok()
-                .and_then(|k| c.mirror.get(&k))
-                .map(|d| d.fields.clone());
-            c.finalized.insert(id.clone(), (now, progress));
+    let progress_of = |c: &Checker, id: &str| {
+        DocKey::new(ProgressDoc::COLLECTION, id).ok().and_then(|k| c.mirror.get(&k)).map(|d| d.fields.clone())
+    };
+    for id in touched.ids(AttemptDoc::COLLECTION) {
+        if c.finalized.contains_key(id) {
+            continue;
         }
-        if c.get::<LedgerEntry>(id).is_none() {
-            c.violate(
-                "finalized_attempts_are_metered_once",
-                id,
-                format!("attempt {id} is finalized with no ledger entry"),
-            );
+        if let Some(a) = c.get::<AttemptDoc>(id).filter(|a| a.finalized) {
+            let progress = progress_of(c, id);
+            c.finalized.insert(id.clone(), Finalized { at: now, progress, handle: a.handle });
         }
     }
-    let changed: Vec<String> = c
+    let unmetered: Vec<String> = c
         .finalized
-        .iter()
-        .filter(|(id, (_, then))| {
-            let key = DocKey::new(ProgressDoc::COLLECTION, id.as_str()).ok();
-            let current = key.and_then(|k| c.mirror.get(&k)).map(|d| &d.fields);
-            current != then.as_ref()
+        .keys()
+        .filter(|id| {
+            DocKey::new(LedgerEntry::COLLECTION, id.as_str()).is_ok_and(|k| !c.mirror.contains_key(&k))
         })
-        .map(|(id, _)| id.clone())
+        .cloned()
+        .collect();
+    for id in &unmetered {
+        let detail = format!("attempt {id} is finalized with no ledger entry");
+        c.violate("finalized_attempts_are_metered_once", id, detail);
+    }
+    let changed: Vec<String> = touched
+        .ids(ProgressDoc::COLLECTION)
+        .iter()
+        .filter(|id| c.finalized.get(*id).is_some_and(|f| progress_of(c, id) != f.progress))
+        .cloned()
         .collect();
     for id in changed {
         c.violate(
@@ -354,11 +396,13 @@ fn check_attempts(c: &mut Checker) {
             format!("attempt {id}'s progress changed after it was finalized"),
         );
     }
-    let entries: Vec<(String, Fields)> = c
-        .mirror
-        .range(DocKey::new(LedgerEntry::COLLECTION, "!").expect("a key")..)
-        .take_while(|(k, _)| k.collection() == LedgerEntry::COLLECTION)
-        .map(|(k, d)| (k.id().to_owned(), d.fields.clone()))
+    let entries: Vec<(String, Fields)> = touched
+        .ids(LedgerEntry::COLLECTION)
+        .iter()
+        .filter_map(|id| {
+            let key = DocKey::new(LedgerEntry::COLLECTION, id.as_str()).ok()?;
+            Some((id.clone(), c.mirror.get(&key)?.fields.clone()))
+        })
         .collect();
     for (id, fields) in entries {
         match c.ledger.get(&id) {
@@ -377,19 +421,47 @@ fn check_attempts(c: &mut Checker) {
     }
 }
 
+/// Keeps the per-(tenant, month) sums of the ledgers current with what
+/// this step wrote to them.
+fn sum_ledgers(c: &mut Checker, touched: &Touched) {
+    let charge = |t: &TenantId, at: Timestamp, micros: i64, vcpu_ms: u64| {
+        let month = mapi_quota::Period::Month.key(at);
+        ((t.to_string(), month), (micros, i64::try_from(vcpu_ms).unwrap_or(i64::MAX)))
+    };
+    let mut now_in: Vec<(DocKey, Option<Charged>)> = Vec::new();
+    for id in touched.ids(LedgerEntry::COLLECTION) {
+        let Ok(key) = DocKey::new(LedgerEntry::COLLECTION, id.as_str()) else { continue };
+        let e = c
+            .get::<LedgerEntry>(id)
+            .map(|e| charge(&e.tenant, e.at, e.charge.amount_micros, e.charge.vcpu_ms));
+        now_in.push((key, e));
+    }
+    for id in touched.ids(ItemLedgerEntry::COLLECTION) {
+        let Ok(key) = DocKey::new(ItemLedgerEntry::COLLECTION, id.as_str()) else { continue };
+        let e = c
+            .get::<ItemLedgerEntry>(id)
+            .map(|e| charge(&e.tenant, e.at, e.charge.amount_micros, e.charge.vcpu_ms));
+        now_in.push((key, e));
+    }
+    for (key, charged) in now_in {
+        if let Some((month, (micros, vcpu))) = c.charged.remove(&key) {
+            let s = c.sums.entry(month).or_default();
+            s.0 -= micros;
+            s.1 -= vcpu;
+        }
+        if let Some((month, (micros, vcpu))) = &charged {
+            let s = c.sums.entry(month.clone()).or_default();
+            s.0 += micros;
+            s.1 += vcpu;
+        }
+        if let Some(charged) = charged {
+            c.charged.insert(key, charged);
+        }
+    }
+}
+
 fn check_ledger(c: &mut Checker) {
-    // (tenant, month) → (spend, vCPU-ms) from the ledgers.
-    let mut sums: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
-    for (_, e) in c.all::<LedgerEntry>() {
-        let s = sums.entry((e.tenant.to_string(), mapi_quota::Period::Month.key(e.at))).or_default();
-        s.0 += e.charge.amount_micros;
-        s.1 += i64::try_from(e.charge.vcpu_ms).unwrap_or(i64::MAX);
-    }
-    for (_, e) in c.all::<ItemLedgerEntry>() {
-        let s = sums.entry((e.tenant.to_string(), mapi_quota::Period::Month.key(e.at))).or_default();
-        s.0 += e.charge.amount_micros;
-        s.1 += i64::try_from(e.charge.vcpu_ms).unwrap_or(i64::MAX);
-    }
+    let sums = c.sums.clone();
     let tenants: BTreeSet<String> = c.all::<TenantDoc>().map(|(_, t)| t.id.to_string()).collect();
     let months: BTreeSet<String> = sums.keys().map(|(_, m)| m.clone()).collect();
     for tenant in &tenants {
@@ -409,7 +481,7 @@ fn check_ledger(c: &mut Checker) {
 
 fn check_reservations(c: &mut Checker) {
     let mut holding: BTreeMap<String, i64> = BTreeMap::new();
-    for (_, r) in c.all::<RunDoc>() {
+    for r in c.seen.values() {
         if !r.state().is_terminal() && r.reservation().as_ref().is_some_and(|res| !res.slots.is_empty()) {
             *holding.entry(r.tenant().to_string()).or_default() += 1;
         }
@@ -447,8 +519,9 @@ fn check_admissions(c: &mut Checker) {
         let policy = c.get::<mapi_schema::QuotaPolicyDoc>(&tenant).map(|p| p.policy);
         let limits = mapi_quota::effective(tier, policy.as_ref());
         let open = c
-            .all::<RunDoc>()
-            .filter(|(_, r)| r.tenant() == &id && !r.state().is_terminal() && r.reservation().is_some())
+            .seen
+            .values()
+            .filter(|r| r.tenant() == &id && !r.state().is_terminal() && r.reservation().is_some())
             .count();
         if let Some(max) = limits.concurrent_runs
             && open > max as usize
@@ -488,8 +561,11 @@ fn check_executions(world: &mut World) {
     let c = &mut world.checker;
     for e in world.executor.all() {
         let attempt = AttemptDoc::id_of(&e.submit.run, e.submit.attempt);
+        // Until its worker speaks, the attempt may record a duplicate that
+        // found no bootstrap; what it records when finalized is what is
+        // polled and metered.
         if !e.took.is_empty()
-            && let Some(recorded) = c.get::<AttemptDoc>(&attempt).and_then(|a| a.handle)
+            && let Some(recorded) = c.finalized.get(&attempt).and_then(|f| f.handle.clone())
             && recorded != e.handle
         {
             let detail = format!("{} did attempt {attempt}'s work, which records {recorded}", e.handle);
@@ -501,7 +577,7 @@ fn check_executions(world: &mut World) {
         }
         let run_final =
             c.seen.get(e.submit.run.as_str()).filter(|r| r.state().is_terminal()).map(RunDoc::updated_at);
-        let done_at = c.finalized.get(&attempt).map(|(t, _)| *t).into_iter().chain(run_final).min();
+        let done_at = c.finalized.get(&attempt).map(|f| f.at).into_iter().chain(run_final).min();
         if let Some(t) = done_at
             && now.since(t) >= OUTLIVE
         {

@@ -62,13 +62,17 @@ pub struct Summary {
     /// The reports that broke an invariant.
     pub failed: Vec<Report>,
     pub least_faults: u64,
+    /// The seed that injected `least_faults`.
+    pub least_faults_seed: u64,
     pub wall: Duration,
 }
 
 impl Summary {
     fn add(&mut self, r: Report) {
-        self.least_faults =
-            if self.seeds == 0 { r.fault_count() } else { self.least_faults.min(r.fault_count()) };
+        if self.seeds == 0 || r.fault_count() < self.least_faults {
+            self.least_faults = r.fault_count();
+            self.least_faults_seed = r.seed;
+        }
         self.seeds += 1;
         self.steps += r.steps;
         self.simulated += r.simulated;

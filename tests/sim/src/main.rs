@@ -42,7 +42,12 @@ fn main() -> ExitCode {
         s.items,
         s.crashes
     );
-    println!("faults: {} in all, at least {} in every seed", s.fault_count(), s.least_faults);
+    println!(
+        "faults: {} in all, at least {} in every seed (seed {})",
+        s.fault_count(),
+        s.least_faults,
+        s.least_faults_seed
+    );
     for (f, n) in &s.faults {
         println!("  {f:?}: {n}");
     }

@@ -27,21 +27,23 @@ pub enum Work {
     ExecutorSwitch { enabled: bool },
 }
 
-/// Plans the hour's workload.
-pub fn plan(world: &mut World) {
-    let start = world.start;
+/// Plans an hour's workload, from now; `round` 0 is the first hour (later
+/// rounds use their own idempotency keys).
+pub fn plan(world: &mut World, round: u32) {
+    let start = if round == 0 { world.start } else { world.now() };
+    let tag = if round == 0 { String::new() } else { format!("r{round}-") };
     let tenants = world.tenants.len() as u64;
     let (runs, jobs) = world.rng.with(|r| (r.between(16, 30), r.between(2, 5)));
     let mut planned = Vec::new();
     for i in 0..runs {
         let (tenant, at) = world.rng.with(|r| (r.below(tenants) as usize, r.below(WORKLOAD.as_secs())));
         let body = run_body(world, tenant);
-        planned.push((at, Work::SubmitRun { tenant, key: format!("run-{i}"), body, tries: 0 }));
+        planned.push((at, Work::SubmitRun { tenant, key: format!("{tag}run-{i}"), body, tries: 0 }));
     }
     for i in 0..jobs {
         let (tenant, at) = world.rng.with(|r| (r.below(tenants) as usize, r.below(WORKLOAD.as_secs())));
         let body = job_body(world);
-        planned.push((at, Work::SubmitJob { tenant, key: format!("job-{i}"), body, tries: 0 }));
+        planned.push((at, Work::SubmitJob { tenant, key: format!("{tag}job-{i}"), body, tries: 0 }));
     }
     let others = world.rng.with(|r| r.between(6, 16));
     for _ in 0..others {
@@ -166,7 +168,8 @@ fn submit(world: &mut World, tenant: usize, key: String, body: Value, tries: u32
                 let items = body["items"].as_array().map_or(0, Vec::len);
                 world.checker.ack_job(&t.id, &key, &id, items, world.steps);
             } else {
-                world.checker.ack_run(&t.id, &key, &id, world.steps);
+                // A 201 admitted the run now; a 200 replays an earlier admission.
+                world.checker.ack_run(&t.id, &key, &id, *s == 201, world.steps);
             }
             false
         }

@@ -36,6 +36,10 @@ use crate::trace::Trace;
 pub const WORKLOAD: Duration = Duration::from_secs(3600);
 /// How long after the faults stop every run and job must be final.
 pub const LIVENESS: Duration = Duration::from_secs(2 * 3600);
+/// The faults a seed injects at least: a seed whose hour injected fewer
+/// works another hour, up to [`MAX_EXTRA_ROUNDS`] more.
+pub const MIN_FAULTS: u64 = 100;
+pub const MAX_EXTRA_ROUNDS: u32 = 3;
 /// Cloud Scheduler's tick.
 pub const TICK_EVERY: Duration = Duration::from_secs(60);
 /// A delivery whose handler never answered is tried again after this.
@@ -85,7 +89,7 @@ impl Report {
     /// The one line that replays this seed.
     pub fn replay_line(&self) -> String {
         format!(
-            "MAPI_SIM_SEED={} MAPI_SIM_VERBOSE=1 cargo test -p mapi-sim --test sim -- replay --nocapture",
+            "MAPI_SIM_SEED={} MAPI_SIM_VERBOSE=1 cargo test -p mapi-sim --test sim -- --exact replay --nocapture",
             self.seed
         )
     }
@@ -144,6 +148,8 @@ pub struct World {
     pub running: BTreeMap<String, Vec<crate::worker::TaskEnd>>,
     /// Workload time lost to clock jumps (the workload's end moves with them).
     pub jumped: Duration,
+    /// Hours of work planned after the first (see [`MIN_FAULTS`]).
+    pub extra_rounds: u32,
     pub tenants: Vec<Tenant>,
     pub checker: Checker,
     pub trace: Trace,
@@ -260,6 +266,7 @@ impl World {
             seq: 0,
             running: BTreeMap::new(),
             jumped: Duration::ZERO,
+            extra_rounds: 0,
             tenants: Vec::new(),
             checker: Checker::default(),
             trace: Trace::default(),
@@ -430,7 +437,7 @@ impl World {
     /// alone until everything is final or the liveness bound passes.
     pub fn run(mut self) -> Report {
         self.setup();
-        crate::work::plan(&mut self);
+        crate::work::plan(&mut self, 0);
         self.at(self.start + TICK_EVERY, Action::Tick);
         self.at(self.start + Duration::from_secs(600), Action::Housekeep);
         let mut deadline: Option<Timestamp> = None;
@@ -443,7 +450,20 @@ impl World {
                 (None, Some(q)) => q,
                 (None, None) => break,
             };
-            let workload_end = self.start + WORKLOAD + self.jumped;
+            let workload_end = self.start + WORKLOAD * (1 + self.extra_rounds) + self.jumped;
+            if deadline.is_none()
+                && next >= workload_end
+                && self.extra_rounds < MAX_EXTRA_ROUNDS
+                && self.faults.tally().values().sum::<u64>() < MIN_FAULTS
+            {
+                // A quiet hour (little work, or hours skipped by clock
+                // jumps) injected too few faults: another hour of work.
+                self.extra_rounds += 1;
+                self.note(format!("too few faults: work round {}", self.extra_rounds + 1));
+                let round = self.extra_rounds;
+                crate::work::plan(&mut self, round);
+                continue;
+            }
             if deadline.is_none() && next >= workload_end {
                 self.faults.stop();
                 self.note("faults stop".to_owned());
