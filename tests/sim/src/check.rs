@@ -424,25 +424,8 @@ fn check_attempts(c: &mut Checker, touched: &Touched) {
 /// Keeps the per-(tenant, month) sums of the ledgers current with what
 /// this step wrote to them.
 fn sum_ledgers(c: &mut Checker, touched: &Touched) {
-    let charge = |t: &TenantId, at: Timestamp, micros: i64, vcpu_ms: u64| {
-        let month = mapi_quota::Period::Month.key(at);
-        ((t.to_string(), month), (micros, i64::try_from(vcpu_ms).unwrap_or(i64::MAX)))
-    };
-    let mut now_in: Vec<(DocKey, Option<Charged>)> = Vec::new();
-    for id in touched.ids(LedgerEntry::COLLECTION) {
-        let Ok(key) = DocKey::new(LedgerEntry::COLLECTION, id.as_str()) else { continue };
-        let e = c
-            .get::<LedgerEntry>(id)
-            .map(|e| charge(&e.tenant, e.at, e.charge.amount_micros, e.charge.vcpu_ms));
-        now_in.push((key, e));
-    }
-    for id in touched.ids(ItemLedgerEntry::COLLECTION) {
-        let Ok(key) = DocKey::new(ItemLedgerEntry::COLLECTION, id.as_str()) else { continue };
-        let e = c
-            .get::<ItemLedgerEntry>(id)
-            .map(|e| charge(&e.tenant, e.at, e.charge.amount_micros, e.charge.vcpu_ms));
-        now_in.push((key, e));
-    }
+    let mut now_in = charges::<LedgerEntry>(c, touched, |e| (&e.tenant, e.at, &e.charge));
+    now_in.extend(charges::<ItemLedgerEntry>(c, touched, |e| (&e.tenant, e.at, &e.charge)));
     for (key, charged) in now_in {
         if let Some((month, (micros, vcpu))) = c.charged.remove(&key) {
             let s = c.sums.entry(month).or_default();
@@ -458,6 +441,25 @@ fn sum_ledgers(c: &mut Checker, touched: &Touched) {
             c.charged.insert(key, charged);
         }
     }
+}
+
+/// What each of the step's entries of ledger `T` charges now (`None` once gone).
+fn charges<T: Doc + serde::de::DeserializeOwned>(
+    c: &Checker,
+    touched: &Touched,
+    of: impl Fn(&T) -> (&TenantId, Timestamp, &mapi_cost::Charge),
+) -> Vec<(DocKey, Option<Charged>)> {
+    let charged = |e: &T| {
+        let (tenant, at, charge) = of(e);
+        let month = mapi_quota::Period::Month.key(at);
+        let vcpu = i64::try_from(charge.vcpu_ms).unwrap_or(i64::MAX);
+        ((tenant.to_string(), month), (charge.amount_micros, vcpu))
+    };
+    let ids = touched.ids(T::COLLECTION).iter();
+    ids.filter_map(|id| {
+        Some((DocKey::new(T::COLLECTION, id.as_str()).ok()?, c.get::<T>(id).map(|e| charged(&e))))
+    })
+    .collect()
 }
 
 fn check_ledger(c: &mut Checker) {
