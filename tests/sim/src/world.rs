@@ -451,20 +451,18 @@ impl World {
                 (None, None) => break,
             };
             let workload_end = self.start + WORKLOAD * (1 + self.extra_rounds) + self.jumped;
-            if deadline.is_none()
-                && next >= workload_end
-                && self.extra_rounds < MAX_EXTRA_ROUNDS
-                && self.faults.tally().values().sum::<u64>() < MIN_FAULTS
-            {
-                // A quiet hour (little work, or hours skipped by clock
-                // jumps) injected too few faults: another hour of work.
-                self.extra_rounds += 1;
-                self.note(format!("too few faults: work round {}", self.extra_rounds + 1));
-                let round = self.extra_rounds;
-                crate::work::plan(&mut self, round);
-                continue;
-            }
             if deadline.is_none() && next >= workload_end {
+                if self.extra_rounds < MAX_EXTRA_ROUNDS
+                    && self.faults.tally().values().sum::<u64>() < MIN_FAULTS
+                {
+                    // A quiet hour (little work, or hours skipped by clock
+                    // jumps) injected too few faults: another hour of work.
+                    self.extra_rounds += 1;
+                    self.note(format!("too few faults: work round {}", self.extra_rounds + 1));
+                    let round = self.extra_rounds;
+                    crate::work::plan(&mut self, round);
+                    continue;
+                }
                 self.faults.stop();
                 self.note("faults stop".to_owned());
                 crate::work::all_clear(&mut self);
