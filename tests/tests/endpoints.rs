@@ -66,7 +66,15 @@ fn history(e: &Value) -> Vec<String> {
 }
 
 /// The gate's steps as short as a test can wait.
-const QUICK_GATE: [(&str, &str); 2] = [("MAPI_ENDPOINTS_STEP_S", "0"), ("MAPI_ENDPOINTS_STEP_REQUESTS", "4")];
+/// Steps of no time and 4 scores. The canary's latency is not judged here:
+/// on a loaded test machine a revision's p99 is the machine's, not the
+/// revision's (the gate's latency rule is proved in `mapi-rollout`'s tests
+/// and its seeded promotions).
+const QUICK_GATE: [(&str, &str); 3] = [
+    ("MAPI_ENDPOINTS_STEP_S", "0"),
+    ("MAPI_ENDPOINTS_STEP_REQUESTS", "4"),
+    ("MAPI_ENDPOINTS_P99_SLACK_MS", "600000"),
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {

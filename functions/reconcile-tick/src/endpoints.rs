@@ -16,6 +16,7 @@ pub fn policy(state: &AppState) -> mapi_rollout::Policy {
     mapi_rollout::Policy {
         min_step_time: state.config.endpoints_step,
         min_requests: state.config.endpoints_step_requests,
+        p99_slack: state.config.endpoints_p99_slack,
         ..mapi_rollout::Policy::default()
     }
 }

@@ -31,7 +31,10 @@
 //! - **Latency rolls back at once** when the canary has at least
 //!   `max(min_requests, min_latency_sample)` requests in the step (a p99 of
 //!   fewer is about their maximum), both p99s are known and the canary's
-//!   exceeds `max_p99_ratio` × the stable revision's. A step with fewer
+//!   exceeds `max_p99_ratio` × the stable revision's *and* the stable one's
+//!   plus `p99_slack` (10 ms by default): a fast server's p99 doubles from
+//!   4 to 8 ms on one busy moment of its host, which is noise, not a
+//!   regression worth a rollback. A step with fewer
 //!   requests advances on its errors alone; the next, larger step judges the
 //!   latency, so only a last step short of that sample reaches 100 % unjudged.
 //! - **Counts are cumulative totals.** The gate keeps the canary's totals at
@@ -84,6 +87,8 @@ pub struct Policy {
     pub max_p99_ratio: f64,
     /// The fewest requests in a step (with `min_requests`) for the canary's p99 to be judged.
     pub min_latency_sample: u64,
+    /// How far above the stable revision's p99 the canary's may be whatever the ratio.
+    pub p99_slack: Duration,
 }
 
 impl Default for Policy {
@@ -98,6 +103,7 @@ impl Default for Policy {
             pass_error_rate_ppm: 5_000,
             max_p99_ratio: 1.2,
             min_latency_sample: 100,
+            p99_slack: Duration::from_millis(10),
         }
     }
 }
@@ -372,10 +378,12 @@ fn verdict(policy: &Policy, percent: u32, step: Counts, obs: &Observation) -> Op
         && let (Some(c), Some(s)) = (obs.canary.p99_ms, obs.stable.p99_ms)
         && s > 0.0
         && c > policy.max_p99_ratio * s
+        && c > s + policy.p99_slack.as_secs_f64() * 1000.0
     {
         return Some(format!(
-            "p99 latency {c:.0} ms at {percent} % exceeds {} × the stable revision's {s:.0} ms",
-            policy.max_p99_ratio
+            "p99 latency {c:.0} ms at {percent} % is over {} × and over {} ms above the stable revision's {s:.0} ms",
+            policy.max_p99_ratio,
+            policy.p99_slack.as_millis()
         ));
     }
     None

@@ -40,7 +40,7 @@ fn the_default_policy_is_the_documented_one() {
     assert_eq!((p.min_step_time, p.max_step_time), (Duration::from_secs(60), Duration::from_secs(1800)));
     assert_eq!((p.min_requests, p.min_sample), (50, 1000));
     assert_eq!((p.max_error_rate_ppm, p.pass_error_rate_ppm), (10_000, 5_000));
-    assert_eq!((p.max_p99_ratio, p.min_latency_sample), (1.2, 100));
+    assert_eq!((p.max_p99_ratio, p.min_latency_sample, p.p99_slack), (1.2, 100, Duration::from_millis(10)));
 }
 
 #[test]
@@ -154,16 +154,31 @@ fn a_step_between_the_pass_rate_and_the_limit_holds_for_more_evidence() {
 fn a_slow_canary_rolls_back_once_its_p99_means_something() {
     let p = Policy::default();
     let g = at_first_step(&p, 0);
-    let (g, d) = g.observe(&p, &obs(10, Some(5), (99, 0, 30.0), 10.0));
+    let (g, d) = g.observe(&p, &obs(10, Some(5), (99, 0, 300.0), 100.0));
     assert_eq!((d, g.is_final()), (Decision::Hold, false), "99 requests: a p99 of so few is not judged");
-    let (g2, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 12.0), 10.0));
-    assert_eq!((d, g2.is_final()), (Decision::Hold, false), "12 ms is 1.2 × 10 ms: not over it");
-    let (g, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 12.5), 10.0));
+    let (g2, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 120.0), 100.0));
+    assert_eq!((d, g2.is_final()), (Decision::Hold, false), "120 ms is 1.2 × 100 ms: not over it");
+    let (g, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 125.0), 100.0));
     assert_eq!(d, Decision::SetCanary(0));
     assert_eq!(
         g.rolled_back_reason(),
-        Some("p99 latency 12 ms at 5 % exceeds 1.2 × the stable revision's 10 ms")
+        Some("p99 latency 125 ms at 5 % is over 1.2 × and over 10 ms above the stable revision's 100 ms")
     );
+}
+
+#[test]
+fn a_fast_servers_p99_may_double_within_the_slack() {
+    let p = Policy::default();
+    let g = at_first_step(&p, 0);
+    let (g2, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 16.0), 8.0));
+    assert_eq!((d, g2.is_final()), (Decision::Hold, false), "16 ms is 2 × 8 ms but only 8 ms above it");
+    let (g2, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 18.0), 8.0));
+    assert_eq!((d, g2.is_final()), (Decision::Hold, false), "10 ms above is within the slack");
+    let (g2, d) = g.observe(&p, &obs(20, Some(5), (100, 0, 18.5), 8.0));
+    assert_eq!((d, g2.is_final()), (Decision::SetCanary(0), true), "over both: rolled back");
+    let none = Policy { p99_slack: Duration::ZERO, ..Policy::default() };
+    let (g2, d) = at_first_step(&none, 0).observe(&none, &obs(20, Some(5), (100, 0, 16.0), 8.0));
+    assert_eq!((d, g2.is_final()), (Decision::SetCanary(0), true), "without slack the ratio alone judges");
 }
 
 #[test]
@@ -326,6 +341,6 @@ fn a_step_too_small_for_a_p99_advances_on_its_errors_and_the_next_step_judges_th
     assert_eq!(d, Decision::SetCanary(0));
     assert_eq!(
         g.rolled_back_reason(),
-        Some("p99 latency 30 ms at 25 % exceeds 1.2 × the stable revision's 10 ms")
+        Some("p99 latency 30 ms at 25 % is over 1.2 × and over 10 ms above the stable revision's 10 ms")
     );
 }

@@ -162,6 +162,8 @@ pub struct Config {
     /// Promotion gate: each step's least time and fewest scores.
     pub endpoints_step: Duration,
     pub endpoints_step_requests: u64,
+    /// Promotion gate: the canary's p99 may be this far above the stable one's.
+    pub endpoints_p99_slack: Duration,
     /// Active runs one reconcile tick looks at.
     pub tick_max_runs: u32,
     pub worker_bin: Option<PathBuf>,
@@ -720,6 +722,7 @@ impl Config {
             stall_after: v::STALL_AFTER_S.seconds(life)?,
             endpoints_step: v::ENDPOINTS_STEP_S.seconds(life)?,
             endpoints_step_requests: v::ENDPOINTS_STEP_REQUESTS.parse(life)?,
+            endpoints_p99_slack: v::ENDPOINTS_P99_SLACK_MS.millis(life)?,
             tick_interval: v::TICK_INTERVAL_S.seconds(life)?,
             tick_max_runs: v::TICK_MAX_RUNS.parse(life)?,
             operator_emails: emails(

@@ -107,6 +107,11 @@ pub const ENDPOINTS_STEP_REQUESTS: Var = Var::new(
     "50",
     "Promotion gate: the fewest scores the new revision answers in each step",
 );
+pub const ENDPOINTS_P99_SLACK_MS: Var = Var::new(
+    "MAPI_ENDPOINTS_P99_SLACK_MS",
+    "10",
+    "Promotion gate: how far above the stable revision's p99 the new one's may be, whatever the ratio",
+);
 pub const TICK_INTERVAL_S: Var =
     Var::new("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick");
 
@@ -271,6 +276,7 @@ pub const VARIABLES: &[Var] = &[
     TICK_INTERVAL_S,
     ENDPOINTS_STEP_S,
     ENDPOINTS_STEP_REQUESTS,
+    ENDPOINTS_P99_SLACK_MS,
     TICK_MAX_RUNS,
     WORKER_BIN,
     LOCAL_TIMEOUT_MARGIN_S,
