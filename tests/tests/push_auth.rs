@@ -142,6 +142,7 @@ impl World {
             handle: Some(ExecutionHandle(execution.clone())),
             submitted_at: Some(self.now()),
             finished_seen_at: None,
+            bootstrapped_at: None,
             started: None,
             finished: None,
             status: None,

@@ -443,6 +443,7 @@ pub async fn events(
             handle: Some(mapi_executor::ExecutionHandle(execution.clone())),
             submitted_at: Some(now),
             finished_seen_at: None,
+            bootstrapped_at: None,
             started: Some(now),
             finished: None,
             status: None,

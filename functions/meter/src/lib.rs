@@ -88,7 +88,7 @@ impl From<ApiError> for TxError {
 }
 
 enum Done {
-    Already,
+    Already(Box<AttemptDoc>),
     Waiting,
     /// The verdict is `succeeded` for a run of a model-producing method
     /// and the outputs are not sealed yet: nothing was written; seal, then
@@ -116,7 +116,7 @@ async fn finalize_in(
     let progress = tx_get::<ProgressDoc>(tx, &id).await?;
     let ledger_seen = tx_get::<LedgerEntry>(tx, &id).await?.is_some();
     if row.finalized {
-        return Ok(Done::Already);
+        return Ok(Done::Already(Box::new(row)));
     }
     let execution = &task.execution;
     let Some(decided) = verdict(&run, &row, progress.as_ref(), &execution.status, now, rules) else {
@@ -195,16 +195,29 @@ async fn finalize(
         }
     };
     match done {
-        Done::Already => Ok((
-            StatusCode::OK,
-            Json(FinalizeAnswer { outcome: "already finalized", state: None, amount_micros: None }),
-        )),
+        Done::Already(row) => {
+            // An earlier delivery committed but may have stopped before it
+            // retired the bootstraps (which is why this one came).
+            follow_up(&state, &[mapi_lifecycle::FollowUp::retire(&row)]).await?;
+            Ok((
+                StatusCode::OK,
+                Json(FinalizeAnswer { outcome: "already finalized", state: None, amount_micros: None }),
+            ))
+        }
         Done::Waiting => {
             Err(ApiError::unavailable("the attempt has no verdict yet (waiting for its complete event)", 10))
         }
         Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
         Done::Applied(f) => applied(&state, task, &f, sealed.as_ref()).await,
     }
+}
+
+/// Carries out follow-ups; a failure answers the finalization unavailable,
+/// so the queue delivers it again and the redelivery does what is left.
+async fn follow_up(state: &AppState, follow_ups: &[mapi_lifecycle::FollowUp]) -> Result<(), ApiError> {
+    mapi_lifecycle::carry_out(follow_ups, state.outbox())
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the finalization is committed; {e}"), 5))
 }
 
 /// After the commit: the metric, the log lines, the next attempt's dispatch.
@@ -230,7 +243,7 @@ async fn applied(
         }
         (Applied::Moved, None) => {}
     }
-    mapi_lifecycle::carry_out(&f.step.follow_ups, &*state.queue, &*state.executor).await?;
+    follow_up(state, &f.step.follow_ups).await?;
     Ok((
         StatusCode::OK,
         Json(FinalizeAnswer {

@@ -232,7 +232,7 @@ async fn push(
     .await?;
     if let Some(step) = &step {
         step.committed(&state.metrics);
-        let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+        let _ = mapi_lifecycle::carry_out(&step.follow_ups, state.outbox()).await;
     }
     match disposition {
         Disposition::AttemptEnded => {

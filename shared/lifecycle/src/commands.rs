@@ -51,6 +51,15 @@ pub enum FollowUp {
     Dispatch { run: RunId, attempt: mapi_domain::AttemptNo },
     /// Ask the executor to stop this execution.
     CancelExecution(ExecutionHandle),
+    /// Delete the bootstraps of a finalized attempt's tasks.
+    RetireBootstraps { nonce: mapi_domain::Nonce, tasks: u32 },
+}
+
+impl FollowUp {
+    /// The retirement of `row`'s bootstraps.
+    pub fn retire(row: &AttemptDoc) -> FollowUp {
+        FollowUp::RetireBootstraps { nonce: row.nonce.clone(), tasks: row.task_count }
+    }
 }
 
 /// What a command decided: the writes, the transition, the follow-ups.
@@ -227,6 +236,7 @@ fn new_row(run: &RunDoc, intent: &Intent, now: Timestamp) -> AttemptDoc {
         handle: None,
         submitted_at: None,
         finished_seen_at: None,
+        bootstrapped_at: None,
         started: None,
         finished: None,
         status: None,
@@ -239,6 +249,17 @@ pub fn extend_lease(mut row: AttemptDoc, until: Timestamp) -> Step {
     let mut step = Step::default();
     if row.handle.is_none() && row.lease_until < until {
         row.lease_until = until;
+        step.put_attempt(row);
+    }
+    step
+}
+
+/// Every task's bootstrap of `row` is written: from now on none is written
+/// again (one that is missing was taken).
+pub fn bootstrapped(mut row: AttemptDoc, now: Timestamp) -> Step {
+    let mut step = Step::default();
+    if row.bootstrapped_at.is_none() && !row.finalized {
+        row.bootstrapped_at = Some(now);
         step.put_attempt(row);
     }
     step
@@ -267,6 +288,16 @@ pub fn record_execution(
     now: Timestamp,
 ) -> Result<Step, TransitionError> {
     let mut step = Step::default();
+    if row.finalized {
+        // The attempt ended while its submit was on its way: nothing would
+        // meter this execution, so it is stopped, and the bootstraps the
+        // submit wrote after the finalization retired theirs go too.
+        if row.handle.as_ref() != Some(handle) {
+            step.follow_ups.push(FollowUp::CancelExecution(handle.clone()));
+        }
+        step.follow_ups.push(FollowUp::retire(&row));
+        return Ok(step);
+    }
     if let Some(kept) = &row.handle {
         if kept != handle {
             // The attempt already has its execution (its worker spoke
@@ -364,7 +395,8 @@ pub fn requeue_throttled(
 }
 
 /// Placement refused the attempt: the run fails with INFRA_ERROR, gives
-/// back what it reserved, and its attempt is finalized (nothing ran).
+/// back what it reserved, and its attempt is finalized (nothing ran) and
+/// its bootstraps retired.
 pub fn refuse_placement(
     mut run: RunDoc,
     mut row: AttemptDoc,
@@ -380,6 +412,7 @@ pub fn refuse_placement(
     run.set_error(Some(RunError { code: ErrorCode::InfraError, message: why.to_owned() }));
     row.finalized = true;
     step.bumps(released);
+    step.follow_ups.push(FollowUp::retire(&row));
     step.put_attempt(row);
     step.put_run(run);
     Ok(step)
@@ -559,7 +592,8 @@ pub struct Finalized {
 }
 
 /// Finalizes an ended attempt: charges it once (the ledger entry and the
-/// usage counters, in the same commit), marks the intent row finalized, and
+/// usage counters, in the same commit), marks the intent row finalized
+/// (and retires its bootstraps, which only a later execution could take), and
 /// applies the verdict to the run: a final state (with its model version
 /// for `succeeded`, giving back the reservation), or the next attempt
 /// (renewing the reservation for the new class, and dispatching it). An
@@ -600,6 +634,7 @@ pub fn finalize(ended: Ended<'_>) -> Result<Finalized, StoreError> {
     row.status = Some(execution.status.clone());
     row.started = execution.started;
     row.finished = execution.finished;
+    step.follow_ups.push(FollowUp::retire(&row));
     step.put_attempt(row.clone());
     let applied = if run.is_current(row.attempt) {
         apply_verdict(&mut run, verdict.verdict(), version, &budgets, &charged, now, &mut step)?

@@ -9,6 +9,11 @@
 //!   reconcile tick (whether to finalize) and by the meter (what to apply).
 //! - [`carry_out`]: the follow-ups of a committed step, through the ports.
 //!
+//! Architecture invariant: a finalized attempt's bootstraps are retired
+//! (deleted) after its commit, so an execution that starts later (a
+//! duplicate the executor made, or one started after a cancel) finds no
+//! instructions and no event key, and does no work.
+//!
 //! Architecture invariant: a run's state changes only in this crate, and
 //! only through [`mapi_domain::RunState::check`]; each change and its
 //! history entry are one write of one commit.
@@ -29,6 +34,7 @@ pub use verdict::{Decided, Rules, verdict};
 
 use mapi_api::views::RunSummary;
 use mapi_executor::Executor;
+use mapi_objects::{IfGeneration, ObjectError, ObjectKey, ObjectStore};
 use mapi_queue::{QueueError, TaskQueue};
 use mapi_schema::Doc;
 use mapi_store::{Direction, Index};
@@ -56,36 +62,82 @@ pub const INDEXES: &[Index] = &[
     },
 ];
 
-/// Carries out a committed step's follow-ups: pushes dispatches and asks
-/// the executor to cancel. Each is backed by the reconciler (it re-pushes
-/// the dispatch of a run queued too long and asks again for every cancel
-/// not confirmed), so a failure here delays, never loses, the work. A
-/// failed cancel is logged; the first failed push is returned, for callers
-/// that want the queue to deliver them again.
-pub async fn carry_out(
-    follow_ups: &[FollowUp],
-    queue: &dyn TaskQueue,
-    executor: &dyn Executor,
-) -> Result<(), QueueError> {
+/// The ports follow-ups are carried out through.
+#[derive(Clone, Copy)]
+pub struct Outbox<'a> {
+    pub queue: &'a dyn TaskQueue,
+    pub executor: &'a dyn Executor,
+    /// The bootstrap bucket.
+    pub bootstrap: &'a dyn ObjectStore,
+}
+
+impl std::fmt::Debug for Outbox<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").finish_non_exhaustive()
+    }
+}
+
+/// Why a step's follow-ups were not all carried out; each is logged.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowUpError {
+    #[error(transparent)]
+    Push(#[from] QueueError),
+    #[error("cannot retire a bootstrap: {0}")]
+    Retire(#[from] ObjectError),
+}
+
+/// Carries out a committed step's follow-ups: pushes dispatches, asks the
+/// executor to cancel, retires bootstraps. Dispatches and cancels are
+/// backed by the reconciler (it re-pushes the dispatch of a run queued too
+/// long and asks again for every cancel not confirmed), so a failure here
+/// delays, never loses, the work; a failed cancel is only logged. A failed
+/// push or retirement is returned (the first), for callers whose task the
+/// queue delivers again: the meter answers it so, and a redelivered
+/// finalization retires again.
+pub async fn carry_out(follow_ups: &[FollowUp], out: Outbox<'_>) -> Result<(), FollowUpError> {
     let mut first = Ok(());
     for f in follow_ups {
-        match f {
+        let done = match f {
             FollowUp::Dispatch { run, attempt } => {
-                if let Err(e) = mapi_schema::tasks::push_dispatch(queue, run, *attempt, None, None).await {
+                let pushed = mapi_schema::tasks::push_dispatch(out.queue, run, *attempt, None, None).await;
+                pushed.map_err(|e| {
                     tracing::warn!(run = %run, attempt = %attempt, error = %e, "dispatch push failed; the reconciler re-pushes it");
-                    if first.is_ok() {
-                        first = Err(e);
-                    }
-                }
+                    FollowUpError::from(e)
+                })
             }
             FollowUp::CancelExecution(handle) => {
-                if let Err(e) = executor.cancel(handle).await {
+                if let Err(e) = out.executor.cancel(handle).await {
                     tracing::warn!(execution = %handle, error = %e, "executor cancel failed; the reconciler asks again");
                 }
+                Ok(())
             }
+            FollowUp::RetireBootstraps { nonce, tasks } => retire(out.bootstrap, nonce, *tasks).await,
+        };
+        if first.is_ok() {
+            first = done;
         }
     }
     first
+}
+
+/// Deletes each task's bootstrap; one already gone (taken by its worker,
+/// or retired by an earlier delivery) is what was wanted.
+async fn retire(
+    bootstrap: &dyn ObjectStore,
+    nonce: &mapi_domain::Nonce,
+    tasks: u32,
+) -> Result<(), FollowUpError> {
+    for task in 0..tasks {
+        let key = ObjectKey::parse(nonce.for_task(task).as_str())?;
+        match bootstrap.delete(&key, IfGeneration::Any).await {
+            Ok(()) | Err(ObjectError::NotFound(_)) => {}
+            Err(e) => {
+                tracing::warn!(nonce = %nonce, task, error = %e, "cannot retire a bootstrap; the finalization is delivered again");
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
 }
 
 impl From<&RunDoc> for RunSummary {

@@ -223,6 +223,37 @@ fn a_second_execution_of_an_attempt_is_stopped() {
     assert_eq!(step.follow_ups, vec![FollowUp::CancelExecution(other)]);
 }
 
+/// An attempt is marked bootstrapped once; a finalized one is not touched.
+#[test]
+fn bootstraps_are_marked_written_once() {
+    let (_, row) = claimed();
+    let step = commands::bootstrapped(row.clone(), at(2));
+    assert_eq!(step.attempt().and_then(|a| a.bootstrapped_at), Some(at(2)));
+    let marked = step.attempt().cloned().expect("row");
+    assert!(commands::bootstrapped(marked, at(5)).is_empty(), "the first time is kept");
+    let mut done = row;
+    done.finalized = true;
+    assert!(commands::bootstrapped(done, at(5)).is_empty(), "a finalized attempt is left as it is");
+}
+
+/// A submit whose answer comes after its attempt was finalized (a cancel
+/// while it was on its way) made an execution nothing would meter: it is
+/// stopped, and the bootstraps that submit wrote are retired again.
+#[test]
+fn an_execution_recorded_for_a_finalized_attempt_is_stopped() {
+    let (run, mut row) = claimed();
+    row.finalized = true;
+    let late = ExecutionHandle("executions/e-late".into());
+    let step =
+        commands::record_execution(run, row.clone(), &late, Reason::ExecutionCreated, at(3)).expect("legal");
+    assert!(step.is_empty(), "a finalized attempt records nothing");
+    assert_eq!(step.follow_ups, vec![FollowUp::CancelExecution(late), FollowUp::retire(&row)]);
+    assert_eq!(
+        FollowUp::retire(&row),
+        FollowUp::RetireBootstraps { nonce: row.nonce.clone(), tasks: row.task_count }
+    );
+}
+
 /// The execution whose signed event arrives is the attempt's, unless the
 /// attempt already heard from the one it records.
 #[test]
@@ -469,6 +500,7 @@ fn finalize_applies_the_outcome_table() {
     ];
     for (status, events, cancel, to, reason, next) in cases {
         let (mut run, row) = running();
+        let retire = FollowUp::retire(&row);
         if cancel {
             run = commands::request_cancel(run, Some(&row), at(3))
                 .expect("cancel")
@@ -511,13 +543,13 @@ fn finalize_applies_the_outcome_table() {
                 assert_eq!((after.attempt(), after.class()), (AttemptNo(2), class), "{name}");
                 assert_eq!(
                     f.step.follow_ups,
-                    vec![FollowUp::Dispatch { run: after.id().clone(), attempt: AttemptNo(2) }],
-                    "{name}"
+                    vec![retire, FollowUp::Dispatch { run: after.id().clone(), attempt: AttemptNo(2) }],
+                    "{name}: the ended attempt's bootstraps are retired, the next is dispatched"
                 );
                 assert!(after.reservation().is_some(), "{name}: a retry keeps its reservation");
             }
             None => {
-                assert!(f.step.follow_ups.is_empty(), "{name}");
+                assert_eq!(f.step.follow_ups, vec![retire], "{name}: its bootstraps are retired");
                 assert_eq!(after.reservation(), &None, "{name}: an ended run gives back what it reserved");
                 assert!(released(&f.step), "{name}");
             }

@@ -429,6 +429,11 @@ async fn cloudrun_executor(
 }
 
 impl Platform {
+    /// The ports a committed step's follow-ups are carried out through.
+    pub fn outbox(&self) -> mapi_lifecycle::Outbox<'_> {
+        mapi_lifecycle::Outbox { queue: &*self.queue, executor: &*self.executor, bootstrap: &*self.bootstrap }
+    }
+
     /// The platform on embedded adapters under `config.home`: SQLite store
     /// in `mapi.db` and queue in `queue.db`, objects under `objects/`, executions under
     /// `executions/`. `worker` is how to start `mapi-worker`. The signer

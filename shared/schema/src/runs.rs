@@ -56,6 +56,12 @@ pub struct AttemptDoc {
     pub created_at: Timestamp,
     /// Until when a dispatcher holds this attempt (extended while it works).
     pub lease_until: Timestamp,
+    /// When every task's bootstrap had been written. From then on a missing
+    /// bootstrap was taken by a worker (which may not be listed yet), so it
+    /// is never written again: a second copy would let a second execution
+    /// do the same work.
+    #[serde(default)]
+    pub bootstrapped_at: Option<Timestamp>,
     /// The execution, once the executor named it.
     pub handle: Option<ExecutionHandle>,
     pub submitted_at: Option<Timestamp>,

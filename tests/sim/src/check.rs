@@ -27,6 +27,10 @@
 //! - `the_execution_that_ran_is_the_attempts`: an execution that took an attempt's bootstrap
 //!   (did its work) is the one the finalized attempt records, so what ran is what was polled and
 //!   metered.
+//! - `each_bootstrap_is_written_once`: no task's bootstrap is written a second time (a copy written
+//!   after a worker took the first lets a second execution do the same work).
+//! - `finalized_attempts_leave_no_bootstrap`: once everything finished, no bootstrap of an attempt
+//!   finalized after running is left for a late execution to take.
 //! - `no_execution_outlives_its_attempt`: no execution is still running fifteen minutes after its
 //!   attempt was finalized or its run became final (at most one execution per attempt survives).
 //! - `everything_finishes` (liveness): once faults stop, every run and job is final within the bound.
@@ -637,7 +641,37 @@ pub fn at_end(world: &mut World) {
             }
         }
     }
+    check_bootstraps(world);
     let _ = RunState::Queued;
+}
+
+fn check_bootstraps(world: &mut World) {
+    let live: BTreeSet<String> = world.boot.inner.snapshot().into_iter().map(|(k, _)| k).collect();
+    let c = &mut world.checker;
+    for (key, writes) in world.boot.inner.writes_under("") {
+        if writes > 1 {
+            c.violate(
+                "each_bootstrap_is_written_once",
+                &key,
+                format!("bootstrap {key} was written {writes} times"),
+            );
+        }
+    }
+    let ran: Vec<String> =
+        c.finalized.iter().filter(|(_, f)| f.handle.is_some()).map(|(id, _)| id.clone()).collect();
+    for id in ran {
+        let Some(row) = c.get::<AttemptDoc>(&id) else { continue };
+        for task in 0..row.task_count {
+            let key = row.nonce.for_task(task).as_str().to_owned();
+            if live.contains(&key) {
+                c.violate(
+                    "finalized_attempts_leave_no_bootstrap",
+                    &id,
+                    format!("attempt {id} was finalized and its task {task}'s bootstrap is still there"),
+                );
+            }
+        }
+    }
 }
 
 fn humanize(d: Duration) -> String {

@@ -28,6 +28,10 @@ fn seeds_keep_every_invariant() {
     assert!(s.simulated.as_secs() >= 3600 * n, "{n} seeds simulated only {} s", s.simulated.as_secs());
 }
 
+/// Seeds whose traces showed one attempt's work done by two executions.
+const TWO_RAN: &str =
+    "two executions did one attempt's work: a bootstrap left after finalization, or written twice";
+
 /// Seeds that once broke an invariant, each with the bug it found (fixed).
 const REGRESSIONS: &[(u64, &str)] = &[
     (8, "a replayed job submit did not re-enqueue a fan-out that never began"),
@@ -35,6 +39,14 @@ const REGRESSIONS: &[(u64, &str)] = &[
     (760, "as 449, on a second attempt"),
     (909, "a duplicate execution took the bootstrap; its events were refused and the work lost"),
     (955, "as 449, after a crash mid-dispatch"),
+    (2588, "a duplicate execution started after its attempt was finalized took the bootstrap left there"),
+    (4123, TWO_RAN),
+    (4921, TWO_RAN),
+    (7120, TWO_RAN),
+    (7161, TWO_RAN),
+    (8569, "a redelivered dispatch wrote again the bootstrap a vanished worker had taken"),
+    (8992, TWO_RAN),
+    (9002, TWO_RAN),
 ];
 
 #[test]

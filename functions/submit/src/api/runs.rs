@@ -208,7 +208,7 @@ pub async fn submit(
             step.committed(&state.metrics);
             // The run is stored: a failed push is re-pushed by the
             // reconciler, so the submit still succeeds.
-            let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+            let _ = mapi_lifecycle::carry_out(&step.follow_ups, state.outbox()).await;
             let run = step.run().ok_or_else(|| ApiError::internal("an admitted step without its run"))?;
             tracing::info!(run = %run.id(), method = %run.method(), class = %run.class(), "run submitted");
             Ok((StatusCode::CREATED, Json(view::of_new(run))).into_response())
@@ -415,7 +415,7 @@ pub async fn cancel(
         tracing::info!(run = %run.id(), to = %t.to, "cancel requested");
     }
     // Ask the executor now; the reconciler repeats it until confirmed.
-    let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+    let _ = mapi_lifecycle::carry_out(&step.follow_ups, state.outbox()).await;
     let run = match step.run() {
         Some(r) => r.clone(),
         None => load(&state, run.id()).await?,

@@ -7,7 +7,9 @@
 //!    (another dispatcher is at work); with an expired lease it takes the
 //!    lease and, because an earlier submit may have made an execution,
 //!    adopts by nonce before it submits again.
-//! 2. Write the bootstrap object of each task (create-only).
+//! 2. Write the bootstrap object of each task (create-only), then mark the
+//!    row bootstrapped: a later delivery writes none again, since one
+//!    missing then was taken by a worker.
 //! 3. Submit to the executor and keep the execution name as the handle.
 //!
 //! Answers 2xx when the task is done (including "nothing to do") and 503
@@ -143,7 +145,16 @@ pub async fn handle(
         }
     }
 
-    write_bootstraps(&state, &run, &attempt).await?;
+    // Bootstraps are written once per attempt, before its first submit. A
+    // later delivery that adopted nothing submits without writing them: a
+    // bootstrap it finds missing was taken by an execution the executor
+    // does not list (yet), and a new copy would let a second one do the
+    // same work. The execution it makes then finds nothing and does nothing.
+    if attempt.bootstrapped_at.is_none() {
+        write_bootstraps(&state, &run, &attempt).await?;
+        let now = state.clock.now();
+        apply(&state, &attempt, |_, row| Ok(commands::bootstrapped(row, now))).await?;
+    }
     let mut env = BTreeMap::new();
     env.insert("MAPI_RUN_ID".to_owned(), run.id().to_string());
     env.insert("MAPI_NONCE".to_owned(), attempt.nonce.to_string());
@@ -268,7 +279,7 @@ where
     .await?;
     if let Some(step) = &step {
         step.committed(&state.metrics);
-        let _ = mapi_lifecycle::carry_out(&step.follow_ups, &*state.queue, &*state.executor).await;
+        let _ = mapi_lifecycle::carry_out(&step.follow_ups, state.outbox()).await;
     }
     Ok(step)
 }
