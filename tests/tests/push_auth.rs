@@ -143,6 +143,7 @@ impl World {
             submitted_at: Some(self.now()),
             finished_seen_at: None,
             bootstrapped_at: None,
+            taken_unheard: None,
             started: None,
             finished: None,
             status: None,

@@ -444,6 +444,7 @@ pub async fn events(
             submitted_at: Some(now),
             finished_seen_at: None,
             bootstrapped_at: None,
+            taken_unheard: None,
             started: Some(now),
             finished: None,
             status: None,

@@ -17,6 +17,15 @@
 //! other method succeeds with its outputs alone.
 //!
 //! Then it pushes the next attempt's dispatch, if there is one.
+//!
+//! An attempt none of whose events was heard is finalized only once its
+//! bootstraps are retired and none was found taken, or once the execution
+//! that took one has had its time to speak
+//! ([`mapi_lifecycle::commands::unheard`]): until then the task is answered
+//! 503 and delivered again. A task naming an execution the attempt no
+//! longer records is answered `superseded`.
+
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -24,7 +33,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use mapi_domain::{RunState, Tier, Timestamp, Verdict};
 use mapi_identity::InternalCaller;
-use mapi_lifecycle::commands::{self, Applied, Ended, Finalized};
+use mapi_lifecycle::commands::{self, Applied, Ended, Finalized, TakenWait, Unheard};
 use mapi_lifecycle::{Rules, RunDoc, verdict};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
@@ -90,6 +99,17 @@ impl From<ApiError> for TxError {
 enum Done {
     Already(Box<AttemptDoc>),
     Waiting,
+    /// The task names an execution the attempt no longer records (the one
+    /// that took its work spoke meanwhile): nothing was written; the
+    /// reconciler pushes the finalization of the one it records.
+    Superseded,
+    /// No event of the attempt was heard and its bootstraps were written:
+    /// nothing was written; retire them, then run the transaction again
+    /// with how many were already gone.
+    Unretired(Box<AttemptDoc>),
+    /// An execution other than the one reported on may have done the
+    /// work: its events are waited for until then.
+    Taken(Timestamp),
     /// The verdict is `succeeded` for a run of a model-producing method
     /// and the outputs are not sealed yet: nothing was written; seal, then
     /// run the transaction again.
@@ -97,18 +117,36 @@ enum Done {
     Applied(Box<Finalized>),
 }
 
+/// What earlier rounds of one finalization learnt outside the transaction.
+#[derive(Clone, Copy, Default)]
+struct Given<'a> {
+    /// The limit an earlier commit found the retry would pass.
+    refused: Option<&'a str>,
+    /// The model version, once the outputs are sealed.
+    sealed: Option<&'a ModelVersionDoc>,
+    /// How many bootstraps were already gone when they were retired.
+    gone: Option<u32>,
+}
+
+/// The settings one finalization runs under.
+#[derive(Clone, Copy)]
+struct Setting {
+    rules: Rules,
+    /// How long the executor lets an execution run past its timeout.
+    backstop: Duration,
+    now: Timestamp,
+}
+
 /// Reads what the finalization of `task` needs, asks the lifecycle for
-/// the verdict and the step, and buffers its writes. `refused` names the
-/// limit an earlier commit found the retry would pass; `sealed` is the
-/// model version once the outputs are sealed.
+/// the verdict and the step, and buffers its writes.
 async fn finalize_in(
     tx: &mut mapi_store::Txn<'_>,
     task: &FinalizeTask,
-    rules: Rules,
-    now: Timestamp,
-    refused: Option<&str>,
-    sealed: Option<&ModelVersionDoc>,
+    setting: Setting,
+    given: Given<'_>,
 ) -> Result<Done, TxError> {
+    let Setting { rules, backstop, now } = setting;
+    let Given { refused, sealed, gone } = given;
     let id = AttemptDoc::id_of(&task.run, task.attempt);
     let run =
         tx_get::<RunDoc>(tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
@@ -119,9 +157,21 @@ async fn finalize_in(
         return Ok(Done::Already(Box::new(row)));
     }
     let execution = &task.execution;
+    if row.handle.as_ref() != Some(&execution.handle) {
+        return Ok(Done::Superseded);
+    }
     let Some(decided) = verdict(&run, &row, progress.as_ref(), &execution.status, now, rules) else {
         return Ok(Done::Waiting);
     };
+    let wait = TakenWait::new(&run, rules.event_grace, backstop);
+    match commands::unheard(&row, progress.is_some(), gone, wait, now) {
+        Unheard::Finalize => {}
+        Unheard::Retire => return Ok(Done::Unretired(Box::new(row))),
+        Unheard::Wait { until, step } => {
+            step.write(tx)?;
+            return Ok(Done::Taken(until));
+        }
+    }
     let decided = match decided.verdict() {
         Verdict::Retry { .. } => {
             let tenant = tx_get::<TenantDoc>(tx, run.tenant().as_str()).await?;
@@ -167,22 +217,31 @@ async fn finalize(
         retry: mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries },
     };
     let task = &task;
+    let setting = Setting { rules, backstop: state.executor.backstop_margin(), now };
     // A retry is admitted again, against the limits its run was admitted
     // against; when that fails the commit, the attempt is finalized again
     // with the retry refused.
     let mut refused_retry: Option<String> = None;
     // The model version, once the outputs are sealed (outside the transaction).
     let mut sealed: Option<ModelVersionDoc> = None;
+    let mut gone: Option<u32> = None;
     let done = loop {
-        let (refused, version) = (refused_retry.as_deref(), sealed.as_ref());
+        let given = Given { refused: refused_retry.as_deref(), sealed: sealed.as_ref(), gone };
         let done = transact::<_, TxError, _, _>(&*state.store, |mut tx| async move {
-            let done = finalize_in(&mut tx, task, rules, now, refused, version).await?;
+            let done = finalize_in(&mut tx, task, setting, given).await?;
             Ok(tx.finish(done))
         })
         .await;
         match done {
             Ok(Done::NeedsSeal(run)) if sealed.is_none() => {
                 sealed = Some(seal::seal(&state, &run, task.attempt, now).await?);
+            }
+            Ok(Done::Unretired(row)) if gone.is_none() => {
+                // Retired before the commit: once they are gone no execution
+                // can start the work, so what is found missing was taken.
+                let retired =
+                    mapi_lifecycle::retire_counting(state.outbox().bootstrap, &row.nonce, row.task_count);
+                gone = Some(retired.await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?);
             }
             Ok(done) => break done,
             Err(TxError::Limit(limit)) if refused_retry.is_none() => {
@@ -206,6 +265,19 @@ async fn finalize(
         }
         Done::Waiting => {
             Err(ApiError::unavailable("the attempt has no verdict yet (waiting for its complete event)", 10))
+        }
+        Done::Superseded => Ok((
+            StatusCode::OK,
+            Json(FinalizeAnswer { outcome: "superseded", state: None, amount_micros: None }),
+        )),
+        Done::Taken(until) => {
+            let after = until.since(now).as_secs().clamp(1, 600);
+            let detail =
+                "another execution took the attempt's work and has not spoken yet (waiting for its events)";
+            Err(ApiError::unavailable(detail, after))
+        }
+        Done::Unretired(_) => {
+            Err(ApiError::internal("the finalization asked to retire bootstraps it retired"))
         }
         Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
         Done::Applied(f) => applied(&state, task, &f, sealed.as_ref()).await,

@@ -200,10 +200,7 @@ async fn push(
         };
         let step = match speaker {
             Some(speaker) if current.handle.as_ref() != Some(speaker) => {
-                let run = match current.handle {
-                    None => tx_get::<RunDoc>(&mut tx, attempt.run.as_str()).await?,
-                    Some(_) => None,
-                };
+                let run = tx_get::<RunDoc>(&mut tx, attempt.run.as_str()).await?;
                 match commands::adopt_speaker(run, current, speaker, stored.is_some(), now)? {
                     Speaker::Stray => return Ok(tx.finish((Disposition::WrongExecution, None))),
                     Speaker::Adopted(step) => {

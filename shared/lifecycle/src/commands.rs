@@ -16,6 +16,9 @@
 //! | [`refuse_placement`] | queued, dispatching → failed | placement_refused |
 //! | [`request_cancel`] | queued → cancelled; dispatching, running → cancelling | cancel_requested |
 //! | [`finalize`] | running, cancelling → a final state, or → queued for a retry | the verdict's |
+//!
+//! Before the meter finalizes an attempt it never heard from, [`unheard`]
+//! makes sure the execution it records is the one that did the work.
 
 use std::time::Duration;
 
@@ -27,7 +30,7 @@ use mapi_executor::{ExecutionHandle, ExecutionInfo};
 use mapi_metrics::Metrics;
 use mapi_quota::Period;
 use mapi_quota::counters::{self, Bumps, Sharded};
-use mapi_schema::{AttemptDoc, LedgerEntry, ModelVersionDoc, tx_create, tx_put};
+use mapi_schema::{AttemptDoc, LedgerEntry, ModelVersionDoc, TakenUnheard, tx_create, tx_put};
 use mapi_store::{StoreError, Txn};
 
 use crate::run::{NewRun, RunDoc};
@@ -237,6 +240,7 @@ fn new_row(run: &RunDoc, intent: &Intent, now: Timestamp) -> AttemptDoc {
         submitted_at: None,
         finished_seen_at: None,
         bootstrapped_at: None,
+        taken_unheard: None,
         started: None,
         finished: None,
         status: None,
@@ -334,8 +338,8 @@ pub fn record_execution(
 /// from the log entry, not from the signature, and it may be another
 /// attempt's.
 ///
-/// `run` is needed (and read) only when the attempt has no handle yet; an
-/// attempt whose run is gone takes nothing.
+/// A speaker adopted while its run is cancelling is asked to stop too.
+/// An attempt with no handle and no run (gone) takes nothing.
 pub fn adopt_speaker(
     run: Option<RunDoc>,
     mut row: AttemptDoc,
@@ -356,6 +360,11 @@ pub fn adopt_speaker(
     }
     let mut step = Step::default();
     row.handle = Some(speaker.clone());
+    // What was seen of the recorded execution's end is not the speaker's.
+    row.finished_seen_at = None;
+    if run.is_some_and(|r| r.state() == RunState::Cancelling && r.is_current(row.attempt)) {
+        step.follow_ups.push(FollowUp::CancelExecution(speaker.clone()));
+    }
     step.put_attempt(row);
     step.follow_ups.push(FollowUp::CancelExecution(kept));
     Ok(Speaker::Adopted(step))
@@ -564,6 +573,85 @@ pub struct Ended<'a> {
     /// The counters of [`renewal_reads`], as read.
     pub budgets: Vec<Sharded>,
     pub now: Timestamp,
+}
+
+/// What the meter does first with an ended attempt none of whose events
+/// was applied, see [`unheard`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unheard {
+    /// Finalize on the recorded execution's report.
+    Finalize,
+    /// Retire the bootstraps now (no execution can take one afterwards)
+    /// and ask again with how many were already gone.
+    Retire,
+    /// An execution took the work and has not spoken: commit `step` (what
+    /// the wait has seen so far) and wait for its events until then.
+    Wait { until: Timestamp, step: Step },
+}
+
+/// How long the meter waits for the execution that took an attempt's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TakenWait {
+    /// From when the work was found taken: the taker may run for the
+    /// run's whole timeout and the executor's margin past it.
+    pub bound: Duration,
+    /// After a delivery first finds the bound passed: the event grace.
+    pub last_call: Duration,
+}
+
+impl TakenWait {
+    pub fn new(run: &RunDoc, event_grace: Duration, backstop_margin: Duration) -> TakenWait {
+        let bound = Duration::from_secs(u64::from(run.timeout_s())) + backstop_margin + event_grace;
+        TakenWait { bound, last_call: event_grace }
+    }
+}
+
+/// Before an attempt is finalized on the report of the execution it
+/// records, that execution must be the one that did the work. When no
+/// event was heard (`heard` false) and bootstraps were written, another
+/// execution may have taken them: a twin the executor started, or a taker
+/// the executor has already forgotten, while the recorded one found
+/// nothing and exited. The taker's first event repoints the attempt
+/// ([`adopt_speaker`]), so:
+///
+/// 1. the bootstraps are retired first (then nothing more can start);
+///    `gone` is how many were already gone (`None`: not retired yet);
+/// 2. none gone: nobody did the work, finalize;
+/// 3. some gone: wait for the taker's events for the bound, counted from
+///    the finding (kept in the row, so later deliveries do not retire
+///    again);
+/// 4. then one last call: a pause of the whole platform (its clock jumped,
+///    or it was down) makes every wait look over at once, and the events
+///    it held back arrive just after it, so the attempt is finalized only
+///    one grace after the first delivery that found the bound passed.
+///
+/// A taker still silent after that (it died before speaking, or its
+/// events are lost) lets the attempt be finalized as before.
+pub fn unheard(row: &AttemptDoc, heard: bool, gone: Option<u32>, wait: TakenWait, now: Timestamp) -> Unheard {
+    if heard || row.bootstrapped_at.is_none() || row.finalized {
+        return Unheard::Finalize;
+    }
+    let mut row = row.clone();
+    let mut step = Step::default();
+    let taken = match (row.taken_unheard.clone(), gone) {
+        (Some(taken), _) => taken,
+        (None, None) => return Unheard::Retire,
+        (None, Some(0)) => return Unheard::Finalize,
+        (None, Some(_)) => TakenUnheard { found_at: now, last_call_at: None },
+    };
+    let until = match taken.last_call_at {
+        _ if now < taken.found_at + wait.bound => taken.found_at + wait.bound,
+        None => now + wait.last_call,
+        Some(at) if now < at + wait.last_call => at + wait.last_call,
+        Some(_) => return Unheard::Finalize,
+    };
+    let last_call_at = taken.last_call_at.or((now >= taken.found_at + wait.bound).then_some(now));
+    let noted = TakenUnheard { last_call_at, ..taken };
+    if row.taken_unheard.as_ref() != Some(&noted) {
+        row.taken_unheard = Some(noted);
+        step.put_attempt(row);
+    }
+    Unheard::Wait { until, step }
 }
 
 /// What became of the verdict.

@@ -127,17 +127,32 @@ async fn retire(
     nonce: &mapi_domain::Nonce,
     tasks: u32,
 ) -> Result<(), FollowUpError> {
+    retire_counting(bootstrap, nonce, tasks).await.map(|_| ())
+}
+
+/// Deletes each task's bootstrap and answers how many were already gone.
+/// A deletion wins against a worker's take (the worker deletes the copy
+/// it read, pinned to its generation, before it starts), so once this
+/// returns no execution can begin the attempt's work, and a bootstrap that
+/// was gone was taken by some execution (or retired by an earlier call).
+pub async fn retire_counting(
+    bootstrap: &dyn ObjectStore,
+    nonce: &mapi_domain::Nonce,
+    tasks: u32,
+) -> Result<u32, FollowUpError> {
+    let mut gone = 0;
     for task in 0..tasks {
         let key = ObjectKey::parse(nonce.for_task(task).as_str())?;
         match bootstrap.delete(&key, IfGeneration::Any).await {
-            Ok(()) | Err(ObjectError::NotFound(_)) => {}
+            Ok(()) => {}
+            Err(ObjectError::NotFound(_)) => gone += 1,
             Err(e) => {
                 tracing::warn!(nonce = %nonce, task, error = %e, "cannot retire a bootstrap; the finalization is delivered again");
                 return Err(e.into());
             }
         }
     }
-    Ok(())
+    Ok(gone)
 }
 
 impl From<&RunDoc> for RunSummary {

@@ -290,6 +290,74 @@ fn the_speaker_is_the_attempts_execution() {
     assert!(same.is_empty() && same.follow_ups.is_empty());
 }
 
+/// A run cancelled while its recorded execution never spoke: the speaker
+/// that took the work is adopted and asked to stop too.
+#[test]
+fn a_speaker_adopted_while_cancelling_is_stopped() {
+    let speaker = ExecutionHandle("executions/e-2".into());
+    let (run, mut recorded) = running();
+    recorded.finished_seen_at = Some(at(9));
+    let cancelling = commands::request_cancel(run, Some(&recorded), at(10)).expect("cancel");
+    let run = cancelling.run().cloned().expect("cancelling run");
+    let step = match commands::adopt_speaker(Some(run), recorded, &speaker, false, at(11)).expect("legal") {
+        Speaker::Adopted(step) => step,
+        Speaker::Stray => panic!("refused"),
+    };
+    let row = step.attempt().expect("repointed row");
+    assert_eq!(row.handle, Some(speaker.clone()));
+    assert_eq!(row.finished_seen_at, None, "the recorded execution's end is not the speaker's");
+    assert_eq!(
+        step.follow_ups,
+        vec![FollowUp::CancelExecution(speaker), FollowUp::CancelExecution(handle())]
+    );
+}
+
+/// An attempt never heard from is finalized only after its bootstraps
+/// were retired and found untouched, or after the taker had its time and
+/// one last call.
+#[test]
+fn an_unheard_attempt_waits_for_the_execution_that_took_its_work() {
+    use commands::{TakenWait, Unheard};
+    let wait = TakenWait { bound: Duration::from_secs(600), last_call: Duration::from_secs(60) };
+    let waits = |u: Unheard| match u {
+        Unheard::Wait { until, step } => (until, step.attempt().and_then(|a| a.taken_unheard.clone())),
+        other => panic!("not a wait: {other:?}"),
+    };
+    let (_, mut row) = running();
+    // Nothing was written for anyone to take.
+    assert_eq!(commands::unheard(&row, false, None, wait, at(5)), Unheard::Finalize);
+    row.bootstrapped_at = Some(at(2));
+    // Heard from: its events decide.
+    assert_eq!(commands::unheard(&row, true, None, wait, at(5)), Unheard::Finalize);
+    assert_eq!(commands::unheard(&row, false, None, wait, at(5)), Unheard::Retire);
+    // Retired and none was gone: nobody did the work.
+    assert_eq!(commands::unheard(&row, false, Some(0), wait, at(5)), Unheard::Finalize);
+    // One was gone: the finding is recorded and the bound counted from it.
+    let (until, taken) = waits(commands::unheard(&row, false, Some(1), wait, at(5)));
+    assert_eq!(until, at(605));
+    let taken = taken.expect("the finding is written");
+    assert_eq!((taken.found_at, taken.last_call_at), (at(5), None));
+    row.taken_unheard = Some(taken);
+    // Later deliveries neither retire again nor write while the bound runs.
+    assert_eq!(waits(commands::unheard(&row, false, None, wait, at(300))), (at(605), None));
+    // The first delivery past the bound makes the last call.
+    let (until, last) = waits(commands::unheard(&row, false, None, wait, at(9000)));
+    assert_eq!(until, at(9060), "one grace after the first look past the bound, however late");
+    let last = last.expect("the last call is written");
+    assert_eq!(last.last_call_at, Some(at(9000)));
+    row.taken_unheard = Some(last);
+    assert_eq!(waits(commands::unheard(&row, false, None, wait, at(9030))), (at(9060), None));
+    assert_eq!(commands::unheard(&row, false, None, wait, at(9060)), Unheard::Finalize);
+    // The taker spoke meanwhile: its events decide.
+    assert_eq!(commands::unheard(&row, true, None, wait, at(9030)), Unheard::Finalize);
+    // The bound covers the run's timeout, the executor's margin and the grace.
+    let bound = TakenWait::new(&queued(), Duration::from_secs(120), Duration::from_secs(300));
+    assert_eq!(
+        bound,
+        TakenWait { bound: Duration::from_secs(60 + 300 + 120), last_call: Duration::from_secs(120) }
+    );
+}
+
 #[test]
 fn the_execution_is_recorded_once_and_stopped_when_cancelled_meanwhile() {
     let (run, row) = claimed();

@@ -62,6 +62,12 @@ pub struct AttemptDoc {
     /// do the same work.
     #[serde(default)]
     pub bootstrapped_at: Option<Timestamp>,
+    /// Set when the meter found the attempt's work taken (a bootstrap
+    /// gone) with none of its events heard: the execution that took it
+    /// has not spoken yet, so its events are waited for (up to a bound)
+    /// before the attempt is finalized on the recorded execution's report.
+    #[serde(default)]
+    pub taken_unheard: Option<TakenUnheard>,
     /// The execution, once the executor named it.
     pub handle: Option<ExecutionHandle>,
     pub submitted_at: Option<Timestamp>,
@@ -72,6 +78,17 @@ pub struct AttemptDoc {
     pub status: Option<ExecutionStatus>,
     /// The meter has written this attempt's ledger entry and applied its verdict.
     pub finalized: bool,
+}
+
+/// The meter's wait for the execution that took an attempt's work.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakenUnheard {
+    /// When the bootstraps were found taken.
+    pub found_at: Timestamp,
+    /// When a delivery first found the wait over; the attempt is
+    /// finalized one event grace after it.
+    #[serde(default)]
+    pub last_call_at: Option<Timestamp>,
 }
 
 impl AttemptDoc {

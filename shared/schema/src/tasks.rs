@@ -76,15 +76,23 @@ pub async fn push_dispatch(
     push(queue, task).await
 }
 
-/// Pushes the finalization of an attempt whose execution ended.
+/// Pushes the finalization of an attempt whose execution ended. Its name
+/// ends with the execution's own name: repeated pushes for one execution
+/// are one task, and an attempt that moved to the execution that did its
+/// work (see the meter) gets that execution's finalization pushed too.
 pub async fn push_finalize(queue: &dyn TaskQueue, task: &FinalizeTask) -> Result<(), QueueError> {
-    let t = NewTask::new(QueueName::new(super::FINALIZE_QUEUE)?, FINALIZE_PATH, body(task)?).named(name(
-        "finalize",
-        &task.run,
-        task.attempt,
-        None,
-    )?);
+    let t = NewTask::new(QueueName::new(super::FINALIZE_QUEUE)?, FINALIZE_PATH, body(task)?)
+        .named(finalize_name(task)?);
     push(queue, t).await
+}
+
+fn finalize_name(task: &FinalizeTask) -> Result<TaskName, QueueError> {
+    let handle = &task.execution.handle.0;
+    let last = handle.rsplit('/').next().unwrap_or(handle);
+    let execution: String =
+        last.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').take(120).collect();
+    let base = name("finalize", &task.run, task.attempt, None)?;
+    TaskName::new(format!("{}-{execution}", base.as_str()))
 }
 
 #[cfg(test)]
@@ -100,5 +108,31 @@ mod tests {
             name("dispatch", &run, AttemptNo(2), Some(round_of(Timestamp::from_secs(125)))).expect("name");
         assert!(r.as_str().ends_with("-a2-r2"), "{r}");
         assert_ne!(a, r);
+    }
+
+    #[test]
+    fn a_finalization_is_named_after_its_execution() {
+        let run = RunId::generate(Timestamp::from_secs(5), [3; 10]);
+        let task = |handle: &str| FinalizeTask {
+            run: run.clone(),
+            attempt: AttemptNo(1),
+            execution: ExecutionInfo {
+                handle: mapi_executor::ExecutionHandle(handle.to_owned()),
+                nonce: None,
+                run: None,
+                created: Timestamp::from_secs(5),
+                started: None,
+                finished: None,
+                task_count: 1,
+                status: mapi_domain::ExecutionStatus::Running,
+            },
+        };
+        let long = "projects/p/locations/europe-west1/jobs/mapi-run-m/executions/mapi-run-m-7xk2q";
+        let a = finalize_name(&task(long)).expect("name");
+        assert!(a.as_str().ends_with("-a1-mapi-run-m-7xk2q"), "{a}");
+        assert_eq!(a, finalize_name(&task(long)).expect("name"));
+        let b = finalize_name(&task("executions/local.00002")).expect("name");
+        assert!(b.as_str().ends_with("-a1-local00002"), "{b}");
+        assert_ne!(a, b);
     }
 }

@@ -32,6 +32,11 @@ fn seeds_keep_every_invariant() {
 const TWO_RAN: &str =
     "two executions did one attempt's work: a bootstrap left after finalization, or written twice";
 
+/// Seeds where the attempt was finalized on the report of an execution
+/// that did nothing while another took its work and had not spoken yet.
+const UNHEARD_TAKER: &str =
+    "finalized on a silent execution's report while the one that took the work had not spoken yet";
+
 /// Seeds that once broke an invariant, each with the bug it found (fixed).
 const REGRESSIONS: &[(u64, &str)] = &[
     (8, "a replayed job submit did not re-enqueue a fan-out that never began"),
@@ -40,13 +45,21 @@ const REGRESSIONS: &[(u64, &str)] = &[
     (909, "a duplicate execution took the bootstrap; its events were refused and the work lost"),
     (955, "as 449, after a crash mid-dispatch"),
     (2588, "a duplicate execution started after its attempt was finalized took the bootstrap left there"),
+    (2624, UNHEARD_TAKER),
+    (3567, UNHEARD_TAKER),
     (4123, TWO_RAN),
     (4921, TWO_RAN),
+    (5401, UNHEARD_TAKER),
+    (5617, UNHEARD_TAKER),
     (7120, TWO_RAN),
     (7161, TWO_RAN),
+    (7734, UNHEARD_TAKER),
     (8569, "a redelivered dispatch wrote again the bootstrap a vanished worker had taken"),
+    (8957, UNHEARD_TAKER),
     (8992, TWO_RAN),
     (9002, TWO_RAN),
+    (9340, UNHEARD_TAKER),
+    (9840, UNHEARD_TAKER),
 ];
 
 #[test]
