@@ -144,6 +144,7 @@ impl World {
             finished_seen_at: None,
             bootstrapped_at: None,
             taken_unheard: None,
+            retiring_at: None,
             started: None,
             finished: None,
             status: None,

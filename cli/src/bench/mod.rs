@@ -445,6 +445,7 @@ pub async fn events(
             finished_seen_at: None,
             bootstrapped_at: None,
             taken_unheard: None,
+            retiring_at: None,
             started: Some(now),
             finished: None,
             status: None,

@@ -110,6 +110,8 @@ enum Done {
     /// An execution other than the one reported on may have done the
     /// work: its events are waited for until then.
     Taken(Timestamp),
+    /// Another delivery is retiring the bootstraps: ask again then.
+    Retiring(Timestamp),
     /// The verdict is `succeeded` for a run of a model-producing method
     /// and the outputs are not sealed yet: nothing was written; seal, then
     /// run the transaction again.
@@ -166,7 +168,11 @@ async fn finalize_in(
     let wait = TakenWait::new(&run, rules.event_grace, backstop);
     match commands::unheard(&row, progress.is_some(), gone, wait, now) {
         Unheard::Finalize => {}
-        Unheard::Retire => return Ok(Done::Unretired(Box::new(row))),
+        Unheard::Retire { step } => {
+            step.write(tx)?;
+            return Ok(Done::Unretired(Box::new(row)));
+        }
+        Unheard::Retiring { until } => return Ok(Done::Retiring(until)),
         Unheard::Wait { until, step } => {
             step.write(tx)?;
             return Ok(Done::Taken(until));
@@ -274,6 +280,11 @@ async fn finalize(
             let after = until.since(now).as_secs().clamp(1, 600);
             let detail =
                 "another execution took the attempt's work and has not spoken yet (waiting for its events)";
+            Err(ApiError::unavailable(detail, after))
+        }
+        Done::Retiring(until) => {
+            let after = until.since(now).as_secs().clamp(1, 60);
+            let detail = "another delivery of this finalization is retiring the attempt's bootstraps";
             Err(ApiError::unavailable(detail, after))
         }
         Done::Unretired(_) => {

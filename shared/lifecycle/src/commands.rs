@@ -241,6 +241,7 @@ fn new_row(run: &RunDoc, intent: &Intent, now: Timestamp) -> AttemptDoc {
         finished_seen_at: None,
         bootstrapped_at: None,
         taken_unheard: None,
+        retiring_at: None,
         started: None,
         finished: None,
         status: None,
@@ -581,9 +582,13 @@ pub struct Ended<'a> {
 pub enum Unheard {
     /// Finalize on the recorded execution's report.
     Finalize,
-    /// Retire the bootstraps now (no execution can take one afterwards)
-    /// and ask again with how many were already gone.
-    Retire,
+    /// Commit `step` (this delivery's claim on the retirement), retire
+    /// the bootstraps (no execution can take one afterwards) and ask again
+    /// with how many were already gone.
+    Retire { step: Step },
+    /// Another delivery holds the claim on retiring the bootstraps: ask
+    /// again then.
+    Retiring { until: Timestamp },
     /// An execution took the work and has not spoken: commit `step` (what
     /// the wait has seen so far) and wait for its events until then.
     Wait { until: Timestamp, step: Step },
@@ -592,6 +597,8 @@ pub enum Unheard {
 /// How long the meter waits for the execution that took an attempt's work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TakenWait {
+    /// How long one delivery's claim on retiring the bootstraps holds.
+    pub retire_lease: Duration,
     /// From when the work was found taken: the taker may run for the
     /// run's whole timeout and the executor's margin past it.
     pub bound: Duration,
@@ -599,10 +606,13 @@ pub struct TakenWait {
     pub last_call: Duration,
 }
 
+/// Long enough for one delivery to delete an attempt's bootstraps.
+pub const RETIRE_LEASE: Duration = Duration::from_secs(60);
+
 impl TakenWait {
     pub fn new(run: &RunDoc, event_grace: Duration, backstop_margin: Duration) -> TakenWait {
         let bound = Duration::from_secs(u64::from(run.timeout_s())) + backstop_margin + event_grace;
-        TakenWait { bound, last_call: event_grace }
+        TakenWait { retire_lease: RETIRE_LEASE, bound, last_call: event_grace }
     }
 }
 
@@ -614,8 +624,10 @@ impl TakenWait {
 /// nothing and exited. The taker's first event repoints the attempt
 /// ([`adopt_speaker`]), so:
 ///
-/// 1. the bootstraps are retired first (then nothing more can start);
-///    `gone` is how many were already gone (`None`: not retired yet);
+/// 1. the bootstraps are retired first (then nothing more can start) by
+///    one delivery at a time (a claim with a short lease: a bootstrap
+///    another delivery deleted would look taken); `gone` is how many were
+///    already gone (`None`: not retired yet);
 /// 2. none gone: nobody did the work, finalize;
 /// 3. some gone: wait for the taker's events for the bound, counted from
 ///    the finding (kept in the row, so later deliveries do not retire
@@ -635,7 +647,16 @@ pub fn unheard(row: &AttemptDoc, heard: bool, gone: Option<u32>, wait: TakenWait
     let mut step = Step::default();
     let taken = match (row.taken_unheard.clone(), gone) {
         (Some(taken), _) => taken,
-        (None, None) => return Unheard::Retire,
+        (None, None) => match row.retiring_at {
+            Some(at) if now < at + wait.retire_lease => {
+                return Unheard::Retiring { until: at + wait.retire_lease };
+            }
+            _ => {
+                row.retiring_at = Some(now);
+                step.put_attempt(row);
+                return Unheard::Retire { step };
+            }
+        },
         (None, Some(0)) => return Unheard::Finalize,
         (None, Some(_)) => TakenUnheard { found_at: now, last_call_at: None },
     };

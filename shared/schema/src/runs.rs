@@ -68,6 +68,11 @@ pub struct AttemptDoc {
     /// before the attempt is finalized on the recorded execution's report.
     #[serde(default)]
     pub taken_unheard: Option<TakenUnheard>,
+    /// When a finalization began retiring the bootstraps of an attempt
+    /// never heard from: for a short lease a concurrent delivery waits
+    /// rather than take the first one's deletions for a worker's take.
+    #[serde(default)]
+    pub retiring_at: Option<Timestamp>,
     /// The execution, once the executor named it.
     pub handle: Option<ExecutionHandle>,
     pub submitted_at: Option<Timestamp>,
