@@ -220,6 +220,7 @@ fn banner(
     };
     let lines = [
         format!("mapi dev is up at {url}"),
+        format!("  console    {url}/console (sign in as one of the accounts below)"),
         format!("  API        {url}/openapi.json (the description), {url}/v1/usage (methods and examples)"),
         format!("  CLI        {cli}"),
         "             (`cargo install --path cli` puts a `mapi` on your PATH)".to_owned(),

@@ -84,5 +84,6 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants/{tenant}/access-checks", post(checks::tenant_check))
         .route("/v1/tenants/{tenant}/projects/{project}/access-checks", post(checks::project_check))
         .layer(axum::extract::DefaultBodyLimit::max(json_limit))
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(mapi_console::router(state))
 }

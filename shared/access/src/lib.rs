@@ -14,7 +14,7 @@ mod scopes;
 
 pub use decide::{Decision, Denial, Membership, TenantState, Who, decide};
 pub use matrix::{Action, Grant, PERMISSIONS, Resource, Role, Rule, rule};
-pub use scopes::{SCOPES, Scope, ScopeError, scope_allows};
+pub use scopes::{COLUMNS as SCOPE_COLUMNS, SCOPES, Scope, ScopeError, scope_allows};
 
 /// `docs/permissions.md`: both tables, generated from the data.
 pub fn permissions_markdown() -> String {

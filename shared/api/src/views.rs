@@ -126,6 +126,8 @@ pub struct RunSummary {
     pub method: String,
     pub state: RunState,
     pub class: ResourceClass,
+    /// Who submitted it (a token's owner for a token).
+    pub created_by: UserId,
     pub attempt: AttemptNo,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,

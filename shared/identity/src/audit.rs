@@ -76,6 +76,12 @@ impl Audit {
         self
     }
 
+    /// The person acting, where no [`Caller`] exists yet (signing in).
+    pub fn actor(mut self, user: &mapi_domain::UserId) -> Audit {
+        self.actor = Some(user.clone());
+        self
+    }
+
     pub fn operator(mut self, operator: bool) -> Audit {
         self.operator = operator;
         self

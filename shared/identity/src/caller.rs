@@ -21,7 +21,7 @@ use axum::http::request::Parts;
 use mapi_domain::UserId;
 use mapi_metrics::AuthRefusal;
 use mapi_problem::{ApiError, ProblemCode};
-use mapi_schema::{Outcome, TokenDoc, TokenMinuteDoc};
+use mapi_schema::{ConsoleSessionDoc, Outcome, TokenDoc, TokenMinuteDoc};
 
 use crate::{Audit, IdentityState, audit};
 
@@ -277,6 +277,34 @@ async fn session_caller<S: IdentityState>(
     Ok(Caller { principal: Principal::Session { user, operator }, meta })
 }
 
+/// The person of a console session, while it exists and has not expired.
+/// A session that matches nothing names no one (signed out, or never made).
+pub async fn console_caller<S: IdentityState>(
+    state: &S,
+    secret: &str,
+    meta: RequestMeta,
+) -> Result<Caller, ApiError> {
+    let hash = state.pepper().hash(secret);
+    let found: Option<ConsoleSessionDoc> = mapi_schema::get(state.store(), &hash)
+        .await
+        .map_err(|e| ApiError::internal_from("console session lookup", e))?;
+    match found {
+        Some(s) if s.expires_at > state.clock().now() => {
+            let operator = state.is_operator(&s.user);
+            Ok(Caller { principal: Principal::Session { user: s.user, operator }, meta })
+        }
+        _ => Err(refuse_anonymous(
+            state,
+            &meta,
+            AuthRefusal::BadSession,
+            "auth.session_refused",
+            "console_sessions".into(),
+            "the console session has ended: sign in again",
+        )
+        .await),
+    }
+}
+
 impl<S: IdentityState> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
@@ -284,6 +312,7 @@ impl<S: IdentityState> FromRequestParts<S> for Caller {
         let meta = request_meta(parts, state);
         match bearer(parts) {
             Some(t) if t.starts_with("mapi_") => token_caller(state, t, meta).await,
+            Some(t) if t.starts_with(crate::CONSOLE_SESSION_PREFIX) => console_caller(state, t, meta).await,
             Some(t) if t.split('.').count() == 3 => session_caller(state, t, meta).await,
             Some(_) => Err(refuse_anonymous(
                 state,

@@ -3,6 +3,11 @@
 //! - A **session** is a person's OIDC ID token, verified at each request
 //!   against the identity provider's keys. Operators are the verified
 //!   e-mails in `MAPI_OPERATOR_EMAILS`, and only through a session.
+//! - A **console session** is a person signed in to the web console (the
+//!   OIDC authorization-code flow with PKCE): a random secret in an
+//!   HttpOnly cookie, stored only as its HMAC with its user and expiry, and
+//!   acting as that person exactly as their ID token would. Signing out
+//!   deletes it.
 //! - An **API token** is 32 random bytes shown once as `mapi_<64 hex>`; the
 //!   store keeps only HMAC-SHA256(pepper, token). It acts as its owner in
 //!   one project, limited by its scopes, until it expires or is revoked.
@@ -30,7 +35,7 @@ use sha2::Sha256;
 
 pub use audit::{Audit, audit};
 pub use authorize::{Granted, Target, authorize, authorize_operator, check, membership_of};
-pub use caller::{Caller, InternalCaller, Principal, RequestMeta, bearer};
+pub use caller::{Caller, InternalCaller, Principal, RequestMeta, bearer, console_caller, request_meta};
 
 /// The secret that token hashes, and the hashes of IP addresses and user
 /// agents, are keyed with (`MAPI_TOKEN_PEPPER`).
@@ -87,6 +92,21 @@ pub trait IdentityState: Send + Sync {
     fn task_invoker(&self) -> Option<&mapi_oidc::ServiceAccountTokens> {
         None
     }
+}
+
+/// Whether `a` and `b` are equal, in a time that depends on their lengths only.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// How a console session's secret begins (an API token's begins `mapi_`).
+pub const CONSOLE_SESSION_PREFIX: &str = "mapis_";
+
+/// A new console session's secret: [`CONSOLE_SESSION_PREFIX`] and 64 hex characters.
+pub fn new_console_session() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("{CONSOLE_SESSION_PREFIX}{}", hex::encode(bytes)))
 }
 
 /// A new token's secret: `mapi_` and 64 hex characters.

@@ -41,7 +41,8 @@ use mapi_store::{Direction, Index};
 
 /// The indexes of the runs' queries.
 pub const INDEXES: &[Index] = &[
-    // Runs of a project, newest first, optionally by state.
+    // Runs of a project, newest first, optionally by state, method, class
+    // or creator (each alone, or merged).
     Index {
         collection: RunDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
@@ -52,6 +53,33 @@ pub const INDEXES: &[Index] = &[
             ("tenant", Direction::Asc),
             ("project", Direction::Asc),
             ("state", Direction::Asc),
+            ("created_at", Direction::Desc),
+        ],
+    },
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[
+            ("tenant", Direction::Asc),
+            ("project", Direction::Asc),
+            ("method", Direction::Asc),
+            ("created_at", Direction::Desc),
+        ],
+    },
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[
+            ("tenant", Direction::Asc),
+            ("project", Direction::Asc),
+            ("class", Direction::Asc),
+            ("created_at", Direction::Desc),
+        ],
+    },
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[
+            ("tenant", Direction::Asc),
+            ("project", Direction::Asc),
+            ("created_by", Direction::Asc),
             ("created_at", Direction::Desc),
         ],
     },
@@ -162,6 +190,7 @@ impl From<&RunDoc> for RunSummary {
             method: r.method().to_owned(),
             state: r.state(),
             class: r.class(),
+            created_by: r.created_by().clone(),
             attempt: r.attempt(),
             created_at: r.created_at(),
             updated_at: r.updated_at(),

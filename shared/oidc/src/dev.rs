@@ -139,6 +139,18 @@ impl DevIdp {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<String, DevIdpError> {
+        self.issue_with_nonce(email, audience, ttl, now, None)
+    }
+
+    /// [`DevIdp::issue`], with the `nonce` of the authorization request it answers.
+    pub fn issue_with_nonce(
+        &self,
+        email: &str,
+        audience: &str,
+        ttl: Duration,
+        now: Timestamp,
+        nonce: Option<&str>,
+    ) -> Result<String, DevIdpError> {
         let email = normalize(email);
         if !self.inner.accounts.contains(&email) {
             return Err(DevIdpError::UnknownAccount(email));
@@ -146,7 +158,7 @@ impl DevIdp {
         let sub = format!("dev-{}", hex::encode(&digest(&SHA256, email.as_bytes()).as_ref()[..8]));
         let iat = now.as_secs();
         let exp = iat.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
-        let claims = json!({
+        let mut claims = json!({
             "iss": self.inner.issuer,
             "sub": sub,
             "aud": audience,
@@ -155,6 +167,9 @@ impl DevIdp {
             "iat": iat,
             "exp": exp,
         });
+        if let Some(nonce) = nonce {
+            claims["nonce"] = json!(nonce);
+        }
         self.sign(&self.header(), &claims)
     }
 
@@ -221,10 +236,11 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 #[derive(Debug, Clone)]
-struct RouteState {
+pub(crate) struct RouteState {
     idp: DevIdp,
     audience: Arc<str>,
     clock: Arc<dyn Clock>,
+    codes: crate::dev_code::Codes,
 }
 
 /// The provider's routes: `GET` [`JWKS_PATH`] (with [`JWKS_CACHE_CONTROL`])
@@ -232,13 +248,35 @@ struct RouteState {
 /// `{"id_token", "token_type": "Bearer", "expires_in"}`, 404 for an unknown
 /// account and 400 for a bad body (both `application/problem+json`). The
 /// tokens are for `audience` and stamped with `clock`.
+///
+/// It also serves the authorization-code flow (with PKCE) for the web
+/// console: discovery, an account picker at [`AUTHORIZE_PATH`] and the
+/// token endpoint at [`TOKEN_PATH`] ([`crate::dev_code`]).
 pub fn router(idp: DevIdp, audience: String, clock: Arc<dyn Clock>) -> Router {
-    Router::new().route(JWKS_PATH, get(serve_jwks)).route(LOGIN_PATH, post(login)).with_state(RouteState {
-        idp,
-        audience: audience.into(),
-        clock,
-    })
+    let state = RouteState { idp, audience: audience.into(), clock, codes: Default::default() };
+    Router::new()
+        .route(JWKS_PATH, get(serve_jwks))
+        .route(LOGIN_PATH, post(login))
+        .route(DISCOVERY_PATH, get(crate::dev_code::discovery))
+        .route(AUTHORIZE_PATH, get(crate::dev_code::picker).post(crate::dev_code::authorize))
+        .route(TOKEN_PATH, post(crate::dev_code::token))
+        .with_state(state)
 }
+
+/// The issuer's discovery document.
+pub const DISCOVERY_PATH: &str = "/dev/idp/.well-known/openid-configuration";
+/// The authorization endpoint: `GET` shows the accounts, `POST` picks one.
+pub const AUTHORIZE_PATH: &str = "/dev/idp/authorize";
+/// The token endpoint: a code and its PKCE verifier for an ID token.
+pub const TOKEN_PATH: &str = "/dev/idp/token";
+
+impl RouteState {
+    pub(crate) fn parts(&self) -> (&DevIdp, &str, &dyn Clock, &crate::dev_code::Codes) {
+        (&self.idp, &self.audience, &*self.clock, &self.codes)
+    }
+}
+
+pub(crate) use RouteState as DevState;
 
 async fn serve_jwks(State(state): State<RouteState>) -> Response {
     ([(header::CACHE_CONTROL, JWKS_CACHE_CONTROL)], axum::Json(state.idp.jwks())).into_response()
@@ -290,7 +328,7 @@ async fn login(
 }
 
 /// The platform's problem answer for `code`.
-fn answer(code: ProblemCode, detail: String) -> Response {
+pub(crate) fn answer(code: ProblemCode, detail: String) -> Response {
     let body = serde_json::to_vec(&problem::Problem::new(code, detail)).unwrap_or_default();
     (code.status(), [(header::CONTENT_TYPE, "application/problem+json")], body).into_response()
 }

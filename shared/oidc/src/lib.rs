@@ -10,7 +10,9 @@
 //! `mapi dev` runs for its seeded accounts.
 
 pub mod accounts;
+pub mod code_flow;
 pub mod dev;
+mod dev_code;
 mod error;
 mod jwks;
 mod verifier;

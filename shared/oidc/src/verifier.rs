@@ -76,6 +76,9 @@ pub struct Claims {
     pub exp: i64,
     /// Issue time, seconds since the epoch, when the token has one.
     pub iat: Option<i64>,
+    /// The `nonce` of the authorization request the token answers, if any:
+    /// the code flow's caller compares it with the one it sent.
+    pub nonce: Option<String>,
 }
 
 /// Verifies ID tokens of one provider for one audience. Cheap to clone.
@@ -146,6 +149,7 @@ struct RawClaims {
     nbf: Option<NumericDate>,
     email: Option<String>,
     email_verified: Option<Flag>,
+    nonce: Option<String>,
 }
 
 impl Verifier {
@@ -221,7 +225,16 @@ impl Verifier {
         if config.require_verified_email && !email_verified {
             return Err(OidcError::EmailNotVerified);
         }
-        Ok(Claims { iss, sub, aud: config.audience.clone(), email, email_verified, exp, iat })
+        Ok(Claims {
+            iss,
+            sub,
+            aud: config.audience.clone(),
+            email,
+            email_verified,
+            exp,
+            iat,
+            nonce: raw.nonce,
+        })
     }
 }
 

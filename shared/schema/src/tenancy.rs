@@ -153,6 +153,49 @@ impl Doc for TokenDoc {
     }
 }
 
+/// A person signed in to the web console, kept only as the HMAC of the
+/// session's secret (the id), like a token. The secret lives in the
+/// browser's HttpOnly cookie and is the bearer the console calls the API
+/// with; signing out deletes this document, which ends the session at once
+/// wherever the secret is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConsoleSessionDoc {
+    /// Hex HMAC-SHA256 of the secret under the platform's pepper.
+    pub hash: String,
+    pub user: UserId,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
+impl Doc for ConsoleSessionDoc {
+    const COLLECTION: &'static str = "console_sessions";
+    fn doc_id(&self) -> String {
+        self.hash.clone()
+    }
+}
+
+/// A console sign-in under way: what one authorization request must be
+/// answered with. Id: the HMAC of its `state`. The callback deletes it in
+/// the transaction that reads it, so a code is exchanged at most once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConsoleLoginDoc {
+    pub state_hash: String,
+    /// The PKCE code verifier (RFC 7636): only its S256 challenge left.
+    pub verifier: String,
+    /// The `nonce` the ID token must carry.
+    pub nonce: String,
+    /// The console path to go back to once signed in.
+    pub return_to: String,
+    pub expires_at: Timestamp,
+}
+
+impl Doc for ConsoleLoginDoc {
+    const COLLECTION: &'static str = "console_logins";
+    fn doc_id(&self) -> String {
+        self.state_hash.clone()
+    }
+}
+
 /// Requests one token made in one UTC minute. Id: `{token public id}:{minute}`.
 /// Each token's minutes are separate documents, so no document is shared
 /// by two tokens or written past its minute.

@@ -401,6 +401,39 @@ pub async fn get_job(
     Ok(Json(view(&state, &job).await?))
 }
 
+/// A page of a project's item jobs, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<JobView>,
+    /// Pass as `page_token` for the next page; absent on the last.
+    pub next_page_token: Option<String>,
+}
+
+/// List a project's item jobs, newest first, each with its derived state and counts.
+#[utoipa::path(
+    get,
+    path = "/v1/tenants/{tenant}/projects/{project}/jobs",
+    tag = "jobs",
+    params(("tenant" = String, Path), ("project" = String, Path), super::datasets::PageQuery),
+    responses((status = 200, body = JobPage), (status = 400, body = mapi_problem::Problem)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project)): Path<(TenantId, ProjectId)>,
+    Query(q): Query<super::datasets::PageQuery>,
+) -> Result<Json<JobPage>, ApiError> {
+    require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
+    let (docs, next_page_token) =
+        super::datasets::newest_first::<JobDoc>(&state, &tenant, &project, &q).await?;
+    let mut jobs = Vec::with_capacity(docs.len());
+    for job in &docs {
+        jobs.push(view(&state, job).await?);
+    }
+    Ok(Json(JobPage { jobs, next_page_token }))
+}
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ItemsQuery {

@@ -38,7 +38,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/model-versions/{id}/urls", post(model_versions::urls))
         .route(
             "/v1/tenants/{tenant}/projects/{project}/jobs",
-            post(jobs::submit).layer(DefaultBodyLimit::max(job_limit)),
+            post(jobs::submit).layer(DefaultBodyLimit::max(job_limit)).get(jobs::list),
         )
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/v1/jobs/{id}/items", get(jobs::list_items))

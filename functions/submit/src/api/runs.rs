@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
 use mapi_api::views::{RunPage, RunSummary, RunView};
-use mapi_domain::{ProjectId, RunId, RunSpecInput, RunState, TenantId};
+use mapi_domain::{ProjectId, ResourceClass, RunId, RunSpecInput, RunState, TenantId, Timestamp, UserId};
 use mapi_identity::{Audit, Caller, Granted, Target, authorize};
 use mapi_lifecycle::{NewRun, RunDoc};
 use mapi_platform::AppState;
@@ -315,6 +315,17 @@ pub(super) async fn load_for(
 pub struct ListQuery {
     /// Only runs in this state.
     state: Option<RunState>,
+    /// Only runs of this method (`tabular.linear`, …).
+    method: Option<String>,
+    /// Only runs whose current attempt is of this class.
+    #[param(value_type = Option<String>)]
+    class: Option<ResourceClass>,
+    /// Only runs submitted by this person (a token acts as its owner).
+    created_by: Option<UserId>,
+    /// RFC 3339; runs created at or after.
+    created_after: Option<Timestamp>,
+    /// RFC 3339; runs created before.
+    created_before: Option<Timestamp>,
     /// 1 to 200; 50 when absent.
     page_size: Option<u32>,
     page_token: Option<String>,
@@ -339,8 +350,26 @@ pub async fn list(
     let mut base = mapi_store::Query::new(RunDoc::COLLECTION)
         .filter("tenant", Op::Eq, tenant.as_str())
         .filter("project", Op::Eq, project.as_str());
+    // Each equality filter has its own index ending in `created_at`; a
+    // combination is served by merging them (Firestore's index merging, and
+    // SQLite reads one index and checks the rest).
     if let Some(s) = q.state {
         base = base.filter("state", Op::Eq, s.as_str());
+    }
+    if let Some(m) = &q.method {
+        base = base.filter("method", Op::Eq, m.as_str());
+    }
+    if let Some(c) = q.class {
+        base = base.filter("class", Op::Eq, c.as_str());
+    }
+    if let Some(u) = &q.created_by {
+        base = base.filter("created_by", Op::Eq, u.as_str());
+    }
+    if let Some(t) = q.created_after {
+        base = base.filter("created_at", Op::Ge, t.to_rfc3339());
+    }
+    if let Some(t) = q.created_before {
+        base = base.filter("created_at", Op::Lt, t.to_rfc3339());
     }
     let (docs, next_page_token) = base
         .order_by("created_at", Direction::Desc)

@@ -184,6 +184,10 @@ pub struct Config {
     pub oidc_jwks_url: Option<String>,
     /// The longest a session ID token may live (`exp - iat`).
     pub session_max_lifetime: Duration,
+    /// The console's secret at the issuer's token endpoint (`None`: a public client).
+    pub oidc_client_secret: Option<String>,
+    /// How long a console session lasts.
+    pub console_session: Duration,
     /// The accounts the development identity provider signs in (dev profile only).
     pub dev_accounts: Vec<UserId>,
     /// `MAPI_EXECUTOR`: where attempts run.
@@ -734,6 +738,8 @@ impl Config {
             oidc_audience: v::OIDC_AUDIENCE.raw(sessions).unwrap_or_default(),
             oidc_jwks_url: v::OIDC_JWKS_URL.get(sessions),
             session_max_lifetime: v::SESSION_MAX_LIFETIME_S.seconds(sessions)?,
+            oidc_client_secret: v::OIDC_CLIENT_SECRET.get(sessions),
+            console_session: v::CONSOLE_SESSION_S.seconds(sessions)?,
             dev_accounts: emails(&v::DEV_ACCOUNTS, sessions, v::DEV_ACCOUNTS.default_text())?,
             pubsub_push: push_auth(push)?,
             pubsub_push_subscriptions: subscriptions(push)?,

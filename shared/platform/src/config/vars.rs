@@ -135,6 +135,16 @@ pub const SESSION_MAX_LIFETIME_S: Var = Var::new(
     "86400",
     "The longest a session ID token may live (`exp - iat`); longer ones, and ones without `iat`, are refused",
 );
+pub const OIDC_CLIENT_SECRET: Var = Var::derived(
+    "MAPI_OIDC_CLIENT_SECRET",
+    "none (a public client)",
+    "The console's client secret at the issuer's token endpoint, if the issuer gave it one (the client id is MAPI_OIDC_AUDIENCE)",
+);
+pub const CONSOLE_SESSION_S: Var = Var::new(
+    "MAPI_CONSOLE_SESSION_S",
+    "3600",
+    "How long a web console session lasts after sign-in; signing out ends it at once",
+);
 pub const DEV_ACCOUNTS: Var = Var::new(
     "MAPI_DEV_ACCOUNTS",
     "admin@dev.local,analyst@dev.local,viewer@dev.local,dev@dev.local",
@@ -289,6 +299,8 @@ pub const VARIABLES: &[Var] = &[
     OIDC_AUDIENCE,
     OIDC_JWKS_URL,
     SESSION_MAX_LIFETIME_S,
+    OIDC_CLIENT_SECRET,
+    CONSOLE_SESSION_S,
     DEV_ACCOUNTS,
     PLATFORM_CONCURRENT_RUNS,
     EXECUTOR,

@@ -1,0 +1,136 @@
+//! The console's pages, one module per area. Each handler asks the API
+//! (through [`crate::api::Api`]) and renders what it answered; a refusal
+//! is shown with the API's own status and words.
+
+mod datasets;
+mod jobs;
+mod members;
+mod models;
+mod ops;
+mod runs;
+mod tokens;
+mod usage;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use mapi_domain::{ProjectId, TenantId};
+use maud::html;
+use serde::Deserialize;
+
+use crate::Console;
+use crate::api::Api;
+use crate::html::{Scope, page, refused};
+use crate::session::Viewer;
+
+pub fn routes(max_dataset_bytes: usize) -> Router<Console> {
+    Router::new()
+        .merge(runs::routes())
+        .merge(datasets::routes(max_dataset_bytes))
+        .merge(jobs::routes())
+        .merge(models::routes())
+        .merge(usage::routes())
+        .merge(tokens::routes())
+        .merge(members::routes())
+        .merge(ops::routes())
+}
+
+/// A tenant and project from a console path, checked as the API checks
+/// ids (so nothing else reaches an API URL); a bad one is not found.
+pub(crate) fn project_ids(tenant: &str, project: &str) -> Result<(TenantId, ProjectId), Response> {
+    match (TenantId::parse(tenant), ProjectId::parse(project)) {
+        (Ok(t), Ok(p)) => Ok((t, p)),
+        _ => Err(crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such project.", None)),
+    }
+}
+
+pub(crate) fn tenant_id(tenant: &str) -> Result<TenantId, Response> {
+    TenantId::parse(tenant).map_err(|_| {
+        crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such tenant.", None)
+    })
+}
+
+/// An id of a run, job or model version in a path: only characters ids
+/// are made of, so it cannot change the API URL it is put in.
+pub(crate) fn plain_id(id: &str) -> Result<&str, Response> {
+    if !id.is_empty()
+        && id.len() <= 128
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        Ok(id)
+    } else {
+        Err(crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such thing here.", None))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Grant {
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    role: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct WhoAmI {
+    grants: Vec<Grant>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Projects {
+    projects: Vec<mapi_schema::ProjectDoc>,
+}
+
+/// The projects the viewer can open, from their grants.
+pub async fn home(axum::extract::State(console): axum::extract::State<Console>, viewer: Viewer) -> Response {
+    let api = Api::new(&console, &viewer);
+    let me: WhoAmI = match api.get("/v1/whoami").await {
+        Ok(me) => me,
+        Err(r) => return refused(&viewer, Scope::default(), "Your projects", &r),
+    };
+    let mut rows = Vec::new();
+    for g in &me.grants {
+        match &g.project {
+            Some(p) => rows.push((g.tenant.clone(), p.clone(), p.to_string(), g.role.clone())),
+            None => {
+                let listed: Result<Projects, _> =
+                    api.get(&format!("/v1/tenants/{}/projects", g.tenant)).await;
+                for p in listed.map(|l| l.projects).unwrap_or_default() {
+                    rows.push((g.tenant.clone(), p.project, p.name, g.role.clone()));
+                }
+            }
+        }
+    }
+    if let [(t, p, ..)] = rows.as_slice() {
+        return Redirect::to(&format!("/console/t/{t}/p/{p}/runs")).into_response();
+    }
+    let body = html! {
+        @if rows.is_empty() {
+            p { "You have no grant in any project yet. An administrator of a tenant can add you on its Members page." }
+        } @else {
+            table {
+                thead { tr { th scope="col" { "Tenant" } th scope="col" { "Project" } th scope="col" { "Your role" } } }
+                tbody {
+                    @for (t, p, name, role) in &rows {
+                        tr {
+                            td { a href={"/console/t/" (t) "/members"} { (t) } }
+                            td { a href={"/console/t/" (t) "/p/" (p) "/runs"} { (name) " (" (p) ")" } }
+                            td { (role) }
+                        }
+                    }
+                }
+            }
+        }
+        @if viewer.operator { p { a href="/console/admin/tenants" { "Operate the platform: tenants, quotas, executors, audit" } } }
+    };
+    page(StatusCode::OK, Some(&viewer), Scope::default(), "Your projects", body)
+}
+
+/// A console path that names no page.
+pub async fn not_found() -> Response {
+    crate::html::message(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is no console page here.",
+        Some(crate::html::Notice::link("/console", "Your projects")),
+    )
+}
