@@ -10,6 +10,7 @@ mod api;
 mod auth_attacks;
 
 mod authz;
+mod browser;
 mod budgets;
 mod cloud_platform;
 mod cloudrun;

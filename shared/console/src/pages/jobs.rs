@@ -87,7 +87,8 @@ struct ItemPage {
     next_page_token: Option<String>,
 }
 
-const FINAL: [&str; 4] = ["succeeded", "failed", "partial", "cancelled"];
+/// The states of a job that is over (its counts will not change).
+const FINAL: [&str; 3] = ["succeeded", "failed", "completed_with_errors"];
 
 #[derive(Debug, Deserialize)]
 pub struct PageQuery {

@@ -1,0 +1,170 @@
+//! The web console in a real browser: the Python suite in `tests/browser/`
+//! (Playwright from PyPI driving Debian's chromium, axe-core from npm)
+//! against a platform started in this process with real workers.
+//!
+//! The harness installs the pinned packages once into
+//! `$HOME/.cache/mapi-emulators/browser-<hash of the pins>/` (a venv and a
+//! `node_modules`) under a file lock, seeds the accounts the tests sign in
+//! as (a viewer and a runner of the `dev` tenant; `admin@dev.local` is the
+//! dev operator), runs pytest with a JUnit report, and fails unless every
+//! test passed and there were at least 30. Screenshots of every page are
+//! kept under `$CARGO_TARGET_TMPDIR/console-screenshots/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use mapi_access::Role;
+use mapi_domain::{TenantId, UserId};
+use mapi_schema::MembershipDoc;
+use mapi_tests::TestPlatform;
+
+const REQUIREMENTS: &str = include_str!("../browser/requirements.txt");
+const PACKAGE_JSON: &str = include_str!("../browser/package.json");
+/// Where Debian's package puts the browser (`apt-get install chromium`).
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// The fewest browser tests the suite must run.
+const AT_LEAST: usize = 30;
+
+fn suite_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
+}
+
+fn cache_dir() -> PathBuf {
+    let root = match std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => std::env::var_os("HOME")
+            .filter(|d| !d.is_empty())
+            .map_or_else(std::env::temp_dir, |h| PathBuf::from(h).join(".cache")),
+    };
+    // FNV-1a of the pins: a change of version installs afresh beside the old.
+    let hash = format!("{REQUIREMENTS}{PACKAGE_JSON}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    root.join("mapi-emulators").join(format!("browser-{hash:016x}"))
+}
+
+fn run(program: &Path, args: &[&str], dir: &Path) -> Result<(), String> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} {} failed ({}): {}",
+        program.display(),
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// The venv's Python and the path of `axe.min.js`, installed once.
+fn install() -> Result<(PathBuf, PathBuf), String> {
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let lock = std::fs::File::create(dir.join(".lock")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    lock.lock().map_err(|e| format!("locking {}: {e}", dir.display()))?;
+    let python = dir.join("venv/bin/python");
+    let axe = dir.join("node_modules/axe-core/axe.min.js");
+    if !dir.join(".installed").exists() {
+        run(Path::new("python3"), &["-m", "venv", "--clear", "venv"], &dir)?;
+        std::fs::write(dir.join("requirements.txt"), REQUIREMENTS).map_err(|e| e.to_string())?;
+        run(
+            &python,
+            &["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", "requirements.txt"],
+            &dir,
+        )?;
+        std::fs::write(dir.join("package.json"), PACKAGE_JSON).map_err(|e| e.to_string())?;
+        run(
+            Path::new("npm"),
+            &["install", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"],
+            &dir,
+        )?;
+        std::fs::write(dir.join(".installed"), "").map_err(|e| e.to_string())?;
+    }
+    drop(lock);
+    Ok((python, axe))
+}
+
+/// The accounts the suite signs in as, besides the seeded admin.
+async fn seed_accounts(p: &TestPlatform) {
+    let store = &*p.platform.state.store;
+    let now = p.platform.state.clock.now();
+    let tenant = TenantId::parse("dev").expect("tenant");
+    for (email, role) in [("viewer@dev.local", Role::Viewer), ("analyst@dev.local", Role::Runner)] {
+        let m = MembershipDoc {
+            tenant: tenant.clone(),
+            project: None,
+            email: UserId::parse(email).expect("email"),
+            role,
+            reviewer: false,
+            claimed: false,
+            created_at: now,
+            created_by: UserId::parse("dev@dev.local").expect("email"),
+        };
+        mapi_schema::put(store, &m).await.expect("seed a member");
+    }
+}
+
+/// (tests, failures + errors) of a JUnit report.
+fn tally(junit: &str) -> (usize, usize) {
+    let number = |name: &str| -> usize {
+        let Some(at) = junit.find("<testsuite ") else { return 0 };
+        let head = &junit[at..junit[at..].find('>').map_or(junit.len(), |e| at + e)];
+        head.split(&format!(" {name}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (number("tests"), number("failures") + number("errors"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_works_in_a_real_browser() {
+    let chromium = std::env::var("MAPI_CHROMIUM").unwrap_or_else(|_| CHROMIUM.to_owned());
+    assert!(
+        Path::new(&chromium).is_file(),
+        "the browser suite needs Debian's chromium at {chromium} (apt-get install chromium; .ci/run installs it)"
+    );
+    let (python, axe) =
+        tokio::task::spawn_blocking(install).await.expect("install").unwrap_or_else(|e| panic!("{e}"));
+    let p = TestPlatform::start(&[]).await;
+    seed_accounts(&p).await;
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let report = tempfile::NamedTempFile::new().expect("report file");
+    let mut child = tokio::process::Command::new(&python)
+        .args(["-m", "pytest", "-q", "-x", "--junitxml"])
+        .arg(report.path())
+        .current_dir(suite_dir())
+        .env("MAPI_URL", &p.platform.url)
+        .env("MAPI_TOKEN", p.token())
+        .env("MAPI_CHROMIUM", &chromium)
+        .env("MAPI_AXE", &axe)
+        .env("MAPI_SCREENSHOTS", &shots)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start pytest");
+    let status = tokio::time::timeout(Duration::from_secs(900), child.wait())
+        .await
+        .expect("the browser suite took over 15 minutes")
+        .expect("pytest");
+    let junit = std::fs::read_to_string(report.path()).unwrap_or_default();
+    let (tests, failed) = tally(&junit);
+    assert!(status.success() && failed == 0, "the browser suite failed ({status}); its output is above");
+    assert!(tests >= AT_LEAST, "only {tests} browser tests ran; the suite must have at least {AT_LEAST}");
+}
+
+#[test]
+fn a_junit_report_is_tallied() {
+    let report = r#"<?xml version="1.0"?><testsuites><testsuite name="pytest" errors="1" failures="2" skipped="0" tests="31" time="3"></testsuite></testsuites>"#;
+    assert_eq!(tally(report), (31, 3));
+    assert_eq!(tally(""), (0, 0));
+}
