@@ -61,6 +61,18 @@ pub enum BenchCmd {
         #[arg(long, default_value = "full")]
         sync: String,
     },
+    /// The web console's runs list over many runs: render time, bytes and documents read per page.
+    Console {
+        /// Runs the store holds.
+        #[arg(long, default_value_t = 100_000)]
+        runs: usize,
+        /// Pages rendered: first pages, pages followed by `next`, and filtered pages.
+        #[arg(long, default_value_t = 400)]
+        pages: usize,
+        /// SQLite synchronous setting: full or normal.
+        #[arg(long, default_value = "full")]
+        sync: String,
+    },
     /// Endpoint scoring through the platform vs the model server directly, a batch, the server's start.
     Score {
         /// Scores timed on each side.
@@ -255,6 +267,9 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         )?,
         BenchCmd::Tick { runs, sweeps, sync } => serde_json::to_value(
             crate::bench::tick(dir.path(), runs.max(1), sweeps.max(1), durability(&sync)?).await?,
+        )?,
+        BenchCmd::Console { runs, pages, sync } => serde_json::to_value(
+            crate::bench::console(dir.path(), runs.max(1), pages.max(1), durability(&sync)?).await?,
         )?,
         BenchCmd::Score { scores, sync } => {
             serde_json::to_value(crate::bench::score(dir.path(), scores.max(1), durability(&sync)?).await?)?

@@ -168,3 +168,63 @@ fn a_junit_report_is_tallied() {
     assert_eq!(tally(report), (31, 3));
     assert_eq!(tally(""), (0, 0));
 }
+
+/// What one page of the console's runs list costs, counted: the store's
+/// documents read and the bytes sent, for the first page and one deep in
+/// the history, over a store of 2,000 runs (`mapi bench console` times the
+/// same page over 100,000).
+#[tokio::test]
+async fn a_runs_page_reads_and_sends_a_bounded_amount_however_long_the_history() {
+    use std::sync::Arc;
+    let executor = Arc::new(mapi_executor::scripted::ScriptedExecutor::default());
+    let options =
+        mapi_tests::Options { background: false, executor: Some(executor.clone()), ..Default::default() };
+    let p = TestPlatform::start_with(&[], options).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n").await;
+    let id = p.submit(serde_json::json!({"method": "describe", "dataset": dataset})).await;
+    let task = mapi_schema::tasks::DispatchTask {
+        run: mapi_domain::RunId::parse(&id).expect("id"),
+        attempt: mapi_domain::AttemptNo::FIRST,
+    };
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let r =
+        p.http.post(p.url(mapi_schema::tasks::DISPATCH_PATH)).bearer_auth(&internal).json(&task).send().await;
+    assert!(r.expect("dispatch").status().is_success());
+    let state = &p.platform.state;
+    mapi_embedded::load::copy_dispatched_run(state, &*executor, &task.run, 2_000, &mapi_entropy::OsEntropy)
+        .await
+        .expect("copies");
+    let secret = mapi_identity::new_console_session().expect("secret");
+    let now = state.clock.now();
+    let session = mapi_schema::ConsoleSessionDoc {
+        hash: state.pepper.hash(&secret),
+        user: UserId::parse("dev@dev.local").expect("user"),
+        created_at: now,
+        expires_at: now + Duration::from_secs(600),
+    };
+    mapi_schema::put(&*state.store, &session).await.expect("session");
+    let counts = state.local.store.clone().expect("sqlite");
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let mut path = "/console/t/dev/p/default/runs".to_owned();
+    for page in 1..=20 {
+        let before = counts.counts().documents_read;
+        let r = http
+            .get(p.url(&path))
+            .header("cookie", format!("mapi_console={secret}"))
+            .send()
+            .await
+            .expect("page");
+        assert_eq!(r.status(), 200, "page {page}");
+        let body = r.text().await.expect("body");
+        let read = counts.counts().documents_read - before;
+        // 50 runs, the session, the caller's membership and the tenant, and no more.
+        assert!(read <= 60, "page {page} read {read} documents");
+        assert!(body.len() <= 200 * 1024, "page {page} is {} bytes", body.len());
+        assert_eq!(body.matches("name=\"run\"").count(), 50, "page {page} lists 50 runs");
+        let at = body.find("rel=\"next\"").expect("a next page");
+        let start = body[..at].rfind("href=\"").expect("href") + 6;
+        let end = start + body[start..].find('"').expect("end");
+        path = format!("/console/t/dev/p/default/runs{}", body[start..end].replace("&amp;", "&"));
+    }
+}

@@ -21,12 +21,17 @@
 //!   from `/health`, its size on disk and its resident memory when idle.
 //! - `tick`: full sweeps of the reconcile tick over thousands of running
 //!   runs on a scripted executor (see [`tick`]).
+//! - `console`: the web console's runs list over a store of many runs:
+//!   render time and bytes per page, first page, deep pages and filters
+//!   (see [`console`]).
 //! - `score`: an endpoint scored through the platform beside its model
 //!   server called directly, a batch, and the server's start (see [`score`]).
 
+mod console;
 mod score;
 mod tick;
 
+pub use console::{ConsoleReport, console};
 pub use score::{ScoreReport, score};
 pub use tick::{TickReport, tick};
 

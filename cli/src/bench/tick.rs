@@ -91,7 +91,9 @@ pub async fn tick(
 }
 
 /// Uploads a dataset, submits one `describe` run and dispatches it.
-async fn dispatched_run(platform: &mapi_embedded::DevPlatform) -> Result<mapi_domain::RunId, BenchError> {
+pub(super) async fn dispatched_run(
+    platform: &mapi_embedded::DevPlatform,
+) -> Result<mapi_domain::RunId, BenchError> {
     let http = reqwest::Client::new();
     let c = &platform.credentials;
     let project = format!("{}/v1/tenants/{}/projects/{}", platform.url, c.tenant, c.project);

@@ -27,7 +27,8 @@ pub enum LoadError {
 
 /// Writes `n - 1` copies of run `id` (dispatched: its first attempt has an
 /// execution) and of its first attempt under new ids drawn from `entropy`,
-/// each updated a microsecond after the one before,
+/// each updated a microsecond after the one before and created a
+/// millisecond before it,
 /// each copy's execution submitted to `executor`, so the store holds `n`
 /// runs like it. Written 500 runs per commit.
 pub async fn copy_dispatched_run(
@@ -55,6 +56,10 @@ pub async fn copy_dispatched_run(
         // changed by separate commits are.
         let updated = template.updated_at() + std::time::Duration::from_micros(i as u64);
         copy["updated_at"] = serde_json::to_value(updated).map_err(|e| LoadError::Copy(e.to_string()))?;
+        // And created a millisecond before it, so listings page through
+        // distinct instants as they would over a real history.
+        let created = template.created_at() - std::time::Duration::from_millis(i as u64);
+        copy["created_at"] = serde_json::to_value(created).map_err(|e| LoadError::Copy(e.to_string()))?;
         let run: RunDoc = serde_json::from_value(copy).map_err(|e| LoadError::Copy(e.to_string()))?;
         let mut a = attempt.clone();
         a.run = run_id.clone();

@@ -136,23 +136,28 @@ async fn render(
 fn chart(report: &Report) -> Markup {
     let mut days: Vec<&Group> = report.groups.iter().collect();
     days.sort_by(|a, b| a.key.cmp(&b.key));
-    let points: Vec<Bar> = days
-        .iter()
-        .map(|g| Bar {
-            label: g.key.get(8..10).unwrap_or(&g.key).to_owned(),
-            value: g.totals.cost_micros,
-            says: money(g.totals.cost_micros, &report.currency),
-        })
-        .collect();
+    // Every day of the period has its bar, so a bar's place is its date.
+    let spent: std::collections::BTreeMap<&str, i64> =
+        days.iter().map(|g| (g.key.as_str(), g.totals.cost_micros)).collect();
+    let mut points = Vec::new();
+    let mut day = report.start;
+    while day < report.end && points.len() < 31 {
+        let date = day.to_rfc3339();
+        let key = date.get(..10).unwrap_or(&date);
+        let value = spent.get(key).copied().unwrap_or(0);
+        let label = key.get(8..10).unwrap_or(key).to_owned();
+        points.push(Bar { label, value, says: money(value, &report.currency) });
+        day = day + std::time::Duration::from_secs(86_400);
+    }
     let total = money(report.totals.cost_micros, &report.currency);
     let described = format!("Spend on each day with usage this month; {total} in all.");
     html! {
         figure {
-            @if points.is_empty() { p { "Nothing metered this month yet." } }
+            @if days.is_empty() { p { "Nothing metered this month yet." } }
             @else { (svg(bars("Daily spend", &described, &points, |v| money(v, "").trim_end().to_owned()))) }
             figcaption { "Daily spend (" (report.currency) "), " (total) " this month." }
         }
-        @if !points.is_empty() {
+        @if !days.is_empty() {
             details {
                 summary { "The chart's numbers" }
                 table {
