@@ -80,7 +80,7 @@ pub fn page(
     let headers = [(header::CACHE_CONTROL, "no-store"), (header::X_FRAME_OPTIONS, "DENY")];
     let csp = (
         header::CONTENT_SECURITY_POLICY,
-        "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self' http: https:",
+        "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
     );
     (status, headers, [csp], Html(markup.into_string())).into_response()
 }

@@ -380,3 +380,27 @@ pub async fn sign_out(State(console): State<Console>, posted: Posted) -> Respons
     page.headers_mut().append(header::SET_COOKIE, clear);
     page
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_console_paths_are_returned_to() {
+        assert_eq!(safe_return(Some("/console/runs/run_1?x=1")), "/console/runs/run_1?x=1");
+        for hostile in ["https://evil.example/", "//evil.example/console", "/consolex\\evil", "/v1/whoami"] {
+            assert_eq!(safe_return(Some(hostile)), "/console", "{hostile}");
+        }
+        assert_eq!(safe_return(None), "/console");
+    }
+
+    #[test]
+    fn the_cookie_is_found_among_others_and_headers() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::COOKIE, HeaderValue::from_static("a=1; mapi_console=mapis_x"));
+        headers.append(header::COOKIE, HeaderValue::from_static("mapi_console_login=s"));
+        assert_eq!(cookie(&headers, "mapi_console"), Some("mapis_x"));
+        assert_eq!(cookie(&headers, "mapi_console_login"), Some("s"));
+        assert_eq!(cookie(&headers, "missing"), None);
+    }
+}

@@ -80,6 +80,14 @@ struct Projects {
     projects: Vec<mapi_schema::ProjectDoc>,
 }
 
+/// The viewer's role in a project: its own grant, else their tenant-wide one.
+pub(crate) async fn role_in(api: &Api<'_>, tenant: &TenantId, project: &ProjectId) -> Option<String> {
+    let me: WhoAmI = api.get("/v1/whoami").await.ok()?;
+    let of =
+        |p: Option<&ProjectId>| me.grants.iter().find(|g| &g.tenant == tenant && g.project.as_ref() == p);
+    of(Some(project)).or_else(|| of(None)).map(|g| g.role.clone())
+}
+
 /// The projects the viewer can open, from their grants.
 pub async fn home(axum::extract::State(console): axum::extract::State<Console>, viewer: Viewer) -> Response {
     let api = Api::new(&console, &viewer);

@@ -491,3 +491,42 @@ async fn cancel(State(console): State<Console>, Path(id): Path<String>, posted: 
         Err(r) => refused(&posted.viewer, Scope::default(), "Cancel refused", &r),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_become_the_apis_query_and_the_next_pages_link() {
+        let f = Filters {
+            state: Some("running".into()),
+            method: Some(" tabular.linear ".into()),
+            created_by: Some("".into()),
+            after: Some("2026-12-01".into()),
+            before: Some("not a day".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            f.api_query(),
+            "?state=running&method=tabular.linear&created_after=2026-12-01T00%3A00%3A00Z"
+        );
+        assert_eq!(
+            f.next("tok"),
+            "?state=running&method=%20tabular.linear%20&after=2026-12-01&before=not%20a%20day&page_token=tok"
+        );
+    }
+
+    #[test]
+    fn a_form_that_cannot_be_a_run_says_what_to_fix() {
+        let form = NewRunForm { params: Some("[1]".into()), ..Default::default() };
+        assert!(spec_of(&form).expect_err("an array").contains("JSON object"));
+        let form = NewRunForm { timeout_s: Some("soon".into()), ..Default::default() };
+        assert!(spec_of(&form).expect_err("not a number").contains("whole number"));
+        let form = NewRunForm { params: Some(r#"{"y": "employed"}"#.into()), ..Default::default() };
+        let spec = spec_of(&form).expect("a spec");
+        assert_eq!(
+            (spec["params"]["y"].as_str(), spec["timeout_s"].as_u64()),
+            (Some("employed"), Some(3600))
+        );
+    }
+}

@@ -72,7 +72,9 @@ async fn render(
     flash: Option<Markup>,
 ) -> Response {
     let path = format!("/v1/tenants/{t}/projects/{p}/tokens{}", if all { "?all=true" } else { "" });
-    let answer: Result<TokenList, Refusal> = Api::new(console, viewer).get(&path).await;
+    let api = Api::new(console, viewer);
+    let answer: Result<TokenList, Refusal> = api.get(&path).await;
+    let role = super::role_in(&api, t, p).await;
     let status = answer.as_ref().err().map_or(StatusCode::OK, |r| r.status);
     let base = format!("/console/t/{t}/p/{p}/tokens");
     let body = html! {
@@ -99,7 +101,10 @@ async fn render(
             },
         }
         h2 { "New token" }
-        p.meta { "A token acts as you in this project, never beyond your own role, and only within its scopes." }
+        p.meta {
+            "A token acts as you in this project, never beyond your own role (here: "
+            strong { (role.as_deref().unwrap_or("none")) } "), and only within its scopes."
+        }
         form.stack method="post" {
             (csrf(viewer))
             label { "Name" input name="name" required maxlength="200" placeholder="ci-pipeline"; }

@@ -147,3 +147,95 @@ async fn the_router_issues_tokens_that_verify_against_its_jwks() {
         );
     }
 }
+
+/// The provider at a loopback address, its issuer under it as `mapi dev` mounts it.
+async fn code_flow_provider() -> (String, DevIdp, Arc<VirtualClock>, TempDir) {
+    let dir = TempDir::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let idp = DevIdp::open(&dir.path().join("idp.key"), format!("{base}/dev/idp"), vec![ALICE.into()])
+        .expect("open");
+    let clock = Arc::new(VirtualClock::new(START));
+    let app_clock: Arc<dyn Clock> = clock.clone();
+    let app = dev::router(idp.clone(), AUDIENCE.into(), app_clock);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, idp, clock, dir)
+}
+
+/// Picks `email` at the authorization URL; the redirect's `code` and `state`.
+async fn pick(http: &reqwest::Client, url: &str, email: &str) -> Result<(String, String), u16> {
+    let page = http.get(url).send().await.expect("picker");
+    if page.status() != 200 {
+        return Err(page.status().as_u16());
+    }
+    let (endpoint, query) = url.split_once('?').expect("query");
+    let answer = http
+        .post(endpoint)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("{query}&email={}", mapi_oidc::code_flow::encode(email)))
+        .send()
+        .await
+        .expect("authorize");
+    if answer.status() != 303 {
+        return Err(answer.status().as_u16());
+    }
+    let location = answer.headers()["location"].to_str().expect("location").to_owned();
+    let param = |k: &str| {
+        location.split(['?', '&']).find_map(|p| p.strip_prefix(&format!("{k}="))).expect("param").to_owned()
+    };
+    Ok((param("code"), param("state")))
+}
+
+#[tokio::test]
+async fn the_code_flow_with_pkce_issues_a_token_with_the_nonce_once() {
+    use mapi_oidc::code_flow::{self, Client, CodeFlowError, Request};
+    let (base, _idp, clock, _dir) = code_flow_provider().await;
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let issuer = format!("{base}/dev/idp");
+    let discovery = code_flow::discover(&http, &issuer).await.expect("discovery");
+    assert_eq!(discovery.issuer, issuer);
+    let redirect = format!("{base}/console/callback");
+    let client = Client { id: AUDIENCE, secret: None, redirect_uri: &redirect };
+
+    let request = Request::new().expect("request");
+    let (code, state) = pick(&http, &request.authorization_url(&discovery, AUDIENCE, &redirect), ALICE)
+        .await
+        .expect("a code");
+    assert_eq!(state, request.state, "the state comes back as sent");
+    let wrong = code_flow::exchange(&http, &discovery, client, &code, "not-the-verifier").await;
+    assert!(matches!(wrong, Err(CodeFlowError::Refused { status: 400, .. })), "{wrong:?}");
+    let burnt = code_flow::exchange(&http, &discovery, client, &code, &request.verifier).await;
+    assert!(matches!(burnt, Err(CodeFlowError::Refused { .. })), "a code presented once is gone: {burnt:?}");
+
+    let request = Request::new().expect("request");
+    let (code, _) = pick(&http, &request.authorization_url(&discovery, AUDIENCE, &redirect), ALICE)
+        .await
+        .expect("a code");
+    let token =
+        code_flow::exchange(&http, &discovery, client, &code, &request.verifier).await.expect("token");
+    let jwks = JwksCache::new(format!("{issuer}/jwks.json"), http.clone(), clock.clone());
+    let v = verifier(&jwks, &clock, VerifierConfig::new(vec![issuer.clone()], AUDIENCE.into()));
+    let claims = v.verify(&token).await.expect("verifies");
+    assert_eq!((claims.email.as_str(), claims.nonce.as_deref()), (ALICE, Some(request.nonce.as_str())));
+    let again = code_flow::exchange(&http, &discovery, client, &code, &request.verifier).await;
+    assert!(again.is_err(), "a code is exchanged once");
+}
+
+#[tokio::test]
+async fn the_code_flow_refuses_other_sites_no_pkce_and_unknown_accounts() {
+    use mapi_oidc::code_flow::{self, Request};
+    let (base, _idp, _clock, _dir) = code_flow_provider().await;
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let discovery = code_flow::discover(&http, &format!("{base}/dev/idp")).await.expect("discovery");
+    let request = Request::new().expect("request");
+    let elsewhere = request.authorization_url(&discovery, AUDIENCE, "https://evil.example/callback");
+    assert_eq!(pick(&http, &elsewhere, ALICE).await, Err(400), "no code for another site");
+    let own = request.authorization_url(&discovery, AUDIENCE, &format!("{base}/console/callback"));
+    let without_pkce = own.replace("code_challenge_method=S256", "code_challenge_method=plain");
+    assert_eq!(pick(&http, &without_pkce, ALICE).await, Err(400), "PKCE S256 is required");
+    let other_client = own.replace(&format!("client_id={AUDIENCE}"), "client_id=someone-else");
+    assert_eq!(pick(&http, &other_client, ALICE).await, Err(400), "only this platform's client");
+    assert_eq!(pick(&http, &own, "mallory@example.com").await, Err(400), "only its own accounts");
+}
