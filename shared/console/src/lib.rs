@@ -64,7 +64,7 @@ impl Console {
 
 /// The console's routes.
 pub fn router(app: AppState) -> Router {
-    let max_dataset_bytes = usize::try_from(app.config.max_dataset_bytes).unwrap_or(usize::MAX);
+    let max_dataset_bytes = app.config.max_dataset_bytes;
     let console = Console::new(app);
     Router::new()
         .route("/console", get(pages::home))

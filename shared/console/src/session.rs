@@ -157,22 +157,33 @@ impl FromRequest<Console> for Posted {
         let bytes = axum::body::to_bytes(body, FORM_LIMIT).await.map_err(|_| bad("the form is too large"))?;
         let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
             .map_err(|_| bad("the form's encoding is not one a browser sends"))?;
-        check_csrf(&viewer, fields.iter().find(|(k, _)| k == "_csrf").map(|(_, v)| v.as_str()))?;
+        check_csrf(&viewer, fields.iter().find(|(k, _)| k == "_csrf").map(|(_, v)| v.as_str()))
+            .map_err(IntoResponse::into_response)?;
         Ok(Posted { viewer, fields })
     }
 }
 
 /// Refuses a form whose CSRF token is not the viewer's.
-pub(crate) fn check_csrf(viewer: &Viewer, given: Option<&str>) -> Result<(), Response> {
+pub(crate) fn check_csrf(viewer: &Viewer, given: Option<&str>) -> Result<(), CsrfRefused> {
     if given.is_some_and(|g| mapi_identity::constant_time_eq(g.as_bytes(), viewer.csrf.as_bytes())) {
         return Ok(());
     }
-    Err(html::message(
-        StatusCode::FORBIDDEN,
-        "The form was refused",
-        "The form did not carry this session's security token (was it opened before you signed in again?): reload the page and send it again.",
-        None,
-    ))
+    Err(CsrfRefused)
+}
+
+/// A form without this session's CSRF token: refused, changing nothing.
+#[derive(Debug)]
+pub(crate) struct CsrfRefused;
+
+impl IntoResponse for CsrfRefused {
+    fn into_response(self) -> Response {
+        html::message(
+            StatusCode::FORBIDDEN,
+            "The form was refused",
+            "The form did not carry this session's security token (was it opened before you signed in again?): reload the page and send it again.",
+            None,
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]

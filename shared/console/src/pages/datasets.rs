@@ -3,7 +3,7 @@
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use mapi_api::views::{DatasetPage, DatasetView};
 use maud::{Markup, html};
@@ -36,7 +36,7 @@ async fn list(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     render(&console, &viewer, &t, &p, q.page_token.as_deref(), None).await
 }
@@ -99,7 +99,7 @@ async fn upload(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let (mut token, mut name, mut file) = (None, None, None);
     while let Ok(Some(field)) = form.next_field().await {
@@ -111,7 +111,7 @@ async fn upload(
         }
     }
     if let Err(refused) = check_csrf(&viewer, token.as_deref()) {
-        return refused;
+        return refused.into_response();
     }
     let outcome = match file.filter(|f| !f.is_empty()) {
         None => Err(Refusal {

@@ -103,7 +103,7 @@ async fn list(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     render_list(&console, &viewer, (&t, &p), q.page_token.as_deref(), None).await
 }
@@ -174,7 +174,7 @@ async fn submit(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let body = json_field(posted.get("items"), serde_json::json!([]), "the items").and_then(|items| {
         let params = json_field(posted.get("params"), serde_json::json!({}), "the parameters")?;
@@ -209,7 +209,7 @@ async fn detail(
 ) -> Response {
     let id = match plain_id(&id) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     render_job(&console, &viewer, id, &q, None).await
 }
@@ -288,7 +288,7 @@ async fn item_log(
 ) -> Response {
     let id = match plain_id(&id) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let title = format!("Log of item {idx} of job {id}");
     match Api::new(&console, &viewer).text(&format!("/v1/jobs/{id}/items/{idx}/log")).await {
@@ -326,7 +326,7 @@ async fn cancel(State(console): State<Console>, Path(id): Path<String>, posted: 
 async fn act(console: &Console, id: &str, posted: Posted, action: &str, said: &str) -> Response {
     let id = match plain_id(id) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let viewer = &posted.viewer;
     let answer =

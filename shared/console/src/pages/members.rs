@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mapi_access::Role;
 use mapi_domain::{TenantId, UserId};
@@ -34,7 +34,7 @@ struct MemberList {
 async fn list(State(console): State<Console>, viewer: Viewer, Path(tenant): Path<String>) -> Response {
     let t = match tenant_id(&tenant) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     render(&console, &viewer, &t, None).await
 }
@@ -100,7 +100,7 @@ async fn render(
 async fn add(State(console): State<Console>, Path(tenant): Path<String>, posted: Posted) -> Response {
     let t = match tenant_id(&tenant) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let body = serde_json::json!({
         "email": posted.get("email").unwrap_or_default(),
@@ -126,7 +126,7 @@ async fn change(
 ) -> Response {
     let t = match tenant_id(&tenant) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let Ok(email) = UserId::parse(&email) else {
         return crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such member.", None);

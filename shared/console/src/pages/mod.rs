@@ -37,29 +37,35 @@ pub fn routes(max_dataset_bytes: usize) -> Router<Console> {
 
 /// A tenant and project from a console path, checked as the API checks
 /// ids (so nothing else reaches an API URL); a bad one is not found.
-pub(crate) fn project_ids(tenant: &str, project: &str) -> Result<(TenantId, ProjectId), Response> {
+pub(crate) fn project_ids(tenant: &str, project: &str) -> Result<(TenantId, ProjectId), Missing> {
     match (TenantId::parse(tenant), ProjectId::parse(project)) {
         (Ok(t), Ok(p)) => Ok((t, p)),
-        _ => Err(crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such project.", None)),
+        _ => Err(Missing("There is no such project.")),
     }
 }
 
-pub(crate) fn tenant_id(tenant: &str) -> Result<TenantId, Response> {
-    TenantId::parse(tenant).map_err(|_| {
-        crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such tenant.", None)
-    })
+pub(crate) fn tenant_id(tenant: &str) -> Result<TenantId, Missing> {
+    TenantId::parse(tenant).map_err(|_| Missing("There is no such tenant."))
 }
 
 /// An id of a run, job or model version in a path: only characters ids
 /// are made of, so it cannot change the API URL it is put in.
-pub(crate) fn plain_id(id: &str) -> Result<&str, Response> {
-    if !id.is_empty()
-        && id.len() <= 128
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
+pub(crate) fn plain_id(id: &str) -> Result<&str, Missing> {
+    let plain = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !id.is_empty() && id.len() <= 128 && plain {
         Ok(id)
     } else {
-        Err(crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such thing here.", None))
+        Err(Missing("There is no such thing here."))
+    }
+}
+
+/// A path naming nothing the console shows: a page that says so.
+#[derive(Debug)]
+pub(crate) struct Missing(&'static str);
+
+impl IntoResponse for Missing {
+    fn into_response(self) -> Response {
+        crate::html::message(StatusCode::NOT_FOUND, "Not found", self.0, None)
     }
 }
 

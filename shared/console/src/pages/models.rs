@@ -3,7 +3,7 @@
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use mapi_api::endpoints::EndpointPage;
 use mapi_api::views::ModelVersionPage;
@@ -33,7 +33,7 @@ async fn models(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let api = Api::new(&console, &viewer);
     let base = format!("/v1/tenants/{t}/projects/{p}");

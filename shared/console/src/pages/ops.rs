@@ -6,7 +6,7 @@
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mapi_domain::{Residency, TenantStatus, Tier};
 use mapi_schema::{AuditDoc, TenantDoc};
@@ -135,7 +135,7 @@ async fn manage_tenant(
 ) -> Response {
     let t = match tenant_id(&tenant) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let status = posted.get("status").unwrap_or("active");
     let drastic = status == TenantStatus::Suspended.as_str() || status == TenantStatus::Deleting.as_str();
@@ -349,7 +349,7 @@ async fn tenant_audit(
 ) -> Response {
     let t = match tenant_id(&tenant) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     render_audit(&console, &viewer, &format!("/v1/tenants/{t}/audit"), Scope::tenant(&t), &f, false).await
 }

@@ -85,7 +85,7 @@ async fn list(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let scope = Scope::project(t.as_str(), p.as_str());
     let path = format!("/v1/tenants/{t}/projects/{p}/runs{}", f.api_query());
@@ -180,7 +180,7 @@ async fn bulk(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let viewer = &posted.viewer;
     let api = Api::new(&console, viewer);
@@ -245,7 +245,7 @@ async fn new_form(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     render_new(&console, &viewer, &t, &p, None, &Default::default()).await
 }
@@ -343,7 +343,7 @@ async fn submit(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let own = |k: &str| posted.get(k).map(str::to_owned);
     let form = NewRunForm {
@@ -372,7 +372,7 @@ async fn submit(
 async fn detail(State(console): State<Console>, viewer: Viewer, Path(id): Path<String>) -> Response {
     let id = match plain_id(&id) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let api = Api::new(&console, &viewer);
     let run: RunView = match api.get(&format!("/v1/runs/{id}")).await {
@@ -469,7 +469,7 @@ fn live_section(run: &RunView) -> Markup {
 async fn live(State(console): State<Console>, viewer: Viewer, Path(id): Path<String>) -> Response {
     let id = match plain_id(&id) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     match Api::new(&console, &viewer).get::<RunView>(&format!("/v1/runs/{id}")).await {
         Ok(run) => (
@@ -484,7 +484,7 @@ async fn live(State(console): State<Console>, viewer: Viewer, Path(id): Path<Str
 async fn cancel(State(console): State<Console>, Path(id): Path<String>, posted: Posted) -> Response {
     let id = match plain_id(&id) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     match Api::new(&console, &posted.viewer).post_empty::<RunView>(&format!("/v1/runs/{id}/cancel")).await {
         Ok(_) => Redirect::to(&format!("/console/runs/{id}")).into_response(),

@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mapi_access::Scope as TokenScope;
 use mapi_domain::{ProjectId, TenantId, Timestamp};
@@ -59,7 +59,7 @@ async fn list(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     render(&console, &viewer, (&t, &p), q.all.unwrap_or(false), None).await
 }
@@ -150,7 +150,7 @@ async fn create(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let viewer = &posted.viewer;
     let answer = match new_token(&posted) {
@@ -187,11 +187,11 @@ async fn revoke(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let id = match plain_id(&id) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let viewer = &posted.viewer;
     let answer =

@@ -5,7 +5,7 @@
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use mapi_domain::Timestamp;
 use maud::{Markup, html};
@@ -76,7 +76,7 @@ async fn project_usage(
 ) -> Response {
     let (t, p) = match project_ids(&tenant, &project) {
         Ok(ids) => ids,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let base = format!("/v1/tenants/{t}/projects/{p}/usage");
     let title = format!("Usage of project {p}");
@@ -91,7 +91,7 @@ async fn tenant_usage(
 ) -> Response {
     let t = match tenant_id(&tenant) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let base = format!("/v1/tenants/{t}/usage");
     let title = format!("Usage of tenant {t}");
