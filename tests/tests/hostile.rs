@@ -1394,7 +1394,7 @@ fn methods(c: &Ctx) -> Vec<Case> {
         ("POST", format!("{p}/model-versions")),
         ("DELETE", format!("/v1/model-versions/{MV}")),
         ("GET", format!("/v1/model-versions/{MV}/urls")),
-        ("GET", format!("{p}/jobs")),
+        ("DELETE", format!("{p}/jobs")),
         ("DELETE", format!("/v1/jobs/{JOB}")),
         ("POST", format!("/v1/jobs/{JOB}/items")),
         ("POST", format!("/v1/jobs/{JOB}/items/0/log")),
