@@ -19,6 +19,8 @@ fn without_a_platform_the_cli_says_what_to_do() {
     let out = Command::new(env!("CARGO_BIN_EXE_mapi"))
         .args(["runs", "ls"])
         .env("MAPI_HOME", home.path())
+        // Nothing the person running the tests saved may answer for the platform.
+        .env("MAPI_CONFIG_DIR", home.path().join("config"))
         .env_remove("MAPI_URL")
         .env_remove("MAPI_TOKEN")
         .output()
