@@ -1,6 +1,7 @@
 """The web console in a real browser: signing in, runs, jobs, tokens,
 members, usage and the operators' pages, as people use them."""
 
+import json
 import re
 import time
 
@@ -233,6 +234,77 @@ def test_submitting_an_item_job_from_the_jobs_page(dev):
     shot(dev, "jobs")
 
 
+def test_a_running_jobs_counts_refresh_themselves(dev):
+    status, job = api("POST", f"/v1/tenants/{TENANT}/projects/{PROJECT}/jobs",
+                      {"method": "item.echo", "items": [{"id": i} for i in range(20)]})
+    assert status in (200, 201, 202), job
+    dev.goto(f"{URL}/console/jobs/{job['id']}")
+    live = dev.locator("#live")
+    expect(live).to_have_attribute("data-live", f"/console/jobs/{job['id']}/live")
+    # Without a reload, the section turns final with every item counted.
+    expect(live).to_have_attribute("data-final", "", timeout=90_000)
+    expect(live).to_contain_text("20 — 20 succeeded")
+
+
+# --- models and endpoints ---------------------------------------------------
+
+LONGLEY_ROW = {"gnp_deflator": 100, "gnp": 400000, "unemployed": 3000, "armed_forces": 2500,
+               "population": 117000, "year": 1955}
+
+
+def wait_endpoint(alias, status="ready", timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        code, ep = api("GET", f"/v1/tenants/{TENANT}/projects/{PROJECT}/endpoints/{alias}")
+        if code == 200 and ep["status"] == status:
+            return ep
+        time.sleep(0.5)
+    raise AssertionError(f"endpoint {alias} was not {status} in {timeout} s")
+
+
+def test_deploying_scoring_and_deleting_an_endpoint(dev, fitted):
+    dev.goto(f"{PROJECT_URL}/models")
+    dev.get_by_label(re.compile("^Alias")).fill("console-ep")
+    dev.get_by_label("Model version").select_option(fitted["model_version"])
+    dev.get_by_role("button", name="Deploy").click()
+    expect(dev.locator(".done")).to_contain_text("Endpoint console-ep is")
+    ep = wait_endpoint("console-ep")
+    assert ep["model_version"] == fitted["model_version"]
+    dev.goto(f"{PROJECT_URL}/models")
+    section = dev.get_by_role("region", name="Endpoint console-ep")
+    expect(section.locator("table")).to_contain_text("100 %")
+    section.get_by_label(re.compile("Rows to score")).fill(json.dumps([LONGLEY_ROW]))
+    section.get_by_label(re.compile("standard error")).check()
+    section.get_by_role("button", name="Score").click()
+    expect(dev.locator(".done")).to_contain_text("1 predictions from revision r1")
+    expect(dev.locator(".done td").nth(2)).to_contain_text("±")
+    shot(dev, "endpoint-scored")
+    # A row missing a column is refused in the API's words, naming it.
+    section = dev.get_by_role("region", name="Endpoint console-ep")
+    section.get_by_label(re.compile("Rows to score")).fill('[{"gnp": 400000}]')
+    section.get_by_role("button", name="Score").click()
+    expect(dev.locator(".problem")).to_contain_text("gnp_deflator")
+    # Deleting needs the alias typed.
+    section = dev.get_by_role("region", name="Endpoint console-ep")
+    section.get_by_label(re.compile("to delete")).fill("wrong")
+    section.get_by_role("button", name="Delete").click()
+    expect(dev.locator(".problem")).to_contain_text("type the endpoint's alias")
+    section = dev.get_by_role("region", name="Endpoint console-ep")
+    section.get_by_label(re.compile("to delete")).fill("console-ep")
+    section.get_by_role("button", name="Delete").click()
+    expect(dev.locator(".done")).to_contain_text("console-ep is being deleted")
+
+
+def test_a_viewer_may_not_deploy_an_endpoint(viewer, fitted):
+    viewer.goto(f"{PROJECT_URL}/models")
+    viewer.get_by_label(re.compile("^Alias")).fill("viewer-ep")
+    viewer.get_by_label("Model version").select_option(fitted["model_version"])
+    viewer.get_by_role("button", name="Deploy").click()
+    expect(viewer.locator(".problem")).to_contain_text("403")
+    code, _ = api("GET", f"/v1/tenants/{TENANT}/projects/{PROJECT}/endpoints/viewer-ep")
+    assert code == 404
+
+
 # --- tokens -----------------------------------------------------------------
 
 
@@ -321,6 +393,26 @@ def test_adding_a_member_changing_their_role_and_removing_them(dev):
 
 
 # --- usage ------------------------------------------------------------------
+
+
+def test_a_projects_members_page_marks_the_tenant_wide_grants(dev):
+    dev.goto(f"{PROJECT_URL}/members")
+    row = dev.get_by_role("row", name=re.compile(r"^dev@dev\.local "))
+    expect(row).to_contain_text("organisation")
+    expect(row.get_by_role("link", name="On the tenant's page")).to_be_visible()
+    form = dev.locator("form.stack")
+    form.get_by_label("E-mail").fill("project-only@example.com")
+    form.get_by_label("Role").select_option("runner")
+    form.get_by_role("button", name="Add").click()
+    expect(dev.locator(".done")).to_contain_text("project-only@example.com was added")
+    listed = api("GET", f"/v1/tenants/{TENANT}/projects/{PROJECT}/members", token=session_of(dev))[1]["items"]
+    grant = next(m for m in listed if m["email"] == "project-only@example.com")
+    assert grant["project"] == PROJECT and grant["role"] == "runner" and not grant["claimed"]
+    row = dev.get_by_role("row", name=re.compile(r"^project-only@example\.com "))
+    expect(row).not_to_contain_text("organisation")
+    row.get_by_role("button", name="Remove project-only@example.com").click()
+    expect(dev.locator(".done")).to_contain_text("removed from the project")
+    shot(dev, "project-members")
 
 
 def test_the_usage_chart_and_totals_match_the_api(dev, fitted):
@@ -431,6 +523,7 @@ READ_PAGES = [
     "/console/t/dev/p/default/usage",
     "/console/t/dev/p/default/tokens",
     "/console/t/dev/members",
+    "/console/t/dev/p/default/members",
     "/console/t/dev/usage",
     "/console/t/dev/audit",
 ]

@@ -21,6 +21,12 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A form the console itself refuses before asking the API (400
+    /// `INVALID_ARGUMENT`, as the API would say it), with what to fix.
+    pub fn invalid(detail: impl Into<String>) -> Refusal {
+        Refusal { status: StatusCode::BAD_REQUEST, code: "INVALID_ARGUMENT".into(), detail: detail.into() }
+    }
+
     fn unreachable(e: &reqwest::Error) -> Refusal {
         Refusal {
             status: StatusCode::BAD_GATEWAY,

@@ -89,6 +89,7 @@ fn navigation(viewer: &Viewer, scope: Scope<'_>) -> Markup {
     html! {
         nav aria-label="Console" {
             ul {
+                li { a href="/console?all=true" { "All projects" } }
                 @if let (Some(t), Some(p)) = (scope.tenant, scope.project) {
                     @let base = format!("/console/t/{t}/p/{p}");
                     li { a href={(base) "/runs"} { "Runs" } }
@@ -98,9 +99,10 @@ fn navigation(viewer: &Viewer, scope: Scope<'_>) -> Markup {
                     li { a href={(base) "/models"} { "Models" } }
                     li { a href={(base) "/usage"} { "Usage" } }
                     li { a href={(base) "/tokens"} { "Tokens" } }
+                    li { a href={(base) "/members"} { "Project members" } }
                 }
                 @if let Some(t) = scope.tenant {
-                    li { a href={"/console/t/" (t) "/members"} { "Members" } }
+                    li { a href={"/console/t/" (t) "/members"} { "Tenant members" } }
                     li { a href={"/console/t/" (t) "/usage"} { "Tenant usage" } }
                     li { a href={"/console/t/" (t) "/audit"} { "Audit" } }
                 }

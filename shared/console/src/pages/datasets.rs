@@ -1,15 +1,14 @@
 //! Datasets: the project's list and an upload form.
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Multipart, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use mapi_api::views::{DatasetPage, DatasetView};
 use maud::{Markup, html};
-use serde::Deserialize;
 
-use super::project_ids;
+use super::{PageQuery, ProjectPath};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
 use crate::html::{Scope, csrf, done, page, refusal_box, when};
@@ -23,21 +22,12 @@ pub fn routes(max_dataset_bytes: usize) -> Router<Console> {
     )
 }
 
-#[derive(Debug, Deserialize)]
-pub struct PageQuery {
-    page_token: Option<String>,
-}
-
 async fn list(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     Query(q): Query<PageQuery>,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     render(&console, &viewer, &t, &p, q.page_token.as_deref(), None).await
 }
 
@@ -94,13 +84,9 @@ fn upload_form(viewer: &Viewer) -> Markup {
 async fn upload(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     mut form: Multipart,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     let (mut token, mut name, mut file) = (None, None, None);
     while let Ok(Some(field)) = form.next_field().await {
         match field.name().unwrap_or_default() {
@@ -114,12 +100,9 @@ async fn upload(
         return refused.into_response();
     }
     let outcome = match file.filter(|f| !f.is_empty()) {
-        None => Err(Refusal {
-            status: StatusCode::BAD_REQUEST,
-            code: "INVALID_ARGUMENT".into(),
-            detail: "choose a CSV file to upload (it was missing, empty or larger than a dataset may be)"
-                .into(),
-        }),
+        None => Err(Refusal::invalid(
+            "choose a CSV file to upload (it was missing, empty or larger than a dataset may be)",
+        )),
         Some(bytes) => {
             let name = name.as_deref().map(str::trim).filter(|n| !n.is_empty());
             let path = format!("/v1/tenants/{t}/projects/{p}/datasets{}", query(&[("name", name)]));

@@ -12,7 +12,7 @@ use maud::{Markup, html};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::{plain_id, project_ids};
+use super::{IdPath, PageQuery, ProjectPath, fragment, json_field};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
 use crate::html::{Scope, csrf, done, money, page, refusal_box, refused, state_badge, when};
@@ -22,6 +22,7 @@ pub fn routes() -> Router<Console> {
     Router::new()
         .route("/console/t/{tenant}/p/{project}/jobs", get(list).post(submit))
         .route("/console/jobs/{id}", get(detail))
+        .route("/console/jobs/{id}/live", get(live))
         .route("/console/jobs/{id}/items/{idx}/log", get(item_log))
         .route("/console/jobs/{id}/retry-failed", post(retry_failed))
         .route("/console/jobs/{id}/cancel", post(cancel))
@@ -90,21 +91,12 @@ struct ItemPage {
 /// The states of a job that is over (its counts will not change).
 const FINAL: [&str; 3] = ["succeeded", "failed", "completed_with_errors"];
 
-#[derive(Debug, Deserialize)]
-pub struct PageQuery {
-    page_token: Option<String>,
-}
-
 async fn list(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     Query(q): Query<PageQuery>,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     render_list(&console, &viewer, (&t, &p), q.page_token.as_deref(), None).await
 }
 
@@ -152,30 +144,11 @@ async fn render_list(
     page(status, Some(viewer), Scope::project(t.as_str(), p.as_str()), "Item jobs", body)
 }
 
-fn json_field(
-    text: Option<&str>,
-    default: serde_json::Value,
-    what: &str,
-) -> Result<serde_json::Value, Refusal> {
-    match text.map(str::trim).filter(|t| !t.is_empty()) {
-        None => Ok(default),
-        Some(t) => serde_json::from_str(t).map_err(|_| Refusal {
-            status: StatusCode::BAD_REQUEST,
-            code: "INVALID_ARGUMENT".into(),
-            detail: format!("{what} is not valid JSON"),
-        }),
-    }
-}
-
 async fn submit(
     State(console): State<Console>,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     posted: Posted,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     let body = json_field(posted.get("items"), serde_json::json!([]), "the items").and_then(|items| {
         let params = json_field(posted.get("params"), serde_json::json!({}), "the parameters")?;
         Ok(serde_json::json!({"method": posted.get("method"), "items": items, "options": {"params": params}}))
@@ -204,13 +177,10 @@ pub struct ItemsQuery {
 async fn detail(
     State(console): State<Console>,
     viewer: Viewer,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
     Query(q): Query<ItemsQuery>,
 ) -> Response {
-    let id = match plain_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
+    let id = id.as_str();
     render_job(&console, &viewer, id, &q, None).await
 }
 
@@ -236,17 +206,7 @@ async fn render_job(
     let c = &job.counts;
     let body = html! {
         @if let Some(f) = flash { (f) }
-        section aria-label="State and counts" {
-            dl.facts {
-                dt { "State" } dd { (state_badge(&job.state)) }
-                dt { "Method" } dd { (job.method) }
-                dt { "Items" } dd { (c.total) " — " (c.succeeded) " succeeded, " (c.failed) " failed, " (c.running) " running, " (c.pending) " pending, " (c.cancelled) " cancelled" }
-                dt { "Round" } dd { (job.round) }
-                dt { "Created" } dd { (when(job.created_at)) }
-                dt { "Finished" } dd { @match job.finished_at { Some(f) => (when(f)), None => "not yet" } }
-                dt { "Cost" } dd { (money(job.cost.cost_micros, "USD")) " estimated for " (job.cost.duration_ms) " ms of method time" }
-            }
-        }
+        (counts_section(&job))
         div.pager {
             @if c.failed > 0 {
                 form method="post" action={"/console/jobs/" (id) "/retry-failed"} { (csrf(viewer)) button type="submit" { "Retry the " (c.failed) " failed items" } }
@@ -281,15 +241,38 @@ async fn render_job(
     page(StatusCode::OK, Some(viewer), scope, &format!("Item job {id}"), body)
 }
 
+/// The job's state and counts; with JavaScript, the page replaces it from
+/// `…/live` until the job is over.
+fn counts_section(job: &Job) -> Markup {
+    let c = &job.counts;
+    html! {
+        section #live aria-live="polite" aria-label="State and counts"
+            data-live={"/console/jobs/" (job.id) "/live"} data-final[FINAL.contains(&job.state.as_str())] {
+            dl.facts {
+                dt { "State" } dd { (state_badge(&job.state)) }
+                dt { "Method" } dd { (job.method) }
+                dt { "Items" } dd { (c.total) " — " (c.succeeded) " succeeded, " (c.failed) " failed, " (c.running) " running, " (c.pending) " pending, " (c.cancelled) " cancelled" }
+                dt { "Round" } dd { (job.round) }
+                dt { "Created" } dd { (when(job.created_at)) }
+                dt { "Finished" } dd { @match job.finished_at { Some(f) => (when(f)), None => "not yet" } }
+                dt { "Cost" } dd { (money(job.cost.cost_micros, "USD")) " estimated for " (job.cost.duration_ms) " ms of method time" }
+            }
+        }
+    }
+}
+
+/// The counts section alone, for the page's script to swap in.
+async fn live(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
+    let job = Api::new(&console, &viewer).get::<Job>(&format!("/v1/jobs/{id}")).await;
+    fragment(job.map(|job| counts_section(&job)))
+}
+
 async fn item_log(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((id, idx)): Path<(String, u64)>,
+    IdPath(id): IdPath,
+    Path((_, idx)): Path<(String, u64)>,
 ) -> Response {
-    let id = match plain_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
     let title = format!("Log of item {idx} of job {id}");
     match Api::new(&console, &viewer).text(&format!("/v1/jobs/{id}/items/{idx}/log")).await {
         Err(r) => refused(&viewer, Scope::default(), &title, &r),
@@ -315,19 +298,15 @@ fn log_line(line: &str) -> String {
     }
 }
 
-async fn retry_failed(State(console): State<Console>, Path(id): Path<String>, posted: Posted) -> Response {
+async fn retry_failed(State(console): State<Console>, IdPath(id): IdPath, posted: Posted) -> Response {
     act(&console, &id, posted, "retry-failed", "The failed items were queued again.").await
 }
 
-async fn cancel(State(console): State<Console>, Path(id): Path<String>, posted: Posted) -> Response {
+async fn cancel(State(console): State<Console>, IdPath(id): IdPath, posted: Posted) -> Response {
     act(&console, &id, posted, "cancel", "The job is cancelled: items still queued will not run.").await
 }
 
 async fn act(console: &Console, id: &str, posted: Posted, action: &str, said: &str) -> Response {
-    let id = match plain_id(id) {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
     let viewer = &posted.viewer;
     let answer =
         Api::new(console, viewer).post_empty::<serde_json::Value>(&format!("/v1/jobs/{id}/{action}")).await;

@@ -12,14 +12,16 @@ mod tokens;
 mod usage;
 
 use axum::Router;
+use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Redirect, Response};
 use mapi_domain::{ProjectId, TenantId};
 use maud::html;
 use serde::Deserialize;
 
 use crate::Console;
-use crate::api::Api;
+use crate::api::{Api, Refusal};
 use crate::html::{Scope, page, refused};
 use crate::session::Viewer;
 
@@ -46,6 +48,95 @@ pub(crate) fn project_ids(tenant: &str, project: &str) -> Result<(TenantId, Proj
 
 pub(crate) fn tenant_id(tenant: &str) -> Result<TenantId, Missing> {
     TenantId::parse(tenant).map_err(|_| Missing("There is no such tenant."))
+}
+
+/// The `{tenant}` and `{project}` of a console path, checked (see
+/// [`project_ids`]); a page under a project takes it as an argument.
+#[derive(Debug)]
+pub(crate) struct ProjectPath {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+}
+
+/// The `{tenant}` of a console path, checked as the API checks it.
+#[derive(Debug)]
+pub(crate) struct TenantPath(pub TenantId);
+
+/// One named parameter of the matched route, as it came.
+fn param(params: &RawPathParams, name: &str) -> Option<String> {
+    params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ProjectPath {
+    type Rejection = Missing;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Missing> {
+        let missing = Missing("There is no such project.");
+        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| missing)?;
+        let (t, p) = (param(&params, "tenant"), param(&params, "project"));
+        let (tenant, project) = project_ids(&t.unwrap_or_default(), &p.unwrap_or_default())?;
+        Ok(ProjectPath { tenant, project })
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for TenantPath {
+    type Rejection = Missing;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Missing> {
+        let missing = Missing("There is no such tenant.");
+        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| missing)?;
+        tenant_id(&param(&params, "tenant").unwrap_or_default()).map(TenantPath)
+    }
+}
+
+/// The `{id}` of a run, job or token in a console path, checked by
+/// [`plain_id`].
+#[derive(Debug)]
+pub(crate) struct IdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdPath {
+    type Rejection = Missing;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Missing> {
+        let missing = Missing("There is no such thing here.");
+        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| missing)?;
+        let id = param(&params, "id").unwrap_or_default();
+        plain_id(&id)?;
+        Ok(IdPath(id))
+    }
+}
+
+/// A live section's fresh copy for the page's script (never cached), or
+/// the refusal that stands in its place.
+pub(crate) fn fragment(section: Result<maud::Markup, Refusal>) -> Response {
+    match section {
+        Ok(markup) => {
+            ([(axum::http::header::CACHE_CONTROL, "no-store")], axum::response::Html(markup.into_string()))
+                .into_response()
+        }
+        Err(r) => {
+            (r.status, axum::response::Html(crate::html::refusal_box(&r).into_string())).into_response()
+        }
+    }
+}
+
+/// A form field holding JSON (`default` when left empty); text that does
+/// not parse is refused in the API's words, naming `what`.
+pub(crate) fn json_field(
+    text: Option<&str>,
+    default: serde_json::Value,
+    what: &str,
+) -> Result<serde_json::Value, Refusal> {
+    match text.map(str::trim).filter(|t| !t.is_empty()) {
+        None => Ok(default),
+        Some(t) => serde_json::from_str(t).map_err(|_| Refusal::invalid(format!("{what} is not valid JSON"))),
+    }
+}
+
+/// `?page_token=`: which page of a cursor-paged list to show.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PageQuery {
+    pub page_token: Option<String>,
 }
 
 /// An id of a run, job or model version in a path: only characters ids
@@ -94,8 +185,19 @@ pub(crate) async fn role_in(api: &Api<'_>, tenant: &TenantId, project: &ProjectI
     of(Some(project)).or_else(|| of(None)).map(|g| g.role.clone())
 }
 
-/// The projects the viewer can open, from their grants.
-pub async fn home(axum::extract::State(console): axum::extract::State<Console>, viewer: Viewer) -> Response {
+/// `?all=true` on the home page: list the projects even when there is one.
+#[derive(Debug, Deserialize)]
+pub struct HomeQuery {
+    all: Option<bool>,
+}
+
+/// The projects the viewer can open, from their grants (the project
+/// picker: every page links here as "All projects").
+pub async fn home(
+    axum::extract::State(console): axum::extract::State<Console>,
+    viewer: Viewer,
+    axum::extract::Query(q): axum::extract::Query<HomeQuery>,
+) -> Response {
     let api = Api::new(&console, &viewer);
     let me: WhoAmI = match api.get("/v1/whoami").await {
         Ok(me) => me,
@@ -114,7 +216,7 @@ pub async fn home(axum::extract::State(console): axum::extract::State<Console>, 
             }
         }
     }
-    if let [(t, p, ..)] = rows.as_slice() {
+    if let ([(t, p, ..)], None | Some(false)) = (rows.as_slice(), q.all) {
         return Redirect::to(&format!("/console/t/{t}/p/{p}/runs")).into_response();
     }
     let body = html! {

@@ -1,70 +1,70 @@
-//! Model versions and the endpoints serving them (status, revisions, traffic).
+//! Model versions and the endpoints serving them: status, revisions and
+//! traffic, history; deploying a version as an endpoint, scoring rows,
+//! promoting another version, rolling back and deleting.
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use mapi_api::endpoints::EndpointPage;
-use mapi_api::views::ModelVersionPage;
-use maud::html;
-use serde::Deserialize;
+use axum::response::Response;
+use axum::routing::{get, post};
+use mapi_api::endpoints::{EndpointPage, EndpointView, ScoreResponse};
+use mapi_api::views::{ModelVersionPage, ModelVersionSummary};
+use mapi_domain::{ProjectId, TenantId};
+use maud::{Markup, html};
+use reqwest::Method;
+use serde_json::{Value, json};
 
-use super::project_ids;
+use super::{PageQuery, ProjectPath, json_field, plain_id};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
-use crate::html::{Scope, money, page, refusal_box, state_badge, when};
-use crate::session::Viewer;
+use crate::html::{Scope, csrf, done, money, page, refusal_box, state_badge, when};
+use crate::session::{Posted, Viewer};
 
 pub fn routes() -> Router<Console> {
-    Router::new().route("/console/t/{tenant}/p/{project}/models", get(models))
+    Router::new()
+        .route("/console/t/{tenant}/p/{project}/models", get(models).post(deploy))
+        .route("/console/t/{tenant}/p/{project}/endpoints/{alias}", post(act))
 }
 
-#[derive(Debug, Deserialize)]
-pub struct PageQuery {
-    page_token: Option<String>,
-}
+/// What an action answered, shown above the lists.
+type Flash = Option<Result<Markup, Refusal>>;
 
 async fn models(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    at: ProjectPath,
     Query(q): Query<PageQuery>,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
-    let api = Api::new(&console, &viewer);
+    render(&console, &viewer, (&at.tenant, &at.project), q.page_token.as_deref(), None).await
+}
+
+async fn render(
+    console: &Console,
+    viewer: &Viewer,
+    (t, p): (&TenantId, &ProjectId),
+    page_token: Option<&str>,
+    flash: Flash,
+) -> Response {
+    let api = Api::new(console, viewer);
     let base = format!("/v1/tenants/{t}/projects/{p}");
     let versions: Result<ModelVersionPage, Refusal> =
-        api.get(&format!("{base}/model-versions{}", query(&[("page_token", q.page_token.as_deref())]))).await;
+        api.get(&format!("{base}/model-versions{}", query(&[("page_token", page_token)]))).await;
     let endpoints: Result<EndpointPage, Refusal> = api.get(&format!("{base}/endpoints")).await;
-    let status = versions.as_ref().err().map_or(StatusCode::OK, |r| r.status);
+    let status = match (&flash, &versions) {
+        (Some(Err(r)), _) | (_, Err(r)) => r.status,
+        _ => StatusCode::OK,
+    };
+    let listed = versions.as_ref().map(|v| v.model_versions.as_slice()).unwrap_or_default();
+    let action = format!("/console/t/{t}/p/{p}");
     let body = html! {
+        @match &flash { Some(Ok(m)) => (m), Some(Err(r)) => (refusal_box(r)), None => {} }
         h2 { "Endpoints" }
         @match &endpoints {
             Err(r) => (refusal_box(r)),
-            Ok(e) if e.endpoints.is_empty() => p { "No endpoint serves a model of this project yet (" code { "mapi endpoints deploy" } ")." },
-            Ok(e) => {
-                @for ep in &e.endpoints {
-                    section aria-label={"Endpoint " (ep.alias)} {
-                        h3 { (ep.alias) " " (state_badge(&format!("{:?}", ep.status).to_lowercase())) }
-                        @if let Some(m) = &ep.message { div.problem { p { (m) } } }
-                        p.meta { "Serves " code { (ep.model_version) } " on " (ep.hosting) " (" (ep.region) "), " (ep.min_instances) "–" (ep.max_instances) " instances. "
-                            (ep.usage.requests) " scores, " (ep.usage.errors) " errors, " (money(i64::try_from(ep.usage.cost_micros).unwrap_or(i64::MAX), "USD")) "." }
-                        table {
-                            caption { "Revisions and traffic" }
-                            thead { tr { th scope="col" { "Tag" } th scope="col" { "Model version" } th scope="col" { "Role" } th.num scope="col" { "Traffic" } th scope="col" { "Created" } } }
-                            tbody { @for r in &ep.revisions { tr {
-                                td { (r.tag) } td { code { (r.model_version) } } td { (r.role) } td.num { (r.traffic_percent) " %" } td { (when(r.created_at)) }
-                            } } }
-                        }
-                        @if let Some(pr) = &ep.promotion { p { "Promotion of " code { (pr.model_version) } ": " (pr.phase) ", canary at " (pr.canary_percent) " %." } }
-                    }
-                }
-            }
+            Ok(e) if e.endpoints.is_empty() => p { "No endpoint serves a model of this project yet: deploy a version below." },
+            Ok(e) => { @for ep in &e.endpoints { (endpoint_section(viewer, &action, ep, listed)) } }
         }
+        @if !listed.is_empty() { (deploy_form(viewer, &action, listed)) }
         h2 { "Model versions" }
         @match &versions {
             Err(r) => (refusal_box(r)),
@@ -81,5 +81,178 @@ async fn models(
             }
         }
     };
-    page(status, Some(&viewer), Scope::project(t.as_str(), p.as_str()), "Models and endpoints", body)
+    page(status, Some(viewer), Scope::project(t.as_str(), p.as_str()), "Models and endpoints", body)
+}
+
+fn version_select(name: &str, label: &str, versions: &[ModelVersionSummary]) -> Markup {
+    html! {
+        label { (label)
+            select name=(name) required {
+                @for m in versions { option value=(m.id) { (m.id) " (" (m.method) ", " (when(m.created_at)) ")" } }
+            }
+        }
+    }
+}
+
+fn deploy_form(viewer: &Viewer, action: &str, versions: &[ModelVersionSummary]) -> Markup {
+    html! {
+        h2 { "Deploy a version as an endpoint" }
+        form.stack method="post" action={(action) "/models"} {
+            (csrf(viewer))
+            label { "Alias (lowercase letters, digits and -, starting with a letter)" input name="alias" required pattern="[a-z][a-z0-9-]{0,31}" autocomplete="off"; }
+            (version_select("model_version", "Model version", versions))
+            label { "Accelerator" select name="accelerator" { option value="cpu" { "cpu" } option value="l4" { "l4 (GPU)" } } }
+            label { "Region (us, eu or a region by name)" input name="region" value="us"; }
+            label { "Fewest instances (0 scales to zero)" input name="min_instances" type="number" min="0" max="100" value="0"; }
+            label { "Most instances" input name="max_instances" type="number" min="1" max="100" value="3"; }
+            button type="submit" { "Deploy" }
+        }
+    }
+}
+
+fn endpoint_section(
+    viewer: &Viewer,
+    action: &str,
+    ep: &EndpointView,
+    versions: &[ModelVersionSummary],
+) -> Markup {
+    let act = format!("{action}/endpoints/{}", ep.alias);
+    html! {
+        section aria-label={"Endpoint " (ep.alias)} {
+            h3 { (ep.alias) " " (state_badge(&format!("{:?}", ep.status).to_lowercase())) }
+            @if let Some(m) = &ep.message { div.problem { p { (m) } } }
+            p.meta { "Serves " code { (ep.model_version) } " on " (ep.hosting) " (" (ep.region) "), " (ep.min_instances) "–" (ep.max_instances) " instances. "
+                (ep.usage.requests) " scores, " (ep.usage.errors) " errors, " (money(i64::try_from(ep.usage.cost_micros).unwrap_or(i64::MAX), "USD")) "." }
+            table {
+                caption { "Revisions and traffic" }
+                thead { tr { th scope="col" { "Tag" } th scope="col" { "Model version" } th scope="col" { "Role" } th.num scope="col" { "Traffic" } th scope="col" { "Created" } } }
+                tbody { @for r in &ep.revisions { tr {
+                    td { (r.tag) } td { code { (r.model_version) } } td { (r.role) } td.num { (r.traffic_percent) " %" } td { (when(r.created_at)) }
+                } } }
+            }
+            @if let Some(pr) = &ep.promotion { p { "Promotion of " code { (pr.model_version) } ": " (pr.phase) ", canary at " (pr.canary_percent) " %." } }
+            details {
+                summary { "History (" (ep.events.len()) " events)" }
+                ol.timeline { @for e in &ep.events { li { (when(e.at)) " " strong { (e.kind) } " " (e.detail) } } }
+            }
+            form.stack method="post" action=(act) {
+                (csrf(viewer))
+                label { "Rows to score (JSON: a list of objects naming the model's input columns)"
+                    textarea name="rows" rows="3" required placeholder=r#"[{"gnp": 400000, "year": 1955}]"# {} }
+                label.check { input type="checkbox" name="std_errors" value="true"; "Also each prediction's standard error" }
+                button type="submit" name="action" value="score" { "Score" }
+            }
+            div.pager {
+                @if !versions.is_empty() {
+                    form.inline method="post" action=(act) {
+                        (csrf(viewer))
+                        (version_select("model_version", "Promote", versions))
+                        button.secondary type="submit" name="action" value="promote" { "Promote" }
+                    }
+                }
+                form.inline method="post" action=(act) {
+                    (csrf(viewer))
+                    button.secondary type="submit" name="action" value="rollback" { "Roll back" }
+                }
+                form.inline method="post" action=(act) {
+                    (csrf(viewer))
+                    label { "Type " code { (ep.alias) } " to delete" input name="confirm" required autocomplete="off"; }
+                    button.danger type="submit" name="action" value="delete" { "Delete" }
+                }
+            }
+        }
+    }
+}
+
+/// A number from the form, or the field's default when it is left empty.
+fn count(posted: &Posted, field: &str, default: u32) -> Result<u32, Refusal> {
+    match posted.get(field).map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(default),
+        Some(v) => {
+            v.parse().map_err(|_| Refusal::invalid(format!("{field} must be a whole number, not `{v}`")))
+        }
+    }
+}
+
+async fn deploy(State(console): State<Console>, at: ProjectPath, posted: Posted) -> Response {
+    let (t, p) = (&at.tenant, &at.project);
+    let body = count(&posted, "min_instances", 0).and_then(|min| {
+        Ok(json!({
+            "alias": posted.get("alias").unwrap_or_default(),
+            "model_version": posted.get("model_version").unwrap_or_default(),
+            "accelerator": posted.get("accelerator").unwrap_or("cpu"),
+            "region": posted.get("region").filter(|r| !r.is_empty()).unwrap_or("us"),
+            "min_instances": min,
+            "max_instances": count(&posted, "max_instances", 3)?,
+        }))
+    });
+    let answer = match body {
+        Err(r) => Err(r),
+        Ok(body) => Api::new(&console, &posted.viewer)
+            .send::<EndpointView, _>(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/endpoints"), &body)
+            .await
+            .map(|ep| {
+                done(&format!(
+                    "Endpoint {} is {}: this page shows it.",
+                    ep.alias,
+                    format!("{:?}", ep.status).to_lowercase()
+                ))
+            }),
+    };
+    render(&console, &posted.viewer, (t, p), None, Some(answer)).await
+}
+
+async fn act(
+    State(console): State<Console>,
+    at: ProjectPath,
+    Path((_, _, alias)): Path<(String, String, String)>,
+    posted: Posted,
+) -> Response {
+    let (t, p) = (&at.tenant, &at.project);
+    let Ok(alias) = plain_id(&alias) else {
+        return crate::html::message(StatusCode::NOT_FOUND, "Not found", "There is no such endpoint.", None);
+    };
+    let api = Api::new(&console, &posted.viewer);
+    let base = format!("/v1/tenants/{t}/projects/{p}/endpoints/{alias}");
+    let answer = match posted.get("action").unwrap_or_default() {
+        "score" => score(&api, &base, &posted).await,
+        "promote" => {
+            let body = json!({"model_version": posted.get("model_version").unwrap_or_default()});
+            api.send::<Value, _>(Method::POST, &format!("{base}:promote"), &body)
+                .await
+                .map(|_| done("The promotion started: the new revision is smoke-tested at 0 %, then takes traffic in steps."))
+        }
+        "rollback" => api
+            .post_empty::<Value>(&format!("{base}:rollback"))
+            .await
+            .map(|_| done("Rolled back: the stable revision serves 100 % again.")),
+        "delete" if posted.get("confirm") != Some(alias) => Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            code: "CONFIRMATION_REQUIRED".into(),
+            detail: format!("type the endpoint's alias `{alias}` to delete it"),
+        }),
+        "delete" => api.delete(&base).await.map(|()| done(&format!("Endpoint {alias} is being deleted."))),
+        other => Err(Refusal::invalid(format!(
+            "`{other}` is no action on an endpoint: score, promote, rollback or delete"
+        ))),
+    };
+    render(&console, &posted.viewer, (t, p), None, Some(answer)).await
+}
+
+async fn score(api: &Api<'_>, base: &str, posted: &Posted) -> Result<Markup, Refusal> {
+    let rows = json_field(posted.get("rows"), json!([]), "the rows")?;
+    let body = json!({"rows": rows, "std_errors": posted.get("std_errors") == Some("true")});
+    let answer: ScoreResponse = api.send(Method::POST, &format!("{base}:score"), &body).await?;
+    Ok(html! {
+        div.done role="status" {
+            p { (answer.predictions.len()) " predictions from revision " (answer.revision) ":" }
+            table {
+                thead { tr { th.num scope="col" { "Row" } th.num scope="col" { "Prediction" } th.num scope="col" { "Standard error" } } }
+                tbody { @for (i, pr) in answer.predictions.iter().enumerate() { tr {
+                    td.num { (i) } td.num { (format!("{:.6}", pr.value)) }
+                    td.num { @match pr.std_error { Some(se) => (format!("± {se:.6}")), None => "—" } }
+                } } }
+            }
+        }
+    })
 }

@@ -4,9 +4,9 @@
 //! platform's, and a tenant's for its admins).
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use mapi_domain::{Residency, TenantStatus, Tier};
 use mapi_schema::{AuditDoc, TenantDoc};
@@ -15,7 +15,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::tenant_id;
+use super::{TenantPath, tenant_id};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
 use crate::html::{Scope, csrf, done, page, refusal_box, state_badge, when};
@@ -130,21 +130,13 @@ async fn create_tenant(State(console): State<Console>, posted: Posted) -> Respon
 /// the API requires the reason, the console the typing.
 async fn manage_tenant(
     State(console): State<Console>,
-    Path(tenant): Path<String>,
+    TenantPath(t): TenantPath,
     posted: Posted,
 ) -> Response {
-    let t = match tenant_id(&tenant) {
-        Ok(t) => t,
-        Err(r) => return r.into_response(),
-    };
     let status = posted.get("status").unwrap_or("active");
     let drastic = status == TenantStatus::Suspended.as_str() || status == TenantStatus::Deleting.as_str();
     let answer = if drastic && posted.get("confirm") != Some(t.as_str()) {
-        Err(Refusal {
-            status: StatusCode::BAD_REQUEST,
-            code: "INVALID_ARGUMENT".into(),
-            detail: format!("to make {t} {status}, type its id ({t}) in the confirmation field"),
-        })
+        Err(Refusal::invalid(format!("to make {t} {status}, type its id ({t}) in the confirmation field")))
     } else {
         let residency = posted.get("residency").map(Residency::parse).and_then(Result::ok);
         let body = serde_json::json!({
@@ -234,8 +226,6 @@ async fn render_limits(console: &Console, viewer: &Viewer, flash: Flash) -> Resp
 
 async fn set_limits(State(console): State<Console>, posted: Posted) -> Response {
     let api = Api::new(&console, &posted.viewer);
-    let invalid =
-        |detail: String| Refusal { status: StatusCode::BAD_REQUEST, code: "INVALID_ARGUMENT".into(), detail };
     let answer = if posted.get("form") == Some("quota") {
         let tenant = posted.get("tenant").map(tenant_id).and_then(Result::ok);
         let policy: Option<Value> = posted.get("policy").and_then(|p| serde_json::from_str(p).ok());
@@ -244,12 +234,12 @@ async fn set_limits(State(console): State<Console>, posted: Posted) -> Response 
                 .send::<Value, _>(Method::PUT, &format!("/v1/admin/quotas/{t}"), &policy)
                 .await
                 .map(|_| format!("The quota policy of {t} was set.")),
-            _ => Err(invalid("name an existing tenant and give the policy as a JSON object".into())),
+            _ => Err(Refusal::invalid("name an existing tenant and give the policy as a JSON object")),
         }
     } else {
         let cap = posted.get("spend_cap_micros").map(str::parse::<i64>).transpose();
         match cap {
-            Err(_) => Err(invalid("the spend cap must be a whole number of micros".into())),
+            Err(_) => Err(Refusal::invalid("the spend cap must be a whole number of micros")),
             Ok(cap) => {
                 let body = serde_json::json!({
                     "untrusted_execution_enabled": posted.get("untrusted_execution_enabled") == Some("true"),
@@ -344,13 +334,9 @@ async fn platform_audit(
 async fn tenant_audit(
     State(console): State<Console>,
     viewer: Viewer,
-    Path(tenant): Path<String>,
+    TenantPath(t): TenantPath,
     Query(f): Query<AuditFilters>,
 ) -> Response {
-    let t = match tenant_id(&tenant) {
-        Ok(t) => t,
-        Err(r) => return r.into_response(),
-    };
     render_audit(&console, &viewer, &format!("/v1/tenants/{t}/audit"), Scope::tenant(&t), &f, false).await
 }
 

@@ -2,7 +2,7 @@
 //! run's page (timeline, live progress, logs, outputs, cost).
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::{plain_id, project_ids};
+use super::{IdPath, ProjectPath, fragment, plain_id};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
 use crate::html::{Scope, csrf, money, page, refusal_box, refused, state_badge, when};
@@ -80,13 +80,9 @@ impl Filters {
 async fn list(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     Query(f): Query<Filters>,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     let scope = Scope::project(t.as_str(), p.as_str());
     let path = format!("/v1/tenants/{t}/projects/{p}/runs{}", f.api_query());
     let answer: Result<RunPage, Refusal> = Api::new(&console, &viewer).get(&path).await;
@@ -95,7 +91,7 @@ async fn list(
         @match &answer {
             Err(r) => (refusal_box(r)),
             Ok(runs) => {
-                (runs_table(&viewer, &tenant, &project, &runs.runs))
+                (runs_table(&viewer, t.as_str(), p.as_str(), &runs.runs))
                 div.pager {
                     @if f.page_token.is_some() { a href={"?" } { "First page" } }
                     @if let Some(next) = &runs.next_page_token { a href=(f.next(next)) rel="next" { "Next page" } }
@@ -175,13 +171,9 @@ fn runs_table(viewer: &Viewer, tenant: &str, project: &str, runs: &[RunSummary])
 /// Bulk cancel or retry: each run asked on its own, each row its own result.
 async fn bulk(
     State(console): State<Console>,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     posted: Posted,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     let viewer = &posted.viewer;
     let api = Api::new(&console, viewer);
     let action = posted.get("action").unwrap_or_default().to_owned();
@@ -241,12 +233,8 @@ async fn retry(api: &Api<'_>, id: &str) -> Result<String, String> {
 async fn new_form(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     render_new(&console, &viewer, &t, &p, None, &Default::default()).await
 }
 
@@ -338,13 +326,9 @@ fn spec_of(form: &NewRunForm) -> Result<serde_json::Value, String> {
 
 async fn submit(
     State(console): State<Console>,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     posted: Posted,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     let own = |k: &str| posted.get(k).map(str::to_owned);
     let form = NewRunForm {
         dataset: own("dataset"),
@@ -354,11 +338,11 @@ async fn submit(
         timeout_s: own("timeout_s"),
     };
     let viewer = &posted.viewer;
-    let invalid =
-        |detail: String| Refusal { status: StatusCode::BAD_REQUEST, code: "INVALID_ARGUMENT".into(), detail };
     let spec = match spec_of(&form) {
         Ok(spec) => spec,
-        Err(detail) => return render_new(&console, viewer, &t, &p, Some(invalid(detail)), &form).await,
+        Err(detail) => {
+            return render_new(&console, viewer, &t, &p, Some(Refusal::invalid(detail)), &form).await;
+        }
     };
     let answer: Result<RunView, Refusal> = Api::new(&console, viewer)
         .send(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/runs"), &spec)
@@ -369,11 +353,8 @@ async fn submit(
     }
 }
 
-async fn detail(State(console): State<Console>, viewer: Viewer, Path(id): Path<String>) -> Response {
-    let id = match plain_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
+async fn detail(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
+    let id = id.as_str();
     let api = Api::new(&console, &viewer);
     let run: RunView = match api.get(&format!("/v1/runs/{id}")).await {
         Ok(run) => run,
@@ -466,26 +447,13 @@ fn live_section(run: &RunView) -> Markup {
     }
 }
 
-async fn live(State(console): State<Console>, viewer: Viewer, Path(id): Path<String>) -> Response {
-    let id = match plain_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
-    match Api::new(&console, &viewer).get::<RunView>(&format!("/v1/runs/{id}")).await {
-        Ok(run) => (
-            [(axum::http::header::CACHE_CONTROL, "no-store")],
-            axum::response::Html(live_section(&run).into_string()),
-        )
-            .into_response(),
-        Err(r) => (r.status, axum::response::Html(refusal_box(&r).into_string())).into_response(),
-    }
+async fn live(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
+    let run = Api::new(&console, &viewer).get::<RunView>(&format!("/v1/runs/{id}")).await;
+    fragment(run.map(|run| live_section(&run)))
 }
 
-async fn cancel(State(console): State<Console>, Path(id): Path<String>, posted: Posted) -> Response {
-    let id = match plain_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
+async fn cancel(State(console): State<Console>, IdPath(id): IdPath, posted: Posted) -> Response {
+    let id = id.as_str();
     match Api::new(&console, &posted.viewer).post_empty::<RunView>(&format!("/v1/runs/{id}/cancel")).await {
         Ok(_) => Redirect::to(&format!("/console/runs/{id}")).into_response(),
         Err(r) => refused(&posted.viewer, Scope::default(), "Cancel refused", &r),

@@ -2,9 +2,9 @@
 //! and revoking one.
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use mapi_access::Scope as TokenScope;
 use mapi_domain::{ProjectId, TenantId, Timestamp};
@@ -12,7 +12,7 @@ use maud::{Markup, html};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::{plain_id, project_ids};
+use super::{IdPath, ProjectPath};
 use crate::Console;
 use crate::api::{Api, Refusal};
 use crate::html::{Scope, csrf, done, page, refusal_box, when};
@@ -54,13 +54,9 @@ pub struct ListQuery {
 async fn list(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     render(&console, &viewer, (&t, &p), q.all.unwrap_or(false), None).await
 }
 
@@ -145,18 +141,12 @@ fn new_token(posted: &Posted) -> Result<serde_json::Value, String> {
 
 async fn create(
     State(console): State<Console>,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     posted: Posted,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     let viewer = &posted.viewer;
     let answer = match new_token(&posted) {
-        Err(detail) => {
-            Err(Refusal { status: StatusCode::BAD_REQUEST, code: "INVALID_ARGUMENT".into(), detail })
-        }
+        Err(detail) => Err(Refusal::invalid(detail)),
         Ok(body) => {
             Api::new(&console, viewer)
                 .send::<Created, _>(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/tokens"), &body)
@@ -182,17 +172,10 @@ async fn create(
 
 async fn revoke(
     State(console): State<Console>,
-    Path((tenant, project, id)): Path<(String, String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
+    IdPath(id): IdPath,
     posted: Posted,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
-    let id = match plain_id(&id) {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
     let viewer = &posted.viewer;
     let answer =
         Api::new(&console, viewer).delete(&format!("/v1/tenants/{t}/projects/{p}/tokens/{id}")).await;

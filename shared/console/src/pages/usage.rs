@@ -3,15 +3,15 @@
 //! token and per resource class.
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use mapi_domain::Timestamp;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{project_ids, tenant_id};
+use super::{ProjectPath, TenantPath};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
 use crate::chart::{Bar, bars};
@@ -71,13 +71,9 @@ pub struct PeriodQuery {
 async fn project_usage(
     State(console): State<Console>,
     viewer: Viewer,
-    Path((tenant, project)): Path<(String, String)>,
+    ProjectPath { tenant: t, project: p }: ProjectPath,
     Query(q): Query<PeriodQuery>,
 ) -> Response {
-    let (t, p) = match project_ids(&tenant, &project) {
-        Ok(ids) => ids,
-        Err(r) => return r.into_response(),
-    };
     let base = format!("/v1/tenants/{t}/projects/{p}/usage");
     let title = format!("Usage of project {p}");
     render(&console, &viewer, Scope::project(t.as_str(), p.as_str()), &base, q.at.as_deref(), &title).await
@@ -86,13 +82,9 @@ async fn project_usage(
 async fn tenant_usage(
     State(console): State<Console>,
     viewer: Viewer,
-    Path(tenant): Path<String>,
+    TenantPath(t): TenantPath,
     Query(q): Query<PeriodQuery>,
 ) -> Response {
-    let t = match tenant_id(&tenant) {
-        Ok(t) => t,
-        Err(r) => return r.into_response(),
-    };
     let base = format!("/v1/tenants/{t}/usage");
     let title = format!("Usage of tenant {t}");
     render(&console, &viewer, Scope::tenant(&t), &base, q.at.as_deref(), &title).await
