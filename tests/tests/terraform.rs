@@ -352,11 +352,22 @@ fn service_env(tf: &Tf, name: &str) -> BTreeMap<String, Expression> {
 }
 
 /// A service's secret settings: variable name to secret.
+/// Every service takes the platform's secrets; admin, which serves the
+/// console, also the console's (and no other service does).
 fn service_secrets(tf: &Tf, name: &str) -> BTreeSet<String> {
     let expr = attr(service_call(tf, name), "secrets").expect("secrets");
-    assert_eq!(src(expr), "module.secrets.secret_ids", "{name} takes the platform's secrets");
     let locals = tf.locals(PLATFORM);
-    resolve_object(attr(call(tf, "secrets"), "secrets").expect("the secrets"), &locals).into_keys().collect()
+    let keys = |module: &str| -> BTreeSet<String> {
+        resolve_object(attr(call(tf, module), "secrets").expect("the secrets"), &locals).into_keys().collect()
+    };
+    if name == "admin" {
+        let both = "merge(module.secrets.secret_ids, module.console_secrets.secret_ids)";
+        assert_eq!(src(expr), both, "admin takes the platform's secrets and the console's");
+        keys("secrets").into_iter().chain(keys("console_secrets")).collect()
+    } else {
+        assert_eq!(src(expr), "module.secrets.secret_ids", "{name} takes the platform's secrets");
+        keys("secrets")
+    }
 }
 
 /// The names of the platform's secrets, as the code declares them.
@@ -688,12 +699,16 @@ fn policy_no_secret_is_a_literal() {
     for name in service_calls(tf).into_keys() {
         let env = service_env(tf, &name);
         for key in env.keys() {
-            if secret_vars().contains(key.as_str()) || key_files.contains(&key.as_str()) {
+            let secret = secret_vars().contains(key.as_str()) || key == vars::OIDC_CLIENT_SECRET.name;
+            if secret || key_files.contains(&key.as_str()) {
                 bad.push(format!("{name}: {key} as a plain value"));
             }
         }
         let secrets = service_secrets(tf, &name);
-        let want: BTreeSet<String> = secret_vars().into_iter().map(str::to_owned).collect();
+        let mut want: BTreeSet<String> = secret_vars().into_iter().map(str::to_owned).collect();
+        if name == "admin" {
+            want.insert(vars::OIDC_CLIENT_SECRET.name.to_owned());
+        }
         if secrets != want {
             bad.push(format!("{name}: secrets {secrets:?}, want {want:?}"));
         }
@@ -1108,6 +1123,7 @@ fn sample(name: &str) -> String {
         "MAPI_KMS_TRUSTED_KEY_VERSIONS" => String::new(),
         "MAPI_CLOUDRUN_GPU_JOBS" => "false".into(),
         n if n.ends_with("_DAYS") => "30".into(),
+        n if n.ends_with("_S") => "3600".into(),
         n if n.ends_with("_EMAILS") => String::new(),
         _ => "p".into(),
     }

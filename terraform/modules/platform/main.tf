@@ -107,6 +107,17 @@ module "secrets" {
   }
 }
 
+# The console's OIDC client secret: only admin, which serves the console,
+# may read it.
+module "console_secrets" {
+  source     = "../secrets"
+  project_id = var.project_id
+  env        = var.env
+  secrets = {
+    MAPI_OIDC_CLIENT_SECRET = "oidc-client-secret"
+  }
+}
+
 module "data" {
   source             = "../data"
   project_id         = var.project_id
@@ -260,6 +271,8 @@ locals {
     { service = "meter", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/usage" },
     { service = "admin", match = "prefix", path = "/v1/admin/" },
     { service = "admin", match = "full", path = "/v1/sessions" },
+    { service = "admin", match = "full", path = "/console" },
+    { service = "admin", match = "prefix", path = "/console/" },
     { service = "admin", match = "full", path = "/v1/whoami" },
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}" },
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/members" },
@@ -442,8 +455,11 @@ module "admin" {
   max_instances       = var.max_instances
   deletion_protection = var.deletion_protection
   project_roles       = local.firestore
-  secrets             = module.secrets.secret_ids
-  env_vars            = merge(local.base_env, local.sessions_env, local.executor_env)
+  secrets             = merge(module.secrets.secret_ids, module.console_secrets.secret_ids)
+  env_vars = merge(local.base_env, local.sessions_env, local.executor_env, {
+    # How long a console sign-in lasts (the client id is MAPI_OIDC_AUDIENCE).
+    MAPI_CONSOLE_SESSION_S = tostring(var.console_session_s)
+  })
 }
 
 # Objects: each service on the buckets it touches, nothing project-wide.

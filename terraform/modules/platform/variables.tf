@@ -123,3 +123,14 @@ variable "deletion_protection" {
   type    = bool
   default = true
 }
+
+variable "console_session_s" {
+  description = "MAPI_CONSOLE_SESSION_S: how long a console sign-in lasts, in seconds."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.console_session_s >= 300 && var.console_session_s <= 43200
+    error_message = "A console session lasts from 5 minutes to 12 hours."
+  }
+}
