@@ -239,7 +239,8 @@ pub enum AdminCmd {
         /// RFC 3339.
         #[arg(long)]
         since: Option<String>,
-        #[arg(long, default_value_t = 50)]
+        /// How many entries, newest first (1–200).
+        #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=200))]
         limit: u32,
     },
 }
@@ -799,7 +800,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 Some(t) => format!("/v1/tenants/{t}/audit"),
                 None => "/v1/admin/audit".to_owned(),
             };
-            let mut query: Vec<(&str, String)> = vec![("page_size", limit.to_string())];
+            let mut query: Vec<(&str, String)> = vec![("limit", limit.to_string())];
             for (k, v) in [
                 ("project", project),
                 ("actor", actor),
@@ -814,14 +815,18 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             let page: Value = client.send(client.request(Method::GET, &path).query(&query)).await?;
             print(json_out, &page, || {
                 let mut out = String::new();
-                for e in page["entries"].as_array().into_iter().flatten() {
+                for e in page["items"].as_array().into_iter().flatten() {
                     out.push_str(&format!(
                         "{}  {:<8} {:<26} {:<24} {:<36} {}{}{}\n",
-                        e["at"].as_str().unwrap_or(""),
+                        e["ts"].as_str().unwrap_or(""),
                         e["outcome"].as_str().unwrap_or(""),
                         e["action"].as_str().unwrap_or(""),
                         e["actor"].as_str().unwrap_or(e["actor_kind"].as_str().unwrap_or("")),
-                        e["resource"].as_str().unwrap_or(""),
+                        format!(
+                            "{}:{}",
+                            e["resource_kind"].as_str().unwrap_or(""),
+                            e["resource_id"].as_str().unwrap_or("")
+                        ),
                         if e["operator"] == true { "[operator] " } else { "" },
                         e["problem"].as_str().map(|p| format!("{p} ")).unwrap_or_default(),
                         e["detail"].as_str().unwrap_or("")

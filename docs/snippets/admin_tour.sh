@@ -125,6 +125,7 @@ for action in tenant.create membership.create token.create token.revoke tenant.s
   grep -q " $action " "$WORK/audit" || fail "the audit log misses $action"
 done
 grep -q "denied" "$WORK/audit" || fail "the audit log misses the refusals"
+[ "$($MAPI admin audit --tenant "$TENANT" -n 3 | wc -l)" -eq 3 ] || fail "-n 3 did not print the newest three entries"
 refused FORBIDDEN $MAPI admin audit
 MAPI_TOKEN=$OPERATOR $MAPI admin audit --action tenant.suspend | grep -q "contract ended" || fail "no reason in the audit log"
 

@@ -60,7 +60,7 @@ def wait_run(run_id, timeout=120):
         if run["state"] in ("succeeded", "failed", "cancelled", "partial"):
             return run
         time.sleep(0.5)
-    raise AssertionError(f"run {run_id} did not finish in {timeout} s")
+    raise AssertionError(f"run {run_id} did not finish in {timeout} s: {run}")
 
 
 def wait_job(job_id, timeout=120):
@@ -70,7 +70,7 @@ def wait_job(job_id, timeout=120):
         if job["state"] in ("succeeded", "failed", "completed_with_errors"):
             return job
         time.sleep(0.5)
-    raise AssertionError(f"job {job_id} did not finish in {timeout} s")
+    raise AssertionError(f"job {job_id} did not finish in {timeout} s: {job}")
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,8 @@
 //!   emulator, and the index file), `cloud_platform` (a fit from submit to
 //!   `succeeded` on Firestore and Cloud Storage), `adc` (Application Default
 //!   Credentials from a fake metadata server named by `GCE_METADATA_HOST`).
-//! - Access: `authz` (every cell of the permission matrix and the scope
+//! - Access: `audit_log` (the log as people read it: `items`, `ts`,
+//!   `?limit=`, filters), `authz` (every cell of the permission matrix and the scope
 //!   table over HTTP), `auth_attacks` (credential attacks), `push_auth`
 //!   (push authentication and event attacks against a fake Google, 100 runs'
 //!   events delivered 1 to 5 times in any order), `cross_tenant` (nothing
@@ -379,6 +380,18 @@ impl DevProcess {
     pub fn stop(mut self) {
         let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
+    }
+}
+
+/// A test that panics still ends its platform: a leaked `mapi dev` would
+/// keep its port, its home and every file descriptor it inherited (a build
+/// lock among them) until the machine restarts.
+impl Drop for DevProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

@@ -172,7 +172,7 @@ async fn forged_and_stale_credentials_are_refused_and_audited() {
     let operator = p.login("admin@dev.local").await;
     let (s, log) = p.call(&operator, Method::GET, "/v1/admin/audit?page_size=200&outcome=denied", None).await;
     assert_eq!(s, 200, "{log}");
-    let entries = log["entries"].as_array().expect("entries");
+    let entries = log["items"].as_array().expect("items");
     let count = |action: &str, needle: &str| {
         entries
             .iter()

@@ -271,7 +271,7 @@ async fn audited(p: &TestPlatform, operator: &str, action: &str) -> Vec<Value> {
     let (s, log) =
         p.call(operator, Method::GET, &format!("/v1/admin/audit?page_size=200&action={action}"), None).await;
     assert_eq!(s, 200, "{log}");
-    log["entries"].as_array().expect("entries").clone()
+    log["items"].as_array().expect("items").clone()
 }
 
 async fn integrity_failures(p: &TestPlatform) -> u64 {

@@ -686,7 +686,7 @@ async fn forged_replayed_and_late_events_are_acknowledged_and_change_nothing() {
     let (s, log) =
         w.p.call(&operator, Method::GET, "/v1/admin/audit?page_size=200&action=event.refused", None).await;
     assert_eq!(s, 200, "{log}");
-    let entries = log["entries"].as_array().expect("entries");
+    let entries = log["items"].as_array().expect("items");
     assert_eq!(entries.len(), 8, "{log:#}");
     assert!(entries.iter().all(|e| e["outcome"] == "denied"), "{log:#}");
 

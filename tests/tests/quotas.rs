@@ -286,7 +286,7 @@ async fn fifty_racing_submits_against_twenty_slots_admit_exactly_twenty() {
             .call(&h.operator, Method::GET, "/v1/tenants/dev/audit?action=quota.denied&page_size=200", None)
             .await;
         assert_eq!(s, 200, "{log}");
-        let entries = log["entries"].as_array().expect("entries");
+        let entries = log["items"].as_array().expect("items");
         assert_eq!(entries.len(), refusals, "seed {seed}: one denial per refusal");
         assert!(
             entries.iter().all(|e| e["outcome"] == "denied"
@@ -786,7 +786,7 @@ async fn the_spend_cap_stops_new_compute_for_non_internal_tenants_within_one_req
     assert_eq!((s, &view["reason"]), (200, &json!("incident 42: runaway spend")), "{view}");
     let (s, log) = h.p.call(&operator, Method::GET, "/v1/admin/audit?action=kill_switch.set", None).await;
     assert_eq!(s, 200, "{log}");
-    assert_eq!(log["entries"].as_array().map(Vec::len), Some(1), "the change is audited: {log}");
+    assert_eq!(log["items"].as_array().map(Vec::len), Some(1), "the change is audited: {log}");
     h.p.platform.shutdown().await;
 }
 
@@ -928,9 +928,9 @@ async fn an_item_job_is_refused_by_each_limit_a_run_is() {
         h.p.call(&h.operator, Method::GET, "/v1/tenants/pub/audit?action=quota.denied&page_size=50", None)
             .await;
     assert_eq!(s, 200, "{log}");
-    let denied: Vec<&str> = log["entries"]
+    let denied: Vec<&str> = log["items"]
         .as_array()
-        .expect("entries")
+        .expect("items")
         .iter()
         .filter(|e| e["resource"] == "projects/pub/default/jobs")
         .filter_map(|e| e["detail"].as_str())

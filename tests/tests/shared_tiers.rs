@@ -216,12 +216,8 @@ async fn the_operators_switch_holds_every_tier_and_every_change_is_audited() {
     assert!(run.get("waiting").is_none(), "a placed run waits for nothing: {run}");
 
     let (_, log) = r.p.call(&r.operator, Method::GET, "/v1/admin/audit", None).await;
-    let actions: Vec<&str> = log["entries"]
-        .as_array()
-        .expect("audit entries")
-        .iter()
-        .filter_map(|e| e["action"].as_str())
-        .collect();
+    let actions: Vec<&str> =
+        log["items"].as_array().expect("audit entries").iter().filter_map(|e| e["action"].as_str()).collect();
     assert!(actions.contains(&"executor.disable") && actions.contains(&"executor.enable"), "{actions:?}");
     let view = r.executors().await;
     assert_eq!(view["health"]["running"], 1, "{view}");

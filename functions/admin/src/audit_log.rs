@@ -4,13 +4,14 @@
 
 use axum::extract::State;
 use mapi_access::{Action, Resource};
+pub use mapi_api::audit::AuditPage;
 use mapi_domain::{ProjectId, TenantId, Timestamp, UserId};
 use mapi_identity::{Caller, Target, authorize, authorize_operator};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query, page_size};
 use mapi_schema::{AuditDoc, Doc, Outcome};
 use mapi_store::{Direction, Op};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 /// Filters of an audit query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -27,15 +28,23 @@ pub struct AuditQuery {
     since: Option<Timestamp>,
     /// RFC 3339; entries before.
     until: Option<Timestamp>,
+    /// How many entries a page holds (1–200; 50 when absent).
     page_size: Option<u32>,
+    /// The same as `page_size`, by the name shell scripts reach for.
+    limit: Option<u32>,
     page_token: Option<String>,
 }
 
-/// A page of the audit log, newest first.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct AuditPage {
-    pub entries: Vec<AuditDoc>,
-    pub next_page_token: Option<String>,
+impl AuditQuery {
+    /// `page_size` or `limit`: naming both, differently, is a mistake to say.
+    fn size(&self) -> Result<Option<u32>, ApiError> {
+        match (self.page_size, self.limit) {
+            (Some(a), Some(b)) if a != b => {
+                Err(ApiError::invalid("give page_size or limit, not both (they mean the same)"))
+            }
+            (a, b) => Ok(a.or(b)),
+        }
+    }
 }
 
 async fn read(state: &AppState, tenant: Option<&TenantId>, q: AuditQuery) -> Result<AuditPage, ApiError> {
@@ -63,10 +72,10 @@ async fn read(state: &AppState, tenant: Option<&TenantId>, q: AuditQuery) -> Res
     }
     let (docs, next_page_token) = query
         .order_by("at", Direction::Desc)
-        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
+        .page(&*state.store, page_size(q.size()?)?, q.page_token.as_deref())
         .await?;
-    let entries = docs.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
-    Ok(AuditPage { entries, next_page_token })
+    let items = docs.iter().map(|d| d.decode::<AuditDoc>().map(Into::into)).collect::<Result<_, _>>()?;
+    Ok(AuditPage { items, next_page_token })
 }
 
 /// The tenant's audit log (tenant admins, tenant-wide; operators).

@@ -40,7 +40,7 @@ use utoipa::OpenApi;
         checks::project_check, checks::tenant_check,
         limits::list, limits::set, limits::remove, limits::get_switches, limits::set_switches,
     ),
-    components(schemas(executors::ExecutorView, executors::SetExecutor, mapi_executor::evidence::Evidence, mapi_schema::TenantDoc, mapi_schema::ProjectDoc, mapi_schema::MembershipDoc, mapi_schema::AuditDoc)),
+    components(schemas(executors::ExecutorView, executors::SetExecutor, mapi_executor::evidence::Evidence, mapi_schema::TenantDoc, mapi_schema::ProjectDoc, mapi_schema::MembershipDoc, mapi_api::audit::AuditEntry)),
     tags((name = "admin", description = "Tenants, projects, members, tokens, audit"))
 )]
 pub struct ApiDoc;

@@ -1,5 +1,5 @@
 //! What crosses the HTTP API: the representations the functions answer
-//! with ([`views`], [`endpoints`], [`methods`]), the problem body of every
+//! with ([`views`], [`endpoints`], [`methods`], [`audit`]), the problem body of every
 //! error ([`problem`]) and the credentials file `mapi dev` writes for the
 //! CLI ([`credentials`]). The functions build these and the clients read
 //! them, so a client needs only this crate, never the control plane.
@@ -7,6 +7,7 @@
 //! Architecture invariant: no I/O but writing the credentials file; nothing
 //! here names a store, a queue or an executor.
 
+pub mod audit;
 pub mod credentials;
 pub mod endpoints;
 pub mod methods;

@@ -5,14 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::Doc;
 
-mapi_domain::wire_enum!(
-    /// How an audited action ended.
-    Outcome {
-        Success => "success",
-        Denied => "denied",
-        Failed => "failed",
-    }
-);
+pub use mapi_api::audit::Outcome;
+use mapi_api::audit::{AuditEntry, split_resource};
 
 /// One audit log entry. Id: time in micros (zero-padded) and a random
 /// suffix, so entries sort by time. IP addresses and user agents are kept
@@ -42,6 +36,32 @@ pub struct AuditDoc {
     pub detail: Option<String>,
     pub ip_hash: Option<String>,
     pub user_agent_hash: Option<String>,
+}
+
+impl From<AuditDoc> for AuditEntry {
+    fn from(d: AuditDoc) -> AuditEntry {
+        let (kind, id) = split_resource(&d.resource);
+        let (resource_kind, resource_id) = (kind.to_owned(), id.to_owned());
+        AuditEntry {
+            id: d.id,
+            ts: d.at,
+            tenant: d.tenant,
+            project: d.project,
+            actor: d.actor,
+            actor_kind: d.actor_kind,
+            token: d.token,
+            operator: d.operator,
+            action: d.action,
+            resource: d.resource,
+            resource_kind,
+            resource_id,
+            outcome: d.outcome,
+            problem: d.problem,
+            detail: d.detail,
+            ip_hash: d.ip_hash,
+            user_agent_hash: d.user_agent_hash,
+        }
+    }
 }
 
 impl Doc for AuditDoc {

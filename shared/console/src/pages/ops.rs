@@ -8,8 +8,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
+use mapi_api::audit::AuditPage;
 use mapi_domain::{Residency, TenantStatus, Tier};
-use mapi_schema::{AuditDoc, TenantDoc};
+use mapi_schema::TenantDoc;
 use maud::{Markup, html};
 use reqwest::Method;
 use serde::Deserialize;
@@ -311,16 +312,13 @@ async fn set_executor(State(console): State<Console>, posted: Posted) -> Respons
 #[derive(Debug, Default, Deserialize)]
 pub struct AuditFilters {
     tenant: Option<String>,
+    project: Option<String>,
     actor: Option<String>,
     action: Option<String>,
     outcome: Option<String>,
+    /// A day (`2026-12-01`) or an instant: entries at or after it.
+    since: Option<String>,
     page_token: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct AuditPage {
-    entries: Vec<AuditDoc>,
-    next_page_token: Option<String>,
 }
 
 async fn platform_audit(
@@ -348,12 +346,20 @@ async fn render_audit(
     f: &AuditFilters,
     platform: bool,
 ) -> Response {
+    // A day as the date input sends it is its first instant, UTC.
+    let since = f
+        .since
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(|s| if s.len() == 10 { format!("{s}T00:00:00Z") } else { s.to_owned() });
     let pairs = |token: Option<&str>| {
         query(&[
             ("tenant", if platform { f.tenant.as_deref() } else { None }),
+            ("project", f.project.as_deref()),
             ("actor", f.actor.as_deref()),
             ("action", f.action.as_deref()),
             ("outcome", f.outcome.as_deref()),
+            ("since", since.as_deref()),
             ("page_token", token),
         ])
     };
@@ -362,24 +368,26 @@ async fn render_audit(
     let body = html! {
         form.filters method="get" role="search" aria-label="Filter the audit log" {
             @if platform { label { "Tenant" input name="tenant" value=[f.tenant.as_deref()]; } }
+            label { "Project" input name="project" value=[f.project.as_deref()]; }
             label { "Actor" input name="actor" type="email" value=[f.actor.as_deref()]; }
             label { "Action" input name="action" value=[f.action.as_deref()] placeholder="tenant.update"; }
             label { "Outcome" select name="outcome" {
                 option value="" { "any" }
                 @for o in ["success", "denied", "failed"] { option value=(o) selected[f.outcome.as_deref() == Some(o)] { (o) } }
             } }
+            label { "Since (UTC day)" input name="since" type="date" value=[f.since.as_deref()]; }
             button type="submit" { "Filter" }
         }
         @match &answer {
             Err(r) => (refusal_box(r)),
-            Ok(list) if list.entries.is_empty() => p { "No entry matches." },
+            Ok(list) if list.items.is_empty() => p { "No entry matches." },
             Ok(list) => {
                 table {
                     thead { tr { th scope="col" { "When" } th scope="col" { "Actor" } th scope="col" { "Action" } th scope="col" { "Resource" } th scope="col" { "Tenant" } th scope="col" { "Outcome" } th scope="col" { "Detail" } } }
-                    tbody { @for e in &list.entries { tr {
-                        td { (when(e.at)) }
+                    tbody { @for e in &list.items { tr {
+                        td { (when(e.ts)) }
                         td { @match &e.actor { Some(a) => (a.as_str()), None => (e.actor_kind) } @if e.operator { " (operator)" } }
-                        td { code { (e.action) } } td { (e.resource) }
+                        td { code { (e.action) } } td { (e.resource_kind) ":" (e.resource_id) }
                         td { @if let Some(t) = &e.tenant { (t) } }
                         td { (e.outcome.as_str()) @if let Some(p) = &e.problem { " " code { (p) } } }
                         td { @if let Some(d) = &e.detail { (d) } }
