@@ -68,7 +68,9 @@ impl Client {
             .await
             .map_err(|source| ClientError::Unreachable { url: self.url.clone(), source })?;
         if (200..300).contains(&status) {
-            return serde_json::from_slice(&bytes).map_err(|e| ClientError::Unexpected {
+            // 204 (a delete) has no body: it reads as `null`, which `()` takes.
+            let body: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+            return serde_json::from_slice(body).map_err(|e| ClientError::Unexpected {
                 status,
                 body: format!(
                     "{e}: {}",

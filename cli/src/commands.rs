@@ -153,6 +153,15 @@ enum DatasetsCmd {
         #[command(flatten)]
         scope: Scope,
     },
+    /// Delete a dataset (admins): its file goes, and its size no longer counts against the storage quota.
+    Rm {
+        id: String,
+        #[command(flatten)]
+        scope: Scope,
+        /// Delete without asking.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -427,6 +436,14 @@ async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
                 d.columns.iter().for_each(|c| out.push_str(&format!("  {c:<32} {}\n", numeric(c))));
                 out
             })?;
+        }
+        DatasetsCmd::Rm { id, scope, yes } => {
+            let (t, p) = ctx.scope(&scope)?;
+            crate::confirm::confirm(&format!("dataset {id} will be deleted, with its file"), yes)?;
+            let path = format!("/v1/tenants/{t}/projects/{p}/datasets/{id}");
+            ctx.client.send::<()>(ctx.client.request(reqwest::Method::DELETE, &path)).await?;
+            let done = serde_json::json!({"deleted": id});
+            ctx.print(&done, || format!("deleted {id}\n"))?;
         }
     }
     Ok(ExitCode::SUCCESS)

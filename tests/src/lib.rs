@@ -63,6 +63,8 @@
 //! - Item jobs: `jobs` (5,000 items through a chaos proxy duplicating 10 %
 //!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
 //!   between tenants, cancel, retry-failed, the CLI).
+//! - Datasets: `datasets` (a deletion refused while a run reads it, then
+//!   record, object and counted storage gone once, audited).
 //! - Documents: `docs` (the README's variable table, `docs/openapi.json` and
 //!   `docs/permissions.md` are the code's; ARCHITECTURE.md's route table is
 //!   the routers and the queues' targets), `api` (the HTTP contract:

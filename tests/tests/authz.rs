@@ -282,6 +282,23 @@ async fn real_routes_enforce_the_same_decisions() {
     assert_eq!(s, 200, "operators read runs");
     let (s, _) = p.call(&operator, Method::GET, "/v1/tenants/home/projects/main/datasets", None).await;
     assert_eq!(s, 404, "operators never read tenant content");
+    // Deleting a dataset is the project admin's: not an editor's, a runner's or an operator's.
+    let (s, spare) = upload(token("editor-p@test.local")).await;
+    assert_eq!(s, 201);
+    let spare = format!("/v1/tenants/home/projects/main/datasets/{}", spare["id"].as_str().expect("id"));
+    for who in ["editor-p@test.local", "runner-p@test.local", "viewer-p@test.local"] {
+        assert_eq!(
+            p.call(&token(who), Method::DELETE, &spare, None).await.0,
+            403,
+            "{who} deletes no dataset"
+        );
+    }
+    assert_eq!(
+        p.call(&operator, Method::DELETE, &spare, None).await.0,
+        404,
+        "operators never touch tenant content"
+    );
+    assert_eq!(p.call(&token("admin-p@test.local"), Method::DELETE, &spare, None).await.0, 204);
     assert_eq!(
         p.call(&token("admin-p@test.local"), Method::GET, "/v1/tenants/home/audit", None).await.0,
         403,

@@ -21,6 +21,7 @@ mod cloudrun_runs;
 mod cloudtasks;
 mod crash;
 mod cross_tenant;
+mod datasets;
 mod delivery;
 mod deploy;
 mod docs;

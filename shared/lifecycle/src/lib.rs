@@ -83,6 +83,11 @@ pub const INDEXES: &[Index] = &[
             ("created_at", Direction::Desc),
         ],
     },
+    // Whether a run that has not finished reads a dataset (before deleting it).
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[("dataset", Direction::Asc), ("state", Direction::Asc)],
+    },
     // The reconciler's sweep: runs in a state, least recently changed first.
     Index {
         collection: RunDoc::COLLECTION,

@@ -4,8 +4,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
 use mapi_api::views::{DatasetPage, DatasetSummary, DatasetView};
-use mapi_domain::{DatasetId, ProjectId, TenantId};
-use mapi_identity::{Caller, Granted, Target, authorize};
+use mapi_domain::{DatasetId, ProjectId, RunState, TenantId};
+use mapi_identity::{Audit, Caller, Granted, Target, authorize};
+use mapi_lifecycle::RunDoc;
 use mapi_methods::{Limits, Shape};
 use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
@@ -237,4 +238,105 @@ pub async fn list(
     let (docs, next_page_token) = newest_first::<DatasetDoc>(&state, &tenant, &project, &q).await?;
     let datasets = docs.iter().map(DatasetSummary::from).collect();
     Ok(Json(DatasetPage { datasets, next_page_token }))
+}
+
+/// The states of a run that may still read its dataset.
+const READING: [RunState; 4] =
+    [RunState::Queued, RunState::Dispatching, RunState::Running, RunState::Cancelling];
+
+/// Delete a dataset (tenant and project admins): its record and its object;
+/// the storage it counted against the tenant's quota is given back. A
+/// dataset a run still reads (queued to cancelling) is kept: 409 names the run.
+#[utoipa::path(
+    delete,
+    path = "/v1/tenants/{tenant}/projects/{project}/datasets/{id}",
+    tag = "datasets",
+    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    responses(
+        (status = 204, description = "Deleted; its storage no longer counts"),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem, description = "A run that has not finished reads it (FAILED_PRECONDITION)"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_dataset(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((tenant, project, id)): Path<(TenantId, ProjectId, String)>,
+) -> Result<StatusCode, ApiError> {
+    let granted =
+        require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Delete).await?;
+    let not_found = || {
+        let id: String = id.chars().take(64).collect();
+        ApiError::not_found(format!("dataset {id} not found in {tenant}/{project}"))
+    };
+    let parsed = DatasetId::parse(&id).map_err(|_| not_found())?;
+    let doc = match mapi_schema::get::<DatasetDoc>(&*state.store, parsed.as_str()).await? {
+        Some(d) if d.tenant == tenant && d.project == project => d,
+        _ => return Err(not_found()),
+    };
+    if let Some(run) = reading_run(&state, &doc.id).await? {
+        return Err(ApiError::new(
+            ProblemCode::FailedPrecondition,
+            format!(
+                "run {} ({}) still reads dataset {}: cancel it or let it finish, then delete the dataset",
+                run.0, run.1, doc.id
+            ),
+        ));
+    }
+    let now = state.clock.now();
+    let record = Audit::by(&caller, "dataset.delete", format!("datasets/{}", doc.id))
+        .tenant(&tenant)
+        .project(&project)
+        .operator(granted.as_operator)
+        .detail(format!("{} ({} bytes)", doc.name, doc.size))
+        .into_doc(now, &*state.entropy);
+    // The record and the storage it counted go in one commit; a repeated
+    // delete finds no record (404) and gives nothing back twice.
+    let mut release = mapi_quota::counters::Bumps::default();
+    let bytes = i64::try_from(doc.size).unwrap_or(i64::MAX);
+    release.add_to(
+        &mapi_quota::counters::tenant(&tenant),
+        doc.id.as_str(),
+        mapi_quota::counters::field::STORAGE,
+        -bytes,
+    );
+    let (doc_ref, record_ref, release) = (&doc, &record, &release);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let Some(current) = mapi_schema::tx_get::<DatasetDoc>(&mut tx, doc_ref.id.as_str()).await? else {
+            return Err(not_found());
+        };
+        tx.delete(&mapi_schema::key::<DatasetDoc>(current.id.as_str())?);
+        release.apply(&mut tx)?;
+        tx_create(&mut tx, record_ref)?;
+        Ok(tx.finish(()))
+    })
+    .await?;
+    // The object goes after the record: a failure here leaves bytes no
+    // record names and no quota counts, logged for the operator.
+    let key = ObjectKey::parse(&doc.object)?;
+    if let Err(e) =
+        state.objects.delete(&key, IfGeneration::Match(mapi_objects::Generation(doc.generation))).await
+    {
+        tracing::warn!(object = %key, error = %e, "a deleted dataset's object could not be removed");
+    }
+    tracing::info!(dataset = %doc.id, size = doc.size, "dataset deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A run that may still read `dataset`, and its state: one bounded query.
+async fn reading_run(state: &AppState, dataset: &DatasetId) -> Result<Option<(String, RunState)>, ApiError> {
+    let states: Vec<serde_json::Value> = READING.iter().map(|s| s.as_str().into()).collect();
+    let query = mapi_store::Query::new(RunDoc::COLLECTION)
+        .filter("dataset", Op::Eq, dataset.as_str())
+        .filter("state", Op::In, serde_json::Value::Array(states))
+        .limit(1);
+    let docs = state.store.query(&query, None).await?;
+    match docs.first() {
+        None => Ok(None),
+        Some(d) => {
+            let run: RunDoc = d.decode()?;
+            Ok(Some((run.id().to_string(), run.state())))
+        }
+    }
 }

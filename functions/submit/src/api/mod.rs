@@ -28,7 +28,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
             "/v1/tenants/{tenant}/projects/{project}/datasets",
             post(datasets::upload).layer(DefaultBodyLimit::max(dataset_limit)).get(datasets::list),
         )
-        .route("/v1/tenants/{tenant}/projects/{project}/datasets/{id}", get(datasets::get_dataset))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/datasets/{id}",
+            get(datasets::get_dataset).delete(datasets::delete_dataset),
+        )
         .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
