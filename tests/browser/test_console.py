@@ -91,6 +91,24 @@ def test_uploading_a_dataset_shows_its_rows_and_columns(dev):
     shot(dev, "datasets")
 
 
+def test_deleting_a_dataset_from_its_list(dev):
+    status, ds = api("POST", f"/v1/tenants/{TENANT}/projects/{PROJECT}/datasets?name=to-delete",
+                     b"x,y\n1,2\n2,4\n", content_type="text/csv")
+    assert status == 201, ds
+    dev.goto(f"{PROJECT_URL}/datasets")
+    dev.get_by_role("button", name=f"Delete dataset {ds['id']}").click()
+    expect(dev.locator(".done")).to_contain_text(f"Dataset {ds['id']} is deleted")
+    expect(dev.locator("tbody")).not_to_contain_text(ds["id"])
+    assert api("GET", f"/v1/tenants/{TENANT}/projects/{PROJECT}/datasets/{ds['id']}")[0] == 404
+
+
+def test_a_viewer_may_not_delete_a_dataset(viewer, dataset):
+    viewer.goto(f"{PROJECT_URL}/datasets")
+    viewer.get_by_role("button", name=f"Delete dataset {dataset}").click()
+    expect(viewer.locator(".problem")).to_contain_text("403")
+    assert api("GET", f"/v1/tenants/{TENANT}/projects/{PROJECT}/datasets/{dataset}")[0] == 200
+
+
 def test_submitting_a_fit_and_watching_it_finish(dev, dataset):
     dev.goto(f"{PROJECT_URL}/runs/new")
     dev.get_by_label("Dataset").select_option(dataset)
