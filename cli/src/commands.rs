@@ -215,6 +215,20 @@ enum RunsCmd {
     },
     /// Cancel a run.
     Cancel { id: String },
+    /// Name, annotate or tag a run (what is left out is kept; "" clears a name or note).
+    #[command(
+        after_help = "Example:\n  mapi runs update run_01… --name baseline --tags employment,q3 --note 'before the new deflator'"
+    )]
+    Update {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        note: Option<String>,
+        /// Replaces the run's tags (comma-separated; "" removes them all).
+        #[arg(long)]
+        tags: Option<String>,
+    },
     /// Follow a run until it ends: progress, then state, outputs and cost.
     Watch { id: String },
     /// Print one output file of a finished run; a linear fit's model.json is shown as its
@@ -707,6 +721,25 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             let r: RunView =
                 ctx.client.send(ctx.client.request(Method::POST, &format!("/v1/runs/{id}/cancel"))).await?;
             ctx.print(&r, || format!("{} is {}\n", r.id, r.state))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCmd::Update { id, name, note, tags } => {
+            let tags = tags
+                .map(|t| t.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect());
+            let change = mapi_api::labels::LabelChange { name, note, tags };
+            if change.is_empty() {
+                return Err("name something to change: --name, --note or --tags".into());
+            }
+            let req = ctx.client.request(Method::PATCH, &format!("/v1/runs/{id}")).json(&change);
+            let r: RunView = ctx.client.send(req).await?;
+            ctx.print(&r, || {
+                let name = r.labels.name.as_deref().unwrap_or("(no name)");
+                format!(
+                    "{} {name}  tags: {}\n",
+                    r.id,
+                    if r.labels.tags.is_empty() { "none".to_owned() } else { r.labels.tags.join(", ") }
+                )
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         RunsCmd::Logs(args) => crate::logs::logs(&ctx.client, ctx.json, args).await,

@@ -63,6 +63,8 @@
 //! - Item jobs: `jobs` (5,000 items through a chaos proxy duplicating 10 %
 //!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
 //!   between tenants, cancel, retry-failed, the CLI).
+//! - Tracking: `run_labels` (a run's name, note and tags: who may change
+//!   them, the words of a refusal, the audit).
 //! - Datasets: `datasets` (a deletion refused while a run reads it, then
 //!   record, object and counted storage gone once, audited).
 //! - Documents: `docs` (the README's variable table, `docs/openapi.json` and

@@ -42,6 +42,7 @@ mod push_auth;
 mod quotas;
 mod readme;
 mod replay;
+mod run_labels;
 mod shared_tiers;
 mod signer_kms;
 mod store_firestore;

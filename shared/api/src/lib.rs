@@ -10,6 +10,7 @@
 pub mod audit;
 pub mod credentials;
 pub mod endpoints;
+pub mod labels;
 pub mod methods;
 pub mod problem;
 pub mod views;

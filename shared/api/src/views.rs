@@ -65,6 +65,9 @@ pub struct RunView {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub created_by: UserId,
+    /// The run's name, note and tags (`PATCH /v1/runs/{id}`).
+    #[serde(flatten)]
+    pub labels: crate::labels::RunLabels,
     pub error: Option<RunError>,
     pub stalled: bool,
     /// Why a queued run is not placed yet (the executor switched off, the
@@ -128,6 +131,10 @@ pub struct RunSummary {
     pub class: ResourceClass,
     /// Who submitted it (a token's owner for a token).
     pub created_by: UserId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
     pub attempt: AttemptNo,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,

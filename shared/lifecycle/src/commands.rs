@@ -482,6 +482,19 @@ pub fn mark_waiting(mut run: RunDoc, reason: Option<String>, now: Timestamp) -> 
     step
 }
 
+/// Renames, annotates or retags a run, in any state: `Err` says what to
+/// fix. Neither the state nor `updated_at` moves (the sweeps order by it),
+/// and an unchanged result writes nothing.
+pub fn relabel(mut run: RunDoc, change: &mapi_api::labels::LabelChange) -> Result<Step, String> {
+    let mut step = Step::default();
+    let labels = change.apply(run.labels())?;
+    if &labels != run.labels() {
+        run.set_labels(labels);
+        step.put_run(run);
+    }
+    Ok(step)
+}
+
 /// Marks whether a running attempt has gone quiet (informational only: the
 /// executor, not the events, decides whether it is alive).
 pub fn mark_stalled(mut run: RunDoc, stalled: bool) -> Step {

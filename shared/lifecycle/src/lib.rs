@@ -196,6 +196,8 @@ impl From<&RunDoc> for RunSummary {
             state: r.state(),
             class: r.class(),
             created_by: r.created_by().clone(),
+            name: r.labels().name.clone(),
+            tags: r.labels().tags.clone(),
             attempt: r.attempt(),
             created_at: r.created_at(),
             updated_at: r.updated_at(),

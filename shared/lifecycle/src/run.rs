@@ -76,6 +76,9 @@ pub struct RunDoc {
     /// (informational: cleared as it leaves `queued`).
     #[serde(default)]
     waiting: Option<Waiting>,
+    /// What people call it (name, note, tags); nothing the run does reads it.
+    #[serde(default)]
+    labels: mapi_api::labels::RunLabels,
 }
 
 /// What holds a queued run back, and since when.
@@ -142,6 +145,7 @@ impl RunDoc {
             token: new.token,
             reservation,
             waiting: None,
+            labels: Default::default(),
         }
     }
 
@@ -188,6 +192,14 @@ impl RunDoc {
     /// Why the queued run waits, if something holds it.
     pub fn waiting(&self) -> Option<&Waiting> {
         self.waiting.as_ref()
+    }
+
+    pub fn labels(&self) -> &mapi_api::labels::RunLabels {
+        &self.labels
+    }
+
+    pub(crate) fn set_labels(&mut self, labels: mapi_api::labels::RunLabels) {
+        self.labels = labels;
     }
 
     pub(crate) fn set_waiting(&mut self, waiting: Option<Waiting>) {

@@ -7,6 +7,7 @@ pub mod endpoints;
 mod idempotency;
 mod job_body;
 pub mod jobs;
+pub mod labels;
 pub mod logs;
 pub mod methods;
 pub mod model_versions;
@@ -33,7 +34,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
             get(datasets::get_dataset).delete(datasets::delete_dataset),
         )
         .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
-        .route("/v1/runs/{id}", get(runs::get_run))
+        .route("/v1/runs/{id}", get(runs::get_run).patch(labels::update))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/logs", get(logs::run_logs))
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))

@@ -107,6 +107,7 @@ fn assemble(
         created_at: run.created_at(),
         updated_at: run.updated_at(),
         created_by: run.created_by().clone(),
+        labels: run.labels().clone(),
         error: run.error().cloned(),
         stalled: run.stalled(),
         waiting: run

@@ -1,0 +1,127 @@
+//! What people call a run by: a name, a note and tags. Changed with
+//! `PATCH /v1/runs/{id}`; none of it changes what the run does.
+
+use serde::{Deserialize, Serialize};
+
+/// The most tags a run carries.
+pub const MAX_TAGS: usize = 32;
+/// The longest name, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+/// The longest note, in characters.
+pub const MAX_NOTE_CHARS: usize = 4000;
+/// The longest tag, in bytes.
+pub const MAX_TAG_BYTES: usize = 64;
+
+/// A run's name, note and tags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunLabels {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Sorted, each once.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// `PATCH /v1/runs/{id}`: each field given replaces the run's; a field left
+/// out is kept; `""` clears a name or a note, `[]` the tags.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LabelChange {
+    /// 1 to 200 printable characters; `""` clears it.
+    pub name: Option<String>,
+    /// Up to 4,000 characters (new lines allowed); `""` clears it.
+    pub note: Option<String>,
+    /// Up to 32 tags, each 1 to 64 of `a-z`, `0-9`, `-`, `_`, `.`, `:`, `=`.
+    pub tags: Option<Vec<String>>,
+}
+
+impl LabelChange {
+    /// Whether the change names nothing to change.
+    pub fn is_empty(&self) -> bool {
+        self.name.is_none() && self.note.is_none() && self.tags.is_none()
+    }
+
+    /// The labels after the change, or what to fix, in words.
+    pub fn apply(&self, to: &RunLabels) -> Result<RunLabels, String> {
+        let mut out = to.clone();
+        if let Some(name) = &self.name {
+            let printable = !name.chars().any(char::is_control);
+            if name.chars().count() > MAX_NAME_CHARS || !printable {
+                return Err(format!("name must be at most {MAX_NAME_CHARS} printable characters"));
+            }
+            out.name = Some(name.trim().to_owned()).filter(|n| !n.is_empty());
+        }
+        if let Some(note) = &self.note {
+            let printable = !note.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+            if note.chars().count() > MAX_NOTE_CHARS || !printable {
+                return Err(format!(
+                    "note must be at most {MAX_NOTE_CHARS} characters, without control characters"
+                ));
+            }
+            out.note = Some(note.clone()).filter(|n| !n.trim().is_empty());
+        }
+        if let Some(tags) = &self.tags {
+            let mut tags: Vec<String> = tags.iter().map(|t| t.trim().to_owned()).collect();
+            if let Some(bad) = tags.iter().find(|t| !is_tag(t)) {
+                let shown: String = bad.chars().take(MAX_TAG_BYTES).collect();
+                return Err(format!(
+                    "tag `{shown}` is not a tag: 1 to {MAX_TAG_BYTES} of a-z, 0-9, -, _, ., : and ="
+                ));
+            }
+            tags.sort();
+            tags.dedup();
+            if tags.len() > MAX_TAGS {
+                return Err(format!("a run carries at most {MAX_TAGS} tags, not {}", tags.len()));
+            }
+            out.tags = tags;
+        }
+        Ok(out)
+    }
+}
+
+fn is_tag(t: &str) -> bool {
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.:=".contains(&b);
+    !t.is_empty() && t.len() <= MAX_TAG_BYTES && t.bytes().all(allowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(name: Option<&str>, note: Option<&str>, tags: Option<&[&str]>) -> LabelChange {
+        LabelChange {
+            name: name.map(str::to_owned),
+            note: note.map(str::to_owned),
+            tags: tags.map(|t| t.iter().map(|s| (*s).to_owned()).collect()),
+        }
+    }
+
+    #[test]
+    fn a_change_replaces_what_it_names_and_keeps_the_rest() {
+        let start = change(Some("baseline"), Some("first try"), Some(&["b", "a", "a"]))
+            .apply(&RunLabels::default())
+            .expect("valid");
+        assert_eq!(start.tags, ["a", "b"], "sorted, each once");
+        let renamed = change(Some("  second "), None, None).apply(&start).expect("valid");
+        assert_eq!(renamed.name.as_deref(), Some("second"));
+        assert_eq!((renamed.note, renamed.tags), (start.note.clone(), start.tags.clone()));
+        let cleared = change(Some(""), Some(""), Some(&[])).apply(&start).expect("valid");
+        assert_eq!(cleared, RunLabels::default());
+    }
+
+    #[test]
+    fn bad_labels_are_refused_naming_what_to_fix() {
+        let base = RunLabels::default();
+        let e = change(None, None, Some(&["Has Space"])).apply(&base).expect_err("refused");
+        assert!(e.contains("`Has Space`") && e.contains("a-z"), "{e}");
+        let many: Vec<String> = (0..33).map(|i| format!("t{i}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(change(None, None, Some(&refs)).apply(&base).expect_err("refused").contains("at most 32"));
+        assert!(change(Some(&"x".repeat(201)), None, None).apply(&base).is_err());
+        assert!(change(Some("a\u{7}b"), None, None).apply(&base).is_err());
+        assert!(change(None, Some("line one\nline two"), None).apply(&base).is_ok());
+        assert!(change(None, None, Some(&["env=prod", "exp:q3", "v1.2"])).apply(&base).is_ok());
+    }
+}
