@@ -371,7 +371,9 @@ impl DevProcess {
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         std::io::BufReader::new(stdout).read_line(&mut line).expect("mapi dev prints its URL");
-        DevProcess { child, url: line.trim().to_owned() }
+        let url = line.trim().to_owned();
+        assert!(url.starts_with("http"), "mapi dev on port {port} did not start (it printed {line:?})");
+        DevProcess { child, url }
     }
 
     /// Where the CLI keeps its state for a `mapi dev` started in `home`: pass it as
@@ -400,8 +402,25 @@ impl Drop for DevProcess {
 }
 
 /// A port free now, for a child process that must keep it across restarts.
+///
+/// Taken below the kernel's ephemeral range (32768–60999 on Linux): every
+/// listener bound to port 0 (a test platform, a local model server) gets one
+/// from that range, so none can take this port while its owner restarts.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Processes running suites at once start apart; within one, ports are handed out in turn.
+    let start = std::process::id();
+    for _ in 0..SPAN {
+        let offset = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % u32::from(SPAN);
+        let port = LOW + u16::try_from(offset).unwrap_or(0);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 /// The `(from, to, reason)` of every history entry.
