@@ -42,6 +42,21 @@ fn executions_per_nonce(home: &Path) -> HashMap<String, usize> {
     count
 }
 
+/// Every execution directory with its files, and the text of the small
+/// ones (host, status, the tail of each log): what a stuck run left behind.
+fn executions_on_disk(home: &Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(home.join("executions")).into_iter().flatten().flatten() {
+        out.push_str(&format!("{}\n", e.path().display()));
+        for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            let tail: String = text.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+            out.push_str(&format!("  {}: {tail}\n", f.file_name().to_string_lossy()));
+        }
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_accepted_run_ends_once_after_a_crash() {
     let home = tempfile::tempdir().expect("tempdir");
@@ -109,7 +124,10 @@ async fn every_accepted_run_ends_once_after_a_crash() {
             for id in ids.iter().filter(|i| !finals.contains_key(*i)) {
                 open.push(get(&http, &format!("{}/v1/runs/{id}", dev.url), &token).await);
             }
-            panic!("runs not finished after the restart: {open:#?}");
+            panic!(
+                "runs not finished after the restart: {open:#?}\nthe executions on disk:\n{}",
+                executions_on_disk(home.path())
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
