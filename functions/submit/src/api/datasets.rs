@@ -207,14 +207,27 @@ pub async fn get_dataset(
     Path((tenant, project, id)): Path<(TenantId, ProjectId, String)>,
 ) -> Result<Json<DatasetView>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Read).await?;
-    let not_found = || {
-        let id: String = id.chars().take(64).collect();
-        ApiError::not_found(format!("dataset {id} not found in {tenant}/{project}"))
-    };
-    let parsed = DatasetId::parse(&id).map_err(|_| not_found())?;
+    Ok(Json(DatasetView::from(&find(&state, &tenant, &project, &id).await?)))
+}
+
+/// "Not found" for a dataset id as it was asked (cut short), in its project.
+fn not_found(tenant: &TenantId, project: &ProjectId, id: &str) -> ApiError {
+    let id: String = id.chars().take(64).collect();
+    ApiError::not_found(format!("dataset {id} not found in {tenant}/{project}"))
+}
+
+/// The project's dataset `id`; one of another project is not found, as a
+/// missing one is.
+async fn find(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    id: &str,
+) -> Result<DatasetDoc, ApiError> {
+    let parsed = DatasetId::parse(id).map_err(|_| not_found(tenant, project, id))?;
     match mapi_schema::get::<DatasetDoc>(&*state.store, parsed.as_str()).await? {
-        Some(d) if d.tenant == tenant && d.project == project => Ok(Json(DatasetView::from(&d))),
-        _ => Err(not_found()),
+        Some(d) if &d.tenant == tenant && &d.project == project => Ok(d),
+        _ => Err(not_found(tenant, project, id)),
     }
 }
 
@@ -266,15 +279,7 @@ pub async fn delete_dataset(
 ) -> Result<StatusCode, ApiError> {
     let granted =
         require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Delete).await?;
-    let not_found = || {
-        let id: String = id.chars().take(64).collect();
-        ApiError::not_found(format!("dataset {id} not found in {tenant}/{project}"))
-    };
-    let parsed = DatasetId::parse(&id).map_err(|_| not_found())?;
-    let doc = match mapi_schema::get::<DatasetDoc>(&*state.store, parsed.as_str()).await? {
-        Some(d) if d.tenant == tenant && d.project == project => d,
-        _ => return Err(not_found()),
-    };
+    let doc = find(&state, &tenant, &project, &id).await?;
     if let Some(run) = reading_run(&state, &doc.id).await? {
         return Err(ApiError::new(
             ProblemCode::FailedPrecondition,
@@ -302,9 +307,10 @@ pub async fn delete_dataset(
         -bytes,
     );
     let (doc_ref, record_ref, release) = (&doc, &record, &release);
+    let (tenant, project, id) = (&tenant, &project, id.as_str());
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let Some(current) = mapi_schema::tx_get::<DatasetDoc>(&mut tx, doc_ref.id.as_str()).await? else {
-            return Err(not_found());
+            return Err(not_found(tenant, project, id));
         };
         tx.delete(&mapi_schema::key::<DatasetDoc>(current.id.as_str())?);
         release.apply(&mut tx)?;
