@@ -363,7 +363,7 @@ impl DevProcess {
             .env_remove("MAPI_TOKEN")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null());
+            .stderr(Self::log_file(home));
         for (k, v) in extra {
             cmd.env(k, v);
         }
@@ -380,6 +380,19 @@ impl DevProcess {
     /// `MAPI_CONFIG_DIR` to the CLI.
     pub fn config_dir(home: &std::path::Path) -> std::path::PathBuf {
         home.join("cli-config")
+    }
+
+    /// What `mapi dev` started in `home` logs (warnings and errors), kept
+    /// across its restarts: `mapi-dev.log` beside its state.
+    pub fn log_path(home: &std::path::Path) -> std::path::PathBuf {
+        home.join("mapi-dev.log")
+    }
+
+    fn log_file(home: &std::path::Path) -> std::process::Stdio {
+        match std::fs::OpenOptions::new().create(true).append(true).open(Self::log_path(home)) {
+            Ok(f) => f.into(),
+            Err(_) => std::process::Stdio::null(),
+        }
     }
 
     /// Stops it with SIGTERM and waits.

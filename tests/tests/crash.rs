@@ -48,13 +48,24 @@ fn executions_on_disk(home: &Path) -> String {
     let mut out = String::new();
     for e in std::fs::read_dir(home.join("executions")).into_iter().flatten().flatten() {
         out.push_str(&format!("{}\n", e.path().display()));
-        for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
-            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
-            let tail: String = text.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
-            out.push_str(&format!("  {}: {tail}\n", f.file_name().to_string_lossy()));
-        }
+        files_under(&e.path(), &e.path(), &mut out);
     }
     out
+}
+
+/// Each file under `dir` (its tasks' logs included), named from `root`,
+/// with the tail of its text.
+fn files_under(root: &Path, dir: &Path, out: &mut String) {
+    for f in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = f.path();
+        if path.is_dir() {
+            files_under(root, &path, out);
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let tail: String = text.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+        out.push_str(&format!("  {}: {tail}\n", path.strip_prefix(root).unwrap_or(&path).display()));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,8 +136,9 @@ async fn every_accepted_run_ends_once_after_a_crash() {
                 open.push(get(&http, &format!("{}/v1/runs/{id}", dev.url), &token).await);
             }
             panic!(
-                "runs not finished after the restart: {open:#?}\nthe executions on disk:\n{}",
-                executions_on_disk(home.path())
+                "runs not finished after the restart: {open:#?}\nthe executions on disk:\n{}\nmapi dev's log:\n{}",
+                executions_on_disk(home.path()),
+                std::fs::read_to_string(DevProcess::log_path(home.path())).unwrap_or_default()
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -3,7 +3,9 @@
 //! 1. Take the bootstrap: GET `MAPI_BOOTSTRAP_URL` (with this task's nonce;
 //!    an `http(s)://` route or a `gs://` object, see [`crate::bootstrap`]),
 //!    then DELETE it pinned to the generation read. Only one reader can win
-//!    that delete, so a duplicate execution exits 0 having done nothing.
+//!    that delete, so a duplicate execution exits 0 having done nothing. A
+//!    delete whose answer was lost may have applied: the task counts the
+//!    bootstrap as its own and goes on (see `delete_pinned`).
 //! 2. Print a signed `started` event, fetch the dataset (and the checkpoint
 //!    an earlier attempt flushed), run the method.
 //! 3. On SIGTERM or at the run's timeout, ask the method to stop; a method
@@ -102,26 +104,59 @@ async fn take_bootstrap(http: &reqwest::Client, source: &Source) -> Result<Taken
             .map(str::to_owned)
             .ok_or("the bootstrap response has no generation")?;
         let body = resp.bytes().await.map_err(|e| e.to_string())?;
-        let del = source
-            .take(http, &generation)
-            .await?
-            .send()
-            .await
-            .map_err(|e| format!("bootstrap DELETE failed: {e}"))?;
-        return match del.status().as_u16() {
-            200 | 204 => {
-                let b: Bootstrap =
-                    serde_json::from_slice(&body).map_err(|e| format!("the bootstrap is not valid: {e}"))?;
-                if b.v != BOOTSTRAP_VERSION {
-                    return Err(format!("bootstrap version {} is not {BOOTSTRAP_VERSION}", b.v));
-                }
-                Ok(Taken::Mine(Box::new(b)))
-            }
-            404 | 412 => Ok(Taken::Gone),
-            s => Err(format!("bootstrap DELETE answered {s}")),
-        };
+        if !delete_pinned(http, source, &generation).await? {
+            return Ok(Taken::Gone);
+        }
+        let b: Bootstrap =
+            serde_json::from_slice(&body).map_err(|e| format!("the bootstrap is not valid: {e}"))?;
+        if b.v != BOOTSTRAP_VERSION {
+            return Err(format!("bootstrap version {} is not {BOOTSTRAP_VERSION}", b.v));
+        }
+        return Ok(Taken::Mine(Box::new(b)));
     }
     Err(format!("cannot read the bootstrap: {last}"))
+}
+
+/// Takes the bootstrap read at `generation` by deleting it pinned to that
+/// generation: of all the executions that read it, only one delete can
+/// succeed. Answers whether this execution took it.
+///
+/// A delete whose answer was lost (the platform died mid-request, a 5xx)
+/// may have applied, so it is sent again; a 404 or 412 after a lost answer
+/// may be our own delete seen again, and a delete that never gets an answer
+/// may have applied too. Either way this execution counts the bootstrap as
+/// taken and speaks: staying silent would leave an attempt whose bootstrap
+/// is gone and whose taker is never heard, which the platform can only
+/// wait out for the run's whole timeout. Speaking when a twin took it is
+/// harmless: the attempt keeps the first execution it hears from and
+/// refuses the other's events.
+async fn delete_pinned(http: &reqwest::Client, source: &Source, generation: &str) -> Result<bool, String> {
+    let mut lost: Option<String> = None;
+    for attempt in 0..4u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
+        }
+        let status = match source.take(http, generation).await?.send().await {
+            Ok(r) => r.status().as_u16(),
+            Err(e) => {
+                lost = Some(format!("bootstrap DELETE failed: {e}"));
+                continue;
+            }
+        };
+        match status {
+            200 | 204 => return Ok(true),
+            404 | 412 if lost.is_none() => return Ok(false),
+            404 | 412 => {
+                log("WARNING", "the bootstrap is gone after a DELETE whose answer was lost: taking it as ours");
+                return Ok(true);
+            }
+            s if s >= 500 => lost = Some(format!("bootstrap DELETE answered {s}")),
+            s => return Err(format!("bootstrap DELETE answered {s}")),
+        }
+    }
+    let why = lost.unwrap_or_default();
+    log("WARNING", &format!("{why}; the DELETE may have applied: taking the bootstrap as ours"));
+    Ok(true)
 }
 
 /// Prints signed events, one line each.
@@ -190,13 +225,32 @@ impl Context for TaskContext {
     }
 }
 
+/// Reads a signed URL (`None`: 404), retrying transient failures (the
+/// platform may be restarting) for about a quarter of a minute.
 async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<Bytes>, String> {
-    let resp = http.get(url).send().await.map_err(|e| format!("cannot fetch the {what}: {e}"))?;
-    match resp.status().as_u16() {
-        200 => resp.bytes().await.map(Some).map_err(|e| format!("cannot read the {what}: {e}")),
-        404 => Ok(None),
-        s => Err(format!("fetching the {what} answered {s}")),
+    let mut last = String::new();
+    for attempt in 0..6u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(500 * 2u64.pow(attempt - 1))).await;
+        }
+        let resp = match http.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                last = format!("cannot fetch the {what}: {e}");
+                continue;
+            }
+        };
+        match resp.status().as_u16() {
+            200 => match resp.bytes().await {
+                Ok(b) => return Ok(Some(b)),
+                Err(e) => last = format!("cannot read the {what}: {e}"),
+            },
+            404 => return Ok(None),
+            s if s >= 500 => last = format!("fetching the {what} answered {s}"),
+            s => return Err(format!("fetching the {what} answered {s}")),
+        }
     }
+    Err(last)
 }
 
 /// Uploads an output, retrying transient failures (the platform may be
