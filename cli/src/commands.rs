@@ -215,6 +215,17 @@ enum RunsCmd {
     },
     /// Cancel a run.
     Cancel { id: String },
+    /// Retry an ended run: a new run of the same spec, name and tags, admitted under the quotas.
+    #[command(after_help = "Example:\n  mapi runs retry run_01… --watch")]
+    Retry {
+        id: String,
+        /// Retrying again with the same key returns the same new run.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Watch the new run until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Name, annotate or tag a run (what is left out is kept; "" clears a name or note).
     #[command(
         after_help = "Example:\n  mapi runs update run_01… --name baseline --tags employment,q3 --note 'before the new deflator'"
@@ -722,6 +733,20 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                 ctx.client.send(ctx.client.request(Method::POST, &format!("/v1/runs/{id}/cancel"))).await?;
             ctx.print(&r, || format!("{} is {}\n", r.id, r.state))?;
             Ok(ExitCode::SUCCESS)
+        }
+        RunsCmd::Retry { id, idempotency_key, watch: follow } => {
+            let mut req = ctx.client.request(Method::POST, &format!("/v1/runs/{id}/retry"));
+            if let Some(key) = idempotency_key {
+                req = req.header("Idempotency-Key", key);
+            }
+            let r: RunView = ctx.client.send(req).await?;
+            if !follow {
+                ctx.print(&r, || format!("{} retries {id}: {}\n", r.id, r.state))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let done = watch(ctx, r.id.as_str()).await?;
+            ctx.print(&done, || describe_run(&done))?;
+            Ok(exit_for(&done))
         }
         RunsCmd::Update { id, name, note, tags } => {
             let tags = tags

@@ -64,7 +64,8 @@
 //!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
 //!   between tenants, cancel, retry-failed, the CLI).
 //! - Tracking: `run_labels` (a run's name, note and tags: who may change
-//!   them, the words of a refusal, the audit).
+//!   them, the words of a refusal, the audit); `run_retry` (an ended run
+//!   retried as a new run of its spec and labels, keyed, scoped, audited).
 //! - Datasets: `datasets` (a deletion refused while a run reads it, then
 //!   record, object and counted storage gone once, audited).
 //! - Documents: `docs` (the README's variable table, `docs/openapi.json` and

@@ -43,6 +43,7 @@ mod quotas;
 mod readme;
 mod replay;
 mod run_labels;
+mod run_retry;
 mod shared_tiers;
 mod signer_kms;
 mod store_firestore;

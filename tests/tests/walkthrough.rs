@@ -344,3 +344,27 @@ fn mapi_dev_takes_its_port_and_home_prints_a_banner_and_resets() {
     assert!(err.contains("holds no mapi.db, so it is not a mapi dev home; nothing was deleted"), "{err}");
     assert!(home.exists(), "nothing was deleted");
 }
+
+/// `mapi runs update` names a run and `mapi runs retry --watch` runs it
+/// again under that name, naming the run it retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_named_and_retried_from_the_cli() {
+    let p = TestPlatform::start(&[]).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
+    let id = p.submit(serde_json::json!({"method": "describe", "dataset": dataset})).await;
+    p.wait_final(&id).await;
+    let (code, out, err) = mapi(&p, &["runs", "update", &id, "--name", "baseline", "--tags", "q3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("baseline  tags: q3"), "{out}");
+    let (code, out, err) = mapi(&p, &["--json", "runs", "retry", &id, "--watch"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let retried: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        (&retried["state"], &retried["retry_of"]),
+        (&Value::from("succeeded"), &Value::from(id.as_str()))
+    );
+    assert_eq!((&retried["name"], &retried["tags"]), (&Value::from("baseline"), &serde_json::json!(["q3"])));
+    let (code, _, err) = mapi(&p, &["runs", "retry", "run_01arz3ndektsv4rrffq69g5fav"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("NOT_FOUND (404)"), "{err}");
+}

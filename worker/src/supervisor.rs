@@ -147,7 +147,10 @@ async fn delete_pinned(http: &reqwest::Client, source: &Source, generation: &str
             200 | 204 => return Ok(true),
             404 | 412 if lost.is_none() => return Ok(false),
             404 | 412 => {
-                log("WARNING", "the bootstrap is gone after a DELETE whose answer was lost: taking it as ours");
+                log(
+                    "WARNING",
+                    "the bootstrap is gone after a DELETE whose answer was lost: taking it as ours",
+                );
                 return Ok(true);
             }
             s if s >= 500 => lost = Some(format!("bootstrap DELETE answered {s}")),

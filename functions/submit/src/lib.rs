@@ -7,7 +7,7 @@
 //!   columns;
 //! - `POST /v1/tenants/{tenant}/projects/{project}/runs` (submit, with
 //!   `Idempotency-Key`), `GET` to list;
-//! - `GET /v1/runs/{id}`, `POST /v1/runs/{id}/cancel`;
+//! - `GET /v1/runs/{id}`, `POST /v1/runs/{id}/cancel`, `POST /v1/runs/{id}/retry`;
 //! - model versions: `GET /v1/tenants/{tenant}/projects/{project}/model-versions`,
 //!   `GET /v1/model-versions/{id}`, `POST /v1/model-versions/{id}/urls`;
 //! - item jobs: `POST /v1/tenants/{tenant}/projects/{project}/jobs` (with
@@ -46,7 +46,7 @@ use utoipa::OpenApi;
 #[openapi(
     paths(
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::datasets::delete_dataset, api::runs::submit, api::runs::list, api::runs::get_run, api::labels::update,
-        api::runs::cancel, api::logs::run_logs, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
+        api::runs::cancel, api::runs::retry, api::logs::run_logs, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
         api::methods::list, api::methods::get_method,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,

@@ -68,6 +68,9 @@ pub struct RunView {
     /// The run's name, note and tags (`PATCH /v1/runs/{id}`).
     #[serde(flatten)]
     pub labels: crate::labels::RunLabels,
+    /// The ended run this one retries (`POST /v1/runs/{id}/retry`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<RunId>,
     pub error: Option<RunError>,
     pub stalled: bool,
     /// Why a queued run is not placed yet (the executor switched off, the

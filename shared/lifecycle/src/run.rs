@@ -33,6 +33,10 @@ pub struct NewRun {
     pub estimate: Charge,
     /// The token the run is submitted with (public id), if any.
     pub token: Option<String>,
+    /// Its name, note and tags (a retry keeps those of the run it retries).
+    pub labels: mapi_api::labels::RunLabels,
+    /// The ended run this one was asked as a retry of.
+    pub retry_of: Option<RunId>,
 }
 
 /// A run: what was asked, where it is, and how it got there.
@@ -79,6 +83,9 @@ pub struct RunDoc {
     /// What people call it (name, note, tags); nothing the run does reads it.
     #[serde(default)]
     labels: mapi_api::labels::RunLabels,
+    /// The ended run this one retries, when it was asked as a retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_of: Option<RunId>,
 }
 
 /// What holds a queued run back, and since when.
@@ -145,7 +152,8 @@ impl RunDoc {
             token: new.token,
             reservation,
             waiting: None,
-            labels: Default::default(),
+            labels: new.labels,
+            retry_of: new.retry_of,
         }
     }
 
@@ -192,6 +200,11 @@ impl RunDoc {
     /// Why the queued run waits, if something holds it.
     pub fn waiting(&self) -> Option<&Waiting> {
         self.waiting.as_ref()
+    }
+
+    /// The ended run this one retries, if it was asked as a retry.
+    pub fn retry_of(&self) -> Option<&RunId> {
+        self.retry_of.as_ref()
     }
 
     pub fn labels(&self) -> &mapi_api::labels::RunLabels {

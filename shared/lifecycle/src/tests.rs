@@ -51,6 +51,8 @@ fn new_run() -> NewRun {
         created_by: UserId::parse("dev@dev.local").expect("user"),
         estimate: mapi_cost::CURRENT.estimate(ResourceClass::S, 1, Duration::from_secs(60)),
         token: None,
+        labels: Default::default(),
+        retry_of: None,
     }
 }
 

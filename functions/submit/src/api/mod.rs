@@ -36,6 +36,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get_run).patch(labels::update))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/retry", post(runs::retry))
         .route("/v1/runs/{id}/logs", get(logs::run_logs))
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
         .route("/v1/model-versions/{id}", get(model_versions::get_version))

@@ -139,24 +139,60 @@ pub async fn submit(
     headers: HeaderMap,
     Json(spec): Json<RunSpecInput>,
 ) -> Result<axum::response::Response, ApiError> {
-    use axum::response::IntoResponse;
     let granted = require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Create).await?;
+    let key = Key::of(&headers, idempotency::Route::Runs, &tenant, &project, &serde_json::to_vec(&spec)?)?;
+    let asked = Asked { tenant: &tenant, project: &project, spec: &spec, origin: Origin::default() };
+    admit(&state, &caller, &granted, asked, key, q.dry_run).await
+}
+
+/// What a new run carries besides its spec: its labels, and the ended run
+/// it retries.
+#[derive(Default)]
+struct Origin {
+    labels: mapi_api::labels::RunLabels,
+    retry_of: Option<RunId>,
+}
+
+/// A run asked for: where, what, and from what.
+struct Asked<'a> {
+    tenant: &'a TenantId,
+    project: &'a ProjectId,
+    spec: &'a RunSpecInput,
+    origin: Origin,
+}
+
+/// The one way a run is admitted, submitted or retried: its key replayed
+/// first, then the spec validated, the run estimated and admitted under the
+/// quotas, and committed with its audit record.
+async fn admit(
+    state: &AppState,
+    caller: &Caller,
+    granted: &Granted,
+    asked: Asked<'_>,
+    key: Option<Key>,
+    dry: bool,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let Asked { tenant, project, spec, origin } = asked;
     let tier = granted.tenant.tier;
     let now = state.clock.now();
-    let key = Key::of(&headers, idempotency::Route::Runs, &tenant, &project, &serde_json::to_vec(&spec)?)?;
     // A key seen before is answered before any limit is decided (see
     // `idempotency`).
     if let Some(key) = &key
-        && !q.dry_run
-        && let Some(seen) = key.seen(&state, now).await?
+        && !dry
+        && let Some(seen) = key.seen(state, now).await?
     {
-        return replayed(&state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
+        return replayed(state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
     }
-    validate(&state, &tenant, &project, &spec).await?;
+    validate(state, tenant, project, spec).await?;
     let estimate =
         mapi_cost::CURRENT.estimate(spec.class, spec.tasks, Duration::from_secs(u64::from(spec.timeout_s)));
+    let detail = match &origin.retry_of {
+        None => format!("{} on {} (class {})", spec.method, spec.dataset, spec.class),
+        Some(of) => format!("{} on {} (class {}), a retry of {of}", spec.method, spec.dataset, spec.class),
+    };
     let new = NewRun {
-        id: RunId::generate(now, entropy(&state)?),
+        id: RunId::generate(now, entropy(state)?),
         tenant: tenant.clone(),
         project: project.clone(),
         method: spec.method.clone(),
@@ -168,6 +204,8 @@ pub async fn submit(
         created_by: caller.user().clone(),
         estimate,
         token: caller.token().map(|t| t.public_id().to_owned()),
+        labels: origin.labels,
+        retry_of: origin.retry_of,
     };
     let run = &new;
     let ask = mapi_quota::Ask::Run {
@@ -177,33 +215,33 @@ pub async fn submit(
         plugin: false,
     };
     let idem_doc =
-        key.map(|k| IdempotencyDoc { run: Some(run.id.clone()), ..k.record(&state, &tenant, &project, now) });
-    let record = Audit::by(&caller, "run.create", format!("runs/{}", run.id))
-        .tenant(&tenant)
-        .project(&project)
-        .detail(format!("{} on {} (class {})", run.method, run.dataset, run.class))
+        key.map(|k| IdempotencyDoc { run: Some(run.id.clone()), ..k.record(state, tenant, project, now) });
+    let record = Audit::by(caller, "run.create", format!("runs/{}", run.id))
+        .tenant(tenant)
+        .project(project)
+        .detail(detail)
         .into_doc(now, &*state.entropy);
-    if q.dry_run {
-        let plan = quota::plan(&state, now, &tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
-        let held = crate::placement::held(&state, &tenant).await?.map(|(_, why)| why);
+    if dry {
+        let plan = quota::plan(state, now, tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
+        let held = crate::placement::held(state, tenant).await?.map(|(_, why)| why);
         return Ok(Json(dry_run(run, plan.err(), held)).into_response());
     }
     let request = quota::Request {
-        caller: &caller,
-        tenant: &tenant,
+        caller,
+        tenant,
         tier,
         ask,
         seed: run.id.as_str(),
         what: format!("projects/{tenant}/{project}/runs"),
     };
-    let (idem, record, new, shared) = (&idem_doc, &record, &new, &state);
-    let outcome = quota::admit_and_commit(&state, &request, |plan| async move {
+    let (idem, record, new) = (&idem_doc, &record, &new);
+    let outcome = quota::admit_and_commit(state, &request, |plan| async move {
         let step = mapi_lifecycle::commands::admit(new.clone(), plan.reservation.clone(), now);
-        commit(shared, &step, &plan.bumps, idem.as_ref(), record, now).await
+        commit(state, &step, &plan.bumps, idem.as_ref(), record, now).await
     })
     .await?;
     match outcome {
-        Submitted::Replayed(id) => replayed(&state, id).await,
+        Submitted::Replayed(id) => replayed(state, id).await,
         Submitted::New(step) => {
             step.committed(&state.metrics);
             // The run is stored: a failed push is re-pushed by the
@@ -214,6 +252,58 @@ pub async fn submit(
             Ok((StatusCode::CREATED, Json(view::of_new(run))).into_response())
         }
     }
+}
+
+/// Retry an ended run: a new run of the same method, dataset, parameters,
+/// class (the one asked for), timeout and tasks, with the same name, note
+/// and tags and `retry_of` naming the run, admitted under the quotas like
+/// any submit. The ended run is left as it is.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/retry",
+    tag = "runs",
+    params(
+        ("id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same retry for 24 hours")
+    ),
+    responses(
+        (status = 201, body = RunView, description = "Accepted: the new run is queued"),
+        (status = 200, body = RunView, description = "A repeated Idempotency-Key: the retry it made"),
+        (status = 400, body = mapi_problem::Problem, description = "The run's spec no longer passes (its method, class or dataset columns)"),
+        (status = 404, body = mapi_problem::Problem, description = "No such run, or its dataset was deleted"),
+        (status = 409, body = mapi_problem::Problem, description = "The run has not ended (FAILED_PRECONDITION), or the Idempotency-Key was used with another request"),
+        (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded (QUOTA_EXCEEDED, RATE_LIMITED), with Retry-After"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn retry(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<axum::response::Response, ApiError> {
+    let (run, granted) = load_for(&state, &caller, &id, Action::Create).await?;
+    if !run.state().is_terminal() {
+        return Err(ApiError::precondition(format!(
+            "run {} is still {}: wait for it to end, or cancel it, before retrying it",
+            run.id(),
+            run.state()
+        )));
+    }
+    let spec = RunSpecInput {
+        method: run.method().to_owned(),
+        dataset: run.dataset().clone(),
+        params: run.params().clone(),
+        class: run.requested_class(),
+        timeout_s: run.timeout_s(),
+        tasks: run.task_count(),
+    };
+    let (tenant, project) = (run.tenant(), run.project());
+    let retried = format!("retry of {}", run.id());
+    let key = Key::of(&headers, idempotency::Route::Runs, tenant, project, retried.as_bytes())?;
+    let origin = Origin { labels: run.labels().clone(), retry_of: Some(run.id().clone()) };
+    let asked = Asked { tenant, project, spec: &spec, origin };
+    admit(&state, &caller, &granted, asked, key, false).await
 }
 
 /// The run a key's earlier use made.

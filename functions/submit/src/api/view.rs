@@ -108,6 +108,7 @@ fn assemble(
         updated_at: run.updated_at(),
         created_by: run.created_by().clone(),
         labels: run.labels().clone(),
+        retry_of: run.retry_of().cloned(),
         error: run.error().cloned(),
         stalled: run.stalled(),
         waiting: run

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use mapi_api::methods::{MethodInput, MethodList, MethodView};
 use mapi_api::views::{DatasetPage, RunLogs, RunPage, RunSummary, RunView};
-use mapi_domain::{ResourceClass, RunSpecInput, RunState};
+use mapi_domain::{ResourceClass, RunState};
 use maud::{Markup, html};
 use reqwest::Method;
 use serde::Deserialize;
@@ -213,20 +213,10 @@ async fn bulk(
     page(StatusCode::OK, Some(viewer), Scope::project(t.as_str(), p.as_str()), title, body)
 }
 
-/// A retry is a new run of the same method, dataset, parameters, class,
-/// timeout and tasks, admitted under the quotas like any submit.
+/// A retry is a new run of the same spec, name and tags, admitted under
+/// the quotas like any submit (`POST /v1/runs/{id}/retry`).
 async fn retry(api: &Api<'_>, id: &str) -> Result<String, String> {
-    let run: RunView = api.get(&format!("/v1/runs/{id}")).await.map_err(|r| r.detail)?;
-    let spec = RunSpecInput {
-        method: run.method,
-        dataset: run.dataset,
-        params: run.params,
-        class: run.requested_class,
-        timeout_s: run.timeout_s,
-        tasks: run.tasks,
-    };
-    let path = format!("/v1/tenants/{}/projects/{}/runs", run.tenant, run.project);
-    let new: RunView = api.send(Method::POST, &path, &spec).await.map_err(|r| r.detail)?;
+    let new: RunView = api.post_empty(&format!("/v1/runs/{id}/retry")).await.map_err(|r| r.detail)?;
     Ok(format!("retried as {}", new.id))
 }
 
