@@ -215,6 +215,14 @@ enum RunsCmd {
     },
     /// Cancel a run.
     Cancel { id: String },
+    /// Runs side by side: the spec, each param, each metric, the state and the charge
+    /// (`≠` marks a field whose values differ).
+    #[command(after_help = "Example:\n  mapi runs compare run_01… run_01… run_01…")]
+    Compare {
+        /// Two or more run ids.
+        #[arg(required = true, num_args = 2..=12)]
+        ids: Vec<String>,
+    },
     /// Retry an ended run: a new run of the same spec, name and tags, admitted under the quotas.
     #[command(after_help = "Example:\n  mapi runs retry run_01… --watch")]
     Retry {
@@ -484,7 +492,7 @@ fn parse_params(raw: &[String]) -> Result<BTreeMap<String, serde_json::Value>> {
     Ok(out)
 }
 
-fn money(micros: i64, currency: &str) -> String {
+pub(crate) fn money(micros: i64, currency: &str) -> String {
     mapi_cost::format_micros(micros, currency)
 }
 
@@ -732,6 +740,15 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             let r: RunView =
                 ctx.client.send(ctx.client.request(Method::POST, &format!("/v1/runs/{id}/cancel"))).await?;
             ctx.print(&r, || format!("{} is {}\n", r.id, r.state))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCmd::Compare { ids } => {
+            let mut runs = Vec::with_capacity(ids.len());
+            for id in &ids {
+                runs.push(ctx.client.get::<RunView>(&format!("/v1/runs/{id}")).await?);
+            }
+            let c = crate::compare::compare(&runs);
+            ctx.print(&c, || crate::output::listing(&crate::compare::table(&c), "nothing to compare"))?;
             Ok(ExitCode::SUCCESS)
         }
         RunsCmd::Retry { id, idempotency_key, watch: follow } => {

@@ -16,6 +16,7 @@ mod account;
 pub mod bench;
 pub mod client;
 mod commands;
+mod compare;
 mod confirm;
 mod download;
 mod endpoints;

@@ -345,13 +345,15 @@ fn mapi_dev_takes_its_port_and_home_prints_a_banner_and_resets() {
     assert!(home.exists(), "nothing was deleted");
 }
 
-/// `mapi runs update` names a run and `mapi runs retry --watch` runs it
-/// again under that name, naming the run it retries.
+/// `mapi runs update` names a run, `mapi runs retry --watch` runs it again
+/// under that name, naming the run it retries, and `mapi runs compare` sets
+/// the two side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_is_named_and_retried_from_the_cli() {
     let p = TestPlatform::start(&[]).await;
     let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
-    let id = p.submit(serde_json::json!({"method": "describe", "dataset": dataset})).await;
+    let spec = serde_json::json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}});
+    let id = p.submit(spec).await;
     p.wait_final(&id).await;
     let (code, out, err) = mapi(&p, &["runs", "update", &id, "--name", "baseline", "--tags", "q3"]);
     assert_eq!(code, 0, "{err}");
@@ -364,6 +366,27 @@ async fn a_run_is_named_and_retried_from_the_cli() {
         (&Value::from("succeeded"), &Value::from(id.as_str()))
     );
     assert_eq!((&retried["name"], &retried["tags"]), (&Value::from("baseline"), &serde_json::json!(["q3"])));
+    let new = retried["id"].as_str().expect("id");
+    let (code, out, err) = mapi(&p, &["runs", "compare", &id, new]);
+    assert_eq!(code, 0, "{err}");
+    for line in ["params.y", "metrics.r_squared", "state"] {
+        assert!(
+            out.lines().any(|l| l.split_whitespace().next() == Some(line)),
+            "{line} alike in both: {out}"
+        );
+    }
+    let other = p.submit(serde_json::json!({"method": "describe", "dataset": dataset})).await;
+    p.wait_final(&other).await;
+    let (code, out, err) = mapi(&p, &["--json", "runs", "compare", &id, new, &other]);
+    assert_eq!(code, 0, "{err}");
+    let c: Value = serde_json::from_str(&out).expect("json");
+    let rows = c["rows"].as_array().expect("rows");
+    let of = |field: &str| rows.iter().find(|r| r["field"] == field).cloned().unwrap_or_default();
+    assert_eq!(of("method")["differs"], true, "{out}");
+    assert_eq!(of("metrics.r_squared")["values"][2], Value::Null, "describe reports no r²: {out}");
+    assert_eq!(of("dataset")["differs"], false, "{out}");
+    let (code, _, err) = mapi(&p, &["runs", "compare", &id]);
+    assert_ne!(code, 0, "one run is nothing to compare: {err}");
     let (code, _, err) = mapi(&p, &["runs", "retry", "run_01arz3ndektsv4rrffq69g5fav"]);
     assert_ne!(code, 0);
     assert!(err.contains("NOT_FOUND (404)"), "{err}");
