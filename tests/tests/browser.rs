@@ -205,15 +205,7 @@ async fn a_runs_page_reads_and_sends_a_bounded_amount_however_long_the_history()
     mapi_embedded::load::copy_dispatched_run(state, &*executor, &task.run, 2_000, &mapi_entropy::OsEntropy)
         .await
         .expect("copies");
-    let secret = mapi_identity::new_console_session().expect("secret");
-    let now = state.clock.now();
-    let session = mapi_schema::ConsoleSessionDoc {
-        hash: state.pepper.hash(&secret),
-        user: UserId::parse("dev@dev.local").expect("user"),
-        created_at: now,
-        expires_at: now + Duration::from_secs(600),
-    };
-    mapi_schema::put(&*state.store, &session).await.expect("session");
+    let secret = p.console_session("dev@dev.local").await;
     let counts = state.local.store.clone().expect("sqlite");
     let http =
         reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");

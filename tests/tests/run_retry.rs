@@ -81,4 +81,15 @@ async fn an_ended_run_is_retried_as_a_new_run_of_the_same_spec_and_labels() {
         .filter(|e| e["detail"].as_str().is_some_and(|d| d.ends_with(&format!("a retry of {id}"))))
         .count();
     assert_eq!(retries, 3, "each retry is audited as the run it made: {log}");
+
+    // The console shows the name, the tags and what a run retries.
+    let cookie = format!("mapi_console={}", p.console_session("dev@dev.local").await);
+    let page = |path: String| p.http.get(p.url(&path)).header("cookie", cookie.clone()).send();
+    let new_id = new["id"].as_str().expect("id");
+    let detail = page(format!("/console/runs/{new_id}")).await.expect("page").text().await.expect("html");
+    assert!(detail.contains("Retry of") && detail.contains(&format!("/console/runs/{id}")), "{detail}");
+    assert!(detail.contains("baseline") && detail.contains("first try"), "{detail}");
+    let list =
+        page("/console/t/dev/p/default/runs".to_owned()).await.expect("page").text().await.expect("html");
+    assert!(list.contains("<span>baseline</span>") && list.contains("tags: q3"), "{list}");
 }

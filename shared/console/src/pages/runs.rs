@@ -147,7 +147,11 @@ fn runs_table(viewer: &Viewer, tenant: &str, project: &str, runs: &[RunSummary])
                         @for r in runs {
                             tr {
                                 td { input type="checkbox" name="run" value=(r.id) aria-label={"Select run " (r.id)}; }
-                                td { a href={"/console/runs/" (r.id)} { code { (r.id) } } }
+                                td {
+                                    a href={"/console/runs/" (r.id)} { code { (r.id) } }
+                                    @if let Some(name) = &r.name { br; span { (name) } }
+                                    @if !r.tags.is_empty() { br; span.meta { "tags: " (r.tags.join(", ")) } }
+                                }
                                 td { (r.method) }
                                 td { (state_badge(r.state.as_str())) }
                                 td { (r.class.as_str()) }
@@ -354,6 +358,10 @@ async fn detail(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPa
     let (t, p) = (run.tenant.to_string(), run.project.to_string());
     let body = html! {
         dl.facts {
+            @if let Some(name) = &run.labels.name { dt { "Name" } dd { (name) } }
+            @if let Some(note) = &run.labels.note { dt { "Note" } dd { (note) } }
+            @if !run.labels.tags.is_empty() { dt { "Tags" } dd { (run.labels.tags.join(", ")) } }
+            @if let Some(of) = &run.retry_of { dt { "Retry of" } dd { a href={"/console/runs/" (of)} { code { (of) } } } }
             dt { "Method" } dd { (run.method) }
             dt { "Dataset" } dd { code { (run.dataset) } }
             dt { "Parameters" } dd { code { (serde_json::to_string(&run.params).unwrap_or_default()) } }
