@@ -75,12 +75,24 @@ enum Taken {
     Gone,
 }
 
+/// The first pause before a bootstrap request is sent again (then 0.8 s, 1.6 s).
+const BOOTSTRAP_FIRST_WAIT: Duration = Duration::from_millis(400);
+/// The first pause before a dataset, checkpoint or output transfer is tried
+/// again (then doubling: 1, 2, 4, 8 s).
+const TRANSFER_FIRST_WAIT: Duration = Duration::from_millis(500);
+
+/// Waits before try `attempt` (counted from 0): nothing before the first,
+/// then `first`, doubling with each try after.
+async fn back_off(attempt: u32, first: Duration) {
+    if attempt > 0 {
+        tokio::time::sleep(first * 2u32.pow(attempt - 1)).await;
+    }
+}
+
 async fn take_bootstrap(http: &reqwest::Client, source: &Source) -> Result<Taken, String> {
     let mut last = String::new();
     for attempt in 0..4u32 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
-        }
+        back_off(attempt, BOOTSTRAP_FIRST_WAIT).await;
         let resp = match source.read(http).await?.send().await {
             Ok(r) => r,
             Err(e) => {
@@ -133,9 +145,7 @@ async fn take_bootstrap(http: &reqwest::Client, source: &Source) -> Result<Taken
 async fn delete_pinned(http: &reqwest::Client, source: &Source, generation: &str) -> Result<bool, String> {
     let mut lost: Option<String> = None;
     for attempt in 0..4u32 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
-        }
+        back_off(attempt, BOOTSTRAP_FIRST_WAIT).await;
         let status = match source.take(http, generation).await?.send().await {
             Ok(r) => r.status().as_u16(),
             Err(e) => {
@@ -233,9 +243,7 @@ impl Context for TaskContext {
 async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<Bytes>, String> {
     let mut last = String::new();
     for attempt in 0..6u32 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(500 * 2u64.pow(attempt - 1))).await;
-        }
+        back_off(attempt, TRANSFER_FIRST_WAIT).await;
         let resp = match http.get(url).send().await {
             Ok(r) => r,
             Err(e) => {
@@ -261,9 +269,7 @@ async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<B
 async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<(), String> {
     let mut last = String::new();
     for attempt in 0..6u32 {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(500 * 2u64.pow(attempt - 1))).await;
-        }
+        back_off(attempt, TRANSFER_FIRST_WAIT).await;
         // The URL is create-only: Cloud Storage's signs this header, and
         // refuses the upload without it.
         let sent = http
