@@ -62,6 +62,7 @@ async fn local() -> Local {
             timeout_margin: std::time::Duration::from_secs(2),
             grace: std::time::Duration::from_secs(2),
             memory_mib: BTreeMap::from([(mapi_domain::ResourceClass::S, S_MIB)]),
+            regions: vec!["europe-west1".to_owned()],
         },
         clock.clone(),
     )

@@ -42,6 +42,7 @@ mod push_auth;
 mod quotas;
 mod readme;
 mod replay;
+mod residency;
 mod run_labels;
 mod run_retry;
 mod shared_tiers;

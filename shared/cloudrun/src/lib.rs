@@ -344,6 +344,7 @@ impl Executor for CloudRunJobsExecutor {
             dns_enforced: s.dns_enforced,
             remote_control_api: true,
             max_task_count: 10_000,
+            regions: vec![s.region.clone()],
         }
     }
 

@@ -46,6 +46,36 @@ impl Residency {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether a run of a tenant with this residency may execute in
+    /// `region` (a Cloud Run region such as `europe-west1`): `eu` takes the
+    /// `europe-…` regions, `us` the `us-…` ones, `asia` the `asia-…` ones,
+    /// and a residency naming one region takes that region only.
+    pub fn admits(&self, region: &str) -> bool {
+        match self.area_prefix() {
+            Some(prefix) => region.starts_with(prefix),
+            None => region == self.0,
+        }
+    }
+
+    /// What this residency requires of an executor, in words for a detail.
+    pub fn requirement(&self) -> String {
+        match self.0.as_str() {
+            "eu" => "a region in the EU (europe-…)".to_owned(),
+            "us" => "a region in the US (us-…)".to_owned(),
+            "asia" => "a region in Asia (asia-…)".to_owned(),
+            one => format!("the region {one}"),
+        }
+    }
+
+    fn area_prefix(&self) -> Option<&'static str> {
+        match self.0.as_str() {
+            "eu" => Some("europe-"),
+            "us" => Some("us-"),
+            "asia" => Some("asia-"),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Residency {
@@ -89,5 +119,30 @@ mod tests {
         assert_eq!(statuses, ["active", "suspended", "deleting"]);
         assert!(Residency::parse("europe-west1").is_ok());
         assert!(Residency::parse("EU").is_err() && Residency::parse("e").is_err());
+    }
+
+    #[test]
+    fn a_residency_admits_the_regions_of_its_area_or_its_one_region() {
+        let cases = [
+            ("eu", "europe-west1", true),
+            ("eu", "europe-north2", true),
+            ("eu", "us-central1", false),
+            ("eu", "eu", false),
+            ("us", "us-central1", true),
+            ("us", "northamerica-northeast1", false),
+            ("us", "australia-southeast1", false),
+            ("asia", "asia-northeast1", true),
+            ("asia", "europe-west1", false),
+            ("europe-west4", "europe-west4", true),
+            ("europe-west4", "europe-west1", false),
+            ("europe-west4", "europe-west45", false),
+        ];
+        for (residency, region, admitted) in cases {
+            let r = Residency::parse(residency).expect("a residency");
+            assert_eq!(r.admits(region), admitted, "{residency} in {region}");
+        }
+        let one = Residency::parse("europe-west4").expect("a residency");
+        assert_eq!(one.requirement(), "the region europe-west4");
+        assert!(Residency::parse("us").expect("us").requirement().contains("us-"));
     }
 }

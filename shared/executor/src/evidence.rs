@@ -178,6 +178,7 @@ mod tests {
             dns_enforced: true,
             remote_control_api: true,
             max_task_count: 10_000,
+            regions: vec!["europe-west1".into()],
         }
     }
 

@@ -97,6 +97,32 @@ pub struct Capabilities {
     pub dns_enforced: bool,
     pub remote_control_api: bool,
     pub max_task_count: u32,
+    /// The regions its executions run in. A tenant's runs go only to an
+    /// executor with a region its residency admits; evidence recorded for
+    /// another region list does not count.
+    #[serde(default)]
+    pub regions: Vec<String>,
+}
+
+/// One region in each residency area (`eu`, `us`, `asia`): the regions an
+/// executor on one machine stands in for unless told otherwise.
+pub const EVERY_AREA: [&str; 3] = ["europe-west1", "us-central1", "asia-northeast1"];
+
+impl Capabilities {
+    /// Why this executor may not run the work of a tenant with `residency`,
+    /// if it may not: none of its regions is one the residency admits.
+    pub fn residency_refusal(&self, residency: &mapi_domain::Residency) -> Option<String> {
+        if self.regions.iter().any(|r| residency.admits(r)) {
+            return None;
+        }
+        let here = if self.regions.is_empty() { "no region".to_owned() } else { self.regions.join(", ") };
+        Some(format!(
+            "the tenant's data residency is {residency}, which needs an executor in {}; executor {} runs in {here}: \
+             an operator can run an executor there, or change the tenant's residency (for new runs)",
+            residency.requirement(),
+            self.executor
+        ))
+    }
 }
 
 /// How an executor's submits fare against its rate limit (executor health).

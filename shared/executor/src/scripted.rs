@@ -23,9 +23,19 @@ pub struct ScriptedExecutor {
     /// `status` calls, and listings (`running_among`, `list_recent`).
     statuses: std::sync::atomic::AtomicUsize,
     listings: std::sync::atomic::AtomicUsize,
+    /// The regions it reports; one in each area unless set.
+    regions: Option<Vec<String>>,
 }
 
 impl ScriptedExecutor {
+    /// An executor that reports running in `regions` only.
+    pub fn in_regions(regions: &[&str]) -> ScriptedExecutor {
+        ScriptedExecutor {
+            regions: Some(regions.iter().map(|r| (*r).to_owned()).collect()),
+            ..ScriptedExecutor::default()
+        }
+    }
+
     /// The handles the platform asked to cancel.
     pub fn cancelled(&self) -> Vec<ExecutionHandle> {
         self.cancelled.lock().expect("lock").clone()
@@ -64,6 +74,10 @@ impl Executor for ScriptedExecutor {
             dns_enforced: true,
             remote_control_api: true,
             max_task_count: 10_000,
+            regions: match &self.regions {
+                Some(regions) => regions.clone(),
+                None => crate::EVERY_AREA.map(str::to_owned).to_vec(),
+            },
         }
     }
 

@@ -37,6 +37,9 @@ pub struct NewRun {
     pub labels: mapi_api::labels::RunLabels,
     /// The ended run this one was asked as a retry of.
     pub retry_of: Option<RunId>,
+    /// The tenant's data residency when the run was asked (a later change
+    /// applies to new runs only).
+    pub residency: mapi_domain::Residency,
 }
 
 /// A run: what was asked, where it is, and how it got there.
@@ -86,6 +89,11 @@ pub struct RunDoc {
     /// The ended run this one retries, when it was asked as a retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     retry_of: Option<RunId>,
+    /// Where the run may execute: the tenant's residency when it was asked
+    /// (runs stored before residency was recorded carry none and are
+    /// placed as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    residency: Option<mapi_domain::Residency>,
 }
 
 /// What holds a queued run back, and since when.
@@ -154,6 +162,7 @@ impl RunDoc {
             waiting: None,
             labels: new.labels,
             retry_of: new.retry_of,
+            residency: Some(new.residency),
         }
     }
 
@@ -205,6 +214,11 @@ impl RunDoc {
     /// The ended run this one retries, if it was asked as a retry.
     pub fn retry_of(&self) -> Option<&RunId> {
         self.retry_of.as_ref()
+    }
+
+    /// The data residency the run was asked under, where one is recorded.
+    pub fn residency(&self) -> Option<&mapi_domain::Residency> {
+        self.residency.as_ref()
     }
 
     pub fn labels(&self) -> &mapi_api::labels::RunLabels {

@@ -53,6 +53,7 @@ fn new_run() -> NewRun {
         token: None,
         labels: Default::default(),
         retry_of: None,
+        residency: mapi_domain::Residency::parse("eu").expect("eu"),
     }
 }
 

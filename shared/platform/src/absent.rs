@@ -94,6 +94,7 @@ impl Executor for Absent {
             dns_enforced: false,
             remote_control_api: false,
             max_task_count: 0,
+            regions: Vec::new(),
         }
     }
 

@@ -355,6 +355,7 @@ fn local_executor(
         timeout_margin: config.local_timeout_margin,
         grace: config.local_grace,
         memory_mib: config.local_memory_mib.clone(),
+        regions: config.local_regions.clone(),
     };
     Ok(LocalProcessExecutor::new(local, clock.clone())?)
 }

@@ -201,6 +201,7 @@ impl Executor for SimExecutor {
             dns_enforced: true,
             remote_control_api: true,
             max_task_count: 100,
+            regions: vec!["europe-west1".to_owned()],
         }
     }
 

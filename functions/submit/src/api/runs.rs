@@ -185,6 +185,9 @@ async fn admit(
         return replayed(state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
     }
     validate(state, tenant, project, spec).await?;
+    if let Some(why) = state.executor.capabilities().residency_refusal(&granted.tenant.residency) {
+        return Err(ApiError::precondition(why));
+    }
     let estimate =
         mapi_cost::CURRENT.estimate(spec.class, spec.tasks, Duration::from_secs(u64::from(spec.timeout_s)));
     let detail = match &origin.retry_of {
@@ -206,6 +209,7 @@ async fn admit(
         token: caller.token().map(|t| t.public_id().to_owned()),
         labels: origin.labels,
         retry_of: origin.retry_of,
+        residency: granted.tenant.residency.clone(),
     };
     let run = &new;
     let ask = mapi_quota::Ask::Run {

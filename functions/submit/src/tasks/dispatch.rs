@@ -128,6 +128,12 @@ pub async fn handle(
             (*run, *attempt, fresh)
         }
     };
+    // A run asked under a residency no region of this executor admits is
+    // failed, naming what it needs, before anything is made for it.
+    if let Some(why) = run.residency().and_then(|r| state.executor.capabilities().residency_refusal(r)) {
+        refuse(&state, &attempt, why).await?;
+        return Ok((StatusCode::OK, done(Handled::Refused)));
+    }
     if !fresh {
         // An earlier delivery may have made the execution before it failed:
         // never submit again without looking.

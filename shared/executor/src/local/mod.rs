@@ -45,6 +45,8 @@ pub struct LocalConfig {
     pub grace: Duration,
     /// Memory limits in MiB per class, replacing the class's own.
     pub memory_mib: BTreeMap<ResourceClass, u64>,
+    /// The regions it reports, for residency: the machine stands in for them.
+    pub regions: Vec<String>,
 }
 
 /// The local-process adapter of the Executor port.
@@ -161,6 +163,7 @@ impl Executor for LocalProcessExecutor {
             dns_enforced: false,
             remote_control_api: false,
             max_task_count: 64,
+            regions: self.config.regions.clone(),
         }
     }
 

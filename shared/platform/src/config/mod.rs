@@ -169,6 +169,8 @@ pub struct Config {
     pub worker_bin: Option<PathBuf>,
     pub local_timeout_margin: Duration,
     pub local_grace: Duration,
+    /// The regions the local executor reports.
+    pub local_regions: Vec<String>,
     /// Local endpoints' idle time before a server scaled to zero stops.
     pub endpoints_idle: Duration,
     pub local_memory_mib: BTreeMap<ResourceClass, u64>,
@@ -749,6 +751,7 @@ impl Config {
             worker_bin: v::WORKER_BIN.get(exec).map(PathBuf::from),
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,
+            local_regions: v::LOCAL_REGIONS.list(exec),
             endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(exec)?,
             local_memory_mib: memory_map(exec)?,
             evidence_max_age: v::EXECUTOR_EVIDENCE_MAX_AGE_S.seconds(exec)?,

@@ -162,6 +162,11 @@ pub const WORKER_BIN: Var = Var::derived(
 pub const LOCAL_TIMEOUT_MARGIN_S: Var =
     Var::new("MAPI_LOCAL_TIMEOUT_MARGIN_S", "5", "Local executor: the backstop after a run's timeout");
 pub const LOCAL_GRACE_S: Var = Var::new("MAPI_LOCAL_GRACE_S", "5", "Local executor: SIGTERM to SIGKILL");
+pub const LOCAL_REGIONS: Var = Var::new(
+    "MAPI_LOCAL_REGIONS",
+    "europe-west1,us-central1,asia-northeast1",
+    "Local executor: the regions it stands in for (comma-separated); a tenant's runs go only to an executor with a region its residency admits",
+);
 pub const ENDPOINTS_IDLE_S: Var = Var::new(
     "MAPI_ENDPOINTS_IDLE_S",
     "900",
@@ -291,6 +296,7 @@ pub const VARIABLES: &[Var] = &[
     WORKER_BIN,
     LOCAL_TIMEOUT_MARGIN_S,
     LOCAL_GRACE_S,
+    LOCAL_REGIONS,
     ENDPOINTS_IDLE_S,
     HOSTING,
     LOCAL_MEMORY_MIB,
