@@ -1,0 +1,191 @@
+//! What webhooks subscribe to, and the payload every delivery carries.
+//!
+//! The rule: a webhook subscribes to event types by their wire names
+//! (`run.succeeded`, `quota.warning`, …). Each delivery's body is the
+//! Standard Webhooks envelope `{"type": …, "timestamp": …, "data": …}`, with
+//! the time the event happened in RFC 3339 UTC and the event's own fields
+//! under `data`. A quota warning fires when a use first reaches 70 % of a
+//! limit, and again when it first reaches 90 %.
+
+use std::fmt;
+use std::str::FromStr;
+
+use mapi_domain::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// An event a webhook can subscribe to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum EventType {
+    #[serde(rename = "run.succeeded")]
+    RunSucceeded,
+    #[serde(rename = "run.failed")]
+    RunFailed,
+    #[serde(rename = "run.cancelled")]
+    RunCancelled,
+    #[serde(rename = "run.partial")]
+    RunPartial,
+    #[serde(rename = "run.started")]
+    RunStarted,
+    #[serde(rename = "job.finished")]
+    JobFinished,
+    #[serde(rename = "endpoint.ready")]
+    EndpointReady,
+    #[serde(rename = "endpoint.failed")]
+    EndpointFailed,
+    #[serde(rename = "quota.warning")]
+    QuotaWarning,
+}
+
+impl EventType {
+    /// Every event type, in the order the API lists them.
+    pub const ALL: [EventType; 9] = [
+        EventType::RunSucceeded,
+        EventType::RunFailed,
+        EventType::RunCancelled,
+        EventType::RunPartial,
+        EventType::RunStarted,
+        EventType::JobFinished,
+        EventType::EndpointReady,
+        EventType::EndpointFailed,
+        EventType::QuotaWarning,
+    ];
+
+    /// The wire name, as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::RunSucceeded => "run.succeeded",
+            EventType::RunFailed => "run.failed",
+            EventType::RunCancelled => "run.cancelled",
+            EventType::RunPartial => "run.partial",
+            EventType::RunStarted => "run.started",
+            EventType::JobFinished => "job.finished",
+            EventType::EndpointReady => "endpoint.ready",
+            EventType::EndpointFailed => "endpoint.failed",
+            EventType::QuotaWarning => "quota.warning",
+        }
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is no event type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown webhook event type `{name}`; valid types are: {}", valid_names())]
+pub struct UnknownEventType {
+    pub name: String,
+}
+
+fn valid_names() -> String {
+    EventType::ALL.map(EventType::as_str).join(", ")
+}
+
+impl FromStr for EventType {
+    type Err = UnknownEventType;
+
+    /// Exact wire names only (case matters, as on the wire).
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        EventType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == name)
+            .ok_or_else(|| UnknownEventType { name: name.to_owned() })
+    }
+}
+
+/// A delivery's body: `{"type": …, "timestamp": …, "data": …}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    /// When the event happened, RFC 3339 UTC.
+    pub timestamp: String,
+    pub data: serde_json::Value,
+}
+
+impl Envelope {
+    pub fn new(event_type: EventType, at: Timestamp, data: serde_json::Value) -> Envelope {
+        Envelope { event_type, timestamp: at.to_rfc3339(), data }
+    }
+}
+
+/// The quota warning (70 or 90, in percent) that a use going from
+/// `previous_used` to `now_used` of `limit` newly reaches, the higher one
+/// if it reaches both at once. Reaching exactly the threshold counts; `None`
+/// if `limit` is 0, the use did not grow past a threshold, or it was
+/// already past it.
+pub fn quota_warning_crossed(previous_used: u64, now_used: u64, limit: u64) -> Option<u8> {
+    if limit == 0 {
+        return None;
+    }
+    let reached = |used: u64, percent: u8| u128::from(used) * 100 >= u128::from(limit) * u128::from(percent);
+    [90, 70].into_iter().find(|&percent| reached(now_used, percent) && !reached(previous_used, percent))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn wire_names_round_trip() {
+        for t in EventType::ALL {
+            assert_eq!(serde_json::to_value(t).expect("serializes"), json!(t.as_str()));
+            assert_eq!(t.as_str().parse::<EventType>(), Ok(t));
+            assert_eq!(serde_json::from_value::<EventType>(json!(t.as_str())).expect("reads"), t);
+            assert_eq!(t.to_string(), t.as_str());
+        }
+        assert_eq!(EventType::RunSucceeded.as_str(), "run.succeeded");
+        assert_eq!(EventType::QuotaWarning.as_str(), "quota.warning");
+    }
+
+    #[test]
+    fn unknown_names_list_the_valid_ones() {
+        let err = "run.done".parse::<EventType>().expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            "unknown webhook event type `run.done`; valid types are: run.succeeded, run.failed, \
+             run.cancelled, run.partial, run.started, job.finished, endpoint.ready, endpoint.failed, \
+             quota.warning"
+        );
+        assert!("RUN.SUCCEEDED".parse::<EventType>().is_err());
+        assert!(serde_json::from_value::<EventType>(json!("run.done")).is_err());
+    }
+
+    #[test]
+    fn the_envelope_has_the_standard_shape() {
+        let at = Timestamp::from_micros(1_614_265_330_000_000);
+        let envelope = Envelope::new(EventType::RunSucceeded, at, json!({"run": "run_1"}));
+        let text = serde_json::to_string(&envelope).expect("serializes");
+        assert_eq!(
+            text,
+            r#"{"type":"run.succeeded","timestamp":"2021-02-25T15:02:10Z","data":{"run":"run_1"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Envelope>(&text).expect("reads"), envelope);
+    }
+
+    #[test]
+    fn quota_warnings_fire_once_per_threshold() {
+        let cases = [
+            ((0, 69, 100), None),
+            ((0, 70, 100), Some(70)),
+            ((69, 71, 100), Some(70)),
+            ((70, 80, 100), None),
+            ((80, 90, 100), Some(90)),
+            ((89, 120, 100), Some(90)),
+            ((10, 95, 100), Some(90)),
+            ((90, 99, 100), None),
+            ((95, 50, 100), None),
+            ((0, 5, 0), None),
+            ((0, 7, 10), Some(70)),
+            ((6, 6, 10), None),
+            ((0, u64::MAX, u64::MAX), Some(90)),
+        ];
+        for ((previous, now, limit), expected) in cases {
+            assert_eq!(quota_warning_crossed(previous, now, limit), expected, "{previous}->{now} of {limit}");
+        }
+    }
+}
