@@ -104,6 +104,9 @@ enum Command {
     /// Model endpoints: serve a model version, score it, promote and roll back.
     #[command(subcommand)]
     Endpoints(crate::endpoints::EndpointsCmd),
+    /// Webhooks: be told when runs start and end (project admins).
+    #[command(subcommand)]
+    Webhooks(crate::webhooks::WebhooksCmd),
     /// Print a shell completion script: `mapi completions bash > ~/.local/share/bash-completion/completions/mapi`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -405,6 +408,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Endpoints(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::endpoints::run(&ctx.client, scope, cmd, ctx.json).await
+        }
+        Command::Webhooks(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::webhooks::run(&ctx.client, scope, cmd, ctx.json).await
         }
     }
 }

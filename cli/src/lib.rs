@@ -29,5 +29,6 @@ mod output;
 #[cfg(feature = "platform")]
 mod platform;
 mod session;
+mod webhooks;
 
 pub use commands::main;

@@ -66,6 +66,9 @@
 //! - Tracking: `run_labels` (a run's name, note and tags: who may change
 //!   them, the words of a refusal, the audit); `run_retry` (an ended run
 //!   retried as a new run of its spec and labels, keyed, scoped, audited).
+//! - Webhooks: `webhooks` (the README's receiver verifies a run's events,
+//!   replays and a rotation; an unreachable receiver retried on the
+//!   back-off; private targets refused; who may manage them).
 //! - Residency: `residency` (runs placed only on an executor in a region
 //!   the tenant's residency admits; refused at submit in words, failed at
 //!   dispatch when stored under one the executor cannot serve).

@@ -308,6 +308,20 @@ async fn real_routes_enforce_the_same_decisions() {
         p.call(&token("admin-t@test.local"), Method::GET, "/v1/tenants/home/audit", None).await.0,
         200
     );
+    // Webhooks are the project admin's, reading them too; operators never see them.
+    let hooks = "/v1/tenants/home/projects/main/webhooks";
+    let hook = json!({"url": "https://hooks.example.com/mapi", "events": ["run.succeeded"]});
+    for who in ["viewer-p@test.local", "editor-p@test.local", "runner-p@test.local"] {
+        assert_eq!(p.call(&token(who), Method::GET, hooks, None).await.0, 403, "{who} reads no webhooks");
+        let (s, _) = p.call(&token(who), Method::POST, hooks, Some(hook.clone())).await;
+        assert_eq!(s, 403, "{who} makes no webhook");
+    }
+    let (s, made) = p.call(&token("admin-p@test.local"), Method::POST, hooks, Some(hook)).await;
+    assert_eq!(s, 201, "{made}");
+    let one = format!("{hooks}/{}", made["id"].as_str().expect("id"));
+    assert_eq!(p.call(&operator, Method::GET, &one, None).await.0, 404, "operators never see webhooks");
+    assert_eq!(p.call(&token("runner-p@test.local"), Method::DELETE, &one, None).await.0, 403);
+    assert_eq!(p.call(&token("admin-p@test.local"), Method::DELETE, &one, None).await.0, 204);
     let member = json!({"email": "new@test.local", "role": "viewer"});
     let members = "/v1/tenants/home/projects/main/members";
     assert_eq!(

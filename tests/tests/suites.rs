@@ -51,3 +51,4 @@ mod store_firestore;
 mod terraform;
 mod ticks;
 mod walkthrough;
+mod webhooks;

@@ -16,6 +16,8 @@
 //!    expire (the dispatcher adopts by nonce before it submits again) and
 //!    of runs queued for longer than a dispatch lease (a push lost after
 //!    submit, or lost with a crashed deliverer).
+//! 3. turns run transitions into webhook messages and re-pushes overdue
+//!    ones (see [`webhooks`]).
 //!
 //! Cloud Scheduler may deliver a tick twice, or while the previous one still
 //! runs. A tick first takes the tick lease (`leases/reconcile-tick`) and
@@ -31,6 +33,7 @@
 //! so even a fenced-out holder's last batch does no harm.
 
 mod endpoints;
+pub mod webhooks;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -81,6 +84,9 @@ pub struct TickReport {
     pub stalled: u32,
     /// Endpoints whose rollout, promotion or deletion moved.
     pub endpoints: u32,
+    /// Webhook messages made from run transitions, and overdue ones re-pushed.
+    pub webhook_messages: u32,
+    pub webhook_repushes: u32,
     pub errors: u32,
 }
 
@@ -137,6 +143,10 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     let (moved, failed) = endpoints::sweep(&state).await?;
     report.endpoints += moved;
     report.errors += failed;
+    let hooks = webhooks::sweep(&state).await?;
+    report.webhook_messages = hooks.made;
+    report.webhook_repushes = hooks.repushed;
+    report.errors += hooks.errors;
     if !release_lease(&state, &holder, lease.token, sweep.next).await? {
         report.fenced = true;
     }

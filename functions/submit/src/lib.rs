@@ -51,7 +51,9 @@ use utoipa::OpenApi;
         api::methods::list, api::methods::get_method,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,
         api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
-        api::endpoints::act
+        api::endpoints::act,
+        api::webhooks::create, api::webhooks::list, api::webhooks::get_webhook, api::webhooks::update,
+        api::webhooks::delete, api::webhooks::rotate, api::webhooks::deliveries, api::webhooks::replay
     ),
     components(schemas(
         mapi_problem::Problem,
@@ -72,6 +74,15 @@ use utoipa::OpenApi;
         mapi_api::endpoints::EndpointPage,
         mapi_api::endpoints::ScoreRequest,
         mapi_api::endpoints::ScoreResponse,
+        mapi_api::webhooks::WebhookView,
+        mapi_api::webhooks::WebhookCreated,
+        mapi_api::webhooks::WebhookPage,
+        mapi_api::webhooks::NewWebhook,
+        mapi_api::webhooks::WebhookChange,
+        mapi_api::webhooks::SecretRotated,
+        mapi_api::webhooks::DeliveryView,
+        mapi_api::webhooks::DeliveryAttempt,
+        mapi_api::webhooks::DeliveryPage,
         mapi_api::views::ArtifactView,
         mapi_api::views::ArtifactUrl,
         mapi_api::views::ArtifactUrls,

@@ -1,5 +1,5 @@
 //! What crosses the HTTP API: the representations the functions answer
-//! with ([`views`], [`endpoints`], [`methods`], [`audit`]), the problem body of every
+//! with ([`views`], [`endpoints`], [`methods`], [`audit`], [`webhooks`]), the problem body of every
 //! error ([`problem`]) and the credentials file `mapi dev` writes for the
 //! CLI ([`credentials`]). The functions build these and the clients read
 //! them, so a client needs only this crate, never the control plane.
@@ -14,3 +14,4 @@ pub mod labels;
 pub mod methods;
 pub mod problem;
 pub mod views;
+pub mod webhooks;

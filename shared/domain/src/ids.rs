@@ -157,6 +157,15 @@ string_id!(
     ModelVersionId, "model version id", |s| check_generated("model version id", "mv_", s)
 );
 string_id!(
+    /// A webhook endpoint of a project, issued by the platform (`wh_…`).
+    WebhookId, "webhook id", |s| check_generated("webhook id", "wh_", s)
+);
+string_id!(
+    /// One message to a webhook (`msg_…`), the `webhook-id` its receiver
+    /// deduplicates on: the same on every attempt and replay of it.
+    DeliveryId, "delivery id", |s| check_generated("delivery id", "msg_", s)
+);
+string_id!(
     /// A person or service principal: a lower-case e-mail address.
     UserId, "user (e-mail address)", check_email
 );
@@ -219,6 +228,21 @@ impl ModelVersionId {
 impl JobId {
     pub fn generate(now: Timestamp, entropy: [u8; 10]) -> Self {
         JobId(format!("job_{}", encode_sortable(now, entropy)))
+    }
+}
+
+impl WebhookId {
+    pub fn generate(now: Timestamp, entropy: [u8; 10]) -> Self {
+        WebhookId(format!("wh_{}", encode_sortable(now, entropy)))
+    }
+}
+
+impl DeliveryId {
+    /// The id of the message about an event at `at`; `digest` is 10 bytes
+    /// derived from what the event is, so the same event always gets the
+    /// same id (and ids sort by the time of their event).
+    pub fn of_event(at: Timestamp, digest: [u8; 10]) -> Self {
+        DeliveryId(format!("msg_{}", encode_sortable(at, digest)))
     }
 }
 

@@ -17,7 +17,8 @@ pub mod timestamp;
 pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap};
 pub use class::ResourceClass;
 pub use ids::{
-    AttemptNo, DatasetId, IdError, JobId, ModelVersionId, Nonce, ProjectId, RunId, TenantId, UserId,
+    AttemptNo, DatasetId, DeliveryId, IdError, JobId, ModelVersionId, Nonce, ProjectId, RunId, TenantId,
+    UserId, WebhookId,
 };
 pub use outcome::{
     AttemptFacts, AttemptOutcome, ExecutionHandle, ExecutionStatus, RetryPolicy, Verdict, classify, decide,

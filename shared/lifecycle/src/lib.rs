@@ -88,6 +88,11 @@ pub const INDEXES: &[Index] = &[
         collection: RunDoc::COLLECTION,
         fields: &[("dataset", Direction::Asc), ("state", Direction::Asc)],
     },
+    // Runs of a project by when they last changed (the webhooks' sweep).
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("updated_at", Direction::Asc)],
+    },
     // The reconciler's sweep: runs in a state, least recently changed first.
     Index {
         collection: RunDoc::COLLECTION,

@@ -255,10 +255,15 @@ pub fn job_queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
     Ok(vec![fanout, items])
 }
 
-/// Every queue the platform pushes to: dispatch, finalize, and the item
-/// jobs' two.
+/// Every queue the platform pushes to: dispatch, finalize, webhooks, and
+/// the item jobs' two.
 pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
-    Ok([vec![queue_config(DISPATCH_QUEUE)?, queue_config(FINALIZE_QUEUE)?], job_queue_configs()?].concat())
+    let control = vec![
+        queue_config(DISPATCH_QUEUE)?,
+        queue_config(FINALIZE_QUEUE)?,
+        queue_config(mapi_schema::WEBHOOKS_QUEUE)?,
+    ];
+    Ok([control, job_queue_configs()?].concat())
 }
 
 /// The Cloud Tasks adapter's settings: each queue delivers to the service

@@ -4,8 +4,8 @@
 //! the `routes` suite checks that table against the routers and this one.
 
 use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, ITEM_PATH, ITEMS_QUEUE};
-use mapi_schema::tasks::{DISPATCH_PATH, FINALIZE_PATH};
-use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE};
+use mapi_schema::tasks::{DELIVER_PATH, DISPATCH_PATH, FINALIZE_PATH};
+use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE, WEBHOOKS_QUEUE};
 
 use crate::config::{CloudTasksConfig, Section, Uses};
 
@@ -80,6 +80,7 @@ pub const QUEUE_ROUTES: &[QueueRoute] = &[
     QueueRoute { queue: FINALIZE_QUEUE, path: FINALIZE_PATH, service: Service::Meter },
     QueueRoute { queue: FANOUT_QUEUE, path: FANOUT_PATH, service: Service::SubmitTasks },
     QueueRoute { queue: ITEMS_QUEUE, path: ITEM_PATH, service: Service::SubmitTasks },
+    QueueRoute { queue: WEBHOOKS_QUEUE, path: DELIVER_PATH, service: Service::SubmitTasks },
 ];
 
 /// Where the queues `service` serves deliver with Cloud Tasks.

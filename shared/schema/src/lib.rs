@@ -9,7 +9,7 @@
 //! - [`runs`]: attempts, progress, events seen, datasets, model versions,
 //!   ledgers, idempotency keys;
 //! - [`ops`]: kill switches, the tick's lease, executors;
-//! - [`audit`]: the audit log;
+//! - [`audit`]: the audit log; [`webhooks`]: webhooks and their messages;
 //! - [`layout`]: where objects live; [`tasks`]: the queue's task bodies.
 //!
 //! The run document itself and every change of its state live in
@@ -21,17 +21,21 @@ pub mod ops;
 pub mod runs;
 pub mod tasks;
 pub mod tenancy;
+pub mod webhooks;
 
 pub use audit::*;
 pub use mapi_store::typed::{Doc, decode, get, key, put, tx_create, tx_get, tx_put};
 pub use ops::*;
 pub use runs::*;
 pub use tenancy::*;
+pub use webhooks::*;
 
 /// The queue that dispatches attempts (handled by `submit`).
 pub const DISPATCH_QUEUE: &str = "dispatch";
 /// The queue that finalizes attempts (handled by `meter`).
 pub const FINALIZE_QUEUE: &str = "finalize";
+/// The queue that delivers webhook messages (handled by `submit`).
+pub const WEBHOOKS_QUEUE: &str = "webhooks";
 
 use mapi_store::{Direction, Index, StoreError};
 
@@ -146,5 +150,25 @@ pub const INDEXES: &[Index] = &[
     Index {
         collection: AttemptDoc::COLLECTION,
         fields: &[("run", Direction::Asc), ("attempt", Direction::Asc)],
+    },
+    // Webhooks of a project, newest first; enabled ones, least recently
+    // swept first (the emission sweep).
+    Index {
+        collection: WebhookDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
+    },
+    Index {
+        collection: WebhookDoc::COLLECTION,
+        fields: &[("enabled", Direction::Asc), ("cursor", Direction::Asc)],
+    },
+    // Pending messages by when their next attempt is due (lost pushes).
+    Index {
+        collection: DeliveryDoc::COLLECTION,
+        fields: &[("state", Direction::Asc), ("next_at", Direction::Asc)],
+    },
+    // A webhook's delivery log, newest first.
+    Index {
+        collection: DeliveryDoc::COLLECTION,
+        fields: &[("webhook", Direction::Asc), ("created_at", Direction::Desc)],
     },
 ];

@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 pub const DISPATCH_PATH: &str = "/internal/tasks/dispatch";
 /// `meter` handles this: meter and finalize attempt `attempt` of `run`.
 pub const FINALIZE_PATH: &str = "/internal/tasks/finalize";
+/// `submit` handles this: one attempt to deliver a webhook message.
+pub const DELIVER_PATH: &str = "/internal/tasks/webhooks/deliver";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,6 +95,40 @@ fn finalize_name(task: &FinalizeTask) -> Result<TaskName, QueueError> {
         last.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').take(120).collect();
     let base = name("finalize", &task.run, task.attempt, None)?;
     TaskName::new(format!("{}-{execution}", base.as_str()))
+}
+
+/// One attempt to deliver message `delivery`: scheduled attempt `attempt`
+/// (1, 2, …), or a replay when `replay` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverTask {
+    pub delivery: mapi_domain::DeliveryId,
+    pub attempt: u32,
+    #[serde(default)]
+    pub replay: bool,
+}
+
+/// Pushes an attempt of a webhook message, due at `at` (now when `None`).
+/// Its name is the message's and the attempt's (`…-a3`, or `…-replay2`),
+/// so a repeated push of one attempt is one task; a re-push of a lost one
+/// carries a `round` (`…-a3-r{round}`).
+pub async fn push_deliver(
+    queue: &dyn TaskQueue,
+    task: &DeliverTask,
+    at: Option<Timestamp>,
+    round: Option<i64>,
+) -> Result<(), QueueError> {
+    let kind = if task.replay { "replay" } else { "a" };
+    let mut name = format!("deliver-{}-{kind}{}", task.delivery, task.attempt);
+    if let Some(r) = round {
+        name = format!("{name}-r{r}");
+    }
+    let named = TaskName::new(name)?;
+    let mut t = NewTask::new(QueueName::new(super::WEBHOOKS_QUEUE)?, DELIVER_PATH, body(task)?).named(named);
+    if let Some(at) = at {
+        t = t.at(at);
+    }
+    push(queue, t).await
 }
 
 #[cfg(test)]

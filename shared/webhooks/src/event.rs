@@ -50,6 +50,20 @@ impl EventType {
         EventType::QuotaWarning,
     ];
 
+    /// The event a run's entering `state` is, if webhooks hear of it: a
+    /// run starting to run, and each way it ends.
+    pub fn of_run_state(state: mapi_domain::RunState) -> Option<EventType> {
+        use mapi_domain::RunState as S;
+        match state {
+            S::Running => Some(EventType::RunStarted),
+            S::Succeeded => Some(EventType::RunSucceeded),
+            S::Failed => Some(EventType::RunFailed),
+            S::Partial => Some(EventType::RunPartial),
+            S::Cancelled => Some(EventType::RunCancelled),
+            S::Queued | S::Dispatching | S::Cancelling => None,
+        }
+    }
+
     /// The wire name, as serialized.
     pub fn as_str(self) -> &'static str {
         match self {

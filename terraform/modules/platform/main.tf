@@ -203,6 +203,22 @@ module "queues" {
       max_doublings             = 6
       enqueuers                 = { reconcile-tick = module.reconcile_tick.service_account_email }
     }
+    # Webhook messages: each attempt is its own task, scheduled by the
+    # handler's own back-off; the queue retries only a handler that failed.
+    webhooks = {
+      host                      = trimprefix(local.url["submit-tasks"], "https://")
+      max_dispatches_per_second = 20
+      max_concurrent_dispatches = 16
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers = {
+        submit-api     = module.submit_api.service_account_email
+        submit-tasks   = module.submit_tasks.service_account_email
+        reconcile-tick = module.reconcile_tick.service_account_email
+      }
+    }
     job-fanout = {
       host                      = trimprefix(local.url["submit-tasks"], "https://")
       max_dispatches_per_second = 50

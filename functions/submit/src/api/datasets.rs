@@ -44,8 +44,8 @@ pub async fn require_project(
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
     /// 1 to 200; 50 when absent.
-    page_size: Option<u32>,
-    page_token: Option<String>,
+    pub(crate) page_size: Option<u32>,
+    pub(crate) page_token: Option<String>,
 }
 
 /// A page of the project's documents of `D`, newest first (by

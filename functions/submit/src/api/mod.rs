@@ -1,5 +1,5 @@
 //! The tenant-facing routes: datasets, runs, model versions, endpoints,
-//! item jobs and the method registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
+//! item jobs, webhooks and the method registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
 
 pub mod datasets;
 pub mod docs;
@@ -14,6 +14,7 @@ pub mod model_versions;
 pub mod runs;
 pub mod scoring;
 mod view;
+pub mod webhooks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -57,6 +58,17 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route(
             "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
             get(endpoints::get_endpoint).delete(endpoints::delete).post(endpoints::act),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/webhooks", post(webhooks::create).get(webhooks::list))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}",
+            get(webhooks::get_webhook).patch(webhooks::update).delete(webhooks::delete),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/webhooks/{id}/rotate", post(webhooks::rotate))
+        .route("/v1/tenants/{tenant}/projects/{project}/webhooks/{id}/deliveries", get(webhooks::deliveries))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}/deliveries/{delivery}/replay",
+            post(webhooks::replay),
         )
         .route("/v1/usage", get(docs::usage))
         .route("/v1/methods", get(methods::list))

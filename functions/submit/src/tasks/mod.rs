@@ -1,12 +1,13 @@
 //! The routes the queues and the scheduler call back (internal token or
 //! Cloud Tasks' ID token): a run's dispatch, an item job's fan-out steps
-//! and items, the job housekeeper. Nothing here imports the tenant API
+//! and items, the job housekeeper, webhook deliveries. Nothing here imports the tenant API
 //! (the `api` tree).
 
 pub mod dispatch;
 pub mod fanout;
 pub mod housekeep;
 pub mod item;
+pub mod webhook;
 
 use axum::Router;
 use axum::routing::post;
@@ -19,6 +20,7 @@ pub fn router() -> Router<AppState> {
         .route(mapi_jobs::tasks::FANOUT_PATH, post(fanout::handle))
         .route(mapi_jobs::tasks::ITEM_PATH, post(item::handle))
         .route(housekeep::HOUSEKEEP_PATH, post(housekeep::handle))
+        .route(mapi_schema::tasks::DELIVER_PATH, post(webhook::handle))
 }
 
 #[cfg(test)]

@@ -171,6 +171,8 @@ pub struct Config {
     pub local_grace: Duration,
     /// The regions the local executor reports.
     pub local_regions: Vec<String>,
+    /// Which webhook targets are allowed.
+    pub webhooks: mapi_webhooks::Policy,
     /// Local endpoints' idle time before a server scaled to zero stops.
     pub endpoints_idle: Duration,
     pub local_memory_mib: BTreeMap<ResourceClass, u64>,
@@ -448,6 +450,20 @@ impl From<Invalid> for ConfigError {
     fn from(e: Invalid) -> ConfigError {
         ConfigError::Invalid(e.0)
     }
+}
+
+/// Which webhook targets are allowed: loopback ones only when asked for,
+/// and only on a development platform (a deployed one must never reach its
+/// own network).
+fn webhooks_policy(api: Env<'_>, profile: Profile) -> Result<mapi_webhooks::Policy, ConfigError> {
+    let allow_loopback = v::WEBHOOKS_ALLOW_LOOPBACK.flag(api)?;
+    if allow_loopback && profile != Profile::Dev {
+        return Err(ConfigError::Invalid(
+            "MAPI_WEBHOOKS_ALLOW_LOOPBACK=true is for local testing: set it only with MAPI_PROFILE=dev"
+                .to_owned(),
+        ));
+    }
+    Ok(mapi_webhooks::Policy { allow_loopback })
 }
 
 /// Where `mapi dev` serves its development identity provider.
@@ -752,6 +768,7 @@ impl Config {
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,
             local_regions: v::LOCAL_REGIONS.list(exec),
+            webhooks: webhooks_policy(api, profile)?,
             endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(exec)?,
             local_memory_mib: memory_map(exec)?,
             evidence_max_age: v::EXECUTOR_EVIDENCE_MAX_AGE_S.seconds(exec)?,

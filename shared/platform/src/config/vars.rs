@@ -162,6 +162,11 @@ pub const WORKER_BIN: Var = Var::derived(
 pub const LOCAL_TIMEOUT_MARGIN_S: Var =
     Var::new("MAPI_LOCAL_TIMEOUT_MARGIN_S", "5", "Local executor: the backstop after a run's timeout");
 pub const LOCAL_GRACE_S: Var = Var::new("MAPI_LOCAL_GRACE_S", "5", "Local executor: SIGTERM to SIGKILL");
+pub const WEBHOOKS_ALLOW_LOOPBACK: Var = Var::new(
+    "MAPI_WEBHOOKS_ALLOW_LOOPBACK",
+    "false",
+    "Webhooks may be `http` URLs on this machine's loopback addresses, for local testing (only with `MAPI_PROFILE=dev`); otherwise only `https` URLs of public addresses",
+);
 pub const LOCAL_REGIONS: Var = Var::new(
     "MAPI_LOCAL_REGIONS",
     "europe-west1,us-central1,asia-northeast1",
@@ -297,6 +302,7 @@ pub const VARIABLES: &[Var] = &[
     LOCAL_TIMEOUT_MARGIN_S,
     LOCAL_GRACE_S,
     LOCAL_REGIONS,
+    WEBHOOKS_ALLOW_LOOPBACK,
     ENDPOINTS_IDLE_S,
     HOSTING,
     LOCAL_MEMORY_MIB,

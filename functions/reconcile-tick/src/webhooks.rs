@@ -1,0 +1,206 @@
+//! The webhooks' emission sweep: each tick turns the run transitions a
+//! webhook subscribes to into messages, and re-pushes messages whose next
+//! attempt is long overdue (a push lost after its commit).
+//!
+//! A webhook keeps a cursor: runs of its project that changed at or after
+//! it have not all been looked at. Each sweep reads the project's runs
+//! changed since the cursor less [`LOOK_BACK`] (a commit whose time was
+//! taken before the previous sweep but which landed after it is still
+//! seen), in order of change, at most [`RUNS_PER_WEBHOOK`]. Every
+//! transition since then that the webhook subscribes to becomes one
+//! message whose id is derived from the webhook, the run and the
+//! transition's place in the run's history, created only if absent: a run
+//! looked at twice makes no second message, and the messages made in the
+//! look-back window are remembered on the webhook so looking again reads
+//! nothing more. A message and the cursor move in one commit, so a
+//! transition is never skipped; its first attempt is pushed after.
+
+use std::time::Duration;
+
+use mapi_domain::{DeliveryId, RunId, Timestamp, Transition, WebhookId};
+use mapi_lifecycle::RunDoc;
+use mapi_platform::AppState;
+use mapi_problem::ApiError;
+use mapi_schema::tasks::{DeliverTask, push_deliver};
+use mapi_schema::{DeliveryDoc, DeliveryState, Doc, Seen, WebhookDoc, tx_create, tx_get, tx_put};
+
+use mapi_store::{Direction, Op, Query, transact};
+use mapi_webhooks::{Envelope, EventType};
+use sha2::{Digest, Sha256};
+
+/// How far before its cursor a webhook's sweep looks again.
+pub const LOOK_BACK: Duration = Duration::from_secs(60);
+/// Webhooks swept per tick, least recently swept first.
+pub const WEBHOOKS_PER_TICK: u32 = 50;
+/// Runs read per webhook per tick.
+pub const RUNS_PER_WEBHOOK: u32 = 200;
+/// A pending message whose next attempt is this overdue lost its push.
+pub const OVERDUE: Duration = Duration::from_secs(300);
+
+/// What the sweep did: messages made, messages re-pushed, and webhooks
+/// whose sweep failed (retried next tick).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub made: u32,
+    pub repushed: u32,
+    pub errors: u32,
+}
+
+pub async fn sweep(state: &AppState) -> Result<Swept, ApiError> {
+    let mut swept = Swept::default();
+    let hooks = Query::new(WebhookDoc::COLLECTION)
+        .filter("enabled", Op::Eq, true)
+        .order_by("cursor", Direction::Asc)
+        .limit(WEBHOOKS_PER_TICK);
+    for doc in state.store.query(&hooks, None).await? {
+        let hook: WebhookDoc = doc.decode()?;
+        match sweep_one(state, &hook).await {
+            Ok(made) => swept.made += made,
+            Err(e) => {
+                swept.errors += 1;
+                tracing::warn!(webhook = %hook.id, error = %e, "a webhook's sweep failed; the next tick retries");
+            }
+        }
+    }
+    let (repushed, errors) = repush_overdue(state).await?;
+    swept.repushed = repushed;
+    swept.errors += errors;
+    Ok(swept)
+}
+
+/// Makes the messages of one webhook's new transitions; how many.
+async fn sweep_one(state: &AppState, hook: &WebhookDoc) -> Result<u32, ApiError> {
+    let now = state.clock.now();
+    let since = (hook.cursor - LOOK_BACK).max(hook.created_at);
+    let runs = Query::new(RunDoc::COLLECTION)
+        .filter("tenant", Op::Eq, hook.tenant.as_str())
+        .filter("project", Op::Eq, hook.project.as_str())
+        .filter("updated_at", Op::Ge, since.to_rfc3339())
+        .order_by("updated_at", Direction::Asc)
+        .limit(RUNS_PER_WEBHOOK);
+    let runs: Vec<RunDoc> =
+        state.store.query(&runs, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
+    // A full page may have more runs of its last time: the cursor stops
+    // there, and the next sweep goes on from it.
+    let cursor = match runs.last() {
+        Some(last) if runs.len() == RUNS_PER_WEBHOOK as usize => last.updated_at(),
+        _ => now,
+    };
+    let public_url = &state.config.public_url;
+    let made: Vec<DeliveryDoc> = runs
+        .iter()
+        .flat_map(|run| messages(hook, run, since, public_url))
+        .filter(|m| !hook.recent.iter().any(|s| s.id == m.id))
+        .collect();
+    let (hook_ref, made_ref) = (hook, &made);
+    let created = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let Some(mut current) = tx_get::<WebhookDoc>(&mut tx, hook_ref.id.as_str()).await? else {
+            return Ok(tx.finish(Vec::new()));
+        };
+        let mut created = Vec::new();
+        for m in made_ref {
+            if tx_get::<DeliveryDoc>(&mut tx, m.id.as_str()).await?.is_none() {
+                tx_create(&mut tx, m)?;
+                created.push(m.id.clone());
+            }
+        }
+        current.cursor = current.cursor.max(cursor);
+        let keep_from = current.cursor - LOOK_BACK;
+        current.recent.retain(|s| s.at >= keep_from);
+        current.recent.extend(made_ref.iter().map(|m| Seen { id: m.id.clone(), at: m.created_at }));
+        tx_put(&mut tx, &current)?;
+        Ok(tx.finish(created))
+    })
+    .await?;
+    for id in &created {
+        let task = DeliverTask { delivery: id.clone(), attempt: 1, replay: false };
+        if let Err(e) = push_deliver(&*state.queue, &task, None, None).await {
+            tracing::warn!(delivery = %id, error = %e, "pushing a webhook message failed; the sweep re-pushes it");
+        }
+    }
+    Ok(u32::try_from(created.len()).unwrap_or(u32::MAX))
+}
+
+/// The messages `hook` gets for the transitions of `run` at or after `since`.
+fn messages(hook: &WebhookDoc, run: &RunDoc, since: Timestamp, public_url: &str) -> Vec<DeliveryDoc> {
+    run.history()
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.at >= since)
+        .filter_map(|(seq, t)| {
+            let event = EventType::of_run_state(t.to).filter(|e| hook.events.contains(e))?;
+            let envelope = Envelope::new(event, t.at, run_data(run, t, public_url));
+            let payload = serde_json::to_string(&envelope).ok()?;
+            Some(DeliveryDoc {
+                id: message_id(&hook.id, run.id(), seq, t.at),
+                webhook: hook.id.clone(),
+                tenant: hook.tenant.clone(),
+                project: hook.project.clone(),
+                event,
+                subject: format!("runs/{}", run.id()),
+                created_at: t.at,
+                payload,
+                state: DeliveryState::Pending,
+                attempts: Vec::new(),
+                next_at: Some(t.at),
+                replays: 0,
+            })
+        })
+        .collect()
+}
+
+/// What a run event says about the run.
+fn run_data(run: &RunDoc, t: &Transition, public_url: &str) -> serde_json::Value {
+    serde_json::json!({
+        "run": {
+            "id": run.id(),
+            "tenant": run.tenant(),
+            "project": run.project(),
+            "method": run.method(),
+            "dataset": run.dataset(),
+            "name": run.labels().name,
+            "tags": run.labels().tags,
+            "state": t.to,
+            "attempt": t.attempt,
+            "error": if t.to == mapi_domain::RunState::Failed { serde_json::to_value(run.error()).ok() } else { None },
+            "url": format!("{public_url}/v1/runs/{}", run.id()),
+        },
+        "transition": { "from": t.from, "to": t.to, "reason": t.reason, "at": t.at },
+    })
+}
+
+/// The id of the message about transition `seq` of `run` to `hook`: the
+/// same each time the sweep looks at it.
+fn message_id(hook: &WebhookId, run: &RunId, seq: usize, at: Timestamp) -> DeliveryId {
+    let digest = Sha256::digest(format!("{hook}/{run}/{seq}").as_bytes());
+    let mut ten = [0u8; 10];
+    ten.copy_from_slice(&digest[..10]);
+    DeliveryId::of_event(at, ten)
+}
+
+/// Re-pushes the due attempt of pending messages long overdue; how many,
+/// and how many pushes failed.
+async fn repush_overdue(state: &AppState) -> Result<(u32, u32), ApiError> {
+    let now = state.clock.now();
+    let overdue = Query::new(DeliveryDoc::COLLECTION)
+        .filter("state", Op::Eq, DeliveryState::Pending.as_str())
+        .filter("next_at", Op::Lt, (now - OVERDUE).to_rfc3339())
+        .order_by("next_at", Direction::Asc)
+        .limit(WEBHOOKS_PER_TICK);
+    let (mut repushed, mut errors) = (0, 0);
+    for doc in state.store.query(&overdue, None).await? {
+        let m: DeliveryDoc = doc.decode()?;
+        let next = m.attempts.iter().filter(|a| !a.replay).map(|a| a.attempt).max().unwrap_or(0) + 1;
+        // A round of its own: the lost task's name is still taken.
+        let round = Some(mapi_schema::tasks::round_of(now));
+        let task = DeliverTask { delivery: m.id.clone(), attempt: next, replay: false };
+        match push_deliver(&*state.queue, &task, None, round).await {
+            Ok(()) => repushed += 1,
+            Err(e) => {
+                errors += 1;
+                tracing::warn!(delivery = %m.id, error = %e, "re-pushing an overdue webhook message failed");
+            }
+        }
+    }
+    Ok((repushed, errors))
+}
