@@ -29,7 +29,9 @@ pub struct Where {
 pub enum WebhooksCmd {
     /// Send events to an https URL; prints the signing secret, once.
     Create {
-        url: String,
+        /// Where to send: an https URL of a public address.
+        #[arg(value_name = "URL")]
+        target: String,
         /// Comma-separated: run.started, run.succeeded, run.failed, run.partial, run.cancelled.
         #[arg(long, value_delimiter = ',', required = true)]
         events: Vec<String>,
@@ -46,8 +48,9 @@ pub enum WebhooksCmd {
     /// Change a webhook's URL or events, or turn it off and on.
     Update {
         id: String,
-        #[arg(long)]
-        url: Option<String>,
+        /// A new URL to send to.
+        #[arg(long = "to", value_name = "URL")]
+        target: Option<String>,
         #[arg(long, value_delimiter = ',')]
         events: Option<Vec<String>>,
         #[arg(long, conflicts_with = "enable")]
@@ -133,8 +136,8 @@ pub async fn run(
         Ok(format!("/v1/tenants/{t}/projects/{p}/webhooks"))
     };
     match cmd {
-        WebhooksCmd::Create { url, events: names, description, at } => {
-            let body = NewWebhook { url, events: events(&names)?, description };
+        WebhooksCmd::Create { target, events: names, description, at } => {
+            let body = NewWebhook { url: target, events: events(&names)?, description };
             let made: WebhookCreated =
                 client.send(client.request(Method::POST, &base(at)?).json(&body)).await?;
             print(json, &made, || {
@@ -155,10 +158,10 @@ pub async fn run(
                 )
             })?;
         }
-        WebhooksCmd::Update { id, url, events: names, disable, enable, at } => {
+        WebhooksCmd::Update { id, target, events: names, disable, enable, at } => {
             let enabled = (disable || enable).then_some(enable);
             let body = WebhookChange {
-                url,
+                url: target,
                 events: names.as_deref().map(events).transpose()?,
                 description: None,
                 enabled,

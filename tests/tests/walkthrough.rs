@@ -391,3 +391,56 @@ async fn a_run_is_named_and_retried_from_the_cli() {
     assert_ne!(code, 0);
     assert!(err.contains("NOT_FOUND (404)"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_made_read_replayed_rotated_and_deleted_from_the_cli() {
+    let p = TestPlatform::start(&[("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true")]).await;
+    let url = format!("http://127.0.0.1:{}/", mapi_tests::free_port());
+    let (code, _, err) = mapi(&p, &["webhooks", "create", &url, "--events", "run.done"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("run.done") && err.contains("run.succeeded"), "the valid names: {err}");
+    let (code, out, err) = mapi(&p, &["webhooks", "create", &url, "--events", "run.succeeded,run.failed"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("signing secret (shown once, keep it): whsec_"), "{out}");
+    let id = out.split_whitespace().nth(1).expect("the webhook's id").to_owned();
+    let (code, out, _) = mapi(&p, &["webhooks", "ls"]);
+    assert!(code == 0 && out.contains(&id) && out.contains("run.succeeded,run.failed"), "{out}");
+    let (_, out, _) = mapi(&p, &["webhooks", "deliveries", &id]);
+    assert_eq!(out.trim(), "nothing sent yet");
+
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
+    let run = p
+        .submit(serde_json::json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}}))
+        .await;
+    p.wait_final(&run).await;
+    // Nothing listens at the URL: the message is logged as not answered.
+    let started = std::time::Instant::now();
+    let log = loop {
+        let (code, out, err) = mapi(&p, &["--json", "webhooks", "deliveries", &id]);
+        assert_eq!(code, 0, "{err}");
+        let page: Value = serde_json::from_str(&out).expect("json");
+        if page["deliveries"][0]["attempts"].as_array().is_some_and(|a| !a.is_empty()) {
+            break page;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "an attempt: {page}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    let message = log["deliveries"][0]["id"].as_str().expect("message id").to_owned();
+    let (_, out, _) = mapi(&p, &["webhooks", "deliveries", &id]);
+    assert!(out.contains(&message) && out.contains("run.succeeded") && out.contains("no answer"), "{out}");
+    let (code, out, err) = mapi(&p, &["webhooks", "replay", &id, &message]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("message {message} will be sent again now").as_str()),
+        "{err}"
+    );
+    let (code, out, _) = mapi(&p, &["webhooks", "rotate", &id]);
+    assert!(code == 0 && out.contains("new signing secret (shown once): whsec_"), "{out}");
+    let (code, out, _) = mapi(&p, &["--json", "webhooks", "update", &id, "--disable"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("json")["enabled"], false);
+    let (code, out, _) = mapi(&p, &["webhooks", "rm", &id]);
+    assert_eq!((code, out.trim()), (0, format!("deleted {id}").as_str()));
+    let (code, _, err) = mapi(&p, &["webhooks", "deliveries", &id]);
+    assert_eq!(code, 1, "{err}");
+}
