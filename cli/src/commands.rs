@@ -156,6 +156,17 @@ enum DatasetsCmd {
         #[command(flatten)]
         scope: Scope,
     },
+    /// Download a dataset's file (every download is audited).
+    Download {
+        id: String,
+        /// Where to write it (default `ID.csv`); an existing file is kept unless --force.
+        #[arg(long = "to", value_name = "FILE")]
+        to: Option<PathBuf>,
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        scope: Scope,
+    },
     /// Delete a dataset (admins): its file goes, and its size no longer counts against the storage quota.
     Rm {
         id: String,
@@ -475,6 +486,30 @@ async fn datasets(ctx: &Ctx, cmd: DatasetsCmd) -> Result<ExitCode> {
                 let mut out = format!("{} {} ({} rows, {size})\n", d.id, d.name, d.rows);
                 d.columns.iter().for_each(|c| out.push_str(&format!("  {c:<32} {}\n", numeric(c))));
                 out
+            })?;
+        }
+        DatasetsCmd::Download { id, to, force, scope } => {
+            let (t, p) = ctx.scope(&scope)?;
+            let output = to.unwrap_or_else(|| PathBuf::from(format!("{id}.csv")));
+            if output.exists() && !force {
+                return Err(format!(
+                    "{} exists: choose another --to, or --force to replace it",
+                    output.display()
+                )
+                .into());
+            }
+            let path = format!("/v1/tenants/{t}/projects/{p}/datasets/{id}/url");
+            let link: mapi_api::views::DatasetUrl =
+                ctx.client.send(ctx.client.request(Method::POST, &path)).await?;
+            let answer = reqwest::get(&link.url).await.map_err(|e| format!("downloading {id}: {e}"))?;
+            if !answer.status().is_success() {
+                return Err(format!("downloading {id}: the object store answered {}", answer.status()).into());
+            }
+            let bytes = answer.bytes().await.map_err(|e| format!("downloading {id}: {e}"))?;
+            std::fs::write(&output, &bytes).map_err(|e| format!("{}: {e}", output.display()))?;
+            let done = serde_json::json!({"dataset": id, "path": output, "bytes": bytes.len()});
+            ctx.print(&done, || {
+                format!("wrote {} ({})\n", output.display(), crate::output::size(bytes.len() as u64))
             })?;
         }
         DatasetsCmd::Rm { id, scope, yes } => {

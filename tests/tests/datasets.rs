@@ -1,6 +1,7 @@
 //! Deleting a dataset: kept while a run may still read it (409 naming the
 //! run); once deleted its record and object are gone, the storage it counted
-//! is given back once, and the deletion is audited.
+//! is given back once, and the deletion is audited. Downloading one: a
+//! signed link to its bytes, audited before it is given, to the project only.
 
 use std::sync::Arc;
 
@@ -55,4 +56,41 @@ async fn a_deleted_dataset_is_gone_and_its_storage_given_back_once() {
     let items = log["items"].as_array().expect("items");
     assert_eq!(items.len(), 1, "{log}");
     assert_eq!(items[0]["resource"], format!("datasets/{id}"));
+}
+
+#[tokio::test]
+async fn a_download_link_is_audited_before_it_is_given_and_only_to_the_project() {
+    let accounts = "admin@dev.local,dev@dev.local,owner@other.test";
+    let p =
+        TestPlatform::start_with(&[("MAPI_DEV_ACCOUNTS", accounts)], mapi_tests::Options::default()).await;
+    let csv = "x,y\n1,2\n2,4\n3,7\n";
+    let id = p.upload(csv).await;
+    let path = format!("{}/datasets/{id}/url", p.project_path());
+    let (s, link) = p.call(p.token(), reqwest::Method::POST, &path, None).await;
+    assert_eq!(
+        (s, &link["dataset"], &link["expires_in_s"]),
+        (200, &serde_json::json!(id), &serde_json::json!(900)),
+        "{link}"
+    );
+    let body = p.http.get(link["url"].as_str().expect("url")).send().await.expect("download");
+    assert_eq!(body.status(), 200);
+    assert_eq!(body.text().await.expect("text"), csv, "the bytes uploaded");
+
+    let admin = p.login("dev@dev.local").await;
+    let (_, log) =
+        p.call(&admin, reqwest::Method::GET, "/v1/tenants/dev/audit?action=dataset.download", None).await;
+    let entries = log["items"].as_array().expect("items");
+    assert_eq!(entries.len(), 1, "{log}");
+    assert_eq!(entries[0]["resource"], format!("datasets/{id}"));
+    assert!(entries[0]["detail"].as_str().is_some_and(|d| d.contains("valid 900 s")), "{log}");
+
+    let operator = p.login("admin@dev.local").await;
+    let other = p.create_tenant(&operator, "other", "verified").await;
+    let (s, b) = p.call(&other, reqwest::Method::POST, &path, None).await;
+    assert!(s == 403 || s == 404, "{s} {b}");
+    let (s, b) = p.call(&operator, reqwest::Method::POST, &path, None).await;
+    assert_eq!(s, 404, "operators never read tenant content: {b}");
+    let (_, log) =
+        p.call(&admin, reqwest::Method::GET, "/v1/tenants/dev/audit?action=dataset.download", None).await;
+    assert_eq!(log["items"].as_array().map(Vec::len), Some(1), "refusals mint nothing: {log}");
 }

@@ -444,3 +444,21 @@ async fn webhooks_are_made_read_replayed_rotated_and_deleted_from_the_cli() {
     let (code, _, err) = mapi(&p, &["webhooks", "deliveries", &id]);
     assert_eq!(code, 1, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dataset_is_downloaded_from_the_cli() {
+    let p = TestPlatform::start(&[]).await;
+    let csv = "x,y\n1,2\n2,4\n3,7\n";
+    let id = p.upload(csv).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("copy.csv");
+    let target = file.to_str().expect("path");
+    let (code, out, err) = mapi(&p, &["datasets", "download", &id, "--to", target]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("wrote {target}")), "{out}");
+    assert_eq!(std::fs::read_to_string(&file).expect("the file"), csv);
+    let (code, _, err) = mapi(&p, &["datasets", "download", &id, "--to", target]);
+    assert_eq!(code, 1);
+    assert!(err.contains("exists") && err.contains("--force"), "{err}");
+    assert_eq!(mapi(&p, &["datasets", "download", &id, "--to", target, "--force"]).0, 0);
+}

@@ -45,7 +45,7 @@ use utoipa::OpenApi;
 #[derive(Debug, OpenApi)]
 #[openapi(
     paths(
-        api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::datasets::delete_dataset, api::runs::submit, api::runs::list, api::runs::get_run, api::labels::update,
+        api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::datasets::delete_dataset, api::datasets::download_url, api::runs::submit, api::runs::list, api::runs::get_run, api::labels::update,
         api::runs::cancel, api::runs::retry, api::logs::run_logs, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
         api::methods::list, api::methods::get_method,
@@ -65,6 +65,7 @@ use utoipa::OpenApi;
         mapi_api::views::DatasetView,
         mapi_api::views::DatasetSummary,
         mapi_api::views::DatasetPage,
+        mapi_api::views::DatasetUrl,
         mapi_api::views::ModelVersionView,
         mapi_api::views::ModelVersionSummary,
         mapi_api::views::ModelVersionPage,

@@ -252,6 +252,14 @@ pub struct DatasetSummary {
     pub created_at: Timestamp,
 }
 
+/// A link to download a dataset's file (a signed GET URL).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DatasetUrl {
+    pub dataset: DatasetId,
+    pub url: String,
+    pub expires_in_s: u64,
+}
+
 /// A page of datasets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DatasetPage {

@@ -34,6 +34,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
             "/v1/tenants/{tenant}/projects/{project}/datasets/{id}",
             get(datasets::get_dataset).delete(datasets::delete_dataset),
         )
+        .route("/v1/tenants/{tenant}/projects/{project}/datasets/{id}/url", post(datasets::download_url))
         .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get_run).patch(labels::update))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
