@@ -262,6 +262,18 @@ enum RunsCmd {
         #[arg(long)]
         tags: Option<String>,
     },
+    /// Log metrics and params to a run: `--metric loss=0.31 --step 3 --param lr=0.01` (any state).
+    Log {
+        id: String,
+        /// NAME=VALUE (repeatable); each at --step, or after the series' last step.
+        #[arg(long = "metric")]
+        metrics: Vec<String>,
+        #[arg(long)]
+        step: Option<u64>,
+        /// NAME=VALUE (repeatable): a number, true/false, or text.
+        #[arg(long = "param")]
+        params: Vec<String>,
+    },
     /// Follow a run until it ends: progress, then state, outputs and cost.
     Watch { id: String },
     /// Print one output file of a finished run; a linear fit's model.json is shown as its
@@ -806,6 +818,30 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             let done = watch(ctx, r.id.as_str()).await?;
             ctx.print(&done, || describe_run(&done))?;
             Ok(exit_for(&done))
+        }
+        RunsCmd::Log { id, metrics, step, params } => {
+            let mut input =
+                mapi_api::tracking::LogInput { params: parse_params(&params)?, ..Default::default() };
+            for m in &metrics {
+                let (name, value) =
+                    m.split_once('=').ok_or_else(|| format!("--metric `{m}`: write NAME=VALUE"))?;
+                let value: f64 =
+                    value.parse().map_err(|_| format!("--metric `{m}`: the value must be a number"))?;
+                input.metrics.push(mapi_api::tracking::MetricInput { name: name.to_owned(), value, step });
+            }
+            let req = ctx.client.request(Method::POST, &format!("/v1/runs/{id}/log")).json(&input);
+            let log: mapi_api::tracking::RunLog = ctx.client.send(req).await?;
+            ctx.print(&log, || {
+                let latest: Vec<String> = log.latest().iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!(
+                    "logged to {id}: {} points in {} metrics ({}), {} params\n",
+                    log.points(),
+                    log.series.len(),
+                    latest.join(", "),
+                    log.params.len()
+                )
+            })?;
+            Ok(ExitCode::SUCCESS)
         }
         RunsCmd::Update { id, name, note, tags } => {
             let tags = tags

@@ -45,15 +45,27 @@ pub fn compare(runs: &[RunView]) -> Comparison {
         row("dataset".into(), each(&|r| Some(r.dataset.to_string()))),
         row("class".into(), each(&|r| Some(r.requested_class.to_string()))),
     ];
-    let params: std::collections::BTreeSet<&String> = runs.iter().flat_map(|r| r.params.keys()).collect();
+    // A param or metric people logged stands beside the spec's and the
+    // method's; where both name one, the logged value is shown.
+    let param =
+        |r: &RunView, k: &String| r.logged_params.get(k).or_else(|| r.params.get(k)).map(|v| v.to_string());
+    let params: std::collections::BTreeSet<&String> =
+        runs.iter().flat_map(|r| r.params.keys().chain(r.logged_params.keys())).collect();
     for k in params {
-        rows.push(row(format!("params.{k}"), each(&|r| r.params.get(k).map(|v| v.to_string()))));
+        rows.push(row(format!("params.{k}"), each(&|r| param(r, k))));
     }
-    let metrics: std::collections::BTreeSet<&String> =
-        runs.iter().filter_map(|r| r.progress.as_ref()).flat_map(|p| p.metrics.keys()).collect();
+    let reported = |r: &RunView, k: &String| {
+        r.logged_metrics
+            .get(k)
+            .copied()
+            .or_else(|| r.progress.as_ref().and_then(|p| p.metrics.get(k).copied()))
+    };
+    let metrics: std::collections::BTreeSet<&String> = runs
+        .iter()
+        .flat_map(|r| r.progress.iter().flat_map(|p| p.metrics.keys()).chain(r.logged_metrics.keys()))
+        .collect();
     for k in metrics {
-        let value = |r: &RunView| r.progress.as_ref().and_then(|p| p.metrics.get(k)).map(|v| metric(*v));
-        rows.push(row(format!("metrics.{k}"), each(&value)));
+        rows.push(row(format!("metrics.{k}"), each(&|r| reported(r, k).map(metric))));
     }
     rows.push(row("state".into(), each(&|r| Some(r.state.to_string()))));
     let charged = |r: &RunView| Some(crate::commands::money(r.cost.charged_micros, &r.cost.currency));

@@ -64,7 +64,8 @@
 //!   and overlapping 2 % of deliveries, a fan-out dying halfway, fairness
 //!   between tenants, cancel, retry-failed, the CLI).
 //! - Tracking: `run_labels` (a run's name, note and tags: who may change
-//!   them, the words of a refusal, the audit); `run_retry` (an ended run
+//!   them, the words of a refusal, the audit); `run_log` (metrics and
+//!   params logged to a run: shown, bounded, scoped, audited); `run_retry` (an ended run
 //!   retried as a new run of its spec and labels, keyed, scoped, audited).
 //! - Webhooks: `webhooks` (the README's receiver verifies a run's events,
 //!   replays and a rotation; an unreachable receiver retried on the

@@ -44,6 +44,7 @@ mod readme;
 mod replay;
 mod residency;
 mod run_labels;
+mod run_log;
 mod run_retry;
 mod shared_tiers;
 mod signer_kms;

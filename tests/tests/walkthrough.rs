@@ -462,3 +462,41 @@ async fn a_dataset_is_downloaded_from_the_cli() {
     assert!(err.contains("exists") && err.contains("--force"), "{err}");
     assert_eq!(mapi(&p, &["datasets", "download", &id, "--to", target, "--force"]).0, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_logged_and_compared_from_the_cli() {
+    let p = TestPlatform::start(&[]).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
+    let spec = serde_json::json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}});
+    let (a, b) = (p.submit(spec.clone()).await, p.submit(spec).await);
+    let args = [
+        "runs",
+        "log",
+        &a,
+        "--metric",
+        "val/loss=0.25",
+        "--metric",
+        "epochs=3",
+        "--step",
+        "5",
+        "--param",
+        "seed=7",
+    ];
+    let (code, out, err) = mapi(&p, &args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("logged to {a}: 2 points in 2 metrics (epochs=3, val/loss=0.25), 1 params")
+    );
+    let (code, _, err) = mapi(&p, &["runs", "log", &b, "--metric", "val/loss=low"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("must be a number"), "{err}");
+    assert_eq!(mapi(&p, &["runs", "log", &b, "--metric", "val/loss=0.5"]).0, 0);
+    let (code, out, err) = mapi(&p, &["--json", "runs", "compare", &a, &b]);
+    assert_eq!(code, 0, "{err}");
+    let c: Value = serde_json::from_str(&out).expect("json");
+    let row = |field: &str| c["rows"].as_array().expect("rows").iter().find(|r| r["field"] == field).cloned();
+    let loss = row("metrics.val/loss").expect("the logged metric is compared");
+    assert_eq!(loss["differs"], true, "{loss}");
+    assert!(row("params.seed").is_some(), "the logged param is compared: {c}");
+}

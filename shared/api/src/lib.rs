@@ -13,5 +13,6 @@ pub mod endpoints;
 pub mod labels;
 pub mod methods;
 pub mod problem;
+pub mod tracking;
 pub mod views;
 pub mod webhooks;

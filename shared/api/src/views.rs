@@ -79,6 +79,13 @@ pub struct RunView {
     pub waiting: Option<WaitingView>,
     #[schema(value_type = Option<Object>)]
     pub progress: Option<Summary>,
+    /// What people logged to the run (`POST /v1/runs/{id}/log`): each
+    /// metric's value at its highest step, and the params.
+    #[serde(default)]
+    pub logged_metrics: BTreeMap<String, f64>,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub logged_params: BTreeMap<String, serde_json::Value>,
     pub attempts: Vec<AttemptView>,
     pub history: Vec<Transition>,
     pub outputs: Vec<OutputView>,

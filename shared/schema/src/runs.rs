@@ -109,6 +109,24 @@ impl Doc for AttemptDoc {
     }
 }
 
+/// What people logged to a run (metrics, params), bounded by
+/// [`mapi_api::tracking`]. Id: the run's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunLogDoc {
+    pub run: RunId,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub log: mapi_api::tracking::RunLog,
+    pub updated_at: Timestamp,
+}
+
+impl Doc for RunLogDoc {
+    const COLLECTION: &'static str = "run_logs";
+    fn doc_id(&self) -> String {
+        self.run.to_string()
+    }
+}
+
 /// The merged events of one attempt. Id: `{run}:{attempt}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgressDoc {

@@ -13,6 +13,7 @@ pub mod methods;
 pub mod model_versions;
 pub mod runs;
 pub mod scoring;
+pub mod tracking;
 mod view;
 pub mod webhooks;
 
@@ -39,6 +40,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/runs/{id}", get(runs::get_run).patch(labels::update))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/retry", post(runs::retry))
+        .route("/v1/runs/{id}/log", post(tracking::log).get(tracking::read))
         .route("/v1/runs/{id}/logs", get(logs::run_logs))
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
         .route("/v1/model-versions/{id}", get(model_versions::get_version))

@@ -62,7 +62,13 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
     } else {
         None
     };
-    Ok(assemble(run, &attempts, &ledger, summary, outputs, model_version))
+    let logged = mapi_schema::get::<mapi_schema::RunLogDoc>(&*state.store, run.id().as_str()).await?;
+    let mut view = assemble(run, &attempts, &ledger, summary, outputs, model_version);
+    if let Some(d) = logged {
+        view.logged_metrics = d.log.latest();
+        view.logged_params = d.log.params;
+    }
+    Ok(view)
 }
 
 /// The view of a run that was just accepted: nothing has happened to it yet.
@@ -115,6 +121,8 @@ fn assemble(
             .waiting()
             .map(|w| mapi_api::views::WaitingView { reason: w.reason.clone(), since: w.since }),
         progress: summary,
+        logged_metrics: Default::default(),
+        logged_params: Default::default(),
         attempts,
         history: run.history().to_vec(),
         outputs,

@@ -1,0 +1,213 @@
+//! What people log to a run besides what its method reports: metrics as
+//! keyed series (a value at a step and a time) and params (name to value),
+//! through `POST /v1/runs/{id}/log`; and the rule that keeps a run's log
+//! bounded. The rule is pure: [`RunLog::apply`] takes the log as stored
+//! and what was sent, and either gives the new log or says what to fix.
+
+use std::collections::BTreeMap;
+
+use mapi_domain::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// Metric points one request may carry.
+pub const MAX_POINTS_PER_REQUEST: usize = 100;
+/// Metric points a run keeps, over all its series.
+pub const MAX_POINTS_PER_RUN: usize = 5_000;
+/// Distinct metric names a run may have.
+pub const MAX_METRICS_PER_RUN: usize = 100;
+/// Params a run may have logged.
+pub const MAX_PARAMS_PER_RUN: usize = 100;
+/// The longest metric or param name.
+pub const MAX_NAME: usize = 64;
+/// The longest text a param may hold.
+pub const MAX_PARAM_TEXT: usize = 256;
+
+/// One value of a metric, as sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetricInput {
+    /// 1 to 64 of letters, digits, `_`, `-`, `.` and `/` (e.g. `val/loss`).
+    pub name: String,
+    /// A finite number.
+    pub value: f64,
+    /// Its step (an epoch, an iteration); the next after the series' last when absent.
+    pub step: Option<u64>,
+}
+
+/// What one `POST /v1/runs/{id}/log` adds: metric points, and params (a
+/// param logged again takes the new value).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogInput {
+    #[serde(default)]
+    pub metrics: Vec<MetricInput>,
+    /// Each a string (at most 256 characters), a finite number or a boolean.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+/// One point of a series.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Point {
+    pub step: u64,
+    pub value: f64,
+    pub at: Timestamp,
+}
+
+/// A run's log: its series by name and its params.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunLog {
+    pub series: BTreeMap<String, Vec<Point>>,
+    #[schema(value_type = Object)]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+impl RunLog {
+    /// Every point kept, over all series.
+    pub fn points(&self) -> usize {
+        self.series.values().map(Vec::len).sum()
+    }
+
+    /// Each series' value at its highest step (the latest logged at a tie).
+    pub fn latest(&self) -> BTreeMap<String, f64> {
+        let last = |points: &Vec<Point>| points.iter().max_by_key(|p| p.step).map(|p| p.value);
+        self.series.iter().filter_map(|(name, points)| Some((name.clone(), last(points)?))).collect()
+    }
+
+    /// The log with `input` added at `now`, or what to fix. Nothing is
+    /// added unless everything is within the bounds.
+    pub fn apply(&self, input: &LogInput, now: Timestamp) -> Result<RunLog, String> {
+        if input.metrics.is_empty() && input.params.is_empty() {
+            return Err(
+                "log at least one metric or param: {\"metrics\": [{\"name\": …, \"value\": …}]}".into()
+            );
+        }
+        if input.metrics.len() > MAX_POINTS_PER_REQUEST {
+            return Err(format!(
+                "{} metric points in one request: send at most {MAX_POINTS_PER_REQUEST} at a time",
+                input.metrics.len()
+            ));
+        }
+        let mut next = self.clone();
+        for m in &input.metrics {
+            check_name("metric", &m.name)?;
+            if !m.value.is_finite() {
+                return Err(format!("metric {}: the value must be a finite number", m.name));
+            }
+            let series = next.series.entry(m.name.clone()).or_default();
+            let step = m.step.unwrap_or_else(|| series.iter().map(|p| p.step + 1).max().unwrap_or(0));
+            series.push(Point { step, value: m.value, at: now });
+        }
+        for (name, value) in &input.params {
+            check_name("param", name)?;
+            check_param(name, value)?;
+            next.params.insert(name.clone(), value.clone());
+        }
+        next.within_bounds()?;
+        Ok(next)
+    }
+
+    fn within_bounds(&self) -> Result<(), String> {
+        if self.series.len() > MAX_METRICS_PER_RUN {
+            return Err(format!(
+                "a run may have at most {MAX_METRICS_PER_RUN} metrics; this would make {}",
+                self.series.len()
+            ));
+        }
+        if self.points() > MAX_POINTS_PER_RUN {
+            return Err(format!(
+                "a run keeps at most {MAX_POINTS_PER_RUN} metric points; this would make {}: log fewer steps",
+                self.points()
+            ));
+        }
+        if self.params.len() > MAX_PARAMS_PER_RUN {
+            return Err(format!("a run may have at most {MAX_PARAMS_PER_RUN} params"));
+        }
+        Ok(())
+    }
+}
+
+fn check_name(kind: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        let shown: String = name.chars().take(MAX_NAME).collect();
+        Err(format!(
+            "{kind} name `{shown}` is invalid: use 1 to {MAX_NAME} letters, digits, `_`, `-`, `.` or `/`"
+        ))
+    }
+}
+
+fn check_param(name: &str, value: &serde_json::Value) -> Result<(), String> {
+    let ok = match value {
+        serde_json::Value::String(s) => s.chars().count() <= MAX_PARAM_TEXT,
+        serde_json::Value::Number(n) => n.as_f64().is_some_and(f64::is_finite),
+        serde_json::Value::Bool(_) => true,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "param {name}: use a string of at most {MAX_PARAM_TEXT} characters, a number or true/false"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(name: &str, value: f64, step: Option<u64>) -> MetricInput {
+        MetricInput { name: name.into(), value, step }
+    }
+
+    #[test]
+    fn points_without_a_step_follow_the_last_and_the_latest_is_the_highest_step() {
+        let now = Timestamp::from_secs(1_800_000_000);
+        let input = LogInput {
+            metrics: vec![point("loss", 0.9, None), point("loss", 0.5, None)],
+            ..Default::default()
+        };
+        let log = RunLog::default().apply(&input, now).expect("logged");
+        let steps: Vec<u64> = log.series["loss"].iter().map(|p| p.step).collect();
+        assert_eq!(steps, [0, 1]);
+        let later = LogInput { metrics: vec![point("loss", 0.7, Some(0))], ..Default::default() };
+        let log = log.apply(&later, now).expect("logged");
+        assert_eq!(log.latest()["loss"], 0.5, "step 1 is still the highest");
+        assert_eq!(log.points(), 3);
+    }
+
+    #[test]
+    fn what_breaks_a_bound_is_refused_whole_in_words() {
+        let now = Timestamp::from_secs(1);
+        let refuse = |input: LogInput, words: &str| {
+            let e = RunLog::default().apply(&input, now).expect_err("refused");
+            assert!(e.contains(words), "{words:?} in {e}");
+        };
+        refuse(LogInput::default(), "at least one");
+        refuse(LogInput { metrics: vec![point("a b", 1.0, None)], ..Default::default() }, "letters, digits");
+        refuse(LogInput { metrics: vec![point("x", f64::NAN, None)], ..Default::default() }, "finite");
+        let many = (0..=MAX_POINTS_PER_REQUEST).map(|i| point("x", i as f64, None)).collect();
+        refuse(LogInput { metrics: many, ..Default::default() }, "at most 100 at a time");
+        let params = BTreeMap::from([("p".to_owned(), serde_json::json!({"nested": 1}))]);
+        refuse(LogInput { params, ..Default::default() }, "a number or true/false");
+        let names = (0..=MAX_METRICS_PER_RUN).map(|i| point(&format!("m{i}"), 1.0, None)).collect::<Vec<_>>();
+        let mut log = RunLog::default();
+        for chunk in names.chunks(MAX_POINTS_PER_REQUEST) {
+            match log.apply(&LogInput { metrics: chunk.to_vec(), ..Default::default() }, now) {
+                Ok(next) => log = next,
+                Err(e) => {
+                    assert!(e.contains("at most 100 metrics"), "{e}");
+                    assert_eq!(log.series.len(), MAX_POINTS_PER_REQUEST, "the refused request added nothing");
+                    return;
+                }
+            }
+        }
+        panic!("the 101st metric was accepted");
+    }
+}
