@@ -87,6 +87,37 @@ pub enum TenantsCmd {
         #[arg(long)]
         yes: bool,
     },
+    /// Export the tenant's documents and objects (its admins): a manifest
+    /// of parts, each with a signed download URL.
+    Export {
+        id: String,
+        /// Wait until the export is built and print its manifest.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Ask for the tenant's deletion (its admins): nothing is reachable from
+    /// now on; its data is purged once the grace period is over.
+    Delete {
+        id: String,
+        /// Why (kept in the deletion certificate).
+        #[arg(long)]
+        reason: String,
+        /// Delete without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Cancel the tenant's deletion within its grace period (its admins).
+    DeleteCancel { id: String },
+    /// Purge a deleted tenant now that its grace period is over, or retry a
+    /// failed purge (operators).
+    Purge {
+        id: String,
+        /// Purge without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// The tenant's deletion: scheduled, purging, or its certificate (operators).
+    Deletion { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -538,6 +569,81 @@ async fn confirm_tenant_change(client: &Client, id: &str, body: &Value, yes: boo
     crate::confirm::confirm(&format!("tenant {id} will change:\n{}", lines.join("\n")), yes)
 }
 
+/// An export in words: its state and, once ready, each part's URL.
+fn export_in_words(e: &Value) -> String {
+    let mut out = format!(
+        "export {} of {} is {}\n",
+        e["id"].as_str().unwrap_or("?"),
+        e["tenant"].as_str().unwrap_or("?"),
+        e["state"].as_str().unwrap_or("?")
+    );
+    if let Some(why) = e["error"].as_str() {
+        out.push_str(&format!("  {why}\n"));
+    }
+    if e["state"] == "ready" {
+        out.push_str(&format!(
+            "  {} documents, {} objects; the URLs work until {}\n",
+            e["documents"],
+            e["objects"],
+            e["expires_at"].as_str().unwrap_or("?")
+        ));
+        for part in e["parts"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  {} ({} lines, {} bytes)\n    {}\n",
+                part["name"].as_str().unwrap_or("?"),
+                part["count"],
+                part["size"],
+                part["url"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    out
+}
+
+/// A deletion in words: its state, when the purge may start, and once
+/// purged the certificate's counts.
+fn deletion_in_words(d: &Value) -> String {
+    let tenant = d["tenant"].as_str().unwrap_or("?");
+    let mut out = format!(
+        "deletion of {tenant}: {}, asked by {} at {} ({})\n",
+        d["state"].as_str().unwrap_or("?"),
+        d["requested_by"].as_str().unwrap_or("?"),
+        d["requested_at"].as_str().unwrap_or("?"),
+        d["reason"].as_str().unwrap_or("")
+    );
+    match d["state"].as_str() {
+        Some("scheduled") => out.push_str(&format!(
+            "  its admins may cancel until {}: mapi admin tenants delete-cancel {tenant}\n",
+            d["purge_after"].as_str().unwrap_or("?")
+        )),
+        Some("purged") => {
+            out.push_str(&format!("  purged at {}\n", d["purged_at"].as_str().unwrap_or("?")));
+            for (side, what) in [("deleted", "deleted"), ("kept", "kept (anonymized)")] {
+                for (name, n) in d[side].as_object().into_iter().flatten() {
+                    out.push_str(&format!("  {what:<18} {name:<18} {n}\n"));
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(e) = d["last_error"].as_str() {
+        out.push_str(&format!("  the last delivery failed: {e}; retry: mapi admin tenants purge {tenant}\n"));
+    }
+    out
+}
+
+/// Asks for an export and, with `watch`, waits until it is built.
+async fn export(client: &Client, id: &str, watch: bool) -> Result<Value> {
+    let mut e: Value =
+        client.send(client.request(Method::POST, &format!("/v1/tenants/{id}/exports"))).await?;
+    let path = format!("/v1/tenants/{id}/exports/{}", e["id"].as_str().unwrap_or_default());
+    while watch && e["state"] == "building" {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        e = client.get(&path).await?;
+    }
+    Ok(e)
+}
+
 /// A tenant's effective limits in words: one `name: value` line each.
 fn limits_in_words(tenant: &str, t: &Value) -> String {
     let mut out = format!("quotas of {tenant} ({} tier):\n", t["tier"].as_str().unwrap_or("?"));
@@ -614,6 +720,42 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                     t["tier"].as_str().unwrap_or("?")
                 )
             })?;
+        }
+        AdminCmd::Tenants(TenantsCmd::Export { id, watch }) => {
+            let e = export(client, &id, watch).await?;
+            print(json_out, &e, || export_in_words(&e))?;
+        }
+        AdminCmd::Tenants(TenantsCmd::Delete { id, reason, yes }) => {
+            let change = format!(
+                "tenant {id} will be deleted: nothing of it is reachable from now on, and its data is purged once the grace period is over"
+            );
+            crate::confirm::confirm(&change, yes)?;
+            let body = json!({"reason": reason});
+            let d: Value = client
+                .send(client.request(Method::POST, &format!("/v1/tenants/{id}/deletion")).json(&body))
+                .await?;
+            print(json_out, &d, || deletion_in_words(&d))?;
+        }
+        AdminCmd::Tenants(TenantsCmd::DeleteCancel { id }) => {
+            let path = format!("/v1/tenants/{id}/deletion/cancel");
+            let d: Value = client.send(client.request(Method::POST, &path)).await?;
+            print(json_out, &d, || deletion_in_words(&d))?;
+        }
+        AdminCmd::Tenants(TenantsCmd::Purge { id, yes }) => {
+            crate::confirm::confirm(
+                &format!("every document and object of tenant {id} will be deleted"),
+                yes,
+            )?;
+            let path = format!("/v1/tenants/{id}/deletion/purge");
+            let d: Value = client.send(client.request(Method::POST, &path)).await?;
+            print(json_out, &d, || match d["state"].as_str() {
+                Some("purged") => deletion_in_words(&d),
+                _ => format!("the purge of {id} is on its way: mapi admin tenants deletion {id}\n"),
+            })?;
+        }
+        AdminCmd::Tenants(TenantsCmd::Deletion { id }) => {
+            let d: Value = client.get(&format!("/v1/tenants/{id}/deletion")).await?;
+            print(json_out, &d, || deletion_in_words(&d))?;
         }
         AdminCmd::Quotas(QuotasCmd::Set {
             tenant,

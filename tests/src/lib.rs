@@ -73,6 +73,11 @@
 //! - Residency: `residency` (runs placed only on an executor in a region
 //!   the tenant's residency admits; refused at submit in words, failed at
 //!   dispatch when stored under one the executor cannot serve).
+//! - A tenant's end: `tenant_life` (an export's manifest of signed URLs
+//!   holding the tenant's documents and objects and no other's; a deletion
+//!   cancelled within its grace period, then purged by the tick's task in
+//!   virtual time to a certificate, nothing of the tenant left but its
+//!   tombstone and the kept, anonymized entries; a killed purge resumed).
 //! - Datasets: `datasets` (a deletion refused while a run reads it, then
 //!   record, object and counted storage gone once, audited).
 //! - Documents: `docs` (the README's variable table, `docs/openapi.json` and

@@ -338,3 +338,49 @@ async fn real_routes_enforce_the_same_decisions() {
     assert_eq!(s, 204);
     assert_eq!(p.call(&runner, Method::GET, runs, None).await.0, 404, "no grant: the project is invisible");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_export_and_deletion_routes_enforce_the_matrix() {
+    let (p, users, operator, stranger) = platform().await;
+    let token = |email: &str| users.iter().find(|(u, _)| u.email == email).expect("user").1.clone();
+    let (admin, project_admin, runner) =
+        (token("admin-t@test.local"), token("admin-p@test.local"), token("runner-t@test.local"));
+    let exports = "/v1/tenants/home/exports";
+    // tenant_export create and read: the tenant admin tenant-wide only.
+    for who in ["viewer-t@test.local", "editor-t@test.local", "runner-t@test.local", "admin-p@test.local"] {
+        assert_eq!(p.call(&token(who), Method::POST, exports, None).await.0, 403, "{who} exports nothing");
+    }
+    assert_eq!(p.call(&operator, Method::POST, exports, None).await.0, 404, "not the operators'");
+    assert_eq!(p.call(&stranger, Method::POST, exports, None).await.0, 404);
+    let (s, export) = p.call(&admin, Method::POST, exports, None).await;
+    assert_eq!(s, 202, "{export}");
+    let one = format!("{exports}/{}", export["id"].as_str().expect("id"));
+    assert_eq!(p.call(&admin, Method::GET, &one, None).await.0, 200);
+    assert_eq!(p.call(&runner, Method::GET, &one, None).await.0, 403);
+    assert_eq!(p.call(&operator, Method::GET, &one, None).await.0, 404);
+
+    // tenant_deletion manage (purge) is the operators' alone.
+    let purge = "/v1/tenants/home/deletion/purge";
+    assert_eq!(p.call(&admin, Method::POST, purge, None).await.0, 403);
+    let (s, none) = p.call(&operator, Method::POST, purge, None).await;
+    let detail = none["detail"].as_str().unwrap_or_default();
+    assert!(s == 404 && detail.contains("no deletion"), "allowed, and nothing to purge: {none}");
+
+    // tenant_deletion create: the tenant admin tenant-wide; then only they may cancel.
+    let deletion = "/v1/tenants/home/deletion";
+    let reason = json!({"reason": "a test"});
+    for (who, t) in [("runner", &runner), ("project admin", &project_admin), ("operator", &operator)] {
+        let (s, b) = p.call(t, Method::POST, deletion, Some(reason.clone())).await;
+        assert!(s == 403 || s == 404, "a {who} asks for no deletion: {s} {b}");
+    }
+    let (s, d) = p.call(&admin, Method::POST, deletion, Some(reason)).await;
+    assert_eq!(s, 202, "{d}");
+    let cancel = "/v1/tenants/home/deletion/cancel";
+    assert_eq!(p.call(&project_admin, Method::POST, cancel, None).await.0, 404);
+    assert_eq!(p.call(&runner, Method::POST, cancel, None).await.0, 404);
+    assert_eq!(p.call(&admin, Method::GET, deletion, None).await.0, 404, "deleting: nothing to read");
+    let (s, read) = p.call(&operator, Method::GET, deletion, None).await;
+    assert_eq!((s, read["state"].as_str()), (200, Some("scheduled")), "operators read it: {read}");
+    assert_eq!(p.call(&admin, Method::POST, cancel, None).await.0, 200);
+    assert_eq!(p.call(&runner, Method::GET, "/v1/tenants/home/projects/main/runs", None).await.0, 200);
+}

@@ -21,6 +21,7 @@ const SECTIONS: &[&str] = &[
     "Model versions",
     "Item jobs: one method on every item of a list",
     "Tenants, people and tokens",
+    "A tenant's end: export and deletion",
     "Quotas, cost and usage",
 ];
 

@@ -49,6 +49,7 @@ mod run_retry;
 mod shared_tiers;
 mod signer_kms;
 mod store_firestore;
+mod tenant_life;
 mod terraform;
 mod ticks;
 mod walkthrough;

@@ -7,7 +7,10 @@
 //!   `/v1/admin/executors`, `/v1/admin/quotas`, `/v1/admin/kill-switches`;
 //! - tenants: `GET|PATCH /v1/tenants/{tenant}`, tenant-wide members,
 //!   projects, project members, API tokens, the tenant's audit log, and
-//!   access checks (`can I?`).
+//!   access checks (`can I?`);
+//! - a tenant's end: its export (`/v1/tenants/{tenant}/exports`) and its
+//!   deletion (`/v1/tenants/{tenant}/deletion`: request, cancel within the
+//!   grace period, an operator's purge, the certificate).
 //!
 //! Every route authorizes through `mapi_identity::authorize` (one matrix);
 //! every change is audited in the same transaction as the change.
@@ -19,6 +22,7 @@ mod limits;
 mod members;
 mod projects;
 mod sessions;
+mod tenant_life;
 mod tenants;
 mod tokens;
 
@@ -39,8 +43,10 @@ use utoipa::OpenApi;
         audit_log::tenant_log, audit_log::platform_log,
         checks::project_check, checks::tenant_check,
         limits::list, limits::set, limits::remove, limits::get_switches, limits::set_switches,
+        tenant_life::request_export, tenant_life::get_export, tenant_life::request_deletion,
+        tenant_life::get_deletion, tenant_life::cancel_deletion, tenant_life::purge,
     ),
-    components(schemas(executors::ExecutorView, executors::SetExecutor, mapi_executor::evidence::Evidence, mapi_schema::TenantDoc, mapi_schema::ProjectDoc, mapi_schema::MembershipDoc, mapi_api::audit::AuditEntry)),
+    components(schemas(executors::ExecutorView, executors::SetExecutor, mapi_executor::evidence::Evidence, mapi_schema::TenantDoc, mapi_schema::ProjectDoc, mapi_schema::MembershipDoc, mapi_api::audit::AuditEntry, mapi_schema::ExportDoc, mapi_schema::DeletionDoc, tenant_life::RequestDeletion)),
     tags((name = "admin", description = "Tenants, projects, members, tokens, audit"))
 )]
 pub struct ApiDoc;
@@ -81,6 +87,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tenants/{tenant}/projects/{project}/tokens", get(tokens::list).post(tokens::create))
         .route("/v1/tenants/{tenant}/projects/{project}/tokens/{id}", axum::routing::delete(tokens::revoke))
         .route("/v1/tenants/{tenant}/audit", get(audit_log::tenant_log))
+        .route("/v1/tenants/{tenant}/exports", post(tenant_life::request_export))
+        .route("/v1/tenants/{tenant}/exports/{id}", get(tenant_life::get_export))
+        .route(
+            "/v1/tenants/{tenant}/deletion",
+            get(tenant_life::get_deletion).post(tenant_life::request_deletion),
+        )
+        .route("/v1/tenants/{tenant}/deletion/cancel", post(tenant_life::cancel_deletion))
+        .route("/v1/tenants/{tenant}/deletion/purge", post(tenant_life::purge))
         .route("/v1/tenants/{tenant}/access-checks", post(checks::tenant_check))
         .route("/v1/tenants/{tenant}/projects/{project}/access-checks", post(checks::project_check))
         .layer(axum::extract::DefaultBodyLimit::max(json_limit))

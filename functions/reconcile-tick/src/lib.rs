@@ -15,9 +15,12 @@
 //! 2. re-pushes the dispatch of attempts whose dispatcher let its lease
 //!    expire (the dispatcher adopts by nonce before it submits again) and
 //!    of runs queued for longer than a dispatch lease (a push lost after
-//!    submit, or lost with a crashed deliverer).
+//!    submit, or lost with a crashed deliverer);
 //! 3. turns run transitions into webhook messages and re-pushes overdue
-//!    ones (see [`webhooks`]).
+//!    ones (see [`webhooks`]);
+//! 4. pushes the purge of each tenant whose deletion's grace period is
+//!    over (and again, once a minute, while it is not purged), and
+//!    re-pushes exports still building (`tenants.rs`).
 //!
 //! Cloud Scheduler may deliver a tick twice, or while the previous one still
 //! runs. A tick first takes the tick lease (`leases/reconcile-tick`) and
@@ -33,6 +36,7 @@
 //! so even a fenced-out holder's last batch does no harm.
 
 mod endpoints;
+mod tenants;
 pub mod webhooks;
 
 use std::collections::HashMap;
@@ -87,6 +91,8 @@ pub struct TickReport {
     /// Webhook messages made from run transitions, and overdue ones re-pushed.
     pub webhook_messages: u32,
     pub webhook_repushes: u32,
+    /// Tenants' purges and exports pushed.
+    pub tenant_tasks: u32,
     pub errors: u32,
 }
 
@@ -147,6 +153,9 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     report.webhook_messages = hooks.made;
     report.webhook_repushes = hooks.repushed;
     report.errors += hooks.errors;
+    let (pushed, failed) = tenants::sweep(&state).await?;
+    report.tenant_tasks += pushed;
+    report.errors += failed;
     if !release_lease(&state, &holder, lease.token, sweep.next).await? {
         report.fenced = true;
     }

@@ -2,7 +2,7 @@
 //! action must exist; internal callers may only deliver events; an
 //! operator's session may do what the operator column allows; otherwise
 //! the caller must see the tenant (a member of it, and it is not being
-//! deleted), hold the role the rule needs where the rule needs it (in the
+//! deleted, but for its admins' cancel of the deletion), hold the role the rule needs where the rule needs it (in the
 //! project, or tenant-wide), and, for a token, be in the token's project,
 //! not a tenant-level or session-only action, and within the token's scopes.
 //! A suspended tenant refuses everything but reads.
@@ -90,8 +90,17 @@ fn needs(rule: &Rule) -> String {
     }
 }
 
+/// The one action a member may take on a tenant being deleted: its admins
+/// (tenant-wide) may cancel the deletion; the handler holds it to the grace
+/// period. Everything else, and everything for anyone else, is invisible.
+fn open_while_deleting(rule: &Rule, m: Membership) -> bool {
+    rule.resource == Resource::TenantDeletion
+        && rule.action == Action::Cancel
+        && m.tenant_role == Some(Role::Admin)
+}
+
 fn by_membership(rule: &Rule, m: Membership, tenant: TenantState) -> Decision {
-    if tenant == TenantState::Deleting || !m.visible() {
+    if (tenant == TenantState::Deleting && !open_while_deleting(rule, m)) || !m.visible() {
         return Decision::Deny(Denial::NotVisible);
     }
     let effective = m.effective(rule);

@@ -123,6 +123,48 @@ fn suspended_tenants_read_only_and_deleting_tenants_vanish() {
     );
 }
 
+#[test]
+fn a_deleting_tenant_lets_its_admins_cancel_the_deletion_and_nothing_else() {
+    let member = |role| Who::Person {
+        operator: false,
+        membership: Membership { tenant_role: Some(role), ..Default::default() },
+    };
+    let d = |who, resource, action| decide(who, TenantState::Deleting, resource, action, None);
+    assert!(d(member(Role::Admin), Resource::TenantDeletion, Action::Cancel).allowed());
+    // Everything else, down to reading the deletion itself, is invisible.
+    for rule in PERMISSIONS {
+        if (rule.resource, rule.action) == (Resource::TenantDeletion, Action::Cancel) {
+            continue;
+        }
+        assert_eq!(
+            d(member(Role::Admin), rule.resource, rule.action),
+            Decision::Deny(Denial::NotVisible),
+            "{} {}",
+            rule.action,
+            rule.resource
+        );
+    }
+    // Anyone but its admins tenant-wide, and any token, sees nothing.
+    assert_eq!(
+        d(member(Role::Editor), Resource::TenantDeletion, Action::Cancel),
+        Decision::Deny(Denial::NotVisible)
+    );
+    let project_admin = Who::Person {
+        operator: false,
+        membership: Membership { project_role: Some(Role::Admin), ..Default::default() },
+    };
+    assert_eq!(
+        d(project_admin, Resource::TenantDeletion, Action::Cancel),
+        Decision::Deny(Denial::NotVisible)
+    );
+    let token = Who::Token {
+        membership: Membership { tenant_role: Some(Role::Admin), ..Default::default() },
+        scopes: &[Scope::Admin],
+        same_project: true,
+    };
+    assert_eq!(d(token, Resource::TenantDeletion, Action::Cancel), Decision::Deny(Denial::NotVisible));
+}
+
 /// The scope table, typed by hand (see the file's header).
 const SEED_SCOPES: &str = include_str!("../../../tests/fixtures/seed_scopes.txt");
 

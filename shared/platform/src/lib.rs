@@ -255,15 +255,20 @@ pub fn job_queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
     Ok(vec![fanout, items])
 }
 
-/// Every queue the platform pushes to: dispatch, finalize, webhooks, and
-/// the item jobs' two.
+/// Every queue the platform pushes to: dispatch, finalize, webhooks, the
+/// item jobs' two, and tenants' exports and purges (one at a time each:
+/// they are rare and long, and a purge's deliveries must not overlap).
 pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
+    let one_at_a_time = |name: &str| -> Result<QueueConfig, mapi_queue::QueueError> {
+        Ok(QueueConfig { max_concurrent_dispatches: 1, ..queue_config(name)? })
+    };
     let control = vec![
         queue_config(DISPATCH_QUEUE)?,
         queue_config(FINALIZE_QUEUE)?,
         queue_config(mapi_schema::WEBHOOKS_QUEUE)?,
     ];
-    Ok([control, job_queue_configs()?].concat())
+    let tenants = vec![one_at_a_time(mapi_schema::EXPORT_QUEUE)?, one_at_a_time(mapi_schema::PURGE_QUEUE)?];
+    Ok([control, job_queue_configs()?, tenants].concat())
 }
 
 /// The Cloud Tasks adapter's settings: each queue delivers to the service

@@ -4,8 +4,8 @@
 //! the `routes` suite checks that table against the routers and this one.
 
 use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, ITEM_PATH, ITEMS_QUEUE};
-use mapi_schema::tasks::{DELIVER_PATH, DISPATCH_PATH, FINALIZE_PATH};
-use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE, WEBHOOKS_QUEUE};
+use mapi_schema::tasks::{DELIVER_PATH, DISPATCH_PATH, EXPORT_PATH, FINALIZE_PATH, PURGE_PATH};
+use mapi_schema::{DISPATCH_QUEUE, EXPORT_QUEUE, FINALIZE_QUEUE, PURGE_QUEUE, WEBHOOKS_QUEUE};
 
 use crate::config::{CloudTasksConfig, Section, Uses};
 
@@ -54,7 +54,8 @@ impl Service {
             Service::PushEvents => Uses::only(&[Push]),
             Service::ReconcileTick => Uses::only(&[Lifecycle, Queue, Executor]),
             Service::Meter => Uses::only(&[Lifecycle, Objects, Queue, Executor, Signer]),
-            Service::Admin => Uses::only(&[Sessions, Executor, Jobs]),
+            // The queue: a tenant's export and purge are tasks admin pushes.
+            Service::Admin => Uses::only(&[Sessions, Queue, Executor, Jobs]),
         }
     }
 }
@@ -81,6 +82,8 @@ pub const QUEUE_ROUTES: &[QueueRoute] = &[
     QueueRoute { queue: FANOUT_QUEUE, path: FANOUT_PATH, service: Service::SubmitTasks },
     QueueRoute { queue: ITEMS_QUEUE, path: ITEM_PATH, service: Service::SubmitTasks },
     QueueRoute { queue: WEBHOOKS_QUEUE, path: DELIVER_PATH, service: Service::SubmitTasks },
+    QueueRoute { queue: EXPORT_QUEUE, path: EXPORT_PATH, service: Service::SubmitTasks },
+    QueueRoute { queue: PURGE_QUEUE, path: PURGE_PATH, service: Service::SubmitTasks },
 ];
 
 /// Where the queues `service` serves deliver with Cloud Tasks.
@@ -125,6 +128,9 @@ mod tests {
             ("finalize", "https://meter.example"),
             ("job-fanout", "https://submit-tasks.example"),
             ("job-items", "https://submit-tasks.example"),
+            ("tenant-export", "https://submit-tasks.example"),
+            ("tenant-purge", "https://submit-tasks.example"),
+            ("webhooks", "https://submit-tasks.example"),
         ];
         assert_eq!(settings.targets.len(), by_hand.len(), "{:?}", settings.targets);
         for (queue, url) in by_hand {

@@ -10,6 +10,7 @@
 //!   ledgers, idempotency keys;
 //! - [`ops`]: kill switches, the tick's lease, executors;
 //! - [`audit`]: the audit log; [`webhooks`]: webhooks and their messages;
+//! - [`tenant_life`]: a tenant's exports and its deletion (the certificate);
 //! - [`layout`]: where objects live; [`tasks`]: the queue's task bodies.
 //!
 //! The run document itself and every change of its state live in
@@ -21,6 +22,7 @@ pub mod ops;
 pub mod runs;
 pub mod tasks;
 pub mod tenancy;
+pub mod tenant_life;
 pub mod webhooks;
 
 pub use audit::*;
@@ -28,6 +30,7 @@ pub use mapi_store::typed::{Doc, decode, get, key, put, tx_create, tx_get, tx_pu
 pub use ops::*;
 pub use runs::*;
 pub use tenancy::*;
+pub use tenant_life::*;
 pub use webhooks::*;
 
 /// The queue that dispatches attempts (handled by `submit`).
@@ -36,6 +39,7 @@ pub const DISPATCH_QUEUE: &str = "dispatch";
 pub const FINALIZE_QUEUE: &str = "finalize";
 /// The queue that delivers webhook messages (handled by `submit`).
 pub const WEBHOOKS_QUEUE: &str = "webhooks";
+pub use tasks::{EXPORT_QUEUE, PURGE_QUEUE};
 
 use mapi_store::{Direction, Index, StoreError};
 

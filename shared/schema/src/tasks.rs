@@ -6,7 +6,7 @@
 //! `round`: the reconciler uses the minute it acts in, so it re-pushes at
 //! most once a minute.
 
-use mapi_domain::{AttemptNo, RunId, Timestamp};
+use mapi_domain::{AttemptNo, RunId, TenantId, Timestamp};
 use mapi_executor::ExecutionInfo;
 use mapi_queue::{NewTask, QueueError, QueueName, TaskName, TaskQueue};
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,28 @@ pub const DISPATCH_PATH: &str = "/internal/tasks/dispatch";
 pub const FINALIZE_PATH: &str = "/internal/tasks/finalize";
 /// `submit` handles this: one attempt to deliver a webhook message.
 pub const DELIVER_PATH: &str = "/internal/tasks/webhooks/deliver";
+
+/// The queue of tenant exports (handled by `submit-tasks`).
+pub const EXPORT_QUEUE: &str = "tenant-export";
+/// The queue of tenant purges (handled by `submit-tasks`).
+pub const PURGE_QUEUE: &str = "tenant-purge";
+/// `submit-tasks` handles this: build export `export` of `tenant`.
+pub const EXPORT_PATH: &str = "/internal/tasks/tenants/export";
+/// `submit-tasks` handles this: go on with the purge of `tenant`.
+pub const PURGE_PATH: &str = "/internal/tasks/tenants/purge";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportTask {
+    pub tenant: TenantId,
+    pub export: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeTask {
+    pub tenant: TenantId,
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +150,31 @@ pub async fn push_deliver(
     if let Some(at) = at {
         t = t.at(at);
     }
+    push(queue, t).await
+}
+
+/// Pushes the build of an export, optionally as re-push `round`.
+pub async fn push_export(
+    queue: &dyn TaskQueue,
+    task: &ExportTask,
+    round: Option<i64>,
+) -> Result<(), QueueError> {
+    let base = format!("export-{}", task.export);
+    let name = match round {
+        Some(r) => format!("{base}-r{r}"),
+        None => base,
+    };
+    let t = NewTask::new(QueueName::new(EXPORT_QUEUE)?, EXPORT_PATH, body(task)?).named(TaskName::new(name)?);
+    push(queue, t).await
+}
+
+/// Pushes a delivery of `tenant`'s purge named `purge-{tenant}-{tag}`: the
+/// tick's re-push of a minute (`r{round}`), an operator's request, or the
+/// purge's own continuation after `n` deliveries (`n{n}`), so each is one task.
+pub async fn push_purge(queue: &dyn TaskQueue, tenant: &TenantId, tag: &str) -> Result<(), QueueError> {
+    let payload = PurgeTask { tenant: tenant.clone() };
+    let t = NewTask::new(QueueName::new(PURGE_QUEUE)?, PURGE_PATH, body(&payload)?)
+        .named(TaskName::new(format!("purge-{tenant}-{tag}"))?);
     push(queue, t).await
 }
 

@@ -245,6 +245,34 @@ module "queues" {
         submit-tasks = module.submit_tasks.service_account_email
       }
     }
+    # A tenant's export and purge: rare, long, one delivery at a time.
+    tenant-export = {
+      host                      = trimprefix(local.url["submit-tasks"], "https://")
+      max_dispatches_per_second = 1
+      max_concurrent_dispatches = 1
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers = {
+        admin          = module.admin.service_account_email
+        reconcile-tick = module.reconcile_tick.service_account_email
+      }
+    }
+    tenant-purge = {
+      host                      = trimprefix(local.url["submit-tasks"], "https://")
+      max_dispatches_per_second = 1
+      max_concurrent_dispatches = 1
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers = {
+        admin          = module.admin.service_account_email
+        submit-tasks   = module.submit_tasks.service_account_email
+        reconcile-tick = module.reconcile_tick.service_account_email
+      }
+    }
   }
 }
 
@@ -295,6 +323,11 @@ locals {
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/members/{email=*}" },
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/audit" },
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/access-checks" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/exports" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/exports/{id=*}" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/deletion" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/deletion/cancel" },
+    { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/deletion/purge" },
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects" },
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}" },
     { service = "admin", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/members" },
@@ -472,7 +505,8 @@ module "admin" {
   deletion_protection = var.deletion_protection
   project_roles       = local.firestore
   secrets             = merge(module.secrets.secret_ids, module.console_secrets.secret_ids)
-  env_vars = merge(local.base_env, local.sessions_env, local.executor_env, {
+  # The queue: admin pushes tenants' exports and purges.
+  env_vars = merge(local.base_env, local.sessions_env, local.queue_env, local.executor_env, {
     # How long a console sign-in lasts (the client id is MAPI_OIDC_AUDIENCE).
     MAPI_CONSOLE_SESSION_S = tostring(var.console_session_s)
   })

@@ -143,6 +143,8 @@ pub struct Config {
     pub public_url_set: bool,
     pub secrets: Secrets,
     pub sqlite_durability: Durability,
+    /// How long a requested tenant deletion may be cancelled before the purge.
+    pub tenant_deletion_grace: Duration,
     /// The connection guard's limits and timeouts, for a process that
     /// serves without the runtime's own configuration (`mapi dev`).
     pub guard: mapi_runtime::GuardConfig,
@@ -730,6 +732,7 @@ impl Config {
             secrets: secrets(env, profile, &home)?,
             guard: mapi_runtime::GuardConfig::from_env(env)?,
             sqlite_durability: v::SQLITE_SYNC.choose::<SqliteSync>(env)?.0,
+            tenant_deletion_grace: v::TENANT_DELETION_GRACE_S.seconds(env)?,
             store_backend: store_backend(env)?,
             routes: v::ROUTES.choose(env)?,
             google_jwks_url: v::GOOGLE_JWKS_URL.raw(env).unwrap_or_default(),

@@ -32,6 +32,11 @@ pub const URL_SIGNING_KEY: Var = Var::derived(
     "generated (dev)",
     "Hex key of the local object store's signed URLs",
 );
+pub const TENANT_DELETION_GRACE_S: Var = Var::new(
+    "MAPI_TENANT_DELETION_GRACE_S",
+    "604800",
+    "How long a tenant's deletion may be cancelled by its admins before the purge deletes its data",
+);
 pub const STORE: Var =
     Var::new("MAPI_STORE", "sqlite", "Where state lives: `sqlite` (embedded, in MAPI_HOME) or `firestore`");
 pub const SQLITE_SYNC: Var = Var::new(
@@ -282,6 +287,7 @@ pub const VARIABLES: &[Var] = &[
     INTERNAL_TOKEN,
     TOKEN_PEPPER,
     URL_SIGNING_KEY,
+    TENANT_DELETION_GRACE_S,
     SQLITE_SYNC,
     MAX_DATASET_BYTES,
     DATASET_MAX_COLUMNS,
