@@ -222,6 +222,9 @@ enum RunsCmd {
     Ls {
         #[arg(long)]
         state: Option<RunState>,
+        /// Only runs carrying this tag.
+        #[arg(long)]
+        tag: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
         #[command(flatten)]
@@ -755,7 +758,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             ctx.print(&r, || describe_run(&r))?;
             Ok(ExitCode::SUCCESS)
         }
-        RunsCmd::Ls { state, limit, scope } => {
+        RunsCmd::Ls { state, tag, limit, scope } => {
             let (t, p) = ctx.scope(&scope)?;
             let mut req = ctx
                 .client
@@ -763,6 +766,9 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                 .query(&[("page_size", limit.to_string())]);
             if let Some(s) = state {
                 req = req.query(&[("state", s.as_str())]);
+            }
+            if let Some(t) = &tag {
+                req = req.query(&[("tag", t.as_str())]);
             }
             let page: RunPage = ctx.client.send(req).await?;
             ctx.print(&page, || {
@@ -780,9 +786,11 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                         money(r.charged_micros, "USD").into(),
                     ]);
                 }
-                let empty = match state {
-                    Some(s) => format!("no {s} runs"),
-                    None => {
+                let empty = match (state, &tag) {
+                    (Some(s), Some(t)) => format!("no {s} runs tagged {t}"),
+                    (None, Some(t)) => format!("no runs tagged {t}"),
+                    (Some(s), None) => format!("no {s} runs"),
+                    (None, None) => {
                         "no runs yet: mapi runs submit --method describe --dataset ds_… --watch".to_owned()
                     }
                 };

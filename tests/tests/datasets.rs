@@ -1,7 +1,8 @@
 //! Deleting a dataset: kept while a run may still read it (409 naming the
 //! run); once deleted its record and object are gone, the storage it counted
 //! is given back once, and the deletion is audited. Downloading one: a
-//! signed link to its bytes, audited before it is given, to the project only.
+//! signed link to its bytes, audited before it is given, to the project only;
+//! a finished run's output links, audited as artifact links at each view.
 
 use std::sync::Arc;
 
@@ -93,4 +94,34 @@ async fn a_download_link_is_audited_before_it_is_given_and_only_to_the_project()
     let (_, log) =
         p.call(&admin, reqwest::Method::GET, "/v1/tenants/dev/audit?action=dataset.download", None).await;
     assert_eq!(log["items"].as_array().map(Vec::len), Some(1), "refusals mint nothing: {log}");
+}
+
+#[tokio::test]
+async fn a_finished_runs_output_links_are_audited_as_artifact_links_each_time_they_are_given() {
+    let p = TestPlatform::start(&[]).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n4,8\n").await;
+    let id = p.submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}})).await;
+    let queued = p.run(&id).await;
+    assert_eq!(queued["outputs"], json!([]), "no links before the run ends: {queued}");
+    let admin = p.login("dev@dev.local").await;
+    let audit = "/v1/tenants/dev/audit?action=artifact.link";
+    let (_, log) = p.call(&admin, reqwest::Method::GET, audit, None).await;
+    assert_eq!(log["items"].as_array().map(Vec::len), Some(0), "a view without links is not audited: {log}");
+
+    let done = p.wait_final(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let links = done["outputs"].as_array().map_or(0, Vec::len);
+    assert!(links > 0, "a fit has outputs: {done}");
+    p.run(&id).await;
+    let (_, log) = p.call(&admin, reqwest::Method::GET, audit, None).await;
+    let items = log["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2, "each view that gave links, once: {log}");
+    for entry in items {
+        assert_eq!(entry["resource"], format!("runs/{id}"));
+        let detail = entry["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.starts_with(&format!("{links} output links")) && detail.contains("valid 900 s"),
+            "{entry}"
+        );
+    }
 }

@@ -72,3 +72,48 @@ async fn a_run_is_named_noted_and_tagged_by_those_who_may() {
     assert_eq!(succeeded[1]["detail"], "changed name, note, tags");
     assert_eq!(succeeded[0]["resource"], format!("runs/{id}"));
 }
+
+#[tokio::test]
+async fn the_runs_list_finds_runs_by_tag_a_page_at_a_time() {
+    let executor = Arc::new(mapi_executor::scripted::ScriptedExecutor::default());
+    let options = mapi_tests::Options { background: false, executor: Some(executor), ..Default::default() };
+    let p = TestPlatform::start_with(&[], options).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n").await;
+    let mut tagged = Vec::new();
+    for i in 0..5 {
+        let id = p.submit(json!({"method": "describe", "dataset": dataset})).await;
+        let tags = if i % 2 == 0 { json!(["nightly", "q3"]) } else { json!(["q3"]) };
+        let (s, b) =
+            p.call(p.token(), Method::PATCH, &format!("/v1/runs/{id}"), Some(json!({"tags": tags}))).await;
+        assert_eq!(s, 200, "{b}");
+        if i % 2 == 0 {
+            tagged.push(id);
+        }
+    }
+    tagged.reverse();
+    let runs = format!("{}/runs", p.project_path());
+    let (mut seen, mut token) = (Vec::new(), None::<String>);
+    loop {
+        let mut path = format!("{runs}?tag=nightly&page_size=2");
+        if let Some(t) = &token {
+            path.push_str(&format!("&page_token={t}"));
+        }
+        let (s, page) = p.call(p.token(), Method::GET, &path, None).await;
+        assert_eq!(s, 200, "{page}");
+        seen.extend(
+            page["runs"].as_array().expect("runs").iter().map(|r| r["id"].as_str().expect("id").to_owned()),
+        );
+        match page["next_page_token"].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, tagged, "the tagged runs, newest first, each once");
+    let (_, page) = p.call(p.token(), Method::GET, &format!("{runs}?tag=q3&state=queued"), None).await;
+    assert_eq!(page["runs"].as_array().map(Vec::len), Some(5), "with another filter: {page}");
+    let (_, page) = p.call(p.token(), Method::GET, &format!("{runs}?tag=nowhere"), None).await;
+    assert_eq!(page["runs"], json!([]), "{page}");
+    let (s, problem) = p.call(p.token(), Method::GET, &format!("{runs}?tag=Not%20a%20tag"), None).await;
+    assert_eq!((s, problem["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{problem}");
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("is not a tag")), "{problem}");
+}

@@ -1649,12 +1649,14 @@ fn contract_the_index_resources_are_the_index_file_of_the_codes_indexes() {
     assert_eq!(fields.len(), 1);
     assert_eq!(src_at(fields[0], &["for_each"]), "each.value.fields");
     assert_eq!(src_at(fields[0], &["content", "field_path"]), "fields.value.fieldPath");
-    assert_eq!(src_at(fields[0], &["content", "order"]), "fields.value.order");
+    assert_eq!(src_at(fields[0], &["content", "order"]), "try(fields.value.order, null)");
+    assert_eq!(src_at(fields[0], &["content", "array_config"]), "try(fields.value.arrayConfig, null)");
     let file: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("firestore.indexes.json")).expect("index file"),
     )
     .expect("json");
-    let expected = mapi_firestore::wire::indexes_file(&mapi_platform::indexes());
+    let expected =
+        mapi_firestore::wire::indexes_file(&mapi_platform::indexes(), &mapi_platform::contains_indexes());
     assert_eq!(
         file["indexes"], expected["indexes"],
         "the file holds every composite index the adapter needs"

@@ -81,7 +81,8 @@ impl LabelChange {
     }
 }
 
-fn is_tag(t: &str) -> bool {
+/// Whether `t` is a tag: 1 to [`MAX_TAG_BYTES`] of `a-z`, `0-9`, `-`, `_`, `.`, `:`, `=`.
+pub fn is_tag(t: &str) -> bool {
     let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.:=".contains(&b);
     !t.is_empty() && t.len() <= MAX_TAG_BYTES && t.bytes().all(allowed)
 }

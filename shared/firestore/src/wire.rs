@@ -4,7 +4,7 @@
 
 use googleapis_tonic_google_firestore_v1::google::firestore::v1 as fs;
 use mapi_domain::Timestamp;
-use mapi_store::{Direction, DocKey, Document, Fields, Index, Op, Query, StoreError, Version};
+use mapi_store::{ContainsIndex, Direction, DocKey, Document, Fields, Index, Op, Query, StoreError, Version};
 use prost_types::Timestamp as PbTimestamp;
 use serde_json::{Number, Value};
 
@@ -156,6 +156,7 @@ fn field_op(op: Op) -> field_filter::Operator {
         Op::Gt => field_filter::Operator::GreaterThan,
         Op::Ge => field_filter::Operator::GreaterThanOrEqual,
         Op::In => field_filter::Operator::In,
+        Op::Contains => field_filter::Operator::ArrayContains,
     }
 }
 
@@ -179,7 +180,7 @@ pub fn structured_query(q: &Query, names: &Names) -> Result<fs::StructuredQuery,
                     field_path: f.field.clone(),
                 })),
             }),
-            (Op::In, _) | (Op::Eq, _) => filter::FilterType::FieldFilter(FieldFilter {
+            (Op::In | Op::Eq | Op::Contains, _) => filter::FilterType::FieldFilter(FieldFilter {
                 field: field_ref(&f.field),
                 op: field_op(f.op) as i32,
                 value: Some(to_value(&f.value)?),
@@ -230,13 +231,17 @@ pub fn structured_query(q: &Query, names: &Names) -> Result<fs::StructuredQuery,
     })
 }
 
-/// The composite indexes of `indexes` in the format of a
+/// The composite indexes of `indexes` and `contains` in the format of a
 /// `firestore.indexes.json` file (what `firebase deploy --only
 /// firestore:indexes` reads, and what the deploy step turns into
 /// `google_firestore_index` resources). Single-field entries are left out:
 /// Firestore indexes every field on its own automatically, and refuses a
 /// composite index of one field. Duplicates are written once.
-pub fn indexes_file(indexes: &[Index]) -> Value {
+pub fn indexes_file(indexes: &[Index], contains: &[ContainsIndex]) -> Value {
+    let order = |(f, d): &(&str, Direction)| {
+        let order = if *d == Direction::Asc { "ASCENDING" } else { "DESCENDING" };
+        serde_json::json!({ "fieldPath": f, "order": order })
+    };
     let mut seen = Vec::new();
     let mut out = Vec::new();
     for index in indexes.iter().filter(|i| i.fields.len() > 1) {
@@ -244,14 +249,18 @@ pub fn indexes_file(indexes: &[Index]) -> Value {
             continue;
         }
         seen.push(*index);
-        let fields: Vec<Value> = index
-            .fields
-            .iter()
-            .map(|(f, d)| {
-                let order = if *d == Direction::Asc { "ASCENDING" } else { "DESCENDING" };
-                serde_json::json!({ "fieldPath": f, "order": order })
-            })
-            .collect();
+        let fields: Vec<Value> = index.fields.iter().map(order).collect();
+        out.push(serde_json::json!({
+            "collectionGroup": index.collection,
+            "queryScope": "COLLECTION",
+            "fields": fields,
+        }));
+    }
+    for index in contains {
+        let equal = index.equal.iter().map(|f| order(&(f, Direction::Asc)));
+        let array = serde_json::json!({ "fieldPath": index.contains, "arrayConfig": "CONTAINS" });
+        let fields: Vec<Value> =
+            equal.chain(std::iter::once(array)).chain(index.order.iter().map(order)).collect();
         out.push(serde_json::json!({
             "collectionGroup": index.collection,
             "queryScope": "COLLECTION",
@@ -384,12 +393,36 @@ mod tests {
             },
             Index { collection: "jobs", fields: &[("created_at", Direction::Asc)] },
         ];
-        let f = indexes_file(I);
+        let f = indexes_file(I, &[]);
         assert_eq!(
             f,
             json!({"indexes": [{"collectionGroup": "runs", "queryScope": "COLLECTION", "fields": [
                 {"fieldPath": "tenant", "order": "ASCENDING"},
                 {"fieldPath": "created_at", "order": "DESCENDING"}]}], "fieldOverrides": []})
         );
+    }
+
+    #[test]
+    fn an_array_field_is_indexed_by_its_elements_between_the_equalities_and_the_order() {
+        let tags = ContainsIndex {
+            collection: "runs",
+            equal: &["tenant"],
+            contains: "labels.tags",
+            order: &[("created_at", Direction::Desc)],
+        };
+        let f = indexes_file(&[], &[tags]);
+        assert_eq!(
+            f["indexes"],
+            json!([{"collectionGroup": "runs", "queryScope": "COLLECTION", "fields": [
+                {"fieldPath": "tenant", "order": "ASCENDING"},
+                {"fieldPath": "labels.tags", "arrayConfig": "CONTAINS"},
+                {"fieldPath": "created_at", "order": "DESCENDING"}]}])
+        );
+        let q = Query::new("runs").filter("labels.tags", Op::Contains, "nightly");
+        let sq = structured_query(&q, &names()).expect("query");
+        let Some(Filter { filter_type: Some(filter::FilterType::FieldFilter(ff)) }) = sq.r#where else {
+            panic!("one field filter: {sq:?}")
+        };
+        assert_eq!(ff.op, field_filter::Operator::ArrayContains as i32);
     }
 }

@@ -37,7 +37,15 @@ use mapi_executor::Executor;
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, ObjectStore};
 use mapi_queue::{QueueError, TaskQueue};
 use mapi_schema::Doc;
-use mapi_store::{Direction, Index};
+use mapi_store::{ContainsIndex, Direction, Index};
+
+/// The runs of a project carrying a tag, newest first.
+pub const CONTAINS_INDEXES: &[ContainsIndex] = &[ContainsIndex {
+    collection: RunDoc::COLLECTION,
+    equal: &["tenant", "project"],
+    contains: "labels.tags",
+    order: &[("created_at", Direction::Desc)],
+}];
 
 /// The indexes of the runs' queries.
 pub const INDEXES: &[Index] = &[

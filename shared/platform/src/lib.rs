@@ -296,6 +296,12 @@ pub fn indexes() -> Vec<mapi_store::Index> {
     [mapi_lifecycle::INDEXES, mapi_schema::INDEXES, mapi_jobs::INDEXES].concat()
 }
 
+/// Every index of an array's elements the store needs (Firestore's only:
+/// see [`mapi_store::ContainsIndex`]).
+pub fn contains_indexes() -> Vec<mapi_store::ContainsIndex> {
+    mapi_lifecycle::CONTAINS_INDEXES.to_vec()
+}
+
 /// The ports of one platform.
 struct Ports {
     store: Arc<dyn Store>,

@@ -121,7 +121,9 @@ async fn seed_things(s: &dyn Store) {
         ("t4", json!({"group": "a", "n": 2, "meta": {"tier": "gold"}})),
         ("t5", json!({"group": "a"})),
         ("t6", json!({"group": "a", "n": "2"})),
-        ("t7", json!({"group": "a", "n": 2})),
+        ("t7", json!({"group": "a", "n": 2, "tags": ["blue", "red"]})),
+        ("t8", json!({"group": "c", "tags": ["red", 2, true]})),
+        ("t9", json!({"group": "c", "tags": "red"})),
     ];
     for (id, v) in rows {
         s.create(&key(id), fields(v)).await.expect("seed");
@@ -150,6 +152,16 @@ pub async fn query_filters_and_orders(s: &dyn Store) {
     assert_eq!(ids(&s.query(&limited, None).await.expect("query")), ["t2", "t4"]);
     let none = Query::new("other").filter("group", Op::Eq, "a");
     assert!(s.query(&none, None).await.expect("query").is_empty(), "collections are separate");
+    // `contains`: an element of an array equals the value in its type; a
+    // field that is the value itself, not an array holding it, is no match.
+    let red = Query::new("things").filter("tags", Op::Contains, "red");
+    assert_eq!(ids(&s.query(&red, None).await.expect("query")), ["t7", "t8"]);
+    let two = Query::new("things").filter("tags", Op::Contains, 2);
+    assert_eq!(ids(&s.query(&two, None).await.expect("query")), ["t8"], "2 is not \"2\"");
+    let yes = Query::new("things").filter("tags", Op::Contains, true);
+    assert_eq!(ids(&s.query(&yes, None).await.expect("query")), ["t8"]);
+    let red_a = red.clone().filter("group", Op::Eq, "a").order_by("n", Direction::Desc);
+    assert_eq!(ids(&s.query(&red_a, None).await.expect("query")), ["t7"], "with other filters and an order");
 }
 
 pub async fn cursors_page_through_every_document_once(s: &dyn Store) {
@@ -180,6 +192,11 @@ pub async fn malformed_queries_are_refused(s: &dyn Store) {
     assert!(matches!(s.query(&bad_in, None).await, Err(StoreError::InvalidArgument(_))));
     let bad_value = Query::new("things").filter("n", Op::Eq, json!({"x": 1}));
     assert!(matches!(s.query(&bad_value, None).await, Err(StoreError::InvalidArgument(_))));
+    let bad_contains = Query::new("things").filter("tags", Op::Contains, json!(["red"]));
+    assert!(matches!(s.query(&bad_contains, None).await, Err(StoreError::InvalidArgument(_))));
+    let two_contains =
+        Query::new("things").filter("tags", Op::Contains, "red").filter("more", Op::Contains, "blue");
+    assert!(matches!(s.query(&two_contains, None).await, Err(StoreError::InvalidArgument(_))));
 }
 
 async fn increment(s: &dyn Store, runs: &AtomicU32) -> Result<i64, StoreError> {

@@ -1,5 +1,5 @@
-//! Queries: equality, range and `in` filters on fields, ordered, limited, and
-//! paged by cursor, with Firestore's semantics:
+//! Queries: equality, range, `in` and `array-contains` filters on fields,
+//! ordered, limited, and paged by cursor, with Firestore's semantics:
 //!
 //! - a document lacking a filtered or ordered field is not returned;
 //! - results are ordered by the `order_by` fields, then by document id in the
@@ -20,6 +20,9 @@ pub enum Op {
     Ge,
     /// The field equals one of the values of an array (at most 30, as Firestore).
     In,
+    /// The field is an array that holds the value (Firestore's
+    /// `array-contains`: one per query, and only on a scalar).
+    Contains,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +72,20 @@ pub struct Query {
     pub order_by: Vec<(String, Direction)>,
     pub limit: Option<u32>,
     pub start_after: Option<Cursor>,
+}
+
+/// A composite index of queries that also ask an array field to hold a
+/// value ([`Op::Contains`]): the equality fields, the array, then the order.
+/// Firestore indexes the array's elements (`arrayConfig: CONTAINS`); SQLite
+/// cannot index inside an array, so it serves such a query from the index of
+/// the same fields without the array and checks the array of each document
+/// it reads (its adapter creates none of these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContainsIndex {
+    pub collection: &'static str,
+    pub equal: &'static [&'static str],
+    pub contains: &'static str,
+    pub order: &'static [(&'static str, Direction)],
 }
 
 /// A composite index a query needs. The list of indexes lives with the
@@ -154,9 +171,14 @@ impl Query {
                 (Op::In, Value::Array(vs))
                     if !vs.is_empty() && vs.len() <= 30 && vs.iter().all(is_scalar) => {}
                 (Op::In, _) => return bad(format!("`in` on {} needs an array of 1 to 30 scalars", f.field)),
+                (Op::Contains, v) if is_scalar(v) && !v.is_null() => {}
+                (Op::Contains, _) => return bad(format!("`contains` on {} needs a scalar", f.field)),
                 (_, v) if is_scalar(v) => {}
                 _ => return bad(format!("filter on {} compares with an array or object", f.field)),
             }
+        }
+        if self.filters.iter().filter(|f| f.op == Op::Contains).count() > 1 {
+            return bad("a query may have one `contains` filter".to_owned());
         }
         for (f, _) in &self.order_by {
             check_field_path(f)?;

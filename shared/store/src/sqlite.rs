@@ -460,6 +460,7 @@ fn op_sql(op: Op) -> &'static str {
         Op::Gt => ">",
         Op::Ge => ">=",
         Op::In => "IN",
+        Op::Contains => "=",
     }
 }
 
@@ -485,6 +486,21 @@ fn query_sql(q: &Query) -> Result<(String, Vec<SqlValue>), StoreError> {
                 }
                 let types: Vec<String> = vs.iter().map(|v| format!("({})", same_type(&f.field, v))).collect();
                 sql.push_str(&format!(" AND ({})", types.join(" OR ")));
+            }
+            (Op::Contains, v) => {
+                // One element of the array equals the value, in its type.
+                // No index serves it: SQLite reads the other filters' index
+                // and checks each document's array.
+                let t = match v {
+                    Value::Bool(_) => "('true', 'false')",
+                    Value::Number(_) => "('integer', 'real')",
+                    _ => "('text')",
+                };
+                let path = &f.field;
+                sql.push_str(&format!(
+                    " AND json_type(fields, '$.{path}') = 'array' AND EXISTS (SELECT 1 FROM json_each(fields, '$.{path}') AS e WHERE e.value = ? AND e.type IN {t})"
+                ));
+                args.push(scalar(v)?);
             }
             (Op::Eq, Value::Null) => sql.push_str(&format!(" AND {}", same_type(&f.field, &Value::Null))),
             (_, Value::Null) => {

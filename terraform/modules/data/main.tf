@@ -37,18 +37,20 @@ resource "google_firestore_database" "this" {
 resource "google_firestore_index" "this" {
   for_each = {
     for idx in local.indexes :
-    "${idx.collectionGroup}(${join(",", [for f in idx.fields : "${f.fieldPath} ${f.order}"])})" => idx
+    "${idx.collectionGroup}(${join(",", [for f in idx.fields : "${f.fieldPath} ${try(f.order, f.arrayConfig)}"])})" => idx
   }
   project     = var.project_id
   database    = google_firestore_database.this.name
   collection  = each.value.collectionGroup
   query_scope = each.value.queryScope
 
+  # A field is ordered, or (an array) indexed by its elements.
   dynamic "fields" {
     for_each = each.value.fields
     content {
-      field_path = fields.value.fieldPath
-      order      = fields.value.order
+      field_path   = fields.value.fieldPath
+      order        = try(fields.value.order, null)
+      array_config = try(fields.value.arrayConfig, null)
     }
   }
 }

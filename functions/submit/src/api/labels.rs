@@ -69,5 +69,6 @@ pub async fn update(
         Some(r) => r.clone(),
         None => super::runs::load(&state, run.id()).await?,
     };
-    Ok(Json(view::build(&state, &run).await?))
+    let viewer = view::Viewer { caller: &caller, as_operator: granted.as_operator };
+    Ok(Json(view::build(&state, &run, viewer).await?))
 }

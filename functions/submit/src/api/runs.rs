@@ -182,7 +182,8 @@ async fn admit(
         && !dry
         && let Some(seen) = key.seen(state, now).await?
     {
-        return replayed(state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
+        let viewer = view::Viewer { caller, as_operator: granted.as_operator };
+        return replayed(state, viewer, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
     }
     validate(state, tenant, project, spec).await?;
     if let Some(why) = state.executor.capabilities().residency_refusal(&granted.tenant.residency) {
@@ -245,7 +246,9 @@ async fn admit(
     })
     .await?;
     match outcome {
-        Submitted::Replayed(id) => replayed(state, id).await,
+        Submitted::Replayed(id) => {
+            replayed(state, view::Viewer { caller, as_operator: granted.as_operator }, id).await
+        }
         Submitted::New(step) => {
             step.committed(&state.metrics);
             // The run is stored: a failed push is re-pushed by the
@@ -317,10 +320,14 @@ fn made_run(seen: IdempotencyDoc) -> Result<RunId, ApiError> {
 
 /// The answer to a replayed submit: 200 with the run as it is now, marked
 /// as replayed.
-async fn replayed(state: &AppState, id: RunId) -> Result<axum::response::Response, ApiError> {
+async fn replayed(
+    state: &AppState,
+    viewer: view::Viewer<'_>,
+    id: RunId,
+) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     let run = load(state, &id).await?;
-    Ok((StatusCode::OK, idempotency::replayed_headers(), Json(view::build(state, &run).await?))
+    Ok((StatusCode::OK, idempotency::replayed_headers(), Json(view::build(state, &run, viewer).await?))
         .into_response())
 }
 
@@ -416,6 +423,9 @@ pub struct ListQuery {
     class: Option<ResourceClass>,
     /// Only runs submitted by this person (a token acts as its owner).
     created_by: Option<UserId>,
+    /// Only runs carrying this tag.
+    #[param(pattern = "^[a-z0-9_.:=-]{1,64}$")]
+    tag: Option<String>,
     /// RFC 3339; runs created at or after.
     created_after: Option<Timestamp>,
     /// RFC 3339; runs created before.
@@ -459,6 +469,15 @@ pub async fn list(
     if let Some(u) = &q.created_by {
         base = base.filter("created_by", Op::Eq, u.as_str());
     }
+    if let Some(t) = &q.tag {
+        if !mapi_api::labels::is_tag(t) {
+            let shown: String = t.chars().take(64).collect();
+            return Err(ApiError::invalid(format!(
+                "tag `{shown}` is not a tag: 1 to 64 of a-z, 0-9, -, _, ., : and ="
+            )));
+        }
+        base = base.filter("labels.tags", Op::Contains, t.as_str());
+    }
     if let Some(t) = q.created_after {
         base = base.filter("created_at", Op::Ge, t.to_rfc3339());
     }
@@ -488,8 +507,9 @@ pub async fn get_run(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<RunView>, ApiError> {
-    let (run, _) = load_for(&state, &caller, &id, Action::Read).await?;
-    Ok(Json(view::build(&state, &run).await?))
+    let (run, granted) = load_for(&state, &caller, &id, Action::Read).await?;
+    let viewer = view::Viewer { caller: &caller, as_operator: granted.as_operator };
+    Ok(Json(view::build(&state, &run, viewer).await?))
 }
 
 /// Cancel a run. A queued run is cancelled at once; a started one is asked
@@ -544,7 +564,8 @@ pub async fn cancel(
         None => load(&state, run.id()).await?,
     };
     let status = if run.state() == RunState::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
-    Ok((status, Json(view::build(&state, &run).await?)))
+    let viewer = view::Viewer { caller: &caller, as_operator: granted.as_operator };
+    Ok((status, Json(view::build(&state, &run, viewer).await?)))
 }
 
 /// A cancel the lifecycle refused: a run that ended is the caller's

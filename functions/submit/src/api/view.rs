@@ -1,9 +1,15 @@
-//! Builds a run's API view from its documents.
+//! Builds a run's API view from its documents, for the caller who asked.
+//!
+//! A finished run's view carries signed download links to its outputs:
+//! artifact links, which are security-relevant. Each view that carries any
+//! is audited (`artifact.link`: the run, how many links, how long they
+//! work) before it is given: no audit entry, no links.
 
 use std::time::Duration;
 
 use mapi_api::views::{AttemptView, CostView, OutputView, RunView};
 use mapi_domain::{ModelVersionId, RunState};
+use mapi_identity::{Audit, Caller};
 use mapi_lifecycle::RunDoc;
 use mapi_objects::SignedMethod;
 use mapi_platform::AppState;
@@ -13,7 +19,15 @@ use mapi_schema::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, layout}
 /// How long the download URLs in a view stay valid.
 const DOWNLOAD_TTL: Duration = Duration::from_secs(900);
 
-pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> {
+/// Who a view is built for: the caller, and whether the operator column
+/// let them see the run (recorded in the audit entry of its links).
+#[derive(Clone, Copy, Debug)]
+pub struct Viewer<'a> {
+    pub caller: &'a Caller,
+    pub as_operator: bool,
+}
+
+pub async fn build(state: &AppState, run: &RunDoc, viewer: Viewer<'_>) -> Result<RunView, ApiError> {
     let attempts: Vec<AttemptDoc> = mapi_schema::of_run(&*state.store, run.id()).await?;
     let ledger: Vec<LedgerEntry> = mapi_schema::of_run(&*state.store, run.id()).await?;
     let progress: Option<ProgressDoc> =
@@ -62,6 +76,15 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
     } else {
         None
     };
+    if !outputs.is_empty() {
+        let record = Audit::by(viewer.caller, "artifact.link", format!("runs/{}", run.id()))
+            .tenant(run.tenant())
+            .project(run.project())
+            .operator(viewer.as_operator)
+            .detail(format!("{} output links, valid {} s", outputs.len(), DOWNLOAD_TTL.as_secs()))
+            .into_doc(state.clock.now(), &*state.entropy);
+        mapi_schema::put(&*state.store, &record).await?;
+    }
     let logged = mapi_schema::get::<mapi_schema::RunLogDoc>(&*state.store, run.id().as_str()).await?;
     let mut view = assemble(run, &attempts, &ledger, summary, outputs, model_version);
     if let Some(d) = logged {
