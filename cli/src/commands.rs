@@ -104,6 +104,9 @@ enum Command {
     /// Model endpoints: serve a model version, score it, promote and roll back.
     #[command(subcommand)]
     Endpoints(crate::endpoints::EndpointsCmd),
+    /// Experiments: named sets of runs (`mapi runs update ID --experiment NAME`).
+    #[command(subcommand)]
+    Experiments(crate::experiments::ExperimentsCmd),
     /// Webhooks: be told when runs start and end (project admins).
     #[command(subcommand)]
     Webhooks(crate::webhooks::WebhooksCmd),
@@ -225,6 +228,12 @@ enum RunsCmd {
         /// Only runs carrying this tag.
         #[arg(long)]
         tag: Option<String>,
+        /// Only runs of this experiment.
+        #[arg(long)]
+        experiment: Option<String>,
+        /// The filters of this saved view (`mapi runs views ls`).
+        #[arg(long)]
+        view: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
         #[command(flatten)]
@@ -264,6 +273,9 @@ enum RunsCmd {
         /// Replaces the run's tags (comma-separated; "" removes them all).
         #[arg(long)]
         tags: Option<String>,
+        /// Puts the run in one of the project's experiments ("" takes it out).
+        #[arg(long)]
+        experiment: Option<String>,
     },
     /// Log metrics and params to a run: `--metric loss=0.31 --step 3 --param lr=0.01` (any state).
     Log {
@@ -297,6 +309,9 @@ enum RunsCmd {
   mapi runs logs run_01… --attempt 1 -f
   mapi --json runs logs run_01…        # one JSON object a line")]
     Logs(crate::logs::LogsArgs),
+    /// Saved views of the runs table: filters and columns under a name.
+    #[command(subcommand)]
+    Views(crate::experiments::ViewsCmd),
 }
 
 /// Runs the command line; the process exit code.
@@ -438,6 +453,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Webhooks(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::webhooks::run(&ctx.client, scope, cmd, ctx.json).await
+        }
+        Command::Experiments(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::experiments::experiments(&ctx.client, scope, cmd, ctx.json).await
         }
     }
 }
@@ -758,7 +777,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             ctx.print(&r, || describe_run(&r))?;
             Ok(ExitCode::SUCCESS)
         }
-        RunsCmd::Ls { state, tag, limit, scope } => {
+        RunsCmd::Ls { state, tag, experiment, view, limit, scope } => {
             let (t, p) = ctx.scope(&scope)?;
             let mut req = ctx
                 .client
@@ -767,8 +786,10 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             if let Some(s) = state {
                 req = req.query(&[("state", s.as_str())]);
             }
-            if let Some(t) = &tag {
-                req = req.query(&[("tag", t.as_str())]);
+            for (name, value) in [("tag", &tag), ("experiment", &experiment), ("view", &view)] {
+                if let Some(v) = value {
+                    req = req.query(&[(name, v.as_str())]);
+                }
             }
             let page: RunPage = ctx.client.send(req).await?;
             ctx.print(&page, || {
@@ -786,11 +807,12 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                         money(r.charged_micros, "USD").into(),
                     ]);
                 }
-                let empty = match (state, &tag) {
-                    (Some(s), Some(t)) => format!("no {s} runs tagged {t}"),
-                    (None, Some(t)) => format!("no runs tagged {t}"),
-                    (Some(s), None) => format!("no {s} runs"),
-                    (None, None) => {
+                let narrowed = tag.is_some() || experiment.is_some() || view.is_some();
+                let empty = match (state, narrowed) {
+                    (Some(s), true) => format!("no {s} runs match"),
+                    (Some(s), false) => format!("no {s} runs"),
+                    (None, true) => "no runs match".to_owned(),
+                    (None, false) => {
                         "no runs yet: mapi runs submit --method describe --dataset ds_… --watch".to_owned()
                     }
                 };
@@ -851,19 +873,23 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        RunsCmd::Update { id, name, note, tags } => {
+        RunsCmd::Update { id, name, note, tags, experiment } => {
             let tags = tags
                 .map(|t| t.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect());
-            let change = mapi_api::labels::LabelChange { name, note, tags };
+            let change = mapi_api::labels::LabelChange { name, note, tags, experiment };
             if change.is_empty() {
-                return Err("name something to change: --name, --note or --tags".into());
+                return Err("name something to change: --name, --note, --tags or --experiment".into());
             }
             let req = ctx.client.request(Method::PATCH, &format!("/v1/runs/{id}")).json(&change);
             let r: RunView = ctx.client.send(req).await?;
             ctx.print(&r, || {
                 let name = r.labels.name.as_deref().unwrap_or("(no name)");
+                let experiment = match &r.labels.experiment {
+                    Some(e) => format!("  experiment: {e}"),
+                    None => String::new(),
+                };
                 format!(
-                    "{} {name}  tags: {}\n",
+                    "{} {name}  tags: {}{experiment}\n",
                     r.id,
                     if r.labels.tags.is_empty() { "none".to_owned() } else { r.labels.tags.join(", ") }
                 )
@@ -871,6 +897,10 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         RunsCmd::Logs(args) => crate::logs::logs(&ctx.client, ctx.json, args).await,
+        RunsCmd::Views(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::experiments::views(&ctx.client, scope, cmd, ctx.json).await
+        }
         RunsCmd::Watch { id } => {
             let done = watch(ctx, &id).await?;
             ctx.print(&done, || describe_run(&done))?;

@@ -20,6 +20,7 @@ mod compare;
 mod confirm;
 mod download;
 mod endpoints;
+mod experiments;
 mod jobs;
 mod logs;
 mod methods;

@@ -20,9 +20,9 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 #[derive(Debug, clap::Args)]
 pub struct Where {
     #[arg(long, env = "MAPI_TENANT")]
-    tenant: Option<String>,
+    pub(crate) tenant: Option<String>,
     #[arg(long, env = "MAPI_PROJECT")]
-    project: Option<String>,
+    pub(crate) project: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -28,6 +28,7 @@ mod docs;
 mod e2e;
 mod endpoints;
 mod executor_conformance;
+mod experiments;
 mod hostile;
 mod hosting_cloudrun;
 mod hosting_local;

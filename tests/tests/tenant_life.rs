@@ -72,6 +72,14 @@ async fn world() -> World {
     let hook = json!({"url": "http://127.0.0.1:9/hook", "events": ["run.succeeded"], "description": "ops"});
     let (s, b) = p.call(&admin, Method::POST, "/v1/tenants/acme/projects/default/webhooks", Some(hook)).await;
     assert_eq!(s, 201, "{b}");
+    let study = json!({"name": "study"});
+    let (s, b) =
+        p.call(&admin, Method::POST, "/v1/tenants/acme/projects/default/experiments", Some(study)).await;
+    assert_eq!(s, 201, "{b}");
+    let saved = json!({"filters": {"experiment": "study"}});
+    let (s, b) =
+        p.call(&admin, Method::PUT, "/v1/tenants/acme/projects/default/run-views/study", Some(saved)).await;
+    assert_eq!(s, 201, "{b}");
     let mint = json!({"name": "ci", "scopes": ["models:read"]});
     let (s, token) =
         p.call(&admin, Method::POST, "/v1/tenants/acme/projects/default/tokens", Some(mint)).await;
@@ -345,6 +353,7 @@ async fn a_deletion_hides_the_tenant_is_cancelled_within_its_grace_then_purged_t
     let before = census(p);
     assert!(before["runs"] >= 1 && before["datasets"] >= 1 && before["audit"] >= 5 && before["ledger"] == 1);
     assert!(before["run_logs"] == 1 && before["webhooks"] == 1, "{before:?}");
+    assert!(before["experiments"] == 1 && before["run_views"] == 1, "{before:?}");
     let objects = objects_under(p, "t/acme/").await.len();
     let exported = objects_under(p, "exports/acme/").await.len();
     assert!(objects >= 2 && exported >= 2, "{objects} objects, {exported} export parts");

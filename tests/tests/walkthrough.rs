@@ -393,6 +393,54 @@ async fn a_run_is_named_and_retried_from_the_cli() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_gathered_in_experiments_and_saved_views_from_the_cli() {
+    let p = TestPlatform::start(&[]).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
+    let fit = p
+        .submit(serde_json::json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}}))
+        .await;
+    let summary = p.submit(serde_json::json!({"method": "describe", "dataset": dataset})).await;
+    let (code, out, err) =
+        mapi(&p, &["experiments", "create", "deflator", "--description", "does it matter"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("experiment deflator made"), "{out}");
+    let (code, out, err) = mapi(&p, &["runs", "update", &fit, "--experiment", "deflator", "--tags", "q3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("experiment: deflator"), "{out}");
+    let (code, _, err) = mapi(&p, &["runs", "update", &summary, "--experiment", "nowhere"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("make it first"), "{err}");
+    let (code, out, err) = mapi(&p, &["runs", "ls", "--experiment", "deflator"]);
+    assert!(code == 0 && out.contains(&fit) && !out.contains(&summary), "{out}{err}");
+    let (code, out, _) = mapi(&p, &["experiments", "ls"]);
+    assert!(code == 0 && out.contains("deflator") && out.contains("does it matter"), "{out}");
+    let (code, _, err) = mapi(&p, &["experiments", "rm", "deflator"]);
+    assert_ne!(code, 0, "it holds a run");
+    assert!(err.contains("still holds runs"), "{err}");
+
+    let (code, out, err) = mapi(
+        &p,
+        &["runs", "views", "save", "q3-fits", "--tag", "q3", "--columns", "id,state,metrics.r_squared"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("view q3-fits saved"), "{out}");
+    let (code, out, _) = mapi(&p, &["runs", "views", "ls"]);
+    assert!(code == 0 && out.contains("tag=q3") && out.contains("metrics.r_squared"), "{out}");
+    let (code, out, err) = mapi(&p, &["runs", "ls", "--view", "q3-fits"]);
+    assert!(code == 0 && out.contains(&fit) && !out.contains(&summary), "{out}{err}");
+    let (code, _, err) = mapi(&p, &["runs", "views", "save", "bad", "--columns", "cost"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("is not a column"), "{err}");
+
+    let (code, _, err) = mapi(&p, &["runs", "update", &fit, "--experiment", ""]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = mapi(&p, &["experiments", "rm", "deflator"]);
+    assert!(code == 0 && out.contains("deleted experiment deflator"), "{out}{err}");
+    let (code, out, err) = mapi(&p, &["runs", "views", "rm", "q3-fits"]);
+    assert!(code == 0 && out.contains("deleted view q3-fits"), "{out}{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_are_made_read_replayed_rotated_and_deleted_from_the_cli() {
     let p = TestPlatform::start(&[("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true")]).await;
     let url = format!("http://127.0.0.1:{}/", mapi_tests::free_port());

@@ -53,7 +53,10 @@ use utoipa::OpenApi;
         api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
         api::endpoints::act,
         api::webhooks::create, api::webhooks::list, api::webhooks::get_webhook, api::webhooks::update,
-        api::webhooks::delete, api::webhooks::rotate, api::webhooks::deliveries, api::webhooks::replay
+        api::webhooks::delete, api::webhooks::rotate, api::webhooks::deliveries, api::webhooks::replay,
+        api::experiments::create, api::experiments::list, api::experiments::get_experiment,
+        api::experiments::update, api::experiments::delete,
+        api::run_views::save, api::run_views::list, api::run_views::get_view, api::run_views::delete
     ),
     components(schemas(
         mapi_problem::Problem,
@@ -88,6 +91,14 @@ use utoipa::OpenApi;
         mapi_api::webhooks::DeliveryView,
         mapi_api::webhooks::DeliveryAttempt,
         mapi_api::webhooks::DeliveryPage,
+        mapi_schema::ExperimentDoc,
+        mapi_schema::RunViewDoc,
+        mapi_schema::RunFilters,
+        api::experiments::NewExperiment,
+        api::experiments::ExperimentChange,
+        api::experiments::ExperimentPage,
+        api::run_views::SaveRunView,
+        api::run_views::RunViewPage,
         mapi_api::views::ArtifactView,
         mapi_api::views::ArtifactUrl,
         mapi_api::views::ArtifactUrls,

@@ -1,5 +1,6 @@
-//! What people call a run by: a name, a note and tags. Changed with
-//! `PATCH /v1/runs/{id}`; none of it changes what the run does.
+//! What people call a run by: a name, a note, tags and the experiment it
+//! belongs to. Changed with `PATCH /v1/runs/{id}`; none of it changes what
+//! the run does.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,9 @@ pub struct RunLabels {
     /// Sorted, each once.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The project's experiment (a named set of runs) the run is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<String>,
 }
 
 /// `PATCH /v1/runs/{id}`: each field given replaces the run's; a field left
@@ -35,12 +39,14 @@ pub struct LabelChange {
     pub note: Option<String>,
     /// Up to 32 tags, each 1 to 64 of `a-z`, `0-9`, `-`, `_`, `.`, `:`, `=`.
     pub tags: Option<Vec<String>>,
+    /// One of the project's experiments; `""` takes the run out of its experiment.
+    pub experiment: Option<String>,
 }
 
 impl LabelChange {
     /// Whether the change names nothing to change.
     pub fn is_empty(&self) -> bool {
-        self.name.is_none() && self.note.is_none() && self.tags.is_none()
+        self.name.is_none() && self.note.is_none() && self.tags.is_none() && self.experiment.is_none()
     }
 
     /// The labels after the change, or what to fix, in words.
@@ -77,6 +83,13 @@ impl LabelChange {
             }
             out.tags = tags;
         }
+        if let Some(experiment) = &self.experiment {
+            let experiment = experiment.trim();
+            if !experiment.is_empty() && !is_experiment_name(experiment) {
+                return Err(experiment_name_rule(experiment));
+            }
+            out.experiment = Some(experiment.to_owned()).filter(|e| !e.is_empty());
+        }
         Ok(out)
     }
 }
@@ -85,6 +98,19 @@ impl LabelChange {
 pub fn is_tag(t: &str) -> bool {
     let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.:=".contains(&b);
     !t.is_empty() && t.len() <= MAX_TAG_BYTES && t.bytes().all(allowed)
+}
+
+/// Whether `n` names an experiment (or a saved view): 1 to 64 of `a-z`,
+/// `0-9`, `-`, `_`, `.`.
+pub fn is_experiment_name(n: &str) -> bool {
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
+    !n.is_empty() && n.len() <= 64 && n.bytes().all(allowed)
+}
+
+/// Why `n` is not an experiment's name, in words.
+pub fn experiment_name_rule(n: &str) -> String {
+    let shown: String = n.chars().take(64).collect();
+    format!("`{shown}` is not a name: 1 to 64 of a-z, 0-9, -, _ and .")
 }
 
 #[cfg(test)]
@@ -96,7 +122,18 @@ mod tests {
             name: name.map(str::to_owned),
             note: note.map(str::to_owned),
             tags: tags.map(|t| t.iter().map(|s| (*s).to_owned()).collect()),
+            experiment: None,
         }
+    }
+
+    #[test]
+    fn a_run_joins_and_leaves_an_experiment_by_name() {
+        let into = |e: &str| LabelChange { experiment: Some(e.to_owned()), ..Default::default() };
+        let joined = into("deflator-study").apply(&RunLabels::default()).expect("valid");
+        assert_eq!(joined.experiment.as_deref(), Some("deflator-study"));
+        assert_eq!(into("").apply(&joined).expect("valid").experiment, None, "\"\" takes it out");
+        let e = into("Q3 Study").apply(&joined).expect_err("refused");
+        assert!(e.contains("`Q3 Study` is not a name"), "{e}");
     }
 
     #[test]

@@ -145,6 +145,8 @@ pub struct RunSummary {
     pub name: Option<String>,
     #[serde(default)]
     pub tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<String>,
     pub attempt: AttemptNo,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,

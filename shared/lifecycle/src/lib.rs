@@ -49,6 +49,16 @@ pub const CONTAINS_INDEXES: &[ContainsIndex] = &[ContainsIndex {
 
 /// The indexes of the runs' queries.
 pub const INDEXES: &[Index] = &[
+    // Runs of a project's experiment, newest first.
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[
+            ("tenant", Direction::Asc),
+            ("project", Direction::Asc),
+            ("labels.experiment", Direction::Asc),
+            ("created_at", Direction::Desc),
+        ],
+    },
     // Runs of a project, newest first, optionally by state, method, class
     // or creator (each alone, or merged).
     Index {
@@ -211,6 +221,7 @@ impl From<&RunDoc> for RunSummary {
             created_by: r.created_by().clone(),
             name: r.labels().name.clone(),
             tags: r.labels().tags.clone(),
+            experiment: r.labels().experiment.clone(),
             attempt: r.attempt(),
             created_at: r.created_at(),
             updated_at: r.updated_at(),

@@ -10,6 +10,7 @@
 //!   ledgers, idempotency keys;
 //! - [`ops`]: kill switches, the tick's lease, executors;
 //! - [`audit`]: the audit log; [`webhooks`]: webhooks and their messages;
+//! - [`experiments`]: experiments and saved views of the runs table;
 //! - [`tenant_life`]: a tenant's exports and its deletion (the certificate);
 //! - [`layout`]: where objects live; [`tasks`]: the queue's task bodies.
 //!
@@ -17,6 +18,7 @@
 //! `mapi-lifecycle`; usage counters live with admission in `mapi-quota`.
 
 pub mod audit;
+pub mod experiments;
 pub mod layout;
 pub mod ops;
 pub mod runs;
@@ -26,6 +28,7 @@ pub mod tenant_life;
 pub mod webhooks;
 
 pub use audit::*;
+pub use experiments::*;
 pub use mapi_store::typed::{Doc, decode, get, key, put, tx_create, tx_get, tx_put};
 pub use ops::*;
 pub use runs::*;
@@ -169,6 +172,15 @@ pub const INDEXES: &[Index] = &[
     Index {
         collection: DeliveryDoc::COLLECTION,
         fields: &[("state", Direction::Asc), ("next_at", Direction::Asc)],
+    },
+    // A project's experiments and saved views, by name.
+    Index {
+        collection: ExperimentDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("name", Direction::Asc)],
+    },
+    Index {
+        collection: RunViewDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("name", Direction::Asc)],
     },
     // A webhook's delivery log, newest first.
     Index {

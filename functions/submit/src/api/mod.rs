@@ -1,9 +1,11 @@
-//! The tenant-facing routes: datasets, runs, model versions, endpoints,
+//! The tenant-facing routes: datasets, runs, experiments and saved views of
+//! the runs table, model versions, endpoints,
 //! item jobs, webhooks and the method registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
 
 pub mod datasets;
 pub mod docs;
 pub mod endpoints;
+pub mod experiments;
 mod idempotency;
 mod job_body;
 pub mod jobs;
@@ -11,6 +13,7 @@ pub mod labels;
 pub mod logs;
 pub mod methods;
 pub mod model_versions;
+pub mod run_views;
 pub mod runs;
 pub mod scoring;
 pub mod tracking;
@@ -19,7 +22,7 @@ pub mod webhooks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use mapi_platform::AppState;
 
 /// The tenant API's routes, with the body limits of uploads and job submits.
@@ -37,6 +40,19 @@ pub fn router(state: &AppState) -> Router<AppState> {
         )
         .route("/v1/tenants/{tenant}/projects/{project}/datasets/{id}/url", post(datasets::download_url))
         .route("/v1/tenants/{tenant}/projects/{project}/runs", post(runs::submit).get(runs::list))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/experiments",
+            post(experiments::create).get(experiments::list),
+        )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/experiments/{name}",
+            get(experiments::get_experiment).patch(experiments::update).delete(experiments::delete),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/run-views", get(run_views::list))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/run-views/{name}",
+            put(run_views::save).get(run_views::get_view).delete(run_views::delete),
+        )
         .route("/v1/runs/{id}", get(runs::get_run).patch(labels::update))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/retry", post(runs::retry))

@@ -11,7 +11,7 @@ use mapi_identity::{Audit, Caller, Granted, Target, authorize};
 use mapi_lifecycle::{NewRun, RunDoc};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
-use mapi_schema::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{AttemptDoc, DatasetDoc, Doc, IdempotencyDoc, RunFilters, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 
@@ -426,6 +426,13 @@ pub struct ListQuery {
     /// Only runs carrying this tag.
     #[param(pattern = "^[a-z0-9_.:=-]{1,64}$")]
     tag: Option<String>,
+    /// Only runs of this experiment.
+    #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
+    experiment: Option<String>,
+    /// The filters of this saved view (`…/run-views/{name}`); a filter also
+    /// given here replaces the view's.
+    #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
+    view: Option<String>,
     /// RFC 3339; runs created at or after.
     created_after: Option<Timestamp>,
     /// RFC 3339; runs created before.
@@ -435,13 +442,63 @@ pub struct ListQuery {
     page_token: Option<String>,
 }
 
+impl ListQuery {
+    fn filters(&self) -> RunFilters {
+        RunFilters {
+            state: self.state,
+            method: self.method.clone(),
+            class: self.class,
+            created_by: self.created_by.clone(),
+            tag: self.tag.clone(),
+            experiment: self.experiment.clone(),
+        }
+    }
+}
+
+/// `base` narrowed by `f`. Each equality filter has its own index ending in
+/// `created_at`; a combination is served by merging them (Firestore's index
+/// merging, and SQLite reads one index and checks the rest).
+pub(crate) fn narrowed(mut base: mapi_store::Query, f: &RunFilters) -> Result<mapi_store::Query, ApiError> {
+    if let Some(s) = f.state {
+        base = base.filter("state", Op::Eq, s.as_str());
+    }
+    if let Some(m) = &f.method {
+        base = base.filter("method", Op::Eq, m.as_str());
+    }
+    if let Some(c) = f.class {
+        base = base.filter("class", Op::Eq, c.as_str());
+    }
+    if let Some(u) = &f.created_by {
+        base = base.filter("created_by", Op::Eq, u.as_str());
+    }
+    if let Some(t) = &f.tag {
+        if !mapi_api::labels::is_tag(t) {
+            let shown: String = t.chars().take(64).collect();
+            return Err(ApiError::invalid(format!(
+                "tag `{shown}` is not a tag: 1 to 64 of a-z, 0-9, -, _, ., : and ="
+            )));
+        }
+        base = base.filter("labels.tags", Op::Contains, t.as_str());
+    }
+    if let Some(e) = &f.experiment {
+        if !mapi_api::labels::is_experiment_name(e) {
+            return Err(ApiError::invalid(format!(
+                "experiment {}",
+                mapi_api::labels::experiment_name_rule(e)
+            )));
+        }
+        base = base.filter("labels.experiment", Op::Eq, e.as_str());
+    }
+    Ok(base)
+}
+
 /// List a project's runs, newest first.
 #[utoipa::path(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/runs",
     tag = "runs",
     params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
-    responses((status = 200, body = RunPage), (status = 400, body = mapi_problem::Problem)),
+    responses((status = 200, body = RunPage), (status = 400, body = mapi_problem::Problem), (status = 404, body = mapi_problem::Problem)),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -451,33 +508,18 @@ pub async fn list(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
-    let mut base = mapi_store::Query::new(RunDoc::COLLECTION)
-        .filter("tenant", Op::Eq, tenant.as_str())
-        .filter("project", Op::Eq, project.as_str());
-    // Each equality filter has its own index ending in `created_at`; a
-    // combination is served by merging them (Firestore's index merging, and
-    // SQLite reads one index and checks the rest).
-    if let Some(s) = q.state {
-        base = base.filter("state", Op::Eq, s.as_str());
-    }
-    if let Some(m) = &q.method {
-        base = base.filter("method", Op::Eq, m.as_str());
-    }
-    if let Some(c) = q.class {
-        base = base.filter("class", Op::Eq, c.as_str());
-    }
-    if let Some(u) = &q.created_by {
-        base = base.filter("created_by", Op::Eq, u.as_str());
-    }
-    if let Some(t) = &q.tag {
-        if !mapi_api::labels::is_tag(t) {
-            let shown: String = t.chars().take(64).collect();
-            return Err(ApiError::invalid(format!(
-                "tag `{shown}` is not a tag: 1 to 64 of a-z, 0-9, -, _, ., : and ="
-            )));
+    let filters = match &q.view {
+        None => q.filters(),
+        Some(name) => {
+            super::run_views::find(&state, &tenant, &project, name).await?.filters.overridden_by(&q.filters())
         }
-        base = base.filter("labels.tags", Op::Contains, t.as_str());
-    }
+    };
+    let base = mapi_store::Query::new(RunDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str()).filter(
+        "project",
+        Op::Eq,
+        project.as_str(),
+    );
+    let mut base = narrowed(base, &filters)?;
     if let Some(t) = q.created_after {
         base = base.filter("created_at", Op::Ge, t.to_rfc3339());
     }
