@@ -32,7 +32,8 @@ pub enum WebhooksCmd {
         /// Where to send: an https URL of a public address.
         #[arg(value_name = "URL")]
         target: String,
-        /// Comma-separated: run.started, run.succeeded, run.failed, run.partial, run.cancelled.
+        /// Comma-separated: run.started, run.succeeded, run.failed, run.partial, run.cancelled,
+        /// endpoint.ready, endpoint.failed.
         #[arg(long, value_delimiter = ',', required = true)]
         events: Vec<String>,
         #[arg(long)]

@@ -309,3 +309,36 @@ async fn urls_into_private_networks_are_refused_and_only_project_admins_manage_w
     assert_eq!(p.call(p.token(), Method::DELETE, &one, None).await.0, 204);
     assert_eq!(p.call(p.token(), Method::GET, &one, None).await.0, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_becomes_ready_is_a_message_once() {
+    let p = loopback_platform().await;
+    let url = format!("http://127.0.0.1:{}/", free_port());
+    let events = json!(["endpoint.ready", "endpoint.failed"]);
+    let (s, made) = create(&p, p.token(), json!({"url": url, "events": events})).await;
+    assert_eq!(s, 201, "{made}");
+    let hook = made["id"].as_str().expect("id").to_owned();
+    let dataset = p.upload(include_str!("../../examples/longley.csv")).await;
+    let spec = json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "employed"}});
+    let run = p.wait_final(&p.submit(spec).await).await;
+    let version = run["model_version"].as_str().expect("a model version");
+    let endpoints = format!("{}/endpoints", p.project_path());
+    let body = json!({"alias": "hooked", "model_version": version});
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(body)).await;
+    assert_eq!(s, 202, "{e}");
+    let log = wait_log(&p, &hook, |log| log.iter().any(|m| m["event"] == "endpoint.ready")).await;
+    let ready: Vec<&Value> = log.iter().filter(|m| m["event"] == "endpoint.ready").collect();
+    assert_eq!(ready.len(), 1, "one message for one readiness: {log:#?}");
+    let m = ready[0];
+    assert_eq!(m["subject"], "endpoints/hooked", "{m}");
+    assert_eq!(m["payload"]["type"], "endpoint.ready", "{m}");
+    assert_eq!(m["payload"]["data"]["endpoint"]["alias"], "hooked", "{m}");
+    assert_eq!(m["payload"]["data"]["endpoint"]["status"], "ready", "{m}");
+    assert!(log.iter().all(|m| m["event"] != "run.succeeded"), "not subscribed to runs: {log:#?}");
+    // Later sweeps look again within their look-back and make no second message.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = deliveries(&p, &hook).await;
+    assert_eq!(again.iter().filter(|m| m["event"] == "endpoint.ready").count(), 1, "{again:#?}");
+    let (s, _) = p.call(p.token(), Method::DELETE, &format!("{endpoints}/hooked"), None).await;
+    assert_eq!(s, 202);
+}

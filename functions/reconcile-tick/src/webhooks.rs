@@ -1,23 +1,27 @@
-//! The webhooks' emission sweep: each tick turns the run transitions a
-//! webhook subscribes to into messages, and re-pushes messages whose next
-//! attempt is long overdue (a push lost after its commit).
+//! The webhooks' emission sweep: each tick turns the run transitions and
+//! the endpoints' readiness and failures a webhook subscribes to into
+//! messages, and re-pushes messages whose next attempt is long overdue (a
+//! push lost after its commit).
 //!
-//! A webhook keeps a cursor: runs of its project that changed at or after
-//! it have not all been looked at. Each sweep reads the project's runs
-//! changed since the cursor less [`LOOK_BACK`] (a commit whose time was
-//! taken before the previous sweep but which landed after it is still
-//! seen), in order of change, at most [`RUNS_PER_WEBHOOK`]. Every
-//! transition since then that the webhook subscribes to becomes one
+//! A webhook keeps a cursor: runs (and endpoints) of its project that
+//! changed at or after it have not all been looked at. Each sweep reads the
+//! project's runs changed since the cursor less [`LOOK_BACK`] (a commit
+//! whose time was taken before the previous sweep but which landed after
+//! it is still seen), in order of change, at most [`RUNS_PER_WEBHOOK`], and
+//! as many endpoints the same way when the webhook subscribes to theirs.
+//! Every transition since then that the webhook subscribes to becomes one
 //! message whose id is derived from the webhook, the run and the
-//! transition's place in the run's history, created only if absent: a run
-//! looked at twice makes no second message, and the messages made in the
-//! look-back window are remembered on the webhook so looking again reads
-//! nothing more. A message and the cursor move in one commit, so a
-//! transition is never skipped; its first attempt is pushed after.
+//! transition's place in the run's history (an endpoint's: the kind and
+//! time of its history entry), created only if absent: a run looked at
+//! twice makes no second message, and the messages made in the look-back
+//! window are remembered on the webhook so looking again reads nothing
+//! more. A message and the cursor move in one commit, so a transition is
+//! never skipped; its first attempt is pushed after.
 
 use std::time::Duration;
 
 use mapi_domain::{DeliveryId, RunId, Timestamp, Transition, WebhookId};
+use mapi_endpoints::EndpointDoc;
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
@@ -82,14 +86,31 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc) -> Result<u32, ApiError>
         state.store.query(&runs, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
     // A full page may have more runs of its last time: the cursor stops
     // there, and the next sweep goes on from it.
-    let cursor = match runs.last() {
+    let mut cursor = match runs.last() {
         Some(last) if runs.len() == RUNS_PER_WEBHOOK as usize => last.updated_at(),
         _ => now,
+    };
+    let endpoints = if hook.events.iter().any(|e| ENDPOINT_EVENTS.contains(e)) {
+        let q = Query::new(EndpointDoc::COLLECTION)
+            .filter("tenant", Op::Eq, hook.tenant.as_str())
+            .filter("project", Op::Eq, hook.project.as_str())
+            .filter("updated_at", Op::Ge, since.to_rfc3339())
+            .order_by("updated_at", Direction::Asc)
+            .limit(RUNS_PER_WEBHOOK);
+        let docs: Vec<EndpointDoc> =
+            state.store.query(&q, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
+        if let Some(last) = docs.last().filter(|_| docs.len() == RUNS_PER_WEBHOOK as usize) {
+            cursor = cursor.min(last.updated_at);
+        }
+        docs
+    } else {
+        Vec::new()
     };
     let public_url = &state.config.public_url;
     let made: Vec<DeliveryDoc> = runs
         .iter()
         .flat_map(|run| messages(hook, run, since, public_url))
+        .chain(endpoints.iter().flat_map(|e| endpoint_messages(hook, e, since)))
         .filter(|m| !hook.recent.iter().any(|s| s.id == m.id))
         .collect();
     let (hook_ref, made_ref) = (hook, &made);
@@ -149,6 +170,57 @@ fn messages(hook: &WebhookDoc, run: &RunDoc, since: Timestamp, public_url: &str)
         .collect()
 }
 
+/// The endpoint events a webhook can hear of.
+const ENDPOINT_EVENTS: [EventType; 2] = [EventType::EndpointReady, EventType::EndpointFailed];
+
+/// The messages `hook` gets for the entries of `endpoint`'s history at or
+/// after `since` that say it became ready or failed.
+fn endpoint_messages(hook: &WebhookDoc, endpoint: &EndpointDoc, since: Timestamp) -> Vec<DeliveryDoc> {
+    endpoint
+        .events
+        .iter()
+        .filter(|e| e.at >= since)
+        .filter_map(|e| {
+            let event = match e.kind.as_str() {
+                "ready" => EventType::EndpointReady,
+                "failed" => EventType::EndpointFailed,
+                _ => return None,
+            };
+            if !hook.events.contains(&event) {
+                return None;
+            }
+            let data = serde_json::json!({
+                "endpoint": {
+                    "alias": endpoint.alias,
+                    "tenant": endpoint.tenant,
+                    "project": endpoint.project,
+                    "status": endpoint.status,
+                    "url": endpoint.url,
+                    "revision": endpoint.stable,
+                },
+                "event": { "kind": e.kind, "detail": e.detail, "at": e.at },
+            });
+            let payload = serde_json::to_string(&Envelope::new(event, e.at, data)).ok()?;
+            let subject = format!("endpoints/{}", endpoint.alias);
+            let key = format!("{}/{}/{}", endpoint.id, e.kind, e.at.to_rfc3339());
+            Some(DeliveryDoc {
+                id: derived_id(&hook.id, &key, e.at),
+                webhook: hook.id.clone(),
+                tenant: hook.tenant.clone(),
+                project: hook.project.clone(),
+                event,
+                subject,
+                created_at: e.at,
+                payload,
+                state: DeliveryState::Pending,
+                attempts: Vec::new(),
+                next_at: Some(e.at),
+                replays: 0,
+            })
+        })
+        .collect()
+}
+
 /// What a run event says about the run.
 fn run_data(run: &RunDoc, t: &Transition, public_url: &str) -> serde_json::Value {
     serde_json::json!({
@@ -172,7 +244,12 @@ fn run_data(run: &RunDoc, t: &Transition, public_url: &str) -> serde_json::Value
 /// The id of the message about transition `seq` of `run` to `hook`: the
 /// same each time the sweep looks at it.
 fn message_id(hook: &WebhookId, run: &RunId, seq: usize, at: Timestamp) -> DeliveryId {
-    let digest = Sha256::digest(format!("{hook}/{run}/{seq}").as_bytes());
+    derived_id(hook, &format!("{run}/{seq}"), at)
+}
+
+/// The id of the message to `hook` about what `key` names, at `at`.
+fn derived_id(hook: &WebhookId, key: &str, at: Timestamp) -> DeliveryId {
+    let digest = Sha256::digest(format!("{hook}/{key}").as_bytes());
     let mut ten = [0u8; 10];
     ten.copy_from_slice(&digest[..10]);
     DeliveryId::of_event(at, ten)

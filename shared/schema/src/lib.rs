@@ -173,6 +173,12 @@ pub const INDEXES: &[Index] = &[
         collection: DeliveryDoc::COLLECTION,
         fields: &[("state", Direction::Asc), ("next_at", Direction::Asc)],
     },
+    // A project's endpoints by when they last changed (the webhooks' sweep;
+    // `mapi_endpoints::EndpointDoc`, whose crate depends on this one).
+    Index {
+        collection: "endpoints",
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("updated_at", Direction::Asc)],
+    },
     // A project's experiments and saved views, by name.
     Index {
         collection: ExperimentDoc::COLLECTION,
