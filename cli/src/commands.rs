@@ -289,6 +289,23 @@ enum RunsCmd {
         #[arg(long = "param")]
         params: Vec<String>,
     },
+    /// Log an image (PNG, JPEG, WebP or GIF, at most 1 MiB) to a run, or replace the one
+    /// of its name; with --link, print a download link to a logged image instead.
+    #[command(
+        after_help = "Examples:\n  mapi runs image run_01… loss.png --step 10\n  mapi runs image run_01… loss.png --link"
+    )]
+    Image {
+        id: String,
+        /// The image file; its name is the image's name unless --name says otherwise.
+        file: std::path::PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        step: Option<u64>,
+        /// Print a link (valid 15 minutes) to the run's image of that name.
+        #[arg(long, conflicts_with = "step")]
+        link: bool,
+    },
     /// Follow a run until it ends: progress, then state, outputs and cost.
     Watch { id: String },
     /// Print one output file of a finished run; a linear fit's model.json is shown as its
@@ -871,6 +888,29 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                     log.params.len()
                 )
             })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCmd::Image { id, file, name, step, link } => {
+            let name = match name {
+                Some(n) => n,
+                None => {
+                    file.file_name().and_then(|n| n.to_str()).ok_or("name the image with --name")?.to_owned()
+                }
+            };
+            if link {
+                let req = ctx.client.request(Method::POST, &format!("/v1/runs/{id}/images/{name}/url"));
+                let url: serde_json::Value = ctx.client.send(req).await?;
+                ctx.print(&url, || format!("{}\n", url["url"].as_str().unwrap_or_default()))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+            let mut req =
+                ctx.client.request(Method::PUT, &format!("/v1/runs/{id}/images/{name}")).body(bytes);
+            if let Some(s) = step {
+                req = req.query(&[("step", s)]);
+            }
+            let log: mapi_api::tracking::RunLog = ctx.client.send(req).await?;
+            ctx.print(&log, || format!("logged image {name} to {id} ({} images)\n", log.images.len()))?;
             Ok(ExitCode::SUCCESS)
         }
         RunsCmd::Update { id, name, note, tags, experiment } => {

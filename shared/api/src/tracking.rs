@@ -1,7 +1,8 @@
 //! What people log to a run besides what its method reports: metrics as
 //! keyed series (a value at a step and a time) and params (name to value),
-//! through `POST /v1/runs/{id}/log`; and the rule that keeps a run's log
-//! bounded. The rule is pure: [`RunLog::apply`] takes the log as stored
+//! through `POST /v1/runs/{id}/log`, and small images (PNG, JPEG, WebP or
+//! GIF, by their bytes) through `PUT /v1/runs/{id}/images/{name}`; and the
+//! rule that keeps a run's log bounded. The rule is pure: [`RunLog::apply`] takes the log as stored
 //! and what was sent, and either gives the new log or says what to fix.
 
 use std::collections::BTreeMap;
@@ -21,6 +22,10 @@ pub const MAX_PARAMS_PER_RUN: usize = 100;
 pub const MAX_NAME: usize = 64;
 /// The longest text a param may hold.
 pub const MAX_PARAM_TEXT: usize = 256;
+/// Images a run may have logged.
+pub const MAX_IMAGES_PER_RUN: usize = 50;
+/// The largest image, in bytes.
+pub const MAX_IMAGE_BYTES: usize = 1_048_576;
 
 /// One value of a metric, as sent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -55,12 +60,42 @@ pub struct Point {
     pub at: Timestamp,
 }
 
-/// A run's log: its series by name and its params.
+/// An image logged to a run; its bytes are an object beside the run's
+/// (a link to them: `POST /v1/runs/{id}/images/{name}/url`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ImageRef {
+    pub content_type: String,
+    pub size: u64,
+    /// The step it shows, when one was given.
+    pub step: Option<u64>,
+    pub at: Timestamp,
+}
+
+/// A run's log: its series by name, its params and its images by name.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunLog {
     pub series: BTreeMap<String, Vec<Point>>,
     #[schema(value_type = Object)]
     pub params: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub images: BTreeMap<String, ImageRef>,
+}
+
+/// The media type of an image's bytes: PNG, JPEG, WebP or GIF, told by
+/// their first bytes (what a browser would make of them), never by what
+/// the sender claims.
+pub fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else {
+        None
+    }
 }
 
 impl RunLog {
@@ -105,6 +140,19 @@ impl RunLog {
             next.params.insert(name.clone(), value.clone());
         }
         next.within_bounds()?;
+        Ok(next)
+    }
+
+    /// The log with the image `name` added (or replaced), or what to fix.
+    pub fn with_image(&self, name: &str, image: ImageRef) -> Result<RunLog, String> {
+        check_name("image", name)?;
+        let mut next = self.clone();
+        next.images.insert(name.to_owned(), image);
+        if next.images.len() > MAX_IMAGES_PER_RUN {
+            return Err(format!(
+                "a run may have at most {MAX_IMAGES_PER_RUN} images: log this one under the name of one it has, to replace it"
+            ));
+        }
         Ok(next)
     }
 
@@ -180,6 +228,29 @@ mod tests {
         let log = log.apply(&later, now).expect("logged");
         assert_eq!(log.latest()["loss"], 0.5, "step 1 is still the highest");
         assert_eq!(log.points(), 3);
+    }
+
+    #[test]
+    fn images_are_told_by_their_bytes_and_bounded_per_run() {
+        assert_eq!(image_type(b"\x89PNG\r\n\x1a\n...."), Some("image/png"));
+        assert_eq!(image_type(&[0xff, 0xd8, 0xff, 0xe0]), Some("image/jpeg"));
+        assert_eq!(image_type(b"RIFF\0\0\0\0WEBPVP8 "), Some("image/webp"));
+        assert_eq!(image_type(b"<svg onload=alert(1)>"), None, "no SVG: it may carry script");
+        let image = |n: u64| ImageRef {
+            content_type: "image/png".into(),
+            size: n,
+            step: None,
+            at: Timestamp::from_secs(1),
+        };
+        let mut log = RunLog::default();
+        for i in 0..MAX_IMAGES_PER_RUN {
+            log = log.with_image(&format!("plot-{i}.png"), image(1)).expect("within the bound");
+        }
+        let e = log.with_image("one-more.png", image(1)).expect_err("over the bound");
+        assert!(e.contains("at most 50 images"), "{e}");
+        let replaced = log.with_image("plot-0.png", image(7)).expect("a name it has is replaced");
+        assert_eq!((replaced.images.len(), replaced.images["plot-0.png"].size), (MAX_IMAGES_PER_RUN, 7));
+        assert!(log.with_image("a b.png", image(1)).expect_err("bad name").contains("letters, digits"));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! t/{tenant}/p/{project}/runs/{run}/a{attempt}/tasks/{i}/…   (fan-out tasks)
 //! t/{tenant}/p/{project}/runs/{run}/bundle/manifest.json     (the model version)
 //! t/{tenant}/p/{project}/runs/{run}/bundle/manifest.sig.json
+//! t/{tenant}/p/{project}/runs/{run}/images/{name}             (images logged to the run)
 //! ```
 
 use mapi_domain::{AttemptNo, DatasetId, ProjectId, RunId, TenantId};
@@ -35,6 +36,12 @@ pub fn task_dir(
 /// directory, so no output listing sees it.
 pub fn bundle(tenant: &TenantId, project: &ProjectId, run: &RunId) -> String {
     format!("t/{tenant}/p/{project}/runs/{run}/bundle")
+}
+
+/// An image logged to a run (outside every attempt's directory, so no
+/// output listing sees it).
+pub fn image(tenant: &TenantId, project: &ProjectId, run: &RunId, name: &str) -> String {
+    format!("t/{tenant}/p/{project}/runs/{run}/images/{name}")
 }
 
 /// The prefix of every object of an attempt (all its tasks).

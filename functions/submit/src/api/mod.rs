@@ -57,6 +57,11 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/retry", post(runs::retry))
         .route("/v1/runs/{id}/log", post(tracking::log).get(tracking::read))
+        .route(
+            "/v1/runs/{id}/images/{name}",
+            put(tracking::put_image).layer(DefaultBodyLimit::max(mapi_api::tracking::MAX_IMAGE_BYTES)),
+        )
+        .route("/v1/runs/{id}/images/{name}/url", post(tracking::image_url))
         .route("/v1/runs/{id}/logs", get(logs::run_logs))
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
         .route("/v1/model-versions/{id}", get(model_versions::get_version))
