@@ -101,7 +101,24 @@ pub(crate) fn run(params: &Params, table: &Table, ctx: &mut dyn Context) -> Resu
     let f_statistic = (df_model > 0).then(|| ((tss - fit.rss) / df_model as f64) / sigma2);
     let f_p_value = f_statistic.map(|f| f_upper_p(f, df_model as f64, df_residual as f64));
 
-    for (name, value) in [("r_squared", r_squared), ("residual_std_error", sigma)] {
+    // The Gaussian log-likelihood at the fit (R's `logLik.lm`), counting
+    // σ as a parameter in AIC and BIC as R does.
+    let nf = n as f64;
+    let log_likelihood = -nf / 2.0 * ((2.0 * std::f64::consts::PI).ln() + 1.0 - nf.ln() + fit.rss.ln());
+    let parameters = (p + 1) as f64;
+    let aic = -2.0 * log_likelihood + 2.0 * parameters;
+    let bic = -2.0 * log_likelihood + nf.ln() * parameters;
+    // The statistics people compare fits by are the run's metrics (`mapi
+    // runs compare`); the rest, and every coefficient, are in model.json.
+    // Each metric is an event the platform hears, so the list stays short.
+    let stats = [
+        ("r_squared", r_squared),
+        ("residual_std_error", sigma),
+        ("adj_r_squared", adj_r_squared),
+        ("aic", aic),
+        ("bic", bic),
+    ];
+    for (name, value) in stats {
         if value.is_finite() {
             ctx.metric(name, value);
         }
@@ -133,6 +150,9 @@ pub(crate) fn run(params: &Params, table: &Table, ctx: &mut dyn Context) -> Resu
         "df_model": df_model,
         "f_statistic": f_statistic,
         "f_p_value": f_p_value,
+        "log_likelihood": log_likelihood,
+        "aic": aic,
+        "bic": bic,
     });
     ctx.progress(1.0, "done");
     Ok(vec![json_output(MODEL, &model)])
@@ -242,9 +262,16 @@ y,x1,x2,x3,x4,x5,x6
         // x4 (armed forces): t = −4.822 on 9 df, so p = 0.000944366764161798 (mpmath, from the
         // certified estimate and standard error).
         assert_rel(&coefficients[4]["p_value"], 0.000944366764161798, 1e-7);
-        assert_eq!(ctx.metrics.len(), 2);
-        assert_eq!(ctx.metrics[0].0, "r_squared");
-        assert!((ctx.metrics[1].1 - 304.854073561965).abs() < 1e-6);
+        // R: logLik(lm(Employed ~ ., longley)) = -109.6174 (df = 8), AIC 235.2349, BIC 241.4156;
+        // the digits below follow from the certified residual standard error.
+        assert_rel(&m["log_likelihood"], -109.61743480848057, 1e-10);
+        assert_rel(&m["aic"], 235.23486961696113, 1e-10);
+        assert_rel(&m["bic"], 241.4155793948794, 1e-10);
+        let metric = |name: &str| ctx.metrics.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        assert!((metric("residual_std_error").unwrap_or_default() - 304.854073561965).abs() < 1e-6);
+        assert!((metric("aic").unwrap_or_default() - 235.23486961696113).abs() < 1e-6);
+        let names: Vec<&str> = ctx.metrics.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["r_squared", "residual_std_error", "adj_r_squared", "aic", "bic"]);
         let fractions: Vec<f64> = ctx.progress.iter().map(|(f, _)| *f).collect();
         assert_eq!(fractions, [0.1, 0.2, 0.5, 1.0]);
     }
