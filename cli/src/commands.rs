@@ -231,6 +231,9 @@ enum RunsCmd {
         /// Only runs of this experiment.
         #[arg(long)]
         experiment: Option<String>,
+        /// NAME=VALUE: only runs whose param NAME is VALUE (not with --tag).
+        #[arg(long)]
+        param: Option<String>,
         /// The filters of this saved view (`mapi runs views ls`).
         #[arg(long)]
         view: Option<String>,
@@ -794,7 +797,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             ctx.print(&r, || describe_run(&r))?;
             Ok(ExitCode::SUCCESS)
         }
-        RunsCmd::Ls { state, tag, experiment, view, limit, scope } => {
+        RunsCmd::Ls { state, tag, experiment, param, view, limit, scope } => {
             let (t, p) = ctx.scope(&scope)?;
             let mut req = ctx
                 .client
@@ -803,7 +806,9 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             if let Some(s) = state {
                 req = req.query(&[("state", s.as_str())]);
             }
-            for (name, value) in [("tag", &tag), ("experiment", &experiment), ("view", &view)] {
+            for (name, value) in
+                [("tag", &tag), ("experiment", &experiment), ("param", &param), ("view", &view)]
+            {
                 if let Some(v) = value {
                     req = req.query(&[(name, v.as_str())]);
                 }
@@ -824,7 +829,7 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                         money(r.charged_micros, "USD").into(),
                     ]);
                 }
-                let narrowed = tag.is_some() || experiment.is_some() || view.is_some();
+                let narrowed = tag.is_some() || experiment.is_some() || param.is_some() || view.is_some();
                 let empty = match (state, narrowed) {
                     (Some(s), true) => format!("no {s} runs match"),
                     (Some(s), false) => format!("no {s} runs"),

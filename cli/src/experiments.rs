@@ -60,6 +60,9 @@ pub enum ViewsCmd {
         tag: Option<String>,
         #[arg(long)]
         experiment: Option<String>,
+        /// NAME=VALUE: runs whose param NAME is VALUE.
+        #[arg(long)]
+        param: Option<String>,
         /// Comma-separated: id, name, method, dataset, state, class, attempt,
         /// created_at, created_by, charged, tags, experiment, params.NAME, metrics.NAME.
         #[arg(long, value_delimiter = ',')]
@@ -145,8 +148,8 @@ pub async fn views(
         Ok(format!("/v1/tenants/{t}/projects/{p}/run-views"))
     };
     match cmd {
-        ViewsCmd::Save { name, state, method, tag, experiment, columns, at } => {
-            let filters = json!({"state": state, "method": method, "tag": tag, "experiment": experiment});
+        ViewsCmd::Save { name, state, method, tag, experiment, param, columns, at } => {
+            let filters = json!({"state": state, "method": method, "tag": tag, "experiment": experiment, "param": param});
             let filters: serde_json::Map<String, Value> = filters
                 .as_object()
                 .into_iter()

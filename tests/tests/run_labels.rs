@@ -117,3 +117,39 @@ async fn the_runs_list_finds_runs_by_tag_a_page_at_a_time() {
     assert_eq!((s, problem["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{problem}");
     assert!(problem["detail"].as_str().is_some_and(|d| d.contains("is not a tag")), "{problem}");
 }
+
+#[tokio::test]
+async fn the_runs_list_finds_runs_by_a_params_value() {
+    let executor = Arc::new(mapi_executor::scripted::ScriptedExecutor::default());
+    let options = mapi_tests::Options { background: false, executor: Some(executor), ..Default::default() };
+    let p = TestPlatform::start_with(&[], options).await;
+    let dataset = p.upload("x,y,z\n1,2,3\n2,4,5\n3,7,8\n").await;
+    let on_y = p.submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}})).await;
+    let on_z = p.submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "z"}})).await;
+    let bare = p
+        .submit(
+            json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y", "intercept": false}}),
+        )
+        .await;
+    let runs = format!("{}/runs", p.project_path());
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .map(|r| r["id"].as_str().expect("id").to_owned())
+            .collect()
+    };
+    let (s, page) = p.call(p.token(), Method::GET, &format!("{runs}?param=y=y"), None).await;
+    assert_eq!((s, ids(&page)), (200, vec![bare.clone(), on_y.clone()]), "{page}");
+    let (_, page) = p.call(p.token(), Method::GET, &format!("{runs}?param=y=z"), None).await;
+    assert_eq!(ids(&page), [on_z], "{page}");
+    let (_, page) =
+        p.call(p.token(), Method::GET, &format!("{runs}?param=intercept=false&state=queued"), None).await;
+    assert_eq!(ids(&page), [bare], "a boolean as JSON writes it, with another filter: {page}");
+    for (query, words) in [("param=novalue", "NAME=VALUE"), ("param=y=y&tag=q3", "not both")] {
+        let (s, problem) = p.call(p.token(), Method::GET, &format!("{runs}?{query}"), None).await;
+        assert_eq!((s, problem["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{query}: {problem}");
+        assert!(problem["detail"].as_str().is_some_and(|d| d.contains(words)), "{query}: {problem}");
+    }
+}

@@ -100,6 +100,24 @@ pub fn is_tag(t: &str) -> bool {
     !t.is_empty() && t.len() <= MAX_TAG_BYTES && t.bytes().all(allowed)
 }
 
+/// The most params of a run it can be found by (`GET …/runs?param=`).
+pub const MAX_PARAM_KEYS: usize = 50;
+
+/// What a run with param `name` set to `value` is found by: `name=value`,
+/// the value as JSON writes it (`y=employed`, `alpha=0.1`, `intercept=true`);
+/// `None` for a value that is not a string, number or boolean, or a pair
+/// longer than 200 bytes.
+pub fn param_key(name: &str, value: &serde_json::Value) -> Option<String> {
+    let value = match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::Bool(b) => b.to_string(),
+        _ => return None,
+    };
+    let key = format!("{name}={value}");
+    (key.len() <= 200).then_some(key)
+}
+
 /// Whether `n` names an experiment (or a saved view): 1 to 64 of `a-z`,
 /// `0-9`, `-`, `_`, `.`.
 pub fn is_experiment_name(n: &str) -> bool {
@@ -124,6 +142,17 @@ mod tests {
             tags: tags.map(|t| t.iter().map(|s| (*s).to_owned()).collect()),
             experiment: None,
         }
+    }
+
+    #[test]
+    fn a_param_is_found_by_its_name_and_its_value_as_json_writes_it() {
+        use serde_json::json;
+        assert_eq!(param_key("y", &json!("employed")).as_deref(), Some("y=employed"));
+        assert_eq!(param_key("alpha", &json!(0.1)).as_deref(), Some("alpha=0.1"));
+        assert_eq!(param_key("k", &json!(3)).as_deref(), Some("k=3"));
+        assert_eq!(param_key("intercept", &json!(false)).as_deref(), Some("intercept=false"));
+        assert_eq!(param_key("x", &json!(["a"])), None);
+        assert_eq!(param_key("x", &json!("a".repeat(300))), None);
     }
 
     #[test]

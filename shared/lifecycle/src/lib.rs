@@ -39,13 +39,21 @@ use mapi_queue::{QueueError, TaskQueue};
 use mapi_schema::Doc;
 use mapi_store::{ContainsIndex, Direction, Index};
 
-/// The runs of a project carrying a tag, newest first.
-pub const CONTAINS_INDEXES: &[ContainsIndex] = &[ContainsIndex {
-    collection: RunDoc::COLLECTION,
-    equal: &["tenant", "project"],
-    contains: "labels.tags",
-    order: &[("created_at", Direction::Desc)],
-}];
+/// The runs of a project carrying a tag, or a param set to a value, newest first.
+pub const CONTAINS_INDEXES: &[ContainsIndex] = &[
+    ContainsIndex {
+        collection: RunDoc::COLLECTION,
+        equal: &["tenant", "project"],
+        contains: "labels.tags",
+        order: &[("created_at", Direction::Desc)],
+    },
+    ContainsIndex {
+        collection: RunDoc::COLLECTION,
+        equal: &["tenant", "project"],
+        contains: "param_keys",
+        order: &[("created_at", Direction::Desc)],
+    },
+];
 
 /// The indexes of the runs' queries.
 pub const INDEXES: &[Index] = &[

@@ -94,6 +94,10 @@ pub struct RunDoc {
     /// placed as before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     residency: Option<mapi_domain::Residency>,
+    /// What the runs list finds it by: `name=value` of its scalar params
+    /// ([`mapi_api::labels::param_key`]), indexed by element.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    param_keys: Vec<String>,
 }
 
 /// What holds a queued run back, and since when.
@@ -133,7 +137,14 @@ impl RunDoc {
             reason: Reason::Submitted,
             attempt: AttemptNo::FIRST,
         };
+        let param_keys = new
+            .params
+            .iter()
+            .filter_map(|(name, value)| mapi_api::labels::param_key(name, value))
+            .take(mapi_api::labels::MAX_PARAM_KEYS)
+            .collect();
         RunDoc {
+            param_keys,
             id: new.id,
             tenant: new.tenant,
             project: new.project,

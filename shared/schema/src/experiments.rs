@@ -49,6 +49,9 @@ pub struct RunFilters {
     pub tag: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experiment: Option<String>,
+    /// `NAME=VALUE`: runs whose param NAME is VALUE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param: Option<String>,
 }
 
 impl RunFilters {
@@ -61,6 +64,7 @@ impl RunFilters {
             created_by: over.created_by.clone().or_else(|| self.created_by.clone()),
             tag: over.tag.clone().or_else(|| self.tag.clone()),
             experiment: over.experiment.clone().or_else(|| self.experiment.clone()),
+            param: over.param.clone().or_else(|| self.param.clone()),
         }
     }
 }

@@ -429,6 +429,10 @@ pub struct ListQuery {
     /// Only runs of this experiment.
     #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
     experiment: Option<String>,
+    /// `NAME=VALUE`: only runs whose param NAME is VALUE (`y=employed`,
+    /// `alpha=0.1`); not with `tag`.
+    #[param(max_length = 200)]
+    param: Option<String>,
     /// The filters of this saved view (`…/run-views/{name}`); a filter also
     /// given here replaces the view's.
     #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
@@ -451,6 +455,7 @@ impl ListQuery {
             created_by: self.created_by.clone(),
             tag: self.tag.clone(),
             experiment: self.experiment.clone(),
+            param: self.param.clone(),
         }
     }
 }
@@ -479,6 +484,21 @@ pub(crate) fn narrowed(mut base: mapi_store::Query, f: &RunFilters) -> Result<ma
             )));
         }
         base = base.filter("labels.tags", Op::Contains, t.as_str());
+    }
+    if let Some(p) = &f.param {
+        let valid = p.split_once('=').is_some_and(|(name, _)| !name.is_empty()) && p.len() <= 200;
+        if !valid {
+            let shown: String = p.chars().take(64).collect();
+            return Err(ApiError::invalid(format!(
+                "param `{shown}`: write NAME=VALUE, e.g. param=y=employed (at most 200 bytes)"
+            )));
+        }
+        if f.tag.is_some() {
+            return Err(ApiError::invalid(
+                "filter by a tag or by a param, not both: each is one index of the runs, and a query reads one",
+            ));
+        }
+        base = base.filter("param_keys", Op::Contains, p.as_str());
     }
     if let Some(e) = &f.experiment {
         if !mapi_api::labels::is_experiment_name(e) {
