@@ -56,10 +56,22 @@ pub async fn newest_first<D: Doc>(
     project: &ProjectId,
     q: &PageQuery,
 ) -> Result<(Vec<D>, Option<String>), ApiError> {
+    project_page(state, tenant, project, q, ("created_at", Direction::Desc)).await
+}
+
+/// A page of the project's documents of `D` in `order`, and the token of
+/// the next page.
+pub async fn project_page<D: Doc>(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    q: &PageQuery,
+    order: (&str, Direction),
+) -> Result<(Vec<D>, Option<String>), ApiError> {
     let (docs, next_page_token) = mapi_store::Query::new(D::COLLECTION)
         .filter("tenant", Op::Eq, tenant.as_str())
         .filter("project", Op::Eq, project.as_str())
-        .order_by("created_at", Direction::Desc)
+        .order_by(order.0, order.1)
         .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
         .await?;
     let docs = docs.iter().map(|d| d.decode::<D>()).collect::<Result<_, _>>()?;

@@ -17,12 +17,12 @@ use mapi_domain::{ProjectId, TenantId};
 use mapi_identity::{Audit, Caller};
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, page_size};
+use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
 use mapi_schema::{Doc, ExperimentDoc, named_id, tx_create, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::{Deserialize, Serialize};
 
-use super::datasets::{PageQuery, require_project};
+use super::datasets::{PageQuery, project_page, require_project};
 
 /// The longest description, in characters.
 const MAX_DESCRIPTION: usize = 2000;
@@ -70,9 +70,23 @@ fn check_description(d: &str) -> Result<String, ApiError> {
     Ok(d.trim().to_owned())
 }
 
-fn missing(tenant: &TenantId, project: &ProjectId, name: &str) -> ApiError {
-    let shown: String = name.chars().take(64).collect();
-    ApiError::not_found(format!("experiment {shown} not found in {tenant}/{project}"))
+/// The project's `D` called `name` (an experiment or a saved view: `what`),
+/// or 404 naming it.
+pub(crate) async fn named<D: Doc>(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    name: &str,
+    what: &str,
+) -> Result<D, ApiError> {
+    let missing = || {
+        let shown: String = name.chars().take(64).collect();
+        ApiError::not_found(format!("{what} {shown} not found in {tenant}/{project}"))
+    };
+    if !is_experiment_name(name) {
+        return Err(missing());
+    }
+    mapi_schema::get::<D>(&*state.store, &named_id(tenant, project, name)).await?.ok_or_else(missing)
 }
 
 /// The project's experiment `name`.
@@ -82,12 +96,7 @@ pub async fn find(
     project: &ProjectId,
     name: &str,
 ) -> Result<ExperimentDoc, ApiError> {
-    if !is_experiment_name(name) {
-        return Err(missing(tenant, project, name));
-    }
-    mapi_schema::get::<ExperimentDoc>(&*state.store, &named_id(tenant, project, name))
-        .await?
-        .ok_or_else(|| missing(tenant, project, name))
+    named(state, tenant, project, name, "experiment").await
 }
 
 /// Make an experiment.
@@ -147,13 +156,8 @@ pub async fn list(
     Query(q): Query<PageQuery>,
 ) -> Result<Json<ExperimentPage>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
-    let (docs, next_page_token) = mapi_store::Query::new(ExperimentDoc::COLLECTION)
-        .filter("tenant", Op::Eq, tenant.as_str())
-        .filter("project", Op::Eq, project.as_str())
-        .order_by("name", Direction::Asc)
-        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
-        .await?;
-    let experiments = docs.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
+    let (experiments, next_page_token) =
+        project_page(&state, &tenant, &project, &q, ("name", Direction::Asc)).await?;
     Ok(Json(ExperimentPage { experiments, next_page_token }))
 }
 

@@ -11,12 +11,12 @@ use mapi_api::labels::{experiment_name_rule, is_experiment_name};
 use mapi_domain::{ProjectId, TenantId};
 use mapi_identity::{Audit, Caller};
 use mapi_platform::AppState;
-use mapi_problem::{ApiError, Json, Path, Query, page_size};
-use mapi_schema::{Doc, RunFilters, RunViewDoc, named_id, tx_get, tx_put};
-use mapi_store::{Direction, Op, transact};
+use mapi_problem::{ApiError, Json, Path, Query};
+use mapi_schema::{Doc, RunFilters, RunViewDoc, tx_get, tx_put};
+use mapi_store::{Direction, transact};
 use serde::{Deserialize, Serialize};
 
-use super::datasets::{PageQuery, require_project};
+use super::datasets::{PageQuery, project_page, require_project};
 
 /// The columns a view may show besides `params.{name}` and `metrics.{name}`.
 pub const COLUMNS: &[&str] = &[
@@ -87,11 +87,6 @@ fn check_columns(columns: Option<&[String]>) -> Result<Vec<String>, ApiError> {
     Ok(columns.to_vec())
 }
 
-fn missing(tenant: &TenantId, project: &ProjectId, name: &str) -> ApiError {
-    let shown: String = name.chars().take(64).collect();
-    ApiError::not_found(format!("saved view {shown} not found in {tenant}/{project}"))
-}
-
 /// The project's saved view `name`.
 pub async fn find(
     state: &AppState,
@@ -99,12 +94,7 @@ pub async fn find(
     project: &ProjectId,
     name: &str,
 ) -> Result<RunViewDoc, ApiError> {
-    if !is_experiment_name(name) {
-        return Err(missing(tenant, project, name));
-    }
-    mapi_schema::get::<RunViewDoc>(&*state.store, &named_id(tenant, project, name))
-        .await?
-        .ok_or_else(|| missing(tenant, project, name))
+    super::experiments::named(state, tenant, project, name, "saved view").await
 }
 
 /// Save a view of the runs table under a name, replacing one of that name.
@@ -169,13 +159,8 @@ pub async fn list(
     Query(q): Query<PageQuery>,
 ) -> Result<Json<RunViewPage>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
-    let (docs, next_page_token) = mapi_store::Query::new(RunViewDoc::COLLECTION)
-        .filter("tenant", Op::Eq, tenant.as_str())
-        .filter("project", Op::Eq, project.as_str())
-        .order_by("name", Direction::Asc)
-        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
-        .await?;
-    let views = docs.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
+    let (views, next_page_token) =
+        project_page(&state, &tenant, &project, &q, ("name", Direction::Asc)).await?;
     Ok(Json(RunViewPage { views, next_page_token }))
 }
 
