@@ -401,7 +401,13 @@ impl DevProcess {
         let mut line = String::new();
         std::io::BufReader::new(stdout).read_line(&mut line).expect("mapi dev prints its URL");
         let url = line.trim().to_owned();
-        assert!(url.starts_with("http"), "mapi dev on port {port} did not start (it printed {line:?})");
+        if !url.starts_with("http") {
+            let log = std::fs::read_to_string(Self::log_path(home)).unwrap_or_default();
+            let tail: String = log.chars().rev().take(4000).collect::<Vec<_>>().into_iter().rev().collect();
+            panic!(
+                "mapi dev on port {port} did not start (it printed {line:?}); the end of its log:\n{tail}"
+            );
+        }
         DevProcess { child, url }
     }
 
