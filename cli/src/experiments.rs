@@ -87,6 +87,13 @@ fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
 
+/// Deletes the `what` called `name` at `path` and says so.
+async fn remove(client: &Client, path: &str, what: &str, name: &str, json_out: bool) -> Result<()> {
+    client.send::<()>(client.request(Method::DELETE, path)).await?;
+    print(json_out, &json!({"deleted": name}), || format!("deleted {what} {name}\n"))?;
+    Ok(())
+}
+
 pub async fn experiments(
     client: &Client,
     scope: impl Fn(Option<String>, Option<String>) -> Result<(String, String)>,
@@ -129,9 +136,7 @@ pub async fn experiments(
             print(json_out, &e, || format!("experiment {name} updated\n"))?;
         }
         ExperimentsCmd::Rm { name, at } => {
-            let path = format!("{}/{name}", base(at)?);
-            client.send::<()>(client.request(Method::DELETE, &path)).await?;
-            print(json_out, &json!({"deleted": name}), || format!("deleted experiment {name}\n"))?;
+            remove(client, &format!("{}/{name}", base(at)?), "experiment", &name, json_out).await?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -188,9 +193,7 @@ pub async fn views(
             })?;
         }
         ViewsCmd::Rm { name, at } => {
-            let path = format!("{}/{name}", base(at)?);
-            client.send::<()>(client.request(Method::DELETE, &path)).await?;
-            print(json_out, &json!({"deleted": name}), || format!("deleted view {name}\n"))?;
+            remove(client, &format!("{}/{name}", base(at)?), "view", &name, json_out).await?;
         }
     }
     Ok(ExitCode::SUCCESS)
