@@ -202,10 +202,16 @@ impl TestPlatform {
 
     /// Uploads a CSV; returns the dataset id.
     pub async fn upload(&self, csv: &str) -> String {
+        self.upload_as(self.token(), &self.project_path(), csv).await
+    }
+
+    /// Uploads `csv` as a dataset of the project at `project_path`
+    /// (`/v1/tenants/T/projects/P`) with `token`; returns its id.
+    pub async fn upload_as(&self, token: &str, project_path: &str, csv: &str) -> String {
         let resp = self
             .http
-            .post(self.url(&format!("{}/datasets?name=test", self.project_path())))
-            .bearer_auth(self.token())
+            .post(self.url(&format!("{project_path}/datasets?name=test")))
+            .bearer_auth(token)
             .header("content-type", "text/csv")
             .body(csv.to_owned())
             .send()

@@ -94,17 +94,7 @@ async fn a_submit_costs_at_most_its_budget() {
     let (s, tok) = p.call(&owner, Method::POST, "/v1/tenants/acme/projects/default/tokens", Some(body)).await;
     assert_eq!(s, 201, "{tok}");
     let token = tok["secret"].as_str().expect("secret").to_owned();
-    let upload = p
-        .http
-        .post(p.url("/v1/tenants/acme/projects/default/datasets?name=d"))
-        .bearer_auth(&token)
-        .header("content-type", "text/csv")
-        .body("x,y\n1,2\n2,4\n3,7\n")
-        .send()
-        .await
-        .expect("upload");
-    assert_eq!(upload.status(), 201);
-    let ds = upload.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
+    let ds = p.upload_as(&token, "/v1/tenants/acme/projects/default", "x,y\n1,2\n2,4\n3,7\n").await;
     let run = json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "y"}});
     let path = "/v1/tenants/acme/projects/default/runs";
     // The first submit warms what is read once per process (the tier's

@@ -37,16 +37,7 @@ async fn world() -> World {
     let runner = p.login("runner@acme.test").await;
     let viewer = p.login("viewer@acme.test").await;
     let other = p.create_tenant(&operator, "other", "verified").await;
-    let upload = p
-        .http
-        .post(p.url(&format!("{BASE}/datasets?name=d")))
-        .bearer_auth(&admin)
-        .header("content-type", "text/csv")
-        .body("x,y\n1,2\n2,4\n")
-        .send()
-        .await
-        .expect("upload");
-    let dataset = upload.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
+    let dataset = p.upload_as(&admin, BASE, "x,y\n1,2\n2,4\n").await;
     let mut runs = Vec::new();
     for method in ["describe", "describe", "tabular.linear"] {
         let spec = json!({"method": method, "dataset": dataset, "params": if method == "describe" { json!({}) } else { json!({"y": "y"}) }});

@@ -51,17 +51,7 @@ async fn world() -> World {
     let (s, b) = p.call(&admin, Method::POST, "/v1/tenants/acme/members", Some(member)).await;
     assert_eq!(s, 201, "{b}");
     let runner = p.login("runner@acme.test").await;
-    let upload = p
-        .http
-        .post(p.url("/v1/tenants/acme/projects/default/datasets?name=acme"))
-        .bearer_auth(&admin)
-        .header("content-type", "text/csv")
-        .body("x,y\n1,2\n2,4\n3,7\n")
-        .send()
-        .await
-        .expect("upload");
-    assert_eq!(upload.status(), 201);
-    let dataset = upload.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned();
+    let dataset = p.upload_as(&admin, "/v1/tenants/acme/projects/default", "x,y\n1,2\n2,4\n3,7\n").await;
     let spec = json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}, "class": "M", "timeout_s": 900});
     let (s, run) = p.call(&admin, Method::POST, "/v1/tenants/acme/projects/default/runs", Some(spec)).await;
     assert_eq!(s, 201, "{run}");
