@@ -1,7 +1,10 @@
 //! `Timestamp`: microseconds since the Unix epoch, serialized as RFC 3339 UTC.
 //!
-//! Integer microseconds keep ordering and arithmetic exact in every store
-//! (SQLite integers, Firestore timestamps) and make virtual clocks trivial.
+//! Integer microseconds keep ordering and arithmetic exact and make virtual
+//! clocks trivial. The text form always has six fraction digits
+//! (`2026-11-30T06:15:40.000000Z`, never `…40Z`): stores compare these
+//! strings in range filters, orderings and cursors, and `Z` sorts after every
+//! digit, so a shortened form would put `…40Z` after `…40.5Z`.
 
 use std::fmt;
 use std::time::Duration;
@@ -43,11 +46,22 @@ impl Timestamp {
         Duration::from_micros(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
     }
 
-    /// RFC 3339 in UTC with microseconds, e.g. `2026-11-30T06:15:40.123456Z`.
+    /// RFC 3339 in UTC with exactly six fraction digits, e.g.
+    /// `2026-11-30T06:15:40.123456Z`: fixed width, so two of these compare as
+    /// strings the way their instants compare (for years 0 to 9999).
     pub fn to_rfc3339(self) -> String {
         let nanos = i128::from(self.0) * 1_000;
         match OffsetDateTime::from_unix_timestamp_nanos(nanos) {
-            Ok(t) => t.format(&Rfc3339).unwrap_or_else(|_| self.0.to_string()),
+            Ok(t) => format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.microsecond()
+            ),
             Err(_) => self.0.to_string(),
         }
     }
@@ -129,7 +143,29 @@ mod tests {
     fn day_start_truncates_to_utc_midnight() {
         let t = Timestamp::parse_rfc3339("2026-11-30T06:15:40Z").ok();
         let d = t.map(Timestamp::utc_day_start).map(Timestamp::to_rfc3339);
-        assert_eq!(d.as_deref(), Some("2026-11-30T00:00:00Z"));
+        assert_eq!(d.as_deref(), Some("2026-11-30T00:00:00.000000Z"));
+    }
+
+    #[test]
+    fn text_forms_sort_as_their_instants_do() {
+        // Whole seconds, tenths and full micros side by side: the cases a
+        // trimmed fraction would misorder (`…40Z` after `…40.3Z`).
+        let base = 1_796_019_340_000_000;
+        let mut times: Vec<Timestamp> =
+            [0, 1, 10, 100_000, 300_000, 999_999, 1_000_000, 1_300_000, 60_000_000]
+                .iter()
+                .map(|d| Timestamp::from_micros(base + d))
+                .collect();
+        times.push(Timestamp::EPOCH);
+        times.push(Timestamp::from_secs(253_402_300_799)); // 9999-12-31T23:59:59
+        for a in &times {
+            for b in &times {
+                assert_eq!(a.to_rfc3339().cmp(&b.to_rfc3339()), a.cmp(b), "{a} vs {b}");
+                let json_a = serde_json::to_string(a).expect("serializes");
+                assert_eq!(json_a, format!("\"{}\"", a.to_rfc3339()));
+            }
+            assert_eq!(Timestamp::parse_rfc3339(&a.to_rfc3339()).ok(), Some(*a), "round trip of {a}");
+        }
     }
 
     #[test]

@@ -281,7 +281,10 @@ mod tests {
         assert_eq!(entry.meta.ip_hash.as_deref(), Some("abcd"));
         assert_eq!(entry.problem, Some(ProblemCode::Unauthenticated));
         let detail = entry.detail.expect("detail");
-        assert!(detail.starts_with("999 more ") && detail.contains("2026-12-01T08:00:00Z"), "{detail}");
+        assert!(
+            detail.starts_with("999 more ") && detail.contains("2026-12-01T08:00:00.000000Z"),
+            "{detail}"
+        );
         let other = Summary { source: Source::Other, minute, more: 3 }.into_audit();
         assert_eq!(other.meta.ip_hash, None);
         assert!(other.detail.expect("detail").contains("beyond the 1000 tracked"));

@@ -146,7 +146,7 @@ async fn a_thousand_unknown_tokens_from_one_source_make_one_entry_and_one_summar
     assert_eq!(summary.action, "auth.refused_summary");
     assert_eq!(summary.ip_hash, first[0].ip_hash);
     let detail = summary.detail.as_deref().unwrap_or_default();
-    assert!(detail.starts_with("999 more ") && detail.contains("2026-12-01T08:00:00Z"), "{detail}");
+    assert!(detail.starts_with("999 more ") && detail.contains("2026-12-01T08:00:00.000000Z"), "{detail}");
     refusals::flush(&s, s.clock.now()).await;
     assert_eq!(entries(&s).await.len(), 2, "a minute is summarised once");
 }

@@ -502,7 +502,7 @@ mod tests {
         assert_eq!(
             r.detail,
             "The token limit budget_vcpu_seconds is 3600 vCPU-seconds per day; 3599 are charged or reserved \
-             in this day (UTC) and this run would reserve 1.001 more. It resets at 2026-12-01T00:00:00Z, in 30 s."
+             in this day (UTC) and this run would reserve 1.001 more. It resets at 2026-12-01T00:00:00.000000Z, in 30 s."
         );
 
         c.token = Some(TokenBudget { vcpu_seconds: 3_600, period: Period::Month });
@@ -524,7 +524,9 @@ mod tests {
         c.usage.tenant_requests_this_minute = 600;
         let r = c.refusal(&run(ResourceClass::S, 1));
         assert_eq!(shape(&r), (Tenant, "requests_per_minute", RateLimited, Some(25)));
-        assert!(r.detail.contains("is 600; 600 requests") && r.detail.contains("2026-11-15T12:01:00Z"));
+        assert!(
+            r.detail.contains("is 600; 600 requests") && r.detail.contains("2026-11-15T12:01:00.000000Z")
+        );
         assert_eq!(shape(&c.refusal(&Ask::Upload { bytes: 1 })).1, "requests_per_minute");
         c.now = at("2026-11-15T12:00:59.999Z");
         assert_eq!(c.refusal(&Ask::Upload { bytes: 1 }).retry_after_s, Some(1));
@@ -584,7 +586,7 @@ mod tests {
         let r = c.refusal(&run(ResourceClass::S, 1_001));
         assert_eq!(shape(&r), (Tenant, "vcpu_seconds_per_day", QuotaExceeded, Some(30)));
         assert!(r.detail.contains("is 86400; 86399 vCPU-seconds") && r.detail.contains("1.001 more"));
-        assert!(r.detail.contains("resets at 2026-12-01T00:00:00Z, in 30 s"), "{}", r.detail);
+        assert!(r.detail.contains("resets at 2026-12-01T00:00:00.000000Z, in 30 s"), "{}", r.detail);
         c.now = at(MID);
         assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(43_165));
         c.now = at("2026-11-15T00:00:00Z");
@@ -598,13 +600,13 @@ mod tests {
         assert_eq!(c.admit(&run(ResourceClass::S, 1_000)), Ok(()), "exactly the month's limit");
         let r = c.refusal(&run(ResourceClass::S, 1_001));
         assert_eq!(shape(&r), (Tenant, "vcpu_seconds_per_month", QuotaExceeded, Some(30)));
-        assert!(r.detail.contains("resets at 2026-12-01T00:00:00Z, in 30 s"), "{}", r.detail);
+        assert!(r.detail.contains("resets at 2026-12-01T00:00:00.000000Z, in 30 s"), "{}", r.detail);
         c.now = at(MID);
         assert_eq!(c.refusal(&run(ResourceClass::S, 1_001)).retry_after_s, Some(15 * 86_400 + 43_165));
         c.now = at("2026-12-31T23:00:00Z");
         let r = c.refusal(&run(ResourceClass::S, 1_001));
         assert_eq!(r.retry_after_s, Some(3_600));
-        assert!(r.detail.contains("2027-01-01T00:00:00Z"), "{}", r.detail);
+        assert!(r.detail.contains("2027-01-01T00:00:00.000000Z"), "{}", r.detail);
     }
 
     #[test]

@@ -153,12 +153,12 @@ mod tests {
     #[test]
     fn day_just_before_midnight_on_the_last_day_of_a_month() {
         let now = at("2026-11-30T23:59:30Z");
-        assert_eq!(rfc(Period::Day.start(now)), "2026-11-30T00:00:00Z");
-        assert_eq!(rfc(Period::Day.end(now)), "2026-12-01T00:00:00Z");
+        assert_eq!(rfc(Period::Day.start(now)), "2026-11-30T00:00:00.000000Z");
+        assert_eq!(rfc(Period::Day.end(now)), "2026-12-01T00:00:00.000000Z");
         assert_eq!(Period::Day.key(now), "2026-11-30");
         assert_eq!(seconds_until(now, Period::Day.end(now)), 30);
-        assert_eq!(rfc(Period::Month.start(now)), "2026-11-01T00:00:00Z");
-        assert_eq!(rfc(Period::Month.end(now)), "2026-12-01T00:00:00Z");
+        assert_eq!(rfc(Period::Month.start(now)), "2026-11-01T00:00:00.000000Z");
+        assert_eq!(rfc(Period::Month.end(now)), "2026-12-01T00:00:00.000000Z");
         assert_eq!(Period::Month.key(now), "2026-11");
         assert_eq!(seconds_until(now, Period::Month.end(now)), 30);
     }
@@ -166,8 +166,8 @@ mod tests {
     #[test]
     fn month_end_in_december_rolls_the_year() {
         let now = at("2026-12-31T23:00:00Z");
-        assert_eq!(rfc(Period::Month.start(now)), "2026-12-01T00:00:00Z");
-        assert_eq!(rfc(Period::Month.end(now)), "2027-01-01T00:00:00Z");
+        assert_eq!(rfc(Period::Month.start(now)), "2026-12-01T00:00:00.000000Z");
+        assert_eq!(rfc(Period::Month.end(now)), "2027-01-01T00:00:00.000000Z");
         assert_eq!(seconds_until(now, Period::Month.end(now)), 3600);
         assert_eq!(Period::Month.key(now), "2026-12");
     }
@@ -176,25 +176,25 @@ mod tests {
     fn february_in_a_leap_year_and_not() {
         let leap = at("2028-02-29T12:00:00Z");
         assert_eq!(Period::Day.key(leap), "2028-02-29");
-        assert_eq!(rfc(Period::Day.end(leap)), "2028-03-01T00:00:00Z");
-        assert_eq!(rfc(Period::Month.end(leap)), "2028-03-01T00:00:00Z");
-        assert_eq!(rfc(Period::Day.end(at("2028-02-28T12:00:00Z"))), "2028-02-29T00:00:00Z");
+        assert_eq!(rfc(Period::Day.end(leap)), "2028-03-01T00:00:00.000000Z");
+        assert_eq!(rfc(Period::Month.end(leap)), "2028-03-01T00:00:00.000000Z");
+        assert_eq!(rfc(Period::Day.end(at("2028-02-28T12:00:00.000000Z"))), "2028-02-29T00:00:00.000000Z");
 
         let plain = at("2027-02-28T12:00:00Z");
-        assert_eq!(rfc(Period::Day.end(plain)), "2027-03-01T00:00:00Z");
-        assert_eq!(rfc(Period::Month.start(plain)), "2027-02-01T00:00:00Z");
-        assert_eq!(rfc(Period::Month.end(plain)), "2027-03-01T00:00:00Z");
+        assert_eq!(rfc(Period::Day.end(plain)), "2027-03-01T00:00:00.000000Z");
+        assert_eq!(rfc(Period::Month.start(plain)), "2027-02-01T00:00:00.000000Z");
+        assert_eq!(rfc(Period::Month.end(plain)), "2027-03-01T00:00:00.000000Z");
     }
 
     #[test]
     fn exactly_at_a_boundary_the_period_starts_there() {
         let now = at("2026-12-01T00:00:00Z");
         assert_eq!(Period::Day.start(now), now);
-        assert_eq!(rfc(Period::Day.end(now)), "2026-12-02T00:00:00Z");
+        assert_eq!(rfc(Period::Day.end(now)), "2026-12-02T00:00:00.000000Z");
         assert_eq!(seconds_until(now, Period::Day.end(now)), 86_400);
         assert_eq!(Period::Day.key(now), "2026-12-01");
         assert_eq!(Period::Month.start(now), now);
-        assert_eq!(rfc(Period::Month.end(now)), "2027-01-01T00:00:00Z");
+        assert_eq!(rfc(Period::Month.end(now)), "2027-01-01T00:00:00.000000Z");
         assert_eq!(Period::Month.key(now), "2026-12");
         // One microsecond earlier is still the previous day and month.
         let before = Timestamp::from_micros(now.as_micros() - 1);
@@ -214,9 +214,9 @@ mod tests {
 
     #[test]
     fn minute_end_is_the_next_whole_minute() {
-        assert_eq!(rfc(minute_end(at("2026-11-30T12:00:35Z"))), "2026-11-30T12:01:00Z");
-        assert_eq!(rfc(minute_end(at("2026-11-30T12:00:00Z"))), "2026-11-30T12:01:00Z");
-        assert_eq!(rfc(minute_end(at("2026-12-31T23:59:59.9Z"))), "2027-01-01T00:00:00Z");
+        assert_eq!(rfc(minute_end(at("2026-11-30T12:00:35.000000Z"))), "2026-11-30T12:01:00.000000Z");
+        assert_eq!(rfc(minute_end(at("2026-11-30T12:00:00.000000Z"))), "2026-11-30T12:01:00.000000Z");
+        assert_eq!(rfc(minute_end(at("2026-12-31T23:59:59.9Z"))), "2027-01-01T00:00:00.000000Z");
     }
 
     /// Every day from 1900 to 2200 against the `time` crate's calendar.

@@ -176,7 +176,7 @@ mod tests {
         let text = serde_json::to_string(&envelope).expect("serializes");
         assert_eq!(
             text,
-            r#"{"type":"run.succeeded","timestamp":"2021-02-25T15:02:10Z","data":{"run":"run_1"}}"#
+            r#"{"type":"run.succeeded","timestamp":"2021-02-25T15:02:10.000000Z","data":{"run":"run_1"}}"#
         );
         assert_eq!(serde_json::from_str::<Envelope>(&text).expect("reads"), envelope);
     }
