@@ -382,6 +382,23 @@ pub struct DevProcess {
 
 impl DevProcess {
     pub fn start(home: &std::path::Path, port: u16, extra: &[(&str, &str)]) -> DevProcess {
+        // A restart right after a SIGKILL may find the port still held for a
+        // moment (a child caught between fork and exec keeps a copy of every
+        // descriptor); that is not what any suite tests, so a refused bind is
+        // tried again for a few seconds before it fails the test.
+        for _ in 0..20 {
+            match Self::try_start(home, port, extra) {
+                Ok(dev) => return dev,
+                Err(tail) if tail.contains("Address already in use") => {
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(tail) => panic!("mapi dev on port {port} did not start; the end of its log:\n{tail}"),
+            }
+        }
+        panic!("mapi dev could not listen on port {port} for 5 s; its holders:\n{}", port_holders(port))
+    }
+
+    fn try_start(home: &std::path::Path, port: u16, extra: &[(&str, &str)]) -> Result<DevProcess, String> {
         use std::io::BufRead;
         let mut cmd = std::process::Command::new(binary("mapi"));
         // The CLI's configuration of this platform stays in its home, not the user's.
@@ -407,14 +424,12 @@ impl DevProcess {
         let mut line = String::new();
         std::io::BufReader::new(stdout).read_line(&mut line).expect("mapi dev prints its URL");
         let url = line.trim().to_owned();
-        if !url.starts_with("http") {
-            let log = std::fs::read_to_string(Self::log_path(home)).unwrap_or_default();
-            let tail: String = log.chars().rev().take(4000).collect::<Vec<_>>().into_iter().rev().collect();
-            panic!(
-                "mapi dev on port {port} did not start (it printed {line:?}); the end of its log:\n{tail}"
-            );
+        if url.starts_with("http") {
+            return Ok(DevProcess { child, url });
         }
-        DevProcess { child, url }
+        let _ = child.wait();
+        let log = std::fs::read_to_string(Self::log_path(home)).unwrap_or_default();
+        Err(log.chars().rev().take(4000).collect::<Vec<_>>().into_iter().rev().collect())
     }
 
     /// Where the CLI keeps its state for a `mapi dev` started in `home`: pass it as
@@ -453,6 +468,15 @@ impl Drop for DevProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The sockets on `port` and the processes holding them, as `ss` tells.
+fn port_holders(port: u16) -> String {
+    std::process::Command::new("ss")
+        .args(["-tanp", &format!("sport = :{port}")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("(ss did not run: {e})"))
 }
 
 /// A port free now, for a child process that must keep it across restarts.
