@@ -234,6 +234,10 @@ enum RunsCmd {
         /// NAME=VALUE: only runs whose param NAME is VALUE (not with --tag).
         #[arg(long)]
         param: Option<String>,
+        /// NAME OP NUMBER: only runs whose metric NAME compares so, e.g. 'r2>0.9'
+        /// (quote it: the shell reads > and <).
+        #[arg(long)]
+        metric: Option<String>,
         /// The filters of this saved view (`mapi runs views ls`).
         #[arg(long)]
         view: Option<String>,
@@ -797,23 +801,18 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             ctx.print(&r, || describe_run(&r))?;
             Ok(ExitCode::SUCCESS)
         }
-        RunsCmd::Ls { state, tag, experiment, param, view, limit, scope } => {
+        RunsCmd::Ls { state, tag, experiment, param, metric, view, limit, scope } => {
             let (t, p) = ctx.scope(&scope)?;
-            let mut req = ctx
-                .client
-                .request(Method::GET, &format!("/v1/tenants/{t}/projects/{p}/runs"))
-                .query(&[("page_size", limit.to_string())]);
-            if let Some(s) = state {
-                req = req.query(&[("state", s.as_str())]);
-            }
-            for (name, value) in
-                [("tag", &tag), ("experiment", &experiment), ("param", &param), ("view", &view)]
-            {
-                if let Some(v) = value {
-                    req = req.query(&[(name, v.as_str())]);
-                }
-            }
-            let page: RunPage = ctx.client.send(req).await?;
+            let filters = [
+                ("state", state.map(|s| s.as_str().to_owned())),
+                ("tag", tag.clone()),
+                ("experiment", experiment.clone()),
+                ("param", param.clone()),
+                ("metric", metric.clone()),
+                ("view", view.clone()),
+            ];
+            let page =
+                runs_up_to(ctx, &format!("/v1/tenants/{t}/projects/{p}/runs"), &filters, limit).await?;
             ctx.print(&page, || {
                 let mut table = Table::new(&["ID", "METHOD", "STATE", "CLASS", "ATT", "CREATED", "CHARGED"])
                     .right(&[4, 6])
@@ -829,7 +828,11 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
                         money(r.charged_micros, "USD").into(),
                     ]);
                 }
-                let narrowed = tag.is_some() || experiment.is_some() || param.is_some() || view.is_some();
+                let narrowed = tag.is_some()
+                    || experiment.is_some()
+                    || param.is_some()
+                    || metric.is_some()
+                    || view.is_some();
                 let empty = match (state, narrowed) {
                     (Some(s), true) => format!("no {s} runs match"),
                     (Some(s), false) => format!("no {s} runs"),
@@ -977,4 +980,40 @@ async fn runs(ctx: &Ctx, cmd: RunsCmd) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Requests of one `mapi runs ls`: a metric filter may answer short pages
+/// (each examines a bounded number of runs), so pages are followed until
+/// `limit` runs are found or this many pages were read.
+const RUN_PAGES_PER_LISTING: usize = 20;
+
+/// Up to `limit` runs of the listing at `path` with `filters`, newest
+/// first, following short pages; the last page's token stays in the answer.
+async fn runs_up_to(
+    ctx: &Ctx,
+    path: &str,
+    filters: &[(&str, Option<String>)],
+    limit: u32,
+) -> Result<RunPage> {
+    let mut all = RunPage { runs: Vec::new(), next_page_token: None };
+    for _ in 0..RUN_PAGES_PER_LISTING {
+        // The API's largest page is 200.
+        let wanted = limit.saturating_sub(u32::try_from(all.runs.len()).unwrap_or(u32::MAX)).min(200);
+        let mut req = ctx.client.request(Method::GET, path).query(&[("page_size", wanted.to_string())]);
+        for (name, value) in filters {
+            if let Some(v) = value {
+                req = req.query(&[(name, v.as_str())]);
+            }
+        }
+        if let Some(token) = &all.next_page_token {
+            req = req.query(&[("page_token", token.as_str())]);
+        }
+        let page: RunPage = ctx.client.send(req).await?;
+        all.runs.extend(page.runs);
+        all.next_page_token = page.next_page_token;
+        if all.next_page_token.is_none() || all.runs.len() >= limit as usize {
+            break;
+        }
+    }
+    Ok(all)
 }

@@ -63,6 +63,9 @@ pub enum ViewsCmd {
         /// NAME=VALUE: runs whose param NAME is VALUE.
         #[arg(long)]
         param: Option<String>,
+        /// NAME OP NUMBER: runs whose metric NAME compares so, e.g. 'r2>0.9'.
+        #[arg(long)]
+        metric: Option<String>,
         /// Comma-separated: id, name, method, dataset, state, class, attempt,
         /// created_at, created_by, charged, tags, experiment, params.NAME, metrics.NAME.
         #[arg(long, value_delimiter = ',')]
@@ -153,8 +156,11 @@ pub async fn views(
         Ok(format!("/v1/tenants/{t}/projects/{p}/run-views"))
     };
     match cmd {
-        ViewsCmd::Save { name, state, method, tag, experiment, param, columns, at } => {
-            let filters = json!({"state": state, "method": method, "tag": tag, "experiment": experiment, "param": param});
+        ViewsCmd::Save { name, state, method, tag, experiment, param, metric, columns, at } => {
+            let filters = json!({
+                "state": state, "method": method, "tag": tag, "experiment": experiment, "param": param,
+                "metric": metric,
+            });
             let filters: serde_json::Map<String, Value> = filters
                 .as_object()
                 .into_iter()

@@ -172,3 +172,142 @@ async fn images_are_logged_told_by_their_bytes_bounded_and_linked_with_an_audit_
     let (_, audit) = p.call(&admin, Method::GET, "/v1/tenants/dev/audit?action=artifact.link", None).await;
     assert_eq!(audit["items"].as_array().map(Vec::len), Some(1), "one entry per link given: {audit}");
 }
+
+/// The ids of a runs page.
+fn ids(page: &Value) -> Vec<String> {
+    page["runs"].as_array().expect("runs").iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect()
+}
+
+#[tokio::test]
+async fn the_runs_list_finds_runs_by_a_logged_metric_a_page_at_a_time() {
+    let executor = Arc::new(mapi_executor::scripted::ScriptedExecutor::default());
+    let options = mapi_tests::Options { background: false, executor: Some(executor), ..Default::default() };
+    let p = TestPlatform::start_with(&[], options).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n").await;
+    // Oldest first: r² 0.95, 0.5, none, 0.99, 0.91.
+    let mut runs = Vec::new();
+    for r2 in [Some(0.95), Some(0.5), None, Some(0.99), Some(0.91)] {
+        let id = p.submit(json!({"method": "describe", "dataset": dataset})).await;
+        if let Some(v) = r2 {
+            let body = json!({"metrics": [{"name": "r_squared", "value": v}]});
+            let (s, b) = p.call(p.token(), Method::POST, &format!("/v1/runs/{id}/log"), Some(body)).await;
+            assert_eq!(s, 200, "{b}");
+        }
+        runs.push(id);
+    }
+    let list = format!("{}/runs", p.project_path());
+    let (s, first) =
+        p.call(p.token(), Method::GET, &format!("{list}?metric=r_squared>0.9&page_size=2"), None).await;
+    assert_eq!((s, ids(&first)), (200, vec![runs[4].clone(), runs[3].clone()]), "newest first: {first}");
+    let token = first["next_page_token"].as_str().expect("a next page");
+    let (_, second) = p
+        .call(
+            p.token(),
+            Method::GET,
+            &format!("{list}?metric=r_squared>0.9&page_size=2&page_token={token}"),
+            None,
+        )
+        .await;
+    assert_eq!(ids(&second), [runs[0].clone()], "{second}");
+    assert!(second.get("next_page_token").is_none_or(Value::is_null), "the last page: {second}");
+
+    for (query, want) in [
+        ("metric=metrics.r_squared<=0.5", vec![runs[1].clone()]),
+        ("metric=r_squared=0.99&state=queued", vec![runs[3].clone()]),
+        ("metric=r_squared!=0.95&page_size=10", vec![runs[4].clone(), runs[3].clone(), runs[1].clone()]),
+        ("metric=loss<1", vec![]),
+    ] {
+        let (s, page) = p.call(p.token(), Method::GET, &format!("{list}?{query}"), None).await;
+        assert_eq!((s, ids(&page)), (200, want), "{query}: {page}");
+    }
+    // A saved view keeps a metric filter like any other.
+    let view = json!({"filters": {"metric": "r_squared>=0.95"}});
+    let (s, b) =
+        p.call(p.token(), Method::PUT, &format!("{}/run-views/good", p.project_path()), Some(view)).await;
+    assert_eq!(s, 201, "{b}");
+    let (_, page) = p.call(p.token(), Method::GET, &format!("{list}?view=good"), None).await;
+    assert_eq!(ids(&page), [runs[3].clone(), runs[0].clone()], "{page}");
+    for bad in ["r_squared", "r_squared>high", "r%20squared>1", "r_squared=>1"] {
+        let (s, problem) = p.call(p.token(), Method::GET, &format!("{list}?metric={bad}"), None).await;
+        assert_eq!((s, problem["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{bad}: {problem}");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(detail.starts_with("metric filter `"), "{bad}: {detail}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metric_filter_reads_a_bounded_number_of_documents_per_page() {
+    let executor = Arc::new(mapi_executor::scripted::ScriptedExecutor::default());
+    let options =
+        mapi_tests::Options { background: false, executor: Some(executor.clone()), ..Default::default() };
+    let p = TestPlatform::start_with(&[], options).await;
+    let dataset = p.upload("x,y\n1,2\n2,4\n").await;
+    let wanted = p.submit(json!({"method": "describe", "dataset": dataset})).await;
+    let body = json!({"metrics": [{"name": "r_squared", "value": 0.97}]});
+    let (s, b) = p.call(p.token(), Method::POST, &format!("/v1/runs/{wanted}/log"), Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    // 1,100 runs without the metric, created before and after it.
+    let other = mapi_domain::RunId::parse(&p.submit(json!({"method": "describe", "dataset": dataset})).await)
+        .expect("id");
+    assert_eq!(p.dispatch(&other, mapi_domain::AttemptNo::FIRST).await.0, 200);
+    let entropy = mapi_entropy::SeededEntropy::new(3);
+    mapi_embedded::load::copy_dispatched_run(&p.platform.state, &*executor, &other, 1_100, &entropy)
+        .await
+        .expect("copies");
+
+    let counts = p.platform.state.local.store.clone().expect("the SQLite store");
+    let list = format!("{}/runs?metric=r_squared>0.9&page_size=10", p.project_path());
+    let (mut found, mut pages, mut token) = (Vec::new(), 0, None::<String>);
+    loop {
+        let url = match &token {
+            Some(t) => format!("{list}&page_token={t}"),
+            None => list.clone(),
+        };
+        let before = counts.counts().documents_read;
+        let (s, page) = p.call(p.token(), Method::GET, &url, None).await;
+        let read = counts.counts().documents_read - before;
+        assert_eq!(s, 200, "{page}");
+        // 500 runs examined (in chunks of 100, each read with one more to
+        // tell whether the chunk is the last), each with its log and its
+        // progress, and the caller's access.
+        assert!(read <= 505 + 2 * 500 + 20, "page {pages} read {read} documents");
+        pages += 1;
+        found.extend(ids(&page));
+        match page["next_page_token"].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+        assert!(pages < 10, "1,102 runs are examined in 3 pages of at most 500");
+    }
+    assert_eq!(found, [wanted], "found once, on whichever page holds it");
+    assert_eq!(pages, 3, "1,102 runs, at most 500 examined per page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_list_finds_fits_by_the_statistics_their_method_reported() {
+    let p = TestPlatform::start(&[]).await;
+    let close = p.upload("x,y\n1,2\n2,4.01\n3,6\n4,8.02\n5,9.99\n").await;
+    let loose = p.upload("x,y\n1,2\n2,1\n3,5\n4,3\n5,2\n").await;
+    let mut fits = Vec::new();
+    for dataset in [&close, &loose] {
+        let id =
+            p.submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}})).await;
+        assert_eq!(p.wait_final(&id).await["state"], "succeeded");
+        fits.push(id);
+    }
+    let list = format!("{}/runs", p.project_path());
+    for (query, want) in [
+        ("metric=r_squared>0.99", vec![fits[0].clone()]),
+        ("metric=adj_r_squared<0.5", vec![fits[1].clone()]),
+        ("metric=aic>-1e9", vec![fits[1].clone(), fits[0].clone()]),
+    ] {
+        let (s, page) = p.call(p.token(), Method::GET, &format!("{list}?{query}"), None).await;
+        assert_eq!((s, ids(&page)), (200, want), "{query}: {page}");
+    }
+    // A value logged to the run stands before the one its method reported.
+    let body = json!({"metrics": [{"name": "r_squared", "value": 0.1}]});
+    let (s, b) = p.call(p.token(), Method::POST, &format!("/v1/runs/{}/log", fits[0]), Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    let (_, page) = p.call(p.token(), Method::GET, &format!("{list}?metric=r_squared>0.99"), None).await;
+    assert_eq!(ids(&page), Vec::<String>::new(), "{page}");
+}

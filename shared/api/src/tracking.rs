@@ -206,6 +206,76 @@ fn check_param(name: &str, value: &serde_json::Value) -> Result<(), String> {
     }
 }
 
+/// How a [`MetricFilter`] compares a run's metric with its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comparison {
+    Gt,
+    Ge,
+    Lt,
+    Le,
+    Eq,
+    Ne,
+}
+
+impl Comparison {
+    /// The operators as written, longest first so `>=` is not read as `>`.
+    const WRITTEN: [(&'static str, Comparison); 7] = [
+        (">=", Comparison::Ge),
+        ("<=", Comparison::Le),
+        ("!=", Comparison::Ne),
+        ("==", Comparison::Eq),
+        (">", Comparison::Gt),
+        ("<", Comparison::Lt),
+        ("=", Comparison::Eq),
+    ];
+}
+
+/// A filter of the runs list on a metric's latest value: `NAME OP NUMBER`,
+/// e.g. `r2>0.9` or `metrics.aic<=240`. A run without the metric never
+/// matches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricFilter {
+    pub name: String,
+    pub op: Comparison,
+    pub value: f64,
+}
+
+impl MetricFilter {
+    /// The filter `text` writes, or what to fix.
+    pub fn parse(text: &str) -> Result<MetricFilter, String> {
+        let shown: String = text.chars().take(MAX_NAME + 32).collect();
+        let wrong = || {
+            format!(
+                "metric filter `{shown}`: write NAME OP NUMBER with OP one of >, >=, <, <=, =, !=, \
+                 e.g. metric=r2>0.9"
+            )
+        };
+        let at = text.find(['<', '>', '=', '!']).ok_or_else(wrong)?;
+        let (name, rest) = text.split_at(at);
+        let name = name.trim();
+        let name = name.strip_prefix("metrics.").unwrap_or(name);
+        let (op, number) = Comparison::WRITTEN
+            .iter()
+            .find_map(|(w, op)| rest.strip_prefix(w).map(|n| (*op, n.trim())))
+            .ok_or_else(wrong)?;
+        check_name("metric", name).map_err(|e| format!("metric filter `{shown}`: {e}"))?;
+        let value = number.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(wrong)?;
+        Ok(MetricFilter { name: name.to_owned(), op, value })
+    }
+
+    /// Whether a run whose metric is `v` matches.
+    pub fn holds(&self, v: f64) -> bool {
+        match self.op {
+            Comparison::Gt => v > self.value,
+            Comparison::Ge => v >= self.value,
+            Comparison::Lt => v < self.value,
+            Comparison::Le => v <= self.value,
+            Comparison::Eq => v == self.value,
+            Comparison::Ne => v != self.value,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,5 +350,31 @@ mod tests {
             }
         }
         panic!("the 101st metric was accepted");
+    }
+
+    #[test]
+    fn a_metric_filter_reads_name_operator_and_number() {
+        let f = |t: &str| MetricFilter::parse(t).map(|m| (m.name, m.op, m.value));
+        assert_eq!(f("r2>0.9"), Ok(("r2".into(), Comparison::Gt, 0.9)));
+        assert_eq!(f("metrics.aic <= 240"), Ok(("aic".into(), Comparison::Le, 240.0)));
+        assert_eq!(f("loss/val>=-1e-3"), Ok(("loss/val".into(), Comparison::Ge, -0.001)));
+        assert_eq!(f("n==3"), Ok(("n".into(), Comparison::Eq, 3.0)));
+        assert_eq!(f("n!=3").map(|m| m.1), Ok(Comparison::Ne));
+        for bad in ["r2", "r2>", ">0.9", "r2>high", "r2>NaN", "r2>inf", "r 2>1", "r2=>1"] {
+            let e = MetricFilter::parse(bad).expect_err(bad);
+            assert!(e.starts_with("metric filter `"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn each_comparison_holds_as_written() {
+        let holds = |t: &str, v: f64| MetricFilter::parse(t).map(|f| f.holds(v));
+        assert_eq!(holds("r2>0.9", 0.95), Ok(true));
+        assert_eq!(holds("r2>0.9", 0.9), Ok(false));
+        assert_eq!(holds("r2>=0.9", 0.9), Ok(true));
+        assert_eq!(holds("r2<0.5", 0.4), Ok(true));
+        assert_eq!(holds("r2<=0.5", 0.6), Ok(false));
+        assert_eq!(holds("n=2", 2.0), Ok(true));
+        assert_eq!(holds("n!=2", 2.0), Ok(false));
     }
 }

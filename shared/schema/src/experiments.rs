@@ -52,6 +52,10 @@ pub struct RunFilters {
     /// `NAME=VALUE`: runs whose param NAME is VALUE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub param: Option<String>,
+    /// `NAME OP NUMBER` (`r2>0.9`): runs whose metric NAME compares so
+    /// (`mapi_api::tracking::MetricFilter`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
 }
 
 impl RunFilters {
@@ -65,6 +69,7 @@ impl RunFilters {
             tag: over.tag.clone().or_else(|| self.tag.clone()),
             experiment: over.experiment.clone().or_else(|| self.experiment.clone()),
             param: over.param.clone().or_else(|| self.param.clone()),
+            metric: over.metric.clone().or_else(|| self.metric.clone()),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod labels;
 pub mod logs;
 pub mod methods;
+mod metric_scan;
 pub mod model_versions;
 pub mod run_views;
 pub mod runs;

@@ -433,6 +433,13 @@ pub struct ListQuery {
     /// `alpha=0.1`); not with `tag`.
     #[param(max_length = 200)]
     param: Option<String>,
+    /// `NAME OP NUMBER`: only runs whose metric NAME (its latest value,
+    /// logged or reported by the method) compares so: `r2>0.9`, `aic<=240`;
+    /// OP is one of `>`, `>=`, `<`, `<=`, `=`, `!=`. A page may then hold
+    /// fewer runs than `page_size` (at most 500 runs are examined per
+    /// page): follow `next_page_token` until it is absent.
+    #[param(max_length = 100)]
+    metric: Option<String>,
     /// The filters of this saved view (`…/run-views/{name}`); a filter also
     /// given here replaces the view's.
     #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
@@ -456,6 +463,7 @@ impl ListQuery {
             tag: self.tag.clone(),
             experiment: self.experiment.clone(),
             param: self.param.clone(),
+            metric: self.metric.clone(),
         }
     }
 }
@@ -509,6 +517,10 @@ pub(crate) fn narrowed(mut base: mapi_store::Query, f: &RunFilters) -> Result<ma
         }
         base = base.filter("labels.experiment", Op::Eq, e.as_str());
     }
+    // A metric is not a field of the run: the list checks it run by run.
+    if let Some(m) = &f.metric {
+        mapi_api::tracking::MetricFilter::parse(m).map_err(ApiError::invalid)?;
+    }
     Ok(base)
 }
 
@@ -546,12 +558,19 @@ pub async fn list(
     if let Some(t) = q.created_before {
         base = base.filter("created_at", Op::Lt, t.to_rfc3339());
     }
-    let (docs, next_page_token) = base
-        .order_by("created_at", Direction::Desc)
-        .page(&*state.store, page_size(q.page_size)?, q.page_token.as_deref())
-        .await?;
-    let runs =
-        docs.iter().map(|d| d.decode::<RunDoc>().map(|r| RunSummary::from(&r))).collect::<Result<_, _>>()?;
+    let base = base.order_by("created_at", Direction::Desc);
+    let (size, token) = (page_size(q.page_size)?, q.page_token.as_deref());
+    let (runs, next_page_token) = match filters.metric.as_deref() {
+        None => {
+            let (docs, next) = base.page(&*state.store, size, token).await?;
+            (docs.iter().map(|d| d.decode::<RunDoc>()).collect::<Result<_, _>>()?, next)
+        }
+        Some(m) => {
+            let filter = mapi_api::tracking::MetricFilter::parse(m).map_err(ApiError::invalid)?;
+            super::metric_scan::page(&state, &base, &filter, size, token).await?
+        }
+    };
+    let runs = runs.iter().map(RunSummary::from).collect();
     Ok(Json(RunPage { runs, next_page_token }))
 }
 

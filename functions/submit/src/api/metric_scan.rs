@@ -1,0 +1,86 @@
+//! The runs list filtered on a metric (`?metric=r2>0.9`).
+//!
+//! A metric is not a field of the run: the method reports it in the
+//! attempt's progress and people log it to the run's log, so no index of the
+//! runs can answer a comparison on it (Firestore would need a composite
+//! index per metric name, and the names are the tenants'). The list instead
+//! reads the runs the other filters select, newest first, in chunks, with
+//! each chunk's progress and log in one batch read, and keeps the runs whose
+//! metric compares. What one page costs is bounded, not what it finds: at
+//! most [`EXAMINED_PER_PAGE`] runs are examined, and a page that reached the
+//! bound ends there with a token to go on from, so a page may hold fewer
+//! runs than asked, even none, with more to come.
+
+use mapi_api::tracking::MetricFilter;
+use mapi_lifecycle::RunDoc;
+use mapi_platform::AppState;
+use mapi_problem::ApiError;
+use mapi_schema::{AttemptDoc, ProgressDoc, RunLogDoc, key};
+use mapi_store::{Document, Query};
+
+/// The most runs one page examines.
+pub const EXAMINED_PER_PAGE: u32 = 500;
+/// Runs read per store query while examining: a small `page_size` still
+/// reads in chunks of this many.
+const CHUNK: u32 = 100;
+
+/// Up to `size` runs of `query` (ordered) after `token` whose metric
+/// compares as `filter` says, and the token of the next page if the runs
+/// examined did not reach the end.
+pub async fn page(
+    state: &AppState,
+    query: &Query,
+    filter: &MetricFilter,
+    size: u32,
+    token: Option<&str>,
+) -> Result<(Vec<RunDoc>, Option<String>), ApiError> {
+    let mut found = Vec::new();
+    let mut token = token.map(str::to_owned);
+    let mut examined = 0;
+    loop {
+        let chunk = size.max(CHUNK).min(EXAMINED_PER_PAGE - examined);
+        let (docs, next) = query.page(&*state.store, chunk, token.as_deref()).await?;
+        examined += u32::try_from(docs.len()).unwrap_or(u32::MAX);
+        let runs = docs.iter().map(Document::decode::<RunDoc>).collect::<Result<Vec<_>, _>>()?;
+        let values = latest(state, &runs, &filter.name).await?;
+        for (i, (run, value)) in runs.into_iter().zip(values).enumerate() {
+            if !value.is_some_and(|v| filter.holds(v)) {
+                continue;
+            }
+            found.push(run);
+            if found.len() == size as usize {
+                let more = i + 1 < docs.len() || next.is_some();
+                return Ok((found, more.then(|| query.cursor_after(&docs[i]).to_token())));
+            }
+        }
+        match next {
+            Some(next) if examined < EXAMINED_PER_PAGE => token = Some(next),
+            next => return Ok((found, next)),
+        }
+    }
+}
+
+/// Each run's latest value of the metric `name`: what people logged,
+/// else what the method reported in the current attempt (as a run's view
+/// and `mapi runs compare` show it). One batch read for all the runs.
+async fn latest(state: &AppState, runs: &[RunDoc], name: &str) -> Result<Vec<Option<f64>>, ApiError> {
+    let mut keys = Vec::with_capacity(runs.len() * 2);
+    for run in runs {
+        keys.push(key::<RunLogDoc>(run.id().as_str())?);
+        keys.push(key::<ProgressDoc>(&AttemptDoc::id_of(run.id(), run.attempt()))?);
+    }
+    let docs = state.store.get(&keys, None).await?;
+    let mut values = Vec::with_capacity(runs.len());
+    for pair in docs.chunks(2) {
+        let logged = match &pair[0] {
+            Some(d) => d.decode::<RunLogDoc>()?.log.latest().get(name).copied(),
+            None => None,
+        };
+        let reported = match &pair[1] {
+            Some(d) => d.decode::<ProgressDoc>()?.progress.metrics().get(name).copied(),
+            None => None,
+        };
+        values.push(logged.or(reported));
+    }
+    Ok(values)
+}
