@@ -251,7 +251,7 @@ async fn urls_into_private_networks_are_refused_and_only_project_admins_manage_w
     }
     for (events, words) in [
         (json!([]), "at least one"),
-        (json!(["job.finished"]), "not sent yet"),
+        (json!(["quota.warning"]), "not sent yet"),
         (json!(["run.done"]), "run.done"),
     ] {
         let (s, problem) =
@@ -341,4 +341,42 @@ async fn an_endpoint_that_becomes_ready_is_a_message_once() {
     assert_eq!(again.iter().filter(|m| m["event"] == "endpoint.ready").count(), 1, "{again:#?}");
     let (s, _) = p.call(p.token(), Method::DELETE, &format!("{endpoints}/hooked"), None).await;
     assert_eq!(s, 202);
+}
+
+#[tokio::test]
+async fn a_job_that_finishes_is_a_message_once_per_round() {
+    let p = loopback_platform().await;
+    let url = format!("http://127.0.0.1:{}/", free_port());
+    let (s, made) = create(&p, p.token(), json!({"url": url, "events": ["job.finished"]})).await;
+    assert_eq!(s, 201, "{made}");
+    let hook = made["id"].as_str().expect("id").to_owned();
+    let items = json!([{"i": 0}, {"i": 1, "fail_rounds": 1}, {"i": 2}, {"i": 3}]);
+    let body = json!({"method": "diag.item", "items": items, "options": {"params": {"message": "bad item"}}});
+    let id = p.submit_job(p.token(), "dev", body).await;
+    let job = p.wait_job(p.token(), &id, Duration::from_secs(60)).await;
+    assert_eq!(job["state"], "completed_with_errors", "{job}");
+    let finished =
+        |log: &[Value]| log.iter().filter(|m| m["event"] == "job.finished").cloned().collect::<Vec<_>>();
+    let log = wait_log(&p, &hook, |log| !finished(log).is_empty()).await;
+    let first = finished(&log);
+    assert_eq!(first.len(), 1, "{log:#?}");
+    let data = &first[0]["payload"]["data"]["job"];
+    assert_eq!(first[0]["subject"], format!("jobs/{id}"), "{}", first[0]);
+    assert_eq!(
+        (&data["id"], &data["state"], &data["round"]),
+        (&json!(id), &json!("completed_with_errors"), &json!(0))
+    );
+    assert_eq!((data["counts"]["succeeded"].as_u64(), data["counts"]["failed"].as_u64()), (Some(3), Some(1)));
+
+    // retry-failed opens a second round, whose end is a second message.
+    let (s, r) = p.call(p.token(), Method::POST, &format!("/v1/jobs/{id}/retry-failed"), None).await;
+    assert_eq!(s, 200, "{r}");
+    let log = wait_log(&p, &hook, |log| finished(log).len() == 2).await;
+    let second: Vec<Value> =
+        finished(&log).into_iter().filter(|m| m["payload"]["data"]["job"]["round"] == 1).collect();
+    assert_eq!(second.len(), 1, "{log:#?}");
+    assert_eq!(second[0]["payload"]["data"]["job"]["state"], "succeeded", "{}", second[0]);
+    // Later sweeps look again within their look-back and make no third message.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(finished(&deliveries(&p, &hook).await).len(), 2);
 }

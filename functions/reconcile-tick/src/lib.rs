@@ -36,6 +36,7 @@
 //! so even a fenced-out holder's last batch does no harm.
 
 mod endpoints;
+mod jobs;
 mod tenants;
 pub mod webhooks;
 
@@ -93,6 +94,8 @@ pub struct TickReport {
     pub webhook_repushes: u32,
     /// Tenants' purges and exports pushed.
     pub tenant_tasks: u32,
+    /// Jobs found with every item finished, and closed.
+    pub jobs_finished: u32,
     pub errors: u32,
 }
 
@@ -148,6 +151,10 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     }
     let (moved, failed) = endpoints::sweep(&state).await?;
     report.endpoints += moved;
+    report.errors += failed;
+    // Before the webhooks' sweep, so a job closed now is a message now.
+    let (closed, failed) = jobs::sweep(&state).await?;
+    report.jobs_finished += closed;
     report.errors += failed;
     let hooks = webhooks::sweep(&state).await?;
     report.webhook_messages = hooks.made;

@@ -1,18 +1,19 @@
-//! The webhooks' emission sweep: each tick turns the run transitions and
-//! the endpoints' readiness and failures a webhook subscribes to into
-//! messages, and re-pushes messages whose next attempt is long overdue (a
-//! push lost after its commit).
+//! The webhooks' emission sweep: each tick turns the run transitions, the
+//! endpoints' readiness and failures and the jobs' ends a webhook
+//! subscribes to into messages, and re-pushes messages whose next attempt
+//! is long overdue (a push lost after its commit).
 //!
-//! A webhook keeps a cursor: runs (and endpoints) of its project that
+//! A webhook keeps a cursor: runs (endpoints, jobs) of its project that
 //! changed at or after it have not all been looked at. Each sweep reads the
 //! project's runs changed since the cursor less [`LOOK_BACK`] (a commit
 //! whose time was taken before the previous sweep but which landed after
 //! it is still seen), in order of change, at most [`RUNS_PER_WEBHOOK`], and
-//! as many endpoints the same way when the webhook subscribes to theirs.
+//! as many endpoints (by change) and jobs (by the end the tick's job sweep
+//! recorded) the same way when the webhook subscribes to theirs.
 //! Every transition since then that the webhook subscribes to becomes one
 //! message whose id is derived from the webhook, the run and the
 //! transition's place in the run's history (an endpoint's: the kind and
-//! time of its history entry), created only if absent: a run looked at
+//! time of its history entry; a job's: its round), created only if absent: a run looked at
 //! twice makes no second message, and the messages made in the look-back
 //! window are remembered on the webhook so looking again reads nothing
 //! more. A message and the cursor move in one commit, so a transition is
@@ -20,8 +21,9 @@
 
 use std::time::Duration;
 
-use mapi_domain::{DeliveryId, RunId, Timestamp, Transition, WebhookId};
+use mapi_domain::{DeliveryId, Timestamp, Transition, WebhookId};
 use mapi_endpoints::EndpointDoc;
+use mapi_jobs::JobDoc;
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
@@ -76,33 +78,19 @@ pub async fn sweep(state: &AppState) -> Result<Swept, ApiError> {
 async fn sweep_one(state: &AppState, hook: &WebhookDoc) -> Result<u32, ApiError> {
     let now = state.clock.now();
     let since = (hook.cursor - LOOK_BACK).max(hook.created_at);
-    let runs = Query::new(RunDoc::COLLECTION)
-        .filter("tenant", Op::Eq, hook.tenant.as_str())
-        .filter("project", Op::Eq, hook.project.as_str())
-        .filter("updated_at", Op::Ge, since.to_rfc3339())
-        .order_by("updated_at", Direction::Asc)
-        .limit(RUNS_PER_WEBHOOK);
+    let wants = |events: &[EventType]| hook.events.iter().any(|e| events.contains(e));
+    // Each full page may have more of its last time: the cursor stops at
+    // the earliest such time, and the next sweep goes on from it.
+    let mut cursor = now;
     let runs: Vec<RunDoc> =
-        state.store.query(&runs, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
-    // A full page may have more runs of its last time: the cursor stops
-    // there, and the next sweep goes on from it.
-    let mut cursor = match runs.last() {
-        Some(last) if runs.len() == RUNS_PER_WEBHOOK as usize => last.updated_at(),
-        _ => now,
+        changed(state, hook, RunDoc::COLLECTION, "updated_at", since, &mut cursor).await?;
+    let endpoints: Vec<EndpointDoc> = if wants(&ENDPOINT_EVENTS) {
+        changed(state, hook, EndpointDoc::COLLECTION, "updated_at", since, &mut cursor).await?
+    } else {
+        Vec::new()
     };
-    let endpoints = if hook.events.iter().any(|e| ENDPOINT_EVENTS.contains(e)) {
-        let q = Query::new(EndpointDoc::COLLECTION)
-            .filter("tenant", Op::Eq, hook.tenant.as_str())
-            .filter("project", Op::Eq, hook.project.as_str())
-            .filter("updated_at", Op::Ge, since.to_rfc3339())
-            .order_by("updated_at", Direction::Asc)
-            .limit(RUNS_PER_WEBHOOK);
-        let docs: Vec<EndpointDoc> =
-            state.store.query(&q, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
-        if let Some(last) = docs.last().filter(|_| docs.len() == RUNS_PER_WEBHOOK as usize) {
-            cursor = cursor.min(last.updated_at);
-        }
-        docs
+    let jobs: Vec<JobDoc> = if wants(&[EventType::JobFinished]) {
+        changed(state, hook, JobDoc::COLLECTION, "finished.at", since, &mut cursor).await?
     } else {
         Vec::new()
     };
@@ -111,6 +99,7 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc) -> Result<u32, ApiError>
         .iter()
         .flat_map(|run| messages(hook, run, since, public_url))
         .chain(endpoints.iter().flat_map(|e| endpoint_messages(hook, e, since)))
+        .chain(jobs.iter().filter_map(|j| job_message(hook, j, public_url)))
         .filter(|m| !hook.recent.iter().any(|s| s.id == m.id))
         .collect();
     let (hook_ref, made_ref) = (hook, &made);
@@ -142,6 +131,81 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc) -> Result<u32, ApiError>
     Ok(u32::try_from(created.len()).unwrap_or(u32::MAX))
 }
 
+/// The documents of `collection` in `hook`'s project whose `field` (a
+/// time) is at or after `since`, in its order, at most [`RUNS_PER_WEBHOOK`];
+/// a full page lowers `cursor` to its last time.
+async fn changed<T: serde::de::DeserializeOwned>(
+    state: &AppState,
+    hook: &WebhookDoc,
+    collection: &str,
+    field: &str,
+    since: Timestamp,
+    cursor: &mut Timestamp,
+) -> Result<Vec<T>, ApiError> {
+    let q = Query::new(collection)
+        .filter("tenant", Op::Eq, hook.tenant.as_str())
+        .filter("project", Op::Eq, hook.project.as_str())
+        .filter(field, Op::Ge, since.to_rfc3339())
+        .order_by(field, Direction::Asc)
+        .limit(RUNS_PER_WEBHOOK);
+    let docs = state.store.query(&q, None).await?;
+    if docs.len() == RUNS_PER_WEBHOOK as usize {
+        let last = docs.last().and_then(|d| mapi_store::field_value(&d.fields, field));
+        if let Some(t) = last.and_then(|v| serde_json::from_value::<Timestamp>(v.clone()).ok()) {
+            *cursor = (*cursor).min(t);
+        }
+    }
+    Ok(docs.iter().map(|d| d.decode()).collect::<Result<_, _>>()?)
+}
+
+/// A message of `event` to `hook` about `subject`, happened at `at`, its
+/// id derived from `key` so a second look makes the same one.
+fn message(
+    hook: &WebhookDoc,
+    event: EventType,
+    subject: String,
+    key: &str,
+    at: Timestamp,
+    data: serde_json::Value,
+) -> Option<DeliveryDoc> {
+    let payload = serde_json::to_string(&Envelope::new(event, at, data)).ok()?;
+    Some(DeliveryDoc {
+        id: derived_id(&hook.id, key, at),
+        webhook: hook.id.clone(),
+        tenant: hook.tenant.clone(),
+        project: hook.project.clone(),
+        event,
+        subject,
+        created_at: at,
+        payload,
+        state: DeliveryState::Pending,
+        attempts: Vec::new(),
+        next_at: Some(at),
+        replays: 0,
+    })
+}
+
+/// The `job.finished` message `hook` gets for `job`'s recorded end.
+fn job_message(hook: &WebhookDoc, job: &JobDoc, public_url: &str) -> Option<DeliveryDoc> {
+    let end = job.finished.as_ref()?;
+    let data = serde_json::json!({
+        "job": {
+            "id": job.id,
+            "tenant": job.tenant,
+            "project": job.project,
+            "method": job.method,
+            "items": job.items,
+            "round": end.round,
+            "state": end.state,
+            "counts": end.counts,
+            "url": format!("{public_url}/v1/jobs/{}", job.id),
+        },
+        "finished_at": end.at,
+    });
+    let key = format!("{}/round/{}", job.id, end.round);
+    message(hook, EventType::JobFinished, format!("jobs/{}", job.id), &key, end.at, data)
+}
+
 /// The messages `hook` gets for the transitions of `run` at or after `since`.
 fn messages(hook: &WebhookDoc, run: &RunDoc, since: Timestamp, public_url: &str) -> Vec<DeliveryDoc> {
     run.history()
@@ -150,22 +214,8 @@ fn messages(hook: &WebhookDoc, run: &RunDoc, since: Timestamp, public_url: &str)
         .filter(|(_, t)| t.at >= since)
         .filter_map(|(seq, t)| {
             let event = EventType::of_run_state(t.to).filter(|e| hook.events.contains(e))?;
-            let envelope = Envelope::new(event, t.at, run_data(run, t, public_url));
-            let payload = serde_json::to_string(&envelope).ok()?;
-            Some(DeliveryDoc {
-                id: message_id(&hook.id, run.id(), seq, t.at),
-                webhook: hook.id.clone(),
-                tenant: hook.tenant.clone(),
-                project: hook.project.clone(),
-                event,
-                subject: format!("runs/{}", run.id()),
-                created_at: t.at,
-                payload,
-                state: DeliveryState::Pending,
-                attempts: Vec::new(),
-                next_at: Some(t.at),
-                replays: 0,
-            })
+            let (subject, key) = (format!("runs/{}", run.id()), format!("{}/{seq}", run.id()));
+            message(hook, event, subject, &key, t.at, run_data(run, t, public_url))
         })
         .collect()
 }
@@ -200,23 +250,10 @@ fn endpoint_messages(hook: &WebhookDoc, endpoint: &EndpointDoc, since: Timestamp
                 },
                 "event": { "kind": e.kind, "detail": e.detail, "at": e.at },
             });
-            let payload = serde_json::to_string(&Envelope::new(event, e.at, data)).ok()?;
             let subject = format!("endpoints/{}", endpoint.alias);
-            let key = format!("{}/{}/{}", endpoint.id, e.kind, e.at.to_rfc3339());
-            Some(DeliveryDoc {
-                id: derived_id(&hook.id, &key, e.at),
-                webhook: hook.id.clone(),
-                tenant: hook.tenant.clone(),
-                project: hook.project.clone(),
-                event,
-                subject,
-                created_at: e.at,
-                payload,
-                state: DeliveryState::Pending,
-                attempts: Vec::new(),
-                next_at: Some(e.at),
-                replays: 0,
-            })
+            // The time in micros: the key must not change with how times are written.
+            let key = format!("{}/{}/{}", endpoint.id, e.kind, e.at.as_micros());
+            message(hook, event, subject, &key, e.at, data)
         })
         .collect()
 }
@@ -239,12 +276,6 @@ fn run_data(run: &RunDoc, t: &Transition, public_url: &str) -> serde_json::Value
         },
         "transition": { "from": t.from, "to": t.to, "reason": t.reason, "at": t.at },
     })
-}
-
-/// The id of the message about transition `seq` of `run` to `hook`: the
-/// same each time the sweep looks at it.
-fn message_id(hook: &WebhookId, run: &RunId, seq: usize, at: Timestamp) -> DeliveryId {
-    derived_id(hook, &format!("{run}/{seq}"), at)
 }
 
 /// The id of the message to `hook` about what `key` names, at `at`.

@@ -51,14 +51,7 @@ pub async fn derived(
     job: &JobDoc,
 ) -> Result<(JobState, mapi_jobs::Counts, JobCountsDoc), ApiError> {
     let c = counts(state, &job.id).await?;
-    let (s, counts) = mapi_jobs::derive(
-        job.items,
-        job.fanout.enqueued,
-        job.fanout.finished_at.is_some(),
-        job.cancel_requested_at.is_some(),
-        u64::try_from(c.succeeded).unwrap_or(0),
-        u64::try_from(c.failed).unwrap_or(0),
-    );
+    let (s, counts) = job.derive(&c);
     Ok((s, counts, c))
 }
 

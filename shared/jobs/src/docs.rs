@@ -43,6 +43,39 @@ pub struct JobDoc {
     /// 0 for the first pass; each `retry-failed` starts the next round.
     pub round: u32,
     pub cancel_requested_at: Option<Timestamp>,
+    /// Items of the current round may still finish: the tick's job sweep
+    /// looks at the job until it finds them all finished. Set at submit and
+    /// by `retry-failed` (jobs stored before this was recorded carry
+    /// `false` and are never swept).
+    #[serde(default)]
+    pub open: bool,
+    /// How the current round ended, as the job sweep first found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<JobFinished>,
+}
+
+/// The end of a job's round: when the job sweep found every item finished,
+/// and the state and counts it found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobFinished {
+    pub at: Timestamp,
+    pub round: u32,
+    pub state: crate::JobState,
+    pub counts: crate::Counts,
+}
+
+impl JobDoc {
+    /// The state and counts of this job with `counts` (its shards' sum).
+    pub fn derive(&self, counts: &JobCountsDoc) -> (crate::JobState, crate::Counts) {
+        crate::derive(
+            self.items,
+            self.fanout.enqueued,
+            self.fanout.finished_at.is_some(),
+            self.cancel_requested_at.is_some(),
+            u64::try_from(counts.succeeded).unwrap_or(0),
+            u64::try_from(counts.failed).unwrap_or(0),
+        )
+    }
 }
 
 impl Doc for JobDoc {

@@ -39,6 +39,16 @@ pub const INDEXES: &[Index] = &[
     Index { collection: JobItemDoc::COLLECTION, fields: &[("job", Direction::Asc), ("at", Direction::Desc)] },
     // The retention housekeeper: jobs created before a time.
     Index { collection: JobDoc::COLLECTION, fields: &[("created_at", Direction::Asc)] },
+    // The job sweep: jobs whose items may still finish, oldest first.
+    Index {
+        collection: JobDoc::COLLECTION,
+        fields: &[("open", Direction::Asc), ("created_at", Direction::Asc)],
+    },
+    // The webhooks' sweep: a project's jobs by when they finished.
+    Index {
+        collection: JobDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("finished.at", Direction::Asc)],
+    },
     // A project's jobs, newest first.
     Index {
         collection: JobDoc::COLLECTION,

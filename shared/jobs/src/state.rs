@@ -1,6 +1,6 @@
 //! A job's state, derived from its counts: never stored.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 mapi_domain::wire_enum!(
     /// Where a job is.
@@ -19,7 +19,7 @@ mapi_domain::wire_enum!(
 );
 
 /// A job's item counts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Counts {
     pub total: u64,
     /// Items given their task by the fan-out.

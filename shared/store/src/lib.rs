@@ -34,7 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use error::StoreError;
-pub use query::{ContainsIndex, Cursor, Direction, Filter, Index, Op, Query};
+pub use query::{ContainsIndex, Cursor, Direction, Filter, Index, Op, Query, field_value};
 pub use txn::{Committable, Txn, transact};
 
 /// The fields of a document: a JSON object.

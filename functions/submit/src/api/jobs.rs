@@ -234,6 +234,8 @@ pub async fn submit(
         fanout: Fanout::default(),
         round: 0,
         cancel_requested_at: None,
+        open: true,
+        finished: None,
     };
     write_manifest(&state, &job, &spec.items).await?;
     drop(spec);
@@ -620,6 +622,8 @@ pub async fn retry_failed(
             .await?
             .ok_or_else(|| ApiError::not_found("job not found"))?;
         job.round += 1;
+        // Reopened: the job sweep looks at it until this round ends too.
+        (job.open, job.finished) = (true, None);
         tx_put(&mut tx, &job)?;
         tx_create(&mut tx, record)?;
         Ok(tx.finish(job))

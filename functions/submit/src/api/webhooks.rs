@@ -33,12 +33,13 @@ pub const MAX_WEBHOOKS_PER_PROJECT: usize = 20;
 /// The longest description.
 const MAX_DESCRIPTION: usize = 200;
 /// The events a webhook can subscribe to today.
-const OFFERED: [EventType; 7] = [
+const OFFERED: [EventType; 8] = [
     EventType::RunStarted,
     EventType::RunSucceeded,
     EventType::RunFailed,
     EventType::RunPartial,
     EventType::RunCancelled,
+    EventType::JobFinished,
     EventType::EndpointReady,
     EventType::EndpointFailed,
 ];
