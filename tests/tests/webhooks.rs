@@ -249,11 +249,7 @@ async fn urls_into_private_networks_are_refused_and_only_project_admins_manage_w
         let detail = problem["detail"].as_str().unwrap_or_default().to_lowercase();
         assert!(detail.contains(words), "{url}: {words:?} in {detail}");
     }
-    for (events, words) in [
-        (json!([]), "at least one"),
-        (json!(["quota.warning"]), "not sent yet"),
-        (json!(["run.done"]), "run.done"),
-    ] {
+    for (events, words) in [(json!([]), "at least one"), (json!(["run.done"]), "run.done")] {
         let (s, problem) =
             create(&p, p.token(), json!({"url": "https://hooks.example.com/", "events": events})).await;
         assert_eq!(s, 400, "{problem}");
@@ -379,4 +375,43 @@ async fn a_job_that_finishes_is_a_message_once_per_round() {
     // Later sweeps look again within their look-back and make no third message.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(finished(&deliveries(&p, &hook).await).len(), 2);
+}
+
+#[tokio::test]
+async fn a_quota_reaching_seventy_and_ninety_percent_warns_once_at_each() {
+    let p = loopback_platform().await;
+    let operator = p.login("admin@dev.local").await;
+    let policy = json!({"storage_bytes": 1000});
+    let (s, b) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(policy)).await;
+    assert_eq!(s, 200, "{b}");
+    let url = format!("http://127.0.0.1:{}/", free_port());
+    let (s, made) = create(&p, p.token(), json!({"url": url, "events": ["quota.warning"]})).await;
+    assert_eq!(s, 201, "{made}");
+    let hook = made["id"].as_str().expect("id").to_owned();
+    let warnings = |log: &[Value]| {
+        let mut w: Vec<u64> = log
+            .iter()
+            .filter(|m| m["event"] == "quota.warning")
+            .filter_map(|m| m["payload"]["data"]["quota"]["warning"].as_u64())
+            .collect();
+        w.sort_unstable();
+        w
+    };
+    let rows = |n: usize| format!("x\n{}", "1234567\n".repeat(n));
+    p.upload(&rows(95)).await; // 762 of 1,000 bytes
+    let log = wait_log(&p, &hook, |log| !warnings(log).is_empty()).await;
+    assert_eq!(warnings(&log), [70], "{log:#?}");
+    let m = log.iter().find(|m| m["event"] == "quota.warning").expect("a warning");
+    assert_eq!(m["subject"], "quotas/storage_bytes", "{m}");
+    let quota = &m["payload"]["data"]["quota"];
+    assert_eq!(
+        (&quota["limit"], &quota["value"], &quota["used"]),
+        (&json!("storage_bytes"), &json!(1000), &json!(762))
+    );
+    p.upload(&rows(20)).await; // 924
+    let log = wait_log(&p, &hook, |log| warnings(log).len() == 2).await;
+    assert_eq!(warnings(&log), [70, 90], "{log:#?}");
+    // Still past both thresholds: later sweeps find the same two messages.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(warnings(&deliveries(&p, &hook).await), [70, 90]);
 }

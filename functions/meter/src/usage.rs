@@ -14,7 +14,7 @@ use mapi_domain::{ProjectId, TenantId, Tier, Timestamp};
 use mapi_identity::{Caller, Target, authorize};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query};
-use mapi_quota::counters;
+use mapi_quota::nearness::Nearness;
 use mapi_quota::{Limits, Period, effective};
 use mapi_schema::{Doc, ItemLedgerEntry, LedgerEntry, QuotaPolicyDoc, ScoreLedgerEntry};
 use mapi_store::{Direction, Op};
@@ -68,17 +68,6 @@ pub struct Totals {
 pub struct Group {
     pub key: String,
     pub totals: Totals,
-}
-
-/// How near one quota is.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Nearness {
-    pub limit: String,
-    pub value: u64,
-    pub used: u64,
-    pub fraction: f64,
-    /// 70 or 90 when at or past that percentage.
-    pub warning: Option<u8>,
 }
 
 /// A usage report.
@@ -177,19 +166,7 @@ pub fn totals(entries: &[Entry<'_>]) -> Totals {
     t
 }
 
-fn nearness(limit: &str, value: Option<u64>, used: u64) -> Option<Nearness> {
-    let value = value?;
-    let fraction = if value == 0 { 1.0 } else { used as f64 / value as f64 };
-    let warning = if fraction >= 0.9 {
-        Some(90)
-    } else if fraction >= 0.7 {
-        Some(70)
-    } else {
-        None
-    };
-    Some(Nearness { limit: limit.to_owned(), value, used, fraction, warning })
-}
-
+/// How near `tenant` is to each of its limits now.
 async fn quotas(
     state: &AppState,
     tenant: &TenantId,
@@ -198,28 +175,7 @@ async fn quotas(
 ) -> Result<Vec<Nearness>, ApiError> {
     let policy = mapi_schema::get::<QuotaPolicyDoc>(&*state.store, tenant.as_str()).await?.map(|p| p.policy);
     let limits: Limits = effective(tier, policy.as_ref());
-    // The three counters' shards in one batch read.
-    let names = [
-        counters::tenant(tenant),
-        counters::tenant_period(tenant, Period::Day, now),
-        counters::tenant_period(tenant, Period::Month, now),
-    ];
-    let sums: Vec<_> = counters::read_all(&*state.store, &names).await?.iter().map(|c| c.total()).collect();
-    let [total, day, month] =
-        <[_; 3]>::try_from(sums).map_err(|_| ApiError::internal("the usage counters were not all read"))?;
-    Ok([
-        nearness("vcpu_seconds_per_day", limits.vcpu_seconds_per_day, day.vcpu_ms() / 1000),
-        nearness("vcpu_seconds_per_month", limits.vcpu_seconds_per_month, month.vcpu_ms() / 1000),
-        nearness(
-            "concurrent_runs",
-            limits.concurrent_runs.map(u64::from),
-            u64::try_from(total.active_runs).unwrap_or(0),
-        ),
-        nearness("storage_bytes", limits.storage_bytes, u64::try_from(total.storage_bytes).unwrap_or(0)),
-    ]
-    .into_iter()
-    .flatten()
-    .collect())
+    Ok(mapi_quota::nearness::of_tenant(&*state.store, tenant, &limits, now).await?)
 }
 
 /// Every entry `query` finds, decoded.

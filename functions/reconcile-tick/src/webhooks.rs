@@ -19,16 +19,20 @@
 //! more. A message and the cursor move in one commit, so a transition is
 //! never skipped; its first attempt is pushed after.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use mapi_domain::{DeliveryId, Timestamp, Transition, WebhookId};
+use mapi_domain::{DeliveryId, TenantId, Timestamp, Transition, WebhookId};
 use mapi_endpoints::EndpointDoc;
 use mapi_jobs::JobDoc;
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
+use mapi_quota::nearness::Nearness as QuotaNearness;
 use mapi_schema::tasks::{DeliverTask, push_deliver};
-use mapi_schema::{DeliveryDoc, DeliveryState, Doc, Seen, WebhookDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{
+    DeliveryDoc, DeliveryState, Doc, QuotaPolicyDoc, Seen, TenantDoc, WebhookDoc, tx_create, tx_get, tx_put,
+};
 
 use mapi_store::{Direction, Op, Query, transact};
 use mapi_webhooks::{Envelope, EventType};
@@ -58,9 +62,10 @@ pub async fn sweep(state: &AppState) -> Result<Swept, ApiError> {
         .filter("enabled", Op::Eq, true)
         .order_by("cursor", Direction::Asc)
         .limit(WEBHOOKS_PER_TICK);
+    let mut nearness = Nearness::default();
     for doc in state.store.query(&hooks, None).await? {
         let hook: WebhookDoc = doc.decode()?;
-        match sweep_one(state, &hook).await {
+        match sweep_one(state, &hook, &mut nearness).await {
             Ok(made) => swept.made += made,
             Err(e) => {
                 swept.errors += 1;
@@ -74,8 +79,31 @@ pub async fn sweep(state: &AppState) -> Result<Swept, ApiError> {
     Ok(swept)
 }
 
+/// How near each tenant swept is to its limits, read once per sweep.
+#[derive(Default)]
+struct Nearness(HashMap<TenantId, Vec<mapi_quota::nearness::Nearness>>);
+
+impl Nearness {
+    async fn of(&mut self, state: &AppState, tenant: &TenantId) -> Result<&[QuotaNearness], ApiError> {
+        if !self.0.contains_key(tenant) {
+            let tier = mapi_schema::get::<TenantDoc>(&*state.store, tenant.as_str()).await?.map(|t| t.tier);
+            let policy =
+                mapi_schema::get::<QuotaPolicyDoc>(&*state.store, tenant.as_str()).await?.map(|p| p.policy);
+            let near = match tier {
+                Some(tier) => {
+                    let limits = mapi_quota::effective(tier, policy.as_ref());
+                    mapi_quota::nearness::of_tenant(&*state.store, tenant, &limits, state.clock.now()).await?
+                }
+                None => Vec::new(),
+            };
+            self.0.insert(tenant.clone(), near);
+        }
+        Ok(self.0.get(tenant).map(Vec::as_slice).unwrap_or_default())
+    }
+}
+
 /// Makes the messages of one webhook's new transitions; how many.
-async fn sweep_one(state: &AppState, hook: &WebhookDoc) -> Result<u32, ApiError> {
+async fn sweep_one(state: &AppState, hook: &WebhookDoc, nearness: &mut Nearness) -> Result<u32, ApiError> {
     let now = state.clock.now();
     let since = (hook.cursor - LOOK_BACK).max(hook.created_at);
     let wants = |events: &[EventType]| hook.events.iter().any(|e| events.contains(e));
@@ -94,12 +122,15 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc) -> Result<u32, ApiError>
     } else {
         Vec::new()
     };
+    let quotas =
+        if wants(&[EventType::QuotaWarning]) { nearness.of(state, &hook.tenant).await? } else { &[] };
     let public_url = &state.config.public_url;
     let made: Vec<DeliveryDoc> = runs
         .iter()
         .flat_map(|run| messages(hook, run, since, public_url))
         .chain(endpoints.iter().flat_map(|e| endpoint_messages(hook, e, since)))
         .chain(jobs.iter().filter_map(|j| job_message(hook, j, public_url)))
+        .chain(quotas.iter().filter_map(|n| quota_message(hook, n, now)))
         .filter(|m| !hook.recent.iter().any(|s| s.id == m.id))
         .collect();
     let (hook_ref, made_ref) = (hook, &made);
@@ -159,7 +190,7 @@ async fn changed<T: serde::de::DeserializeOwned>(
 }
 
 /// A message of `event` to `hook` about `subject`, happened at `at`, its
-/// id derived from `key` so a second look makes the same one.
+/// id derived from `key` (and `at`) so a second look makes the same one.
 fn message(
     hook: &WebhookDoc,
     event: EventType,
@@ -168,9 +199,21 @@ fn message(
     at: Timestamp,
     data: serde_json::Value,
 ) -> Option<DeliveryDoc> {
+    message_with_id(hook, event, subject, derived_id(&hook.id, key, at), at, data)
+}
+
+/// A message of `event` to `hook` about `subject`, happened at `at`, as `id`.
+fn message_with_id(
+    hook: &WebhookDoc,
+    event: EventType,
+    subject: String,
+    id: DeliveryId,
+    at: Timestamp,
+    data: serde_json::Value,
+) -> Option<DeliveryDoc> {
     let payload = serde_json::to_string(&Envelope::new(event, at, data)).ok()?;
     Some(DeliveryDoc {
-        id: derived_id(&hook.id, key, at),
+        id,
         webhook: hook.id.clone(),
         tenant: hook.tenant.clone(),
         project: hook.project.clone(),
@@ -204,6 +247,23 @@ fn job_message(hook: &WebhookDoc, job: &JobDoc, public_url: &str) -> Option<Deli
     });
     let key = format!("{}/round/{}", job.id, end.round);
     message(hook, EventType::JobFinished, format!("jobs/{}", job.id), &key, end.at, data)
+}
+
+/// The `quota.warning` message `hook` gets, noticed at `now`, when `n` is
+/// at or past a warning: one per quota, period and threshold (the id's time
+/// is the period's start, so each tick's look finds the same message). A
+/// limit on concurrent runs is not a budget being spent and warns of nothing.
+fn quota_message(hook: &WebhookDoc, n: &QuotaNearness, now: Timestamp) -> Option<DeliveryDoc> {
+    let warning = n.warning.filter(|_| n.limit != "concurrent_runs")?;
+    let period = n.warning_period();
+    let key = format!("quota/{}/{}/{warning}", n.limit, period.key(now));
+    let id = derived_id(&hook.id, &key, period.start(now));
+    let data = serde_json::json!({
+        "tenant": hook.tenant,
+        "quota": n,
+        "period": period.key(now),
+    });
+    message_with_id(hook, EventType::QuotaWarning, format!("quotas/{}", n.limit), id, now, data)
 }
 
 /// The messages `hook` gets for the transitions of `run` at or after `since`.

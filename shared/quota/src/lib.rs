@@ -17,6 +17,7 @@
 mod admit;
 pub mod counters;
 mod limits;
+pub mod nearness;
 mod period;
 pub mod plan;
 

@@ -4,8 +4,8 @@
 //! (`run.succeeded`, `quota.warning`, …). Each delivery's body is the
 //! Standard Webhooks envelope `{"type": …, "timestamp": …, "data": …}`, with
 //! the time the event happened in RFC 3339 UTC and the event's own fields
-//! under `data`. A quota warning fires when a use first reaches 70 % of a
-//! limit, and again when it first reaches 90 %.
+//! under `data`. A quota warning's rule (70 % and 90 % of a limit) is
+//! `mapi_quota::nearness`'s.
 
 use std::fmt;
 use std::str::FromStr;
@@ -125,19 +125,6 @@ impl Envelope {
     }
 }
 
-/// The quota warning (70 or 90, in percent) that a use going from
-/// `previous_used` to `now_used` of `limit` newly reaches, the higher one
-/// if it reaches both at once. Reaching exactly the threshold counts; `None`
-/// if `limit` is 0, the use did not grow past a threshold, or it was
-/// already past it.
-pub fn quota_warning_crossed(previous_used: u64, now_used: u64, limit: u64) -> Option<u8> {
-    if limit == 0 {
-        return None;
-    }
-    let reached = |used: u64, percent: u8| u128::from(used) * 100 >= u128::from(limit) * u128::from(percent);
-    [90, 70].into_iter().find(|&percent| reached(now_used, percent) && !reached(previous_used, percent))
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -179,27 +166,5 @@ mod tests {
             r#"{"type":"run.succeeded","timestamp":"2021-02-25T15:02:10.000000Z","data":{"run":"run_1"}}"#
         );
         assert_eq!(serde_json::from_str::<Envelope>(&text).expect("reads"), envelope);
-    }
-
-    #[test]
-    fn quota_warnings_fire_once_per_threshold() {
-        let cases = [
-            ((0, 69, 100), None),
-            ((0, 70, 100), Some(70)),
-            ((69, 71, 100), Some(70)),
-            ((70, 80, 100), None),
-            ((80, 90, 100), Some(90)),
-            ((89, 120, 100), Some(90)),
-            ((10, 95, 100), Some(90)),
-            ((90, 99, 100), None),
-            ((95, 50, 100), None),
-            ((0, 5, 0), None),
-            ((0, 7, 10), Some(70)),
-            ((6, 6, 10), None),
-            ((0, u64::MAX, u64::MAX), Some(90)),
-        ];
-        for ((previous, now, limit), expected) in cases {
-            assert_eq!(quota_warning_crossed(previous, now, limit), expected, "{previous}->{now} of {limit}");
-        }
     }
 }

@@ -33,7 +33,7 @@ pub mod target;
 pub use delivery::{
     DELIVERY_WINDOW_S, EXCERPT_BYTES, MAX_ATTEMPTS, Outcome, classify, excerpt, next_attempt_delay,
 };
-pub use event::{Envelope, EventType, UnknownEventType, quota_warning_crossed};
+pub use event::{Envelope, EventType, UnknownEventType};
 pub use rotation::{ROTATION_GRACE_S, grace_until, signing_secrets};
 pub use signing::{
     DEFAULT_TOLERANCE_S, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, Headers, Received, Secret,

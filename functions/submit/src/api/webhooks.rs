@@ -32,18 +32,6 @@ use super::datasets::{PageQuery, entropy, require_project};
 pub const MAX_WEBHOOKS_PER_PROJECT: usize = 20;
 /// The longest description.
 const MAX_DESCRIPTION: usize = 200;
-/// The events a webhook can subscribe to today.
-const OFFERED: [EventType; 8] = [
-    EventType::RunStarted,
-    EventType::RunSucceeded,
-    EventType::RunFailed,
-    EventType::RunPartial,
-    EventType::RunCancelled,
-    EventType::JobFinished,
-    EventType::EndpointReady,
-    EventType::EndpointFailed,
-];
-
 type HookPath = Path<(TenantId, ProjectId, WebhookId)>;
 
 fn view(d: &WebhookDoc) -> WebhookView {
@@ -92,13 +80,6 @@ fn check_events(events: &[EventType]) -> Result<Vec<EventType>, ApiError> {
         return Err(ApiError::invalid(
             "events is empty: subscribe to at least one, e.g. [\"run.succeeded\"]",
         ));
-    }
-    if let Some(e) = events.iter().find(|e| !OFFERED.contains(e)) {
-        let offered: Vec<&str> = OFFERED.iter().map(|e| e.as_str()).collect();
-        return Err(ApiError::invalid(format!(
-            "event {e} is not sent yet: subscribe to {}",
-            offered.join(", ")
-        )));
     }
     let mut events = events.to_vec();
     events.sort();
