@@ -85,3 +85,34 @@ fn permissions_document_is_current() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(have == doc, "docs/permissions.md is stale: run with MAPI_UPDATE_DOCS=1");
 }
+
+#[test]
+fn every_error_the_document_states_is_a_problem_and_bearer_routes_state_401_and_403() {
+    let doc = serde_json::to_value(mapi_embedded::openapi()).expect("json");
+    let (mut errors, mut bearer) = (0, 0);
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            let Some(responses) = op["responses"].as_object() else { continue };
+            for (status, r) in responses.iter().filter(|(s, _)| s.as_str() >= "400") {
+                errors += 1;
+                // A shared response is named by reference.
+                let r = match r["$ref"].as_str().and_then(|to| to.strip_prefix("#/components/responses/")) {
+                    Some(name) => &doc["components"]["responses"][name],
+                    None => r,
+                };
+                let types: Vec<&String> =
+                    r["content"].as_object().map(|c| c.keys().collect()).unwrap_or_default();
+                assert_eq!(types, ["application/problem+json"], "{method} {path} {status}");
+                let schema = &r["content"]["application/problem+json"]["schema"]["$ref"];
+                assert_eq!(schema, "#/components/schemas/Problem", "{method} {path} {status}");
+            }
+            if op["security"].as_array().is_some_and(|s| s.iter().any(|r| r.get("bearer").is_some())) {
+                bearer += 1;
+                for status in ["401", "403"] {
+                    assert!(responses.contains_key(status), "{method} {path} states no {status}");
+                }
+            }
+        }
+    }
+    assert!(errors > 300 && bearer > 90, "{errors} error responses, {bearer} bearer operations");
+}

@@ -79,7 +79,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
             utoipa::openapi::security::HttpAuthScheme::Bearer,
         )),
     );
-    doc
+    mapi_problem::openapi::document_errors(doc)
 }
 
 /// Every route of the platform, as `mapi dev` serves them.

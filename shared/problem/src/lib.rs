@@ -5,6 +5,7 @@
 //! context and answered with a generic detail: nothing internal is echoed.
 
 mod extract;
+pub mod openapi;
 pub mod wording;
 
 use axum::http::{HeaderValue, header};
