@@ -116,3 +116,24 @@ fn every_error_the_document_states_is_a_problem_and_bearer_routes_state_401_and_
     }
     assert!(errors > 300 && bearer > 90, "{errors} error responses, {bearer} bearer operations");
 }
+
+#[test]
+fn page_sizes_and_limits_state_the_ranges_the_server_enforces() {
+    let doc = serde_json::to_value(mapi_embedded::openapi()).expect("json");
+    let mut seen = 0;
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                let max = match (p["name"].as_str(), path.as_str()) {
+                    (Some("limit"), "/v1/runs/{id}/logs") => mapi_executor::MAX_LOG_PAGE as u64,
+                    (Some("page_size" | "limit"), _) => 200,
+                    _ => continue,
+                };
+                seen += 1;
+                let range = (p["schema"]["minimum"].as_u64(), p["schema"]["maximum"].as_u64());
+                assert_eq!(range, (Some(1), Some(max)), "{method} {path} {}", p["name"]);
+            }
+        }
+    }
+    assert!(seen >= 12, "{seen} page sizes");
+}

@@ -29,8 +29,10 @@ pub struct AuditQuery {
     /// RFC 3339; entries before.
     until: Option<Timestamp>,
     /// How many entries a page holds (1–200; 50 when absent).
+    #[param(minimum = 1, maximum = 200)]
     page_size: Option<u32>,
     /// The same as `page_size`, by the name shell scripts reach for.
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
     page_token: Option<String>,
 }

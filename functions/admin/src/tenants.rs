@@ -99,6 +99,7 @@ pub async fn create(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    #[param(minimum = 1, maximum = 200)]
     page_size: Option<u32>,
     page_token: Option<String>,
 }

@@ -35,11 +35,12 @@ pub enum GroupBy {
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
     /// `day` or `month` (UTC); `month` when absent.
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(day|month)$")]
     period: Option<Period>,
     /// An instant inside the period (RFC 3339); now when absent.
     at: Option<Timestamp>,
-    #[param(value_type = Option<String>)]
+    /// Groups of the totals; none when absent.
+    #[param(value_type = Option<GroupBy>)]
     group_by: Option<GroupBy>,
 }
 

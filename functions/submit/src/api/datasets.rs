@@ -44,6 +44,7 @@ pub async fn require_project(
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
     /// 1 to 200; 50 when absent.
+    #[param(minimum = 1, maximum = 200)]
     pub(crate) page_size: Option<u32>,
     pub(crate) page_token: Option<String>,
 }

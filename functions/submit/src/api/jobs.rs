@@ -442,6 +442,7 @@ pub struct ItemsQuery {
     /// `succeeded` or `failed`; every finished item when absent.
     state: Option<ItemOutcome>,
     /// 1 to 200; 50 when absent.
+    #[param(minimum = 1, maximum = 200)]
     page_size: Option<u32>,
     page_token: Option<String>,
 }

@@ -23,6 +23,7 @@ pub struct LogsQuery {
     /// first line.
     cursor: Option<String>,
     /// Lines per page: 1 to 1000; 200 when absent.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 

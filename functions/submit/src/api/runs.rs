@@ -449,6 +449,7 @@ pub struct ListQuery {
     /// RFC 3339; runs created before.
     created_before: Option<Timestamp>,
     /// 1 to 200; 50 when absent.
+    #[param(minimum = 1, maximum = 200)]
     page_size: Option<u32>,
     page_token: Option<String>,
 }
