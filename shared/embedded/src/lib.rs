@@ -64,6 +64,9 @@ pub enum DevError {
     Io(#[from] std::io::Error),
 }
 
+/// The longest the background loop waits for one tick or housekeeping call.
+const BACKGROUND_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// The merged OpenAPI document of every function.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = mapi_submit::ApiDoc::openapi();
@@ -365,7 +368,11 @@ impl DevPlatform {
                         () = clock.sleep_until(clock.now() + tick) => {}
                     }
                     for (url, what) in [(&url, "the reconcile tick"), (&housekeep, "the job housekeeper")] {
-                        match http.post(url).bearer_auth(&internal).send().await {
+                        // A tick that hangs must not stop every later one: the
+                        // request is dropped (and with it the handler), and the
+                        // next tick takes the lease once it lapses.
+                        let request = http.post(url).bearer_auth(&internal).timeout(BACKGROUND_CALL_TIMEOUT);
+                        match request.send().await {
                             Ok(r) if r.status().is_success() => {}
                             Ok(r) => tracing::warn!(status = %r.status(), "{what} failed"),
                             Err(e) => tracing::warn!(error = %e, "{what} failed"),
