@@ -501,6 +501,11 @@ pub fn free_port() -> u16 {
     panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
+/// The ids of a page of the runs list, in its order.
+pub fn run_ids(page: &serde_json::Value) -> Vec<String> {
+    page["runs"].as_array().expect("runs").iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect()
+}
+
 /// The `(from, to, reason)` of every history entry.
 pub fn transitions(run: &serde_json::Value) -> Vec<(String, String, String)> {
     run["history"]

@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use mapi_tests::{Options, TestPlatform};
+use mapi_tests::{Options, TestPlatform, run_ids as ids};
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const ACCOUNTS: &str =
     "admin@dev.local,dev@dev.local,owner@acme.test,runner@acme.test,viewer@acme.test,owner@other.test";
@@ -46,10 +46,6 @@ async fn world() -> World {
         runs.push(run["id"].as_str().expect("id").to_owned());
     }
     World { p, runner, viewer, other, runs }
-}
-
-fn ids(page: &Value) -> Vec<String> {
-    page["runs"].as_array().expect("runs").iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use mapi_tests::TestPlatform;
+use mapi_tests::{TestPlatform, run_ids as ids};
 use reqwest::Method;
 use serde_json::json;
 
@@ -100,9 +100,7 @@ async fn the_runs_list_finds_runs_by_tag_a_page_at_a_time() {
         }
         let (s, page) = p.call(p.token(), Method::GET, &path, None).await;
         assert_eq!(s, 200, "{page}");
-        seen.extend(
-            page["runs"].as_array().expect("runs").iter().map(|r| r["id"].as_str().expect("id").to_owned()),
-        );
+        seen.extend(ids(&page));
         match page["next_page_token"].as_str() {
             Some(t) => token = Some(t.to_owned()),
             None => break,
@@ -132,14 +130,6 @@ async fn the_runs_list_finds_runs_by_a_params_value() {
         )
         .await;
     let runs = format!("{}/runs", p.project_path());
-    let ids = |page: &serde_json::Value| -> Vec<String> {
-        page["runs"]
-            .as_array()
-            .expect("runs")
-            .iter()
-            .map(|r| r["id"].as_str().expect("id").to_owned())
-            .collect()
-    };
     let (s, page) = p.call(p.token(), Method::GET, &format!("{runs}?param=y=y"), None).await;
     assert_eq!((s, ids(&page)), (200, vec![bare.clone(), on_y.clone()]), "{page}");
     let (_, page) = p.call(p.token(), Method::GET, &format!("{runs}?param=y=z"), None).await;

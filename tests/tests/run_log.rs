@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use mapi_tests::TestPlatform;
+use mapi_tests::{TestPlatform, run_ids as ids};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -171,11 +171,6 @@ async fn images_are_logged_told_by_their_bytes_bounded_and_linked_with_an_audit_
     assert_eq!(audit["items"].as_array().map(Vec::len), Some(2), "one entry per image logged: {audit}");
     let (_, audit) = p.call(&admin, Method::GET, "/v1/tenants/dev/audit?action=artifact.link", None).await;
     assert_eq!(audit["items"].as_array().map(Vec::len), Some(1), "one entry per link given: {audit}");
-}
-
-/// The ids of a runs page.
-fn ids(page: &Value) -> Vec<String> {
-    page["runs"].as_array().expect("runs").iter().map(|r| r["id"].as_str().expect("id").to_owned()).collect()
 }
 
 #[tokio::test]
