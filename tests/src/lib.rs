@@ -85,7 +85,9 @@
 //!   the routers and the queues' targets), `api` (the HTTP contract:
 //!   problems, idempotent submits, the service routes), `methods` (the
 //!   method registry over `GET /v1/methods` and `mapi methods`, whose
-//!   examples run as printed).
+//!   examples run as printed), `contract` (Schemathesis against `mapi dev`
+//!   as an API token, a tenant admin and an operator; a client generated
+//!   from the document fits a model).
 //! - Hostile clients: `hostile` (531 hostile inputs across every route
 //!   family, each a problem with its code), `memory` (the worst bodies keep
 //!   `mapi dev`'s peak resident set under a bound).
@@ -118,6 +120,7 @@ pub mod firestore_emulator;
 pub mod gcs_front;
 pub mod google;
 pub mod model_fixture;
+pub mod python_tools;
 pub mod scripted;
 
 use mapi_embedded::DevPlatform;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use mapi_access::Role;
 use mapi_domain::{TenantId, UserId};
 use mapi_schema::MembershipDoc;
-use mapi_tests::TestPlatform;
+use mapi_tests::{TestPlatform, python_tools};
 
 const REQUIREMENTS: &str = include_str!("../browser/requirements.txt");
 const PACKAGE_JSON: &str = include_str!("../browser/package.json");
@@ -30,65 +30,15 @@ fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
 }
 
-fn cache_dir() -> PathBuf {
-    let root = match std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        None => std::env::var_os("HOME")
-            .filter(|d| !d.is_empty())
-            .map_or_else(std::env::temp_dir, |h| PathBuf::from(h).join(".cache")),
-    };
-    // FNV-1a of the pins: a change of version installs afresh beside the old.
-    let hash = format!("{REQUIREMENTS}{PACKAGE_JSON}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    root.join("mapi-emulators").join(format!("browser-{hash:016x}"))
-}
-
-fn run(program: &Path, args: &[&str], dir: &Path) -> Result<(), String> {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", program.display()))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{} {} failed ({}): {}",
-        program.display(),
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    ))
-}
-
 /// The venv's Python and the path of `axe.min.js`, installed once.
 fn install() -> Result<(PathBuf, PathBuf), String> {
-    let dir = cache_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let lock = std::fs::File::create(dir.join(".lock")).map_err(|e| format!("{}: {e}", dir.display()))?;
-    lock.lock().map_err(|e| format!("locking {}: {e}", dir.display()))?;
-    let python = dir.join("venv/bin/python");
-    let axe = dir.join("node_modules/axe-core/axe.min.js");
-    if !dir.join(".installed").exists() {
-        run(Path::new("python3"), &["-m", "venv", "--clear", "venv"], &dir)?;
-        std::fs::write(dir.join("requirements.txt"), REQUIREMENTS).map_err(|e| e.to_string())?;
-        run(
-            &python,
-            &["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", "requirements.txt"],
-            &dir,
-        )?;
+    let dir = python_tools::cache_dir("browser", &format!("{REQUIREMENTS}{PACKAGE_JSON}"));
+    let python = python_tools::venv(&dir, REQUIREMENTS, |dir| {
         std::fs::write(dir.join("package.json"), PACKAGE_JSON).map_err(|e| e.to_string())?;
-        run(
-            Path::new("npm"),
-            &["install", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"],
-            &dir,
-        )?;
-        std::fs::write(dir.join(".installed"), "").map_err(|e| e.to_string())?;
-    }
-    drop(lock);
-    Ok((python, axe))
+        let npm = ["install", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"];
+        python_tools::run(Path::new("npm"), &npm, dir)
+    })?;
+    Ok((python, dir.join("node_modules/axe-core/axe.min.js")))
 }
 
 /// The accounts the suite signs in as, besides the seeded admin.

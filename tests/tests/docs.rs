@@ -71,7 +71,9 @@ fn openapi_document_describes_the_runs_api() {
         assert!(doc["paths"][path].is_object(), "{path} is missing from the OpenAPI document");
     }
     assert!(doc["components"]["schemas"]["Problem"].is_object());
-    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    for scheme in ["session", "token"] {
+        assert!(doc["components"]["securitySchemes"][scheme].is_object(), "{scheme}");
+    }
 }
 
 #[test]
@@ -87,7 +89,7 @@ fn permissions_document_is_current() {
 }
 
 #[test]
-fn every_error_the_document_states_is_a_problem_and_bearer_routes_state_401_and_403() {
+fn every_error_the_document_states_is_a_problem_and_credentialed_routes_state_401_and_403() {
     let doc = serde_json::to_value(mapi_embedded::openapi()).expect("json");
     let (mut errors, mut bearer) = (0, 0);
     for (path, item) in doc["paths"].as_object().expect("paths") {
@@ -106,11 +108,14 @@ fn every_error_the_document_states_is_a_problem_and_bearer_routes_state_401_and_
                 let schema = &r["content"]["application/problem+json"]["schema"]["$ref"];
                 assert_eq!(schema, "#/components/schemas/Problem", "{method} {path} {status}");
             }
-            if op["security"].as_array().is_some_and(|s| s.iter().any(|r| r.get("bearer").is_some())) {
+            if op["security"].as_array().is_some_and(|s| !s.is_empty()) {
                 bearer += 1;
                 for status in ["401", "403"] {
                     assert!(responses.contains_key(status), "{method} {path} states no {status}");
                 }
+            }
+            if op.get("requestBody").is_some() {
+                assert!(responses.contains_key("415"), "{method} {path} takes a body and states no 415");
             }
         }
     }
@@ -136,4 +141,58 @@ fn page_sizes_and_limits_state_the_ranges_the_server_enforces() {
         }
     }
     assert!(seen >= 12, "{seen} page sizes");
+}
+
+/// What each operation says it takes (a session only, or a session or an
+/// API token) is what it does: with the platform's own admin token, an
+/// operation for sessions only answers 403, and any other does not. Checked
+/// on every operation without a body (a body is read before the decision),
+/// with the dev tenant and project and well-formed ids of nothing.
+#[tokio::test]
+async fn each_operation_takes_the_credentials_the_document_says() {
+    let p = mapi_tests::TestPlatform::start(&[]).await;
+    let doc = serde_json::to_value(mapi_embedded::openapi()).expect("json");
+    let nothing = |prefix: &str| format!("{prefix}{}", "0".repeat(26));
+    let (mut sessions_only, mut either) = (0, 0);
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("path item") {
+            let Some(security) = op["security"].as_array() else { continue };
+            if op.get("requestBody").is_some() || security.is_empty() {
+                continue;
+            }
+            let token_taken = security.iter().any(|r| r.get("token").is_some());
+            let segments: Vec<&str> = path.split('/').collect();
+            let concrete: Vec<String> = segments
+                .iter()
+                .enumerate()
+                .map(|(i, s)| match *s {
+                    "{tenant}" => "dev".to_owned(),
+                    "{project}" => "default".to_owned(),
+                    "{email}" => "nobody@dev.local".to_owned(),
+                    "{idx}" => "0".to_owned(),
+                    "{delivery}" => nothing("msg_"),
+                    "{id}" => match segments[i - 1] {
+                        "runs" => nothing("run_"),
+                        "jobs" => nothing("job_"),
+                        "datasets" => nothing("ds_"),
+                        "webhooks" => nothing("wh_"),
+                        "model-versions" => nothing("mv_"),
+                        _ => "000000000000".to_owned(),
+                    },
+                    s if s.starts_with('{') => "x".to_owned(),
+                    s => s.to_owned(),
+                })
+                .collect();
+            let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+            let (status, body) = p.call(p.token(), m, &concrete.join("/"), None).await;
+            if token_taken {
+                either += 1;
+                assert_ne!(status, 403, "{method} {path} says it takes a token, and refused one: {body}");
+            } else {
+                sessions_only += 1;
+                assert_eq!(status, 403, "{method} {path} says it takes only a session; a token got: {body}");
+            }
+        }
+    }
+    assert!(sessions_only >= 15 && either >= 30, "{sessions_only} sessions-only, {either} either");
 }

@@ -19,6 +19,7 @@ mod cloudrun_load;
 mod cloudrun_logs;
 mod cloudrun_runs;
 mod cloudtasks;
+mod contract;
 mod crash;
 mod cross_tenant;
 mod datasets;

@@ -22,7 +22,6 @@ pub struct AuditQuery {
     project: Option<ProjectId>,
     actor: Option<UserId>,
     action: Option<String>,
-    #[param(value_type = Option<String>)]
     outcome: Option<Outcome>,
     /// RFC 3339; entries at or after.
     since: Option<Timestamp>,
@@ -81,8 +80,8 @@ async fn read(state: &AppState, tenant: Option<&TenantId>, q: AuditQuery) -> Res
 }
 
 /// The tenant's audit log (tenant admins, tenant-wide; operators).
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/audit", tag = "admin", params(("tenant" = String, Path), AuditQuery),
-    responses((status = 200, body = AuditPage)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/audit", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), AuditQuery),
+    responses((status = 200, body = AuditPage)), security(("session" = [])))]
 pub async fn tenant_log(
     State(state): State<AppState>,
     caller: Caller,
@@ -98,7 +97,7 @@ pub async fn tenant_log(
 }
 
 /// The whole platform's audit log (operators).
-#[utoipa::path(get, path = "/v1/admin/audit", tag = "admin", params(AuditQuery), responses((status = 200, body = AuditPage)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/audit", tag = "admin", params(AuditQuery), responses((status = 200, body = AuditPage)), security(("session" = [])))]
 pub async fn platform_log(
     State(state): State<AppState>,
     caller: Caller,

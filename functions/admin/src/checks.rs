@@ -15,9 +15,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AccessCheck {
-    #[schema(value_type = String)]
     pub resource: Resource,
-    #[schema(value_type = String)]
     pub action: Action,
     /// The endpoint, for `score:<alias>` tokens.
     pub endpoint: Option<String>,
@@ -50,8 +48,8 @@ async fn answer(
 }
 
 /// May the caller do `action` on `resource` in this project?
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/access-checks", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
-    request_body = AccessCheck, responses((status = 200, body = AccessAnswer), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/access-checks", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
+    request_body = AccessCheck, responses((status = 200, body = AccessAnswer), (status = 404, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn project_check(
     State(state): State<AppState>,
     caller: Caller,
@@ -63,8 +61,8 @@ pub async fn project_check(
 }
 
 /// May the caller do `action` on `resource` in this tenant (tenant-level resources)?
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/access-checks", tag = "admin", params(("tenant" = String, Path)),
-    request_body = AccessCheck, responses((status = 200, body = AccessAnswer), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/access-checks", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)),
+    request_body = AccessCheck, responses((status = 200, body = AccessAnswer), (status = 404, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn tenant_check(
     State(state): State<AppState>,
     caller: Caller,

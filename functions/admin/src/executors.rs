@@ -100,7 +100,7 @@ async fn view(state: &AppState, doc: ExecutorDoc) -> Result<ExecutorView, ApiErr
 }
 
 /// The executors of this deployment (operators).
-#[utoipa::path(get, path = "/v1/admin/executors", tag = "admin", responses((status = 200, body = Vec<ExecutorView>)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/executors", tag = "admin", responses((status = 200, body = Vec<ExecutorView>)), security(("session" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -124,14 +124,17 @@ fn known(state: &AppState, name: &str) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 pub struct SetExecutor {
     pub enabled: bool,
-    /// Why (required).
+    /// Why (required): not blank.
+    #[schema(
+        pattern = "[^\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]"
+    )]
     pub reason: String,
 }
 
 /// Switch an executor on or off (operators, with a reason; audited). A
 /// disabled executor takes no new attempts: runs wait in the queue.
 #[utoipa::path(put, path = "/v1/admin/executors/{name}", tag = "admin", request_body = SetExecutor,
-    responses((status = 200, body = ExecutorView), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    responses((status = 200, body = ExecutorView), (status = 404, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn set(
     State(state): State<AppState>,
     caller: Caller,
@@ -172,7 +175,7 @@ pub async fn set(
 /// Record the conformance and security reports of an executor (operators;
 /// audited). They open shared tiers only for the caps they name.
 #[utoipa::path(put, path = "/v1/admin/executors/{name}/evidence", tag = "admin", request_body = Evidence,
-    responses((status = 200, body = ExecutorView), (status = 400, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    responses((status = 200, body = ExecutorView), (status = 400, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn evidence(
     State(state): State<AppState>,
     caller: Caller,

@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TenantLimits {
     pub tenant: TenantId,
-    #[schema(value_type = String)]
     pub tier: Tier,
     pub policy: Option<Policy>,
     pub effective: Limits,
@@ -44,7 +43,7 @@ pub struct QuotaList {
 }
 
 /// Every tenant's quotas (operators).
-#[utoipa::path(get, path = "/v1/admin/quotas", tag = "admin", responses((status = 200, body = QuotaList)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/quotas", tag = "admin", responses((status = 200, body = QuotaList)), security(("session" = [])))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<QuotaList>, ApiError> {
     authorize_operator(&state, &caller, Resource::Quota, Action::Read, "quotas").await?;
     let tenants: Vec<TenantDoc> = state
@@ -65,8 +64,8 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<
 
 /// Replace a tenant's quota policy (operators): the limits given replace
 /// the tier's, the others fall back to the tier default.
-#[utoipa::path(put, path = "/v1/admin/quotas/{tenant}", tag = "admin", params(("tenant" = String, Path)), request_body = Policy,
-    responses((status = 200, body = TenantLimits)), security(("bearer" = [])))]
+#[utoipa::path(put, path = "/v1/admin/quotas/{tenant}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), request_body = Policy,
+    responses((status = 200, body = TenantLimits)), security(("session" = [])))]
 pub async fn set(
     State(state): State<AppState>,
     caller: Caller,
@@ -105,8 +104,8 @@ pub async fn set(
 }
 
 /// Remove a tenant's override: its tier's defaults apply again (operators).
-#[utoipa::path(delete, path = "/v1/admin/quotas/{tenant}", tag = "admin", params(("tenant" = String, Path)),
-    responses((status = 200, body = TenantLimits)), security(("bearer" = [])))]
+#[utoipa::path(delete, path = "/v1/admin/quotas/{tenant}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)),
+    responses((status = 200, body = TenantLimits)), security(("session" = [])))]
 pub async fn remove(
     State(state): State<AppState>,
     caller: Caller,
@@ -142,7 +141,7 @@ pub struct KillSwitchView {
 }
 
 /// The kill switches (operators).
-#[utoipa::path(get, path = "/v1/admin/kill-switches", tag = "admin", responses((status = 200, body = KillSwitchView)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/kill-switches", tag = "admin", responses((status = 200, body = KillSwitchView)), security(("session" = [])))]
 pub async fn get_switches(
     State(state): State<AppState>,
     caller: Caller,
@@ -168,16 +167,19 @@ pub async fn get_switches(
 pub struct SetSwitches {
     pub untrusted_execution_enabled: Option<bool>,
     /// The global spend cap in micros of the price table's currency; `0` removes it.
+    #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     pub spend_cap_micros: Option<i64>,
-    #[schema(value_type = Option<String>)]
     pub spend_cap_period: Option<Period>,
-    /// Why (required).
+    /// Why (required): not blank.
+    #[schema(
+        pattern = "[^\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]"
+    )]
     pub reason: String,
 }
 
 /// Set kill switches (operators, with a reason; audited).
 #[utoipa::path(put, path = "/v1/admin/kill-switches", tag = "admin", request_body = SetSwitches,
-    responses((status = 200, body = KillSwitchView), (status = 400, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    responses((status = 200, body = KillSwitchView), (status = 400, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn set_switches(
     State(state): State<AppState>,
     caller: Caller,

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct NewMember {
     pub email: UserId,
-    #[schema(value_type = String)]
     pub role: Role,
     #[serde(default)]
     pub reviewer: bool,
@@ -30,7 +29,6 @@ pub struct NewMember {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateMember {
-    #[schema(value_type = Option<String>)]
     pub role: Option<Role>,
     pub reviewer: Option<bool>,
 }
@@ -240,7 +238,7 @@ fn mandatory(m: Option<MembershipDoc>) -> Result<MembershipDoc, ApiError> {
 }
 
 /// Tenant-wide grants.
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/members", tag = "admin", params(("tenant" = String, Path)), responses((status = 200, body = MemberList)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/members", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), responses((status = 200, body = MemberList)), security(("session" = [])))]
 pub async fn list_tenant(
     State(state): State<AppState>,
     caller: Caller,
@@ -250,7 +248,7 @@ pub async fn list_tenant(
 }
 
 /// Grant a role tenant-wide (tenant admins). Invites an e-mail that has not signed in yet.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/members", tag = "admin", params(("tenant" = String, Path)), request_body = NewMember, responses((status = 201, body = MembershipDoc)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/members", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), request_body = NewMember, responses((status = 201, body = MembershipDoc), (status = 409, body = mapi_problem::Problem, description = "The person already has a grant here: change it with PATCH")), security(("session" = [])))]
 pub async fn add_tenant(
     State(state): State<AppState>,
     caller: Caller,
@@ -261,7 +259,7 @@ pub async fn add_tenant(
 }
 
 /// Change a tenant-wide grant.
-#[utoipa::path(patch, path = "/v1/tenants/{tenant}/members/{email}", tag = "admin", params(("tenant" = String, Path), ("email" = String, Path)), request_body = UpdateMember, responses((status = 200, body = MembershipDoc)), security(("bearer" = [])))]
+#[utoipa::path(patch, path = "/v1/tenants/{tenant}/members/{email}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("email" = mapi_domain::UserId, Path)), request_body = UpdateMember, responses((status = 200, body = MembershipDoc)), security(("session" = [])))]
 pub async fn update_tenant(
     State(state): State<AppState>,
     caller: Caller,
@@ -272,7 +270,7 @@ pub async fn update_tenant(
 }
 
 /// Remove a tenant-wide grant.
-#[utoipa::path(delete, path = "/v1/tenants/{tenant}/members/{email}", tag = "admin", params(("tenant" = String, Path), ("email" = String, Path)), responses((status = 204)), security(("bearer" = [])))]
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/members/{email}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("email" = mapi_domain::UserId, Path)), responses((status = 204)), security(("session" = [])))]
 pub async fn remove_tenant(
     State(state): State<AppState>,
     caller: Caller,
@@ -283,7 +281,7 @@ pub async fn remove_tenant(
 }
 
 /// A project's members: its own grants and the tenant-wide ones.
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/members", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)), responses((status = 200, body = MemberList)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/members", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)), responses((status = 200, body = MemberList)), security(("session" = []), ("token" = [])))]
 pub async fn list_project(
     State(state): State<AppState>,
     caller: Caller,
@@ -293,7 +291,7 @@ pub async fn list_project(
 }
 
 /// Grant a role in the project (project admins).
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/members", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)), request_body = NewMember, responses((status = 201, body = MembershipDoc)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/members", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)), request_body = NewMember, responses((status = 201, body = MembershipDoc), (status = 409, body = mapi_problem::Problem, description = "The person already has a grant here: change it with PATCH")), security(("session" = []), ("token" = [])))]
 pub async fn add_project(
     State(state): State<AppState>,
     caller: Caller,
@@ -304,7 +302,7 @@ pub async fn add_project(
 }
 
 /// Change a project grant.
-#[utoipa::path(patch, path = "/v1/tenants/{tenant}/projects/{project}/members/{email}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path), ("email" = String, Path)), request_body = UpdateMember, responses((status = 200, body = MembershipDoc)), security(("bearer" = [])))]
+#[utoipa::path(patch, path = "/v1/tenants/{tenant}/projects/{project}/members/{email}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("email" = mapi_domain::UserId, Path)), request_body = UpdateMember, responses((status = 200, body = MembershipDoc)), security(("session" = []), ("token" = [])))]
 pub async fn update_project(
     State(state): State<AppState>,
     caller: Caller,
@@ -316,7 +314,7 @@ pub async fn update_project(
 
 /// Remove a project grant: the person's sessions and tokens stop working
 /// in the project at their next request.
-#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/members/{email}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path), ("email" = String, Path)), responses((status = 204)), security(("bearer" = [])))]
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/members/{email}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("email" = mapi_domain::UserId, Path)), responses((status = 204)), security(("session" = []), ("token" = [])))]
 pub async fn remove_project(
     State(state): State<AppState>,
     caller: Caller,

@@ -20,6 +20,11 @@ use crate::tenants::check_name;
 #[serde(deny_unknown_fields)]
 pub struct NewProject {
     pub id: ProjectId,
+    /// 1 to 200 characters, not all blank, without control characters.
+    #[schema(
+        pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*[^\\x00-\\x1F\\x7F-\\x9F \\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00-\\x1F\\x7F-\\x9F]*$",
+        max_length = 200
+    )]
     pub name: String,
 }
 
@@ -30,7 +35,7 @@ pub struct ProjectList {
 }
 
 /// The tenant's projects that the caller may read.
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects", tag = "admin", params(("tenant" = String, Path)), responses((status = 200, body = ProjectList)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), responses((status = 200, body = ProjectList)), security(("session" = []), ("token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -68,8 +73,8 @@ pub async fn list(
 }
 
 /// Create a project (tenant admins, tenant-wide).
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects", tag = "admin", params(("tenant" = String, Path)), request_body = NewProject,
-    responses((status = 201, body = ProjectDoc), (status = 409, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), request_body = NewProject,
+    responses((status = 201, body = ProjectDoc), (status = 409, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -109,8 +114,8 @@ pub async fn create(
 }
 
 /// A project.
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
-    responses((status = 200, body = ProjectDoc), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
+    responses((status = 200, body = ProjectDoc), (status = 404, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn get_project(
     State(state): State<AppState>,
     caller: Caller,
@@ -129,12 +134,17 @@ pub async fn get_project(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateProject {
+    /// 1 to 200 characters, not all blank, without control characters.
+    #[schema(
+        pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*[^\\x00-\\x1F\\x7F-\\x9F \\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00-\\x1F\\x7F-\\x9F]*$",
+        max_length = 200
+    )]
     pub name: String,
 }
 
 /// Rename a project (project admins).
-#[utoipa::path(patch, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
-    request_body = UpdateProject, responses((status = 200, body = ProjectDoc)), security(("bearer" = [])))]
+#[utoipa::path(patch, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
+    request_body = UpdateProject, responses((status = 200, body = ProjectDoc)), security(("session" = []), ("token" = [])))]
 pub async fn update(
     State(state): State<AppState>,
     caller: Caller,
@@ -167,8 +177,8 @@ pub async fn update(
 
 /// Delete an empty project (tenant admins, tenant-wide): one with no
 /// datasets and no runs. Its memberships go with it.
-#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
-    responses((status = 204), (status = 409, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
+    responses((status = 204), (status = 409, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,

@@ -16,7 +16,6 @@ pub struct Grant {
     pub tenant: TenantId,
     /// Absent for a tenant-wide grant.
     pub project: Option<ProjectId>,
-    #[schema(value_type = String)]
     pub role: Role,
     pub reviewer: bool,
 }
@@ -85,7 +84,7 @@ async fn who(state: &AppState, caller: &Caller) -> Result<WhoAmI, ApiError> {
 
 /// Sign in: present an ID token as the bearer. Records the sign-in and
 /// claims the invitations made for this verified e-mail.
-#[utoipa::path(post, path = "/v1/sessions", tag = "admin", responses((status = 200, body = WhoAmI), (status = 401, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/sessions", tag = "admin", responses((status = 200, body = WhoAmI), (status = 401, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn sign_in(State(state): State<AppState>, caller: Caller) -> Result<Json<WhoAmI>, ApiError> {
     caller.require_session("signing in")?;
     let now = state.clock.now();
@@ -132,7 +131,7 @@ pub async fn sign_in(State(state): State<AppState>, caller: Caller) -> Result<Js
 }
 
 /// Who the caller is: the person, whether an operator, the token used, and every grant.
-#[utoipa::path(get, path = "/v1/whoami", tag = "admin", responses((status = 200, body = WhoAmI), (status = 401, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/whoami", tag = "admin", responses((status = 200, body = WhoAmI), (status = 401, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn whoami(State(state): State<AppState>, caller: Caller) -> Result<Json<WhoAmI>, ApiError> {
     Ok(Json(who(&state, &caller).await?))
 }

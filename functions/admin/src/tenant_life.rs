@@ -29,9 +29,9 @@ fn export_id(now: Timestamp, random: [u8; 6]) -> String {
 
 /// Ask for an export of the tenant's documents and objects (tenant admins,
 /// tenant-wide). While one is building, asking again answers that one.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/exports", tag = "admin", params(("tenant" = String, Path)),
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/exports", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)),
     responses((status = 202, body = ExportDoc), (status = 200, body = ExportDoc), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = [])))]
+    security(("session" = [])))]
 pub async fn request_export(
     State(state): State<AppState>,
     caller: Caller,
@@ -83,8 +83,8 @@ pub async fn request_export(
 }
 
 /// An export: building, or ready with its manifest (tenant admins, tenant-wide).
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/exports/{id}", tag = "admin", params(("tenant" = String, Path), ("id" = String, Path)),
-    responses((status = 200, body = ExportDoc), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/exports/{id}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("id" = String, Path)),
+    responses((status = 200, body = ExportDoc), (status = 404, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn get_export(
     State(state): State<AppState>,
     caller: Caller,
@@ -105,14 +105,19 @@ pub async fn get_export(
 #[serde(deny_unknown_fields)]
 pub struct RequestDeletion {
     /// Why the tenant goes; kept in the deletion certificate.
+    /// 1 to 200 characters, not all blank, without control characters.
+    #[schema(
+        pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*[^\\x00-\\x1F\\x7F-\\x9F \\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00-\\x1F\\x7F-\\x9F]*$",
+        max_length = 200
+    )]
     pub reason: String,
 }
 
 /// Ask for the tenant's deletion (tenant admins, tenant-wide): it is
 /// `deleting` at once, and purged once the grace period has passed.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/deletion", tag = "admin", params(("tenant" = String, Path)), request_body = RequestDeletion,
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/deletion", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), request_body = RequestDeletion,
     responses((status = 202, body = DeletionDoc), (status = 400, body = mapi_problem::Problem), (status = 409, body = mapi_problem::Problem)),
-    security(("bearer" = [])))]
+    security(("session" = [])))]
 pub async fn request_deletion(
     State(state): State<AppState>,
     caller: Caller,
@@ -177,8 +182,8 @@ async fn deletion_of(state: &AppState, tenant: &TenantId) -> Result<DeletionDoc,
 
 /// The tenant's deletion: scheduled, purging, or its certificate once
 /// purged (operators; tenant admins while the tenant is not being deleted).
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/deletion", tag = "admin", params(("tenant" = String, Path)),
-    responses((status = 200, body = DeletionDoc), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/deletion", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)),
+    responses((status = 200, body = DeletionDoc), (status = 404, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn get_deletion(
     State(state): State<AppState>,
     caller: Caller,
@@ -192,8 +197,8 @@ pub async fn get_deletion(
 
 /// Cancel the deletion within the grace period (tenant admins,
 /// tenant-wide): the tenant has its previous status back.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/deletion/cancel", tag = "admin", params(("tenant" = String, Path)),
-    responses((status = 200, body = DeletionDoc), (status = 409, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/deletion/cancel", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)),
+    responses((status = 200, body = DeletionDoc), (status = 409, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn cancel_deletion(
     State(state): State<AppState>,
     caller: Caller,
@@ -246,9 +251,9 @@ fn cancellable(d: &DeletionDoc, now: Timestamp) -> Result<(), ApiError> {
 
 /// Purge now a tenant whose grace period is over, or retry a purge that
 /// failed (operators). A purged tenant answers its certificate.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/deletion/purge", tag = "admin", params(("tenant" = String, Path)),
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/deletion/purge", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)),
     responses((status = 202, body = DeletionDoc), (status = 200, body = DeletionDoc), (status = 409, body = mapi_problem::Problem)),
-    security(("bearer" = [])))]
+    security(("session" = [])))]
 pub async fn purge(
     State(state): State<AppState>,
     caller: Caller,

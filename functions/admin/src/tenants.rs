@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 pub struct NewTenant {
     /// A lowercase slug; part of every reference and storage key; never changes.
     pub id: TenantId,
+    #[schema(
+        pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*[^\\x00-\\x1F\\x7F-\\x9F \\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00-\\x1F\\x7F-\\x9F]*$",
+        max_length = 200
+    )]
     pub name: String,
     pub tier: Tier,
     pub residency: Residency,
@@ -36,7 +40,7 @@ pub fn check_name(name: &str, what: &str) -> Result<(), ApiError> {
 /// Create a tenant (operators).
 #[utoipa::path(post, path = "/v1/admin/tenants", tag = "admin", request_body = NewTenant,
     responses((status = 201, body = TenantDoc), (status = 409, body = mapi_problem::Problem), (status = 403, body = mapi_problem::Problem)),
-    security(("bearer" = [])))]
+    security(("session" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -112,7 +116,7 @@ pub struct TenantPage {
 }
 
 /// Every tenant (operators).
-#[utoipa::path(get, path = "/v1/admin/tenants", tag = "admin", params(ListQuery), responses((status = 200, body = TenantPage)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/admin/tenants", tag = "admin", params(ListQuery), responses((status = 200, body = TenantPage)), security(("session" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -131,6 +135,10 @@ pub async fn list(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ManageTenant {
+    #[schema(
+        pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*[^\\x00-\\x1F\\x7F-\\x9F \\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00-\\x1F\\x7F-\\x9F]*$",
+        max_length = 200
+    )]
     pub name: Option<String>,
     pub tier: Option<Tier>,
     pub status: Option<TenantStatus>,
@@ -141,9 +149,9 @@ pub struct ManageTenant {
 
 /// Change a tenant's name, tier, status or residency (operators). A change
 /// of residency applies to new runs only.
-#[utoipa::path(patch, path = "/v1/admin/tenants/{tenant}", tag = "admin", params(("tenant" = String, Path)), request_body = ManageTenant,
+#[utoipa::path(patch, path = "/v1/admin/tenants/{tenant}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), request_body = ManageTenant,
     responses((status = 200, body = TenantDoc), (status = 400, body = mapi_problem::Problem), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = [])))]
+    security(("session" = [])))]
 pub async fn manage(
     State(state): State<AppState>,
     caller: Caller,
@@ -214,7 +222,7 @@ pub async fn manage(
 }
 
 /// A tenant (its members, tenant-wide; operators).
-#[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "admin", params(("tenant" = String, Path)), responses((status = 200, body = TenantDoc), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), responses((status = 200, body = TenantDoc), (status = 404, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn get_tenant(
     State(state): State<AppState>,
     caller: Caller,
@@ -230,11 +238,15 @@ pub async fn get_tenant(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateTenant {
+    #[schema(
+        pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*[^\\x00-\\x1F\\x7F-\\x9F \\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00-\\x1F\\x7F-\\x9F]*$",
+        max_length = 200
+    )]
     pub name: String,
 }
 
 /// Rename the tenant (tenant admins, tenant-wide).
-#[utoipa::path(patch, path = "/v1/tenants/{tenant}", tag = "admin", params(("tenant" = String, Path)), request_body = UpdateTenant, responses((status = 200, body = TenantDoc)), security(("bearer" = [])))]
+#[utoipa::path(patch, path = "/v1/tenants/{tenant}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path)), request_body = UpdateTenant, responses((status = 200, body = TenantDoc)), security(("session" = [])))]
 pub async fn update(
     State(state): State<AppState>,
     caller: Caller,

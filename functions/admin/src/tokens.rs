@@ -25,16 +25,24 @@ pub const MAX_SCOPES: usize = 64;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
+    /// 1 to 200 characters, not all blank, without control characters.
+    #[schema(
+        pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*[^\\x00-\\x1F\\x7F-\\x9F \\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00-\\x1F\\x7F-\\x9F]*$",
+        max_length = 200
+    )]
     pub name: String,
-    /// At least one: `admin`, `models:read`, `runs:create`, `score:*`, `score:<alias>`, …
+    /// 1 to 64: `admin`, `models:read`, `runs:create`, `score:*`, `score:<alias>`, …
+    #[schema(min_items = 1, max_items = 64)]
     pub scopes: Vec<Scope>,
     /// 1 to 365; 90 when absent.
+    #[schema(minimum = 1, maximum = 365)]
     pub expires_in_days: Option<u32>,
-    /// Requests a minute.
+    /// Requests a minute, at least 1.
+    #[schema(minimum = 1)]
     pub rate_limit_per_minute: Option<u32>,
-    /// vCPU-seconds per `budget_period`.
+    /// vCPU-seconds per `budget_period`, at least 1; given with `budget_period`.
+    #[schema(minimum = 1)]
     pub budget_vcpu_seconds: Option<u64>,
-    #[schema(value_type = Option<String>)]
     pub budget_period: Option<BudgetPeriod>,
 }
 
@@ -92,16 +100,16 @@ fn validate(body: &NewToken) -> Result<Minted, ApiError> {
     if body.scopes.is_empty() {
         return Err(ApiError::invalid("give at least one scope, e.g. models:read, runs:create or admin"));
     }
-    // A scope named twice grants nothing more, and every request the token
-    // makes reads them all: each is kept once, and there are at most 64.
-    let scopes: Vec<Scope> =
-        body.scopes.iter().cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    if scopes.len() > MAX_SCOPES {
+    // Every request the token makes reads its scopes: at most 64 are
+    // given, and one named twice is kept once.
+    if body.scopes.len() > MAX_SCOPES {
         return Err(ApiError::invalid(format!(
-            "{} distinct scopes: a token holds at most {MAX_SCOPES} (use `score:*` rather than one `score:<alias>` each)",
-            scopes.len()
+            "{} scopes: a token holds at most {MAX_SCOPES} (use `score:*` rather than one `score:<alias>` each)",
+            body.scopes.len()
         )));
     }
+    let scopes: Vec<Scope> =
+        body.scopes.iter().cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     let days = body.expires_in_days.unwrap_or(DEFAULT_EXPIRY_DAYS);
     if !(1..=MAX_EXPIRY_DAYS).contains(&days) {
         return Err(ApiError::invalid(format!(
@@ -124,8 +132,8 @@ fn validate(body: &NewToken) -> Result<Minted, ApiError> {
 }
 
 /// Mint a token acting as you in this project (people only, any role).
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/tokens", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path)),
-    request_body = NewToken, responses((status = 201, body = CreatedToken), (status = 400, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/tokens", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
+    request_body = NewToken, responses((status = 201, body = CreatedToken), (status = 400, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -192,8 +200,8 @@ pub struct TokenList {
 }
 
 /// Your tokens in the project; with `all=true`, everyone's (project admins).
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/tokens", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
-    responses((status = 200, body = TokenList)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/tokens", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ListQuery),
+    responses((status = 200, body = TokenList)), security(("session" = []), ("token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -222,8 +230,8 @@ pub async fn list(
 
 /// Revoke a token: yours, or anyone's in the project (project admins).
 /// Takes effect at the token's next request.
-#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/tokens/{id}", tag = "admin", params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
-    responses((status = 204), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/tokens/{id}", tag = "admin", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = String, Path)),
+    responses((status = 204), (status = 404, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn revoke(
     State(state): State<AppState>,
     caller: Caller,

@@ -76,7 +76,6 @@ pub struct Group {
 pub struct UsageReport {
     pub tenant: TenantId,
     pub project: Option<ProjectId>,
-    #[schema(value_type = String)]
     pub period: Period,
     pub start: Timestamp,
     pub end: Timestamp,
@@ -247,8 +246,8 @@ async fn report(
 }
 
 /// A project's usage (everyone in the project).
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/usage", tag = "usage", params(("tenant" = String, Path), ("project" = String, Path), UsageQuery),
-    responses((status = 200, body = UsageReport)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/usage", tag = "usage", params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), UsageQuery),
+    responses((status = 200, body = UsageReport)), security(("session" = []), ("token" = [])))]
 pub async fn project_usage(
     State(state): State<AppState>,
     caller: Caller,
@@ -263,8 +262,8 @@ pub async fn project_usage(
 }
 
 /// The whole tenant's usage (tenant admins, tenant-wide; operators).
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/usage", tag = "usage", params(("tenant" = String, Path), UsageQuery),
-    responses((status = 200, body = UsageReport)), security(("bearer" = [])))]
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/usage", tag = "usage", params(("tenant" = mapi_domain::TenantId, Path), UsageQuery),
+    responses((status = 200, body = UsageReport)), security(("session" = [])))]
 pub async fn tenant_usage(
     State(state): State<AppState>,
     caller: Caller,

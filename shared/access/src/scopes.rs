@@ -135,7 +135,16 @@ impl utoipa::PartialSchema for Scope {
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::String)
             .description(Some("A token scope: admin, models:read, runs:create, score:*, score:<alias>, …"))
+            .pattern(Some(Scope::pattern()))
             .into()
+    }
+}
+
+impl Scope {
+    /// What `from_str` accepts, as the API document states it.
+    pub fn pattern() -> String {
+        let named: Vec<String> = COLUMNS.iter().map(|c| c.as_str().replace('*', "\\*")).collect();
+        format!("^(admin|{}|score:[a-z0-9-]{{1,63}})$", named.join("|"))
     }
 }
 

@@ -236,3 +236,32 @@ fn score_alias_covers_one_endpoint() {
     assert!("runs:delete".parse::<Scope>().is_err());
     assert_eq!("score:*".parse::<Scope>().ok(), Some(Scope::ScoreAll));
 }
+
+/// The pattern a scope states in the API document accepts exactly what
+/// parses as a scope.
+#[test]
+fn a_scopes_stated_pattern_is_what_parses() {
+    let re = regex::Regex::new(&crate::Scope::pattern()).expect("compiles");
+    let long = format!("score:{}", "a".repeat(63));
+    let too_long = format!("score:{}", "a".repeat(64));
+    let mut samples = vec![
+        "admin",
+        "score:*",
+        "score:churn-1",
+        "score:",
+        "score:A",
+        "score:*x",
+        "runs:create",
+        "runs:creat",
+        "",
+        "admin ",
+        "models:read\n",
+        &long,
+        &too_long,
+    ];
+    let named: Vec<String> = crate::scopes::COLUMNS.iter().map(|c| c.to_string()).collect();
+    samples.extend(named.iter().map(String::as_str));
+    for s in samples {
+        assert_eq!(re.is_match(s), s.parse::<crate::Scope>().is_ok(), "{s:?}");
+    }
+}

@@ -39,7 +39,6 @@ pub struct AuditEntry {
     pub resource_kind: String,
     /// The resource within its kind: `acme`, `run_…`.
     pub resource_id: String,
-    #[schema(value_type = String)]
     pub outcome: Outcome,
     /// The problem code answered, when refused or failed.
     pub problem: Option<String>,

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
     /// 1–32 lowercase letters, digits and `-`, starting with a letter; stable across versions.
+    #[schema(pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]
     pub alias: String,
     pub model_version: ModelVersionId,
     /// `cpu` (default) or `l4`.

@@ -34,12 +34,24 @@ pub struct RunLabels {
 #[serde(deny_unknown_fields)]
 pub struct LabelChange {
     /// 1 to 200 printable characters; `""` clears it.
+    #[serde(default, deserialize_with = "given")]
+    #[schema(nullable = false, pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*$", max_length = 200)]
     pub name: Option<String>,
     /// Up to 4,000 characters (new lines allowed); `""` clears it.
+    #[serde(default, deserialize_with = "given")]
+    #[schema(nullable = false, pattern = "^[^\\x00-\\x08\\x0B-\\x1F\\x7F-\\x9F]*$", max_length = 4000)]
     pub note: Option<String>,
-    /// Up to 32 tags, each 1 to 64 of `a-z`, `0-9`, `-`, `_`, `.`, `:`, `=`.
+    /// Up to 32 tags, each 1 to 64 of `a-z`, `0-9`, `-`, `_`, `.`, `:`, `=`
+    /// (blanks around one are trimmed).
+    #[serde(default, deserialize_with = "given")]
+    #[schema(nullable = false, max_items = 32, value_type = Option<Vec<TagText>>)]
     pub tags: Option<Vec<String>>,
     /// One of the project's experiments; `""` takes the run out of its experiment.
+    #[serde(default, deserialize_with = "given")]
+    #[schema(
+        nullable = false,
+        pattern = "^[\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]*([a-z0-9_.-]{1,64})?[\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]*$"
+    )]
     pub experiment: Option<String>,
 }
 
@@ -76,11 +88,11 @@ impl LabelChange {
                     "tag `{shown}` is not a tag: 1 to {MAX_TAG_BYTES} of a-z, 0-9, -, _, ., : and ="
                 ));
             }
-            tags.sort();
-            tags.dedup();
             if tags.len() > MAX_TAGS {
                 return Err(format!("a run carries at most {MAX_TAGS} tags, not {}", tags.len()));
             }
+            tags.sort();
+            tags.dedup();
             out.tags = tags;
         }
         if let Some(experiment) = &self.experiment {
@@ -93,6 +105,32 @@ impl LabelChange {
         Ok(out)
     }
 }
+
+/// A field that may be left out, but not sent as `null`: leaving it out
+/// keeps the run's value, and `null` would say neither.
+fn given<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// How the API document states a tag as sent: [`is_tag`] once trimmed of
+/// the blanks Rust's `trim` removes.
+#[derive(Debug)]
+pub struct TagText;
+
+impl TagText {
+    pub const PATTERN: &str = "^[\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]*[a-z0-9_.:=-]{1,64}[\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]*$";
+}
+
+impl utoipa::PartialSchema for TagText {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(TagText::PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for TagText {}
 
 /// Whether `t` is a tag: 1 to [`MAX_TAG_BYTES`] of `a-z`, `0-9`, `-`, `_`, `.`, `:`, `=`.
 pub fn is_tag(t: &str) -> bool {
@@ -134,6 +172,30 @@ pub fn experiment_name_rule(n: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stated_tag_pattern_is_a_tag_once_trimmed() {
+        let re = regex::Regex::new(TagText::PATTERN).expect("compiles");
+        let long = "a".repeat(64);
+        let too_long = "a".repeat(65);
+        for t in [
+            "a",
+            " a ",
+            "\u{a0}j",
+            "j\u{3000}",
+            "\u{feff}a",
+            "a b",
+            "",
+            " ",
+            "A",
+            "x=1:y",
+            "\u{1c}a",
+            &long,
+            &too_long,
+        ] {
+            assert_eq!(re.is_match(t), is_tag(t.trim()), "{t:?}");
+        }
+    }
 
     fn change(name: Option<&str>, note: Option<&str>, tags: Option<&[&str]>) -> LabelChange {
         LabelChange {

@@ -43,7 +43,6 @@ pub struct ParamView {
     pub kind: ParamKind,
     pub required: bool,
     /// The value used when the parameter is absent (or null).
-    #[schema(value_type = Option<Object>)]
     pub default: Option<Value>,
     /// Inclusive lower bound of a number or an integer.
     pub min: Option<f64>,
@@ -68,7 +67,6 @@ pub struct MethodExample {
     pub params: BTreeMap<String, Value>,
     /// Present for an item method only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub item: Option<Value>,
 }
 

@@ -14,8 +14,7 @@ pub struct WebhookView {
     pub project: ProjectId,
     /// Where deliveries are POSTed.
     pub url: String,
-    /// What it hears of: `run.started`, `run.succeeded`, `run.failed`, `run.partial`, `run.cancelled`.
-    #[schema(value_type = Vec<String>)]
+    /// What it hears of.
     pub events: Vec<EventType>,
     pub description: String,
     /// A disabled webhook is sent nothing (replays excepted).
@@ -47,12 +46,14 @@ pub struct WebhookPage {
 #[serde(deny_unknown_fields)]
 pub struct NewWebhook {
     /// An `https` URL of a public address (at most 2,048 characters).
+    #[schema(pattern = "^https://", max_length = 2048)]
     pub url: String,
     /// At least one event type.
-    #[schema(value_type = Vec<String>)]
+    #[schema(min_items = 1)]
     pub events: Vec<EventType>,
     /// At most 200 characters.
     #[serde(default)]
+    #[schema(max_length = 200)]
     pub description: Option<String>,
 }
 
@@ -60,9 +61,11 @@ pub struct NewWebhook {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookChange {
+    #[schema(pattern = "^https://", max_length = 2048)]
     pub url: Option<String>,
-    #[schema(value_type = Option<Vec<String>>)]
+    #[schema(min_items = 1)]
     pub events: Option<Vec<EventType>>,
+    #[schema(max_length = 200)]
     pub description: Option<String>,
     pub enabled: Option<bool>,
 }

@@ -51,6 +51,14 @@ fn check_generated(kind: &'static str, prefix: &'static str, s: &str) -> Result<
     }
 }
 
+/// A slug as a pattern: a letter, then up to 39 of `[a-z0-9-]`, not ending in `-`.
+const SLUG_PATTERN: &str = "^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$";
+
+/// An e-mail address as a pattern: dot-separated atoms of RFC 5322's atext
+/// (lower case, without `/`), `@`, then two or more host-name labels.
+const EMAIL_PATTERN: &str =
+    "^[a-z0-9!#$%&'*+=?^_`{|}~-]+(\\.[a-z0-9!#$%&'*+=?^_`{|}~-]+)*@[a-z0-9][a-z0-9-]*(\\.[a-z0-9-]+)+$";
+
 const CROCKFORD: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
 
 /// Encodes time and entropy as 26 Crockford base32 characters.
@@ -69,7 +77,7 @@ fn encode_sortable(now: Timestamp, entropy: [u8; 10]) -> String {
 }
 
 macro_rules! string_id {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $check:expr) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $pattern:expr, $max:literal, $check:expr) => {
         $(#[$doc])*
         #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub struct $name(String);
@@ -84,6 +92,15 @@ macro_rules! string_id {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+
+            /// The form `parse` accepts, as an ECMA-262 regular expression
+            /// (what the API document states for the value).
+            pub fn pattern() -> &'static str {
+                $pattern
+            }
+
+            /// The longest value `parse` accepts, in bytes (the document's `maxLength`).
+            pub const MAX_LEN: usize = $max;
         }
 
         impl fmt::Display for $name {
@@ -123,6 +140,8 @@ macro_rules! string_id {
                 utoipa::openapi::ObjectBuilder::new()
                     .schema_type(utoipa::openapi::schema::Type::String)
                     .description(Some($kind))
+                    .pattern(Some($pattern))
+                    .max_length(Some(Self::MAX_LEN))
                     .into()
             }
         }
@@ -133,63 +152,62 @@ macro_rules! string_id {
 
 string_id!(
     /// A tenant (organisation): a lowercase slug, immutable.
-    TenantId, "tenant id (lowercase slug)", |s| check_slug("tenant id", s)
+    TenantId, "tenant id (lowercase slug)", SLUG_PATTERN, 40, |s| check_slug("tenant id", s)
 );
 string_id!(
     /// A project inside a tenant: a lowercase slug.
-    ProjectId, "project id (lowercase slug)", |s| check_slug("project id", s)
+    ProjectId, "project id (lowercase slug)", SLUG_PATTERN, 40, |s| check_slug("project id", s)
 );
 string_id!(
     /// A run, issued by the platform (`run_…`).
-    RunId, "run id", |s| check_generated("run id", "run_", s)
+    RunId, "run id", concat!("^run_", "[0-9a-hjkmnp-tv-z]{26}$"), 30, |s| check_generated("run id", "run_", s)
 );
 string_id!(
     /// An uploaded dataset, issued by the platform (`ds_…`).
-    DatasetId, "dataset id", |s| check_generated("dataset id", "ds_", s)
+    DatasetId, "dataset id", concat!("^ds_", "[0-9a-hjkmnp-tv-z]{26}$"), 29, |s| check_generated("dataset id", "ds_", s)
 );
 string_id!(
     /// An item job, issued by the platform (`job_…`).
-    JobId, "job id", |s| check_generated("job id", "job_", s)
+    JobId, "job id", concat!("^job_", "[0-9a-hjkmnp-tv-z]{26}$"), 30, |s| check_generated("job id", "job_", s)
 );
 string_id!(
     /// A model version: the signed bundle of a succeeded run's outputs
     /// (`mv_…`, the run id's time and entropy, so a run has at most one).
-    ModelVersionId, "model version id", |s| check_generated("model version id", "mv_", s)
+    ModelVersionId, "model version id", concat!("^mv_", "[0-9a-hjkmnp-tv-z]{26}$"), 29, |s| check_generated("model version id", "mv_", s)
 );
 string_id!(
     /// A webhook endpoint of a project, issued by the platform (`wh_…`).
-    WebhookId, "webhook id", |s| check_generated("webhook id", "wh_", s)
+    WebhookId, "webhook id", concat!("^wh_", "[0-9a-hjkmnp-tv-z]{26}$"), 29, |s| check_generated("webhook id", "wh_", s)
 );
 string_id!(
     /// One message to a webhook (`msg_…`), the `webhook-id` its receiver
     /// deduplicates on: the same on every attempt and replay of it.
-    DeliveryId, "delivery id", |s| check_generated("delivery id", "msg_", s)
+    DeliveryId, "delivery id", concat!("^msg_", "[0-9a-hjkmnp-tv-z]{26}$"), 30, |s| check_generated("delivery id", "msg_", s)
 );
 string_id!(
     /// A person or service principal: a lower-case e-mail address.
-    UserId, "user (e-mail address)", check_email
+    UserId, "user (e-mail address)", EMAIL_PATTERN, 254, check_email
 );
 string_id!(
     /// The secret, unguessable identity of one attempt's execution: 32 lowercase hex characters.
-    Nonce, "attempt nonce", check_nonce
+    Nonce, "attempt nonce", "^[0-9a-f]{32}$", 32, check_nonce
 );
 
 fn check_email(s: &str) -> Result<(), IdError> {
-    // The local part's characters are RFC 5322's atext without `/` (a user
-    // id is part of document ids and paths); the domain is a host name.
-    let local_ok = |l: &str| {
-        !l.is_empty()
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+=?^_`{|}~.-".contains(&b))
+    // The local part is dot-separated atoms of RFC 5322's atext without `/`
+    // (a user id is part of document ids and paths); the domain is two or
+    // more host-name labels. Exactly what `EMAIL_PATTERN` says.
+    let atom_ok = |a: &str| {
+        !a.is_empty()
+            && a.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+=?^_`{|}~-".contains(&b))
     };
-    let domain_ok = |d: &str| {
-        d.contains('.')
-            && !d.starts_with(['.', '-'])
-            && d.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+    let label_ok = |l: &str| {
+        !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     };
-    let ok = s.len() <= 254
-        && !s.contains("..")
-        && s.split_once('@').is_some_and(|(l, d)| local_ok(l) && domain_ok(d));
+    let domain_ok = |d: &str| d.split('.').count() >= 2 && d.split('.').all(label_ok) && !d.starts_with('-');
+    let ok =
+        s.len() <= 254 && s.split_once('@').is_some_and(|(l, d)| l.split('.').all(atom_ok) && domain_ok(d));
     if ok {
         Ok(())
     } else {
@@ -310,6 +328,91 @@ mod tests {
         let other = RunId::generate(Timestamp::from_secs(1_800_000_000), [8; 10]);
         assert_ne!(ModelVersionId::of_run(&other), v);
         assert!(ModelVersionId::parse(run.as_str()).is_err(), "a run id is not a version id");
+    }
+
+    /// The pattern each id states in the API document accepts exactly what
+    /// its `parse` accepts, over well-formed, edge and hostile samples.
+    #[test]
+    fn each_ids_stated_pattern_is_what_it_parses() {
+        fn agree<T>(pattern: &str, max: usize, parse: fn(&str) -> Result<T, IdError>, samples: &[&str]) {
+            let re = regex::Regex::new(pattern).expect("the pattern compiles");
+            for s in samples {
+                let stated = re.is_match(s) && s.len() <= max;
+                assert_eq!(stated, parse(s).is_ok(), "pattern {pattern} and parse disagree on {s:?}");
+            }
+        }
+        let run = RunId::generate(Timestamp::from_secs(1_800_000_000), [9; 10]);
+        let body = &run.as_str()[4..];
+        let forty = "a".repeat(40);
+        let forty_one = "a".repeat(41);
+        let slugs =
+            ["acme", "a", "a1", "a-b", "acme-", "-a", "1a", "Acme", "", "a b", "a\n", &forty, &forty_one];
+        agree(TenantId::pattern(), TenantId::MAX_LEN, TenantId::parse, &slugs);
+        agree(ProjectId::pattern(), ProjectId::MAX_LEN, ProjectId::parse, &slugs);
+        let runs = [
+            run.as_str(),
+            &format!("run_{}", &body[1..]),
+            &format!("run_{body}0"),
+            &format!("ds_{body}"),
+            &format!("run_{}", body.replace(|c: char| c.is_ascii_digit(), "i")),
+            &format!("run_{}", body.to_uppercase()),
+        ];
+        agree(RunId::pattern(), RunId::MAX_LEN, RunId::parse, &runs);
+        let datasets = [&format!("ds_{body}"), &format!("run_{body}"), "ds_", &format!("ds_{body}\n")];
+        agree(DatasetId::pattern(), DatasetId::MAX_LEN, DatasetId::parse, &datasets);
+        agree(
+            JobId::pattern(),
+            JobId::MAX_LEN,
+            JobId::parse,
+            &[&format!("job_{body}"), &format!("job_{body}u")],
+        );
+        agree(
+            ModelVersionId::pattern(),
+            ModelVersionId::MAX_LEN,
+            ModelVersionId::parse,
+            &[&format!("mv_{body}"), "mv_x"],
+        );
+        agree(
+            WebhookId::pattern(),
+            WebhookId::MAX_LEN,
+            WebhookId::parse,
+            &[&format!("wh_{body}"), &format!("wh_{}", &body[..25])],
+        );
+        agree(
+            DeliveryId::pattern(),
+            DeliveryId::MAX_LEN,
+            DeliveryId::parse,
+            &[&format!("msg_{body}"), &format!("msg-{body}")],
+        );
+        let long = format!("{}@x.io", "a".repeat(249));
+        let too_long = format!("{}@x.io", "a".repeat(250));
+        let emails = [
+            "dev@dev.local",
+            "a.b+c@x-y.example.org",
+            "a@b",
+            "a@b.",
+            "a@.b",
+            "a@-b.c",
+            "a@b..c",
+            ".a@b.c",
+            "a.@b.c",
+            "a..b@c.d",
+            "A@b.c",
+            "a/b@c.d",
+            "a@b_c.d",
+            "@b.c",
+            "a@@b.c",
+            "",
+            &long,
+            &too_long,
+        ];
+        agree(UserId::pattern(), UserId::MAX_LEN, UserId::parse, &emails);
+        agree(
+            Nonce::pattern(),
+            Nonce::MAX_LEN,
+            Nonce::parse,
+            &["0123456789abcdef0123456789abcdef", "0123456789ABCDEF0123456789abcdef", "00"],
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::{AttemptNo, Timestamp};
 /// Declares an enum with one wire string per variant and its `as_str`/`FromStr`
 /// pair. The calling crate needs `serde` and `utoipa`.
 macro_rules! wire_enum {
-    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $wire:literal),+ $(,)? }) => {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $wire:tt),+ $(,)? }) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ::serde::Serialize, ::serde::Deserialize, ::utoipa::ToSchema)]
         pub enum $name {

@@ -34,11 +34,13 @@ pub struct RunSpecInput {
     pub class: ResourceClass,
     /// Timeout in seconds, 1 to 86400; 3600 when absent.
     #[serde(default = "default_timeout")]
+    #[schema(minimum = 1, maximum = 86400)]
     pub timeout_s: u32,
     /// Homogeneous tasks of one execution (a fan-out), 1 to 10000; 1 when
     /// absent. Task `i` runs the method with the same parameters and
     /// writes its outputs under `tasks/{i}/`.
     #[serde(default = "default_tasks")]
+    #[schema(minimum = 1, maximum = 10000)]
     pub tasks: u32,
 }
 

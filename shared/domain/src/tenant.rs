@@ -32,6 +32,10 @@ crate::wire_enum!(
 pub struct Residency(String);
 
 impl Residency {
+    /// What `parse` accepts, as the API document states it: 2 to 30 of
+    /// lowercase letters, digits and `-`, starting with a letter.
+    pub const PATTERN: &str = "^[a-z][a-z0-9-]{1,29}$";
+
     pub fn parse(s: &str) -> Result<Residency, String> {
         let ok = (2..=30).contains(&s.len())
             && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -101,6 +105,7 @@ impl utoipa::PartialSchema for Residency {
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::String)
             .description(Some("eu, us, asia, or a region such as europe-west1"))
+            .pattern(Some(Residency::PATTERN))
             .into()
     }
 }
@@ -110,6 +115,16 @@ impl utoipa::ToSchema for Residency {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stated_pattern_is_what_parse_accepts() {
+        let re = regex::Regex::new(Residency::PATTERN).expect("compiles");
+        let long = format!("a{}", "b".repeat(29));
+        let too_long = format!("a{}", "b".repeat(30));
+        for s in ["eu", "europe-west1", "e", "", "1eu", "EU", "eu_1", "-eu", "eu-", &long, &too_long] {
+            assert_eq!(re.is_match(s), Residency::parse(s).is_ok(), "{s:?}");
+        }
+    }
 
     #[test]
     fn wire_names_are_the_seeds() {

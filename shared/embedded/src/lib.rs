@@ -10,6 +10,9 @@
 //! function decides (every route here is a function's router, merged).
 
 pub mod load;
+mod openapi;
+
+pub use openapi::openapi;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +35,6 @@ use mapi_store::{Precondition, StoreError, StoreExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use utoipa::OpenApi;
 
 /// The seeded tenant, project and user.
 pub const DEV_TENANT: &str = "dev";
@@ -66,24 +68,6 @@ pub enum DevError {
 
 /// The longest the background loop waits for one tick or housekeeping call.
 const BACKGROUND_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
-
-/// The merged OpenAPI document of every function.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    let mut doc = mapi_submit::ApiDoc::openapi();
-    doc.merge(mapi_admin::ApiDoc::openapi());
-    doc.merge(mapi_meter::ApiDoc::openapi());
-    doc.info.title = "mapi".to_owned();
-    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    doc.info.description = Some("The mapi model API platform.".to_owned());
-    let components = doc.components.get_or_insert_with(Default::default);
-    components.add_security_scheme(
-        "bearer",
-        utoipa::openapi::security::SecurityScheme::Http(utoipa::openapi::security::Http::new(
-            utoipa::openapi::security::HttpAuthScheme::Bearer,
-        )),
-    );
-    mapi_problem::openapi::document_errors(doc)
-}
 
 /// Every route of the platform, as `mapi dev` serves them.
 pub fn router(state: &AppState) -> Router {

@@ -37,14 +37,53 @@ pub fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Parses a JSON body into `T`, refusing in our words.
+///
+/// A whole number written with a fraction (`3.0`, `1e3`) is an integer, as
+/// JSON Schema (and so the API document) counts it: a body refused only for
+/// such a number is read again with those numbers as integers. The second
+/// reading happens only then, so a body that parses costs one pass.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        json_refusal(&path, &e.into_inner())
-    })?;
-    de.end().map_err(|e| json_refusal("", &e))?;
-    Ok(value)
+    match serde_path_to_error::deserialize(&mut de) {
+        Ok(value) => {
+            de.end().map_err(|e| json_refusal("", &e))?;
+            Ok(value)
+        }
+        Err(e)
+            if e.inner().classify() == serde_json::error::Category::Data
+                && e.inner().to_string().starts_with("invalid type: floating point") =>
+        {
+            let mut whole: serde_json::Value =
+                serde_json::from_slice(bytes).map_err(|e| json_refusal("", &e))?;
+            as_integers(&mut whole);
+            serde_path_to_error::deserialize(whole)
+                .map_err(|e| json_refusal(&e.path().to_string(), e.inner()))
+        }
+        Err(e) => Err(json_refusal(&e.path().to_string(), e.inner())),
+    }
+}
+
+/// Rewrites every whole number within ±2^53 (where a float is exact) as an integer.
+fn as_integers(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match v {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT) {
+                // In range and whole, so the casts are exact.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let whole = if f >= 0.0 {
+                    serde_json::Number::from(f as u64)
+                } else {
+                    serde_json::Number::from(f as i64)
+                };
+                *n = whole;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(as_integers),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
 }
 
 fn json_refusal(path: &str, e: &serde_json::Error) -> ApiError {
@@ -68,6 +107,23 @@ impl<T: Serialize> IntoResponse for Json<T> {
 /// frames first and joining them after would hold it twice at the end.
 #[derive(Debug, Clone, Default)]
 pub struct RawBody(pub axum::body::Bytes);
+
+/// How the API document states a raw body: a string of bytes
+/// (`format: binary`), which generated clients send as a file.
+#[derive(Debug)]
+pub struct RawBytes;
+
+impl utoipa::PartialSchema for RawBytes {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for RawBytes {}
 
 /// The most a declared `Content-Length` reserves up front; a larger body
 /// (within the route's limit) grows its buffer as it arrives.
@@ -240,6 +296,29 @@ mod tests {
     struct Body1 {
         name: String,
         n: u32,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Counts {
+        n: u32,
+        k: Vec<i64>,
+        x: f64,
+        any: serde_json::Value,
+    }
+
+    #[test]
+    fn whole_numbers_with_a_fraction_are_integers() {
+        let c: Counts =
+            parse_json(br#"{"n": 3.0, "k": [-2.0, 1e3], "x": 2.5, "any": 7.0}"#).expect("whole numbers");
+        assert_eq!(c, Counts { n: 3, k: vec![-2, 1000], x: 2.5, any: serde_json::json!(7) });
+        let c: Counts = parse_json(br#"{"n": 3, "k": [], "x": 2.0, "any": 7.0}"#).expect("as written");
+        assert_eq!(c.any, serde_json::json!(7.0), "a body that parses is read once, as written");
+        let refused = parse_json::<Counts>(br#"{"n": 3.5, "k": [], "x": 0, "any": null}"#).expect_err("3.5");
+        assert!(refused.to_string().contains("`n`"), "{refused}");
+        assert!(
+            parse_json::<Counts>(br#"{"n": 1e20, "k": [], "x": 0, "any": null}"#).is_err(),
+            "out of range"
+        );
     }
 
     async fn handler(Json(_): Json<Body1>) -> &'static str {

@@ -11,7 +11,7 @@ pub mod wording;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-pub use extract::{Json, Path, Query, RawBody, fallback_not_found, parse_json, require_json};
+pub use extract::{Json, Path, Query, RawBody, RawBytes, fallback_not_found, parse_json, require_json};
 
 pub use mapi_api::problem::{Problem, ProblemCode};
 

@@ -6,13 +6,15 @@
 //! - every error (status 400 and above) is `application/problem+json` with
 //!   the `Problem` schema, and lists as examples the problem codes that
 //!   answer with that status;
-//! - an operation that takes a bearer credential can answer 401 (none, or
+//! - an operation that takes a credential can answer 401 (none, or
 //!   an expired or revoked one) and 403 (a role or token scope that does not
 //!   allow it, a suspended tenant);
 //! - an operation with parameters or a body can answer 400 (a malformed
 //!   path id, an unknown or malformed query parameter, a body that does
 //!   not parse);
-//! - an operation with a path parameter can answer 404.
+//! - an operation with a path parameter can answer 404;
+//! - an operation with a body can answer 415 (a body not sent as its media
+//!   type).
 //!
 //! Statuses an operation's own annotations list keep their descriptions.
 
@@ -74,12 +76,9 @@ fn complete(op: &mut Operation, used: &mut std::collections::BTreeSet<u16>) {
     let params = op.parameters.as_deref().unwrap_or_default();
     let in_path = params.iter().any(|p| matches!(p.parameter_in, ParameterIn::Path));
     let takes_input = !params.is_empty() || op.request_body.is_some();
-    let bearer = op
-        .security
-        .iter()
-        .flatten()
-        .any(|r| serde_json::to_value(r).ok().and_then(|v| v.get("bearer").cloned()).is_some());
-    let implied = [(takes_input, 400), (bearer, 401), (bearer, 403), (in_path, 404)];
+    let credential = op.security.as_ref().is_some_and(|s| !s.is_empty());
+    let body = op.request_body.is_some();
+    let implied = [(takes_input, 400), (credential, 401), (credential, 403), (in_path, 404), (body, 415)];
     let responses = &mut op.responses.responses;
     for (_, status) in implied.into_iter().filter(|(applies, _)| *applies) {
         responses.entry(status.to_string()).or_insert_with(|| RefOr::Ref(Ref::new("")));

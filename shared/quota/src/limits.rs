@@ -90,6 +90,7 @@ pub struct Policy {
     /// Days an item job is kept before the retention housekeeper deletes
     /// it; the platform's `MAPI_JOB_RETENTION_DAYS` when absent.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub job_retention_days: Option<u32>,
     /// Why the operator set it; no effect on the limits.
     pub note: Option<String>,

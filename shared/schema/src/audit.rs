@@ -29,7 +29,6 @@ pub struct AuditDoc {
     pub action: String,
     /// What it was done to, e.g. `tenants/acme`, `runs/run_…`.
     pub resource: String,
-    #[schema(value_type = String)]
     pub outcome: Outcome,
     /// The problem code answered, when refused or failed.
     pub problem: Option<String>,

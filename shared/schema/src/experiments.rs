@@ -41,7 +41,6 @@ pub struct RunFilters {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
     pub class: Option<ResourceClass>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<UserId>,

@@ -219,7 +219,6 @@ pub struct LedgerEntry {
 pub struct ItemLedgerEntry {
     pub tenant: TenantId,
     pub project: ProjectId,
-    #[schema(value_type = String)]
     pub job: JobId,
     pub idx: u64,
     pub round: u32,

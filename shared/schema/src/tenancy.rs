@@ -76,7 +76,6 @@ pub struct MembershipDoc {
     pub tenant: TenantId,
     pub project: Option<ProjectId>,
     pub email: UserId,
-    #[schema(value_type = String)]
     pub role: Role,
     /// The reviewer capability (never for viewers; admins have it implicitly).
     pub reviewer: bool,

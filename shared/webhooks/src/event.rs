@@ -14,7 +14,9 @@ use mapi_domain::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// An event a webhook can subscribe to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 pub enum EventType {
     #[serde(rename = "run.succeeded")]
     RunSucceeded,

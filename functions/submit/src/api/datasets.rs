@@ -89,16 +89,19 @@ pub fn entropy(state: &AppState) -> Result<[u8; 10], ApiError> {
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets",
     tag = "datasets",
-    params(("tenant" = String, Path), ("project" = String, Path), UploadQuery),
-    request_body(content = String, content_type = "text/csv", description = "A CSV file with a header row"),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), UploadQuery),
+    request_body(
+        content((String = "text/csv"), (inline(mapi_problem::RawBytes) = "application/octet-stream")),
+        description = "A CSV file with a header row, sent as text/csv or as the file's bytes"
+    ),
     responses(
         (status = 201, body = DatasetView, description = "Stored"),
         (status = 400, body = mapi_problem::Problem, description = "Not a valid CSV"),
         (status = 413, body = mapi_problem::Problem, description = "Larger than MAPI_MAX_DATASET_BYTES, or more columns (MAPI_DATASET_MAX_COLUMNS), rows (MAPI_DATASET_MAX_ROWS) or a larger cell (MAPI_DATASET_MAX_CELL_BYTES) than a dataset may hold"),
-        (status = 415, body = mapi_problem::Problem, description = "Not sent as text/csv"),
+        (status = 415, body = mapi_problem::Problem, description = "Not sent as text/csv or application/octet-stream"),
         (status = 429, body = mapi_problem::Problem, description = "The storage quota or the request rate would be exceeded (QUOTA_EXCEEDED, RATE_LIMITED), with Retry-After when the limit resets"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn upload(
     State(state): State<AppState>,
@@ -114,10 +117,15 @@ pub async fn upload(
         .tier;
     let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    if !matches!(essence.as_str(), "text/csv" | "application/csv" | "text/plain") {
+    // A file's bytes (what generated clients send for an upload) are read
+    // as CSV like the rest; what is stored is always text/csv.
+    if !matches!(essence.as_str(), "text/csv" | "application/csv" | "text/plain" | "application/octet-stream")
+    {
         return Err(ApiError::new(
             ProblemCode::UnsupportedMediaType,
-            format!("send the dataset as `content-type: text/csv`, not `{content_type}`"),
+            format!(
+                "send the dataset as `content-type: text/csv` (or the file's bytes as application/octet-stream), not `{content_type}`"
+            ),
         ));
     }
     let name = q.name.unwrap_or_else(|| "dataset".to_owned());
@@ -210,9 +218,9 @@ fn scan(state: &AppState, body: &[u8]) -> Result<Shape, ApiError> {
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets/{id}",
     tag = "datasets",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::DatasetId, Path)),
     responses((status = 200, body = DatasetView), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn get_dataset(
     State(state): State<AppState>,
@@ -250,9 +258,9 @@ async fn find(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets",
     tag = "datasets",
-    params(("tenant" = String, Path), ("project" = String, Path), PageQuery),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), PageQuery),
     responses((status = 200, body = DatasetPage)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list(
     State(state): State<AppState>,
@@ -277,13 +285,13 @@ const READING: [RunState; 4] =
     delete,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets/{id}",
     tag = "datasets",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::DatasetId, Path)),
     responses(
         (status = 204, description = "Deleted; its storage no longer counts"),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "A run that has not finished reads it (FAILED_PRECONDITION)"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn delete_dataset(
     State(state): State<AppState>,
@@ -352,9 +360,9 @@ const DOWNLOAD_TTL: std::time::Duration = std::time::Duration::from_secs(900);
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets/{id}/url",
     tag = "datasets",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::DatasetId, Path)),
     responses((status = 200, body = DatasetUrl), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn download_url(
     State(state): State<AppState>,

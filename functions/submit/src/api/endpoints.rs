@@ -47,6 +47,9 @@ pub(super) async fn load_granted(
     (tenant, project, alias): (&TenantId, &ProjectId, &str),
     action: Action,
 ) -> Result<(EndpointDoc, mapi_schema::TenantDoc), ApiError> {
+    // A path that cannot name an endpoint is the caller's to fix, not a
+    // lookup for the store to refuse.
+    mapi_domain::endpoint::check_alias(alias).map_err(|e| ApiError::invalid(format!("invalid path: {e}")))?;
     let what = format!("endpoint {}", alias.chars().take(40).collect::<String>());
     let target = Target { endpoint: Some(alias), ..Target::project(tenant, project, &what) };
     let granted = authorize(state, caller, target, Resource::Endpoint, action).await?;
@@ -152,7 +155,7 @@ fn checked(body: &CreateEndpoint) -> Result<(String, Scaling), ApiError> {
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/endpoints",
     tag = "endpoints",
-    params(("tenant" = String, Path), ("project" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
     request_body = CreateEndpoint,
     responses(
         (status = 202, body = EndpointView, description = "Deploying: poll until `status` is `ready` or `failed`"),
@@ -160,7 +163,7 @@ fn checked(body: &CreateEndpoint) -> Result<(String, Scaling), ApiError> {
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "ALREADY_EXISTS: the alias is taken; FAILED_PRECONDITION: the version makes no servable model"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn create(
     State(state): State<AppState>,
@@ -258,9 +261,9 @@ pub async fn create(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/endpoints",
     tag = "endpoints",
-    params(("tenant" = String, Path), ("project" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
     responses((status = 200, body = EndpointPage), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list(
     State(state): State<AppState>,
@@ -286,9 +289,9 @@ pub async fn list(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
     tag = "endpoints",
-    params(("tenant" = String, Path), ("project" = String, Path), ("alias" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "1 to 32 lowercase letters, digits and `-`, starting with a letter, not ending with `-`")),
     responses((status = 200, body = EndpointView), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn get_endpoint(
     State(state): State<AppState>,
@@ -304,9 +307,9 @@ pub async fn get_endpoint(
     delete,
     path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
     tag = "endpoints",
-    params(("tenant" = String, Path), ("project" = String, Path), ("alias" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "1 to 32 lowercase letters, digits and `-`, starting with a letter, not ending with `-`")),
     responses((status = 202, body = EndpointView, description = "Deleting"), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn delete(
     State(state): State<AppState>,
@@ -354,11 +357,12 @@ async fn change(
 /// `POST …/endpoints/{alias}:score`, `:promote`, `:rollback` and `:override`.
 #[utoipa::path(
     post,
-    path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias_action}",
+    path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
     tag = "endpoints",
     params(
-        ("tenant" = String, Path), ("project" = String, Path),
-        ("alias_action" = String, Path, description = "`{alias}:score` (body ScoreRequest), `{alias}:promote` (body PromoteEndpoint), `{alias}:rollback` or `{alias}:override` (sessions only: skip the gate)"),
+        ("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path),
+        ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?:(score|promote|rollback|override)$",
+            description = "The alias and the action: `{alias}:score` (body ScoreRequest), `{alias}:promote` (body PromoteEndpoint), `{alias}:rollback` or `{alias}:override` (sessions only: skip the gate)"),
     ),
     request_body = ScoreRequest,
     responses(
@@ -370,7 +374,7 @@ async fn change(
         (status = 409, body = mapi_problem::Problem, description = "Not ready, or a promotion is (not) under way"),
         (status = 503, body = mapi_problem::Problem, description = "The model server did not answer; retry"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn act(
     State(state): State<AppState>,

@@ -34,8 +34,10 @@ type NamedPath = Path<(TenantId, ProjectId, String)>;
 #[serde(deny_unknown_fields)]
 pub struct NewExperiment {
     /// 1 to 64 of `a-z`, `0-9`, `-`, `_`, `.`; unique in the project.
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
     pub name: String,
-    /// Up to 2,000 characters.
+    /// Up to 2,000 characters; new lines, but no other control characters.
+    #[schema(pattern = "^[^\\x00-\\x09\\x0B-\\x1F\\x7F-\\x9F]*$", max_length = 2000)]
     pub description: Option<String>,
 }
 
@@ -43,6 +45,8 @@ pub struct NewExperiment {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentChange {
+    /// Up to 2,000 characters; new lines, but no other control characters.
+    #[schema(pattern = "^[^\\x00-\\x09\\x0B-\\x1F\\x7F-\\x9F]*$", max_length = 2000)]
     pub description: String,
 }
 
@@ -101,10 +105,10 @@ pub async fn find(
 
 /// Make an experiment.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/experiments", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path)), request_body = NewExperiment,
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)), request_body = NewExperiment,
     responses((status = 201, body = ExperimentDoc), (status = 400, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "The project has an experiment of that name (ALREADY_EXISTS)")),
-    security(("bearer" = [])))]
+    security(("session" = []), ("token" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -147,8 +151,8 @@ pub async fn create(
 
 /// The project's experiments, by name.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/experiments", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), PageQuery),
-    responses((status = 200, body = ExperimentPage), (status = 400, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), PageQuery),
+    responses((status = 200, body = ExperimentPage), (status = 400, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -163,8 +167,8 @@ pub async fn list(
 
 /// An experiment.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/experiments/{name}", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), ("name" = String, Path)),
-    responses((status = 200, body = ExperimentDoc), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("name" = String, Path)),
+    responses((status = 200, body = ExperimentDoc), (status = 404, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn get_experiment(
     State(state): State<AppState>,
     caller: Caller,
@@ -176,9 +180,9 @@ pub async fn get_experiment(
 
 /// Change an experiment's description (its name is what runs name it by).
 #[utoipa::path(patch, path = "/v1/tenants/{tenant}/projects/{project}/experiments/{name}", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), ("name" = String, Path)), request_body = ExperimentChange,
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("name" = String, Path)), request_body = ExperimentChange,
     responses((status = 200, body = ExperimentDoc), (status = 400, body = mapi_problem::Problem), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = [])))]
+    security(("session" = []), ("token" = [])))]
 pub async fn update(
     State(state): State<AppState>,
     caller: Caller,
@@ -213,10 +217,10 @@ pub async fn update(
 
 /// Delete an experiment that holds no run.
 #[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/experiments/{name}", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), ("name" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("name" = String, Path)),
     responses((status = 204), (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "Runs are still in it (FAILED_PRECONDITION, naming one)")),
-    security(("bearer" = [])))]
+    security(("session" = []), ("token" = [])))]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,

@@ -35,7 +35,7 @@ pub struct JobSpec {
     /// An item method from the registry (`GET /v1/usage` lists them).
     pub method: String,
     /// The items, each any JSON value; each becomes its own task.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(min_items = 1)]
     pub items: Vec<Value>,
     #[serde(default)]
     pub options: JobOptions,
@@ -89,7 +89,6 @@ pub struct ItemView {
     pub attempts: u32,
     pub duration_ms: u64,
     /// The method's result, when it succeeded.
-    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
     pub error: Option<ItemFailure>,
 }
@@ -163,8 +162,8 @@ struct Manifest {
     path = "/v1/tenants/{tenant}/projects/{project}/jobs",
     tag = "jobs",
     params(
-        ("tenant" = String, Path), ("project" = String, Path),
-        ("Idempotency-Key" = Option<String>, Header, description = "The same key and body return the same job for 24 hours")
+        ("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[\x21-\x7E]([\x20-\x7E]{0,253}[\x21-\x7E])?$", description = "The same key and body return the same job for 24 hours")
     ),
     request_body = JobSpec,
     responses(
@@ -176,7 +175,7 @@ struct Manifest {
         (status = 415, body = mapi_problem::Problem, description = "Not sent as application/json"),
         (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded: vCPU-seconds, the token's budget, the spend cap (QUOTA_EXCEEDED) or requests per minute (RATE_LIMITED), with Retry-After when the limit resets"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn submit(
     State(state): State<AppState>,
@@ -390,9 +389,9 @@ async fn write_manifest(state: &AppState, job: &JobDoc, items: &[&RawValue]) -> 
     get,
     path = "/v1/jobs/{id}",
     tag = "jobs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::JobId, Path)),
     responses((status = 200, body = JobView), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn get_job(
     State(state): State<AppState>,
@@ -416,9 +415,9 @@ pub struct JobPage {
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/jobs",
     tag = "jobs",
-    params(("tenant" = String, Path), ("project" = String, Path), super::datasets::PageQuery),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), super::datasets::PageQuery),
     responses((status = 200, body = JobPage), (status = 400, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list(
     State(state): State<AppState>,
@@ -452,9 +451,9 @@ pub struct ItemsQuery {
     get,
     path = "/v1/jobs/{id}/items",
     tag = "jobs",
-    params(("id" = String, Path), ItemsQuery),
+    params(("id" = mapi_domain::JobId, Path), ItemsQuery),
     responses((status = 200, body = ItemPage), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list_items(
     State(state): State<AppState>,
@@ -499,12 +498,12 @@ pub async fn list_items(
     get,
     path = "/v1/jobs/{id}/items/{idx}/log",
     tag = "jobs",
-    params(("id" = String, Path), ("idx" = u64, Path)),
+    params(("id" = mapi_domain::JobId, Path), ("idx" = u64, Path)),
     responses(
         (status = 200, content_type = "application/x-ndjson", body = String),
         (status = 404, body = mapi_problem::Problem, description = "No such job, item, or no attempt yet"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn item_log(
     State(state): State<AppState>,
@@ -538,12 +537,12 @@ pub async fn item_log(
     post,
     path = "/v1/jobs/{id}/cancel",
     tag = "jobs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::JobId, Path)),
     responses(
         (status = 200, body = JobView),
         (status = 409, body = mapi_problem::Problem, description = "The job already finished"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn cancel(
     State(state): State<AppState>,
@@ -587,12 +586,12 @@ pub async fn cancel(
     post,
     path = "/v1/jobs/{id}/retry-failed",
     tag = "jobs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::JobId, Path)),
     responses(
         (status = 200, body = JobView, description = "The failed items are enqueued again"),
         (status = 409, body = mapi_problem::Problem, description = "The job is cancelled or still enqueuing"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn retry_failed(
     State(state): State<AppState>,

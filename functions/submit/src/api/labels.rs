@@ -23,14 +23,14 @@ use super::view;
     patch,
     path = "/v1/runs/{id}",
     tag = "runs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::RunId, Path)),
     request_body = LabelChange,
     responses(
         (status = 200, body = RunView, description = "The run with its new labels"),
         (status = 400, body = mapi_problem::Problem, description = "A name, note, tag or experiment that cannot be (INVALID_ARGUMENT, saying what to fix)"),
         (status = 404, body = mapi_problem::Problem),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn update(
     State(state): State<AppState>,

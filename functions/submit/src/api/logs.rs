@@ -34,14 +34,14 @@ pub struct LogsQuery {
     get,
     path = "/v1/runs/{id}/logs",
     tag = "runs",
-    params(("id" = String, Path), LogsQuery),
+    params(("id" = mapi_domain::RunId, Path), LogsQuery),
     responses(
         (status = 200, body = RunLogs, description = "A page of lines (empty before the execution starts)"),
         (status = 400, body = mapi_problem::Problem, description = "A limit out of range, or a cursor this run's executor did not give out (INVALID_ARGUMENT)"),
         (status = 404, body = mapi_problem::Problem, description = "No such run, or no such attempt"),
         (status = 503, body = mapi_problem::Problem, description = "The executor's logs cannot be read now: retry"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn run_logs(
     State(state): State<AppState>,

@@ -77,7 +77,7 @@ pub fn view(m: &MethodSpec) -> Result<MethodView, ApiError> {
     path = "/v1/methods",
     tag = "methods",
     responses((status = 200, body = MethodList), (status = 401, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list(_caller: Caller) -> Result<Json<MethodList>, ApiError> {
     let methods = mapi_methods::all().iter().map(view).collect::<Result<_, _>>()?;
@@ -94,7 +94,7 @@ pub async fn list(_caller: Caller) -> Result<Json<MethodList>, ApiError> {
         (status = 200, body = MethodView),
         (status = 404, body = mapi_problem::Problem, description = "No such method: the detail names every method")
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn get_method(_caller: Caller, Path(name): Path<String>) -> Result<Json<MethodView>, ApiError> {
     match mapi_methods::find(&name) {

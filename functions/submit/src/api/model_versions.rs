@@ -103,9 +103,9 @@ async fn refuse(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/model-versions",
     tag = "model-versions",
-    params(("tenant" = String, Path), ("project" = String, Path), PageQuery),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), PageQuery),
     responses((status = 200, body = ModelVersionPage), (status = 400, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list(
     State(state): State<AppState>,
@@ -125,13 +125,13 @@ pub async fn list(
     get,
     path = "/v1/model-versions/{id}",
     tag = "model-versions",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::ModelVersionId, Path)),
     responses(
         (status = 200, body = ModelVersionView),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify; refused and audited"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn get_version(
     State(state): State<AppState>,
@@ -181,13 +181,13 @@ pub async fn get_version(
     post,
     path = "/v1/model-versions/{id}/urls",
     tag = "model-versions",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::ModelVersionId, Path)),
     responses(
         (status = 200, body = ArtifactUrls),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify or an artifact changed; no URL is minted, the refusal is audited"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn urls(
     State(state): State<AppState>,

@@ -49,6 +49,7 @@ pub struct SaveRunView {
     /// Up to 30 of `id`, `name`, `method`, `dataset`, `state`, `class`,
     /// `attempt`, `created_at`, `created_by`, `charged`, `tags`,
     /// `experiment`, `params.{name}`, `metrics.{name}`; the default set when absent.
+    #[schema(value_type = Option<Vec<ColumnName>>, nullable = false, min_items = 1, max_items = 30)]
     pub columns: Option<Vec<String>>,
 }
 
@@ -60,6 +61,25 @@ pub struct RunViewPage {
 }
 
 /// Whether `c` is a column a view may show.
+/// How the API document states a column: what [`is_column`] accepts.
+#[derive(Debug)]
+pub struct ColumnName;
+
+impl ColumnName {
+    const PATTERN: &str = "^(id|name|method|dataset|state|class|attempt|created_at|created_by|charged|tags|experiment|(params|metrics)\\.[A-Za-z0-9_./-]{1,64})$";
+}
+
+impl utoipa::PartialSchema for ColumnName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(ColumnName::PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ColumnName {}
+
 fn is_column(c: &str) -> bool {
     let named = |n: &str| {
         !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b))
@@ -99,11 +119,11 @@ pub async fn find(
 
 /// Save a view of the runs table under a name, replacing one of that name.
 #[utoipa::path(put, path = "/v1/tenants/{tenant}/projects/{project}/run-views/{name}", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), ("name" = String, Path, description = "1 to 64 of a-z, 0-9, -, _, .")),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("name" = String, Path, description = "1 to 64 of a-z, 0-9, -, _, .")),
     request_body = SaveRunView,
     responses((status = 201, body = RunViewDoc, description = "Saved anew"), (status = 200, body = RunViewDoc, description = "Replaced"),
         (status = 400, body = mapi_problem::Problem)),
-    security(("bearer" = [])))]
+    security(("session" = []), ("token" = [])))]
 pub async fn save(
     State(state): State<AppState>,
     caller: Caller,
@@ -150,8 +170,8 @@ pub async fn save(
 
 /// The project's saved views, by name.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/run-views", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), PageQuery),
-    responses((status = 200, body = RunViewPage), (status = 400, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), PageQuery),
+    responses((status = 200, body = RunViewPage), (status = 400, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -166,8 +186,8 @@ pub async fn list(
 
 /// A saved view.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/run-views/{name}", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), ("name" = String, Path)),
-    responses((status = 200, body = RunViewDoc), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("name" = String, Path)),
+    responses((status = 200, body = RunViewDoc), (status = 404, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn get_view(
     State(state): State<AppState>,
     caller: Caller,
@@ -179,8 +199,8 @@ pub async fn get_view(
 
 /// Delete a saved view.
 #[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/run-views/{name}", tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), ("name" = String, Path)),
-    responses((status = 204), (status = 404, body = mapi_problem::Problem)), security(("bearer" = [])))]
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("name" = String, Path)),
+    responses((status = 204), (status = 404, body = mapi_problem::Problem)), security(("session" = []), ("token" = [])))]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
@@ -218,5 +238,19 @@ mod tests {
         }
         assert_eq!(check_columns(None).expect("default").len(), DEFAULT_COLUMNS.len());
         assert!(check_columns(Some(&[])).is_err());
+    }
+
+    #[test]
+    fn the_stated_column_pattern_is_what_is_a_column() {
+        let re = regex::Regex::new(ColumnName::PATTERN).expect("compiles");
+        let long = format!("params.{}", "a".repeat(64));
+        let too_long = format!("params.{}", "a".repeat(65));
+        let mut samples =
+            vec!["", "cost", "params.", "params.y", "metrics.val/acc", "metrics.a b", "params.x;y", "Id"];
+        samples.extend([long.as_str(), too_long.as_str(), "id\n"]);
+        samples.extend(COLUMNS);
+        for c in samples {
+            assert_eq!(re.is_match(c), is_column(c), "{c:?}");
+        }
     }
 }

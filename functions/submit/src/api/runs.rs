@@ -84,7 +84,6 @@ pub struct SubmitQuery {
 /// Why a dry run would be refused: what the submit would answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DryRunRefusal {
-    #[schema(value_type = String)]
     pub code: ProblemCode,
     /// `token`, `tenant` or `platform`.
     pub level: String,
@@ -117,8 +116,8 @@ pub struct DryRunView {
     path = "/v1/tenants/{tenant}/projects/{project}/runs",
     tag = "runs",
     params(
-        ("tenant" = String, Path), ("project" = String, Path), SubmitQuery,
-        ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same run for 24 hours")
+        ("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), SubmitQuery,
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[\x21-\x7E]([\x20-\x7E]{0,253}[\x21-\x7E])?$", description = "The same key returns the same run for 24 hours")
     ),
     request_body = RunSpecInput,
     responses(
@@ -129,7 +128,7 @@ pub struct DryRunView {
         (status = 404, body = mapi_problem::Problem, description = "No such project or dataset"),
         (status = 409, body = mapi_problem::Problem, description = "Idempotency-Key reused with another request"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn submit(
     State(state): State<AppState>,
@@ -270,8 +269,8 @@ async fn admit(
     path = "/v1/runs/{id}/retry",
     tag = "runs",
     params(
-        ("id" = String, Path),
-        ("Idempotency-Key" = Option<String>, Header, description = "The same key returns the same retry for 24 hours")
+        ("id" = mapi_domain::RunId, Path),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[\x21-\x7E]([\x20-\x7E]{0,253}[\x21-\x7E])?$", description = "The same key returns the same retry for 24 hours")
     ),
     responses(
         (status = 201, body = RunView, description = "Accepted: the new run is queued"),
@@ -281,7 +280,7 @@ async fn admit(
         (status = 409, body = mapi_problem::Problem, description = "The run has not ended (FAILED_PRECONDITION), or the Idempotency-Key was used with another request"),
         (status = 429, body = mapi_problem::Problem, description = "A quota would be exceeded (QUOTA_EXCEEDED, RATE_LIMITED), with Retry-After"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn retry(
     State(state): State<AppState>,
@@ -419,7 +418,6 @@ pub struct ListQuery {
     /// Only runs of this method (`tabular.linear`, …).
     method: Option<String>,
     /// Only runs whose current attempt is of this class.
-    #[param(value_type = Option<String>)]
     class: Option<ResourceClass>,
     /// Only runs submitted by this person (a token acts as its owner).
     created_by: Option<UserId>,
@@ -431,7 +429,7 @@ pub struct ListQuery {
     experiment: Option<String>,
     /// `NAME=VALUE`: only runs whose param NAME is VALUE (`y=employed`,
     /// `alpha=0.1`); not with `tag`.
-    #[param(max_length = 200)]
+    #[param(pattern = "^[^=]+=", max_length = 200)]
     param: Option<String>,
     /// `NAME OP NUMBER`: only runs whose metric NAME (its latest value,
     /// logged or reported by the method) compares so: `r2>0.9`, `aic<=240`;
@@ -495,11 +493,11 @@ pub(crate) fn narrowed(mut base: mapi_store::Query, f: &RunFilters) -> Result<ma
         base = base.filter("labels.tags", Op::Contains, t.as_str());
     }
     if let Some(p) = &f.param {
-        let valid = p.split_once('=').is_some_and(|(name, _)| !name.is_empty()) && p.len() <= 200;
+        let valid = p.split_once('=').is_some_and(|(name, _)| !name.is_empty()) && p.chars().count() <= 200;
         if !valid {
             let shown: String = p.chars().take(64).collect();
             return Err(ApiError::invalid(format!(
-                "param `{shown}`: write NAME=VALUE, e.g. param=y=employed (at most 200 bytes)"
+                "param `{shown}`: write NAME=VALUE, e.g. param=y=employed (at most 200 characters)"
             )));
         }
         if f.tag.is_some() {
@@ -530,9 +528,9 @@ pub(crate) fn narrowed(mut base: mapi_store::Query, f: &RunFilters) -> Result<ma
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/runs",
     tag = "runs",
-    params(("tenant" = String, Path), ("project" = String, Path), ListQuery),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ListQuery),
     responses((status = 200, body = RunPage), (status = 400, body = mapi_problem::Problem), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list(
     State(state): State<AppState>,
@@ -580,9 +578,9 @@ pub async fn list(
     get,
     path = "/v1/runs/{id}",
     tag = "runs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::RunId, Path)),
     responses((status = 200, body = RunView), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn get_run(
     State(state): State<AppState>,
@@ -600,13 +598,13 @@ pub async fn get_run(
     post,
     path = "/v1/runs/{id}/cancel",
     tag = "runs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::RunId, Path)),
     responses(
         (status = 200, body = RunView, description = "Cancelled"),
         (status = 202, body = RunView, description = "Cancelling: waiting for the executor"),
         (status = 409, body = mapi_problem::Problem, description = "The run already ended"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn cancel(
     State(state): State<AppState>,

@@ -26,14 +26,14 @@ use super::runs::load_for;
     post,
     path = "/v1/runs/{id}/log",
     tag = "runs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::RunId, Path)),
     request_body = LogInput,
     responses(
         (status = 200, body = RunLog, description = "The run's whole log"),
         (status = 400, body = mapi_problem::Problem, description = "A name, value or bound broken (INVALID_ARGUMENT, saying which)"),
         (status = 404, body = mapi_problem::Problem),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn log(
     State(state): State<AppState>,
@@ -93,8 +93,17 @@ pub struct ImageQuery {
     put,
     path = "/v1/runs/{id}/images/{name}",
     tag = "runs",
-    params(("id" = String, Path), ("name" = String, Path, description = "1 to 64 letters, digits, `_`, `-`, `.` or `/`"), ImageQuery),
-    request_body(content = Vec<u8>, content_type = "image/png"),
+    params(("id" = mapi_domain::RunId, Path), ("name" = String, Path, description = "1 to 64 letters, digits, `_`, `-`, `.` or `/`"), ImageQuery),
+    request_body(
+        content(
+            (inline(mapi_problem::RawBytes) = "application/octet-stream"),
+            (inline(mapi_problem::RawBytes) = "image/png"),
+            (inline(mapi_problem::RawBytes) = "image/jpeg"),
+            (inline(mapi_problem::RawBytes) = "image/webp"),
+            (inline(mapi_problem::RawBytes) = "image/gif")
+        ),
+        description = "The image's bytes; what it is is told from the bytes, whatever the content type says"
+    ),
     responses(
         (status = 200, body = RunLog, description = "The run's whole log"),
         (status = 400, body = mapi_problem::Problem, description = "A name or bound broken (INVALID_ARGUMENT, saying which)"),
@@ -102,7 +111,7 @@ pub struct ImageQuery {
         (status = 413, body = mapi_problem::Problem, description = "Over 1 MiB"),
         (status = 415, body = mapi_problem::Problem, description = "Not the bytes of a PNG, JPEG, WebP or GIF image"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn put_image(
     State(state): State<AppState>,
@@ -143,9 +152,9 @@ const IMAGE_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(900);
     post,
     path = "/v1/runs/{id}/images/{name}/url",
     tag = "runs",
-    params(("id" = String, Path), ("name" = String, Path)),
+    params(("id" = mapi_domain::RunId, Path), ("name" = String, Path)),
     responses((status = 200, body = ImageUrl), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn image_url(
     State(state): State<AppState>,
@@ -184,9 +193,9 @@ pub struct ImageUrl {
     get,
     path = "/v1/runs/{id}/log",
     tag = "runs",
-    params(("id" = String, Path)),
+    params(("id" = mapi_domain::RunId, Path)),
     responses((status = 200, body = RunLog), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn read(
     State(state): State<AppState>,

@@ -119,14 +119,14 @@ async fn find(
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
     request_body = NewWebhook,
     responses(
         (status = 201, body = WebhookCreated),
         (status = 400, body = mapi_problem::Problem, description = "A URL the address rules refuse, or no events"),
         (status = 409, body = mapi_problem::Problem, description = "The project has its most webhooks"),
     ),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn create(
     State(state): State<AppState>,
@@ -200,9 +200,9 @@ async fn page_of(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path)),
     responses((status = 200, body = WebhookPage)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn list(
     State(state): State<AppState>,
@@ -219,9 +219,9 @@ pub async fn list(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::WebhookId, Path)),
     responses((status = 200, body = WebhookView), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn get_webhook(
     State(state): State<AppState>,
@@ -237,10 +237,10 @@ pub async fn get_webhook(
     patch,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::WebhookId, Path)),
     request_body = WebhookChange,
     responses((status = 200, body = WebhookView), (status = 400, body = mapi_problem::Problem), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn update(
     State(state): State<AppState>,
@@ -309,9 +309,9 @@ async fn apply(
     delete,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::WebhookId, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn delete(
     State(state): State<AppState>,
@@ -346,9 +346,9 @@ pub async fn delete(
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}/rotate",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::WebhookId, Path)),
     responses((status = 200, body = SecretRotated), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn rotate(
     State(state): State<AppState>,
@@ -381,9 +381,9 @@ pub async fn rotate(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}/deliveries",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path), PageQuery),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::WebhookId, Path), PageQuery),
     responses((status = 200, body = DeliveryPage), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn deliveries(
     State(state): State<AppState>,
@@ -407,9 +407,9 @@ pub async fn deliveries(
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}/deliveries/{delivery}/replay",
     tag = "webhooks",
-    params(("tenant" = String, Path), ("project" = String, Path), ("id" = String, Path), ("delivery" = String, Path)),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::WebhookId, Path), ("delivery" = mapi_domain::DeliveryId, Path)),
     responses((status = 202, body = DeliveryView), (status = 404, body = mapi_problem::Problem)),
-    security(("bearer" = []))
+    security(("session" = []), ("token" = []))
 )]
 pub async fn replay(
     State(state): State<AppState>,
