@@ -34,20 +34,20 @@ pub struct RunLabels {
 #[serde(deny_unknown_fields)]
 pub struct LabelChange {
     /// 1 to 200 printable characters; `""` clears it.
-    #[serde(default, deserialize_with = "given")]
+    #[serde(default, deserialize_with = "given", skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, pattern = "^[^\\x00-\\x1F\\x7F-\\x9F]*$", max_length = 200)]
     pub name: Option<String>,
     /// Up to 4,000 characters (new lines allowed); `""` clears it.
-    #[serde(default, deserialize_with = "given")]
+    #[serde(default, deserialize_with = "given", skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, pattern = "^[^\\x00-\\x08\\x0B-\\x1F\\x7F-\\x9F]*$", max_length = 4000)]
     pub note: Option<String>,
     /// Up to 32 tags, each 1 to 64 of `a-z`, `0-9`, `-`, `_`, `.`, `:`, `=`
     /// (blanks around one are trimmed).
-    #[serde(default, deserialize_with = "given")]
+    #[serde(default, deserialize_with = "given", skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, max_items = 32, value_type = Option<Vec<TagText>>)]
     pub tags: Option<Vec<String>>,
     /// One of the project's experiments; `""` takes the run out of its experiment.
-    #[serde(default, deserialize_with = "given")]
+    #[serde(default, deserialize_with = "given", skip_serializing_if = "Option::is_none")]
     #[schema(
         nullable = false,
         pattern = "^[\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]*([a-z0-9_.-]{1,64})?[\\x09-\\x0D \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]*$"
