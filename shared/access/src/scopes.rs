@@ -132,10 +132,8 @@ impl<'de> Deserialize<'de> for Scope {
 
 impl utoipa::PartialSchema for Scope {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
+        mapi_domain::schema::string_matching(Scope::pattern())
             .description(Some("A token scope: admin, models:read, runs:create, score:*, score:<alias>, …"))
-            .pattern(Some(Scope::pattern()))
             .into()
     }
 }

@@ -123,10 +123,7 @@ impl TagText {
 
 impl utoipa::PartialSchema for TagText {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some(TagText::PATTERN))
-            .into()
+        mapi_domain::schema::string_matching(TagText::PATTERN).into()
     }
 }
 

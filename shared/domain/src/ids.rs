@@ -137,12 +137,7 @@ macro_rules! string_id {
 
         impl utoipa::PartialSchema for $name {
             fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-                utoipa::openapi::ObjectBuilder::new()
-                    .schema_type(utoipa::openapi::schema::Type::String)
-                    .description(Some($kind))
-                    .pattern(Some($pattern))
-                    .max_length(Some(Self::MAX_LEN))
-                    .into()
+                crate::schema::string_matching($pattern).description(Some($kind)).max_length(Some(Self::MAX_LEN)).into()
             }
         }
 

@@ -10,6 +10,7 @@ pub mod endpoint;
 pub mod ids;
 pub mod outcome;
 pub mod run;
+pub mod schema;
 pub mod spec;
 pub mod tenant;
 pub mod timestamp;

@@ -102,10 +102,8 @@ impl<'de> Deserialize<'de> for Residency {
 
 impl utoipa::PartialSchema for Residency {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
+        crate::schema::string_matching(Residency::PATTERN)
             .description(Some("eu, us, asia, or a region such as europe-west1"))
-            .pattern(Some(Residency::PATTERN))
             .into()
     }
 }

@@ -71,10 +71,7 @@ impl ColumnName {
 
 impl utoipa::PartialSchema for ColumnName {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some(ColumnName::PATTERN))
-            .into()
+        mapi_domain::schema::string_matching(ColumnName::PATTERN).into()
     }
 }
 
