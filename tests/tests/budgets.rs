@@ -214,8 +214,10 @@ mod score {
     /// Writes (a field increment is one): the statistics' and the ledger's
     /// shard, the minute's request, and the charge (vCPU charged and
     /// committed, spend) of the tenant's, the platform's and the token's day
-    /// and month: 2 + 1 + 6 × 3, on nine documents.
-    pub const DOCUMENTS_WRITTEN: u64 = 21;
+    /// and month, and the score's line of the tenant's and the project's
+    /// usage rollups (the score, vCPU, memory and the cost when its rounded
+    /// amount moves): 2 + 1 + 6 × 3 + 2 × 4, on eleven documents.
+    pub const DOCUMENTS_WRITTEN: u64 = 29;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

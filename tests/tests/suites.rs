@@ -30,6 +30,7 @@ mod e2e;
 mod endpoints;
 mod executor_conformance;
 mod experiments;
+mod history;
 mod hostile;
 mod hosting_cloudrun;
 mod hosting_local;

@@ -1,6 +1,8 @@
 //! Usage: what a project or a tenant spent in a UTC day or month, from the
 //! ledger (the one record of what was metered: run attempts' entries, item
-//! jobs' per-item entries and endpoints' per-minute score entries), grouped
+//! jobs' per-item entries and endpoints' per-minute score entries) as its
+//! daily rollups sum it (`mapi_schema::usage`), so a report reads a bounded
+//! number of documents however long the ledgers are; grouped
 //! by resource class (an endpoint's `endpoint-cpu` or `endpoint-l4`), kind
 //! (`run`, `item` or `score`), token or day, with how near each quota is (warnings at 70 % and 90 %).
 //! Amounts are estimates of compute cost at list prices, not an invoice.
@@ -9,13 +11,13 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use mapi_access::{Action, Resource};
-use mapi_cost::Charge;
 use mapi_domain::{ProjectId, TenantId, Tier, Timestamp};
 use mapi_identity::{Caller, Target, authorize};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query};
 use mapi_quota::nearness::Nearness;
 use mapi_quota::{Limits, Period, effective};
+use mapi_schema::usage::{self, Line, ROLLUP_COLLECTION, ROLLUP_SHARDS, RollupsSince, Scope, lines_of};
 use mapi_schema::{Doc, ItemLedgerEntry, LedgerEntry, QuotaPolicyDoc, ScoreLedgerEntry};
 use mapi_store::{Direction, Op};
 use serde::{Deserialize, Serialize};
@@ -44,25 +46,7 @@ pub struct UsageQuery {
     group_by: Option<GroupBy>,
 }
 
-/// Sums over ledger entries.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Totals {
-    pub cost_micros: i64,
-    pub vcpu_ms: u64,
-    /// Memory: GiB-milliseconds.
-    pub gib_ms: u64,
-    pub accelerator_ms: u64,
-    /// Distinct runs metered.
-    pub runs: u64,
-    /// Attempts metered.
-    pub attempts: u64,
-    /// Items of item jobs metered (one per item and round).
-    #[serde(default)]
-    pub items: u64,
-    /// Scores of endpoints metered.
-    #[serde(default)]
-    pub scores: u64,
-}
+pub use mapi_schema::usage::Totals;
 
 /// One group of a report.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -87,85 +71,6 @@ pub struct UsageReport {
     pub note: String,
 }
 
-/// One metered entry of any ledger.
-#[derive(Clone, Copy, Debug)]
-pub enum Entry<'a> {
-    Run(&'a LedgerEntry),
-    Item(&'a ItemLedgerEntry),
-    Score(&'a ScoreLedgerEntry),
-}
-
-impl Entry<'_> {
-    fn token(&self) -> Option<&str> {
-        match self {
-            Entry::Run(e) => e.token.as_deref(),
-            Entry::Item(e) => e.token.as_deref(),
-            Entry::Score(e) => e.token.as_deref(),
-        }
-    }
-    fn at(&self) -> Timestamp {
-        match self {
-            Entry::Run(e) => e.at,
-            Entry::Item(e) => e.at,
-            Entry::Score(e) => e.at,
-        }
-    }
-    fn kind(&self) -> &'static str {
-        match self {
-            Entry::Run(_) => "run",
-            Entry::Item(_) => "item",
-            Entry::Score(_) => "score",
-        }
-    }
-    /// The resource class, or for scores the endpoint's hardware.
-    fn class(&self) -> String {
-        match self {
-            Entry::Run(e) => e.charge.class.to_string(),
-            Entry::Item(e) => e.charge.class.to_string(),
-            Entry::Score(e) => format!("endpoint-{}", e.accelerator),
-        }
-    }
-    fn currency(&self) -> &str {
-        match self {
-            Entry::Run(e) => &e.charge.currency,
-            Entry::Item(e) => &e.charge.currency,
-            Entry::Score(_) => mapi_cost::CURRENT.currency,
-        }
-    }
-    /// Amount, vCPU-ms, GiB-ms and accelerator-ms.
-    fn amounts(&self) -> (i64, u64, u64, u64) {
-        let of = |c: &Charge| (c.amount_micros, c.vcpu_ms, c.gib_ms, c.accelerator_ms);
-        match self {
-            Entry::Run(e) => of(&e.charge),
-            Entry::Item(e) => of(&e.charge),
-            Entry::Score(e) => (e.cost_micros(), e.vcpu_ms, e.gib_ms, e.accelerator_ms),
-        }
-    }
-}
-
-/// Totals of `entries`, counting each run once.
-pub fn totals(entries: &[Entry<'_>]) -> Totals {
-    let mut t = Totals::default();
-    let mut runs = std::collections::BTreeSet::new();
-    for e in entries {
-        let (micros, vcpu_ms, gib_ms, accelerator_ms) = e.amounts();
-        t.cost_micros += micros;
-        t.vcpu_ms += vcpu_ms;
-        t.gib_ms += gib_ms;
-        t.accelerator_ms += accelerator_ms;
-        match e {
-            Entry::Run(r) => {
-                t.attempts += 1;
-                runs.insert(r.run.clone());
-            }
-            Entry::Item(_) => t.items += 1,
-            Entry::Score(s) => t.scores += s.requests,
-        }
-    }
-    t.runs = runs.len() as u64;
-    t
-}
-
 /// How near `tenant` is to each of its limits now.
 async fn quotas(
     state: &AppState,
@@ -186,6 +91,96 @@ async fn entries<T: serde::de::DeserializeOwned>(
     Ok(store.query(&query, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?)
 }
 
+/// One line of one day (its [`Period::Day`] key).
+type DayLine = (String, Line, Totals);
+
+/// The lines of `scope` in the days from `start` to `end` (UTC midnights):
+/// the rollups of those days, one batch read of at most 31 × 4 documents
+/// (with the instant rollups start), and for the part of the period before
+/// that instant, the ledger entries themselves.
+async fn lines(
+    store: &dyn mapi_store::Store,
+    scope: Scope<'_>,
+    start: Timestamp,
+    end: Timestamp,
+) -> Result<Vec<DayLine>, ApiError> {
+    let mut days = Vec::new();
+    let mut day = start;
+    while day < end {
+        days.push(Period::Day.key(day));
+        day = Period::Day.end(day);
+    }
+    let shards = ROLLUP_SHARDS as usize;
+    let mut keys = vec![mapi_schema::key::<RollupsSince>(RollupsSince::ID)?];
+    for d in &days {
+        for id in scope.doc_ids(d) {
+            keys.push(mapi_store::DocKey::new(ROLLUP_COLLECTION, id)?);
+        }
+    }
+    let docs = store.get(&keys, None).await?;
+    let since = match docs.first() {
+        Some(Some(d)) => d.decode::<RollupsSince>()?.at,
+        _ => Timestamp::EPOCH,
+    };
+    let mut out = Vec::new();
+    for (i, doc) in docs.iter().skip(1).enumerate() {
+        if let Some(doc) = doc {
+            out.extend(lines_of(doc).into_iter().map(|(line, t)| (days[i / shards].clone(), line, t)));
+        }
+    }
+    if since > start {
+        out.extend(ledger_lines(store, scope, start, since.min(end)).await?);
+    }
+    Ok(out)
+}
+
+/// The lines of the ledger entries of `scope` from `start` to `end`: the
+/// history written before rollups started.
+async fn ledger_lines(
+    store: &dyn mapi_store::Store,
+    scope: Scope<'_>,
+    start: Timestamp,
+    end: Timestamp,
+) -> Result<Vec<DayLine>, ApiError> {
+    let query_of = |collection: &'static str| {
+        let query = match scope {
+            Scope::Tenant(t) => mapi_store::Query::new(collection).filter("tenant", Op::Eq, t.as_str()),
+            Scope::Project(t, p) => mapi_store::Query::new(collection)
+                .filter("tenant", Op::Eq, t.as_str())
+                .filter("project", Op::Eq, p.as_str()),
+        };
+        query
+            .filter("at", Op::Ge, start.to_rfc3339())
+            .filter("at", Op::Lt, end.to_rfc3339())
+            .order_by("at", Direction::Asc)
+    };
+    let day = |at: Timestamp| Period::Day.key(at);
+    let mut out = Vec::new();
+    for e in entries::<LedgerEntry>(store, query_of(LedgerEntry::COLLECTION)).await? {
+        let (line, t) = usage::of_run(&e);
+        out.push((day(e.at), line, t));
+    }
+    for e in entries::<ItemLedgerEntry>(store, query_of(ItemLedgerEntry::COLLECTION)).await? {
+        let (line, t) = usage::of_item(&e);
+        out.push((day(e.at), line, t));
+    }
+    for e in entries::<ScoreLedgerEntry>(store, query_of(ScoreLedgerEntry::COLLECTION)).await? {
+        let (line, t) = usage::of_score_entry(&e);
+        out.push((day(e.at), line, t));
+    }
+    Ok(out)
+}
+
+/// The group a line of a day falls in.
+fn group_key(g: GroupBy, (day, line, _): &DayLine) -> String {
+    match g {
+        GroupBy::ResourceClass => line.class.clone(),
+        GroupBy::Kind => line.kind.as_str().to_owned(),
+        GroupBy::Token => line.token.clone().unwrap_or_else(|| "(session)".to_owned()),
+        GroupBy::Day => day.clone(),
+    }
+}
+
 async fn report(
     state: &AppState,
     tenant: TenantId,
@@ -197,43 +192,20 @@ async fn report(
     let period = q.period.unwrap_or(Period::Month);
     let at = q.at.unwrap_or(now);
     let (start, end) = (period.start(at), period.end(at));
-    let query_of = |collection: &'static str| {
-        let mut query = mapi_store::Query::new(collection).filter("tenant", Op::Eq, tenant.as_str());
-        if let Some(p) = &project {
-            query = query.filter("project", Op::Eq, p.as_str());
-        }
-        query
-            .filter("at", Op::Ge, start.to_rfc3339())
-            .filter("at", Op::Lt, end.to_rfc3339())
-            .order_by("at", Direction::Asc)
-    };
-    let (store, query_of) = (&*state.store, &query_of);
-    let runs: Vec<LedgerEntry> = entries(store, query_of(LedgerEntry::COLLECTION)).await?;
-    let items: Vec<ItemLedgerEntry> = entries(store, query_of(ItemLedgerEntry::COLLECTION)).await?;
-    let scores: Vec<ScoreLedgerEntry> = entries(store, query_of(ScoreLedgerEntry::COLLECTION)).await?;
-    let mut all: Vec<Entry<'_>> = runs
-        .iter()
-        .map(Entry::Run)
-        .chain(items.iter().map(Entry::Item))
-        .chain(scores.iter().map(Entry::Score))
-        .collect();
-    all.sort_by_key(|e| e.at());
-    let mut groups: BTreeMap<String, Vec<Entry<'_>>> = BTreeMap::new();
-    if let Some(g) = q.group_by {
-        for e in &all {
-            let key = match g {
-                GroupBy::ResourceClass => e.class(),
-                GroupBy::Kind => e.kind().to_owned(),
-                GroupBy::Token => e.token().map_or_else(|| "(session)".to_owned(), str::to_owned),
-                GroupBy::Day => Period::Day.key(e.at()),
-            };
-            groups.entry(key).or_default().push(*e);
+    let scope = project.as_ref().map_or(Scope::Tenant(&tenant), |p| Scope::Project(&tenant, p));
+    let lines = lines(&*state.store, scope, start, end).await?;
+    let mut totals = Totals::default();
+    let mut groups: BTreeMap<String, Totals> = BTreeMap::new();
+    for l in &lines {
+        totals.add(&l.2);
+        if let Some(g) = q.group_by {
+            groups.entry(group_key(g, l)).or_default().add(&l.2);
         }
     }
     Ok(UsageReport {
-        currency: all.first().map_or(mapi_cost::CURRENT.currency, |e| e.currency()).to_owned(),
-        totals: totals(&all),
-        groups: groups.into_iter().map(|(key, es)| Group { key, totals: totals(&es) }).collect(),
+        currency: mapi_cost::CURRENT.currency.to_owned(),
+        totals,
+        groups: groups.into_iter().map(|(key, totals)| Group { key, totals }).collect(),
         quotas: quotas(state, &tenant, tier, now).await?,
         tenant,
         project,

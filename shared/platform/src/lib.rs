@@ -527,6 +527,9 @@ impl Platform {
                 Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?)
             }
         };
+        // Before this process writes any ledger entry: entries from this
+        // instant on all have their usage rollup (see `mapi_schema::usage`).
+        mapi_schema::usage::RollupsSince::ensure(&*store, clock.now()).await?;
         let signer: Arc<dyn Signer> = match uses.has(Section::Signer) {
             true => signer(&config).await?,
             false => Arc::new(Absent { port: "bundle signer" }),

@@ -12,6 +12,7 @@
 //! - [`audit`]: the audit log; [`webhooks`]: webhooks and their messages;
 //! - [`experiments`]: experiments and saved views of the runs table;
 //! - [`tenant_life`]: a tenant's exports and its deletion (the certificate);
+//! - [`usage`]: the ledgers summed per day, written with each ledger change;
 //! - [`layout`]: where objects live; [`tasks`]: the queue's task bodies.
 //!
 //! The run document itself and every change of its state live in
@@ -25,6 +26,7 @@ pub mod runs;
 pub mod tasks;
 pub mod tenancy;
 pub mod tenant_life;
+pub mod usage;
 pub mod webhooks;
 
 pub use audit::*;

@@ -34,6 +34,7 @@ use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_quota::counters::{self, Bumps, field};
 use mapi_quota::{Ask, Period, Plan};
+use mapi_schema::usage::{self, Totals};
 use mapi_schema::{SCORE_LEDGER_SHARDS, ScoreLedgerEntry, tx_get, tx_put};
 use mapi_store::{StoreError, transact};
 
@@ -223,8 +224,18 @@ async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
             entry.add(s.error, &charge, table);
             let mut bumps = requests.clone();
             bumps.extend(Bumps::charge(counters, s.seed, charge.vcpu_ms, entry.cost_micros() - before));
+            let added = Totals {
+                cost_micros: entry.cost_micros() - before,
+                vcpu_ms: charge.vcpu_ms,
+                gib_ms: charge.gib_ms,
+                accelerator_ms: charge.accelerator_ms,
+                scores: 1,
+                ..Totals::default()
+            };
+            let line = usage::score_line(doc.accelerator.as_str(), s.token);
             tx_put(&mut tx, &stats)?;
             tx_put(&mut tx, &entry)?;
+            usage::record(&mut tx, (&doc.tenant, &doc.project), now, s.seed, &(line, added))?;
             bumps.apply(&mut tx)?;
             Ok(tx.finish(()))
         })

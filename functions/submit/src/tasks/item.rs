@@ -35,6 +35,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode};
 use mapi_quota::Period;
 use mapi_quota::counters::{self, Bumps, field};
+use mapi_schema::usage;
 use mapi_schema::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde_json::{Value, json};
@@ -334,6 +335,8 @@ async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) 
                 // Create-only, in the marker's commit: once per item and round.
                 if !ledger_seen {
                     tx_create(&mut tx, entry)?;
+                    let owner = (&entry.tenant, &entry.project);
+                    usage::record(&mut tx, owner, entry.at, &entry.doc_id(), &usage::of_item(entry))?;
                 }
                 let f = if m_ref.outcome == ItemOutcome::Succeeded {
                     count_field::SUCCEEDED
