@@ -82,6 +82,27 @@ pub enum BenchCmd {
         #[arg(long, default_value = "full")]
         sync: String,
     },
+    /// Steady mixed load on `mapi dev` (its own process) for N minutes: memory, threads, files, disk and a probe's latency each minute, with their slopes.
+    Soak {
+        /// Minutes of load (samples taken).
+        #[arg(long, default_value_t = 60)]
+        minutes: usize,
+        /// Seconds between samples (60: a sample a minute).
+        #[arg(long, default_value_t = 60, hide = true)]
+        sample_s: u64,
+        /// Runs submitted a second.
+        #[arg(long, default_value_t = 1.5)]
+        runs_per_s: f64,
+        /// Items of each job.
+        #[arg(long, default_value_t = 500)]
+        job_items: usize,
+        /// Seconds between jobs.
+        #[arg(long, default_value_t = 20)]
+        job_every_s: u64,
+        /// Seconds the platform idles after the load before its memory is read again.
+        #[arg(long, default_value_t = 30, hide = true)]
+        idle_s: u64,
+    },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
         /// A function binary, e.g. target/release/mapi-submit.
@@ -273,6 +294,19 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         )?,
         BenchCmd::Score { scores, sync } => {
             serde_json::to_value(crate::bench::score(dir.path(), scores.max(1), durability(&sync)?).await?)?
+        }
+        BenchCmd::Soak { minutes, sample_s, runs_per_s, job_items, job_every_s, idle_s } => {
+            let plan = crate::bench::SoakPlan {
+                samples: minutes.max(1),
+                sample: std::time::Duration::from_secs(sample_s.max(1)),
+                runs_per_s,
+                job_items: job_items.max(1),
+                job_every: std::time::Duration::from_secs(job_every_s.max(1)),
+                probes_per_s: 5.0,
+                read_every: std::time::Duration::from_secs(3),
+                idle: std::time::Duration::from_secs(idle_s),
+            };
+            serde_json::to_value(crate::bench::soak(dir.path(), plan).await?)?
         }
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?

@@ -51,6 +51,7 @@ mod run_log;
 mod run_retry;
 mod shared_tiers;
 mod signer_kms;
+mod soak;
 mod store_firestore;
 mod tenant_life;
 mod terraform;

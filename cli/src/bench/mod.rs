@@ -26,13 +26,18 @@
 //!   (see [`console`]).
 //! - `score`: an endpoint scored through the platform beside its model
 //!   server called directly, a batch, and the server's start (see [`score`]).
+//! - `soak`: hours of steady mixed load on `mapi dev` as its own process:
+//!   memory, threads, files, disk and the tail latency of a probe, a
+//!   sample a minute, with their slopes (see [`soak`]).
 
 mod console;
 mod score;
+mod soak;
 mod tick;
 
 pub use console::{ConsoleReport, console};
 pub use score::{ScoreReport, score};
+pub use soak::{SoakPlan, SoakReport, soak};
 pub use tick::{TickReport, tick};
 
 use std::path::Path;

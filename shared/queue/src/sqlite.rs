@@ -94,6 +94,11 @@ struct Inner {
     /// Creates waiting for the connection. Whoever takes the lock next
     /// writes all of them in one transaction (group commit: one fsync).
     pending: Mutex<Vec<PendingCreate>>,
+    /// One call at a time on the connection: a call waits for its turn
+    /// here, as a task, not in a thread of the blocking pool on the
+    /// connection's lock (a burst of 500 items held some 150 such threads,
+    /// each with its stack and its allocator arena, kept by the process).
+    turn: tokio::sync::Semaphore,
     /// Write transactions committed on the connection (SQLite's commit
     /// hook): each one sync of the file.
     transactions: Arc<AtomicU64>,
@@ -216,6 +221,7 @@ impl SqliteQueue {
                 queues: configs,
                 created: Notify::new(),
                 pending: Mutex::new(Vec::new()),
+                turn: tokio::sync::Semaphore::new(1),
                 transactions,
             }),
         })
@@ -298,6 +304,7 @@ impl SqliteQueue {
         &self,
         f: impl FnOnce(&mut Connection, &Inner, Timestamp) -> Result<T, QueueError> + Send + 'static,
     ) -> Result<T, QueueError> {
+        let _turn = self.inner.turn.acquire().await.map_err(|e| QueueError::Internal(e.to_string()))?;
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = inner.conn.lock().unwrap_or_else(|e| e.into_inner());
