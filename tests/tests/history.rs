@@ -98,6 +98,8 @@ async fn usage_and_listings_read_a_bounded_number_of_documents_over_a_long_histo
     )
     .await;
     let template = stored.expect("read").expect("the submitted run");
+    // The fill writes ledger entries, as the item path does: after rollups start.
+    p.platform.state.rollups_started().await.expect("rollups start");
 
     // History: 100,000 runs over the next month, 1,000,000 items metered in it.
     let month = Timestamp::parse_rfc3339("2027-01-01T00:00:00Z").expect("t");
@@ -194,22 +196,45 @@ async fn history_before_rollups_is_counted_once() {
     let c = &p.platform.credentials;
     let (tenant, project) = (c.tenant.clone(), c.project.clone());
     let store = &*p.platform.state.store;
-    let since = usage::RollupsSince::read(store).await.expect("read").expect("recorded at start");
-    // Entries of the old version (no rollup) in the hour before rollups
-    // started, and of this one (with) in the hour after.
+    let cost = |es: &[ItemLedgerEntry]| es.iter().map(|e| e.charge.amount_micros).sum::<i64>();
+    // The month's report (around `at`) counts exactly `entries` of it.
+    let check = async |at: Timestamp, entries: &[&ItemLedgerEntry], when: &str| {
+        let path = format!("{}/usage?period=month&at={}&group_by=day", p.project_path(), at.to_rfc3339());
+        let (_, u) = documents_read(&p, p.call(p.token(), Method::GET, &path, None)).await;
+        let start = Timestamp::parse_rfc3339(u["start"].as_str().expect("start")).expect("t");
+        let end = Timestamp::parse_rfc3339(u["end"].as_str().expect("end")).expect("t");
+        let within: Vec<ItemLedgerEntry> =
+            entries.iter().filter(|e| e.at >= start && e.at < end).map(|e| (*e).clone()).collect();
+        assert_eq!(u["totals"]["items"], within.len() as u64, "{when}, {at:?}: {}", u["totals"]);
+        assert_eq!(u["totals"]["cost_micros"], cost(&within), "{when}, {at:?}");
+    };
+    // Entries of the version before (no rollup) in the hour before now.
+    let now = p.platform.state.clock.now().as_secs();
     let old: Vec<ItemLedgerEntry> = (0..40)
-        .map(|i| {
-            item_entry(&tenant, &project, i, Timestamp::from_secs(since.as_secs() - 3_600 + 60 * i as i64))
-        })
+        .map(|i| item_entry(&tenant, &project, i, Timestamp::from_secs(now - 3_600 + 60 * i as i64)))
         .collect();
-    let new: Vec<ItemLedgerEntry> = (40..70)
-        .map(|i| item_entry(&tenant, &project, i, Timestamp::from_secs(since.as_secs() + 60 * i as i64)))
-        .collect();
-    let (old_ref, new_ref) = (&old, &new);
+    let old_ref = &old;
     mapi_store::transact::<_, mapi_store::StoreError, _, _>(store, |mut tx| async move {
         for e in old_ref {
             tx_create(&mut tx, e)?;
         }
+        Ok(tx.finish(()))
+    })
+    .await
+    .expect("old entries");
+    // Nothing wrote a rollup yet: the ledgers are all there is, and are read.
+    assert_eq!(usage::RollupsSince::read(store).await.expect("read"), None);
+    for at in [now - 3_600, now] {
+        check(Timestamp::from_secs(at), &old.iter().collect::<Vec<_>>(), "before rollups").await;
+    }
+    // This version's entries, with their rollups, in the hour after.
+    let since = p.platform.state.rollups_started().await.expect("rollups start");
+    assert!(old.iter().all(|e| e.at < since), "the old entries are before rollups start");
+    let new: Vec<ItemLedgerEntry> = (40..70)
+        .map(|i| item_entry(&tenant, &project, i, Timestamp::from_secs(since.as_secs() + 60 * i as i64)))
+        .collect();
+    let new_ref = &new;
+    mapi_store::transact::<_, mapi_store::StoreError, _, _>(store, |mut tx| async move {
         for e in new_ref {
             tx_create(&mut tx, e)?;
             usage::record(&mut tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &usage::of_item(e))?;
@@ -217,19 +242,12 @@ async fn history_before_rollups_is_counted_once() {
         Ok(tx.finish(()))
     })
     .await
-    .expect("fill");
-    let cost = |es: &[ItemLedgerEntry]| es.iter().map(|e| e.charge.amount_micros).sum::<i64>();
-    // A day around `since`, whichever side of midnight the hours fall.
+    .expect("new entries");
+    // Months around `since`, whichever side of a boundary the hours fall:
+    // each entry once, from the ledger or from a rollup.
+    let all: Vec<&ItemLedgerEntry> = old.iter().chain(&new).collect();
     for at in [since.as_secs() - 3_600, since.as_secs(), since.as_secs() + 3_600] {
-        let at = Timestamp::from_secs(at).to_rfc3339();
-        let path = format!("{}/usage?period=month&at={at}&group_by=day", p.project_path());
-        let (_, u) = documents_read(&p, p.call(p.token(), Method::GET, &path, None)).await;
-        let start = Timestamp::parse_rfc3339(u["start"].as_str().expect("start")).expect("t");
-        let end = Timestamp::parse_rfc3339(u["end"].as_str().expect("end")).expect("t");
-        let within: Vec<ItemLedgerEntry> =
-            old.iter().chain(&new).filter(|e| e.at >= start && e.at < end).cloned().collect();
-        assert_eq!(u["totals"]["items"], within.len() as u64, "{at}: {}", u["totals"]);
-        assert_eq!(u["totals"]["cost_micros"], cost(&within), "{at}");
+        check(Timestamp::from_secs(at), &all, "with rollups").await;
     }
     p.platform.shutdown().await;
 }

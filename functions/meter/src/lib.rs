@@ -217,6 +217,8 @@ async fn finalize(
     _caller: InternalCaller,
     Json(task): Json<FinalizeTask>,
 ) -> Result<(StatusCode, Json<FinalizeAnswer>), ApiError> {
+    // Before the time the ledger entry is dated by: its rollup counts it.
+    state.rollups_started().await?;
     let now = state.clock.now();
     let rules = Rules {
         event_grace: state.config.event_grace,

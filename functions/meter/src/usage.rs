@@ -118,9 +118,11 @@ async fn lines(
         }
     }
     let docs = store.get(&keys, None).await?;
+    // Not recorded yet: no process has written a rollup, so the ledgers
+    // hold all there is.
     let since = match docs.first() {
         Some(Some(d)) => d.decode::<RollupsSince>()?.at,
-        _ => Timestamp::EPOCH,
+        _ => end,
     };
     let mut out = Vec::new();
     for (i, doc) in docs.iter().skip(1).enumerate() {

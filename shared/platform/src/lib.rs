@@ -83,6 +83,8 @@ pub struct Platform {
     /// local: what `mapi dev` drives (the queue's deliverer, the
     /// executor's log forwarder, the signed-URL routes).
     pub local: LocalParts,
+    /// The minute usage rollups start, once this process has made sure of it.
+    rollups_since: tokio::sync::OnceCell<mapi_domain::Timestamp>,
 }
 
 /// The concrete embedded adapters, for the background work that only the
@@ -527,9 +529,6 @@ impl Platform {
                 Arc::new(mapi_firestore::FirestoreStore::connect(settings, credentials).await?)
             }
         };
-        // Before this process writes any ledger entry: entries from this
-        // instant on all have their usage rollup (see `mapi_schema::usage`).
-        mapi_schema::usage::RollupsSince::ensure(&*store, clock.now()).await?;
         let signer: Arc<dyn Signer> = match uses.has(Section::Signer) {
             true => signer(&config).await?,
             false => Arc::new(Absent { port: "bundle signer" }),
@@ -633,7 +632,18 @@ impl Platform {
             pepper,
             local,
             config,
+            rollups_since: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The minute usage rollups start (`mapi_schema::usage::RollupsSince`):
+    /// recorded by the first process that writes a ledger entry, read once
+    /// per process. Every ledger writer calls it before its commit, so no
+    /// entry without its rollup is written after that minute; starting a
+    /// process needs no store.
+    pub async fn rollups_started(&self) -> Result<mapi_domain::Timestamp, mapi_store::StoreError> {
+        let ensure = || mapi_schema::usage::RollupsSince::ensure(&*self.store, self.clock.now());
+        self.rollups_since.get_or_try_init(ensure).await.copied()
     }
 
     /// Where `mapi dev` writes the CLI's credentials.

@@ -32,10 +32,11 @@
 //!
 //! # History from before rollups
 //!
-//! [`RollupsSince`] records the minute the first process that writes
-//! rollups started (every process makes sure of it before it serves):
-//! ledger entries from before it have no rollup, entries from it on all
-//! have one. A report reads the rollups and, for the part of its period
+//! [`RollupsSince`] records the minute the first ledger entry with a
+//! rollup was written (every process makes sure of it, once, before its
+//! first ledger write): ledger entries from before it have no rollup,
+//! entries from it on all have one; while it is not recorded, no rollup
+//! exists. A report reads the rollups and, for the part of its period
 //! before that instant only, the ledger entries themselves (a fixed amount
 //! of history that stops growing at the upgrade).
 
@@ -311,7 +312,7 @@ impl RollupsSince {
 
     /// Makes sure the instant is recorded (`now`, the first time), and
     /// returns it. Every process that writes ledger entries calls it before
-    /// it serves, so no entry without a rollup is written after it.
+    /// its first, so no entry without a rollup is written after it.
     ///
     /// The instant is the start of the minute of `now`: an endpoint's score
     /// entries are per minute and dated by its start, so every entry is

@@ -198,6 +198,11 @@ async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
     let ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX).max(1);
     let us = u64::try_from(s.elapsed.as_micros()).unwrap_or(u64::MAX);
     let (charge, table) = charge_of(doc.accelerator, ms);
+    // Before the time the ledger entry is dated by: its rollup counts it.
+    if let Err(e) = state.rollups_started().await {
+        tracing::error!(endpoint = %doc.id, error = %e, "a score was not metered");
+        return;
+    }
     let now = state.clock.now();
     let stats_id = StatsDoc::id_of(&doc.id, s.tag, s.shard % SHARDS);
     let ledger_shard = s.shard % SCORE_LEDGER_SHARDS;

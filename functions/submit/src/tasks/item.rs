@@ -291,6 +291,8 @@ async fn finish(state: &AppState, job: &JobDoc, ending: Ending) -> Result<(), Ap
 /// marker that says failed is upgraded when the end says succeeded (a
 /// result beats an error).
 async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) -> Result<(), ApiError> {
+    // Before the time the ledger entry is dated by: its rollup counts it.
+    state.rollups_started().await?;
     let now = state.clock.now();
     let m = JobItemDoc {
         job: job.id.clone(),
