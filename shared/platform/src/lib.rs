@@ -83,9 +83,15 @@ pub struct Platform {
     /// local: what `mapi dev` drives (the queue's deliverer, the
     /// executor's log forwarder, the signed-URL routes).
     pub local: LocalParts,
-    /// The minute usage rollups start, once this process has made sure of it.
-    rollups_since: tokio::sync::OnceCell<mapi_domain::Timestamp>,
+    /// The minute usage rollups start, once this process has made sure of
+    /// it ([`Platform::rollups_started`]).
+    pub rollups: RollupsStart,
 }
+
+/// What a process knows of the minute usage rollups start: nothing until
+/// its first ledger write makes sure of it.
+#[derive(Debug, Default)]
+pub struct RollupsStart(tokio::sync::OnceCell<mapi_domain::Timestamp>);
 
 /// The concrete embedded adapters, for the background work that only the
 /// one-machine platform runs. A cloud port has no local part.
@@ -632,7 +638,7 @@ impl Platform {
             pepper,
             local,
             config,
-            rollups_since: tokio::sync::OnceCell::new(),
+            rollups: RollupsStart::default(),
         }
     }
 
@@ -643,7 +649,7 @@ impl Platform {
     /// process needs no store.
     pub async fn rollups_started(&self) -> Result<mapi_domain::Timestamp, mapi_store::StoreError> {
         let ensure = || mapi_schema::usage::RollupsSince::ensure(&*self.store, self.clock.now());
-        self.rollups_since.get_or_try_init(ensure).await.copied()
+        self.rollups.0.get_or_try_init(ensure).await.copied()
     }
 
     /// Where `mapi dev` writes the CLI's credentials.

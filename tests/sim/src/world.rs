@@ -649,6 +649,7 @@ fn assemble(ports: &Ports<'_>) -> (AppState, Router) {
         sessions: Some(verifier),
         task_invoker: None,
         local: mapi_platform::LocalParts::default(),
+        rollups: mapi_platform::RollupsStart::default(),
     };
     let state = AppState(Arc::new(platform));
     let app =
