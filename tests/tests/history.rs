@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use mapi_domain::{JobId, ProjectId, ResourceClass, TenantId, Timestamp};
-use mapi_schema::{Doc, ItemLedgerEntry, tx_create, usage};
+use mapi_schema::{ItemLedgerEntry, tx_create, usage};
 use mapi_store::sqlite::StoreCounts;
 use mapi_tests::{Options, TestPlatform};
 use reqwest::Method;
@@ -122,9 +122,7 @@ async fn usage_and_listings_read_a_bounded_number_of_documents_over_a_long_histo
         expected = (expected.0 + e.charge.amount_micros, expected.1 + e.charge.vcpu_ms);
     }
     fill(&p, ITEMS, |i, tx| {
-        let e = item_entry(&tenant, &project, i, spread(i, ITEMS));
-        tx_create(tx, &e)?;
-        usage::record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &usage::of_item(&e))
+        usage::create_item_entry(tx, &item_entry(&tenant, &project, i, spread(i, ITEMS)))
     })
     .await;
 
@@ -236,8 +234,7 @@ async fn history_before_rollups_is_counted_once() {
     let new_ref = &new;
     mapi_store::transact::<_, mapi_store::StoreError, _, _>(store, |mut tx| async move {
         for e in new_ref {
-            tx_create(&mut tx, e)?;
-            usage::record(&mut tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &usage::of_item(e))?;
+            usage::create_item_entry(&mut tx, e)?;
         }
         Ok(tx.finish(()))
     })

@@ -83,12 +83,7 @@ impl Step {
                 Write::CreateRun(run) => tx_create(tx, &**run)?,
                 Write::PutRun(run) => tx_put(tx, &**run)?,
                 Write::PutAttempt(a) => tx_put(tx, &**a)?,
-                Write::CreateLedger(e) => {
-                    tx_create(tx, &**e)?;
-                    let owner = (&e.tenant, &e.project);
-                    let seed = mapi_schema::Doc::doc_id(&**e);
-                    mapi_schema::usage::record(tx, owner, e.at, &seed, &mapi_schema::usage::of_run(e))?;
-                }
+                Write::CreateLedger(e) => mapi_schema::usage::create_run_entry(tx, e)?,
                 Write::CreateVersion(v) => tx_create(tx, &**v)?,
                 Write::Bumps(b) => b.apply(tx)?,
             }

@@ -281,6 +281,20 @@ pub fn record(
     Ok(())
 }
 
+/// Buffers the creation of a run attempt's ledger entry and what it adds
+/// to its rollups: one commit, so they cannot disagree.
+pub fn create_run_entry(tx: &mut Txn<'_>, e: &LedgerEntry) -> Result<(), StoreError> {
+    crate::tx_create(tx, e)?;
+    record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &of_run(e))
+}
+
+/// Buffers the creation of an item's ledger entry and what it adds to its
+/// rollups: one commit, so they cannot disagree.
+pub fn create_item_entry(tx: &mut Txn<'_>, e: &ItemLedgerEntry) -> Result<(), StoreError> {
+    crate::tx_create(tx, e)?;
+    record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &of_item(e))
+}
+
 /// The lines a rollup document holds (fields that are not a line's are skipped).
 pub fn lines_of(doc: &Document) -> Vec<(Line, Totals)> {
     let mut lines: std::collections::BTreeMap<Line, Totals> = std::collections::BTreeMap::new();

@@ -336,9 +336,7 @@ async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) 
                 tx_create(&mut tx, m_ref)?;
                 // Create-only, in the marker's commit: once per item and round.
                 if !ledger_seen {
-                    tx_create(&mut tx, entry)?;
-                    let owner = (&entry.tenant, &entry.project);
-                    usage::record(&mut tx, owner, entry.at, &entry.doc_id(), &usage::of_item(entry))?;
+                    usage::create_item_entry(&mut tx, entry)?;
                 }
                 let f = if m_ref.outcome == ItemOutcome::Succeeded {
                     count_field::SUCCEEDED
