@@ -146,16 +146,15 @@ mod item {
     /// store's commit, the queue's lease and outcome of the delivery; group
     /// commit only lowers it.
     pub const SYNCS: f64 = 3.1;
-    /// Objects written per item: its end, which holds its result or error,
-    /// its usage and its log line (it was three: result, usage and log),
-    /// and the job's manifest and chunk shared out.
-    pub const OBJECTS: f64 = 1.01;
-    /// Object files left per item.
-    pub const FILES: f64 = 1.01;
-    /// Syncs of the object metadata file per item: one per object (it was
-    /// two, the generation and then the object, until the generation came
-    /// from memory and its high-water mark rode in the object's commit).
-    pub const OBJECT_SYNCS: f64 = 1.01;
+    /// Objects written per item: none of its own (its end, which holds its
+    /// result or error, its usage and its log line, is in its marker; it
+    /// was an object, and before that three), only the job's manifest and
+    /// chunk shared out.
+    pub const OBJECTS: f64 = 0.01;
+    /// Object files left per item: likewise the manifest's and chunk's share.
+    pub const FILES: f64 = 0.01;
+    /// Syncs of the object metadata file per item: one per object written.
+    pub const OBJECT_SYNCS: f64 = 0.01;
 }
 
 const ITEMS: usize = 200;

@@ -185,12 +185,10 @@ async fn an_item_job_on_cloud_tasks_runs_every_item_once_through_faults() {
     let v = p.wait_job(&token, &id, Duration::from_secs(120)).await;
     assert_eq!(v["state"], "succeeded", "{v:#}");
     assert_eq!(v["counts"]["succeeded"], 1000);
-    let prefix = format!("t/dev/p/default/jobs/{id}/ends/");
-    let page = p.platform.state.objects.list(&prefix, None, 2000).await.expect("list");
-    assert_eq!(page.objects.len(), 1000, "one end per item");
-    let (_, bytes) = p.platform.state.objects.get(&page.objects[0].key, None).await.expect("get");
-    let first: Value = serde_json::from_slice(&bytes).expect("json");
-    assert_eq!(first["result"]["words"], 3, "{first}");
+    let q = mapi_store::Query::new("job_items").filter("job", mapi_store::Op::Eq, id.as_str());
+    let markers = p.platform.state.store.query(&q, None).await.expect("markers");
+    assert_eq!(markers.len(), 1000, "one marker per item");
+    assert_eq!(markers[0].fields["end"]["result"]["words"], 3, "its end is in it: {:?}", markers[0].fields);
     let s = fake.stats();
     for (what, n) in [
         ("duplicated", s.duplicated.load(Ordering::Relaxed)),

@@ -207,11 +207,33 @@ pub async fn read_items(
     Ok(out)
 }
 
+/// How item `idx` ended: the end its marker holds, else its end object (a
+/// large end, or one whose delivery died before the marker).
+pub async fn end_of(
+    state: &AppState,
+    base: &str,
+    idx: u64,
+    marker: Option<JobItemDoc>,
+) -> Result<Option<ItemEnd>, ApiError> {
+    match marker.and_then(|m| m.end) {
+        Some(end) => Ok(Some(end)),
+        None => Ok(read_end(state, base, idx).await?.map(|(_, e)| e)),
+    }
+}
+
 /// Reopens a failed item for `round`: its marker moves to the history (the
 /// ledger stays append-only), the job's failed count drops, the tenant's
-/// window takes the item again, and its error and usage objects go.
+/// window takes the item again, and its error and usage objects go; the
+/// log lines of its end (in the marker or in the end object) move to the
+/// item's log object first, so the item's log keeps every attempt.
 /// Idempotent: an item not failed in an earlier round is left alone.
 pub async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Result<(), ApiError> {
+    let reopens = |m: &JobItemDoc| m.outcome == ItemOutcome::Failed && m.round < round;
+    let base = base(job);
+    if let Some(end) = marker(state, &job.id, idx).await?.filter(reopens).and_then(|m| m.end) {
+        // Appending the same lines again (a reopen retried) adds nothing.
+        append(state, &layout::log(&base, idx), &ndjson(&end.log)).await?;
+    }
     let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
     // The window takes the item again, in the shard of the tenant's counter
     // the item's marker id picks.
@@ -220,11 +242,11 @@ pub async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Res
         &tenant,
         counters::pick(&JobItemDoc::id_of(&job.id, idx), counters::shards_of(&tenant)),
     );
-    let (id, shard, tenant) = (&job.id, &shard, &tenant);
+    let (id, shard, tenant, reopens) = (&job.id, &shard, &tenant, &reopens);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let m_id = JobItemDoc::id_of(id, idx);
         match tx_get::<JobItemDoc>(&mut tx, &m_id).await? {
-            Some(m) if m.outcome == ItemOutcome::Failed && m.round < round => {
+            Some(m) if reopens(&m) => {
                 tx_create(&mut tx, &JobItemHistoryDoc(m))?;
                 tx.delete(&mapi_schema::key::<JobItemDoc>(&m_id)?);
                 tx.increment(shard, count_field::FAILED, -1, None);
@@ -241,15 +263,21 @@ pub async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Res
     })
     .await
     .or_else(|e| if e.code() == ProblemCode::AlreadyExists { Ok(()) } else { Err(e) })?;
-    remove_stale(state, &base(job), idx, round).await
+    remove_stale(state, &base, idx, Some(round)).await
 }
 
-/// Removes item `idx`'s end if it is of an earlier round than `round`
-/// (retry-failed reopened the item), its log lines moved to the item's log
-/// object first so the item's log keeps every attempt.
-pub async fn remove_stale(state: &AppState, base: &str, idx: u64, round: u32) -> Result<(), ApiError> {
+/// Removes item `idx`'s end object, its log lines moved to the item's log
+/// object first so the item's log keeps every attempt: when it is of an
+/// earlier round than `round` (retry-failed reopened the item), or, with
+/// `None`, whatever its round (an end in the marker superseded it).
+pub async fn remove_stale(
+    state: &AppState,
+    base: &str,
+    idx: u64,
+    round: Option<u32>,
+) -> Result<(), ApiError> {
     let Some((generation, end)) = read_end(state, base, idx).await? else { return Ok(()) };
-    if end.round >= round {
+    if round.is_some_and(|r| end.round >= r) {
         return Ok(());
     }
     append(state, &layout::log(base, idx), &ndjson(&end.log)).await?;

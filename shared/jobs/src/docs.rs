@@ -93,10 +93,13 @@ mapi_domain::wire_enum!(
     }
 );
 
-/// The marker of a finished item: created once (must not exist) after its
-/// result or error object, with the job's counts, the tenant's concurrent
-/// items, the usage counters and the item's ledger entry
-/// (`mapi_schema::ItemLedgerEntry`) moved in the same commit. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).
+/// The marker of a finished item: created once (must not exist), with the
+/// job's counts, the tenant's concurrent items, the usage counters and the
+/// item's ledger entry (`mapi_schema::ItemLedgerEntry`) moved in the same
+/// commit. It holds the item's end itself when that is small (at most
+/// [`crate::layout::INLINE_END_MAX`] bytes of JSON): one document, no
+/// object. A larger end is an object written before the marker, and `end`
+/// is absent. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobItemDoc {
     pub job: JobId,
@@ -110,6 +113,9 @@ pub struct JobItemDoc {
     pub duration_ms: u64,
     pub cost_micros: i64,
     pub at: Timestamp,
+    /// How the item ended, when it is small enough to live here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<ItemEnd>,
 }
 
 impl JobItemDoc {
@@ -217,9 +223,10 @@ pub struct ItemFailure {
     pub attempts: u32,
 }
 
-/// What `ends/{idx}.json` holds: how an item ended in a round, written
-/// create-only by the delivery that finished it (a success replaces a
-/// failure of the same round: a result beats an error).
+/// How an item ended in a round: in its marker when small, else the object
+/// `ends/{idx}.json`, written create-only by the delivery that finished it
+/// (either way a success replaces a failure of the same round: a result
+/// beats an error).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ItemEnd {
     pub round: u32,

@@ -23,7 +23,7 @@ use super::datasets::{entropy, require_project};
 use super::idempotency::{self, Key};
 use super::job_body;
 use crate::job_store::{
-    base, create_only, derived, load, ndjson, object_key, read_end, read_items, read_object,
+    base, create_only, derived, end_of, load, marker, ndjson, object_key, read_items, read_object,
 };
 use crate::quota;
 
@@ -478,17 +478,11 @@ pub async fn list_items(
     let mut items = Vec::with_capacity(docs.len());
     for d in &docs {
         let m: JobItemDoc = d.decode()?;
-        let end = read_end(&state, &base, m.idx).await?.map(|(_, e)| e);
+        let (idx, outcome, round, attempts, duration_ms) =
+            (m.idx, m.outcome, m.round, m.attempts, m.duration_ms);
+        let end = end_of(&state, &base, idx, Some(m)).await?;
         let (result, error) = end.map_or((None, None), |e| (e.result, e.error));
-        items.push(ItemView {
-            idx: m.idx,
-            state: m.outcome,
-            round: m.round,
-            attempts: m.attempts,
-            duration_ms: m.duration_ms,
-            result,
-            error,
-        });
+        items.push(ItemView { idx, state: outcome, round, attempts, duration_ms, result, error });
     }
     Ok(Json(ItemPage { items, next_page_token }))
 }
@@ -518,7 +512,8 @@ pub async fn item_log(
     // removed), then the end's.
     let base = base(&job);
     let earlier = read_object(&state, &layout::log(&base, idx)).await?;
-    let end = read_end(&state, &base, idx).await?.map(|(_, e)| ndjson(&e.log));
+    let m = marker(&state, &job.id, idx).await?;
+    let end = end_of(&state, &base, idx, m).await?.map(|e| ndjson(&e.log));
     if earlier.is_none() && end.is_none() {
         return Err(ApiError::not_found(format!(
             "item {idx} of job {} has no log yet: it has not run",

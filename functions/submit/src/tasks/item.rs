@@ -5,20 +5,25 @@
 //! to do), or an end object of this round with no marker (an earlier
 //! delivery died between the two: the marker is made from the end).
 //! Otherwise it runs the method under the per-item timeout, and:
-//! - on success writes the end (`ends/{idx}.json`: result, usage and this
-//!   attempt's log line, one object), then the marker;
+//! - on success writes the end (result, usage and this attempt's log line)
+//!   and the marker;
 //! - on an input error (retrying cannot help) writes the end with the
 //!   error at once; on a transient error or a timeout appends a line to
 //!   the item's log object and answers 503 so the queue delivers again,
 //!   until the last attempt, which writes the end with the error and
 //!   answers 200 so the queue stops.
 //!
-//! The end is created only if absent. A 412 is success when the stored end
-//! is byte for byte this delivery's (its own earlier write whose answer was
-//! lost); otherwise another delivery's end stands and this one adopts it,
-//! its own log line appended to the log object, except that a success
-//! replaces a failure of the same round (a result beats an error) and any
-//! end replaces an earlier round's. The marker then says what the end says.
+//! A small end (the usual case) is written *in* the marker, in the one
+//! commit that creates it: the marker's create-only is what decides which
+//! delivery's end stands. A large end is first an object (`ends/{idx}.json`),
+//! created only if absent: a 412 is success when the stored end is byte for
+//! byte this delivery's (its own earlier write whose answer was lost);
+//! otherwise another delivery's end stands; the marker then says what that
+//! end says. Either way the delivery whose end does not stand adopts the
+//! one that does, its own log line appended to the log object, except that
+//! a success replaces a failure of the same round (a result beats an error)
+//! and any end replaces an earlier round's; the replaced end's log lines
+//! are kept.
 
 use std::time::Duration;
 
@@ -41,6 +46,24 @@ use mapi_store::transact;
 use serde_json::{Value, json};
 
 use crate::job_store::{append, base, load, marker, ndjson, read_end, remove_stale, reopen, write_end};
+
+/// Where an end being marked lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// In the marker itself.
+    Inline,
+    /// In the end object, written before the marker.
+    Object,
+}
+
+/// What marking an item came to.
+enum Marked {
+    Created,
+    /// A failure's marker was replaced by this success; here is the old one.
+    Upgraded(Box<JobItemDoc>),
+    /// Another delivery's marker stands; here it is.
+    Stood(Box<JobItemDoc>),
+}
 
 /// What a delivery came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,11 +178,11 @@ pub async fn handle(
     // An end written by a delivery that died before its marker.
     if let Some((_, end)) = read_end(&state, &base, idx).await? {
         if end.round >= round {
-            mark_from_end(&state, &job, idx, &end).await?;
+            mark(&state, &job, idx, &end, Held::Object).await?;
             return Ok(ok(Handled::Recovered));
         }
         // An earlier round's failure that retry-failed reopened.
-        remove_stale(&state, &base, idx, round).await?;
+        remove_stale(&state, &base, idx, Some(round)).await?;
     }
     let attempt = attempt_of(&headers);
     if job.cancel_requested_at.is_some() {
@@ -258,8 +281,9 @@ struct Ending {
     line: Value,
 }
 
-/// Writes the item's end (create-only: another delivery's may stand, and
-/// then this delivery's line goes to the log object), then its marker.
+/// Writes the item's end and its marker: in the marker when the end is
+/// small, else as an object first (create-only: another delivery's may
+/// stand, and then this delivery's line goes to the log object).
 async fn finish(state: &AppState, job: &JobDoc, ending: Ending) -> Result<(), ApiError> {
     let Ending { idx, round, end, attempts, took, line } = ending;
     let base = base(job);
@@ -277,20 +301,63 @@ async fn finish(state: &AppState, job: &JobDoc, ending: Ending) -> Result<(), Ap
         outcome,
     };
     let mine = ItemEnd { round, outcome, result, error, usage, log: vec![line.clone()] };
+    if serde_json::to_vec(&mine)?.len() <= layout::INLINE_END_MAX {
+        let marked = mark(state, job, idx, &mine, Held::Inline).await?;
+        return settle(state, &base, idx, marked, &line).await;
+    }
     let (stands, is_mine) = write_end(state, &base, idx, mine).await?;
     if !is_mine {
         tracing::debug!(job = %job.id, idx, "another delivery's end stands");
-        append(state, &layout::log(&base, idx), &ndjson(&[line])).await?;
+        append(state, &layout::log(&base, idx), &ndjson(std::slice::from_ref(&line))).await?;
     }
-    mark_from_end(state, job, idx, &stands).await
+    match mark(state, job, idx, &stands, Held::Object).await? {
+        // The failure this success replaced was in its marker: its lines
+        // go to the log object (the new end is the object's).
+        Marked::Upgraded(old) => match old.end {
+            Some(old) => append(state, &layout::log(&base, idx), &ndjson(&old.log)).await,
+            None => Ok(()),
+        },
+        Marked::Created | Marked::Stood(_) => Ok(()),
+    }
 }
 
-/// Makes the item's marker from the end that stands: created once; moves
-/// the job's counts, frees the tenant's window slot and counts the item and
-/// its cost in the tenant's day and month, all in the marker's commit. A
-/// marker that says failed is upgraded when the end says succeeded (a
-/// result beats an error).
-async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) -> Result<(), ApiError> {
+/// After an end written in its marker: keeps the log lines of the end that
+/// did not stand.
+async fn settle(
+    state: &AppState,
+    base: &str,
+    idx: u64,
+    marked: Marked,
+    line: &Value,
+) -> Result<(), ApiError> {
+    match marked {
+        Marked::Created => Ok(()),
+        // Lines of an end in the old marker were merged in the commit; an
+        // end object it superseded goes, its lines to the log object.
+        Marked::Upgraded(old) if old.end.is_none() => remove_stale(state, base, idx, None).await,
+        Marked::Upgraded(_) => Ok(()),
+        // This delivery's own commit, whose answer was lost, holds its line.
+        Marked::Stood(m) if m.end.as_ref().is_some_and(|e| e.log.contains(line)) => Ok(()),
+        Marked::Stood(m) => {
+            tracing::debug!(job = %m.job, idx, "another delivery's end stands");
+            append(state, &layout::log(base, idx), &ndjson(std::slice::from_ref(line))).await
+        }
+    }
+}
+
+/// Makes the item's marker from `end` (held in the marker, or the end
+/// object that stands): created once; moves the job's counts, frees the
+/// tenant's window slot and counts the item and its cost in the tenant's
+/// day and month, all in the marker's commit. A marker that says failed is
+/// upgraded when the end says succeeded (a result beats an error), keeping
+/// the log lines the old marker held when both hold their ends.
+async fn mark(
+    state: &AppState,
+    job: &JobDoc,
+    idx: u64,
+    end: &ItemEnd,
+    held: Held,
+) -> Result<Marked, ApiError> {
     // Before the time the ledger entry is dated by: its rollup counts it.
     state.rollups_started().await?;
     let now = state.clock.now();
@@ -305,6 +372,7 @@ async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) 
         duration_ms: end.usage.duration_ms,
         cost_micros: end.usage.cost_micros,
         at: now,
+        end: (held == Held::Inline).then(|| end.clone()),
     };
     let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
     // The item's ledger entry: the same amount the counters take.
@@ -326,12 +394,16 @@ async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) 
         let ledger_seen = tx_get::<ItemLedgerEntry>(&mut tx, &entry.doc_id()).await?.is_some();
         match existing {
             Some(e) if e.outcome == ItemOutcome::Failed && m_ref.outcome == ItemOutcome::Succeeded => {
-                tx_put(&mut tx, m_ref)?;
+                let mut up = m_ref.clone();
+                if let (Some(old), Some(new)) = (&e.end, &mut up.end) {
+                    new.log = old.log.iter().chain(&new.log).cloned().collect();
+                }
+                tx_put(&mut tx, &up)?;
                 tx.increment(shard, count_field::FAILED, -1, None);
                 tx.increment(shard, count_field::SUCCEEDED, 1, None);
-                Ok(tx.finish(()))
+                Ok(tx.finish(Marked::Upgraded(Box::new(e))))
             }
-            Some(_) => Ok(tx.finish(())),
+            Some(e) => Ok(tx.finish(Marked::Stood(Box::new(e)))),
             None => {
                 tx_create(&mut tx, m_ref)?;
                 // Create-only, in the marker's commit: once per item and round.
@@ -363,7 +435,7 @@ async fn mark_from_end(state: &AppState, job: &JobDoc, idx: u64, end: &ItemEnd) 
                 // vCPU-ms of the item's class (as its ledger entry), not wall ms.
                 bumps.extend(Bumps::charge(&periods, &seed, entry.charge.vcpu_ms, m_ref.cost_micros));
                 bumps.apply(&mut tx)?;
-                Ok(tx.finish(()))
+                Ok(tx.finish(Marked::Created))
             }
         }
     })
