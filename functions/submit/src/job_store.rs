@@ -215,7 +215,7 @@ pub async fn end_of(
     idx: u64,
     marker: Option<JobItemDoc>,
 ) -> Result<Option<ItemEnd>, ApiError> {
-    match marker.and_then(|m| m.end) {
+    match marker.and_then(|m| m.held_end()) {
         Some(end) => Ok(Some(end)),
         None => Ok(read_end(state, base, idx).await?.map(|(_, e)| e)),
     }

@@ -115,10 +115,49 @@ pub struct JobItemDoc {
     pub at: Timestamp,
     /// How the item ended, when it is small enough to live here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end: Option<ItemEnd>,
+    pub end: Option<InlineEnd>,
+}
+
+/// An end held in its item's marker: what the marker does not already say
+/// (the end's round, outcome and usage are the marker's own fields).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InlineEnd {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemFailure>,
+    /// The log lines of the deliveries this end holds, oldest first.
+    pub log: Vec<Value>,
+}
+
+impl From<&ItemEnd> for InlineEnd {
+    fn from(end: &ItemEnd) -> Self {
+        InlineEnd { result: end.result.clone(), error: end.error.clone(), log: end.log.clone() }
+    }
 }
 
 impl JobItemDoc {
+    /// The whole end this marker holds, if it holds one.
+    pub fn held_end(&self) -> Option<ItemEnd> {
+        let end = self.end.as_ref()?;
+        let usage = ItemUsage {
+            idx: self.idx,
+            round: self.round,
+            attempts: self.attempts,
+            duration_ms: self.duration_ms,
+            cost_micros: self.cost_micros,
+            outcome: self.outcome,
+        };
+        Some(ItemEnd {
+            round: self.round,
+            outcome: self.outcome,
+            result: end.result.clone(),
+            error: end.error.clone(),
+            usage,
+            log: end.log.clone(),
+        })
+    }
+
     /// Zero-padded so ids sort by index.
     pub fn id_of(job: &JobId, idx: u64) -> String {
         format!("{job}:{idx:09}")

@@ -347,6 +347,26 @@ impl SqliteStore {
         self.inner.counters.snapshot()
     }
 
+    /// The bytes the database's pages in use take (pages on the free list
+    /// left out), as of the latest commit: what the store's documents and
+    /// their index entries cost on disk, held per item by the budget tests.
+    ///
+    /// # Errors
+    ///
+    /// `Internal` when SQLite cannot answer.
+    pub fn stored_bytes(&self) -> Result<u64, StoreError> {
+        self.with_reader(|c| {
+            c.query_row(
+                "SELECT (p.page_count - f.freelist_count) * s.page_size
+                 FROM pragma_page_count() p, pragma_freelist_count() f, pragma_page_size() s",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(sql_err)
+        })
+    }
+
     /// Runs a read on a pooled connection, on the calling thread.
     ///
     /// Reads are not sent to the blocking pool: in WAL mode a read never

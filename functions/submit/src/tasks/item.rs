@@ -33,7 +33,8 @@ use mapi_domain::ResourceClass;
 use mapi_identity::InternalCaller;
 use mapi_jobs::tasks::ItemTask;
 use mapi_jobs::{
-    ItemEnd, ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, count_field, layout,
+    InlineEnd, ItemEnd, ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, count_field,
+    layout,
 };
 use mapi_methods::{ItemContext, ItemError};
 use mapi_platform::AppState;
@@ -261,9 +262,11 @@ pub async fn handle(
     Ok(ok(handled))
 }
 
-/// One line of the item's log, stamped with the time.
+/// One line of the item's log, stamped with the time; a field with no
+/// value (no error) is left out.
 fn log_line(state: &AppState, mut line: Value) -> Value {
     if let Value::Object(o) = &mut line {
+        o.retain(|_, v| !v.is_null());
         o.insert("at".into(), json!(state.clock.now()));
     }
     line
@@ -372,7 +375,7 @@ async fn mark(
         duration_ms: end.usage.duration_ms,
         cost_micros: end.usage.cost_micros,
         at: now,
-        end: (held == Held::Inline).then(|| end.clone()),
+        end: (held == Held::Inline).then(|| InlineEnd::from(end)),
     };
     let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
     // The item's ledger entry: the same amount the counters take.
