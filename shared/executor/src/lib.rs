@@ -1,6 +1,6 @@
 //! The Executor port: one attempt of a run becomes one execution of a
 //! fixed job, shaped after Cloud Run Jobs (`jobs.run` with env and task
-//! count overrides, `executions.get/list/cancel`). The executor reports
+//! count overrides, `executions.get/list/cancel/delete`). The executor reports
 //! what happened; what it means for the run is decided in `mapi-domain`'s
 //! outcome table, never here.
 //!
@@ -9,6 +9,10 @@
 //! (`Ambiguous`): after an ambiguous submit the caller must [`adopt`] by
 //! nonce before it submits again. Cancellation: dropping a `submit` future
 //! after the request left makes the outcome ambiguous in the same way.
+//!
+//! Forgetting ([`Executor::forget`]) removes what a finished execution left
+//! (the run housekeeper calls it once a run passed its tenant's run
+//! retention); a running execution is never removed.
 
 pub mod evidence;
 pub mod local;
