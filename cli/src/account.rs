@@ -153,6 +153,10 @@ pub enum QuotasCmd {
         /// the platform's MAPI_JOB_RETENTION_DAYS).
         #[arg(long)]
         job_retention_days: Option<u32>,
+        /// Days after a run ended that its logs are kept (at least 1; unset:
+        /// the platform's MAPI_RUN_RETENTION_DAYS).
+        #[arg(long)]
+        run_retention_days: Option<u32>,
         #[arg(long)]
         note: Option<String>,
         /// Replace without asking.
@@ -534,6 +538,7 @@ const POLICY_FIELDS: &[&str] = &[
     "requests_per_minute",
     "max_items_per_job",
     "job_retention_days",
+    "run_retention_days",
     "note",
 ];
 
@@ -656,6 +661,7 @@ fn limits_in_words(tenant: &str, t: &Value) -> String {
         out.push_str(&format!("  {name:<24} {shown}\n"));
     }
     out.push_str(&format!("  {:<24} {} days\n", "jobs kept", t["job_retention_days"]));
+    out.push_str(&format!("  {:<24} {} days\n", "run logs kept", t["run_retention_days"]));
     out
 }
 
@@ -769,6 +775,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
             requests_per_minute,
             max_items_per_job,
             job_retention_days,
+            run_retention_days,
             note,
             yes,
             ..
@@ -779,7 +786,8 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
                 "max_resource_class": max_resource_class, "storage_bytes": storage.as_deref().map(bytes).transpose()?,
                 "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
                 "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
-                "job_retention_days": job_retention_days, "note": note,
+                "job_retention_days": job_retention_days, "run_retention_days": run_retention_days,
+                "note": note,
             });
             let before = override_of(client, &tenant).await?;
             let lines = crate::confirm::diff(POLICY_FIELDS, &before, &body, "the tier's");

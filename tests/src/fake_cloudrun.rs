@@ -10,6 +10,7 @@
 //! Cloud Run does, before the task is reported finished, acts as the log
 //! sink (event lines the tasks print are collected, or pushed to the
 //! platform in Pub/Sub envelopes),
+//! deletes executions (`executions.delete`),
 //! and injects faults on demand: 429 with Retry-After, an answer lost after
 //! the execution was made, 503, slow answers, OOM (exit 137, or
 //! `term_signal` 9 with no exit code), executions that vanish.
@@ -435,6 +436,7 @@ async fn route(
         ("POST", [job, "executions", e]) if e.ends_with(":cancel") => {
             cancel(fake, job, e.trim_end_matches(":cancel"))
         }
+        ("DELETE", [job, "executions", e]) => delete(fake, job, e, query),
         ("GET", [job, "executions", e, "tasks"]) => with_execution(fake, job, e, |e| {
             let tasks: Vec<Value> = e.tasks.iter().map(|t| task_json(e, t)).collect();
             axum::Json(json!({"tasks": tasks})).into_response()
@@ -657,6 +659,40 @@ fn cancel(fake: &FakeCloudRun, job: &str, e: &str) -> Response {
         ex.completed = Some(now);
     }
     let op = operation_json(fake, ex);
+    drop(s);
+    axum::Json(op).into_response()
+}
+
+/// `executions.delete`: the execution is gone from `get` and `list` at once (its lines stay in
+/// Cloud Logging); the answer is the long-running operation, with the execution as metadata.
+/// `validateOnly` deletes nothing; an `etag` that is not the execution's is refused (409). An
+/// execution that has not completed is refused only if `mapi_cloudrun::assumptions` says Cloud Run
+/// refuses it; otherwise its running tasks are stopped (SIGKILL) as it goes.
+fn delete(fake: &FakeCloudRun, job: &str, e: &str, query: &HashMap<String, String>) -> Response {
+    let name = full_name(fake, job, e);
+    let mut s = fake.lock();
+    let Some(ex) = s.executions.get(&name).filter(|e| !e.vanished) else {
+        return google_error(404, "NOT_FOUND", &format!("Execution '{e}' does not exist"));
+    };
+    // The client sends every field of the request: an empty etag is none.
+    let etag = query.get("etag").filter(|tag| !tag.is_empty());
+    if etag.is_some_and(|tag| *tag != format!("\"{}\"", ex.uid)) {
+        return google_error(409, "ABORTED", "the etag does not match the execution's");
+    }
+    let running = ex.completed.is_none();
+    if running && mapi_cloudrun::assumptions::DELETE_REFUSES_A_RUNNING_EXECUTION {
+        return google_error(400, "FAILED_PRECONDITION", "the execution has not completed");
+    }
+    let op = operation_json(fake, ex);
+    if query.get("validateOnly").is_some_and(|v| v == "true") {
+        return axum::Json(op).into_response();
+    }
+    if let Some(ex) = s.executions.remove(&name) {
+        for pid in ex.tasks.iter().filter_map(|t| t.pid) {
+            signal(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    s.order.retain(|n| *n != name);
     drop(s);
     axum::Json(op).into_response()
 }

@@ -66,7 +66,10 @@
 //! - Tracking: `run_labels` (a run's name, note and tags: who may change
 //!   them, the words of a refusal, the audit); `run_log` (metrics and
 //!   params logged to a run: shown, bounded, scoped, audited); `run_retry` (an ended run
-//!   retried as a new run of its spec and labels, keyed, scoped, audited).
+//!   retried as a new run of its spec and labels, keyed, scoped, audited);
+//!   `run_retention` (the run housekeeper forgets the executions of runs
+//!   past each tenant's run retention: their directories go, their logs
+//!   answer 410, running runs and runs within it are left alone).
 //! - Webhooks: `webhooks` (the README's receiver verifies a run's events,
 //!   replays and a rotation; an unreachable receiver retried on the
 //!   back-off; private targets refused; who may manage them).

@@ -1,6 +1,8 @@
 //! The Executor conformance suite against the local-process adapter, with
 //! the real `mapi-worker` and bootstrap objects served over HTTP the way the
-//! platform serves them.
+//! platform serves them, and its log forwarder delivering the events to an
+//! endpoint that takes them (as the platform's does), so executions can be
+//! forgotten.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use mapi_clock::{Clock, SystemClock};
 use mapi_cloudrun::{CloudRunJobsExecutor, Credentials, Settings};
 use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ProjectId, TenantId, Timestamp};
 use mapi_executor::conformance::{Behaviour, Harness};
+use mapi_executor::local::forward::LogForwarder;
 use mapi_executor::local::{LocalConfig, LocalProcessExecutor};
 use mapi_executor::{AttemptSubmit, Executor};
 use mapi_objects::fs::FsObjectStore;
@@ -29,6 +32,9 @@ struct Local {
 }
 
 const S_MIB: u64 = 64;
+
+/// Where the harness's event endpoint listens.
+const EVENTS: &str = "/internal/events";
 
 async fn local() -> Local {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -49,8 +55,17 @@ async fn local() -> Local {
         signer,
         clock.clone(),
         1 << 20,
-    );
+    )
+    .route(EVENTS, axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }));
     tokio::spawn(async move { axum::serve(listener, app).await });
+    let forwarder = LogForwarder::new(
+        &dir.path().join("executions"),
+        reqwest::Client::new(),
+        format!("{base}{EVENTS}"),
+        "conformance".to_owned(),
+        clock.clone(),
+    );
+    tokio::spawn(forwarder.run(std::future::pending()));
     let static_env =
         BTreeMap::from([("MAPI_BOOTSTRAP_URL".to_owned(), format!("{base}/o/bootstrap/{{nonce}}"))]);
     let executor = LocalProcessExecutor::new(

@@ -1107,6 +1107,8 @@ fn numbers(c: &Ctx) -> Vec<Case> {
         ("max_items_per_job", "-5"),
         ("job_retention_days", "0"),
         ("job_retention_days", "4294967296"),
+        ("run_retention_days", "0"),
+        ("run_retention_days", "-1"),
     ] {
         let policy = format!(r#"{{"{field}":{v}}}"#);
         cases.push(case(

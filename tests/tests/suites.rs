@@ -48,6 +48,7 @@ mod replay;
 mod residency;
 mod run_labels;
 mod run_log;
+mod run_retention;
 mod run_retry;
 mod shared_tiers;
 mod signer_kms;

@@ -23,6 +23,9 @@ pub struct TenantLimits {
     /// Days the tenant's jobs are kept: the policy's, else the platform's
     /// `MAPI_JOB_RETENTION_DAYS`.
     pub job_retention_days: u64,
+    /// Days after a run ended that its executions' leftovers (logs included) are kept: the
+    /// policy's, else the platform's `MAPI_RUN_RETENTION_DAYS`.
+    pub run_retention_days: u64,
 }
 
 impl TenantLimits {
@@ -31,7 +34,18 @@ impl TenantLimits {
             .as_ref()
             .and_then(|p| p.job_retention_days)
             .map_or(state.config.jobs.retention.as_secs() / 86_400, u64::from);
-        TenantLimits { effective: effective(tier, policy.as_ref()), tenant, tier, policy, job_retention_days }
+        let run_retention_days = policy
+            .as_ref()
+            .and_then(|p| p.run_retention_days)
+            .map_or(state.config.run_retention.as_secs() / 86_400, u64::from);
+        TenantLimits {
+            effective: effective(tier, policy.as_ref()),
+            tenant,
+            tier,
+            policy,
+            job_retention_days,
+            run_retention_days,
+        }
     }
 }
 
@@ -78,6 +92,11 @@ pub async fn set(
     if policy.job_retention_days == Some(0) {
         return Err(ApiError::invalid(
             "job_retention_days must be at least 1 (0 would delete the tenant's jobs at the next housekeeping); omit it for the platform's default",
+        ));
+    }
+    if policy.run_retention_days == Some(0) {
+        return Err(ApiError::invalid(
+            "run_retention_days must be at least 1 (0 would remove the logs of the tenant's runs as soon as they end); omit it for the platform's default",
         ));
     }
     let now = state.clock.now();

@@ -28,6 +28,10 @@ mapi_domain::wire_enum!(
         /// Not the caller's to fix and not transient: retrying is refused
         /// the same way, so it is not a 5xx that clients retry.
         IntegrityFailure => "INTEGRITY_FAILURE",
+        /// 410: what was asked for existed but was removed for good under a
+        /// retention rule (a run's logs past its tenant's run retention):
+        /// asking again will not bring it back.
+        Gone => "GONE",
         /// 412: the request's precondition (an object generation to
         /// match) does not hold.
         PreconditionFailed => "PRECONDITION_FAILED",
@@ -62,6 +66,7 @@ impl ProblemCode {
             ProblemCode::AlreadyExists | ProblemCode::FailedPrecondition | ProblemCode::IntegrityFailure => {
                 http::StatusCode::CONFLICT
             }
+            ProblemCode::Gone => http::StatusCode::GONE,
             ProblemCode::PreconditionFailed => http::StatusCode::PRECONDITION_FAILED,
             ProblemCode::PayloadTooLarge => http::StatusCode::PAYLOAD_TOO_LARGE,
             ProblemCode::UriTooLong => http::StatusCode::URI_TOO_LONG,

@@ -58,3 +58,9 @@ pub const LOG_SKEW_BEFORE_CREATION_S: u64 = 60;
 /// states), so a reader that remembers the last (timestamp, insertId) it
 /// returned can skip exactly what it already returned.
 pub const LOG_EQUAL_TIMESTAMPS_BY_INSERT_ID: bool = true;
+
+/// `executions.delete` of an execution that has not completed is not
+/// refused (the API reference documents no refusal): Cloud Run is taken to
+/// stop it and delete it. The executor therefore reads the execution first
+/// and never asks to delete one without a `completionTime`.
+pub const DELETE_REFUSES_A_RUNNING_EXECUTION: bool = false;

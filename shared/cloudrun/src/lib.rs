@@ -27,6 +27,12 @@
 //!   creation on, with cursors that resume after the last entry returned
 //!   (the `logs` module).
 //!
+//! - **Forget**: `executions.get`, then `executions.delete` only for an
+//!   execution that completed (the API documents no refusal of a running
+//!   one, so the adapter never asks: see [`assumptions`]); 404 to either is
+//!   already forgotten. The delete's long-running operation is not waited
+//!   for: once it is accepted the execution is Cloud Run's to remove.
+//!
 //! The inventory ([`inventory`]) is one Job per base image and resource
 //! class, named by `MAPI_CLOUDRUN_JOB_TEMPLATE`; placement refuses XL (it
 //! needs another executor) and the GPU class for anything but `dl.*`. The
@@ -86,7 +92,7 @@ use google_cloud_run_v2::model;
 use mapi_clock::Clock;
 use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
 use mapi_executor::{
-    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation,
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Forgot, Isolation,
     SubmitError,
 };
 use prometheus_client::metrics::counter::Counter;
@@ -511,6 +517,34 @@ impl Executor for CloudRunJobsExecutor {
             // Unknown, or already finished: nothing left to stop.
             Err(e) if matches!(e.http_status_code(), Some(404 | 409 | 412)) => Ok(()),
             Err(e) => Err(ExecutorError::Unavailable(format!("executions.cancel {handle}: {e}"))),
+        }
+    }
+
+    async fn forget(&self, handle: &ExecutionHandle) -> Result<Forgot, ExecutorError> {
+        if !self.owns(handle) {
+            return Ok(Forgot::Gone);
+        }
+        let executions = &self.inner.executions;
+        let got = executions
+            .get_execution()
+            .with_request(model::GetExecutionRequest::new().set_name(handle.0.clone()))
+            .send()
+            .await;
+        match got {
+            Ok(e) if e.completion_time.is_none() => return Ok(Forgot::Kept),
+            Ok(_) => {}
+            Err(e) if e.http_status_code() == Some(404) => return Ok(Forgot::Gone),
+            Err(e) => return Err(ExecutorError::Unavailable(format!("executions.get {handle}: {e}"))),
+        }
+        let deleted = executions
+            .delete_execution()
+            .with_request(model::DeleteExecutionRequest::new().set_name(handle.0.clone()))
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(Forgot::Gone),
+            Err(e) if e.http_status_code() == Some(404) => Ok(Forgot::Gone),
+            Err(e) => Err(ExecutorError::Unavailable(format!("executions.delete {handle}: {e}"))),
         }
     }
 

@@ -2,8 +2,8 @@
 //! the embedded adapters, as `mapi dev` runs it and the test suites start it. It serves all five functions' routes and the local
 //! object routes, and runs what Google runs in the cloud: the queue's
 //! deliverer (Cloud Tasks), the executor's log forwarder (Cloud Logging
-//! sink + Pub/Sub push) and the reconcile tick and job housekeeper (Cloud
-//! Scheduler). All three reach the platform over HTTP, like their cloud
+//! sink + Pub/Sub push) and the reconcile tick and the job and run
+//! housekeepers (Cloud Scheduler). All three reach the platform over HTTP, like their cloud
 //! counterparts, so the handlers are the same in both worlds.
 //!
 //! Architecture invariant: this crate composes; it decides nothing a
@@ -344,6 +344,7 @@ impl DevPlatform {
         let (tick, clock) = (state.config.tick_interval, state.clock.clone());
         self.tasks.push(tokio::spawn({
             let housekeep = format!("{url}{}", mapi_submit::tasks::housekeep::HOUSEKEEP_PATH);
+            let housekeep_runs = format!("{url}{}", mapi_submit::tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH);
             let (url, mut rx) = (format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped);
             async move {
                 loop {
@@ -351,7 +352,12 @@ impl DevPlatform {
                         _ = rx.wait_for(|s| *s) => return,
                         () = clock.sleep_until(clock.now() + tick) => {}
                     }
-                    for (url, what) in [(&url, "the reconcile tick"), (&housekeep, "the job housekeeper")] {
+                    let calls = [
+                        (&url, "the reconcile tick"),
+                        (&housekeep, "the job housekeeper"),
+                        (&housekeep_runs, "the run housekeeper"),
+                    ];
+                    for (url, what) in calls {
                         // A tick that hangs must not stop every later one: the
                         // request is dropped (and with it the handler), and the
                         // next tick takes the lease once it lapses.

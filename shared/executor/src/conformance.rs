@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mapi_domain::{AttemptNo, ExecutionStatus, Nonce, ResourceClass, RunId, Timestamp, exit};
 
-use crate::{AttemptSubmit, ExecutionHandle, ExecutionInfo, Executor, adopt};
+use crate::{AttemptSubmit, ExecutionHandle, ExecutionInfo, Executor, Forgot, adopt};
 
 /// What the worker of a prepared attempt should do.
 #[derive(Clone, Debug, PartialEq)]
@@ -228,6 +228,38 @@ pub async fn logs_page_through_what_the_tasks_printed(h: &dyn Harness) {
     assert!(matches!(bad, Err(crate::ExecutorError::Cursor(_))), "{bad:?}");
 }
 
+/// A finished execution is forgotten (local: once its events are forwarded, which the harness's
+/// forwarder does within seconds): its status is then `NotFound` and its logs an empty page, and
+/// forgetting it again, or forgetting an unknown execution, succeeds.
+pub async fn forgetting_removes_a_finished_execution(h: &dyn Harness) {
+    let a = attempt(12, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Succeed).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+    assert!(!read_logs(h, &handle, None, 10).await.lines.is_empty(), "the worker printed its events");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while h.executor().forget(&handle).await.expect("forget") == Forgot::Kept {
+        assert!(std::time::Instant::now() < deadline, "finished execution {handle} was never forgotten");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(h.executor().status(&handle).await.expect("status").status, ExecutionStatus::NotFound);
+    let logs = read_logs(h, &handle, None, 10).await;
+    assert!(logs.lines.is_empty() && !logs.more, "a forgotten execution has no logs: {logs:?}");
+    assert_eq!(h.executor().forget(&handle).await.expect("forget again"), Forgot::Gone);
+    let unknown = ExecutionHandle("exec-0-00000000".to_owned());
+    assert_eq!(h.executor().forget(&unknown).await.expect("forget unknown"), Forgot::Gone);
+}
+
+/// A running execution is not forgotten: it is kept, and runs on to its end.
+pub async fn forgetting_keeps_a_running_execution(h: &dyn Harness) {
+    let a = attempt(13, Duration::from_secs(60), 1);
+    h.prepare(&a, Behaviour::Sleep { seconds: 1.5, checkpoint: false }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    assert_eq!(h.executor().forget(&handle).await.expect("forget"), Forgot::Kept);
+    assert_eq!(h.executor().status(&handle).await.expect("status").status, ExecutionStatus::Running);
+    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded, "it ran to its end");
+}
+
 async fn read_logs(
     h: &dyn Harness,
     handle: &ExecutionHandle,
@@ -271,7 +303,9 @@ pub async fn run_all(h: &dyn Harness, now: impl Fn() -> Timestamp) -> crate::evi
         fan_out_runs_every_task,
         the_bootstrap_is_taken_once,
         unknown_executions_are_not_found,
-        logs_page_through_what_the_tasks_printed
+        logs_page_through_what_the_tasks_printed,
+        forgetting_removes_a_finished_execution,
+        forgetting_keeps_a_running_execution
     );
     crate::evidence::ConformanceReport {
         executor: h.executor().capabilities().executor,
@@ -289,7 +323,8 @@ macro_rules! executor_conformance_suite {
             adoption_finds_the_execution_by_nonce, duplicate_submits_are_reduced_to_the_oldest,
             cancel_stops_a_running_execution, cancel_after_a_checkpoint_reports_exit_16, timeout_is_enforced,
             memory_limit_kills_with_137, fan_out_runs_every_task, the_bootstrap_is_taken_once,
-            unknown_executions_are_not_found, logs_page_through_what_the_tasks_printed);
+            unknown_executions_are_not_found, logs_page_through_what_the_tasks_printed,
+            forgetting_removes_a_finished_execution, forgetting_keeps_a_running_execution);
     };
     (@cases $make:expr; $($case:ident),+) => {
         $(

@@ -1,6 +1,6 @@
 //! The Executor port: one attempt of a run becomes one execution of a
 //! fixed job, shaped after Cloud Run Jobs (`jobs.run` with env and task
-//! count overrides, `executions.get/list/cancel`). The executor reports
+//! count overrides, `executions.get/list/cancel/delete`). The executor reports
 //! what happened; what it means for the run is decided in `mapi-domain`'s
 //! outcome table, never here.
 //!
@@ -9,6 +9,10 @@
 //! (`Ambiguous`): after an ambiguous submit the caller must [`adopt`] by
 //! nonce before it submits again. Cancellation: dropping a `submit` future
 //! after the request left makes the outcome ambiguous in the same way.
+//!
+//! Forgetting ([`Executor::forget`]) removes what a finished execution left
+//! (the run housekeeper calls it once a run passed its tenant's run
+//! retention); a running execution is never removed.
 
 pub mod evidence;
 pub mod local;
@@ -31,6 +35,8 @@ pub mod conformance_cases {
         "the_bootstrap_is_taken_once",
         "unknown_executions_are_not_found",
         "logs_page_through_what_the_tasks_printed",
+        "forgetting_removes_a_finished_execution",
+        "forgetting_keeps_a_running_execution",
     ];
 }
 
@@ -204,7 +210,17 @@ pub enum SubmitError {
     Unavailable(String),
 }
 
-/// Why a status, list or cancel call failed.
+/// What [`Executor::forget`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forgot {
+    /// Nothing of the execution is left: removed now, or it was unknown (forgotten before).
+    Gone,
+    /// The execution has not finished (local: or its events are not all forwarded yet): nothing
+    /// was removed. Ask again later.
+    Kept,
+}
+
+/// Why a status, list, cancel or forget call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecutorError {
     #[error("executor unavailable: {0}")]
@@ -332,6 +348,20 @@ pub trait Executor: Send + Sync + Debug {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<LogPage, ExecutorError>;
+
+    /// Removes what a finished execution left (local: its directory, logs included; Cloud Run:
+    /// the execution resource). Afterwards its status is `NotFound` and its logs an empty page
+    /// (Cloud Run: Cloud Logging keeps the lines for its own retention, but they are no longer
+    /// found from the handle). A running execution is never removed: it answers
+    /// [`Forgot::Kept`]. An unknown handle, or one of another executor, answers [`Forgot::Gone`]:
+    /// forgetting twice succeeds.
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` (Cloud Run: no answer, 429, a 5xx, or an error other than 404 to
+    /// `executions.get` or `executions.delete`): unknown whether the execution was removed;
+    /// retrying is safe. `Internal` (local: the directory could not be read or removed).
+    async fn forget(&self, handle: &ExecutionHandle) -> Result<Forgot, ExecutorError>;
 
     /// Submit rate and throttling, for the executors view.
     fn submit_health(&self) -> SubmitHealth {

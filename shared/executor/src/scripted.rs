@@ -3,14 +3,19 @@
 //! status reads and listings it answers. The suites drive a platform with
 //! it in virtual time, and `mapi bench tick` measures a sweep over
 //! thousands of runs with it, with no processes and no cloud.
+//!
+//! An execution stays running until the suite ends it with
+//! [`ScriptedExecutor::finish`]; only then can it be forgotten, and a
+//! forgotten one is unknown (`NotFound`) from then on.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 use mapi_domain::{AttemptNo, ExecutionStatus, ResourceClass, RunId, Timestamp};
 
 use crate::{
-    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation,
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Forgot, Isolation,
     SubmitError,
 };
 
@@ -20,6 +25,9 @@ use crate::{
 pub struct ScriptedExecutor {
     submitted: Mutex<Vec<(AttemptSubmit, ExecutionHandle)>>,
     cancelled: Mutex<Vec<ExecutionHandle>>,
+    /// Executions the suite ended, with how.
+    ended: Mutex<HashMap<ExecutionHandle, ExecutionStatus>>,
+    forgotten: Mutex<Vec<ExecutionHandle>>,
     /// `status` calls, and listings (`running_among`, `list_recent`).
     statuses: std::sync::atomic::AtomicUsize,
     listings: std::sync::atomic::AtomicUsize,
@@ -39,6 +47,17 @@ impl ScriptedExecutor {
     /// The handles the platform asked to cancel.
     pub fn cancelled(&self) -> Vec<ExecutionHandle> {
         self.cancelled.lock().expect("lock").clone()
+    }
+
+    /// Ends the execution `handle` as `status`: it is reported so from now on, and may be
+    /// forgotten.
+    pub fn finish(&self, handle: &ExecutionHandle, status: ExecutionStatus) {
+        self.ended.lock().expect("lock").insert(handle.clone(), status);
+    }
+
+    /// The handles the platform forgot, oldest first.
+    pub fn forgotten(&self) -> Vec<ExecutionHandle> {
+        self.forgotten.lock().expect("lock").clone()
     }
 
     /// How many attempts were submitted.
@@ -106,7 +125,7 @@ impl Executor for ScriptedExecutor {
                 status: ExecutionStatus::NotFound,
             });
         };
-        Ok(running(a, h))
+        Ok(self.info(a, h))
     }
 
     /// A scripted execution prints nothing.
@@ -121,7 +140,7 @@ impl Executor for ScriptedExecutor {
 
     async fn list_recent(&self, _since: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
         self.listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(self.submitted.lock().expect("lock").iter().map(|(a, h)| running(a, h)).collect())
+        Ok(self.submitted.lock().expect("lock").iter().map(|(a, h)| self.info(a, h)).collect())
     }
 
     /// One listing, as Cloud Run lists a Job's executions.
@@ -132,12 +151,42 @@ impl Executor for ScriptedExecutor {
     ) -> Result<Vec<ExecutionInfo>, ExecutorError> {
         let wanted: std::collections::HashSet<&ExecutionHandle> = handles.iter().collect();
         let listed = self.list_recent(since).await?;
-        Ok(listed.into_iter().filter(|i| wanted.contains(&i.handle)).collect())
+        Ok(listed
+            .into_iter()
+            .filter(|i| i.status == ExecutionStatus::Running && wanted.contains(&i.handle))
+            .collect())
     }
 
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {
         self.cancelled.lock().expect("lock").push(handle.clone());
         Ok(())
+    }
+
+    /// Kept while running (not ended by the suite); an ended one is removed.
+    async fn forget(&self, handle: &ExecutionHandle) -> Result<Forgot, ExecutorError> {
+        let mut submitted = self.submitted.lock().expect("lock");
+        if !submitted.iter().any(|(_, h)| h == handle) {
+            return Ok(Forgot::Gone);
+        }
+        if self.ended.lock().expect("lock").remove(handle).is_none() {
+            return Ok(Forgot::Kept);
+        }
+        submitted.retain(|(_, h)| h != handle);
+        self.forgotten.lock().expect("lock").push(handle.clone());
+        Ok(Forgot::Gone)
+    }
+}
+
+impl ScriptedExecutor {
+    /// What the executor reports of a submitted execution: running, or as the suite ended it.
+    fn info(&self, a: &AttemptSubmit, h: &ExecutionHandle) -> ExecutionInfo {
+        let mut info = running(a, h);
+        if let Some(status) = self.ended.lock().expect("lock").get(h) {
+            info.status = status.clone();
+            info.started = Some(info.created);
+            info.finished = Some(info.created);
+        }
+        info
     }
 }
 

@@ -19,6 +19,8 @@
 //!
 //! Before the meter finalizes an attempt it never heard from, [`unheard`]
 //! makes sure the execution it records is the one that did the work.
+//! Besides the state: [`leftovers_forgotten`] records that an ended run's
+//! executions were forgotten (run retention).
 
 use std::time::Duration;
 
@@ -493,6 +495,20 @@ pub fn relabel(mut run: RunDoc, change: &mapi_api::labels::LabelChange) -> Resul
         step.put_run(run);
     }
     Ok(step)
+}
+
+/// Records that what an ended run's executions left is gone (the run housekeeper had each one
+/// forgotten): the run leaves the housekeeper's query, and its logs answer that they passed the
+/// retention. Neither the state nor `updated_at` moves; a run that has not ended, or was
+/// recorded so already, is not written.
+pub fn leftovers_forgotten(mut run: RunDoc, now: Timestamp) -> Step {
+    let mut step = Step::default();
+    if !run.state().is_terminal() || run.leftovers_forgotten_at().is_some() {
+        return step;
+    }
+    run.forget_leftovers(now);
+    step.put_run(run);
+    step
 }
 
 /// Marks whether a running attempt has gone quiet (informational only: the

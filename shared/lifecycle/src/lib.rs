@@ -57,6 +57,13 @@ pub const CONTAINS_INDEXES: &[ContainsIndex] = &[
 
 /// The indexes of the runs' queries.
 pub const INDEXES: &[Index] = &[
+    // Ended runs whose executions' leftovers may still exist, oldest ending first: the run
+    // housekeeper's, under the platform's retention and under a tenant's own.
+    Index { collection: RunDoc::COLLECTION, fields: &[("leftovers_since", Direction::Asc)] },
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("leftovers_since", Direction::Asc)],
+    },
     // Runs of a project's experiment, newest first.
     Index {
         collection: RunDoc::COLLECTION,

@@ -98,6 +98,13 @@ pub struct RunDoc {
     /// ([`mapi_api::labels::param_key`]), indexed by element.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     param_keys: Vec<String>,
+    /// When the run ended, as long as what its executions left may still exist: the run
+    /// housekeeper's query finds it by this field, so it is removed once they are forgotten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    leftovers_since: Option<Timestamp>,
+    /// When the run housekeeper had every execution of the run forgotten (their logs with them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    leftovers_forgotten_at: Option<Timestamp>,
 }
 
 /// What holds a queued run back, and since when.
@@ -174,6 +181,8 @@ impl RunDoc {
             labels: new.labels,
             retry_of: new.retry_of,
             residency: Some(new.residency),
+            leftovers_since: None,
+            leftovers_forgotten_at: None,
         }
     }
 
@@ -227,6 +236,21 @@ impl RunDoc {
         self.retry_of.as_ref()
     }
 
+    /// When the run ended, while what its executions left may still exist.
+    pub fn leftovers_since(&self) -> Option<Timestamp> {
+        self.leftovers_since
+    }
+
+    /// When what the run's executions left was forgotten (their logs are gone).
+    pub fn leftovers_forgotten_at(&self) -> Option<Timestamp> {
+        self.leftovers_forgotten_at
+    }
+
+    pub(crate) fn forget_leftovers(&mut self, at: Timestamp) {
+        self.leftovers_since = None;
+        self.leftovers_forgotten_at = Some(at);
+    }
+
     /// The data residency the run was asked under, where one is recorded.
     pub fn residency(&self) -> Option<&mapi_domain::Residency> {
         self.residency.as_ref()
@@ -267,6 +291,9 @@ impl RunDoc {
         self.history.push(t.clone());
         self.state = to;
         self.updated_at = at;
+        if to.is_terminal() {
+            self.leftovers_since = Some(at);
+        }
         if to != RunState::Queued {
             self.waiting = None;
         }

@@ -448,6 +448,25 @@ fn a_refused_placement_fails_the_run_and_gives_back_its_reservation() {
     assert!(again.expect("legal").is_empty(), "an ended run is left alone");
 }
 
+/// An ended run carries `leftovers_since` (the run housekeeper's query finds it by it) until
+/// its executions are recorded forgotten; a run that has not ended, or is recorded already, is
+/// not written.
+#[test]
+fn the_leftovers_of_an_ended_run_are_recorded_forgotten_once() {
+    let (running, _) = running();
+    assert_eq!(running.leftovers_since(), None, "a running run has nothing to forget yet");
+    assert!(commands::leftovers_forgotten(running, at(9)).is_empty(), "a running run is not written");
+    let ended = commands::request_cancel(queued(), None, at(4)).expect("cancel").run().cloned().expect("run");
+    assert_eq!(ended.leftovers_since(), Some(at(4)), "the time it ended");
+    let step = commands::leftovers_forgotten(ended, at(9));
+    let recorded = step.run().cloned().expect("the run is written");
+    assert!(step.transition.is_none() && step.follow_ups.is_empty());
+    assert_eq!(recorded.leftovers_since(), None, "it leaves the housekeeper's query");
+    assert_eq!(recorded.leftovers_forgotten_at(), Some(at(9)));
+    assert_eq!((recorded.state(), recorded.updated_at()), (RunState::Cancelled, at(4)), "neither moves");
+    assert!(commands::leftovers_forgotten(recorded, at(10)).is_empty(), "recorded once");
+}
+
 #[test]
 fn cancel_by_state() {
     let (dispatching, row) = claimed();

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use mapi_domain::{ExecutionHandle, ResourceClass, Timestamp};
 use mapi_executor::{
-    AttemptSubmit, Capabilities, ExecutionInfo, Executor, ExecutorError, Isolation, SubmitError,
+    AttemptSubmit, Capabilities, ExecutionInfo, Executor, ExecutorError, Forgot, Isolation, SubmitError,
 };
 use mapi_hosting::{HostingError, RevisionSpec, Route, ServiceSpec, ServiceState, Traffic};
 use mapi_objects::{
@@ -115,6 +115,10 @@ impl Executor for Absent {
     }
 
     async fn cancel(&self, _: &ExecutionHandle) -> Result<(), ExecutorError> {
+        Err(ExecutorError::Internal(self.why()))
+    }
+
+    async fn forget(&self, _: &ExecutionHandle) -> Result<Forgot, ExecutorError> {
         Err(ExecutorError::Internal(self.why()))
     }
 

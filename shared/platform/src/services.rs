@@ -54,8 +54,9 @@ impl Service {
             Service::PushEvents => Uses::only(&[Push]),
             Service::ReconcileTick => Uses::only(&[Lifecycle, Queue, Executor]),
             Service::Meter => Uses::only(&[Lifecycle, Objects, Queue, Executor, Signer]),
-            // The queue: a tenant's export and purge are tasks admin pushes.
-            Service::Admin => Uses::only(&[Sessions, Queue, Executor, Jobs]),
+            // The queue: a tenant's export and purge are tasks admin pushes. Jobs and Lifecycle:
+            // the retentions a tenant's limits show.
+            Service::Admin => Uses::only(&[Sessions, Lifecycle, Queue, Executor, Jobs]),
         }
     }
 }

@@ -226,6 +226,7 @@ mod tests {
             ("ALREADY_EXISTS", 409),
             ("FAILED_PRECONDITION", 409),
             ("INTEGRITY_FAILURE", 409),
+            ("GONE", 410),
             ("PRECONDITION_FAILED", 412),
             ("PAYLOAD_TOO_LARGE", 413),
             ("URI_TOO_LONG", 414),

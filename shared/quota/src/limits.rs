@@ -92,6 +92,12 @@ pub struct Policy {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub job_retention_days: Option<u32>,
+    /// Days after a run ended before the run housekeeper removes what its
+    /// executions left (their logs included; the run, its ledger entries and
+    /// its outputs stay); the platform's `MAPI_RUN_RETENTION_DAYS` when absent.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub run_retention_days: Option<u32>,
     /// Why the operator set it; no effect on the limits.
     pub note: Option<String>,
 }
@@ -227,6 +233,7 @@ mod tests {
             requests_per_minute: Some(7),
             max_items_per_job: Some(9),
             job_retention_days: Some(8),
+            run_retention_days: Some(10),
             note: None,
         };
         let expected = Limits {

@@ -303,6 +303,11 @@ module "scheduler" {
       attempt_deadline = "300s"
       uri              = "${local.url["submit-tasks"]}/internal/tasks/jobs/housekeep"
     }
+    housekeep-runs = {
+      schedule         = "5-59/10 * * * *"
+      attempt_deadline = "300s"
+      uri              = "${local.url["submit-tasks"]}/internal/tasks/runs/housekeep"
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 # Cloud Scheduler jobs that call the platform's internal routes: the reconcile
-# tick and the retention housekeeper. Each call carries an OIDC token of the
+# tick and the retention housekeepers (jobs, and runs' executions). Each call carries an OIDC token of the
 # internal invoker account for the task audience, the only ID token an
 # internal route accepts besides the internal token (mapi_identity's
 # InternalCaller); the target service lists that audience among its custom

@@ -15,8 +15,8 @@ use mapi_clock::Clock;
 use mapi_domain::outcome::exit;
 use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
 use mapi_executor::{
-    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation, LogPage,
-    SubmitError,
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Forgot, Isolation,
+    LogPage, SubmitError,
 };
 
 use crate::faults::{Fault, Faults};
@@ -282,6 +282,20 @@ impl Executor for SimExecutor {
             }
         });
         Ok(())
+    }
+
+    /// Kept until it ended; an ended one is removed.
+    async fn forget(&self, handle: &ExecutionHandle) -> Result<Forgot, ExecutorError> {
+        self.call().await?;
+        let now = self.clock.now();
+        Ok(self.with(|s| match s.executions.get(&handle.0) {
+            Some(e) if e.end().0 > now => Forgot::Kept,
+            Some(_) => {
+                s.executions.remove(&handle.0);
+                Forgot::Gone
+            }
+            None => Forgot::Gone,
+        }))
     }
 
     fn backstop_margin(&self) -> Duration {

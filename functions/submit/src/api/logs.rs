@@ -1,4 +1,6 @@
-//! Reading what a run's executions printed, a page at a time.
+//! Reading what a run's executions printed, a page at a time. Once the run
+//! housekeeper forgot a run's executions (its tenant's run retention
+//! passed), the logs answer `410 GONE` saying so, not an empty page.
 
 use axum::extract::State;
 use mapi_access::Action;
@@ -9,7 +11,7 @@ use mapi_identity::Caller;
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, Query};
-use mapi_schema::AttemptDoc;
+use mapi_schema::{AttemptDoc, QuotaPolicyDoc};
 use serde::Deserialize;
 
 use super::runs::load_for;
@@ -39,6 +41,7 @@ pub struct LogsQuery {
         (status = 200, body = RunLogs, description = "A page of lines (empty before the execution starts)"),
         (status = 400, body = mapi_problem::Problem, description = "A limit out of range, or a cursor this run's executor did not give out (INVALID_ARGUMENT)"),
         (status = 404, body = mapi_problem::Problem, description = "No such run, or no such attempt"),
+        (status = 410, body = mapi_problem::Problem, description = "The run's logs were removed: they passed the tenant's run retention (GONE)"),
         (status = 503, body = mapi_problem::Problem, description = "The executor's logs cannot be read now: retry"),
     ),
     security(("session" = []), ("token" = []))
@@ -50,6 +53,9 @@ pub async fn run_logs(
     Query(q): Query<LogsQuery>,
 ) -> Result<Json<RunLogs>, ApiError> {
     let (run, _) = load_for(&state, &caller, &id, Action::Read).await?;
+    if let Some(at) = run.leftovers_forgotten_at() {
+        return Err(gone(&state, &run, at).await?);
+    }
     // An empty cursor is no cursor: read from the start.
     let cursor = q.cursor.filter(|c| !c.is_empty());
     let limit = limit(q.limit)?;
@@ -71,6 +77,23 @@ pub async fn run_logs(
     logs.lines = page.lines.into_iter().map(view).collect();
     (logs.cursor, logs.more) = (page.cursor, page.more);
     Ok(Json(logs))
+}
+
+/// The answer for a run whose executions were forgotten: when, and the retention in force.
+async fn gone(state: &AppState, run: &RunDoc, at: mapi_domain::Timestamp) -> Result<ApiError, ApiError> {
+    let policy = mapi_schema::get::<QuotaPolicyDoc>(&*state.store, run.tenant().as_str()).await?;
+    let days = policy
+        .and_then(|p| p.policy.run_retention_days)
+        .map_or(state.config.run_retention.as_secs() / 86_400, u64::from);
+    Ok(ApiError::new(
+        mapi_problem::ProblemCode::Gone,
+        format!(
+            "the logs of run {} were removed on {}: they passed tenant {}'s run retention of {days} days; the run, its outputs and its charges stay",
+            run.id(),
+            at.to_rfc3339(),
+            run.tenant()
+        ),
+    ))
 }
 
 fn limit(requested: Option<u32>) -> Result<usize, ApiError> {

@@ -1,12 +1,13 @@
 //! The routes the queues and the scheduler call back (internal token or
 //! Cloud Tasks' ID token): a run's dispatch, an item job's fan-out steps
-//! and items, the job housekeeper, webhook deliveries, a tenant's export and its purge. Nothing here imports the tenant API
+//! and items, the job and run housekeepers, webhook deliveries, a tenant's export and its purge. Nothing here imports the tenant API
 //! (the `api` tree).
 
 pub mod dispatch;
 pub mod export;
 pub mod fanout;
 pub mod housekeep;
+pub mod housekeep_runs;
 pub mod item;
 pub mod purge;
 pub mod tenant_data;
@@ -23,6 +24,7 @@ pub fn router() -> Router<AppState> {
         .route(mapi_jobs::tasks::FANOUT_PATH, post(fanout::handle))
         .route(mapi_jobs::tasks::ITEM_PATH, post(item::handle))
         .route(housekeep::HOUSEKEEP_PATH, post(housekeep::handle))
+        .route(housekeep_runs::HOUSEKEEP_RUNS_PATH, post(housekeep_runs::handle))
         .route(mapi_schema::tasks::DELIVER_PATH, post(webhook::handle))
         .route(mapi_schema::tasks::EXPORT_PATH, post(export::handle))
         .route(mapi_schema::tasks::PURGE_PATH, post(purge::handle))

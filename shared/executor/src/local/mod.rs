@@ -3,6 +3,13 @@
 //! Executions live in `$MAPI_HOME/executions/<handle>/` (see [`layout`]),
 //! so they and their outcomes survive a restart of the platform.
 //!
+//! Forgetting an execution removes its directory, only once it finished and
+//! the log forwarder marked its events delivered ([`forward::FORWARDED`]),
+//! or once its host died without an outcome (nothing will finish it). The
+//! directory is first renamed to a hidden name (`.forgotten-<handle>`), so
+//! the handle is unknown at once even if the removal fails half-way; the
+//! next forget of the handle removes what is left.
+//!
 //! Isolation is only a process: this executor is for one machine and
 //! trusted code, and reports `Isolation::Process`.
 
@@ -23,8 +30,8 @@ use mapi_clock::Clock;
 use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
 
 use crate::{
-    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Isolation, LogPage,
-    SubmitError,
+    AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Forgot, Isolation,
+    LogPage, SubmitError,
 };
 use layout::{Command, ExecSpec, HostRecord, StatusFile};
 
@@ -138,6 +145,26 @@ impl LocalProcessExecutor {
         // restarted): the execution is gone.
         info.status = ExecutionStatus::NotFound;
         Ok(info)
+    }
+
+    fn forget_now(&self, handle: &ExecutionHandle) -> Result<Forgot, ExecutorError> {
+        let Some(dir) = self.exec_dir(handle) else { return Ok(Forgot::Gone) };
+        let trash = self.config.dir.join(format!(".forgotten-{}", handle.0));
+        let remove_trash = || match std::fs::remove_dir_all(&trash) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(internal(e)),
+            _ => Ok(Forgot::Gone),
+        };
+        if !dir.exists() {
+            return remove_trash();
+        }
+        // Finished (with its events delivered), or its host died without an outcome (`NotFound`).
+        let info = self.info(handle)?;
+        let undelivered = info.finished.is_some() && !dir.join(forward::FORWARDED).exists();
+        if info.status == ExecutionStatus::Running || undelivered {
+            return Ok(Forgot::Kept);
+        }
+        std::fs::rename(&dir, &trash).map_err(internal)?;
+        remove_trash()
     }
 
     fn new_handle(&self) -> Result<ExecutionHandle, SubmitError> {
@@ -266,6 +293,11 @@ impl Executor for LocalProcessExecutor {
                 logs::ReadError::Cursor => ExecutorError::Cursor(e.to_string()),
                 logs::ReadError::Io(e) => internal(e),
             })
+    }
+
+    async fn forget(&self, handle: &ExecutionHandle) -> Result<Forgot, ExecutorError> {
+        let (this, handle) = (self.clone(), handle.clone());
+        tokio::task::spawn_blocking(move || this.forget_now(&handle)).await.map_err(internal)?
     }
 
     async fn cancel(&self, handle: &ExecutionHandle) -> Result<(), ExecutorError> {

@@ -51,7 +51,7 @@ impl Choice for Profile {
 pub enum Section {
     /// Upload and body limits, idempotency, the platform's run limit.
     Api,
-    /// Event grace, dispatch lease, stall time, infrastructure retries, tick interval.
+    /// Event grace, dispatch lease, stall time, infrastructure retries, tick interval, run retention.
     Lifecycle,
     /// Session ID tokens, operators and the development accounts.
     Sessions,
@@ -161,6 +161,9 @@ pub struct Config {
     /// A running attempt without events for this long is marked stalled.
     pub stall_after: Duration,
     pub tick_interval: Duration,
+    /// How long after a run ended what its executions left is kept, unless the tenant's quota
+    /// policy says otherwise.
+    pub run_retention: Duration,
     /// Promotion gate: each step's least time and fewest scores.
     pub endpoints_step: Duration,
     pub endpoints_step_requests: u64,
@@ -749,6 +752,9 @@ impl Config {
             endpoints_step_requests: v::ENDPOINTS_STEP_REQUESTS.parse(life)?,
             endpoints_p99_slack: v::ENDPOINTS_P99_SLACK_MS.millis(life)?,
             tick_interval: v::TICK_INTERVAL_S.seconds(life)?,
+            run_retention: Duration::from_secs(
+                v::RUN_RETENTION_DAYS.parse::<u64>(life)?.saturating_mul(86_400),
+            ),
             tick_max_runs: v::TICK_MAX_RUNS.parse(life)?,
             operator_emails: emails(
                 &v::OPERATOR_EMAILS,

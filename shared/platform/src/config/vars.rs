@@ -119,6 +119,11 @@ pub const ENDPOINTS_P99_SLACK_MS: Var = Var::new(
 );
 pub const TICK_INTERVAL_S: Var =
     Var::new("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick");
+pub const RUN_RETENTION_DAYS: Var = Var::new(
+    "MAPI_RUN_RETENTION_DAYS",
+    "30",
+    "Days after a run ended before the run housekeeper removes what its executions left (their logs included; the run, its ledger entries and outputs stay), unless the tenant's quota policy sets `run_retention_days`",
+);
 
 // Sessions.
 pub const OPERATOR_EMAILS: Var = Var::derived(
@@ -300,6 +305,7 @@ pub const VARIABLES: &[Var] = &[
     IDEMPOTENCY_TTL_S,
     STALL_AFTER_S,
     TICK_INTERVAL_S,
+    RUN_RETENTION_DAYS,
     ENDPOINTS_STEP_S,
     ENDPOINTS_STEP_REQUESTS,
     ENDPOINTS_P99_SLACK_MS,

@@ -1,0 +1,167 @@
+//! The run housekeeper: once a run has been over for its tenant's run
+//! retention (`run_retention_days` of the tenant's quota policy, else the
+//! platform's `MAPI_RUN_RETENTION_DAYS`), it has the executor forget each
+//! of the run's executions ([`mapi_executor::Executor::forget`]: the local
+//! executor's directories, Cloud Run's execution resources, and the logs
+//! read through them), then records on the run that they are gone
+//! ([`mapi_lifecycle::commands::leftovers_forgotten`]). The run document,
+//! its ledger entries and its output objects stay; its logs answer `410
+//! GONE` from then on. Called by the scheduler (`mapi dev`'s tick loop
+//! locally), beside the jobs housekeeper.
+//!
+//! The runs are found by `leftovers_since` (set when a run ends, removed
+//! when its leftovers are forgotten), oldest first, through the declared
+//! indexes: one query per tenant whose policy sets its own retention, then
+//! one for every other tenant under the platform's. A recorded run leaves
+//! both queries, so each call looks only at runs with something left. An
+//! execution the executor keeps (still running, or its events not all
+//! forwarded yet) leaves its run to a later call; so does an executor that
+//! cannot answer now.
+//!
+//! Architecture invariant: a run is recorded as forgotten only after the
+//! executor answered [`mapi_executor::Forgot::Gone`] for every attempt's
+//! execution, and never before it ended.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::extract::State;
+use mapi_domain::{AttemptNo, TenantId, Timestamp};
+use mapi_executor::Forgot;
+use mapi_identity::InternalCaller;
+use mapi_lifecycle::RunDoc;
+use mapi_platform::AppState;
+use mapi_problem::{ApiError, Json};
+use mapi_schema::{AttemptDoc, Doc, QuotaPolicyDoc, tx_get};
+use mapi_store::{Direction, Op, Query, transact};
+
+/// The run housekeeper's route.
+pub const HOUSEKEEP_RUNS_PATH: &str = "/internal/tasks/runs/housekeep";
+
+/// Runs looked at per call, in all: a bounded amount of work per request.
+const RUNS_PER_CALL: u32 = 50;
+
+/// Runs of the platform-retention query looked at per call (some belong to
+/// a tenant with its own, longer retention, and are passed over), a page at
+/// a time.
+const SCAN_PER_CALL: u32 = 2_000;
+const SCAN_PAGE: u32 = 200;
+
+/// What one call did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct RunsHousekept {
+    /// Runs whose executions were all forgotten, and so recorded.
+    pub forgotten_runs: u32,
+    /// Executions the executor removed (or found gone already).
+    pub forgotten_executions: u32,
+    /// Runs left for a later call: an execution still running or not fully forwarded, or an
+    /// executor that could not answer.
+    pub kept_runs: u32,
+}
+
+/// Each tenant's run retention that its quota policy sets.
+async fn retentions(state: &AppState) -> Result<HashMap<TenantId, Duration>, ApiError> {
+    let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
+    let mut out = HashMap::new();
+    for d in docs {
+        let p: QuotaPolicyDoc = d.decode()?;
+        if let Some(days) = p.policy.run_retention_days {
+            out.insert(p.tenant, Duration::from_secs(u64::from(days) * 86_400));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs whose leftovers may still exist and that ended before `cutoff`, oldest ending first.
+fn ended_before(cutoff: Timestamp) -> Query {
+    Query::new(RunDoc::COLLECTION)
+        .filter("leftovers_since", Op::Lt, cutoff.to_rfc3339())
+        .order_by("leftovers_since", Direction::Asc)
+}
+
+pub async fn handle(
+    State(state): State<AppState>,
+    _internal: InternalCaller,
+) -> Result<Json<RunsHousekept>, ApiError> {
+    let now = state.clock.now();
+    let default = state.config.run_retention;
+    let own = retentions(&state).await?;
+    let mut out = RunsHousekept::default();
+    let mut budget = RUNS_PER_CALL;
+    for (tenant, keep) in &own {
+        if budget == 0 {
+            break;
+        }
+        let q = ended_before(now - *keep).filter("tenant", Op::Eq, tenant.as_str()).limit(budget);
+        for d in state.store.query(&q, None).await? {
+            housekeep(&state, &d.decode()?, &mut out).await?;
+            budget -= 1;
+        }
+    }
+    let q = ended_before(now - default);
+    let (mut token, mut scanned) = (None::<String>, 0);
+    'pages: while budget > 0 {
+        let (docs, next) = q.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;
+        for d in docs {
+            scanned += 1;
+            let run: RunDoc = d.decode()?;
+            if own.contains_key(run.tenant()) {
+                continue;
+            }
+            housekeep(&state, &run, &mut out).await?;
+            budget -= 1;
+            if budget == 0 {
+                break 'pages;
+            }
+        }
+        match next {
+            Some(t) if scanned < SCAN_PER_CALL => token = Some(t),
+            _ => break,
+        }
+    }
+    if out.forgotten_runs > 0 || out.kept_runs > 0 {
+        tracing::info!(
+            runs = out.forgotten_runs,
+            executions = out.forgotten_executions,
+            kept = out.kept_runs,
+            "executions of runs past their retention forgotten"
+        );
+    }
+    Ok(Json(out))
+}
+
+/// Has every execution of `run` forgotten, then records the run; a run with an execution kept
+/// is left as it is.
+async fn housekeep(state: &AppState, run: &RunDoc, out: &mut RunsHousekept) -> Result<(), ApiError> {
+    let mut forgotten = 0;
+    for n in 1..=run.attempt().0 {
+        let id = AttemptDoc::id_of(run.id(), AttemptNo(n));
+        let Some(handle) = mapi_schema::get::<AttemptDoc>(&*state.store, &id).await?.and_then(|a| a.handle)
+        else {
+            continue;
+        };
+        match state.executor.forget(&handle).await {
+            Ok(Forgot::Gone) => forgotten += 1,
+            Ok(Forgot::Kept) => {
+                out.kept_runs += 1;
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::warn!(run = %run.id(), execution = %handle, error = %e, "forgetting an execution failed; a later call tries again");
+                out.kept_runs += 1;
+                return Ok(());
+            }
+        }
+    }
+    let (id, now) = (run.id().as_str(), state.clock.now());
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        if let Some(r) = tx_get::<RunDoc>(&mut tx, id).await? {
+            mapi_lifecycle::commands::leftovers_forgotten(r, now).write(&mut tx)?;
+        }
+        Ok(tx.finish(()))
+    })
+    .await?;
+    out.forgotten_runs += 1;
+    out.forgotten_executions += forgotten;
+    Ok(())
+}
