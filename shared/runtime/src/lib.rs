@@ -13,6 +13,7 @@ pub mod config;
 mod guard;
 mod http;
 mod logging;
+pub mod memory;
 mod serve;
 pub mod trace;
 

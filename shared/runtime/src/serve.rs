@@ -21,7 +21,9 @@ use crate::guard::{GuardedListener, GuardedStream};
 /// accepting connections and waits up to `drain_timeout` for in-flight
 /// requests. Requests still running after that are abandoned (their tasks end
 /// with the runtime). Handlers see the peer as `ConnectInfo<SocketAddr>`.
-/// Every connection is held to `guard`'s limits and timeouts.
+/// Every connection is held to `guard`'s limits and timeouts. The first
+/// call in a process also bounds what the allocator keeps
+/// ([`crate::memory::keep_bounded`]).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -29,6 +31,7 @@ pub async fn serve(
     drain_timeout: Duration,
     guard: GuardConfig,
 ) -> io::Result<()> {
+    crate::memory::keep_bounded();
     let (draining_tx, draining_rx) = oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
