@@ -32,13 +32,17 @@ const JOBS_PER_CALL: u32 = 20;
 const SCAN_PER_CALL: u32 = 2_000;
 const SCAN_PAGE: u32 = 200;
 
-/// Each tenant's retention that its quota policy sets.
-async fn retentions(state: &AppState) -> Result<HashMap<TenantId, Duration>, ApiError> {
+/// Each tenant's retention that its quota policy sets, in days by `days`
+/// (`job_retention_days`, `run_retention_days`).
+pub async fn retentions(
+    state: &AppState,
+    days: fn(&mapi_quota::Policy) -> Option<u32>,
+) -> Result<HashMap<TenantId, Duration>, ApiError> {
     let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
     let mut out = HashMap::new();
     for d in docs {
         let p: QuotaPolicyDoc = d.decode()?;
-        if let Some(days) = p.policy.job_retention_days {
+        if let Some(days) = days(&p.policy) {
             out.insert(p.tenant, Duration::from_secs(u64::from(days) * 86_400));
         }
     }
@@ -57,7 +61,7 @@ pub async fn handle(
 ) -> Result<Json<Housekept>, ApiError> {
     let now = state.clock.now();
     let default = state.config.jobs.retention;
-    let by_tenant = retentions(&state).await?;
+    let by_tenant = retentions(&state, |p| p.job_retention_days).await?;
     let shortest = by_tenant.values().copied().fold(default, Duration::min);
     let old = Query::new(JobDoc::COLLECTION)
         .filter("created_at", Op::Lt, (now - shortest).to_rfc3339())

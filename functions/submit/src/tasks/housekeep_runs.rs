@@ -22,17 +22,14 @@
 //! executor answered [`mapi_executor::Forgot::Gone`] for every attempt's
 //! execution, and never before it ended.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use axum::extract::State;
-use mapi_domain::{AttemptNo, TenantId, Timestamp};
+use mapi_domain::{AttemptNo, Timestamp};
 use mapi_executor::Forgot;
 use mapi_identity::InternalCaller;
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_schema::{AttemptDoc, Doc, QuotaPolicyDoc, tx_get};
+use mapi_schema::{AttemptDoc, Doc, tx_get};
 use mapi_store::{Direction, Op, Query, transact};
 
 /// The run housekeeper's route.
@@ -59,19 +56,6 @@ pub struct RunsHousekept {
     pub kept_runs: u32,
 }
 
-/// Each tenant's run retention that its quota policy sets.
-async fn retentions(state: &AppState) -> Result<HashMap<TenantId, Duration>, ApiError> {
-    let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
-    let mut out = HashMap::new();
-    for d in docs {
-        let p: QuotaPolicyDoc = d.decode()?;
-        if let Some(days) = p.policy.run_retention_days {
-            out.insert(p.tenant, Duration::from_secs(u64::from(days) * 86_400));
-        }
-    }
-    Ok(out)
-}
-
 /// Runs whose leftovers may still exist and that ended before `cutoff`, oldest ending first.
 fn ended_before(cutoff: Timestamp) -> Query {
     Query::new(RunDoc::COLLECTION)
@@ -85,7 +69,7 @@ pub async fn handle(
 ) -> Result<Json<RunsHousekept>, ApiError> {
     let now = state.clock.now();
     let default = state.config.run_retention;
-    let own = retentions(&state).await?;
+    let own = super::housekeep::retentions(&state, |p| p.run_retention_days).await?;
     let mut out = RunsHousekept::default();
     let mut budget = RUNS_PER_CALL;
     for (tenant, keep) in &own {
