@@ -1,6 +1,6 @@
 //! Reads that do not grow with history: a store holding 100,000 runs and
-//! 1,000,000 items' ledger entries (with their usage rollups, written as
-//! the item path writes them) answers a month's usage report and each page
+//! 1,000,000 items' charges (their usage rollups and the ledger's minute
+//! documents, as the item path writes them) answers a month's usage report and each page
 //! of the runs listing reading a bounded number of documents. Counted by
 //! the SQLite adapter as it reads, so the figures repeat exactly; a read
 //! path that scans history (as the usage report did, one document per
@@ -67,7 +67,7 @@ where
     }
 }
 
-/// An item's ledger entry as the item path writes it, and its rollup.
+/// An item's charge as the item path makes it.
 fn item_entry(tenant: &TenantId, project: &ProjectId, i: usize, at: Timestamp) -> ItemLedgerEntry {
     let job = JobId::parse(&format!("job_{:026}", i / ITEMS_PER_JOB)).expect("job id");
     let ms = 100 + (i as u64 % 900);
@@ -121,10 +121,8 @@ async fn usage_and_listings_read_a_bounded_number_of_documents_over_a_long_histo
         let e = item_entry(&tenant, &project, i, spread(i, ITEMS));
         expected = (expected.0 + e.charge.amount_micros, expected.1 + e.charge.vcpu_ms);
     }
-    fill(&p, ITEMS, |i, tx| {
-        usage::create_item_entry(tx, &item_entry(&tenant, &project, i, spread(i, ITEMS)))
-    })
-    .await;
+    fill(&p, ITEMS, |i, tx| usage::add_item_entry(tx, &item_entry(&tenant, &project, i, spread(i, ITEMS))))
+        .await;
 
     // The month's usage, of the project and of the tenant, each grouping.
     let operator = p.login("admin@dev.local").await;
@@ -234,7 +232,7 @@ async fn history_before_rollups_is_counted_once() {
     let new_ref = &new;
     mapi_store::transact::<_, mapi_store::StoreError, _, _>(store, |mut tx| async move {
         for e in new_ref {
-            usage::create_item_entry(&mut tx, e)?;
+            usage::add_item_entry(&mut tx, e)?;
         }
         Ok(tx.finish(()))
     })

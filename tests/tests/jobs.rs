@@ -644,20 +644,25 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
     let ledger = || {
         let (store, id) = (store.clone(), id.clone());
         async move {
-            let q = mapi_store::Query::new(<mapi_schema::ItemLedgerEntry as mapi_schema::Doc>::COLLECTION)
+            let q = mapi_store::Query::new(<mapi_schema::ItemLedgerMinute as mapi_schema::Doc>::COLLECTION)
                 .filter("job", mapi_store::Op::Eq, id.as_str());
             let docs = store.query(&q, None).await.expect("ledger");
             docs.iter()
-                .map(|d| d.decode::<mapi_schema::ItemLedgerEntry>().expect("entry"))
+                .map(|d| d.decode::<mapi_schema::ItemLedgerMinute>().expect("entry"))
                 .collect::<Vec<_>>()
         }
     };
     let entries = ledger().await;
-    assert_eq!(entries.len(), 12, "one entry per item");
-    let idx: BTreeSet<u64> = entries.iter().map(|e| e.idx).collect();
-    assert_eq!(idx, (0..12).collect());
-    let cost: i64 = entries.iter().map(|e| e.charge.amount_micros).sum();
-    let vcpu: u64 = entries.iter().map(|e| e.charge.vcpu_ms).sum();
+    // Each item counted once, in its shard's minute (a minute may turn during the job).
+    let mut by_shard: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in &entries {
+        *by_shard.entry(e.shard).or_default() += e.sums.items;
+        assert_eq!(e.sums.tasks, e.sums.items, "one task per item: {e:?}");
+    }
+    let expected: BTreeMap<u32, u64> = (0..8).map(|s| (s, if s < 4 { 2 } else { 1 })).collect();
+    assert_eq!(by_shard, expected, "the 12 items by shard: {entries:?}");
+    let cost: i64 = entries.iter().map(|e| e.sums.amount_micros).sum();
+    let vcpu: u64 = entries.iter().map(|e| e.sums.vcpu_ms).sum();
     assert!(vcpu >= 11 * 40, "the items' time is metered: {vcpu}");
     let operator = p.login("admin@dev.local").await;
     let u = usage_by_kind(&p, &operator).await;
@@ -681,7 +686,7 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
         let (status, r) = p.call(&internal, Method::POST, mapi_jobs::tasks::ITEM_PATH, Some(task)).await;
         assert_eq!((status, r["outcome"].as_str()), (200, Some("done")), "{r}");
     }
-    assert_eq!(ledger().await, entries, "a redelivered item writes no ledger entry");
+    assert_eq!(ledger().await, entries, "a redelivered item adds nothing to the ledger");
     assert_eq!(usage_by_kind(&p, &operator).await["totals"], u["totals"]);
     assert_eq!(
         mapi_quota::counters::read(&*store, &month).await.expect("counter").spend_micros,

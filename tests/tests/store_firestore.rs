@@ -84,6 +84,7 @@ proven!(
     transaction_refuses_reads_after_writes,
     transaction_errors_write_nothing,
     increments_create_add_and_combine,
+    merges_set_fields_keep_the_others_and_join_increments,
     guarded_increments_fail_the_whole_commit,
     a_refused_commit_applies_nothing_and_its_retry_applies_once,
     a_lost_answer_may_have_applied_and_a_create_only_retry_tells,

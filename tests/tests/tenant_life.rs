@@ -259,7 +259,13 @@ async fn assert_nothing_left(p: &TestPlatform) {
         assert!(
             matches!(
                 c.as_str(),
-                "tenants" | "tenant_deletions" | "ledger" | "item_ledger" | "score_ledger" | "audit"
+                "tenants"
+                    | "tenant_deletions"
+                    | "ledger"
+                    | "item_ledger"
+                    | "item_ledger_minutes"
+                    | "score_ledger"
+                    | "audit"
             ),
             "{c}/{id} is left: {f}"
         );
@@ -281,7 +287,7 @@ async fn assert_nothing_left(p: &TestPlatform) {
 
 /// The certificate's counts are what was there before the purge.
 fn assert_counts(cert: &Value, before: &BTreeMap<String, u64>, objects: usize, exported: usize) {
-    let kept = ["ledger", "item_ledger", "score_ledger", "audit"];
+    let kept = ["ledger", "item_ledger", "item_ledger_minutes", "score_ledger", "audit"];
     for (collection, n) in before {
         let side = if kept.contains(&collection.as_str()) { "kept" } else { "deleted" };
         assert_eq!(cert[side][collection].as_u64(), Some(*n), "{side} {collection}: {cert:#}");

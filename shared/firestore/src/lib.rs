@@ -570,13 +570,14 @@ fn precondition(p: Precondition) -> Option<fs::Precondition> {
 }
 
 fn plan(names: &Names, writes: &[Write]) -> Result<Plan, StoreError> {
-    // Each document is put or deleted at most once, and not also incremented.
-    let mut keys: Vec<(&DocKey, bool)> =
-        writes.iter().map(|w| (w.key(), matches!(w, Write::Increment { .. }))).collect();
+    // Each document is put or deleted at most once, and not also
+    // incremented or merged.
+    let mut keys: Vec<(&DocKey, bool)> = writes.iter().map(|w| (w.key(), w.combines())).collect();
     keys.sort();
     if keys.windows(2).any(|w| w[0].0 == w[1].0 && !(w[0].1 && w[1].1)) {
         return Err(StoreError::InvalidArgument(
-            "a commit writes each document at most once (increments of one document may repeat)".to_owned(),
+            "a commit writes each document at most once (increments and merges of one document may repeat)"
+                .to_owned(),
         ));
     }
     let mut out = Plan { writes: Vec::new(), origin: Vec::with_capacity(writes.len()), guarded: Vec::new() };
@@ -606,6 +607,22 @@ fn plan(names: &Names, writes: &[Write]) -> Result<Plan, StoreError> {
                     current_document: precondition(*p),
                 });
             }
+            Write::Merge { key, fields } => {
+                let i = combined(&mut out, &mut counted, names, key);
+                out.origin.push(i);
+                let w = &mut out.writes[i];
+                let Some(fs::write::Operation::Update(doc)) = &mut w.operation else {
+                    continue;
+                };
+                doc.fields.extend(wire::to_fields(fields)?);
+                let mask = w.update_mask.get_or_insert_with(Default::default);
+                for name in fields.keys() {
+                    mapi_store::check_merge_field(name)?;
+                    if !mask.field_paths.contains(name) {
+                        mask.field_paths.push(name.clone());
+                    }
+                }
+            }
             Write::Increment { key, field, delta, at_most } => {
                 // The port's field paths are simple identifiers joined by
                 // dots: Firestore's own syntax, no quoting needed.
@@ -614,20 +631,7 @@ fn plan(names: &Names, writes: &[Write]) -> Result<Plan, StoreError> {
                 if at_most.is_some() && *delta > 0 && !out.guarded.contains(key) {
                     out.guarded.push(key.clone());
                 }
-                let i = *counted.entry(key).or_insert_with(|| {
-                    out.writes.push(fs::Write {
-                        // An empty mask: the document's fields stay as they
-                        // are; it is created if absent. Only the transforms apply.
-                        operation: Some(fs::write::Operation::Update(fs::Document {
-                            name: names.doc(key),
-                            ..Default::default()
-                        })),
-                        update_mask: Some(fs::DocumentMask { field_paths: Vec::new() }),
-                        update_transforms: Vec::new(),
-                        current_document: None,
-                    });
-                    out.writes.len() - 1
-                });
+                let i = combined(&mut out, &mut counted, names, key);
                 out.origin.push(i);
                 let transforms = &mut out.writes[i].update_transforms;
                 use fs::document_transform::field_transform::TransformType;
@@ -652,6 +656,30 @@ fn plan(names: &Names, writes: &[Write]) -> Result<Plan, StoreError> {
         }
     }
     Ok(out)
+}
+
+/// The one write of `key` that the commit's increments and merges join:
+/// an update with a field mask (empty until a merge names fields: the
+/// document's other fields stay as they are; it is created if absent),
+/// its transforms applied after it.
+fn combined<'k>(
+    out: &mut Plan,
+    counted: &mut HashMap<&'k DocKey, usize>,
+    names: &Names,
+    key: &'k DocKey,
+) -> usize {
+    *counted.entry(key).or_insert_with(|| {
+        out.writes.push(fs::Write {
+            operation: Some(fs::write::Operation::Update(fs::Document {
+                name: names.doc(key),
+                ..Default::default()
+            })),
+            update_mask: Some(fs::DocumentMask { field_paths: Vec::new() }),
+            update_transforms: Vec::new(),
+            current_document: None,
+        });
+        out.writes.len() - 1
+    })
 }
 
 #[async_trait]

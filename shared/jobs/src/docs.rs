@@ -95,8 +95,8 @@ mapi_domain::wire_enum!(
 
 /// The marker of a finished item: created once (must not exist), with the
 /// job's counts, the tenant's concurrent items, the usage counters and the
-/// item's ledger entry (`mapi_schema::ItemLedgerEntry`) moved in the same
-/// commit. It holds the item's end itself when that is small (at most
+/// item's charge (added to its minute's `mapi_schema::ItemLedgerMinute`)
+/// moved in the same commit. It holds the item's end itself when that is small (at most
 /// [`crate::layout::INLINE_END_MAX`] bytes of JSON): one document, no
 /// object. A larger end is an object written before the marker, and `end`
 /// is absent. Id: `{job}:{idx}` (see [`JobItemDoc::id_of`]).

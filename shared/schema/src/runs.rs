@@ -209,12 +209,13 @@ pub struct LedgerEntry {
     pub at: Timestamp,
 }
 
-/// One append-only ledger entry of an item job: the charge of one finished
-/// item in one round (class S, one task, the item's duration; the amount is
-/// the one counted in the tenant's usage counters). Id:
-/// `{job}:{idx}:{round}`, created once in the commit of the item's marker,
-/// so a redelivered item writes nothing more. Kept beside [`LedgerEntry`]
-/// (which stays the charge of one run attempt) in its own collection.
+/// The charge of one finished item in one round (class S, one task, the
+/// item's duration; the amount is the one counted in the tenant's usage
+/// counters). Items are charged in their minute's [`ItemLedgerMinute`],
+/// in the commit that creates the item's marker (so once per item and
+/// round). Stored one document per item (id `{job}:{idx}:{round}`) by
+/// deployments before the minutes: those entries stay, and are read for
+/// the usage of the time before rollups.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemLedgerEntry {
     pub tenant: TenantId,
@@ -233,6 +234,113 @@ impl ItemLedgerEntry {
     /// The entry's id.
     pub fn id_of(job: &JobId, idx: u64, round: u32) -> String {
         format!("{job}:{idx}:{round}")
+    }
+}
+
+/// The ledger of item jobs: the charges of one job's items of one round
+/// that finished in one UTC minute, spread over [`ITEM_LEDGER_SHARDS`]
+/// documents by item index, summed (`items` counts them). An item costs
+/// its marker and counters, not a document and two index entries of its
+/// own: a job of N items adds at most one document per shard and minute.
+/// What each item was charged stays in its marker (`cost_micros`,
+/// `duration_ms`) for the job's retention.
+///
+/// Written without a read, so items finishing together never conflict:
+/// the constant fields by a merge, the sums by increments (see
+/// [`crate::usage::add_item_entry`]). Every item's charge is also counted
+/// in the usage rollups of its instant, so usage never reads these; they
+/// are kept (through a tenant's deletion, like [`LedgerEntry`]) as the
+/// record of what was charged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ItemLedgerMinute {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub job: JobId,
+    pub round: u32,
+    /// The token the job was submitted with, if any.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// The minute's start.
+    pub at: Timestamp,
+    pub shard: u32,
+    pub class: ResourceClass,
+    pub currency: String,
+    pub price_table: String,
+    /// The sums, kept by increments (an absent one is 0).
+    #[serde(flatten)]
+    pub sums: ItemSums,
+}
+
+/// The sums of an [`ItemLedgerMinute`]: how many items, and their charges'
+/// tasks, times and amount.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ItemSums {
+    #[serde(default)]
+    pub items: u64,
+    #[serde(default)]
+    pub tasks: u64,
+    #[serde(default)]
+    pub wall_ms: u64,
+    #[serde(default)]
+    pub vcpu_ms: u64,
+    #[serde(default)]
+    pub gib_ms: u64,
+    #[serde(default)]
+    pub accelerator_ms: u64,
+    #[serde(default)]
+    pub amount_micros: i64,
+}
+
+impl ItemSums {
+    /// The sums' field names.
+    pub const FIELDS: [&'static str; 7] =
+        ["items", "tasks", "wall_ms", "vcpu_ms", "gib_ms", "accelerator_ms", "amount_micros"];
+
+    /// What one item's charge adds to each field (zeros left out).
+    pub fn of(charge: &Charge) -> Vec<(&'static str, i64)> {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let adds = [
+            1,
+            i64::from(charge.tasks),
+            n(charge.wall_ms),
+            n(charge.vcpu_ms),
+            n(charge.gib_ms),
+            n(charge.accelerator_ms),
+            charge.amount_micros,
+        ];
+        Self::FIELDS.into_iter().zip(adds).filter(|(_, v)| *v != 0).collect()
+    }
+}
+
+/// How many documents one job's items of one minute are spread over: the
+/// job's count shards' number, so items that write one count shard write
+/// one ledger document.
+pub const ITEM_LEDGER_SHARDS: u64 = 8;
+
+impl ItemLedgerMinute {
+    /// The minute document `e` adds to, with nothing summed in it.
+    pub fn of(e: &ItemLedgerEntry) -> ItemLedgerMinute {
+        ItemLedgerMinute {
+            tenant: e.tenant.clone(),
+            project: e.project.clone(),
+            job: e.job.clone(),
+            round: e.round,
+            token: e.token.clone(),
+            at: ScoreLedgerEntry::minute_of(e.at),
+            shard: u32::try_from(e.idx % ITEM_LEDGER_SHARDS).unwrap_or(0),
+            class: e.charge.class,
+            currency: e.charge.currency.clone(),
+            price_table: e.charge.price_table.clone(),
+            sums: ItemSums::default(),
+        }
+    }
+}
+
+impl Doc for ItemLedgerMinute {
+    const COLLECTION: &'static str = "item_ledger_minutes";
+    /// `{job}:{round}:{minute, epoch seconds}:{price table}:{shard}`.
+    fn doc_id(&self) -> String {
+        format!("{}:{}:{}:{}:{}", self.job, self.round, self.at.as_secs(), self.price_table, self.shard)
     }
 }
 

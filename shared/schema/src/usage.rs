@@ -47,7 +47,7 @@ use mapi_quota::counters::{pick, shard_id};
 use mapi_store::{Document, StoreError, Txn};
 use serde::{Deserialize, Serialize};
 
-use crate::{Doc, ItemLedgerEntry, LedgerEntry, ScoreLedgerEntry};
+use crate::{Doc, ItemLedgerEntry, ItemLedgerMinute, ItemSums, LedgerEntry, ScoreLedgerEntry};
 
 /// The collection of rollups.
 pub const ROLLUP_COLLECTION: &str = "usage_rollups";
@@ -288,10 +288,21 @@ pub fn create_run_entry(tx: &mut Txn<'_>, e: &LedgerEntry) -> Result<(), StoreEr
     record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &of_run(e))
 }
 
-/// Buffers the creation of an item's ledger entry and what it adds to its
-/// rollups: one commit, so they cannot disagree.
-pub fn create_item_entry(tx: &mut Txn<'_>, e: &ItemLedgerEntry) -> Result<(), StoreError> {
-    crate::tx_create(tx, e)?;
+/// Buffers an item's charge: its minute's ledger document (its constant
+/// fields merged, its sums incremented: no read, so items finishing
+/// together never conflict) and what `e` adds to the rollups of its
+/// instant, in one commit, so they cannot disagree. Call it once per item
+/// and round (in the commit that creates the item's marker): the minute is
+/// a sum, not a set.
+pub fn add_item_entry(tx: &mut Txn<'_>, e: &ItemLedgerEntry) -> Result<(), StoreError> {
+    let minute = ItemLedgerMinute::of(e);
+    let key = crate::key::<ItemLedgerMinute>(&minute.doc_id())?;
+    let mut fields = mapi_store::encode(&minute)?;
+    fields.retain(|name, _| !ItemSums::FIELDS.contains(&name.as_str()));
+    tx.merge(&key, fields);
+    for (field, n) in ItemSums::of(&e.charge) {
+        tx.increment(&key, field, n, None);
+    }
     record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &of_item(e))
 }
 

@@ -308,6 +308,30 @@ pub async fn increments_create_add_and_combine(s: &dyn Store) {
     assert!(matches!(s.commit(None, &mixed).await, Err(StoreError::InvalidArgument(_))));
 }
 
+pub async fn merges_set_fields_keep_the_others_and_join_increments(s: &dyn Store) {
+    let k = key("sum");
+    let merge = |v: Value| Write::Merge { key: k.clone(), fields: fields(v) };
+    let inc = |delta: i64| Write::Increment { key: k.clone(), field: "n".into(), delta, at_most: None };
+    s.commit(None, &[merge(json!({"name": "a", "tags": ["x"]})), inc(2)])
+        .await
+        .expect("a merge and an increment of one absent document in one commit");
+    let doc = s.get_one(&k).await.expect("get").expect("created by the merge");
+    assert_eq!(doc.fields, fields(json!({"name": "a", "tags": ["x"], "n": 2})));
+    s.commit(None, &[inc(3), merge(json!({"name": "b"}))]).await.expect("again, increment first");
+    let doc = s.get_one(&k).await.expect("get").expect("doc");
+    assert_eq!(doc.fields, fields(json!({"name": "b", "tags": ["x"], "n": 5})), "the other fields are kept");
+    let mixed =
+        [merge(json!({"name": "c"})), Write::Delete { key: k.clone(), precondition: Precondition::None }];
+    assert!(matches!(s.commit(None, &mixed).await, Err(StoreError::InvalidArgument(_))));
+    let dotted = merge(json!({"a.b": 1}));
+    assert!(matches!(s.commit(None, &[dotted]).await, Err(StoreError::InvalidArgument(_))));
+    assert_eq!(
+        s.get_one(&k).await.expect("get").expect("doc").fields["name"],
+        "b",
+        "refused commits wrote nothing"
+    );
+}
+
 pub async fn guarded_increments_fail_the_whole_commit(s: &dyn Store) {
     let k = key("counter");
     let guarded =
@@ -401,6 +425,7 @@ pub const CASES: &[&str] = &[
     "transaction_refuses_reads_after_writes",
     "transaction_errors_write_nothing",
     "increments_create_add_and_combine",
+    "merges_set_fields_keep_the_others_and_join_increments",
     "guarded_increments_fail_the_whole_commit",
     "a_refused_commit_applies_nothing_and_its_retry_applies_once",
     "a_lost_answer_may_have_applied_and_a_create_only_retry_tells",
@@ -421,7 +446,8 @@ macro_rules! conformance_suite {
             cursors_page_through_every_document_once, malformed_queries_are_refused,
             transaction_aborts_when_a_read_document_changed, transaction_aborts_on_a_phantom,
             transaction_refuses_reads_after_writes, transaction_errors_write_nothing,
-            increments_create_add_and_combine, guarded_increments_fail_the_whole_commit,
+            increments_create_add_and_combine, merges_set_fields_keep_the_others_and_join_increments,
+            guarded_increments_fail_the_whole_commit,
             a_refused_commit_applies_nothing_and_its_retry_applies_once,
             a_lost_answer_may_have_applied_and_a_create_only_retry_tells,
             a_marked_increment_whose_answer_was_lost_counts_once);

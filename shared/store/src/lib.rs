@@ -34,7 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use error::StoreError;
-pub use query::{ContainsIndex, Cursor, Direction, Filter, Index, Op, Query, field_value};
+pub use query::{ContainsIndex, Cursor, Direction, Filter, Index, Op, Query, check_merge_field, field_value};
 pub use txn::{Committable, Txn, transact};
 
 /// The fields of a document: a JSON object.
@@ -149,12 +149,29 @@ pub enum Write {
     /// one counter never conflict with each other; several fields of one
     /// document may be incremented in one commit.
     Increment { key: DocKey, field: String, delta: i64, at_most: Option<i64> },
+    /// Sets `fields` (top-level names), keeping the document's other fields,
+    /// creating the document if needed, as Firestore's update with a field
+    /// mask. Like an increment it needs no read, so it never conflicts with
+    /// another commit; one commit may merge and increment one document
+    /// (the increments apply after the merge). A document's constant fields
+    /// (whose sums are kept by increments) are written this way.
+    Merge { key: DocKey, fields: Fields },
 }
 
 impl Write {
+    /// Whether other writes of the same document may join this one in a
+    /// commit: increments and merges (which read nothing) may; a put or a
+    /// delete is the document's only write.
+    pub fn combines(&self) -> bool {
+        matches!(self, Write::Increment { .. } | Write::Merge { .. })
+    }
+
     pub fn key(&self) -> &DocKey {
         match self {
-            Write::Put { key, .. } | Write::Delete { key, .. } | Write::Increment { key, .. } => key,
+            Write::Put { key, .. }
+            | Write::Delete { key, .. }
+            | Write::Increment { key, .. }
+            | Write::Merge { key, .. } => key,
         }
     }
 }

@@ -207,6 +207,20 @@ pub(crate) fn check_field_path(path: &str) -> Result<(), StoreError> {
     if ok { Ok(()) } else { Err(StoreError::InvalidArgument(format!("invalid field path `{path}`"))) }
 }
 
+/// A field a [`crate::Write::Merge`] sets: a top-level name (a dotted path
+/// would be a nested field in Firestore and a name with a dot elsewhere).
+///
+/// # Errors
+///
+/// `InvalidArgument` naming the field.
+pub fn check_merge_field(name: &str) -> Result<(), StoreError> {
+    check_field_path(name)?;
+    if name.contains('.') {
+        return Err(StoreError::InvalidArgument(format!("a merge sets top-level fields, not `{name}`")));
+    }
+    Ok(())
+}
+
 /// The value at a dotted path.
 pub fn field_value<'a>(fields: &'a crate::Fields, path: &str) -> Option<&'a Value> {
     let mut parts = path.split('.');

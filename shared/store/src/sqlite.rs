@@ -646,15 +646,33 @@ fn upsert(
     Ok(())
 }
 
+/// The copy of `key`'s fields that the commit's increments and merges
+/// change, read from the database the first time.
+fn copy_of<'a, 'k>(
+    tx: &Connection,
+    counted: &'a mut Vec<(&'k DocKey, Fields)>,
+    key: &'k DocKey,
+) -> Result<&'a mut Fields, StoreError> {
+    let i = match counted.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            counted.push((key, get_doc(tx, key)?.map(|d| d.fields).unwrap_or_default()));
+            counted.len() - 1
+        }
+    };
+    Ok(&mut counted[i].1)
+}
+
 /// One commit's checks and writes, on a connection inside a transaction.
 fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &[Write]) -> CommitResult {
-    // Each document is put or deleted at most once, and not also incremented.
-    let mut keys: Vec<(&DocKey, bool)> =
-        writes.iter().map(|w| (w.key(), matches!(w, Write::Increment { .. }))).collect();
+    // Each document is put or deleted at most once, and not also
+    // incremented or merged.
+    let mut keys: Vec<(&DocKey, bool)> = writes.iter().map(|w| (w.key(), w.combines())).collect();
     keys.sort();
     if keys.windows(2).any(|w| w[0].0 == w[1].0 && !(w[0].1 && w[1].1)) {
         return Err(StoreError::InvalidArgument(
-            "a commit writes each document at most once (increments of one document may repeat)".to_owned(),
+            "a commit writes each document at most once (increments and merges of one document may repeat)"
+                .to_owned(),
         ));
     }
     for read in reads {
@@ -679,8 +697,9 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
         let i = written.binary_search(&key).unwrap_or(0);
         first + i as i64
     };
-    // Increments of one document are applied in order to one copy of it
-    // (each guard checked as it comes), and the copy is written once.
+    // Increments and merges of one document are applied in order to one
+    // copy of it (each guard checked as it comes), and the copy is written
+    // once.
     let mut counted: Vec<(&DocKey, Fields)> = Vec::new();
     let mut versions = Vec::with_capacity(writes.len());
     for w in writes {
@@ -691,16 +710,17 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
                 upsert(tx, key, fields, seq, now)?;
                 versions.push(Some(Version(seq as u64)));
             }
+            Write::Merge { key, fields: set } => {
+                for name in set.keys() {
+                    crate::check_merge_field(name)?;
+                }
+                let fields = copy_of(tx, &mut counted, key)?;
+                fields.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                versions.push(Some(Version(version_of(key) as u64)));
+            }
             Write::Increment { key, field, delta, at_most } => {
                 check_field_path(field)?;
-                let i = match counted.iter().position(|(k, _)| *k == key) {
-                    Some(i) => i,
-                    None => {
-                        counted.push((key, get_doc(tx, key)?.map(|d| d.fields).unwrap_or_default()));
-                        counted.len() - 1
-                    }
-                };
-                let fields = &mut counted[i].1;
+                let fields = copy_of(tx, &mut counted, key)?;
                 let current = fields.get(field.as_str()).and_then(serde_json::Value::as_i64).unwrap_or(0);
                 let next = current.saturating_add(*delta);
                 if at_most.is_some_and(|max| next > max && *delta > 0) {

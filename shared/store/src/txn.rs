@@ -130,6 +130,11 @@ impl<'s> Txn<'s> {
         self.writes.push(Write::Increment { key: key.clone(), field: field.to_owned(), delta, at_most });
     }
 
+    /// Buffers a merge of `fields` (see [`Write::Merge`]).
+    pub fn merge(&mut self, key: &DocKey, fields: Fields) {
+        self.writes.push(Write::Merge { key: key.clone(), fields });
+    }
+
     /// Ends the closure: commit the buffered writes, then return `value`.
     pub fn finish<T>(self, value: T) -> Committable<'s, T> {
         Committable { txn: self, value }

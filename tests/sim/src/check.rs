@@ -43,7 +43,7 @@ use mapi_executor::ExecutionHandle;
 use mapi_jobs::{JobCountsDoc, JobDoc};
 use mapi_lifecycle::RunDoc;
 use mapi_quota::counters::CounterDoc;
-use mapi_schema::{AttemptDoc, ItemLedgerEntry, LedgerEntry, ProgressDoc, TenantDoc};
+use mapi_schema::{AttemptDoc, ItemLedgerEntry, ItemLedgerMinute, LedgerEntry, ProgressDoc, TenantDoc};
 use mapi_store::typed::Doc;
 use mapi_store::{DocKey, Document, Fields, Store};
 
@@ -290,10 +290,11 @@ pub fn after_step(world: &mut World, step: u64) {
     let has = |c: &str| touched.0.contains_key(c);
     check_runs(c, touched.ids(RunDoc::COLLECTION));
     check_attempts(c, &touched);
-    if has(LedgerEntry::COLLECTION) || has(ItemLedgerEntry::COLLECTION) {
+    let ledgers = [LedgerEntry::COLLECTION, ItemLedgerEntry::COLLECTION, ItemLedgerMinute::COLLECTION];
+    if ledgers.iter().any(|l| has(l)) {
         sum_ledgers(c, &touched);
     }
-    if has(CounterDoc::COLLECTION) || has(LedgerEntry::COLLECTION) || has(ItemLedgerEntry::COLLECTION) {
+    if has(CounterDoc::COLLECTION) || ledgers.iter().any(|l| has(l)) {
         check_ledger(c);
     }
     if has(CounterDoc::COLLECTION) || has(RunDoc::COLLECTION) {
@@ -428,8 +429,12 @@ fn check_attempts(c: &mut Checker, touched: &Touched) {
 /// Keeps the per-(tenant, month) sums of the ledgers current with what
 /// this step wrote to them.
 fn sum_ledgers(c: &mut Checker, touched: &Touched) {
-    let mut now_in = charges::<LedgerEntry>(c, touched, |e| (&e.tenant, e.at, &e.charge));
-    now_in.extend(charges::<ItemLedgerEntry>(c, touched, |e| (&e.tenant, e.at, &e.charge)));
+    let of_charge = |c: &mapi_cost::Charge| (c.amount_micros, c.vcpu_ms);
+    let mut now_in = charges::<LedgerEntry>(c, touched, |e| (&e.tenant, e.at, of_charge(&e.charge)));
+    now_in.extend(charges::<ItemLedgerEntry>(c, touched, |e| (&e.tenant, e.at, of_charge(&e.charge))));
+    now_in.extend(charges::<ItemLedgerMinute>(c, touched, |e| {
+        (&e.tenant, e.at, (e.sums.amount_micros, e.sums.vcpu_ms))
+    }));
     for (key, charged) in now_in {
         if let Some((month, (micros, vcpu))) = c.charged.remove(&key) {
             let s = c.sums.entry(month).or_default();
@@ -451,13 +456,13 @@ fn sum_ledgers(c: &mut Checker, touched: &Touched) {
 fn charges<T: Doc + serde::de::DeserializeOwned>(
     c: &Checker,
     touched: &Touched,
-    of: impl Fn(&T) -> (&TenantId, Timestamp, &mapi_cost::Charge),
+    of: impl Fn(&T) -> (&TenantId, Timestamp, (i64, u64)),
 ) -> Vec<(DocKey, Option<Charged>)> {
     let charged = |e: &T| {
-        let (tenant, at, charge) = of(e);
+        let (tenant, at, (micros, vcpu)) = of(e);
         let month = mapi_quota::Period::Month.key(at);
-        let vcpu = i64::try_from(charge.vcpu_ms).unwrap_or(i64::MAX);
-        ((tenant.to_string(), month), (charge.amount_micros, vcpu))
+        let vcpu = i64::try_from(vcpu).unwrap_or(i64::MAX);
+        ((tenant.to_string(), month), (micros, vcpu))
     };
     let ids = touched.ids(T::COLLECTION).iter();
     ids.filter_map(|id| {

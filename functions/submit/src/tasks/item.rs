@@ -394,7 +394,6 @@ async fn mark(
     let (m_ref, shard, entry) = (&m, &shard, &entry);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(&m_ref.job, m_ref.idx)).await?;
-        let ledger_seen = tx_get::<ItemLedgerEntry>(&mut tx, &entry.doc_id()).await?.is_some();
         match existing {
             Some(e) if e.outcome == ItemOutcome::Failed && m_ref.outcome == ItemOutcome::Succeeded => {
                 let mut up = m_ref.clone();
@@ -409,10 +408,8 @@ async fn mark(
             Some(e) => Ok(tx.finish(Marked::Stood(Box::new(e)))),
             None => {
                 tx_create(&mut tx, m_ref)?;
-                // Create-only, in the marker's commit: once per item and round.
-                if !ledger_seen {
-                    usage::create_item_entry(&mut tx, entry)?;
-                }
+                // In the commit that creates the marker: once per item and round.
+                usage::add_item_entry(&mut tx, entry)?;
                 let f = if m_ref.outcome == ItemOutcome::Succeeded {
                     count_field::SUCCEEDED
                 } else {

@@ -68,6 +68,7 @@ pub const OWNED: &[Owned] = &[
     delete("projects"),
     keep("ledger", Fate::Keep),
     keep("item_ledger", Fate::Keep),
+    keep("item_ledger_minutes", Fate::Keep),
     keep("score_ledger", Fate::Keep),
     keep("audit", Fate::Anonymize),
 ];
@@ -136,13 +137,14 @@ mod tests {
             mapi_schema::ProjectDoc::COLLECTION,
             mapi_schema::LedgerEntry::COLLECTION,
             mapi_schema::ItemLedgerEntry::COLLECTION,
+            mapi_schema::ItemLedgerMinute::COLLECTION,
             mapi_schema::ScoreLedgerEntry::COLLECTION,
             mapi_schema::AuditDoc::COLLECTION,
         ];
         let listed: Vec<&str> = OWNED.iter().map(|o| o.collection).collect();
         assert_eq!(listed, tenant_docs, "the purge's order, by hand");
         let kept: Vec<&str> = OWNED.iter().filter(|o| o.fate != Fate::Delete).map(|o| o.collection).collect();
-        assert_eq!(kept, ["ledger", "item_ledger", "score_ledger", "audit"]);
+        assert_eq!(kept, ["ledger", "item_ledger", "item_ledger_minutes", "score_ledger", "audit"]);
         for platform in [
             mapi_schema::TenantDoc::COLLECTION,
             mapi_schema::DeletionDoc::COLLECTION,
