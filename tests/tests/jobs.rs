@@ -461,6 +461,55 @@ async fn retry_failed_reruns_only_the_failed_items() {
     assert_eq!((status, again["code"].as_str()), (409, Some("FAILED_PRECONDITION")));
 }
 
+/// Items charged in the ledger's minute documents of job `id`.
+async fn charged_items(p: &TestPlatform, id: &str) -> u64 {
+    let q = mapi_store::Query::new(<mapi_schema::ItemLedgerMinute as mapi_schema::Doc>::COLLECTION).filter(
+        "job",
+        mapi_store::Op::Eq,
+        id,
+    );
+    let docs = p.platform.state.store.query(&q, None).await.expect("ledger");
+    docs.iter().map(|d| d.decode::<mapi_schema::ItemLedgerMinute>().expect("entry").sums.items).sum()
+}
+
+/// A delivery of round 0 that comes after retry-failed reopened its item
+/// (a redelivery, or one that ran long) finds the item's round-0 marker in
+/// the history: the item is neither counted nor charged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_delivery_of_a_reopened_round_counts_nothing() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let token = p.token().to_owned();
+    let items: Vec<Value> =
+        (0..3).map(|i| if i == 1 { json!({"i": i, "fail_rounds": 1}) } else { json!({"i": i}) }).collect();
+    let body =
+        json!({"method": "diag.item", "items": items.clone(), "options": {"params": {"message": "bad"}}});
+    let id = submit_job(&p, &token, "dev", body).await;
+    let deliverer = deliver(&p, &p.platform.url);
+    let v = wait_final(&p, &token, &id, Duration::from_secs(60)).await;
+    assert_eq!(v["state"], "completed_with_errors", "{v:#}");
+    deliverer.abort();
+    // No deliverer: item 1 is reopened and its round-1 task waits.
+    let (status, r) = p.call(&token, Method::POST, &format!("/v1/jobs/{id}/retry-failed"), None).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(charged_items(&p, &id).await, 3);
+    let counts = |v: &Value| (v["counts"]["succeeded"].as_u64(), v["counts"]["failed"].as_u64());
+    assert_eq!(counts(&job(&p, &token, &id).await), (Some(2), Some(0)), "item 1 is open again");
+    // Item 1's round-0 task, delivered late: it fails again, in round 0.
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let task = json!({"job": id, "idx": 1, "round": 0, "item": items[1]});
+    let (status, r) = p.call(&internal, Method::POST, mapi_jobs::tasks::ITEM_PATH, Some(task)).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(charged_items(&p, &id).await, 3, "the late delivery is not charged again");
+    assert_eq!(counts(&job(&p, &token, &id).await), (Some(2), Some(0)), "nor counted again");
+    // Round 1 runs: item 1 succeeds, and its attempt is charged.
+    let _deliverer = deliver(&p, &p.platform.url);
+    let v = wait_final(&p, &token, &id, Duration::from_secs(60)).await;
+    assert_eq!(v["state"], "succeeded", "{v:#}");
+    assert_eq!(counts(&v), (Some(3), Some(0)));
+    assert_eq!(charged_items(&p, &id).await, 4);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_jobs_are_problems_and_the_platform_describes_itself() {
     let _serial = SERIAL.lock().await;

@@ -177,10 +177,17 @@ impl Doc for JobItemDoc {
 #[serde(transparent)]
 pub struct JobItemHistoryDoc(pub JobItemDoc);
 
+impl JobItemHistoryDoc {
+    /// The id of item `idx`'s marker of `round`, kept when it was reopened.
+    pub fn id_of(job: &JobId, idx: u64, round: u32) -> String {
+        format!("{}:r{round}", JobItemDoc::id_of(job, idx))
+    }
+}
+
 impl Doc for JobItemHistoryDoc {
     const COLLECTION: &'static str = "job_item_history";
     fn doc_id(&self) -> String {
-        format!("{}:r{}", JobItemDoc::id_of(&self.0.job, self.0.idx), self.0.round)
+        JobItemHistoryDoc::id_of(&self.0.job, self.0.idx, self.0.round)
     }
 }
 

@@ -33,8 +33,8 @@ use mapi_domain::ResourceClass;
 use mapi_identity::InternalCaller;
 use mapi_jobs::tasks::ItemTask;
 use mapi_jobs::{
-    InlineEnd, ItemEnd, ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc, count_field,
-    layout,
+    InlineEnd, ItemEnd, ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc,
+    JobItemHistoryDoc, count_field, layout,
 };
 use mapi_methods::{ItemContext, ItemError};
 use mapi_platform::AppState;
@@ -391,9 +391,18 @@ async fn mark(
         token: job.token.clone(),
         at: now,
     };
-    let (m_ref, shard, entry) = (&m, &shard, &entry);
+    // A delivery of a round retry-failed has since passed may find its
+    // item's marker of that round in the history (reopened): it ended then,
+    // and is neither counted nor charged again.
+    let kept = (m.round < job.round).then(|| JobItemHistoryDoc::id_of(&m.job, idx, m.round));
+    let (m_ref, shard, entry, kept) = (&m, &shard, &entry, &kept);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(&m_ref.job, m_ref.idx)).await?;
+        if let (None, Some(id)) = (&existing, kept)
+            && let Some(h) = tx_get::<JobItemHistoryDoc>(&mut tx, id).await?
+        {
+            return Ok(tx.finish(Marked::Stood(Box::new(h.0))));
+        }
         match existing {
             Some(e) if e.outcome == ItemOutcome::Failed && m_ref.outcome == ItemOutcome::Succeeded => {
                 let mut up = m_ref.clone();
