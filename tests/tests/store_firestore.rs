@@ -244,8 +244,11 @@ async fn committed_versions_are_the_read_versions() {
 #[test]
 fn the_index_file_is_the_declared_indexes() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../terraform/firestore.indexes.json");
-    let expected =
-        mapi_firestore::wire::indexes_file(&mapi_platform::indexes(), &mapi_platform::contains_indexes());
+    let expected = mapi_firestore::wire::indexes_file(
+        &mapi_platform::indexes(),
+        &mapi_platform::contains_indexes(),
+        &mapi_platform::unindexed(),
+    );
     let pretty = serde_json::to_string_pretty(&expected).expect("json");
     if std::env::var_os("MAPI_UPDATE_DOCS").is_some() {
         std::fs::write(path, format!("{pretty}\n")).expect("write the index file");

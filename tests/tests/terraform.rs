@@ -1655,12 +1655,28 @@ fn contract_the_index_resources_are_the_index_file_of_the_codes_indexes() {
         &std::fs::read_to_string(root().join("firestore.indexes.json")).expect("index file"),
     )
     .expect("json");
-    let expected =
-        mapi_firestore::wire::indexes_file(&mapi_platform::indexes(), &mapi_platform::contains_indexes());
+    let expected = mapi_firestore::wire::indexes_file(
+        &mapi_platform::indexes(),
+        &mapi_platform::contains_indexes(),
+        &mapi_platform::unindexed(),
+    );
     assert_eq!(
         file["indexes"], expected["indexes"],
         "the file holds every composite index the adapter needs"
     );
+    assert_eq!(file["fieldOverrides"], expected["fieldOverrides"], "and every field exempt from indexing");
+    let field = tf.resource("google_firestore_field", "unindexed");
+    assert!(
+        src_at(field.body, &["for_each"]).contains("for f in local.field_overrides"),
+        "one resource per override of the file"
+    );
+    assert_eq!(src_at(field.body, &["collection"]), "each.value.collectionGroup");
+    assert_eq!(src_at(field.body, &["field"]), "each.value.fieldPath");
+    assert_eq!(src_at(field.body, &["database"]), "google_firestore_database.this.name");
+    let config = blocks(field.body, "index_config");
+    assert_eq!(config.len(), 1, "an index_config block");
+    let empty = config[0].attributes().next().is_none() && config[0].blocks().next().is_none();
+    assert!(empty, "empty: the field has no single-field index");
     assert_eq!(src_at(index.body, &["database"]), "google_firestore_database.this.name");
     let db = tf.resource("google_firestore_database", "this");
     assert_eq!(src_at(db.body, &["name"]), "var.database");

@@ -74,7 +74,9 @@
 //! The composite indexes: `terraform/firestore.indexes.json` is
 //! [`wire::indexes_file`] of `mapi_platform::indexes()` (the list SQLite
 //! creates, single-field entries left out, as Firestore builds those
-//! itself), and `tests/tests/store_firestore.rs` fails when the two differ.
+//! itself) with `mapi_platform::unindexed()` as field overrides (the
+//! fields no query reads, which Firestore would otherwise index value by
+//! value), and `tests/tests/store_firestore.rs` fails when the two differ.
 //! The audit log's optional filters on `project`, `actor`, `action` and
 //! `outcome` ordered by `at` have no composite index yet.
 //!

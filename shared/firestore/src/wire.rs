@@ -4,7 +4,9 @@
 
 use googleapis_tonic_google_firestore_v1::google::firestore::v1 as fs;
 use mapi_domain::Timestamp;
-use mapi_store::{ContainsIndex, Direction, DocKey, Document, Fields, Index, Op, Query, StoreError, Version};
+use mapi_store::{
+    ContainsIndex, Direction, DocKey, Document, Fields, Index, Op, Query, StoreError, Unindexed, Version,
+};
 use prost_types::Timestamp as PbTimestamp;
 use serde_json::{Number, Value};
 
@@ -231,13 +233,15 @@ pub fn structured_query(q: &Query, names: &Names) -> Result<fs::StructuredQuery,
     })
 }
 
-/// The composite indexes of `indexes` and `contains` in the format of a
+/// The composite indexes of `indexes` and `contains`, and the fields of
+/// `unindexed` as overrides with no index, in the format of a
 /// `firestore.indexes.json` file (what `firebase deploy --only
 /// firestore:indexes` reads, and what the deploy step turns into
-/// `google_firestore_index` resources). Single-field entries are left out:
-/// Firestore indexes every field on its own automatically, and refuses a
-/// composite index of one field. Duplicates are written once.
-pub fn indexes_file(indexes: &[Index], contains: &[ContainsIndex]) -> Value {
+/// `google_firestore_index` and `google_firestore_field` resources).
+/// Single-field entries are left out: Firestore indexes every field on its
+/// own automatically, and refuses a composite index of one field.
+/// Duplicates are written once.
+pub fn indexes_file(indexes: &[Index], contains: &[ContainsIndex], unindexed: &[Unindexed]) -> Value {
     let order = |(f, d): &(&str, Direction)| {
         let order = if *d == Direction::Asc { "ASCENDING" } else { "DESCENDING" };
         serde_json::json!({ "fieldPath": f, "order": order })
@@ -267,7 +271,15 @@ pub fn indexes_file(indexes: &[Index], contains: &[ContainsIndex]) -> Value {
             "fields": fields,
         }));
     }
-    serde_json::json!({ "indexes": out, "fieldOverrides": [] })
+    let mut overrides: Vec<Value> = Vec::new();
+    for u in unindexed {
+        let entry =
+            serde_json::json!({ "collectionGroup": u.collection, "fieldPath": u.field, "indexes": [] });
+        if !overrides.contains(&entry) {
+            overrides.push(entry);
+        }
+    }
+    serde_json::json!({ "indexes": out, "fieldOverrides": overrides })
 }
 
 #[cfg(test)]
@@ -393,12 +405,14 @@ mod tests {
             },
             Index { collection: "jobs", fields: &[("created_at", Direction::Asc)] },
         ];
-        let f = indexes_file(I, &[]);
+        let params = Unindexed { collection: "runs", field: "params" };
+        let f = indexes_file(I, &[], &[params, params]);
         assert_eq!(
             f,
             json!({"indexes": [{"collectionGroup": "runs", "queryScope": "COLLECTION", "fields": [
                 {"fieldPath": "tenant", "order": "ASCENDING"},
-                {"fieldPath": "created_at", "order": "DESCENDING"}]}], "fieldOverrides": []})
+                {"fieldPath": "created_at", "order": "DESCENDING"}]}],
+                "fieldOverrides": [{"collectionGroup": "runs", "fieldPath": "params", "indexes": []}]})
         );
     }
 
@@ -410,7 +424,7 @@ mod tests {
             contains: "labels.tags",
             order: &[("created_at", Direction::Desc)],
         };
-        let f = indexes_file(&[], &[tags]);
+        let f = indexes_file(&[], &[tags], &[]);
         assert_eq!(
             f["indexes"],
             json!([{"collectionGroup": "runs", "queryScope": "COLLECTION", "fields": [

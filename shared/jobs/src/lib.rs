@@ -25,7 +25,16 @@ pub mod tasks;
 pub use docs::*;
 pub use state::{Counts, JobState, derive};
 
-use mapi_store::{Direction, Index};
+use mapi_store::{Direction, Index, Unindexed};
+
+/// The jobs' fields no query reads (see [`Unindexed`]): the method's params
+/// the tenant gave, and an item's end (its result or error and log, up to
+/// [`layout::INLINE_END_MAX`] bytes), in its marker and in the history.
+pub const UNINDEXED: &[Unindexed] = &[
+    Unindexed { collection: JobDoc::COLLECTION, field: "params" },
+    Unindexed { collection: JobItemDoc::COLLECTION, field: "end" },
+    Unindexed { collection: JobItemHistoryDoc::COLLECTION, field: "end" },
+];
 
 /// The composite indexes the job queries need.
 pub const INDEXES: &[Index] = &[

@@ -37,7 +37,15 @@ use mapi_executor::Executor;
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, ObjectStore};
 use mapi_queue::{QueueError, TaskQueue};
 use mapi_schema::Doc;
-use mapi_store::{ContainsIndex, Direction, Index};
+use mapi_store::{ContainsIndex, Direction, Index, Unindexed};
+
+/// The run's fields no query reads (see [`Unindexed`]): the method's
+/// params the tenant gave (a run is found by a param through `param_keys`),
+/// and the run's history of transitions, which grows with every retry.
+pub const UNINDEXED: &[Unindexed] = &[
+    Unindexed { collection: RunDoc::COLLECTION, field: "params" },
+    Unindexed { collection: RunDoc::COLLECTION, field: "history" },
+];
 
 /// The runs of a project carrying a tag, or a param set to a value, newest first.
 pub const CONTAINS_INDEXES: &[ContainsIndex] = &[

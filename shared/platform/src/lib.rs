@@ -310,6 +310,12 @@ pub fn contains_indexes() -> Vec<mapi_store::ContainsIndex> {
     mapi_lifecycle::CONTAINS_INDEXES.to_vec()
 }
 
+/// Every field Firestore is not to index on its own (Firestore's only:
+/// see [`mapi_store::Unindexed`]).
+pub fn unindexed() -> Vec<mapi_store::Unindexed> {
+    [mapi_lifecycle::UNINDEXED, mapi_jobs::UNINDEXED].concat()
+}
+
 /// The ports of one platform.
 struct Ports {
     store: Arc<dyn Store>,

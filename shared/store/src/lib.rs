@@ -34,7 +34,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use error::StoreError;
-pub use query::{ContainsIndex, Cursor, Direction, Filter, Index, Op, Query, check_merge_field, field_value};
+pub use query::{
+    ContainsIndex, Cursor, Direction, Filter, Index, Op, Query, Unindexed, check_merge_field, field_value,
+};
 pub use txn::{Committable, Txn, transact};
 
 /// The fields of a document: a JSON object.

@@ -97,6 +97,21 @@ pub struct Index {
     pub fields: &'static [(&'static str, Direction)],
 }
 
+/// A field no query reads, exempt from Firestore's automatic single-field
+/// indexes. Firestore indexes every field and every value nested in a map
+/// or array unless told not to: a map the tenant fills (a method's params,
+/// an item's result) would cost an index entry per nested value at every
+/// write, and a document needing more than 40,000 index entries cannot be
+/// written at all. SQLite indexes only what an [`Index`] declares, so this
+/// is Firestore's only (the deploy step applies the list as field
+/// overrides with no index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unindexed {
+    pub collection: &'static str,
+    /// A top-level field: the exemption covers everything nested in it.
+    pub field: &'static str,
+}
+
 impl Query {
     pub fn new(collection: &str) -> Query {
         Query {

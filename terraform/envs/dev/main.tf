@@ -37,6 +37,7 @@ module "platform" {
   signing_key_version   = var.signing_key_version
   trusted_key_versions  = var.trusted_key_versions
   job_retention_days    = var.job_retention_days
+  run_retention_days    = var.run_retention_days
   billing_account       = var.billing_account
   spend_cap_usd         = var.spend_cap_usd
   notification_channels = var.notification_channels

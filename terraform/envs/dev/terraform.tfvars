@@ -14,6 +14,7 @@ data_bucket         = "mapi-dev-control-data"
 exec_cidr           = "10.20.0.0/20"
 signing_key_version = 1
 job_retention_days  = 7
+run_retention_days  = 7
 billing_account     = "000000-000000-000000"
 spend_cap_usd       = 200
 max_instances       = 3

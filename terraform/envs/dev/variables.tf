@@ -74,6 +74,11 @@ variable "job_retention_days" {
   default = 30
 }
 
+variable "run_retention_days" {
+  type    = number
+  default = 30
+}
+
 variable "billing_account" {
   type = string
 }

@@ -15,6 +15,7 @@ data_bucket         = "mapi-prod-control-data"
 exec_cidr           = "10.10.0.0/20"
 signing_key_version = 1
 job_retention_days  = 30
+run_retention_days  = 30
 billing_account     = "000000-000000-000000"
 spend_cap_usd       = 5000
 max_instances       = 20

@@ -5,7 +5,9 @@
 # Rules:
 # - The indexes are terraform/firestore.indexes.json (generated from the
 #   code's declared indexes), one google_firestore_index per entry, so the two
-#   cannot drift.
+#   cannot drift. Its fieldOverrides are the fields no query reads (tenants'
+#   params, items' results), one google_firestore_field each with an empty
+#   index_config: Firestore does not index them on its own.
 # - The database is delete-protected and keeps point-in-time recovery.
 # - Buckets have uniform access and enforced public access prevention; every
 #   object is reached through IAM or a signed URL.
@@ -21,7 +23,8 @@
 #   cannot be destroyed by terraform.
 
 locals {
-  indexes = jsondecode(file("${path.module}/../../firestore.indexes.json")).indexes
+  indexes         = jsondecode(file("${path.module}/../../firestore.indexes.json")).indexes
+  field_overrides = jsondecode(file("${path.module}/../../firestore.indexes.json")).fieldOverrides
 }
 
 resource "google_firestore_database" "this" {
@@ -53,6 +56,19 @@ resource "google_firestore_index" "this" {
       array_config = try(fields.value.arrayConfig, null)
     }
   }
+}
+
+resource "google_firestore_field" "unindexed" {
+  for_each = {
+    for f in local.field_overrides : "${f.collectionGroup}.${f.fieldPath}" => f
+  }
+  project    = var.project_id
+  database   = google_firestore_database.this.name
+  collection = each.value.collectionGroup
+  field      = each.value.fieldPath
+
+  # Empty: no ascending, descending or array-contains index of the field.
+  index_config {}
 }
 
 resource "google_storage_bucket" "data" {

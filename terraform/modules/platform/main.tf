@@ -420,6 +420,7 @@ module "submit_tasks" {
     {
       MAPI_ROUTES             = "tasks"
       MAPI_JOB_RETENTION_DAYS = tostring(var.job_retention_days)
+      MAPI_RUN_RETENTION_DAYS = tostring(var.run_retention_days)
       # A dispatch waits for its jobs.run slot less than its 30 s dispatch deadline.
       MAPI_CLOUDRUN_MAX_SUBMIT_WAIT_S  = "20"
       MAPI_GCS_SIGNING_SERVICE_ACCOUNT = local.own_account["submit-tasks"]

@@ -101,6 +101,12 @@ variable "job_retention_days" {
   default     = 30
 }
 
+variable "run_retention_days" {
+  description = "MAPI_RUN_RETENTION_DAYS: how long an ended run's executions and logs are kept."
+  type        = number
+  default     = 30
+}
+
 variable "billing_account" {
   type = string
 }
