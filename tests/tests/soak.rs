@@ -30,6 +30,8 @@ async fn bench_soak_samples_the_platform_under_mixed_load_and_reports_slopes() {
     assert_eq!(samples.len(), 3);
     for s in samples {
         assert!(s["rss_mib"].as_f64().is_some_and(|m| m > 5.0), "{s}");
+        let anon = s["rss_anon_mib"].as_f64().expect("anonymous memory");
+        assert!(anon > 1.0 && anon < s["rss_mib"].as_f64().unwrap_or(0.0), "{s}");
         assert!(s["threads"].as_u64().is_some_and(|t| t > 1), "{s}");
         assert!(s["fds"].as_u64().is_some_and(|f| f > 3), "{s}");
         assert!(s["disk_allocated_mib"].as_f64() >= s["disk_data_mib"].as_f64().map(|d| d * 0.5), "{s}");
@@ -40,9 +42,13 @@ async fn bench_soak_samples_the_platform_under_mixed_load_and_reports_slopes() {
     assert!(r["runs_ended"].as_u64().is_some_and(|n| n >= 1), "runs were followed to their end: {report}");
     assert!(r["items_ended"].as_u64().is_some_and(|n| n >= 20), "a job was followed to its end: {report}");
     assert!(r["disk"]["store_bytes"].as_u64().is_some_and(|b| b > 0), "{report}");
-    for slope in
-        ["rss_mib_per_sample", "threads_per_sample", "disk_allocated_mib_per_sample", "probe_p99_ratio"]
-    {
+    for slope in [
+        "rss_mib_per_sample",
+        "rss_anon_mib_per_1000_runs",
+        "threads_per_sample",
+        "disk_allocated_mib_per_sample",
+        "probe_p99_ratio",
+    ] {
         assert!(r[slope].is_f64(), "{slope} is reported: {report}");
     }
 }

@@ -1,7 +1,8 @@
 //! `mapi bench soak`: hours of steady mixed load on `mapi dev`, watched
 //! from outside. The platform runs as its own process (this binary's
 //! `mapi dev` on a fresh home and a free port of 127.0.0.1), so what is
-//! measured is the platform's alone: resident memory, threads, open files
+//! measured is the platform's alone: resident memory (and its anonymous
+//! part, without the binary's mapped pages), threads, open files
 //! and child processes from `/proc`, and the home's size on disk (data and
 //! allocated blocks, by part) once a sample.
 //!
@@ -54,6 +55,9 @@ pub struct Sample {
     /// Minutes (or samples) since the load started.
     pub at: usize,
     pub rss_mib: f64,
+    /// The anonymous part of `rss_mib` (the heap, stacks, caches): what is
+    /// left when the binary's and the libraries' mapped pages are not counted.
+    pub rss_anon_mib: f64,
     pub threads: u64,
     pub fds: u64,
     /// Live child processes (executions).
@@ -95,6 +99,7 @@ pub struct SoakReport {
     pub warm_up: usize,
     pub rss_mib_per_sample: f64,
     pub rss_mib_per_1000_runs: f64,
+    pub rss_anon_mib_per_1000_runs: f64,
     pub threads_per_sample: f64,
     pub fds_per_sample: f64,
     pub disk_allocated_mib_per_sample: f64,
@@ -259,8 +264,9 @@ pub async fn soak(dir: &Path, plan: SoakPlan) -> Result<SoakReport, Box<dyn std:
         let (s, probed) = sample(pid, &home, &api.tally, at).await;
         probes.push(probed);
         crate::output::line(&format!(
-            "{at:>4}  rss {:>7.1} MiB  threads {:>3}  fds {:>4}  children {:>2}  disk {:>8.1} MiB ({:>8.1} allocated, {:>7} files)  runs {:>6}/{:<6}  items {:>8}  errors {:>3}  probe p50 {:>6.1} ms  p99 {:>7.1} ms",
+            "{at:>4}  rss {:>7.1} MiB (anon {:>6.1})  threads {:>3}  fds {:>4}  children {:>2}  disk {:>8.1} MiB ({:>8.1} allocated, {:>7} files)  runs {:>6}/{:<6}  items {:>8}  errors {:>3}  probe p50 {:>6.1} ms  p99 {:>7.1} ms",
             s.rss_mib,
+            s.rss_anon_mib,
             s.threads,
             s.fds,
             s.children,
@@ -318,6 +324,7 @@ fn report(
         warm_up,
         rss_mib_per_sample: slope(&at, &rss),
         rss_mib_per_1000_runs: slope(&of(|s| s.runs_ended as f64 / 1000.0), &rss),
+        rss_anon_mib_per_1000_runs: slope(&of(|s| s.runs_ended as f64 / 1000.0), &of(|s| s.rss_anon_mib)),
         threads_per_sample: slope(&at, &of(|s| s.threads as f64)),
         fds_per_sample: slope(&at, &of(|s| s.fds as f64)),
         disk_allocated_mib_per_sample: slope(&at, &of(|s| s.disk_allocated_mib)),
@@ -351,6 +358,7 @@ async fn sample(pid: u32, home: &Path, tally: &Tally, at: usize) -> (Sample, Vec
     let s = Sample {
         at,
         rss_mib: status_kib(pid, "VmRSS:") as f64 / 1024.0,
+        rss_anon_mib: status_kib(pid, "RssAnon:") as f64 / 1024.0,
         threads: status_kib(pid, "Threads:"),
         fds,
         children: children_of(pid),
