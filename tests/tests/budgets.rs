@@ -158,7 +158,7 @@ mod item {
     /// Bytes of the store's pages in use per item, beyond the item's own
     /// result: its marker (with its end's log line) and its three index
     /// entries, the job's documents and the ledger's minute documents
-    /// shared out. 893 to 913 measured (1,589 when each item had a ledger
+    /// shared out. 913 measured (1,589 when each item had a ledger
     /// document of its own, with two index entries).
     pub const STORED_BYTES: f64 = 1000.0;
 }
