@@ -3,6 +3,7 @@
 //! concurrency across deliverers, shutdown, dead tasks, purging, metrics).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -250,6 +251,64 @@ async fn tombstones_are_purged_after_the_dedup_window() {
     clock.advance(Duration::from_secs(3600));
     assert_eq!(d.step().await, Ok(0));
     assert_eq!(rows(&q), 0);
+}
+
+/// SQLite virtual-machine instructions `f` takes on the queue's connection:
+/// a count, not a timing, so it repeats exactly.
+async fn instructions<T>(q: &SqliteQueue, f: impl std::future::Future<Output = T>) -> (u64, T) {
+    let count = Arc::new(AtomicU64::new(0));
+    let counted = count.clone();
+    q.inner.conn.lock().expect("connection").progress_handler(
+        1,
+        Some(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            false
+        }),
+    )
+    .expect("count instructions");
+    let out = f.await;
+    q.inner.conn.lock().expect("connection").progress_handler(1, None::<fn() -> bool>).expect("stop counting");
+    (count.load(Ordering::Relaxed), out)
+}
+
+/// Adds `n` tombstones (delivered tasks whose names are reserved for the
+/// dedup window), as an hour of items leaves.
+fn add_tombstones(q: &SqliteQueue, n: u32, reserved_until: Timestamp) {
+    let conn = q.inner.conn.lock().expect("connection");
+    conn.execute(
+        "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?1)
+         INSERT INTO queue_tasks (queue, name, path, body, state, schedule_time, created, attempts,
+                                  finished, reserved_until, last_status)
+         SELECT ?2, printf('done-%08d', i + (SELECT COUNT(*) FROM queue_tasks)), '/internal/x', x'',
+                'done', ?3, ?3, 1, ?3, ?3 + 1, '200'
+         FROM k",
+        params![n, main_queue().as_str(), micros(reserved_until) - 1],
+    )
+    .expect("tombstones");
+}
+
+#[tokio::test]
+async fn a_poll_costs_the_same_whatever_the_tombstones() {
+    let (dir, clock) = fresh();
+    let q = open(&dir, &clock, queues());
+    let until = clock.now() + Duration::from_secs(3600);
+    q.create(task("/internal/x")).await.expect("create");
+    assert_eq!(q.lease_due().await.map(|l| l.len()), Ok(1));
+    let mut costs = Vec::new();
+    for n in [100, 20_000] {
+        add_tombstones(&q, n, until);
+        let (idle, leased) = instructions(&q, q.lease_due()).await;
+        assert_eq!(leased.map(|l| l.len()), Ok(0), "nothing is due");
+        let (depth, d) = instructions(&q, q.depth(&main_queue())).await;
+        assert_eq!(d, Ok(1), "the leased task");
+        let (depths, _) = instructions(&q, q.depths()).await;
+        costs.push([idle, depth, depths]);
+    }
+    // The same poll over 200 times the tombstones: a seek costs a few
+    // instructions more per level of the B-tree, a scan some per row.
+    for (few, many) in costs[0].iter().zip(&costs[1]) {
+        assert!(*many <= few + 200, "instructions with 100 tombstones {:?}, with 20,100 {:?}", costs[0], costs[1]);
+    }
 }
 
 #[tokio::test]
