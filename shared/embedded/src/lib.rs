@@ -338,7 +338,8 @@ impl DevPlatform {
                 format!("{url}{}", mapi_push_events::EVENTS_PATH),
                 internal.clone(),
                 self.clock.clone(),
-            );
+            )
+            .told_by(executor.new_executions());
             self.tasks.push(tokio::spawn(forwarder.run(until_stop(stopped.clone()))));
         }
         let (tick, clock) = (state.config.tick_interval, state.clock.clone());

@@ -10,12 +10,16 @@
 //!
 //! A poll costs what is open, not what ever ran: the forwarder keeps in
 //! memory the handles it still forwards (`open`) and those it finished
-//! (`done`, seeded from the markers when it first lists the directory), and
-//! lists the executions directory again only when its modification time
-//! changed (an execution was made or forgotten) or [`RELIST`] passed (for
-//! file systems with coarse timestamps). A `done` execution is never read
-//! again by this forwarder; one that disappears (forgotten) drops out of
-//! both sets at the next listing.
+//! (`done`, seeded from the markers when it first lists the directory). The
+//! directory holds every execution of the run retention (days of them), so
+//! listing it is the one cost that grows with history. A forwarder told of
+//! new executions by the executor of its process ([`NewExecutions`]) lists
+//! it only at start and every [`RELIST`]; one that is not lists it again
+//! whenever its modification time changed (an execution was made or
+//! forgotten) or [`RELIST`] passed (for file systems with coarse
+//! timestamps). A `done` execution is never read again by this forwarder;
+//! one that disappears (forgotten) drops out of both sets at the next
+//! listing.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
@@ -37,6 +41,22 @@ const POLL: Duration = Duration::from_millis(100);
 /// executions directory before it lists it again.
 pub const RELIST: Duration = Duration::from_secs(30);
 
+/// The handles of executions made since a forwarder last looked, told by
+/// the executor that made them. Cheap to clone; clones share the list.
+#[derive(Clone, Debug, Default)]
+pub struct NewExecutions(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl NewExecutions {
+    /// Tells of one execution, once its spec is written.
+    pub fn tell(&self, handle: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(handle.to_owned());
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// Forwards event lines of every local execution under one directory.
 #[derive(Clone, Debug)]
 pub struct LogForwarder {
@@ -46,6 +66,8 @@ pub struct LogForwarder {
     token: String,
     subscription: String,
     clock: Arc<dyn Clock>,
+    /// Told of new executions by the executor, if it runs in this process.
+    told: Option<NewExecutions>,
     /// What this forwarder knows of the directory; one step at a time holds it.
     seen: Arc<Mutex<Seen>>,
 }
@@ -79,8 +101,17 @@ impl LogForwarder {
             token,
             subscription: "projects/local/subscriptions/mapi-run-events-push".to_owned(),
             clock,
+            told: None,
             seen: Arc::new(Mutex::new(Seen::default())),
         }
+    }
+
+    /// Learns of new executions from `told` (the executor of this process)
+    /// instead of listing the directory each time it changes.
+    #[must_use]
+    pub fn told_by(mut self, told: NewExecutions) -> Self {
+        self.told = Some(told);
+        self
     }
 
     /// How many executions the forwarder still reads at each poll.
@@ -88,17 +119,33 @@ impl LogForwarder {
         self.seen.lock().await.open.len()
     }
 
-    /// Lists the directory again if it changed (or [`RELIST`] passed): new
-    /// executions become open (or done, if their marker says so), vanished
-    /// ones are dropped.
+    /// Opens the executions told of since the last poll, or lists the
+    /// directory again (at start, when [`RELIST`] passed, or, untold, when
+    /// it changed): new executions become open (or done, if their marker
+    /// says so), vanished ones are dropped.
     fn relist(&self, seen: &mut Seen) {
-        let Ok(modified) = std::fs::metadata(&self.dir).and_then(|m| m.modified()) else { return };
         let now = self.clock.now();
+        if let (Some(told), Some((_, at))) = (&self.told, seen.listed)
+            && now.since(at) < RELIST
+        {
+            for handle in told.take() {
+                if !seen.done.contains(&handle) {
+                    seen.open.insert(handle);
+                }
+            }
+            return;
+        }
+        let Ok(modified) = std::fs::metadata(&self.dir).and_then(|m| m.modified()) else { return };
         if let Some((at_mtime, at)) = seen.listed
             && at_mtime == modified
             && now.since(at) < RELIST
+            && self.told.is_none()
         {
             return;
+        }
+        // What was told before this listing is in it.
+        if let Some(told) = &self.told {
+            told.take();
         }
         // The time is taken before the listing: a change during it lists again next poll.
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
@@ -379,6 +426,34 @@ mod tests {
         assert_eq!(second.step().await, 2, "the unfinished log again from its start");
         assert_eq!(second.open().await, 0);
         assert_eq!(endpoint.count(), 5, "the marked execution's appended line was never read");
+    }
+
+    /// A forwarder told of new executions reads a told one at its next poll and lists the
+    /// directory only every RELIST: an execution it was not told of (made by another process)
+    /// waits for that listing, however the directory changed.
+    #[tokio::test]
+    async fn a_told_forwarder_lists_the_directory_only_every_relist() {
+        let dir = tempfile::tempdir().expect("dir");
+        let endpoint = Endpoint::default();
+        let clock = Arc::new(mapi_clock::VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+        let told = NewExecutions::default();
+        let f = LogForwarder::new(
+            dir.path(),
+            reqwest::Client::new(),
+            endpoint.start().await,
+            "token".to_owned(),
+            clock.clone(),
+        )
+        .told_by(told.clone());
+        execution(dir.path(), "exec-1-a", 1);
+        assert_eq!(f.step().await, 1, "the first poll lists the directory");
+        execution(dir.path(), "exec-2-b", 2);
+        told.tell("exec-2-b");
+        execution(dir.path(), "exec-3-c", 4);
+        assert_eq!(f.step().await, 2, "the told execution, not the other");
+        clock.advance(RELIST);
+        assert_eq!(f.step().await, 4, "the listing after RELIST finds the other");
+        assert_eq!(endpoint.count(), 7);
     }
 
     /// An execution removed from the directory (forgotten) drops out of what the forwarder

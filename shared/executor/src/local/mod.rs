@@ -61,6 +61,8 @@ pub struct LocalConfig {
 pub struct LocalProcessExecutor {
     config: Arc<LocalConfig>,
     clock: Arc<dyn Clock>,
+    /// Each execution made, told to a log forwarder of this process.
+    made: forward::NewExecutions,
 }
 
 const CLASSES: [ResourceClass; 4] = [ResourceClass::S, ResourceClass::M, ResourceClass::L, ResourceClass::XL];
@@ -85,7 +87,14 @@ fn not_found(handle: &ExecutionHandle) -> ExecutionInfo {
 impl LocalProcessExecutor {
     pub fn new(config: LocalConfig, clock: Arc<dyn Clock>) -> Result<Self, ExecutorError> {
         std::fs::create_dir_all(&config.dir).map_err(internal)?;
-        Ok(LocalProcessExecutor { config: Arc::new(config), clock })
+        Ok(LocalProcessExecutor { config: Arc::new(config), clock, made: forward::NewExecutions::default() })
+    }
+
+    /// The executions this executor makes, as it makes them: a
+    /// [`forward::LogForwarder`] given these reads a new execution without
+    /// listing the whole executions directory again.
+    pub fn new_executions(&self) -> forward::NewExecutions {
+        self.made.clone()
     }
 
     /// Where the execution's files are.
@@ -230,6 +239,7 @@ impl Executor for LocalProcessExecutor {
             env,
         };
         layout::write_json(&dir, layout::SPEC, &spec).map_err(unavailable)?;
+        self.made.tell(&handle.0);
         let log = std::fs::File::create(dir.join("host.log")).map_err(unavailable)?;
         let log2 = log.try_clone().map_err(unavailable)?;
         let mut child = tokio::process::Command::new(&self.config.host.program)
