@@ -34,7 +34,7 @@ pub async fn sweep(state: &AppState) -> Result<(u32, u32), ApiError> {
         .collect::<Result<Vec<_>, _>>()?;
     let shards = state.store.get(&keys, None).await?;
     let (mut closed, mut failed) = (0, 0);
-    let per_job = usize::try_from(mapi_jobs::COUNT_SHARDS).unwrap_or(1);
+    let per_job = usize::try_from(mapi_schema::JOB_SHARDS).unwrap_or(1);
     for (job, shards) in jobs.iter().zip(shards.chunks(per_job)) {
         let shards =
             shards.iter().flatten().map(|d| d.decode::<JobCountsDoc>()).collect::<Result<Vec<_>, _>>()?;

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use mapi_domain::{JobId, ProjectId, TenantId, Timestamp, UserId};
-use mapi_schema::Doc;
+use mapi_schema::{Doc, JOB_SHARDS};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -191,11 +191,6 @@ impl Doc for JobItemHistoryDoc {
     }
 }
 
-/// How many count shards a job has: item markers add to shard `idx % N`,
-/// so concurrent finishes rarely write the same document (Firestore's
-/// per-document write rate), and a read sums N documents.
-pub const COUNT_SHARDS: u64 = 8;
-
 /// One shard of a job's counts. Id: `{job}:{shard}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobCountsDoc {
@@ -211,12 +206,12 @@ pub struct JobCountsDoc {
 
 impl JobCountsDoc {
     pub fn id_of(job: &JobId, idx: u64) -> String {
-        format!("{job}:{}", idx % COUNT_SHARDS)
+        format!("{job}:{}", idx % JOB_SHARDS)
     }
 
     /// The ids of every shard of `job`.
     pub fn shard_ids(job: &JobId) -> Vec<String> {
-        (0..COUNT_SHARDS).map(|s| format!("{job}:{s}")).collect()
+        (0..JOB_SHARDS).map(|s| format!("{job}:{s}")).collect()
     }
 
     /// The sum of shards.

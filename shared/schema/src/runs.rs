@@ -238,7 +238,7 @@ impl ItemLedgerEntry {
 }
 
 /// The ledger of item jobs: the charges of one job's items of one round
-/// that finished in one UTC minute, spread over [`ITEM_LEDGER_SHARDS`]
+/// that finished in one UTC minute, spread over [`JOB_SHARDS`]
 /// documents by item index, summed (`items` counts them). An item costs
 /// its marker and counters, not a document and two index entries of its
 /// own: a job of N items adds at most one document per shard and minute.
@@ -312,10 +312,11 @@ impl ItemSums {
     }
 }
 
-/// How many documents one job's items of one minute are spread over: the
-/// job's count shards' number, so items that write one count shard write
-/// one ledger document.
-pub const ITEM_LEDGER_SHARDS: u64 = 8;
+/// How many documents a job's per-item writes are spread over, by item
+/// index (`idx % JOB_SHARDS`): its counts (Firestore's write rate per
+/// document; a read of the counts sums them all) and each minute of its
+/// ledger, so items that write one count shard write one ledger document.
+pub const JOB_SHARDS: u64 = 8;
 
 impl ItemLedgerMinute {
     /// The minute document `e` adds to, with nothing summed in it.
@@ -327,7 +328,7 @@ impl ItemLedgerMinute {
             round: e.round,
             token: e.token.clone(),
             at: ScoreLedgerEntry::minute_of(e.at),
-            shard: u32::try_from(e.idx % ITEM_LEDGER_SHARDS).unwrap_or(0),
+            shard: u32::try_from(e.idx % JOB_SHARDS).unwrap_or(0),
             class: e.charge.class,
             currency: e.charge.currency.clone(),
             price_table: e.charge.price_table.clone(),

@@ -222,7 +222,7 @@ impl Checker {
     }
 
     fn job_counts(&self, id: &str) -> JobCountsDoc {
-        let shards: Vec<JobCountsDoc> = (0..mapi_jobs::COUNT_SHARDS)
+        let shards: Vec<JobCountsDoc> = (0..mapi_schema::JOB_SHARDS)
             .filter_map(|s| self.get::<JobCountsDoc>(&format!("{id}:{s}")))
             .collect();
         JobCountsDoc::sum(&shards)

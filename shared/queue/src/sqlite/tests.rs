@@ -258,16 +258,25 @@ async fn tombstones_are_purged_after_the_dedup_window() {
 async fn instructions<T>(q: &SqliteQueue, f: impl std::future::Future<Output = T>) -> (u64, T) {
     let count = Arc::new(AtomicU64::new(0));
     let counted = count.clone();
-    q.inner.conn.lock().expect("connection").progress_handler(
-        1,
-        Some(move || {
-            counted.fetch_add(1, Ordering::Relaxed);
-            false
-        }),
-    )
-    .expect("count instructions");
+    q.inner
+        .conn
+        .lock()
+        .expect("connection")
+        .progress_handler(
+            1,
+            Some(move || {
+                counted.fetch_add(1, Ordering::Relaxed);
+                false
+            }),
+        )
+        .expect("count instructions");
     let out = f.await;
-    q.inner.conn.lock().expect("connection").progress_handler(1, None::<fn() -> bool>).expect("stop counting");
+    q.inner
+        .conn
+        .lock()
+        .expect("connection")
+        .progress_handler(1, None::<fn() -> bool>)
+        .expect("stop counting");
     (count.load(Ordering::Relaxed), out)
 }
 
@@ -307,7 +316,12 @@ async fn a_poll_costs_the_same_whatever_the_tombstones() {
     // The same poll over 200 times the tombstones: a seek costs a few
     // instructions more per level of the B-tree, a scan some per row.
     for (few, many) in costs[0].iter().zip(&costs[1]) {
-        assert!(*many <= few + 200, "instructions with 100 tombstones {:?}, with 20,100 {:?}", costs[0], costs[1]);
+        assert!(
+            *many <= few + 200,
+            "instructions with 100 tombstones {:?}, with 20,100 {:?}",
+            costs[0],
+            costs[1]
+        );
     }
 }
 
