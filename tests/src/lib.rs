@@ -84,7 +84,7 @@
 //! - Datasets: `datasets` (a deletion refused while a run reads it, then
 //!   record, object and counted storage gone once, audited).
 //! - Documents: `docs` (the README's variable table, `docs/openapi.json` and
-//!   `docs/permissions.md` are the code's; ARCHITECTURE.md's route table is
+//!   `docs/permissions.md` are the code's; the route table in docs/routes.md is
 //!   the routers and the queues' targets), `api` (the HTTP contract:
 //!   problems, idempotent submits, the service routes), `methods` (the
 //!   method registry over `GET /v1/methods` and `mapi methods`, whose

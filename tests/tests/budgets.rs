@@ -42,6 +42,7 @@ fn since(before: Spent, after: Spent) -> Spent {
         store: StoreCounts {
             reads: a.reads - b.reads,
             documents_read: a.documents_read - b.documents_read,
+            query_steps: a.query_steps - b.query_steps,
             commits: a.commits - b.commits,
             documents_written: a.documents_written - b.documents_written,
             transactions: a.transactions - b.transactions,

@@ -1,6 +1,6 @@
 //! The documents stay true: the README's table of environment variables is
 //! the one the code reads, `docs/openapi.json` is the document the platform
-//! serves, and ARCHITECTURE.md's route table is the routers ([`routes`]).
+//! serves, and the route table (docs/routes.md) is the routers ([`routes`]).
 //! `MAPI_UPDATE_DOCS=1 cargo test -p mapi-tests --test suites docs::` rewrites the
 //! generated ones after a deliberate change.
 

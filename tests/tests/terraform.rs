@@ -1226,13 +1226,10 @@ fn contract_each_service_runs_its_functions_binary() {
     assert_none("binaries", bad);
 }
 
-/// ARCHITECTURE.md's route table (service, method, path, caller), the table
-/// `docs::routes` checks against the routers.
+/// The route table of docs/routes.md (service, method, path, caller), the
+/// table `docs::routes` checks against the routers.
 fn route_table() -> Vec<[String; 4]> {
-    let text = include_str!("../../ARCHITECTURE.md");
-    let section = text.split("\n## Routes\n").nth(1).expect("a Routes section");
-    let section = section.split("\n## ").next().unwrap_or(section);
-    section
+    include_str!("../../docs/routes.md")
         .lines()
         .filter(|l| l.starts_with('|'))
         .skip(2)

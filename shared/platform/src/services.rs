@@ -1,6 +1,6 @@
 //! The platform's services (one Cloud Run service each) and which of them
 //! serves each queue's route, so every queue delivers to the service that
-//! handles its tasks. ARCHITECTURE.md's route table names the same services;
+//! handles its tasks. The route table (docs/routes.md) names the same services;
 //! the `routes` suite checks that table against the routers and this one.
 
 use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, ITEM_PATH, ITEMS_QUEUE};

@@ -1,4 +1,4 @@
-//! ARCHITECTURE.md's route table is the routers: each row's route is served
+//! The route table (docs/routes.md) is the routers: each row's route is served
 //! by the service it names and by no other function, each queue's tasks go
 //! to a route of the service `mapi_platform::QUEUE_ROUTES` names, and the
 //! table says that queue calls it.
@@ -25,9 +25,7 @@ struct Row {
 const RUNTIME_ROUTES: &[&str] = &["GET /health", "GET /build-info", "GET /metrics"];
 
 fn table() -> Vec<Row> {
-    let text = include_str!("../../../ARCHITECTURE.md");
-    let section = text.split("\n## Routes\n").nth(1).expect("a Routes section");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let section = include_str!("../../../docs/routes.md");
     let mut rows = Vec::new();
     for line in section.lines().filter(|l| l.starts_with('|')).skip(2) {
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
