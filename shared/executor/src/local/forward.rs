@@ -43,17 +43,25 @@ pub const RELIST: Duration = Duration::from_secs(30);
 
 /// The handles of executions made since a forwarder last looked, told by
 /// the executor that made them. Cheap to clone; clones share the list.
+/// Kept only once a forwarder listens ([`LogForwarder::told_by`]): an
+/// executor with no forwarder in its process keeps nothing.
 #[derive(Clone, Debug, Default)]
-pub struct NewExecutions(Arc<std::sync::Mutex<Vec<String>>>);
+pub struct NewExecutions(Arc<std::sync::Mutex<Option<Vec<String>>>>);
 
 impl NewExecutions {
     /// Tells of one execution, once its spec is written.
     pub fn tell(&self, handle: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(handle.to_owned());
+        if let Some(made) = self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            made.push(handle.to_owned());
+        }
+    }
+
+    fn listen(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Vec::new);
     }
 
     fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut().map(std::mem::take).unwrap_or_default()
     }
 }
 
@@ -110,6 +118,7 @@ impl LogForwarder {
     /// instead of listing the directory each time it changes.
     #[must_use]
     pub fn told_by(mut self, told: NewExecutions) -> Self {
+        told.listen();
         self.told = Some(told);
         self
     }
@@ -437,6 +446,8 @@ mod tests {
         let endpoint = Endpoint::default();
         let clock = Arc::new(mapi_clock::VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
         let told = NewExecutions::default();
+        told.tell("exec-0-unheard");
+        assert!(told.take().is_empty(), "nothing is kept before a forwarder listens");
         let f = LogForwarder::new(
             dir.path(),
             reqwest::Client::new(),
