@@ -148,7 +148,6 @@ impl LogForwarder {
         if let Some((at_mtime, at)) = seen.listed
             && at_mtime == modified
             && now.since(at) < RELIST
-            && self.told.is_none()
         {
             return;
         }
