@@ -1050,33 +1050,45 @@ fn policy_queues_deliver_with_oidc_to_one_host_and_enqueue_is_per_queue() {
 }
 
 #[test]
-fn policy_alerts_watch_jobs_run_429s_and_the_spend_cap() {
+fn policy_alerts_watch_jobs_run_429s_failing_webhook_sweeps_and_the_spend_cap() {
     let tf = tf();
-    // The log-based metric counts exactly the line the executor logs on a 429.
-    let metric = tf.resource("google_logging_metric", "jobs_run_throttled");
-    // As written, quotes escaped or not.
-    let filter = src_at(metric.body, &["filter"]).replace('\\', "");
-    assert!(filter.contains("jsonPayload.message=\"${var.throttled_message}\""), "{filter}");
-    assert!(filter.contains("severity=ERROR"), "the executor logs it as an error: {filter}");
-    assert_eq!(
-        lit(tf.default_of("modules/monitoring", "throttled_message")).as_deref(),
-        Some(mapi_cloudrun::THROTTLED_ALARM),
-        "the metric's message is the one the executor logs"
-    );
-    let alert = tf.resource("google_monitoring_alert_policy", "jobs_run_throttled");
-    let condition =
-        nested(alert.body, &["conditions", "condition_threshold"]).expect("a threshold condition");
-    assert!(
-        src_at(condition, &["filter"])
-            .contains("logging.googleapis.com/user/${google_logging_metric.jobs_run_throttled.name}"),
-        "the alert watches the log-based metric"
-    );
-    assert_eq!(src_at(condition, &["comparison"]), "COMPARISON_GT");
-    assert_eq!(src_at(condition, &["threshold_value"]), "0", "one 429 is enough");
-    assert!(
-        src_at(alert.body, &["display_name"]).starts_with("MapiJobsRun429"),
-        "the alert the metric's doc names"
-    );
+    // Each log-based metric counts exactly the error line the code logs, and
+    // its alert fires on one.
+    let alarms = [
+        ("jobs_run_throttled", "throttled_message", mapi_cloudrun::THROTTLED_ALARM, "MapiJobsRun429"),
+        (
+            "webhook_sweep_failing",
+            "webhook_sweep_alarm_message",
+            mapi_reconcile_tick::webhooks::SWEEP_ALARM,
+            "MapiWebhookSweepFailing",
+        ),
+    ];
+    for (name, variable, logged, display) in alarms {
+        let metric = tf.resource("google_logging_metric", name);
+        // As written, quotes escaped or not.
+        let filter = src_at(metric.body, &["filter"]).replace('\\', "");
+        assert!(filter.contains(&format!("jsonPayload.message=\"${{var.{variable}}}\"")), "{filter}");
+        assert!(filter.contains("severity=ERROR"), "the code logs it as an error: {filter}");
+        assert_eq!(
+            lit(tf.default_of("modules/monitoring", variable)).as_deref(),
+            Some(logged),
+            "the metric's message is the one the code logs"
+        );
+        let alert = tf.resource("google_monitoring_alert_policy", name);
+        let condition =
+            nested(alert.body, &["conditions", "condition_threshold"]).expect("a threshold condition");
+        assert!(
+            src_at(condition, &["filter"])
+                .contains(&format!("logging.googleapis.com/user/${{google_logging_metric.{name}.name}}")),
+            "the alert watches the log-based metric"
+        );
+        assert_eq!(src_at(condition, &["comparison"]), "COMPARISON_GT");
+        assert_eq!(src_at(condition, &["threshold_value"]), "0", "one line is enough");
+        assert!(
+            src_at(alert.body, &["display_name"]).starts_with(display),
+            "the alert the metric's doc names"
+        );
+    }
     let budget = tf.resource("google_billing_budget", "spend_cap");
     let thresholds: Vec<String> =
         blocks(budget.body, "threshold_rules").iter().map(|t| src_at(t, &["threshold_percent"])).collect();

@@ -28,7 +28,7 @@ fn receiver_source() -> String {
 struct Receiver {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Receiver {
@@ -36,7 +36,7 @@ impl Receiver {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("receiver.py");
         std::fs::write(&path, receiver_source()).expect("write receiver.py");
-        let mut child = Command::new("python3")
+        let child = Command::new("python3")
             .arg(&path)
             .env("WEBHOOK_SECRET", secret)
             .env("PORT", port.to_string())
@@ -44,6 +44,11 @@ impl Receiver {
             .stderr(Stdio::null())
             .spawn()
             .expect("python3 runs the receiver");
+        Receiver::attach(child, port, Some(dir))
+    }
+
+    /// Reads the lines `child`, a receiver listening on `port`, prints.
+    fn attach(mut child: Child, port: u16, dir: Option<tempfile::TempDir>) -> Receiver {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (out, seen) = (child.stdout.take().expect("stdout"), lines.clone());
         std::thread::spawn(move || {
@@ -414,4 +419,254 @@ async fn a_quota_reaching_seventy_and_ninety_percent_warns_once_at_each() {
     // Still past both thresholds: later sweeps find the same two messages.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(warnings(&deliveries(&p, &hook).await), [70, 90]);
+}
+
+/// The Standard Webhooks reference library, pinned.
+const STANDARD_WEBHOOKS: &str = "standardwebhooks==1.3.0\n";
+
+/// A receiver of several webhooks (one URL path each) that verifies every
+/// delivery with the Standard Webhooks library from PyPI; the lines it prints.
+fn standard_receiver(secrets: &Value, port: u16) -> Receiver {
+    let dir = mapi_tests::python_tools::cache_dir("standardwebhooks", STANDARD_WEBHOOKS);
+    let python =
+        mapi_tests::python_tools::venv(&dir, STANDARD_WEBHOOKS, |_| Ok(())).expect("the library installs");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/standard_webhooks_receiver.py");
+    let child = Command::new(python)
+        .arg(script)
+        .env("SECRETS", secrets.to_string())
+        .env("PORT", port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the receiver starts");
+    Receiver::attach(child, port, None)
+}
+
+/// The events a webhook of `events` hears of `run`: one per entry of its
+/// history into a state a webhook can hear of.
+fn run_events(run: &Value, events: &[&str]) -> Vec<(String, String)> {
+    let id = run["id"].as_str().expect("id");
+    run["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter_map(|t| {
+            let event = match t["to"].as_str()? {
+                "running" => "run.started",
+                "succeeded" => "run.succeeded",
+                "failed" => "run.failed",
+                "partial" => "run.partial",
+                "cancelled" => "run.cancelled",
+                _ => return None,
+            };
+            events.contains(&event).then(|| (event.to_owned(), format!("runs/{id}")))
+        })
+        .collect()
+}
+
+/// A burst of every kind of event reaches several webhooks at once: every
+/// event is one message of each webhook that subscribes to it, delivered
+/// once under its id and verified by the Standard Webhooks library. (A
+/// sweep that made two messages in one commit once failed on every tick,
+/// and its webhook heard nothing again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_every_event_reach_several_webhooks_once_each_verified_by_the_reference_library() {
+    let p = loopback_platform().await;
+    let port = free_port();
+    let every: Vec<&str> = vec![
+        "run.started",
+        "run.succeeded",
+        "run.failed",
+        "run.partial",
+        "run.cancelled",
+        "job.finished",
+        "endpoint.ready",
+        "endpoint.failed",
+        "quota.warning",
+    ];
+    let hooks: [(&str, Vec<&str>); 3] = [
+        ("/every", every.clone()),
+        ("/ends", vec!["job.finished", "run.succeeded"]),
+        (
+            "/runs-and-endpoints",
+            every.iter().copied().filter(|e| e.starts_with("run.") || e.starts_with("endpoint.")).collect(),
+        ),
+    ];
+    let mut secrets = serde_json::Map::new();
+    let mut ids = Vec::new();
+    for (path, events) in &hooks {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        let (s, made) = create(&p, p.token(), json!({"url": url, "events": events})).await;
+        assert_eq!(s, 201, "{made}");
+        secrets.insert((*path).to_owned(), made["secret"].clone());
+        ids.push(made["id"].as_str().expect("id").to_owned());
+    }
+    let receiver = standard_receiver(&Value::Object(secrets), port);
+
+    // The stored-bytes limit, so the uploads below pass 70 % of it (and not 90 %).
+    let small = "x,y\n1,2\n2,4\n3,7\n4,8\n";
+    let longley = include_str!("../../examples/longley.csv");
+    let limit = (small.len() + longley.len()) * 10 / 8;
+    let operator = p.login("admin@dev.local").await;
+    let (s, b) =
+        p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(json!({"storage_bytes": limit}))).await;
+    assert_eq!(s, 200, "{b}");
+
+    // The burst: runs that succeed, fail, end partial and are cancelled,
+    // two jobs, and a fit served as an endpoint, all submitted back to back.
+    let (ds, fit_ds) = (p.upload(small).await, p.upload(longley).await);
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(p.submit(json!({"method": "describe", "dataset": ds})).await);
+    }
+    runs.push(p.submit(json!({"method": "diag.fail", "dataset": ds})).await);
+    let partial = json!({"seconds": 30, "checkpoint_every_s": 0.2});
+    runs.push(
+        p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": partial, "timeout_s": 1})).await,
+    );
+    let cancelled = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": {"seconds": 60}})).await;
+    runs.push(cancelled.clone());
+    let fit =
+        p.submit(json!({"method": "tabular.linear", "dataset": fit_ds, "params": {"y": "employed"}})).await;
+    runs.push(fit.clone());
+    let mut jobs = Vec::new();
+    for _ in 0..2 {
+        let body = json!({"method": "diag.item", "items": [{"i": 0}, {"i": 1}, {"i": 2}]});
+        jobs.push(p.submit_job(p.token(), "dev", body).await);
+    }
+    p.wait_run(&cancelled, Duration::from_secs(30), |r| r["state"] == "running").await;
+    assert_eq!(p.cancel(p.token(), &cancelled).await.0, 202);
+    let version = p.wait_final(&fit).await["model_version"].as_str().expect("a model version").to_owned();
+    let endpoints = format!("{}/endpoints", p.project_path());
+    let body = json!({"alias": "burst", "model_version": version});
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(body)).await;
+    assert_eq!(s, 202, "{e}");
+
+    let mut finished = Vec::new();
+    for id in &runs {
+        finished.push(p.wait_final(id).await);
+    }
+    for id in &jobs {
+        p.wait_job(p.token(), id, Duration::from_secs(60)).await;
+    }
+    let ready = Instant::now();
+    loop {
+        let (_, e) = p.call(p.token(), Method::GET, &format!("{endpoints}/burst"), None).await;
+        if e["status"] == "ready" {
+            break;
+        }
+        assert!(ready.elapsed() < Duration::from_secs(60), "the endpoint became ready: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The local host offers no way to make a deploy fail on purpose: the
+    // endpoint's document says so as the reconciler writes a failure (an
+    // inactive copy, so the tick's endpoint sweep leaves it alone).
+    let store = &*p.platform.state.store;
+    let id = mapi_endpoints::endpoint_id(
+        &"dev".parse().expect("tenant"),
+        &"default".parse().expect("project"),
+        "burst",
+    );
+    let mut broken: mapi_endpoints::EndpointDoc =
+        mapi_schema::get(store, &id).await.expect("read").expect("the endpoint");
+    broken.id = id.replace("burst", "broken");
+    broken.alias = "broken".to_owned();
+    broken.events.clear();
+    broken.status = mapi_domain::endpoint::EndpointStatus::Failed;
+    broken.active = false;
+    broken.event(p.platform.state.clock.now(), "failed", "the model server exited before it was ready");
+    mapi_schema::put(store, &broken).await.expect("write");
+
+    // What each webhook must hear: every run's transitions it subscribes
+    // to, each job's end, each endpoint's readiness or failure, the quota.
+    for ((path, events), hook) in hooks.iter().zip(&ids) {
+        let mut want: Vec<(String, String)> = finished.iter().flat_map(|r| run_events(r, events)).collect();
+        if events.contains(&"job.finished") {
+            want.extend(jobs.iter().map(|j| ("job.finished".to_owned(), format!("jobs/{j}"))));
+        }
+        if events.contains(&"endpoint.ready") {
+            want.push(("endpoint.ready".to_owned(), "endpoints/burst".to_owned()));
+        }
+        if events.contains(&"endpoint.failed") {
+            want.push(("endpoint.failed".to_owned(), "endpoints/broken".to_owned()));
+        }
+        if events.contains(&"quota.warning") {
+            want.push(("quota.warning".to_owned(), "quotas/storage_bytes".to_owned()));
+        }
+        want.sort();
+        let heard = |m: &Value| {
+            (m["event"].as_str().unwrap_or("").to_owned(), m["subject"].as_str().unwrap_or("").to_owned())
+        };
+        let log = wait_log(&p, hook, |log| {
+            log.len() >= want.len() && log.iter().all(|m| m["state"] == "delivered")
+        })
+        .await;
+        let mut got: Vec<(String, String)> = log.iter().map(heard).collect();
+        got.sort();
+        assert_eq!(got, want, "{path}: one message per event it subscribes to");
+        let verified = receiver.wait_for(want.len(), |l| l["path"] == *path).await;
+        for m in &log {
+            let id = m["id"].as_str().expect("id");
+            let times: Vec<&Value> = verified.iter().filter(|l| l["id"] == id).collect();
+            assert_eq!(times.len(), 1, "{path}: {id} ({}) delivered once: {verified:#?}", m["event"]);
+            assert_eq!(times[0]["type"], m["event"], "{path}: {id}");
+        }
+    }
+    let refused: Vec<Value> = receiver
+        .lines
+        .lock()
+        .expect("lines")
+        .iter()
+        .filter(|l| l.get("refused").is_some())
+        .cloned()
+        .collect();
+    assert!(refused.is_empty(), "every delivery verified: {refused:#?}");
+    assert_eq!(p.platform.state.metrics.webhook_sweep_failures.get(), 0, "no sweep failed");
+    let (s, _) = p.call(p.token(), Method::DELETE, &format!("{endpoints}/burst"), None).await;
+    assert_eq!(s, 202);
+}
+
+/// A webhook's sweep that fails tick after tick is counted each time, kept
+/// on the webhook (so the count outlives a process), and from the fifth
+/// failure in a row an alarm; the first sweep that commits clears it, and
+/// the events that waited are made then.
+#[tokio::test]
+async fn a_sweep_failing_tick_after_tick_alarms_and_its_recovery_clears_it() {
+    use mapi_reconcile_tick::webhooks::{ALARM_AFTER, sweep};
+    use mapi_store::StoreExt;
+    let p = TestPlatform::start_with(
+        &[("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true")],
+        Options { background: false, ..Options::default() },
+    )
+    .await;
+    let state = &p.platform.state;
+    let url = format!("http://127.0.0.1:{}/", free_port());
+    let (s, made) = create(&p, p.token(), json!({"url": url, "events": ["run.started"]})).await;
+    assert_eq!(s, 201, "{made}");
+    let hook = made["id"].as_str().expect("id").to_owned();
+    // A run document the sweep cannot read makes every sweep of the project fail.
+    let key = mapi_store::DocKey::new("runs", "run_unreadable").expect("key");
+    let mut fields = serde_json::Map::new();
+    fields.insert("tenant".into(), json!("dev"));
+    fields.insert("project".into(), json!("default"));
+    fields.insert("updated_at".into(), json!(state.clock.now().to_rfc3339()));
+    let store = &*state.store;
+    store.put(&key, fields, mapi_store::Precondition::None).await.expect("write");
+    let failing = || async {
+        let doc: mapi_schema::WebhookDoc =
+            mapi_schema::get(store, &hook).await.expect("read").expect("webhook");
+        doc.failing
+    };
+    for n in 1..=ALARM_AFTER + 1 {
+        let swept = sweep(state).await.expect("the sweep itself goes on");
+        assert_eq!(swept.errors, 1, "sweep {n}");
+        let f = failing().await.expect("kept on the webhook");
+        assert_eq!(f.count, n);
+        assert!(f.error.contains("does not decode"), "{}", f.error);
+    }
+    assert_eq!(state.metrics.webhook_sweep_failures.get(), u64::from(ALARM_AFTER + 1));
+    assert_eq!(state.metrics.webhook_sweep_alarms.get(), 2, "the fifth and the sixth");
+    store.delete(&key, mapi_store::Precondition::None).await.expect("delete");
+    assert_eq!(sweep(state).await.expect("sweep").errors, 0);
+    assert_eq!(failing().await, None, "cleared by the sweep that committed");
 }

@@ -31,7 +31,8 @@ use mapi_problem::ApiError;
 use mapi_quota::nearness::Nearness as QuotaNearness;
 use mapi_schema::tasks::{DeliverTask, push_deliver};
 use mapi_schema::{
-    DeliveryDoc, DeliveryState, Doc, QuotaPolicyDoc, Seen, TenantDoc, WebhookDoc, tx_create, tx_get, tx_put,
+    DeliveryDoc, DeliveryState, Doc, QuotaPolicyDoc, Seen, SweepFailing, TenantDoc, WebhookDoc, tx_create,
+    tx_get, tx_put,
 };
 
 use mapi_store::{Direction, Op, Query, transact};
@@ -69,7 +70,7 @@ pub async fn sweep(state: &AppState) -> Result<Swept, ApiError> {
             Ok(made) => swept.made += made,
             Err(e) => {
                 swept.errors += 1;
-                tracing::warn!(webhook = %hook.id, error = %e, "a webhook's sweep failed; the next tick retries");
+                failed(state, &hook, &e).await;
             }
         }
     }
@@ -77,6 +78,51 @@ pub async fn sweep(state: &AppState) -> Result<Swept, ApiError> {
     swept.repushed = repushed;
     swept.errors += errors;
     Ok(swept)
+}
+
+/// Failures in a row of one webhook's sweep after which each further one
+/// is an alarm: with the tick each minute, five minutes of its events
+/// waiting.
+pub const ALARM_AFTER: u32 = 5;
+
+/// The message of the log line of a webhook's sweep failing again after
+/// [`ALARM_AFTER`] failures in a row (the alert's log-based metric
+/// matches it exactly).
+pub const SWEEP_ALARM: &str = "ALARM webhook sweep failing: its events are not being delivered";
+
+/// Records a failed sweep of `hook`: counted, logged (at error when the
+/// failure is a bug, or the sweep has failed [`ALARM_AFTER`] times in a
+/// row), and kept on the webhook so the count survives the process.
+async fn failed(state: &AppState, hook: &WebhookDoc, e: &ApiError) {
+    state.metrics.webhook_sweep_failures.inc();
+    let now = state.clock.now();
+    let error = e.to_string();
+    let failing = match &hook.failing {
+        Some(f) => SweepFailing { since: f.since, count: f.count.saturating_add(1), error: error.clone() },
+        None => SweepFailing { since: now, count: 1, error: error.clone() },
+    };
+    let (count, since) = (failing.count, failing.since);
+    if count >= ALARM_AFTER {
+        state.metrics.webhook_sweep_alarms.inc();
+        tracing::error!(webhook = %hook.id, tenant = %hook.tenant, count, %since, %error, "{SWEEP_ALARM}");
+    } else if e.is_bug() {
+        tracing::error!(webhook = %hook.id, count, %error, "a webhook's sweep failed on a bug; the next tick retries");
+    } else {
+        tracing::warn!(webhook = %hook.id, count, %error, "a webhook's sweep failed; the next tick retries");
+    }
+    let (id, failing) = (&hook.id, &failing);
+    let kept = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        // A webhook deleted meanwhile stays deleted.
+        if let Some(mut current) = tx_get::<WebhookDoc>(&mut tx, id.as_str()).await? {
+            current.failing = Some(failing.clone());
+            tx_put(&mut tx, &current)?;
+        }
+        Ok(tx.finish(()))
+    })
+    .await;
+    if let Err(e) = kept {
+        tracing::warn!(webhook = %hook.id, error = %e, "recording a webhook's failed sweep failed");
+    }
 }
 
 /// How near each tenant swept is to its limits, read once per sweep.
@@ -138,13 +184,17 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc, nearness: &mut Nearness)
         let Some(mut current) = tx_get::<WebhookDoc>(&mut tx, hook_ref.id.as_str()).await? else {
             return Ok(tx.finish(Vec::new()));
         };
+        // Every read before the first write: which messages exist already.
+        let keys = made_ref.iter().map(|m| m.key()).collect::<Result<Vec<_>, _>>()?;
+        let existing = tx.get_all(&keys).await?;
         let mut created = Vec::new();
-        for m in made_ref {
-            if tx_get::<DeliveryDoc>(&mut tx, m.id.as_str()).await?.is_none() {
+        for (m, found) in made_ref.iter().zip(existing) {
+            if found.is_none() {
                 tx_create(&mut tx, m)?;
                 created.push(m.id.clone());
             }
         }
+        current.failing = None;
         current.cursor = current.cursor.max(cursor);
         let keep_from = current.cursor - LOOK_BACK;
         current.recent.retain(|s| s.at >= keep_from);

@@ -249,6 +249,12 @@ pub struct Metrics {
     /// Model-version bundles refused because they failed their integrity
     /// check (`mapi_bundle_integrity_failures_total`), each also an `ALARM`.
     pub bundle_integrity_failures: Counter,
+    /// Webhook sweeps that failed (`mapi_webhook_sweep_failures_total`): the
+    /// webhook's new events wait for a sweep that commits.
+    pub webhook_sweep_failures: Counter,
+    /// Webhook sweeps that failed again after failing tick after tick
+    /// (`mapi_webhook_sweep_alarms_total`), each also an `ALARM` line.
+    pub webhook_sweep_alarms: Counter,
 }
 
 impl Default for Metrics {
@@ -310,6 +316,18 @@ impl Metrics {
             "Model-version bundles refused: a manifest did not verify or an artifact changed",
             bundle_integrity_failures.clone(),
         );
+        let webhook_sweep_failures = Counter::default();
+        r.register(
+            "webhook_sweep_failures",
+            "Webhook sweeps that failed: the webhook's new events wait for the next sweep",
+            webhook_sweep_failures.clone(),
+        );
+        let webhook_sweep_alarms = Counter::default();
+        r.register(
+            "webhook_sweep_alarms",
+            "Webhook sweeps that failed again after failing tick after tick (an ALARM line each)",
+            webhook_sweep_alarms.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             http_requests,
@@ -326,6 +344,8 @@ impl Metrics {
             push_auth_refused,
             auth_refused,
             bundle_integrity_failures,
+            webhook_sweep_failures,
+            webhook_sweep_alarms,
         }
     }
 

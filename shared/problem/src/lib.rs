@@ -21,9 +21,10 @@ pub enum ApiError {
     /// A problem to show the caller as it is.
     #[error("{code}: {detail}")]
     Problem { code: ProblemCode, detail: String, retry_after_s: Option<u64> },
-    /// A fault of ours: the context and the chain of its source are logged,
+    /// A fault of ours: the context and the chain of its source are logged
+    /// (its `Display` is both, so a log line of it says what went wrong),
     /// the caller sees a generic detail.
-    #[error("internal error: {context}")]
+    #[error("internal error: {context}{}", Chain(source.as_deref()))]
     Internal {
         context: String,
         #[source]
@@ -77,6 +78,23 @@ impl ApiError {
         ApiError::Internal { context: context.into(), source: Some(source.into()) }
     }
 
+    /// Whether this is a bug of ours rather than a fault of the moment: a
+    /// port refused a use against its rules ([`mapi_store::StoreError::Misuse`]).
+    /// Retrying the same request fails the same way.
+    pub fn is_bug(&self) -> bool {
+        let ApiError::Internal { source: Some(source), .. } = self else {
+            return false;
+        };
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+        while let Some(e) = next {
+            if e.downcast_ref::<mapi_store::StoreError>().is_some_and(mapi_store::StoreError::is_misuse) {
+                return true;
+            }
+            next = e.source();
+        }
+        false
+    }
+
     pub fn code(&self) -> ProblemCode {
         match self {
             ApiError::Problem { code, .. } => *code,
@@ -98,17 +116,24 @@ impl ApiError {
     }
 }
 
+/// An error's chain of sources, each after `: `.
+struct Chain<'a>(Option<&'a (dyn std::error::Error + Send + Sync + 'static)>);
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut next = self.0.map(|e| e as &(dyn std::error::Error + 'static));
+        while let Some(e) = next {
+            write!(f, ": {e}")?;
+            next = e.source();
+        }
+        Ok(())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal { context, source } = &self {
-            let mut chain = String::new();
-            let mut next = source.as_deref().map(|e| e as &(dyn std::error::Error + 'static));
-            while let Some(e) = next {
-                chain.push_str(": ");
-                chain.push_str(&e.to_string());
-                next = e.source();
-            }
-            tracing::error!(error = %format!("{context}{chain}"), "request failed");
+        if let ApiError::Internal { .. } = &self {
+            tracing::error!(error = %self, "request failed");
         }
         let problem = self.problem();
         let status = problem.code.status();
@@ -267,6 +292,8 @@ mod tests {
         let e = ApiError::from(cause);
         let source = std::error::Error::source(&e).map(ToString::to_string);
         assert!(source.is_some_and(|s| s.contains("disk I/O error")), "{e:?}");
+        // What a log line of it shows: the context and the cause.
+        assert_eq!(e.to_string(), "internal error: store: store internal error: disk I/O error on mapi.db");
         let problem = e.problem();
         assert_eq!(problem.code, ProblemCode::Internal);
         assert!(
@@ -276,5 +303,16 @@ mod tests {
         );
         let json: serde_json::Error = serde_json::from_str::<u8>("x").expect_err("not json");
         assert!(std::error::Error::source(&ApiError::from(json)).is_some());
+    }
+
+    #[test]
+    fn a_misused_store_is_a_bug_and_says_what_was_misused() {
+        let misuse = mapi_store::StoreError::Misuse("a transaction read deliveries/x after a write".into());
+        let e = ApiError::from(misuse);
+        assert!(e.is_bug());
+        assert!(e.to_string().contains("a transaction read deliveries/x after a write"), "{e}");
+        assert_eq!(e.problem().code, ProblemCode::Internal);
+        assert!(!ApiError::from(mapi_store::StoreError::Aborted).is_bug());
+        assert!(!ApiError::from(mapi_store::StoreError::Internal("disk".into())).is_bug());
     }
 }

@@ -41,6 +41,20 @@ pub struct WebhookDoc {
     /// run again does not read their records again.
     #[serde(default)]
     pub recent: Vec<Seen>,
+    /// The sweep's failures in a row, while they last; the next sweep that
+    /// commits clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing: Option<SweepFailing>,
+}
+
+/// A webhook whose sweep has failed tick after tick: since when, how many
+/// times in a row, and the last error (for operators' logs, never shown to
+/// the tenant).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepFailing {
+    pub since: Timestamp,
+    pub count: u32,
+    pub error: String,
 }
 
 /// A secret replaced by a rotation, valid until `valid_until`.

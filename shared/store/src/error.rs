@@ -20,9 +20,14 @@ pub enum StoreError {
     /// A transaction conflicted with another and wrote nothing: retry it.
     #[error("transaction aborted by a concurrent change")]
     Aborted,
-    /// The request itself is malformed (key, query, transaction use).
+    /// The request itself is malformed (a key, a query, a document).
     #[error("invalid store request: {0}")]
     InvalidArgument(String),
+    /// The port was used against its rules (a transaction read after it
+    /// buffered a write): a bug in the caller, never in the data, so the
+    /// same request fails the same way every time. Retrying cannot help.
+    #[error("store misused (a bug in the caller): {0}")]
+    Misuse(String),
     /// The backend is unreachable or overloaded: retry later.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -35,5 +40,10 @@ impl StoreError {
     /// Errors after which the same request may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Aborted | StoreError::Unavailable(_))
+    }
+
+    /// Whether this is a programming error ([`StoreError::Misuse`]).
+    pub fn is_misuse(&self) -> bool {
+        matches!(self, StoreError::Misuse(_))
     }
 }

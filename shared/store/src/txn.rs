@@ -67,11 +67,18 @@ pub struct Committable<'s, T> {
 }
 
 impl<'s> Txn<'s> {
-    fn check_no_writes(&self) -> Result<(), StoreError> {
-        if self.writes.is_empty() {
-            Ok(())
-        } else {
-            Err(StoreError::InvalidArgument("a transaction must read before it writes".to_owned()))
+    /// As in Firestore, every read of a transaction comes before its first
+    /// write; a read after one is refused as [`StoreError::Misuse`], naming
+    /// what was read and the write it came after.
+    fn check_no_writes(&self, reading: &dyn std::fmt::Display) -> Result<(), StoreError> {
+        match self.writes.first() {
+            None => Ok(()),
+            Some(first) => Err(StoreError::Misuse(format!(
+                "a transaction read {reading} after it buffered a write of {} ({} writes in all): \
+                 every read of a transaction must come before its first write",
+                first.key(),
+                self.writes.len()
+            ))),
         }
     }
 
@@ -85,7 +92,7 @@ impl<'s> Txn<'s> {
 
     /// Reads one document.
     pub async fn get(&mut self, key: &DocKey) -> Result<Option<Document>, StoreError> {
-        self.check_no_writes()?;
+        self.check_no_writes(key)?;
         let read = self.store.get(std::slice::from_ref(key), Some(self.id)).await;
         let doc = self.noted(read)?.pop().flatten();
         self.reads.push(ReadRecord::Doc { key: key.clone(), version: doc.as_ref().map(|d| d.version) });
@@ -94,7 +101,7 @@ impl<'s> Txn<'s> {
 
     /// Reads several documents at once.
     pub async fn get_all(&mut self, keys: &[DocKey]) -> Result<Vec<Option<Document>>, StoreError> {
-        self.check_no_writes()?;
+        self.check_no_writes(&Keys(keys))?;
         let read = self.store.get(keys, Some(self.id)).await;
         let docs = self.noted(read)?;
         for (key, doc) in keys.iter().zip(&docs) {
@@ -105,7 +112,7 @@ impl<'s> Txn<'s> {
 
     /// Runs a query inside the transaction: a commit fails if its result changed.
     pub async fn query(&mut self, query: &Query) -> Result<Vec<Document>, StoreError> {
-        self.check_no_writes()?;
+        self.check_no_writes(&format_args!("a query of {}", query.collection))?;
         let read = self.store.query(query, Some(self.id)).await;
         let docs = self.noted(read)?;
         let seen = docs.iter().map(|d| (d.key.clone(), d.version)).collect();
@@ -138,6 +145,19 @@ impl<'s> Txn<'s> {
     /// Ends the closure: commit the buffered writes, then return `value`.
     pub fn finish<T>(self, value: T) -> Committable<'s, T> {
         Committable { txn: self, value }
+    }
+}
+
+/// Several keys, as a read names them.
+struct Keys<'a>(&'a [DocKey]);
+
+impl std::fmt::Display for Keys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            [] => f.write_str("no documents"),
+            [one] => write!(f, "{one}"),
+            [first, rest @ ..] => write!(f, "{first} and {} more", rest.len()),
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-# Alarms: jobs.run answered 429, and the spend cap at 70 % and 90 % of the
+# Alarms: jobs.run answered 429, a webhook's sweep failing, and the spend cap at 70 % and 90 % of the
 # period's budget.
 #
 # The executor logs one error line with the message `var.throttled_message`
@@ -49,6 +49,58 @@ resource "google_monitoring_alert_policy" "jobs_run_throttled" {
 
   documentation {
     content   = "Cloud Run refused jobs.run with 429: runs wait in the queue. Lower MAPI_CLOUDRUN_SUBMITS_PER_MINUTE or raise the project's jobs.run quota."
+    mime_type = "text/markdown"
+  }
+
+  notification_channels = var.notification_channels
+}
+
+# reconcile-tick logs one error line with the message
+# `var.webhook_sweep_alarm_message` each time a webhook's sweep fails after
+# failing five ticks in a row (besides counting
+# mapi_webhook_sweep_alarms_total): that webhook's events are not being
+# made into messages until the cause is fixed.
+resource "google_logging_metric" "webhook_sweep_failing" {
+  project     = var.project_id
+  name        = "mapi-${var.env}-webhook-sweep-failing"
+  description = "Webhook sweeps that failed again after failing tick after tick."
+  filter      = "resource.type=\"cloud_run_revision\" AND severity=ERROR AND jsonPayload.message=\"${var.webhook_sweep_alarm_message}\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
+
+resource "google_monitoring_alert_policy" "webhook_sweep_failing" {
+  project      = var.project_id
+  display_name = "MapiWebhookSweepFailing (${var.env}): a webhook's events are not being delivered"
+  combiner     = "OR"
+  severity     = "ERROR"
+
+  conditions {
+    display_name = "a webhook's sweep failed five ticks in a row"
+    condition_threshold {
+      filter          = "resource.type=\"cloud_run_revision\" AND metric.type=\"logging.googleapis.com/user/${google_logging_metric.webhook_sweep_failing.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  alert_strategy {
+    auto_close = "1800s"
+  }
+
+  documentation {
+    content   = "A webhook's sweep keeps failing: its tenant's events wait (nothing is lost while the cursor stays put). The ALARM line names the webhook, since when, and the error; an error that says `a bug` needs a code fix, any other a look at the store."
     mime_type = "text/markdown"
   }
 

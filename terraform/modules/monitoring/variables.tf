@@ -36,3 +36,9 @@ variable "throttled_message" {
   type        = string
   default     = "ALARM cloudrun-jobs: jobs.run answered 429"
 }
+
+variable "webhook_sweep_alarm_message" {
+  description = "The message of reconcile-tick's log line when a webhook's sweep keeps failing (mapi_reconcile_tick::webhooks::SWEEP_ALARM)."
+  type        = string
+  default     = "ALARM webhook sweep failing: its events are not being delivered"
+}

@@ -161,6 +161,7 @@ pub async fn create(
         updated_at: now,
         cursor: now,
         recent: Vec::new(),
+        failing: None,
     };
     let names: Vec<&str> = doc.events.iter().map(|e| e.as_str()).collect();
     let record = Audit::by(&caller, "webhook.create", format!("webhooks/{}", doc.id))
