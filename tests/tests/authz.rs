@@ -236,6 +236,42 @@ async fn every_scope_of_the_scope_table_through_http() {
     assert_eq!(cases, rows.len() * 13);
 }
 
+/// The method catalog's routes answer as the scope table's `catalog read`
+/// row says: a token of a scope in the row (or `admin`) reads it, any
+/// other is refused; every signed-in person reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_method_catalog_follows_the_catalog_read_row_of_the_scope_table() {
+    let (p, users, _, _) = platform().await;
+    let admin = &users.iter().find(|(u, _)| u.email == "admin-t@test.local").expect("admin").1;
+    let table = seed_scopes();
+    let row = table.iter().find(|(r, a, _)| r == "catalog" && a == "read").expect("the catalog read row");
+    let mut scopes: Vec<String> = table.iter().flat_map(|(_, _, s)| s.clone()).collect();
+    scopes.sort();
+    scopes.dedup();
+    scopes.extend(["admin".to_owned(), "score:some-alias".to_owned()]);
+    for scope in &scopes {
+        let body = json!({"name": scope.replace(':', "-"), "scopes": [scope]});
+        let (s, b) = p.call(admin, Method::POST, "/v1/tenants/home/projects/main/tokens", Some(body)).await;
+        assert_eq!(s, 201, "{b}");
+        let secret = b["secret"].as_str().expect("secret").to_owned();
+        let allowed = scope == "admin" || row.2.contains(scope) || scope.starts_with("score:");
+        for path in ["/v1/methods", "/v1/methods/describe"] {
+            let (s, b) = p.call(&secret, Method::GET, path, None).await;
+            let want = if allowed { 200 } else { 403 };
+            assert_eq!(s, want, "{path} with a {scope} token: {b}");
+            if !allowed {
+                assert!(
+                    b["detail"].as_str().is_some_and(|d| d.contains("models:read")),
+                    "says which scopes: {b}"
+                );
+            }
+        }
+    }
+    for (user, session) in &users {
+        assert_eq!(p.call(session, Method::GET, "/v1/methods", None).await.0, 200, "{}", user.email);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_routes_enforce_the_same_decisions() {
     let (p, users, operator, _) = platform().await;

@@ -148,6 +148,32 @@ async fn serve_promote_and_roll_back(p: &TestPlatform) {
     assert_eq!(s, 400, "{problem}");
     assert!(problem["detail"].as_str().expect("detail").contains("column `year` is missing"), "{problem}");
 
+    // A row whose prediction no 64-bit float holds is refused naming the
+    // column that took it there, never answered `null`.
+    let mut huge = row();
+    huge["year"] = json!(1e308);
+    let (s, problem) =
+        score(p, p.token(), "employment", json!({"rows": [row(), huge], "std_errors": true})).await;
+    assert_eq!((s, problem["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{problem}");
+    let detail = problem["detail"].as_str().expect("detail");
+    assert!(detail.contains("row 1: column `year`") && detail.contains("64-bit float"), "{problem}");
+
+    // A row naming a column twice is refused, not read as its last value.
+    let twice = r#"{"rows": [{"gnp_deflator": 100.0, "gnp": 400000.0, "unemployed": 3000.0, "armed_forces": 2500.0, "population": 117000.0, "year": 1955.0, "year": 1990.0}]}"#;
+    let resp = p
+        .http
+        .post(p.url(&format!("{}/employment:score", endpoints(p))))
+        .bearer_auth(p.token())
+        .header("content-type", "application/json")
+        .body(twice)
+        .send()
+        .await
+        .expect("score");
+    assert_eq!(resp.status(), 400);
+    let problem: Value = resp.json().await.expect("problem");
+    assert_eq!(problem["code"], "INVALID_ARGUMENT", "{problem}");
+    assert!(problem["detail"].as_str().expect("detail").contains("`year` is given twice"), "{problem}");
+
     // A second version, promoted through the gate while scores arrive.
     let second = fit(p, &LONGLEY.replacen("60323,", "60400,", 1)).await;
     assert_ne!(first, second);

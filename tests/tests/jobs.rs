@@ -551,6 +551,75 @@ async fn bad_jobs_are_problems_and_the_platform_describes_itself() {
     assert_eq!(health, json!({"status": "ok"}));
 }
 
+/// An item holding a number no 64-bit float holds is refused at submit,
+/// naming the item; a manifest that holds one anyway (written before that
+/// refusal) stops its fan-out for good: the job fails with the reason, its
+/// window is given back, and no delivery is made again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_out_of_a_floats_range_are_refused_and_an_unreadable_manifest_fails_its_job() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let token = p.token().to_owned();
+    let path = "/v1/tenants/dev/projects/default/jobs";
+    for (items, named) in [("[1, 1e999, 3]", "item 1"), (r#"[{"x": [-1e999]}]"#, "item 0")] {
+        let body = format!(r#"{{"method": "item.echo", "items": {items}}}"#);
+        let resp = p
+            .http
+            .post(p.url(path))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("submit");
+        assert_eq!(resp.status(), 400, "{items}");
+        let problem: Value = resp.json().await.expect("problem");
+        assert_eq!(problem["code"], "INVALID_ARGUMENT", "{problem}");
+        let detail = problem["detail"].as_str().expect("detail");
+        assert!(detail.contains(named) && detail.contains("1e999"), "{items}: {detail}");
+    }
+
+    // A stored manifest the fan-out cannot read as items.
+    let id = submit_job(&p, &token, "dev", json!({"method": "item.echo", "items": [1, 2, 3, 4]})).await;
+    let chunk =
+        mapi_objects::ObjectKey::parse(&format!("t/dev/p/default/jobs/{id}/items/000000.json")).expect("key");
+    let objects = &p.platform.state.objects;
+    objects
+        .put(
+            &chunk,
+            bytes::Bytes::from_static(b"[1, 1e999, 3, 4]"),
+            "application/json",
+            mapi_objects::IfGeneration::Any,
+        )
+        .await
+        .expect("overwrite the chunk");
+    let _deliverer = deliver(&p, &p.platform.url);
+    let v = wait_final(&p, &token, &id, Duration::from_secs(30)).await;
+    assert_eq!(v["state"], "failed", "{v:#}");
+    assert_eq!(
+        (v["counts"]["enqueued"].as_u64(), v["counts"]["cancelled"].as_u64()),
+        (Some(0), Some(4)),
+        "{v:#}"
+    );
+    let error = v["error"].as_str().expect("the job says why");
+    assert!(error.contains("items 0 to") && error.contains("cannot be read"), "{error}");
+    assert_eq!(active_items(&p, "dev").await, 0, "the window is given back");
+    // The step that stopped was answered as done: nothing is left to deliver again.
+    let queue = p.platform.state.local.queue.as_ref().expect("the embedded queue");
+    let started = std::time::Instant::now();
+    loop {
+        let mut depths = Vec::new();
+        for name in [mapi_jobs::tasks::FANOUT_QUEUE, ITEMS_QUEUE] {
+            depths.push(queue.depth(&QueueName::new(name).expect("name")).await.expect("depth"));
+        }
+        if depths.iter().all(|n| *n == 0) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "tasks left to deliver: {depths:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_submits_watches_and_reads_a_job() {
     let _serial = SERIAL.lock().await;

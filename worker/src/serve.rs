@@ -129,6 +129,7 @@ async fn health(State(m): State<Arc<Loaded>>) -> Response {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PredictBody {
+    #[serde(deserialize_with = "mapi_domain::unique::objects")]
     rows: Vec<Map<String, Value>>,
     #[serde(default)]
     std_errors: bool,

@@ -179,23 +179,39 @@ pub async fn marker(state: &AppState, job: &JobId, idx: u64) -> Result<Option<Jo
     Ok(state.store.get_one(&key).await?.map(|d| d.decode()).transpose()?)
 }
 
-/// Reads items `[from, to)` of a job from its chunks.
+/// A job's manifest that cannot be read as items: a chunk missing, or
+/// not a list of JSON values (a number outside a 64-bit float's range,
+/// accepted before such items were refused at submit). Reading it again
+/// changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable(pub String);
+
+/// Reads items `[from, to)` of a job from its chunks; `Ok(Err(_))` when
+/// the manifest cannot be read as items.
 pub async fn read_items(
     state: &AppState,
     job: &JobDoc,
     from: u64,
     to: u64,
-) -> Result<Vec<(u64, Value)>, ApiError> {
+) -> Result<Result<Vec<(u64, Value)>, Unreadable>, ApiError> {
     let per = u64::from(job.chunk_items.max(1));
     let base = base(job);
     let mut out = Vec::with_capacity(usize::try_from(to - from).unwrap_or(0));
     let mut c = from / per;
     while c * per < to {
-        let bytes = read_object(state, &layout::chunk(&base, c))
-            .await?
-            .ok_or_else(|| ApiError::internal(format!("chunk {c} of {} is missing", job.id)))?;
-        let items: Vec<Value> =
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::internal_from(format!("chunk {c}"), e))?;
+        let Some(bytes) = read_object(state, &layout::chunk(&base, c)).await? else {
+            return Ok(Err(Unreadable(format!("chunk {c} of the manifest is missing"))));
+        };
+        let items: Vec<Value> = match serde_json::from_slice(&bytes) {
+            Ok(items) => items,
+            Err(e) => {
+                let first = c * per;
+                return Ok(Err(Unreadable(format!(
+                    "items {first} to {} cannot be read ({e}): the job's items must be JSON a 64-bit float can hold",
+                    first + per - 1
+                ))));
+            }
+        };
         for (i, item) in items.into_iter().enumerate() {
             let idx = c * per + i as u64;
             if (from..to).contains(&idx) {
@@ -204,7 +220,7 @@ pub async fn read_items(
         }
         c += 1;
     }
-    Ok(out)
+    Ok(Ok(out))
 }
 
 /// How item `idx` ended: the end its marker holds, else its end object (a

@@ -136,6 +136,7 @@ pub struct EndpointPage {
 pub struct ScoreRequest {
     /// 1 to 10,000 rows, each naming exactly the model's input columns.
     #[schema(value_type = Vec<Object>)]
+    #[serde(deserialize_with = "mapi_domain::unique::objects")]
     pub rows: Vec<Map<String, Value>>,
     /// Also answer each prediction's standard error (of the fitted mean).
     #[serde(default)]

@@ -14,6 +14,7 @@ pub mod schema;
 pub mod spec;
 pub mod tenant;
 pub mod timestamp;
+pub mod unique;
 
 pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap};
 pub use class::ResourceClass;

@@ -25,8 +25,8 @@ pub struct RunSpecInput {
     pub method: String,
     /// The dataset the method reads.
     pub dataset: DatasetId,
-    /// The method's parameters.
-    #[serde(default)]
+    /// The method's parameters, each named once.
+    #[serde(default, deserialize_with = "crate::unique::btree")]
     #[schema(value_type = Object)]
     pub params: BTreeMap<String, serde_json::Value>,
     /// Resource class; `S` when absent.

@@ -16,8 +16,14 @@ pub struct Fanout {
     pub step: u64,
     pub reserved: u64,
     pub enqueued: u64,
-    /// When every item had its task (or the job was cancelled).
+    /// When every item had its task (or the job was cancelled, or the
+    /// fan-out stopped on an error).
     pub finished_at: Option<Timestamp>,
+    /// Why the fan-out stopped before every item had its task: its manifest
+    /// could not be read, which no redelivery changes. The items it never
+    /// gave a task count as cancelled; those it did still run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// An item job. Id: the job id.
@@ -71,7 +77,7 @@ impl JobDoc {
             self.items,
             self.fanout.enqueued,
             self.fanout.finished_at.is_some(),
-            self.cancel_requested_at.is_some(),
+            self.cancel_requested_at.is_some() || self.fanout.error.is_some(),
             u64::try_from(counts.succeeded).unwrap_or(0),
             u64::try_from(counts.failed).unwrap_or(0),
         )

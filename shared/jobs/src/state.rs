@@ -30,13 +30,15 @@ pub struct Counts {
     pub running: u64,
     /// Not enqueued yet.
     pub pending: u64,
-    /// Never enqueued because the job was cancelled.
+    /// Never enqueued: the job was cancelled, or its fan-out stopped on an
+    /// error (the job's `error` says which).
     pub cancelled: u64,
 }
 
 /// The state and counts of a job of `total` items whose fan-out has
 /// enqueued `enqueued` (and `fanout_done` says whether it finished), with
-/// `succeeded` and `failed` items finished.
+/// `succeeded` and `failed` items finished. `cancelled`: no more items will
+/// be enqueued (a cancel, or a fan-out stopped on an error).
 pub fn derive(
     total: u64,
     enqueued: u64,

@@ -133,19 +133,56 @@ impl Model {
         let mut x = Vec::with_capacity(self.coefficients.len());
         for (i, row) in rows.iter().enumerate() {
             self.design_row(i, row, &mut x)?;
-            let value = x.iter().zip(&self.coefficients).map(|(a, b)| a * b).sum();
-            let std_error = std_errors.then(|| {
-                let quad: f64 = self
-                    .covariance
-                    .iter()
-                    .zip(&x)
-                    .map(|(row, xi)| xi * row.iter().zip(&x).map(|(c, xj)| c * xj).sum::<f64>())
-                    .sum();
-                quad.max(0.0).sqrt()
-            });
+            let value: f64 = x.iter().zip(&self.coefficients).map(|(a, b)| a * b).sum();
+            if !value.is_finite() {
+                return Err(self.out_of_range(i, &x, "prediction"));
+            }
+            let std_error = match std_errors {
+                false => None,
+                true => {
+                    let quad: f64 = self
+                        .covariance
+                        .iter()
+                        .zip(&x)
+                        .map(|(row, xi)| xi * row.iter().zip(&x).map(|(c, xj)| c * xj).sum::<f64>())
+                        .sum();
+                    // Rounding can leave a quadratic form a hair below zero; an
+                    // overflow leaves it infinite or NaN, which is no answer.
+                    if !quad.is_finite() {
+                        return Err(self.out_of_range(i, &x, "standard error"));
+                    }
+                    Some(quad.max(0.0).sqrt())
+                }
+            };
             out.push(Prediction { value, std_error });
         }
         Ok(out)
+    }
+
+    /// Row `i`'s `what` is outside a 64-bit float's range: names the input
+    /// of the row whose term is largest, the one to bring nearer the data.
+    fn out_of_range(&self, i: usize, x: &[f64], what: &str) -> PredictError {
+        let skip = usize::from(self.intercept);
+        let term = |j: usize| (x[j + skip] * self.coefficients[j + skip]).abs();
+        let largest = (0..self.inputs.len()).max_by(|&a, &b| {
+            let (ta, tb) = (term(a), term(b));
+            ta.partial_cmp(&tb).unwrap_or(if ta.is_nan() {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Less
+            })
+        });
+        match largest {
+            Some(j) => PredictError::Input(format!(
+                "row {i}: column `{}` ({}) takes the {what} outside the range of a 64-bit float: \
+                 send values nearer the model's data",
+                self.inputs[j],
+                x[j + skip]
+            )),
+            None => {
+                PredictError::Input(format!("row {i}: the {what} is outside the range of a 64-bit float"))
+            }
+        }
     }
 
     fn design_row(&self, i: usize, row: &Map<String, Value>, x: &mut Vec<f64>) -> Result<(), PredictError> {
@@ -270,5 +307,30 @@ mod tests {
             Err(PredictError::Model(m)) if m.contains("refit")
         ));
         assert!(matches!(Model::load(b"not json"), Err(PredictError::Model(_))));
+    }
+
+    /// A row whose prediction or standard error overflows is refused, naming
+    /// the column that took it there; a prediction is never `null` or an
+    /// infinite number, and a standard error never a NaN made 0.
+    #[test]
+    fn a_prediction_outside_a_floats_range_is_refused_naming_the_column() {
+        let (_, model) = fitted();
+        // One term past the range, and two finite terms whose sum is past it.
+        for sent in [json!({"a": 1e308, "b": 1}), json!({"a": 8.9e307, "b": 1e308})] {
+            let e = model.predict(&[row(sent.clone())], false).expect_err("overflow refused");
+            let PredictError::Input(detail) = e else { panic!("{sent}: not an input error") };
+            assert!(detail.starts_with("row 0: column `a` ("), "{sent}: {detail}");
+            assert!(detail.contains("prediction") && detail.contains("64-bit float"), "{detail}");
+        }
+        // The mean is finite, its quadratic form is not: the standard error is refused too.
+        let e = model.predict(&[row(json!({"a": 1e200, "b": 0}))], true).expect_err("refused");
+        assert!(
+            matches!(&e, PredictError::Input(d) if d.contains("standard error") && d.contains("`a`")),
+            "{e:?}"
+        );
+        assert!(
+            model.predict(&[row(json!({"a": 1e200, "b": 0}))], false).is_ok(),
+            "without it, a finite answer"
+        );
     }
 }

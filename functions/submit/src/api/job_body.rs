@@ -74,7 +74,15 @@ pub fn parse(body: &[u8], max_items: u64, max_item_bytes: usize) -> Result<JobBo
     // (nested too deep, a lone surrogate escape) is refused now.
     for (idx, item) in body.items.iter().enumerate() {
         let text = item.get();
-        let why = if depth(text) > MAX_DEPTH {
+        let scan = scan(text);
+        if let Some(number) = scan.out_of_range {
+            return Err(ApiError::invalid(format!(
+                "item {idx} holds the number `{}`, outside the range of a 64-bit float (±1.8e308): \
+                 send a finite number, or the value as a string",
+                number.chars().take(64).collect::<String>()
+            )));
+        }
+        let why = if scan.depth > MAX_DEPTH {
             "nests deeper than 128 levels"
         } else if text.contains("\\u") && serde_json::from_str::<Value>(text).is_err() {
             "cannot be read as JSON (an escape does not name a character)"
@@ -89,10 +97,26 @@ pub fn parse(body: &[u8], max_items: u64, max_item_bytes: usize) -> Result<JobBo
 /// The nesting a worker's JSON reader takes.
 const MAX_DEPTH: usize = 128;
 
-/// How deep a JSON text nests its lists and objects.
-fn depth(text: &str) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
-    for b in text.bytes() {
+/// What one pass over an item's JSON text finds.
+#[derive(Debug, Default, PartialEq)]
+struct Scan<'a> {
+    /// How deep it nests its lists and objects.
+    depth: usize,
+    /// The first number a 64-bit float cannot hold (`1e999`), which the
+    /// worker's JSON reader would refuse.
+    out_of_range: Option<&'a str>,
+}
+
+/// Reads `text` (JSON the parser already delimited) once: its depth, and
+/// its first number out of a float's range. Only a number with an exponent
+/// or of more than 300 digits can be out of range, so only those are parsed.
+fn scan(text: &str) -> Scan<'_> {
+    let mut out = Scan::default();
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
         match (in_string, escaped, b) {
             (true, true, _) => escaped = false,
             (true, false, b'\\') => escaped = true,
@@ -101,13 +125,30 @@ fn depth(text: &str) -> usize {
             (false, _, b'"') => in_string = true,
             (false, _, b'[' | b'{') => {
                 depth += 1;
-                deepest = deepest.max(depth);
+                out.depth = out.depth.max(depth);
             }
             (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            (false, _, b'-' | b'0'..=b'9') => {
+                let start = i;
+                while i + 1 < bytes.len()
+                    && matches!(bytes[i + 1], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let number = &text[start..=i];
+                let may_overflow = number.len() > 300 || number.bytes().any(|c| c == b'e' || c == b'E');
+                if out.out_of_range.is_none()
+                    && may_overflow
+                    && number.parse::<f64>().is_ok_and(|f| !f.is_finite())
+                {
+                    out.out_of_range = Some(number);
+                }
+            }
             _ => {}
         }
+        i += 1;
     }
-    deepest
+    out
 }
 
 /// A parser error in our words: where it is and what to send.
@@ -161,7 +202,10 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                     let seed = ItemsSeed { max: self.max_items, refusal: self.refusal };
                     items.replace(map.next_value_seed(seed)?).is_none()
                 }
-                "options" => params.replace(self.options(map.next_value()?)?).is_none(),
+                "options" => {
+                    let seed = OptionsSeed { refusal: self.refusal };
+                    params.replace(map.next_value_seed(seed)?).is_none()
+                }
                 other => {
                     let other: String = other.chars().take(64).collect();
                     return Err(self.shape(format!(
@@ -214,23 +258,104 @@ impl BodySeed<'_> {
             _ => Err(self.shape("`method` must be a string naming an item method")),
         }
     }
+}
 
-    fn options<E: de::Error>(&self, v: Value) -> Result<BTreeMap<String, Value>, E> {
-        let Value::Object(options) = v else {
-            return Err(self.shape(r#"`options` must be an object: {"params": {…}}"#));
-        };
-        let mut params = BTreeMap::new();
-        for (k, v) in options {
-            match (k.as_str(), v) {
-                ("params", Value::Object(p)) => params.extend(p),
-                ("params", _) => return Err(self.shape("`options.params` must be an object")),
-                (other, _) => {
-                    let other: String = other.chars().take(64).collect();
-                    return Err(self.shape(format!("unknown option `{other}`: the options are `params`")));
+/// A job's `options`: `params` only, each param named once.
+struct OptionsSeed<'r> {
+    refusal: &'r Cell<Option<Refusal>>,
+}
+
+impl OptionsSeed<'_> {
+    fn shape<E: de::Error>(&self, detail: impl Into<String>) -> E {
+        BodySeed { max_items: 0, refusal: self.refusal }.shape(detail)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for OptionsSeed<'_> {
+    type Value = BTreeMap<String, Value>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+/// `options.params`, each key once.
+struct Params(BTreeMap<String, Value>);
+
+impl<'de> serde::Deserialize<'de> for Params {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        mapi_domain::unique::btree(d).map(Params)
+    }
+}
+
+impl<'de> Visitor<'de> for OptionsSeed<'_> {
+    type Value = BTreeMap<String, Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an options object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut params = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key != "params" {
+                let other: String = key.chars().take(64).collect();
+                return Err(self.shape(format!("unknown option `{other}`: the options are `params`")));
+            }
+            let read = match map.next_value::<Params>() {
+                Ok(Params(p)) => p,
+                Err(e) => {
+                    let text = e.to_string();
+                    return Err(match text.split_once(" is given twice") {
+                        Some((key, _)) => {
+                            self.shape(format!("`options.params`: {key} is given twice: give it once"))
+                        }
+                        None if text.starts_with("invalid type") => {
+                            self.shape("`options.params` must be an object")
+                        }
+                        // A syntax error (or one too deep), worded where the body's are.
+                        None => e,
+                    });
                 }
+            };
+            if params.replace(read).is_some() {
+                return Err(self.shape("`options.params` is given twice: give it once"));
             }
         }
-        Ok(params)
+        Ok(params.unwrap_or_default())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(self.not_an_object())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Err(self.not_an_object())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Err(self.not_an_object())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Err(self.not_an_object())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Err(self.not_an_object())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Err(self.not_an_object())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Err(self.not_an_object())
+    }
+}
+
+impl OptionsSeed<'_> {
+    fn not_an_object<E: de::Error>(&self) -> E {
+        self.shape(r#"`options` must be an object: {"params": {…}}"#)
     }
 }
 
@@ -362,6 +487,14 @@ mod tests {
             (r#"{"method":"m","items":[1],"options":{"p":1}}"#, "unknown option `p`"),
             (r#"{"method":"m","items":[1],"options":{"params":[]}}"#, "`options.params` must be an object"),
             (r#"{"method":"m","items":[1],"options":3}"#, "`options` must be an object"),
+            (
+                r#"{"method":"m","items":[1],"options":{"params":{"k":1,"k":2}}}"#,
+                "`options.params`: `k` is given twice",
+            ),
+            (
+                r#"{"method":"m","items":[1],"options":{"params":{},"params":{}}}"#,
+                "`options.params` is given twice",
+            ),
             (r#"[1,2]"#, "the body is a list"),
             (r#"null"#, "the body is null"),
             (r#"{"method":"m","items":[1]} trailing"#, "not valid JSON at line 1"),
@@ -396,5 +529,41 @@ mod tests {
         };
         assert_eq!(code, ProblemCode::InvalidArgument);
         assert!(detail.contains("not valid JSON"), "{detail}");
+    }
+
+    /// A number the worker's reader cannot hold is refused at submit, naming
+    /// the item and the number; the same number in a string, a tiny one
+    /// (read as 0) and the largest finite ones are items like any other.
+    #[test]
+    fn numbers_out_of_a_floats_range_are_refused_naming_the_item() {
+        let long = "9".repeat(400);
+        let refused = [
+            (r#"[1, {"x": 1e999}]"#.to_owned(), "item 1 holds the number `1e999`"),
+            (r#"[-1E+400]"#.to_owned(), "item 0 holds the number `-1E+400`"),
+            (r#"[[0, [2.5e309]]]"#.to_owned(), "item 0 holds the number `2.5e309`"),
+            (format!("[0, 0, {long}]"), "item 2 holds the number `9999"),
+        ];
+        for (items, expected) in &refused {
+            let body = format!(r#"{{"method":"m","items":{items}}}"#);
+            let Err(ApiError::Problem { code, detail, .. }) = parse(body.as_bytes(), 3, 1024) else {
+                panic!("{items}: accepted")
+            };
+            assert_eq!(code, ProblemCode::InvalidArgument, "{items}");
+            assert!(detail.contains(expected), "{items}: {detail}");
+            assert!(detail.contains("64-bit float"), "{items}: {detail}");
+        }
+        let accepted = [
+            r#"["1e999", {"k": "-1e999"}]"#,
+            r#"[1e-999, -0, 0.0]"#,
+            r#"[1.7976931348623157e308, -1.7976931348623157e308]"#,
+            r#"[{"e": 1e5, "E": [2E-3]}]"#,
+        ];
+        for items in accepted {
+            let body = format!(r#"{{"method":"m","items":{items}}}"#);
+            let job = parse(body.as_bytes(), 3, 1024).unwrap_or_else(|e| panic!("{items}: {e}"));
+            for item in &job.items {
+                serde_json::from_str::<Value>(item.get()).expect("each accepted item reads as JSON");
+            }
+        }
     }
 }

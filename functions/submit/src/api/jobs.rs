@@ -23,7 +23,7 @@ use super::datasets::{entropy, require_project};
 use super::idempotency::{self, Key};
 use super::job_body;
 use crate::job_store::{
-    base, create_only, derived, end_of, load, marker, ndjson, object_key, read_items, read_object,
+    Unreadable, base, create_only, derived, end_of, load, marker, ndjson, object_key, read_items, read_object,
 };
 use crate::quota;
 
@@ -77,6 +77,10 @@ pub struct JobView {
     /// When the last item finished, once the job is final.
     pub finished_at: Option<Timestamp>,
     pub cancel_requested_at: Option<Timestamp>,
+    /// Why the job stopped before every item had its task: its items could
+    /// not be read. The items never given a task count as cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     pub cost: JobCost,
 }
 
@@ -127,6 +131,7 @@ async fn view(state: &AppState, job: &JobDoc) -> Result<JobView, ApiError> {
         enqueued_at: job.fanout.finished_at,
         finished_at,
         cancel_requested_at: job.cancel_requested_at,
+        error: job.fanout.error.clone(),
         cost: JobCost { duration_ms: c.duration_ms, cost_micros: c.cost_micros },
     })
 }
@@ -648,6 +653,7 @@ pub async fn retry_failed(
             let wanted: std::collections::BTreeSet<u64> = failed.iter().map(|m| m.idx).collect();
             let items = read_items(&state, &job, lo, hi)
                 .await?
+                .map_err(|Unreadable(why)| ApiError::precondition(format!("job {}: {why}", job.id)))?
                 .into_iter()
                 .filter(|(i, _)| wanted.contains(i))
                 .collect();

@@ -1,9 +1,11 @@
 //! `GET /v1/methods` and `GET /v1/methods/{name}`: the live method registry
-//! as JSON (what `GET /v1/usage` says in words). Any authenticated caller
-//! may read it: the registry is the platform's, not a tenant's.
+//! as JSON (what `GET /v1/usage` says in words, to anyone). Every signed-in
+//! person may read it; a token only with a scope that uses it (the
+//! permission table's `catalog read` row).
 
 use std::collections::BTreeMap;
 
+use mapi_access::{Action, Resource, scope_allows};
 use mapi_api::methods::{
     MethodExample, MethodInput, MethodList, MethodOutput, MethodView, ParamKind, ParamView,
 };
@@ -76,10 +78,15 @@ pub fn view(m: &MethodSpec) -> Result<MethodView, ApiError> {
     get,
     path = "/v1/methods",
     tag = "methods",
-    responses((status = 200, body = MethodList), (status = 401, body = mapi_problem::Problem)),
+    responses(
+        (status = 200, body = MethodList),
+        (status = 401, body = mapi_problem::Problem),
+        (status = 403, body = mapi_problem::Problem, description = "A token without a scope that reads the catalog")
+    ),
     security(("session" = []), ("token" = []))
 )]
-pub async fn list(_caller: Caller) -> Result<Json<MethodList>, ApiError> {
+pub async fn list(caller: Caller) -> Result<Json<MethodList>, ApiError> {
+    may_read_catalog(&caller)?;
     let methods = mapi_methods::all().iter().map(view).collect::<Result<_, _>>()?;
     Ok(Json(MethodList { registry_version: mapi_methods::registry_version(), methods }))
 }
@@ -92,14 +99,32 @@ pub async fn list(_caller: Caller) -> Result<Json<MethodList>, ApiError> {
     params(("name" = String, Path, description = "A method's name, e.g. `tabular.linear`")),
     responses(
         (status = 200, body = MethodView),
+        (status = 403, body = mapi_problem::Problem, description = "A token without a scope that reads the catalog"),
         (status = 404, body = mapi_problem::Problem, description = "No such method: the detail names every method")
     ),
     security(("session" = []), ("token" = []))
 )]
-pub async fn get_method(_caller: Caller, Path(name): Path<String>) -> Result<Json<MethodView>, ApiError> {
+pub async fn get_method(caller: Caller, Path(name): Path<String>) -> Result<Json<MethodView>, ApiError> {
+    may_read_catalog(&caller)?;
     match mapi_methods::find(&name) {
         Some(m) => Ok(Json(view(m)?)),
         None => Err(unknown(&name)),
+    }
+}
+
+/// The method catalog is read by every signed-in person (every role has
+/// `catalog read`); an API token also needs a scope whose work uses the
+/// catalog: `models:read`, `runs:create`, `score:*` (or `score:<alias>`) or
+/// `plugins:publish`. A token made for one narrow job (uploading datasets,
+/// managing webhooks, promoting endpoints) reads nothing beyond it.
+fn may_read_catalog(caller: &Caller) -> Result<(), ApiError> {
+    match caller.token() {
+        Some(t) if !scope_allows(&t.scopes, Resource::Catalog, Action::Read, None) => {
+            Err(ApiError::forbidden(
+                "the token's scopes do not allow read catalog: use a token with models:read, runs:create, score:* or plugins:publish",
+            ))
+        }
+        _ => Ok(()),
     }
 }
 

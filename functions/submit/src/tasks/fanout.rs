@@ -30,7 +30,7 @@ use mapi_store::transact;
 
 use mapi_jobs::tasks::{push_fanout, push_items};
 
-use crate::job_store::{load, read_items};
+use crate::job_store::{Unreadable, load, read_items};
 
 /// A fan-out task that finds no job after this many deliveries gives up:
 /// the job was withdrawn (its submit failed) or deleted by the housekeeper.
@@ -51,6 +51,8 @@ pub enum Handled {
     WindowFull,
     /// A batch of item tasks was enqueued and the next step with it.
     Enqueued,
+    /// The manifest cannot be read: the fan-out stopped and the job says why.
+    Stopped,
 }
 
 impl Handled {
@@ -62,6 +64,7 @@ impl Handled {
             Handled::Finished => "finished",
             Handled::WindowFull => "window_full",
             Handled::Enqueued => "enqueued",
+            Handled::Stopped => "stopped",
         }
     }
 }
@@ -144,7 +147,14 @@ async fn step_once(
         push_fanout(&*state.queue, &job.id, step + 1, Some(now + state.config.jobs.fanout_wait)).await?;
         return Ok(done(Handled::WindowFull, job.fanout.enqueued));
     }
-    let items = read_items(&state, &job, job.fanout.enqueued, job.fanout.reserved).await?;
+    let items = match read_items(&state, &job, job.fanout.enqueued, job.fanout.reserved).await? {
+        Ok(items) => items,
+        Err(Unreadable(why)) => {
+            let job = stop(&state, &job, step, &why).await?;
+            tracing::warn!(job = %job.id, enqueued = job.fanout.enqueued, reason = %why, "fan-out stopped: the manifest cannot be read");
+            return Ok(done(Handled::Stopped, job.fanout.enqueued));
+        }
+    };
     push_items(&state.queue, &job.id, job.round, items).await?;
     let job = advance(&state, &job, step, false).await?;
     push_fanout(&*state.queue, &job.id, step + 1, None).await?;
@@ -204,6 +214,35 @@ async fn reserve(state: &AppState, job: &JobDoc, step: u64) -> Result<JobDoc, Ap
     }
 }
 
+/// Stops the fan-out at `step` for good, saying `why`: the batch reserved
+/// and never enqueued gives its room in the tenant's window back, the
+/// fan-out is finished with its error, and no next step is made.
+async fn stop(state: &AppState, job: &JobDoc, step: u64, why: &str) -> Result<JobDoc, ApiError> {
+    let now = state.clock.now();
+    let tenant = counters::tenant(&job.tenant);
+    let shard = counters::shard_id(&tenant, counters::pick(job.id.as_str(), counters::shards_of(&tenant)));
+    let shard = mapi_schema::key::<counters::CounterDoc>(&shard)?;
+    let (id, shard) = (&job.id, &shard);
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut job =
+            tx_get::<JobDoc>(&mut tx, id.as_str()).await?.ok_or_else(|| ApiError::not_found("job gone"))?;
+        if job.fanout.step != step || job.fanout.finished_at.is_some() {
+            return Ok(tx.finish(job));
+        }
+        let unused = i64::try_from(job.fanout.reserved - job.fanout.enqueued).unwrap_or(i64::MAX);
+        job.fanout.reserved = job.fanout.enqueued;
+        job.fanout.step = step + 1;
+        job.fanout.finished_at = Some(now);
+        job.fanout.error = Some(why.to_owned());
+        tx_put(&mut tx, &job)?;
+        if unused > 0 {
+            tx.increment(shard, field::ACTIVE_ITEMS, -unused, None);
+        }
+        Ok(tx.finish(job))
+    })
+    .await
+}
+
 /// Step 3: `enqueued = reserved`, the cursor to `step + 1`, and the fan-out
 /// marked finished when `finish`.
 async fn advance(state: &AppState, job: &JobDoc, step: u64, finish: bool) -> Result<JobDoc, ApiError> {
@@ -239,6 +278,7 @@ mod tests {
             (Handled::Finished, "finished"),
             (Handled::WindowFull, "window_full"),
             (Handled::Enqueued, "enqueued"),
+            (Handled::Stopped, "stopped"),
         ];
         for (outcome, wire) in all {
             let body = serde_json::to_value(StepOutcome { outcome, enqueued: 3 }).expect("answer");
