@@ -78,11 +78,7 @@ pub fn view(m: &MethodSpec) -> Result<MethodView, ApiError> {
     get,
     path = "/v1/methods",
     tag = "methods",
-    responses(
-        (status = 200, body = MethodList),
-        (status = 401, body = mapi_problem::Problem),
-        (status = 403, body = mapi_problem::Problem, description = "A token without a scope that reads the catalog")
-    ),
+    responses((status = 200, body = MethodList), (status = 401, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = []))
 )]
 pub async fn list(caller: Caller) -> Result<Json<MethodList>, ApiError> {
@@ -99,7 +95,6 @@ pub async fn list(caller: Caller) -> Result<Json<MethodList>, ApiError> {
     params(("name" = String, Path, description = "A method's name, e.g. `tabular.linear`")),
     responses(
         (status = 200, body = MethodView),
-        (status = 403, body = mapi_problem::Problem, description = "A token without a scope that reads the catalog"),
         (status = 404, body = mapi_problem::Problem, description = "No such method: the detail names every method")
     ),
     security(("session" = []), ("token" = []))
