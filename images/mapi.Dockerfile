@@ -1,12 +1,12 @@
-# The control-plane image: the five function binaries (mapi-submit,
-# mapi-push-events, mapi-reconcile-tick, mapi-meter, mapi-admin) in one image.
+# The control-plane image: the six function binaries (mapi-submit,
+# mapi-tasks, mapi-push-events, mapi-reconcile-tick, mapi-meter, mapi-admin)
+# in one image.
 #
-# One image, not five: the binaries share almost all their code (the shared/
+# One image, not six: the binaries share almost all their code (the shared/
 # crates), so one build compiles it once, the services share every layer, and
 # a deploy rolls out one digest. Each Cloud Run service picks its binary with
 # its `command` (terraform), e.g. ["/usr/local/bin/mapi-meter"]; the
-# ENTRYPOINT below is only the default, mapi-submit (also `submit-tasks`,
-# with MAPI_ROUTES=tasks).
+# ENTRYPOINT below is only the default, mapi-submit.
 #
 # Rules:
 # - The Rust image is the workspace's `rust-version` (Cargo.toml) on the
@@ -37,12 +37,12 @@ COPY --from=planner /src/recipe.json recipe.json
 # The workspace's build settings (.cargo/config.toml) apply to the cook too.
 COPY .cargo/ .cargo/
 RUN cargo chef cook --release --locked --recipe-path recipe.json \
-      -p mapi-submit -p mapi-push-events -p mapi-reconcile-tick -p mapi-meter -p mapi-admin
+      -p mapi-submit -p mapi-tasks -p mapi-push-events -p mapi-reconcile-tick -p mapi-meter -p mapi-admin
 COPY . .
 RUN cargo build --release --locked \
-      -p mapi-submit -p mapi-push-events -p mapi-reconcile-tick -p mapi-meter -p mapi-admin \
+      -p mapi-submit -p mapi-tasks -p mapi-push-events -p mapi-reconcile-tick -p mapi-meter -p mapi-admin \
  && mkdir /out \
- && cp target/release/mapi-submit target/release/mapi-push-events target/release/mapi-reconcile-tick \
+ && cp target/release/mapi-submit target/release/mapi-tasks target/release/mapi-push-events target/release/mapi-reconcile-tick \
        target/release/mapi-meter target/release/mapi-admin /out/
 
 FROM gcr.io/distroless/cc-debian12:nonroot

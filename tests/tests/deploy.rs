@@ -639,7 +639,7 @@ fn the_images_build_every_function_and_the_inventory_s_bases() {
         .map(|m| package_name(&std::fs::read_to_string(m).expect("manifest")))
         .collect();
     functions.sort();
-    assert_eq!(functions.len(), 5, "{functions:?}");
+    assert_eq!(functions.len(), 6, "{functions:?}");
     for start in ["RUN cargo chef cook", "RUN cargo build"] {
         let run = instruction(&mapi, start);
         let mut built: Vec<String> =

@@ -183,10 +183,7 @@ async fn usage_and_listings_read_a_bounded_number_of_documents_over_a_long_histo
     }
     // The housekeepers, each tick: the runs and jobs past their retention, of which there are none.
     let internal = p.platform.state.config.secrets.internal_token.clone();
-    for path in [
-        mapi_submit::tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH,
-        mapi_submit::tasks::housekeep::HOUSEKEEP_PATH,
-    ] {
+    for path in [mapi_tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH, mapi_tasks::housekeep::HOUSEKEEP_PATH] {
         let before = counts(&p).query_steps;
         let (status, v) = p.call(&internal, Method::POST, path, None).await;
         assert_eq!(status, 200, "{v}");

@@ -697,8 +697,7 @@ async fn the_housekeeper_deletes_jobs_past_their_retention() {
     settle(recent.clone()).await;
     clock.advance(Duration::from_secs(2 * 86_400));
     let internal = p.platform.state.config.secrets.internal_token.clone();
-    let (status, v) =
-        p.call(&internal, Method::POST, mapi_submit::tasks::housekeep::HOUSEKEEP_PATH, None).await;
+    let (status, v) = p.call(&internal, Method::POST, mapi_tasks::housekeep::HOUSEKEEP_PATH, None).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["deleted_jobs"], 1, "only the job older than 7 days: {v}");
     // The manifest and one chunk (the items' ends are in their markers).
@@ -716,23 +715,6 @@ async fn the_housekeeper_deletes_jobs_past_their_retention() {
         .expect("markers");
     assert!(markers.is_empty());
     assert_eq!(job(&p, &token, &recent).await["state"], "succeeded", "the recent job stays");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_and_task_routes_can_be_served_by_separate_deployments() {
-    let _serial = SERIAL.lock().await;
-    let internal_item = json!({"job": "job_01arz3ndektsv4rrffq69g5fav", "idx": 0, "round": 0, "item": 1});
-    for (routes, api_status, task_status) in [("api", 200, 404), ("tasks", 404, 200), ("all", 200, 200)] {
-        let p = quiet(&[("MAPI_ROUTES", routes)], None).await;
-        let token = p.token().to_owned();
-        let (api, _) = p.call(&token, Method::GET, "/v1/usage", None).await;
-        let internal = p.platform.state.config.secrets.internal_token.clone();
-        let (task, body) =
-            p.call(&internal, Method::POST, mapi_jobs::tasks::ITEM_PATH, Some(internal_item.clone())).await;
-        assert_eq!((api, task), (api_status, task_status), "MAPI_ROUTES={routes}: {body}");
-        let (_, manifest) = p.call(&token, Method::GET, "/manifest", None).await;
-        assert_eq!(manifest["routes"], routes);
-    }
 }
 
 /// The dev tenant's usage this month, grouped by kind.
@@ -815,8 +797,7 @@ async fn items_are_metered_once_in_the_ledger_and_the_usage_report() {
 /// Calls the retention housekeeper once; the jobs it deleted.
 async fn housekeep(p: &TestPlatform) -> u64 {
     let internal = p.platform.state.config.secrets.internal_token.clone();
-    let (status, v) =
-        p.call(&internal, Method::POST, mapi_submit::tasks::housekeep::HOUSEKEEP_PATH, None).await;
+    let (status, v) = p.call(&internal, Method::POST, mapi_tasks::housekeep::HOUSEKEEP_PATH, None).await;
     assert_eq!(status, 200, "{v}");
     v["deleted_jobs"].as_u64().expect("deleted")
 }

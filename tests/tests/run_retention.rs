@@ -14,7 +14,7 @@ use mapi_domain::{AttemptNo, ExecutionStatus, RunId, Timestamp};
 use mapi_executor::local::forward::{FORWARDED, LogForwarder};
 use mapi_queue::sqlite::Deliverer;
 use mapi_schema::AttemptDoc;
-use mapi_submit::tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH;
+use mapi_tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH;
 use mapi_tests::{Options, TestPlatform};
 use reqwest::Method;
 use serde_json::{Value, json};

@@ -445,14 +445,14 @@ async fn a_killed_purge_goes_on_where_it_stopped_to_the_same_certificate() {
     // the objects are deleted but not yet counted.
     let state = &p.platform.state;
     let killed = Killed { inner: state.store.clone(), left: AtomicU32::new(2) };
-    let ports = mapi_submit::tasks::purge::Ports {
+    let ports = mapi_tasks::purge::Ports {
         store: &killed,
         objects: &*state.objects,
         pepper: &state.pepper,
         now: state.clock.now(),
     };
     let acme = TenantId::parse("acme").expect("tenant");
-    let stopped = mapi_submit::tasks::purge::run(ports, &acme, 200).await;
+    let stopped = mapi_tasks::purge::run(ports, &acme, 200).await;
     assert!(stopped.is_err(), "the purge was killed: {stopped:?}");
     assert!(objects_under(p, "t/acme/").await.is_empty(), "its first page of objects went");
     let (_, midway) = p.call(&w.operator, Method::GET, "/v1/tenants/acme/deletion", None).await;

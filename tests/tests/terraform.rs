@@ -1203,10 +1203,36 @@ fn contract_each_service_starts_with_the_settings_terraform_gives_it_and_reads_t
             }
         }
     }
-    let routes = |n: &str| service_env(tf, n).get(vars::ROUTES.name).and_then(lit);
-    assert_eq!(routes("submit-api").as_deref(), Some("api"));
-    assert_eq!(routes("submit-tasks").as_deref(), Some("tasks"));
     assert_none("settings", bad);
+}
+
+/// The bundle key's grants are exactly what the services' settings say:
+/// the one service that signs (meter) may sign, every other service that
+/// reads the signer's settings (it verifies bundles) may read the public
+/// keys, and no service that never verifies holds a grant on the key.
+#[test]
+fn contract_the_signing_keys_grants_are_exactly_the_services_that_sign_or_verify() {
+    use mapi_platform::config::Section;
+    let tf = tf();
+    let module_of = |service: Service| {
+        format!("serviceAccount:${{module.{}.service_account_email}}", tf_name(service).replace('-', "_"))
+    };
+    let verifiers: BTreeSet<String> = Service::ALL
+        .iter()
+        .filter(|s| s.uses().has(Section::Signer) && **s != Service::Meter)
+        .map(|s| module_of(*s))
+        .collect();
+    let grant = tf.resource("google_kms_crypto_key_iam_member", "verifiers");
+    assert_eq!(src_at(grant.body, &["role"]), "roles/cloudkms.publicKeyViewer");
+    let locals = tf.locals(PLATFORM);
+    let granted: BTreeSet<String> = resolve_object(attr(grant.body, "for_each").expect("for_each"), &locals)
+        .values()
+        .map(|e| format!("serviceAccount:${{{}}}", src(e)))
+        .collect();
+    assert_eq!(granted, verifiers, "publicKeyViewer: the services that verify bundles");
+    assert!(!Service::Tasks.uses().has(Section::Signer), "the task routes verify nothing");
+    let signer = tf.resource("google_kms_crypto_key_iam_member", "signer");
+    assert_eq!(src_at(signer.body, &["member"]), module_of(Service::Meter));
 }
 
 #[test]
@@ -1216,7 +1242,7 @@ fn contract_each_service_runs_its_functions_binary() {
     for service in Service::ALL {
         let name = tf_name(*service);
         let dir = match service {
-            Service::Submit | Service::SubmitTasks => "submit",
+            Service::Tasks => "tasks",
             other => other.as_str(),
         };
         let manifest = std::fs::read_to_string(
@@ -1480,7 +1506,7 @@ fn contract_queue_settings_are_the_codes() {
     // What submit-tasks is configured with fits the deadlines of the queues that call it.
     let env = start_env(tf, "submit-tasks");
     let config =
-        mapi_platform::Config::read(&|k| env.get(k).cloned(), Service::SubmitTasks.uses()).expect("config");
+        mapi_platform::Config::read(&|k| env.get(k).cloned(), Service::Tasks.uses()).expect("config");
     let deadline = |q: &str| {
         mapi_platform::queue_configs()
             .expect("configs")

@@ -1,5 +1,6 @@
-//! `submit`: the tenant-facing API for datasets and runs, and the dispatch
-//! task handler that the queue calls back to start each attempt.
+//! `submit`: the tenant-facing API (the `submit-api` service): datasets,
+//! runs, item jobs, model versions, endpoints and scores, webhooks,
+//! experiments and saved views, the method registry.
 //!
 //! Routes:
 //! - `POST /v1/tenants/{tenant}/projects/{project}/datasets` (CSV upload),
@@ -16,24 +17,12 @@
 //!   `GET /v1/jobs/{id}/items/{idx}/log`, `POST /v1/jobs/{id}/cancel`,
 //!   `POST /v1/jobs/{id}/retry-failed`; `GET /v1/usage`, `GET /manifest`;
 //! - the method registry: `GET /v1/methods`, `GET /v1/methods/{name}`;
-//! - task routes (queue and scheduler callbacks, internal token):
-//!   `POST /internal/tasks/dispatch`, `/internal/tasks/jobs/fanout`,
-//!   `/internal/tasks/jobs/item`, `/internal/tasks/jobs/housekeep`.
 //!
-//! `MAPI_ROUTES` chooses which of the two sets a process serves, so the
-//! task routes can be a second deployment of the same function
-//! (`submit-tasks`).
-//!
-//! Two module trees that do not import each other: [`api`] (the tenant
-//! routes) and [`tasks`] (the queue and scheduler callbacks). What both use
-//! is beside them: [`quota`] (admission, and the spend cap's hold on new
-//! compute) and [`job_store`] (a job's documents and objects).
+//! The queues' and the scheduler's callbacks are `mapi_tasks`', a crate this
+//! one neither depends on nor is depended on by; admission is
+//! `mapi_admission`'s and a job's documents and objects `mapi_jobstore`'s.
 
 pub mod api;
-pub mod job_store;
-mod placement;
-mod quota;
-pub mod tasks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -133,18 +122,11 @@ use utoipa::OpenApi;
 )]
 pub struct ApiDoc;
 
-/// The function's routes: the API, the task routes, or both (`MAPI_ROUTES`).
-/// `GET /manifest` is served by both deployments.
+/// The function's routes.
 pub fn router(state: AppState) -> Router {
     let json_limit = state.config.max_json_bytes;
-    let mut app = Router::new();
-    if state.config.routes.serves_api() {
-        app = app.merge(api::router(&state));
-    }
-    if state.config.routes.serves_tasks() {
-        app = app.merge(tasks::router());
-    }
-    app.route("/manifest", get(api::docs::manifest))
+    api::router(&state)
+        .route("/manifest", get(api::docs::manifest))
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
 }

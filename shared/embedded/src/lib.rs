@@ -73,6 +73,7 @@ const BACKGROUND_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 pub fn router(state: &AppState) -> Router {
     let mut app = Router::new()
         .merge(mapi_submit::router(state.clone()))
+        .merge(mapi_tasks::router(state.clone()))
         .merge(mapi_push_events::router(state.clone()))
         .merge(mapi_reconcile_tick::router(state.clone()))
         .merge(mapi_meter::router(state.clone()))
@@ -344,8 +345,8 @@ impl DevPlatform {
         }
         let (tick, clock) = (state.config.tick_interval, state.clock.clone());
         self.tasks.push(tokio::spawn({
-            let housekeep = format!("{url}{}", mapi_submit::tasks::housekeep::HOUSEKEEP_PATH);
-            let housekeep_runs = format!("{url}{}", mapi_submit::tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH);
+            let housekeep = format!("{url}{}", mapi_tasks::housekeep::HOUSEKEEP_PATH);
+            let housekeep_runs = format!("{url}{}", mapi_tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH);
             let (url, mut rx) = (format!("{url}{}", mapi_reconcile_tick::TICK_PATH), stopped);
             async move {
                 loop {

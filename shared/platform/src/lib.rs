@@ -36,8 +36,8 @@ use mapi_store::sqlite::SqliteStore;
 pub use absent::Absent;
 pub use config::{
     CloudTasksConfig, Config, ConfigError, DEV_IDP_PREFIX, ExecutorKind, HostingBackend,
-    JOB_ITEM_DISPATCH_DEADLINE, JobSettings, ObjectsBackend, Profile, PushAuthConfig, RouteSet, Secrets,
-    Section, SignerConfig, StoreBackend, Uses, VARIABLES, variables,
+    JOB_ITEM_DISPATCH_DEADLINE, JobSettings, ObjectsBackend, Profile, PushAuthConfig, Secrets, Section,
+    SignerConfig, StoreBackend, Uses, VARIABLES, variables,
 };
 
 pub use mapi_schema::{DISPATCH_QUEUE, FINALIZE_QUEUE};
@@ -577,7 +577,7 @@ impl Platform {
                 Arc::new(mapi_cloudtasks::CloudTasksQueue::new(settings, credentials, clock.clone()).await?)
             }
         };
-        let hosting: Arc<dyn Hosting> = match (uses.has(Section::Executor), &config.hosting) {
+        let hosting: Arc<dyn Hosting> = match (uses.has(Section::Hosting), &config.hosting) {
             (true, HostingBackend::Local) => {
                 let h = local_hosting(&config, &clock, &worker)?;
                 local.hosting = Some(h.clone());

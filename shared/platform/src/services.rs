@@ -9,13 +9,14 @@ use mapi_schema::{DISPATCH_QUEUE, EXPORT_QUEUE, FINALIZE_QUEUE, PURGE_QUEUE, WEB
 
 use crate::config::{CloudTasksConfig, Section, Uses};
 
-/// A deployed service. `submit` is deployed twice from one image: the
-/// tenant API (`MAPI_ROUTES=api`) and its queue callbacks
-/// (`MAPI_ROUTES=tasks`), so item work never takes the API's capacity.
+/// A deployed service: one function crate each. The task routes are a
+/// service of their own (`mapi-tasks`, deployed under its first name,
+/// `submit-tasks`, so queues and URLs stay put), so item work never takes
+/// the API's capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Service {
     Submit,
-    SubmitTasks,
+    Tasks,
     PushEvents,
     ReconcileTick,
     Meter,
@@ -25,7 +26,7 @@ pub enum Service {
 impl Service {
     pub const ALL: &'static [Service] = &[
         Service::Submit,
-        Service::SubmitTasks,
+        Service::Tasks,
         Service::PushEvents,
         Service::ReconcileTick,
         Service::Meter,
@@ -36,7 +37,7 @@ impl Service {
     pub fn as_str(self) -> &'static str {
         match self {
             Service::Submit => "submit",
-            Service::SubmitTasks => "submit-tasks",
+            Service::Tasks => "submit-tasks",
             Service::PushEvents => "push-events",
             Service::ReconcileTick => "reconcile-tick",
             Service::Meter => "meter",
@@ -45,14 +46,18 @@ impl Service {
     }
 
     /// The configuration sections the service reads (and so the ports it
-    /// wires): what its handlers use, no more. The `submit` image serves
-    /// the API and the task routes, which between them use everything.
+    /// wires): what its handlers use, no more.
     pub fn uses(self) -> Uses {
         use Section::*;
         match self {
-            Service::Submit | Service::SubmitTasks => Uses::ALL,
+            // Everything but Pub/Sub push authentication.
+            Service::Submit => Uses::only(&[
+                Api, Lifecycle, Sessions, Objects, Queue, Executor, Signer, Jobs, Hosting, Webhooks,
+            ]),
+            // No sessions, no API limits, no signer, no endpoints' host.
+            Service::Tasks => Uses::only(&[Lifecycle, Objects, Queue, Executor, Jobs, Webhooks]),
             Service::PushEvents => Uses::only(&[Push]),
-            Service::ReconcileTick => Uses::only(&[Lifecycle, Queue, Executor]),
+            Service::ReconcileTick => Uses::only(&[Lifecycle, Queue, Executor, Hosting]),
             Service::Meter => Uses::only(&[Lifecycle, Objects, Queue, Executor, Signer]),
             // The queue: a tenant's export and purge are tasks admin pushes. Jobs and Lifecycle:
             // the retentions a tenant's limits show.
@@ -78,19 +83,19 @@ pub struct QueueRoute {
 
 /// Every queue the platform pushes to, and where its tasks go.
 pub const QUEUE_ROUTES: &[QueueRoute] = &[
-    QueueRoute { queue: DISPATCH_QUEUE, path: DISPATCH_PATH, service: Service::SubmitTasks },
+    QueueRoute { queue: DISPATCH_QUEUE, path: DISPATCH_PATH, service: Service::Tasks },
     QueueRoute { queue: FINALIZE_QUEUE, path: FINALIZE_PATH, service: Service::Meter },
-    QueueRoute { queue: FANOUT_QUEUE, path: FANOUT_PATH, service: Service::SubmitTasks },
-    QueueRoute { queue: ITEMS_QUEUE, path: ITEM_PATH, service: Service::SubmitTasks },
-    QueueRoute { queue: WEBHOOKS_QUEUE, path: DELIVER_PATH, service: Service::SubmitTasks },
-    QueueRoute { queue: EXPORT_QUEUE, path: EXPORT_PATH, service: Service::SubmitTasks },
-    QueueRoute { queue: PURGE_QUEUE, path: PURGE_PATH, service: Service::SubmitTasks },
+    QueueRoute { queue: FANOUT_QUEUE, path: FANOUT_PATH, service: Service::Tasks },
+    QueueRoute { queue: ITEMS_QUEUE, path: ITEM_PATH, service: Service::Tasks },
+    QueueRoute { queue: WEBHOOKS_QUEUE, path: DELIVER_PATH, service: Service::Tasks },
+    QueueRoute { queue: EXPORT_QUEUE, path: EXPORT_PATH, service: Service::Tasks },
+    QueueRoute { queue: PURGE_QUEUE, path: PURGE_PATH, service: Service::Tasks },
 ];
 
 /// Where the queues `service` serves deliver with Cloud Tasks.
 pub fn service_url(ct: &CloudTasksConfig, service: Service, public_url: &str) -> String {
     match service {
-        Service::SubmitTasks => ct.submit_tasks_url(public_url),
+        Service::Tasks => ct.submit_tasks_url(public_url),
         Service::Meter => ct.meter_url(public_url),
         Service::Submit | Service::PushEvents | Service::ReconcileTick | Service::Admin => {
             ct.target_url(public_url)

@@ -26,4 +26,4 @@ pub use limits::{
     GIB, KillSwitches, Limits, PLATFORM_CONCURRENT_RUNS, Policy, effective, platform_limits, tier_defaults,
 };
 pub use period::{Period, UnknownPeriod};
-pub use plan::{Asked, CounterNames, NoRoom, Plan, Read, plan};
+pub use plan::{Asked, CounterNames, ItemsTake, NoRoom, Plan, Read, items_window, plan};

@@ -244,6 +244,39 @@ pub fn plan(read: &Read<'_>, asked: &Asked<'_>) -> Result<Result<Plan, Refusal>,
     Ok(Ok(Plan { bumps, reservation, limits }))
 }
 
+/// What a tenant's window of items in flight lets a fan-out step enqueue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemsTake {
+    /// How many items (0: the window is full).
+    pub items: u64,
+    /// The guarded increments of `active_items` that take them, each at
+    /// most its shard's share of the window, to write in the step's commit.
+    pub bumps: Bumps,
+}
+
+/// Up to `want` items of a tenant's window of `window` items in flight,
+/// as `counter` (the tenant's, `counters::tenant`) holds it: what is free
+/// now, taken from the shards with room from the one `seed` picks on. A
+/// racing step that took the same room first fails the commit's guard, and
+/// the step plans again.
+pub fn items_window(counter: &Sharded, window: u32, want: u64, seed: &str) -> Result<ItemsTake, NoRoom> {
+    let window = i64::from(window);
+    let free = u64::try_from(window - counter.total().active_items).unwrap_or(0);
+    let items = want.min(free);
+    let mut bumps = Bumps::default();
+    if items == 0 {
+        return Ok(ItemsTake { items, bumps });
+    }
+    let amount = i64::try_from(items).unwrap_or(i64::MAX);
+    // The shards' room adds up to at least what the sum leaves free (their
+    // shares add up to the window): less is a bug, not a race.
+    let takes = counter.take(field::ACTIVE_ITEMS, amount, Some(window), seed).ok_or_else(|| {
+        NoRoom("the tenant's item counter has less room in its shards than in its sum".into())
+    })?;
+    bumps.take(field::ACTIVE_ITEMS, &takes);
+    Ok(ItemsTake { items, bumps })
+}
+
 #[cfg(test)]
 mod tests {
     use mapi_domain::ResourceClass;
@@ -399,5 +432,31 @@ mod tests {
         };
         let third = plan_for(Tier::Public, &run(), both).expect("checked");
         assert_eq!(third.expect_err("both shares taken").limit, "concurrent_runs");
+    }
+
+    /// A fan-out step takes what the window has free, no more, from the
+    /// shards with room; a full window takes nothing; a shard over its share
+    /// (given back into another) does not hide the room of the others.
+    #[test]
+    fn the_items_window_takes_what_is_free_from_shards_with_room() {
+        let name = counters::tenant(&TenantId::parse("acme").expect("tenant"));
+        let n = counters::shards_of(&name) as usize;
+        let mut counter = Sharded {
+            name: name.clone(),
+            legacy: CounterDoc::default(),
+            shards: vec![CounterDoc::default(); n],
+        };
+        let take = items_window(&counter, 100, 30, "job_1").expect("room");
+        assert_eq!(take.items, 30);
+        let all = items_window(&counter, 100, 500, "job_1").expect("room");
+        assert_eq!(all.items, 100, "at most the window");
+        counter.shards[0].active_items = 60;
+        counter.shards[1].active_items = -20;
+        let left = items_window(&counter, 100, 500, "job_2").expect("room");
+        assert_eq!(left.items, 60, "free is the window less the sum (40)");
+        counter.shards[1].active_items = 40;
+        counter.legacy.active_items = 0;
+        let full = items_window(&counter, 100, 5, "job_3").expect("full");
+        assert_eq!(full, ItemsTake { items: 0, bumps: Bumps::default() });
     }
 }

@@ -385,7 +385,6 @@ module "submit_api" {
   secrets             = module.secrets.secret_ids
   env_vars = merge(
     local.base_env,
-    { MAPI_ROUTES = "api" },
     local.sessions_env,
     local.objects_env,
     {
@@ -405,7 +404,7 @@ module "submit_tasks" {
   region              = var.region
   env                 = var.env
   name                = "submit-tasks"
-  binary              = "mapi-submit"
+  binary              = "mapi-tasks"
   image               = var.image_digests["mapi"]
   invokers            = ["serviceAccount:${module.queues.invoker_email}"]
   custom_audiences    = [local.tasks_audience]
@@ -418,7 +417,6 @@ module "submit_tasks" {
   env_vars = merge(
     local.base_env,
     {
-      MAPI_ROUTES             = "tasks"
       MAPI_JOB_RETENTION_DAYS = tostring(var.job_retention_days)
       MAPI_RUN_RETENTION_DAYS = tostring(var.run_retention_days)
       # A dispatch waits for its jobs.run slot less than its 30 s dispatch deadline.
@@ -428,7 +426,6 @@ module "submit_tasks" {
     local.objects_env,
     local.queue_env,
     local.executor_env,
-    local.signer_env,
   )
 }
 
@@ -544,8 +541,8 @@ resource "google_service_account_iam_member" "sign_blob" {
   member             = "serviceAccount:${each.value.account}"
 }
 
-# The bundle signer: meter signs; the submit deployments load the public keys
-# they verify with.
+# The bundle signer: meter signs; submit-api loads the public keys it verifies
+# with (the task routes verify nothing).
 resource "google_kms_crypto_key_iam_member" "signer" {
   crypto_key_id = module.data.signing_key_id
   role          = "roles/cloudkms.signerVerifier"
@@ -554,8 +551,7 @@ resource "google_kms_crypto_key_iam_member" "signer" {
 
 resource "google_kms_crypto_key_iam_member" "verifiers" {
   for_each = {
-    submit-api   = module.submit_api.service_account_email
-    submit-tasks = module.submit_tasks.service_account_email
+    submit-api = module.submit_api.service_account_email
   }
   crypto_key_id = module.data.signing_key_id
   role          = "roles/cloudkms.publicKeyViewer"

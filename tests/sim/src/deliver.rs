@@ -148,7 +148,7 @@ pub fn tick(world: &mut World) {
 
 /// The job housekeeper's schedule.
 pub fn housekeep(world: &mut World) {
-    match internal_post(world, mapi_submit::tasks::housekeep::HOUSEKEEP_PATH) {
+    match internal_post(world, mapi_tasks::housekeep::HOUSEKEEP_PATH) {
         Some((s, _)) => world.note(format!("housekeep: {s}")),
         None => world.died("housekeeping"),
     }

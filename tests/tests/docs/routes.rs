@@ -64,8 +64,8 @@ async fn serves(router: &Router, method: &str, path: &str) -> bool {
     !(resp.status() == StatusCode::METHOD_NOT_ALLOWED || (resp.status() == StatusCode::NOT_FOUND && !problem))
 }
 
-async fn state(home: &std::path::Path, routes: &str) -> AppState {
-    let config = mapi_tests::config(home, &[("MAPI_ROUTES", routes)]);
+async fn state(home: &std::path::Path) -> AppState {
+    let config = mapi_tests::config(home, &[]);
     let platform = Platform::embedded(config, Arc::new(mapi_clock::SystemClock), mapi_tests::worker())
         .expect("platform");
     AppState(Arc::new(platform))
@@ -73,15 +73,11 @@ async fn state(home: &std::path::Path, routes: &str) -> AppState {
 
 #[tokio::test]
 async fn the_route_table_is_the_routers() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
-    let (api, tasks, all) = (
-        state(dirs[0].path(), "api").await,
-        state(dirs[1].path(), "tasks").await,
-        state(dirs[2].path(), "all").await,
-    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let all = state(dir.path()).await;
     let routers: BTreeMap<&str, Router> = [
-        (Service::Submit, mapi_submit::router(api)),
-        (Service::SubmitTasks, mapi_submit::router(tasks)),
+        (Service::Submit, mapi_submit::router(all.clone())),
+        (Service::Tasks, mapi_tasks::router(all.clone())),
         (Service::PushEvents, mapi_push_events::router(all.clone())),
         (Service::ReconcileTick, mapi_reconcile_tick::router(all.clone())),
         (Service::Meter, mapi_meter::router(all.clone())),

@@ -15,7 +15,7 @@ use mapi_quota::Ask;
 use mapi_schema::{DatasetDoc, Doc, layout, tx_create};
 use mapi_store::transact;
 
-use crate::quota;
+use mapi_admission::quota;
 use mapi_store::{Direction, Op};
 use serde::Deserialize;
 

@@ -11,7 +11,6 @@ use std::fmt::Write;
 use axum::http::header;
 use axum::response::IntoResponse;
 use mapi_methods::{Input, MethodSpec, ParamSpec};
-use mapi_platform::AppState;
 use serde::Serialize;
 
 /// The API version every route is under.
@@ -126,24 +125,16 @@ pub struct Manifest {
     pub api_version: &'static str,
     pub method_registry_version: String,
     pub methods: Vec<&'static str>,
-    /// `all`, `api` or `tasks` (`MAPI_ROUTES`).
-    pub routes: &'static str,
 }
 
 /// The API version and the method registry's version.
 #[utoipa::path(get, path = "/manifest", tag = "jobs", responses((status = 200, body = Manifest)))]
-pub async fn manifest(axum::extract::State(state): axum::extract::State<AppState>) -> axum::Json<Manifest> {
-    let routes = match state.config.routes {
-        mapi_platform::RouteSet::All => "all",
-        mapi_platform::RouteSet::Api => "api",
-        mapi_platform::RouteSet::Tasks => "tasks",
-    };
+pub async fn manifest() -> axum::Json<Manifest> {
     axum::Json(Manifest {
         service: "submit",
         version: env!("CARGO_PKG_VERSION"),
         api_version: API_VERSION,
         method_registry_version: mapi_methods::registry_version(),
         methods: mapi_methods::all().iter().map(|m| m.name).collect(),
-        routes,
     })
 }

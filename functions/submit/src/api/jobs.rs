@@ -22,10 +22,10 @@ use serde_json::value::RawValue;
 use super::datasets::{entropy, require_project};
 use super::idempotency::{self, Key};
 use super::job_body;
-use crate::job_store::{
+use mapi_admission::quota;
+use mapi_jobstore::{
     Unreadable, base, create_only, derived, end_of, load, marker, ndjson, object_key, read_items, read_object,
 };
-use crate::quota;
 
 /// What a job is asked to do (the request's schema; the body is read by
 /// `job_body`, in bounded memory).
@@ -659,7 +659,7 @@ pub async fn retry_failed(
                 .collect();
             mapi_jobs::tasks::push_items(&state.queue, &job.id, job.round, items).await?;
             for m in &failed {
-                crate::job_store::reopen(&state, &job, m.idx, job.round).await?;
+                mapi_jobstore::reopen(&state, &job, m.idx, job.round).await?;
                 reopened += 1;
             }
         }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::datasets::{entropy, require_project};
 use super::idempotency::{self, Key};
 use super::view;
-use crate::quota;
+use mapi_admission::quota;
 
 /// The checks a spec passes before a run is written, in order: the timeout,
 /// the method and its parameters, the class on this executor, the dataset
@@ -227,7 +227,7 @@ async fn admit(
         .into_doc(now, &*state.entropy);
     if dry {
         let plan = quota::plan(state, now, tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
-        let held = crate::placement::held(state, tenant).await?.map(|(_, why)| why);
+        let held = mapi_admission::held(state, tenant).await?.map(|(_, why)| why);
         return Ok(Json(dry_run(run, plan.err(), held)).into_response());
     }
     let request = quota::Request {

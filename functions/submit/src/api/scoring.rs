@@ -2,7 +2,7 @@
 //! is sent to the host (so a refused score never wakes a scaled-to-zero
 //! server), forwarded to one revision chosen by the split, then metered.
 //!
-//! Admission is the one admission of runs and jobs (`crate::quota`): the
+//! Admission is the one admission of runs and jobs (`mapi_admission`): the
 //! token's vCPU budget, the tenant's requests per minute and vCPU-seconds per
 //! day and month, the platform's spend cap. A score reserves nothing: its
 //! compute is known once it is answered, and is then charged in one commit
@@ -39,7 +39,7 @@ use mapi_schema::{SCORE_LEDGER_SHARDS, ScoreLedgerEntry, tx_get, tx_put};
 use mapi_store::{StoreError, transact};
 
 use super::endpoints::{body_of, hosting_error, load_granted};
-use crate::quota;
+use mapi_admission::quota;
 
 /// The most rows one score may send.
 pub const MAX_ROWS: usize = 10_000;

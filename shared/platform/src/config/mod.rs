@@ -4,7 +4,7 @@
 //! variables is generated from [`variables`].
 //!
 //! A function reads only the [`Section`]s it uses: the base (profile,
-//! home, public URL, secrets, the store, which routes it serves) and then,
+//! home, public URL, secrets, the store) and then,
 //! by its [`Uses`], the tenant API's limits, a run's lifecycle timings,
 //! sessions, Pub/Sub push authentication, the object store, the queue, the
 //! executor, the bundle signer and item jobs. A section it does not use is
@@ -63,6 +63,10 @@ pub enum Section {
     Queue,
     /// `MAPI_EXECUTOR`, its adapter and the shared-tier evidence age.
     Executor,
+    /// `MAPI_HOSTING` (where endpoints are served), its adapter and idle time.
+    Hosting,
+    /// What webhook URLs may reach (`MAPI_WEBHOOKS_ALLOW_LOOPBACK`).
+    Webhooks,
     /// `MAPI_SIGNER` and its adapter.
     Signer,
     /// `MAPI_JOB_*`.
@@ -74,7 +78,7 @@ pub enum Section {
 pub struct Uses(&'static [Section]);
 
 impl Uses {
-    /// Every section: `mapi dev`, tests, and `submit` (the API and the task routes).
+    /// Every section: `mapi dev` and tests, which serve every function in one process.
     pub const ALL: Uses = Uses(&[
         Section::Api,
         Section::Lifecycle,
@@ -85,6 +89,8 @@ impl Uses {
         Section::Executor,
         Section::Signer,
         Section::Jobs,
+        Section::Hosting,
+        Section::Webhooks,
     ]);
 
     /// These sections (and the base every function reads).
@@ -224,7 +230,6 @@ pub struct Config {
     pub google_jwks_url: String,
     /// `MAPI_SIGNER`: what signs model-version bundles.
     pub signer: SignerConfig,
-    pub routes: RouteSet,
     pub jobs: JobSettings,
 }
 
@@ -390,34 +395,6 @@ pub struct PushAuthConfig {
     pub service_account: String,
 }
 
-/// Which routes a process serves (`MAPI_ROUTES`), so the queue's task
-/// routes can run as a second deployment of the same function, scaled on
-/// their own, and an expensive item pipeline cannot starve the API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RouteSet {
-    /// The API and the task routes.
-    All,
-    /// The API only: tenant-facing routes, docs, health.
-    Api,
-    /// The task routes only (`/internal/tasks/...`), and health.
-    Tasks,
-}
-
-impl Choice for RouteSet {
-    const CHOICES: &'static [(&'static str, Self)] =
-        &[("all", RouteSet::All), ("api", RouteSet::Api), ("tasks", RouteSet::Tasks)];
-}
-
-impl RouteSet {
-    pub fn serves_api(self) -> bool {
-        matches!(self, RouteSet::All | RouteSet::Api)
-    }
-
-    pub fn serves_tasks(self) -> bool {
-        matches!(self, RouteSet::All | RouteSet::Tasks)
-    }
-}
-
 /// The settings of item jobs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobSettings {
@@ -460,8 +437,8 @@ impl From<Invalid> for ConfigError {
 /// Which webhook targets are allowed: loopback ones only when asked for,
 /// and only on a development platform (a deployed one must never reach its
 /// own network).
-fn webhooks_policy(api: Env<'_>, profile: Profile) -> Result<mapi_webhooks::Policy, ConfigError> {
-    let allow_loopback = v::WEBHOOKS_ALLOW_LOOPBACK.flag(api)?;
+fn webhooks_policy(env: Env<'_>, profile: Profile) -> Result<mapi_webhooks::Policy, ConfigError> {
+    let allow_loopback = v::WEBHOOKS_ALLOW_LOOPBACK.flag(env)?;
     if allow_loopback && profile != Profile::Dev {
         return Err(ConfigError::Invalid(
             "MAPI_WEBHOOKS_ALLOW_LOOPBACK=true is for local testing: set it only with MAPI_PROFILE=dev"
@@ -722,6 +699,7 @@ impl Config {
         let (api, life, sessions) =
             (section(Section::Api), section(Section::Lifecycle), section(Section::Sessions));
         let (push, exec) = (section(Section::Push), section(Section::Executor));
+        let (hosted, hooks) = (section(Section::Hosting), section(Section::Webhooks));
         let objects = if uses.reads_objects() { env } else { &unset };
         let executor: ExecutorKind = v::EXECUTOR.choose(exec)?;
         let cloudrun = match executor {
@@ -737,7 +715,6 @@ impl Config {
             sqlite_durability: v::SQLITE_SYNC.choose::<SqliteSync>(env)?.0,
             tenant_deletion_grace: v::TENANT_DELETION_GRACE_S.seconds(env)?,
             store_backend: store_backend(env)?,
-            routes: v::ROUTES.choose(env)?,
             google_jwks_url: v::GOOGLE_JWKS_URL.raw(env).unwrap_or_default(),
             max_dataset_bytes: v::MAX_DATASET_BYTES.parse(api)?,
             dataset_limits: dataset_limits(api)?,
@@ -772,13 +749,13 @@ impl Config {
             pubsub_push_subscriptions: subscriptions(push)?,
             executor,
             cloudrun,
-            hosting: hosting(exec, executor)?,
+            hosting: hosting(hosted, executor)?,
             worker_bin: v::WORKER_BIN.get(exec).map(PathBuf::from),
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,
             local_regions: v::LOCAL_REGIONS.list(exec),
-            webhooks: webhooks_policy(api, profile)?,
-            endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(exec)?,
+            webhooks: webhooks_policy(hooks, profile)?,
+            endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(hosted)?,
             local_memory_mib: memory_map(exec)?,
             evidence_max_age: v::EXECUTOR_EVIDENCE_MAX_AGE_S.seconds(exec)?,
             objects_backend: objects_backend(objects)?,

@@ -44,11 +44,6 @@ pub const SQLITE_SYNC: Var = Var::new(
     "full",
     "SQLite `synchronous`: `full` survives power loss, `normal` only process crashes",
 );
-pub const ROUTES: Var = Var::new(
-    "MAPI_ROUTES",
-    "all",
-    "Routes this process serves: `all`, `api` (tenant-facing) or `tasks` (queue callbacks), so task routes can be a second deployment",
-);
 pub const GOOGLE_JWKS_URL: Var = Var::new(
     "MAPI_GOOGLE_JWKS_URL",
     mapi_oidc::GOOGLE_JWKS_URL,
@@ -340,7 +335,6 @@ pub const VARIABLES: &[Var] = &[
     SIGNER,
     SIGNING_KEY_FILE,
     SIGNING_TRUSTED_KEY_FILES,
-    ROUTES,
     JOB_MAX_ITEMS,
     JOB_MAX_BODY_BYTES,
     JOB_MAX_ITEM_BYTES,

@@ -19,7 +19,7 @@ use mapi_quota::counters;
 use mapi_quota::{
     Ask, Asked, CounterNames, Limits, Period, Read, Refusal, RefusalCode, TokenBudget, platform_limits,
 };
-use mapi_schema::{BudgetPeriod, KillSwitchDoc, Outcome, QuotaPolicyDoc, TenantDoc, TokenDoc};
+use mapi_schema::{BudgetPeriod, KillSwitchDoc, Outcome, QuotaPolicyDoc, TokenDoc};
 
 pub use mapi_quota::Plan;
 
@@ -202,35 +202,4 @@ pub async fn refused(
         .detail(format!("{} {}: {}", r.level.as_str(), r.limit, r.detail));
     audit(state, entry).await;
     ApiError::Problem { code, detail: r.detail, retry_after_s: r.retry_after_s }
-}
-
-/// When the global spend cap is reached, no new compute starts except for
-/// internal tenants: runs admitted earlier stay queued. `Some((seconds to
-/// the cap's period end, why))` when the run must wait.
-pub async fn compute_stopped(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
-    let Some(switches) =
-        mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?.map(|k| k.switches)
-    else {
-        return Ok(None);
-    };
-    let Some(cap) = switches.spend_cap_micros else { return Ok(None) };
-    let tier =
-        mapi_schema::get::<TenantDoc>(&*state.store, tenant.as_str()).await?.map_or(Tier::Public, |t| t.tier);
-    if tier == Tier::Internal {
-        return Ok(None);
-    }
-    let now = state.clock.now();
-    let period = switches.spend_cap_period;
-    let spend = counters::read(&*state.store, &counters::platform_period(period, now)).await?.spend_micros;
-    if spend < cap {
-        return Ok(None);
-    }
-    let wait = period.end(now).since(now).as_secs().max(1);
-    Ok(Some((
-        wait,
-        format!(
-            "the platform's {} spend cap is reached: no new compute starts until it resets",
-            period.as_str()
-        ),
-    )))
 }

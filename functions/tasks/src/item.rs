@@ -46,7 +46,7 @@ use mapi_schema::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde_json::{Value, json};
 
-use crate::job_store::{append, base, load, marker, ndjson, read_end, remove_stale, reopen, write_end};
+use mapi_jobstore::{append, base, load, marker, ndjson, read_end, remove_stale, reopen, write_end};
 
 /// Where an end being marked lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

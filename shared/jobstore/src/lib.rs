@@ -1,6 +1,6 @@
-//! A job's documents and objects, as both module trees read and write them:
-//! the tenant API (`api::jobs`) and the queue callbacks (`tasks::fanout`,
-//! `tasks::item`, `tasks::housekeep`). Item jobs are a method and a list of
+//! A job's documents and objects, as both services read and write them: the
+//! tenant API (`mapi_submit`'s jobs routes) and the task routes (`mapi_tasks`'
+//! fan-out, item and housekeeper). Item jobs are a method and a list of
 //! items, fanned out through the queue (one fan-out task expands the
 //! manifest into one task per item), each item run in-process by the task
 //! routes, results per item in the data bucket, and the job's state derived

@@ -1,17 +1,19 @@
-//! Whether a queued run may be placed on the executor now: the one answer
-//! the dispatcher acts on and a dry run reports. A run held back waits in
-//! the queue; it never fails for it.
+//! Whether admitted compute may start now: the one answer the dispatcher
+//! acts on (and a run's dry run reports) and the fan-out asks before each
+//! batch of items. Work held back waits in its queue; it never fails for it.
 
-use mapi_domain::TenantId;
+use mapi_domain::{TenantId, Tier};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
+use mapi_quota::counters;
+use mapi_schema::{KillSwitchDoc, TenantDoc};
 
 /// Why a run of `tenant` may not start now, and how many seconds until the
 /// queue offers it again: the spend cap (until its period ends, at most an
 /// hour), the executor switched off by an operator, or the shared-tier gate
 /// for `verified` and `public` tenants.
 pub async fn held(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
-    if let Some((wait, why)) = crate::quota::compute_stopped(state, tenant).await? {
+    if let Some((wait, why)) = compute_stopped(state, tenant).await? {
         return Ok(Some((wait.min(3600), why)));
     }
     gate(state, tenant).await
@@ -55,6 +57,37 @@ async fn gate(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String
         format!(
             "shared tiers are not open on executor {}: {}; the run waits in the queue",
             caps.executor, gate.message
+        ),
+    )))
+}
+
+/// When the global spend cap is reached, no new compute starts except for
+/// internal tenants: runs admitted earlier stay queued. `Some((seconds to
+/// the cap's period end, why))` when the run must wait.
+pub async fn compute_stopped(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
+    let Some(switches) =
+        mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?.map(|k| k.switches)
+    else {
+        return Ok(None);
+    };
+    let Some(cap) = switches.spend_cap_micros else { return Ok(None) };
+    let tier =
+        mapi_schema::get::<TenantDoc>(&*state.store, tenant.as_str()).await?.map_or(Tier::Public, |t| t.tier);
+    if tier == Tier::Internal {
+        return Ok(None);
+    }
+    let now = state.clock.now();
+    let period = switches.spend_cap_period;
+    let spend = counters::read(&*state.store, &counters::platform_period(period, now)).await?.spend_micros;
+    if spend < cap {
+        return Ok(None);
+    }
+    let wait = period.end(now).since(now).as_secs().max(1);
+    Ok(Some((
+        wait,
+        format!(
+            "the platform's {} spend cap is reached: no new compute starts until it resets",
+            period.as_str()
         ),
     )))
 }

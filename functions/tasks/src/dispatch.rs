@@ -100,7 +100,7 @@ pub async fn handle(
 
     if let Some(run) = mapi_schema::get::<RunDoc>(&*state.store, task.run.as_str()).await?
         && run.state() == RunState::Queued
-        && let Some((wait, why)) = crate::placement::held(&state, run.tenant()).await?
+        && let Some((wait, why)) = mapi_admission::held(&state, run.tenant()).await?
     {
         tracing::info!(run = %run.id(), "{why}");
         note_wait(&state, &run, &why).await?;

@@ -30,7 +30,7 @@ use mapi_store::transact;
 
 use mapi_jobs::tasks::{push_fanout, push_items};
 
-use crate::job_store::{Unreadable, load, read_items};
+use mapi_jobstore::{Unreadable, load, read_items};
 
 /// A fan-out task that finds no job after this many deliveries gives up:
 /// the job was withdrawn (its submit failed) or deleted by the housekeeper.

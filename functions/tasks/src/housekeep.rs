@@ -19,7 +19,7 @@ use mapi_quota::counters::{self, field};
 use mapi_schema::{Doc, QuotaPolicyDoc};
 use mapi_store::{Direction, Op, Query, transact};
 
-use crate::job_store::{base, derived, object_key};
+use mapi_jobstore::{base, derived, object_key};
 
 /// The housekeeper's route.
 pub const HOUSEKEEP_PATH: &str = "/internal/tasks/jobs/housekeep";
