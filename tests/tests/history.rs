@@ -91,6 +91,13 @@ fn item_entry(tenant: &TenantId, project: &ProjectId, i: usize, at: Timestamp) -
     }
 }
 
+/// The charge the item path writes for [`item_entry`]'s item.
+fn item_charge(e: &ItemLedgerEntry) -> mapi_metering::Charge {
+    let payer = mapi_metering::Payer { tenant: &e.tenant, project: &e.project, token: e.token.as_deref() };
+    let recorded = (e.charge.wall_ms, e.charge.amount_micros);
+    mapi_metering::item(&payer, (&e.job, e.idx, e.round), recorded, e.at)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_and_listings_read_a_bounded_number_of_documents_over_a_long_history() {
     let p = TestPlatform::start_with(&[], Options { background: false, ..Options::default() }).await;
@@ -127,8 +134,7 @@ async fn usage_and_listings_read_a_bounded_number_of_documents_over_a_long_histo
         let e = item_entry(&tenant, &project, i, spread(i, ITEMS));
         expected = (expected.0 + e.charge.amount_micros, expected.1 + e.charge.vcpu_ms);
     }
-    fill(&p, ITEMS, |i, tx| usage::add_item_entry(tx, &item_entry(&tenant, &project, i, spread(i, ITEMS))))
-        .await;
+    fill(&p, ITEMS, |i, tx| item_charge(&item_entry(&tenant, &project, i, spread(i, ITEMS))).write(tx)).await;
 
     // The month's usage, of the project and of the tenant, each grouping.
     let operator = p.login("admin@dev.local").await;
@@ -248,7 +254,7 @@ async fn history_before_rollups_is_counted_once() {
     let new_ref = &new;
     mapi_store::transact::<_, mapi_store::StoreError, _, _>(store, |mut tx| async move {
         for e in new_ref {
-            usage::add_item_entry(&mut tx, e)?;
+            item_charge(e).write(&mut tx)?;
         }
         Ok(tx.finish(()))
     })

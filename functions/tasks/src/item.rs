@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use mapi_domain::ResourceClass;
 use mapi_identity::InternalCaller;
 use mapi_jobs::tasks::ItemTask;
 use mapi_jobs::{
@@ -39,10 +38,8 @@ use mapi_jobs::{
 use mapi_methods::{ItemContext, ItemError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode};
-use mapi_quota::Period;
 use mapi_quota::counters::{self, Bumps, field};
-use mapi_schema::usage;
-use mapi_schema::{Doc, ItemLedgerEntry, tx_create, tx_get, tx_put};
+use mapi_schema::{ItemLedgerEntry, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde_json::{Value, json};
 
@@ -294,7 +291,7 @@ async fn finish(state: &AppState, job: &JobDoc, ending: Ending) -> Result<(), Ap
         End::Succeeded(v) => (ItemOutcome::Succeeded, Some(v), None),
         End::Failed(f) => (ItemOutcome::Failed, None, Some(f)),
     };
-    let cost = mapi_cost::CURRENT.charge(ResourceClass::S, 1, took).amount_micros;
+    let cost = mapi_metering::item_cost(took);
     let usage = ItemUsage {
         idx,
         round,
@@ -378,24 +375,17 @@ async fn mark(
         end: (held == Held::Inline).then(|| InlineEnd::from(end)),
     };
     let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
-    // The item's ledger entry: the same amount the counters take.
-    let mut charge = mapi_cost::CURRENT.charge(ResourceClass::S, 1, Duration::from_millis(m.duration_ms));
-    charge.amount_micros = m.cost_micros;
-    let entry = ItemLedgerEntry {
-        tenant: m.tenant.clone(),
-        project: m.project.clone(),
-        job: m.job.clone(),
-        idx,
-        round: m.round,
-        charge,
-        token: job.token.clone(),
-        at: now,
-    };
+    // The item's charge: what its marker records, once per item and round.
+    let payer =
+        mapi_metering::Payer { tenant: &job.tenant, project: &job.project, token: job.token.as_deref() };
+    let charge = mapi_metering::item(&payer, (&job.id, idx, m.round), (m.duration_ms, m.cost_micros), now);
+    // The window's slot is given back in the shard the item's ledger id picks.
+    let seed = ItemLedgerEntry::id_of(&job.id, idx, m.round);
     // A delivery of a round retry-failed has since passed may find its
     // item's marker of that round in the history (reopened): it ended then,
     // and is neither counted nor charged again.
     let kept = (m.round < job.round).then(|| JobItemHistoryDoc::id_of(&m.job, idx, m.round));
-    let (m_ref, shard, entry, kept) = (&m, &shard, &entry, &kept);
+    let (m_ref, shard, charge, seed, kept) = (&m, &shard, &charge, &seed, &kept);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(&m_ref.job, m_ref.idx)).await?;
         if let (None, Some(id)) = (&existing, kept)
@@ -418,7 +408,7 @@ async fn mark(
             None => {
                 tx_create(&mut tx, m_ref)?;
                 // In the commit that creates the marker: once per item and round.
-                usage::add_item_entry(&mut tx, entry)?;
+                charge.write(&mut tx)?;
                 let f = if m_ref.outcome == ItemOutcome::Succeeded {
                     count_field::SUCCEEDED
                 } else {
@@ -433,16 +423,7 @@ async fn mark(
                 );
                 tx.increment(shard, count_field::COST, m_ref.cost_micros, None);
                 let mut bumps = Bumps::default();
-                // The counters' shards are picked by the item's ledger id.
-                let seed = entry.doc_id();
-                bumps.add_to(&counters::tenant(&m_ref.tenant), &seed, field::ACTIVE_ITEMS, -1);
-                let periods: Vec<String> =
-                    Period::ALL.iter().map(|p| counters::tenant_period(&m_ref.tenant, *p, now)).collect();
-                for id in &periods {
-                    bumps.add_to(id, &seed, field::ITEMS, 1);
-                }
-                // vCPU-ms of the item's class (as its ledger entry), not wall ms.
-                bumps.extend(Bumps::charge(&periods, &seed, entry.charge.vcpu_ms, m_ref.cost_micros));
+                bumps.add_to(&counters::tenant(&m_ref.tenant), seed, field::ACTIVE_ITEMS, -1);
                 bumps.apply(&mut tx)?;
                 Ok(tx.finish(Marked::Created))
             }

@@ -30,9 +30,8 @@ use mapi_domain::{
 };
 use mapi_executor::{ExecutionHandle, ExecutionInfo};
 use mapi_metrics::Metrics;
-use mapi_quota::Period;
 use mapi_quota::counters::{self, Bumps, Sharded};
-use mapi_schema::{AttemptDoc, LedgerEntry, ModelVersionDoc, TakenUnheard, tx_create, tx_put};
+use mapi_schema::{AttemptDoc, ModelVersionDoc, TakenUnheard, tx_create, tx_put};
 use mapi_store::{StoreError, Txn};
 
 use crate::run::{NewRun, RunDoc};
@@ -44,7 +43,8 @@ pub(crate) enum Write {
     CreateRun(Box<RunDoc>),
     PutRun(Box<RunDoc>),
     PutAttempt(Box<AttemptDoc>),
-    CreateLedger(Box<LedgerEntry>),
+    /// The attempt's charge: its ledger entry (created once), rollups and counters.
+    Charge(Box<mapi_metering::Charge>),
     CreateVersion(Box<ModelVersionDoc>),
     Bumps(Bumps),
 }
@@ -85,7 +85,7 @@ impl Step {
                 Write::CreateRun(run) => tx_create(tx, &**run)?,
                 Write::PutRun(run) => tx_put(tx, &**run)?,
                 Write::PutAttempt(a) => tx_put(tx, &**a)?,
-                Write::CreateLedger(e) => mapi_schema::usage::create_run_entry(tx, e)?,
+                Write::Charge(c) => c.write(tx)?,
                 Write::CreateVersion(v) => tx_create(tx, &**v)?,
                 Write::Bumps(b) => b.apply(tx)?,
             }
@@ -522,20 +522,6 @@ pub fn mark_stalled(mut run: RunDoc, stalled: bool) -> Step {
     step
 }
 
-/// The counters a metered charge adds to: the tenant's and the platform's
-/// day and month, and the submitting token's.
-fn usage_counters(run: &RunDoc, now: Timestamp) -> Vec<String> {
-    let mut ids = Vec::new();
-    for period in [Period::Day, Period::Month] {
-        ids.push(counters::tenant_period(run.tenant(), period, now));
-        ids.push(counters::platform_period(period, now));
-        if let Some(t) = run.token() {
-            ids.push(counters::token_period(t, period, now));
-        }
-    }
-    ids
-}
-
 /// A retry that is not started: the run fails instead.
 fn refuse_retry(code: ErrorCode, reason: Reason, message: String) -> Verdict {
     Verdict::Finalize { state: RunState::Failed, reason, error: Some(RunError { code, message }) }
@@ -746,26 +732,15 @@ pub fn finalize(ended: Ended<'_>) -> Result<Finalized, StoreError> {
         (Some(s), Some(f)) => f.since(s),
         _ => Duration::ZERO,
     };
-    let charge = mapi_cost::CURRENT.charge(row.class, row.task_count, wall);
-    let amount = charge.amount_micros;
-    // The charge goes to the usage counters once, with the ledger entry.
-    let charged = if ledger_seen {
-        Bumps::default()
-    } else {
-        Bumps::charge(&usage_counters(&run, now), run.id().as_str(), charge.vcpu_ms, amount)
-    };
-    if !ledger_seen {
-        step.bumps(charged.clone());
-        let entry = LedgerEntry {
-            tenant: run.tenant().clone(),
-            project: run.project().clone(),
-            run: run.id().clone(),
-            attempt: row.attempt,
-            charge,
-            token: run.token().map(str::to_owned),
-            at: now,
-        };
-        step.writes.push(Write::CreateLedger(Box::new(entry)));
+    // The attempt is charged once, with its ledger entry.
+    let payer = mapi_metering::Payer { tenant: run.tenant(), project: run.project(), token: run.token() };
+    let charge = (!ledger_seen).then(|| {
+        mapi_metering::attempt(&payer, run.id(), row.attempt, (row.class, row.task_count), wall, now)
+    });
+    let amount = charge.as_ref().map_or(0, mapi_metering::Charge::amount_micros);
+    let charged = charge.as_ref().map(|c| c.bumps().clone()).unwrap_or_default();
+    if let Some(charge) = charge {
+        step.writes.push(Write::Charge(Box::new(charge)));
         run.add_charge(amount);
     }
     row.finalized = true;

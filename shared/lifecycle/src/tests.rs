@@ -633,7 +633,7 @@ fn finalize_applies_the_outcome_table() {
         let after = f.step.run().expect(&name);
         assert_eq!(after.charged_micros(), f.amount_micros, "{name}: charged once");
         assert!(f.amount_micros > 0, "{name}: ten seconds of class S cost something");
-        assert!(f.step.writes.iter().any(|w| matches!(w, Write::CreateLedger(_))), "{name}");
+        assert!(f.step.writes.iter().any(|w| matches!(w, Write::Charge(_))), "{name}");
         assert!(f.step.attempt().is_some_and(|a| a.finalized), "{name}");
         assert_eq!(
             f.step.writes.iter().any(|w| matches!(w, Write::CreateVersion(_))),
@@ -683,7 +683,7 @@ fn a_success_without_a_version_writes_none() {
     check(&f.step);
     assert_eq!((f.applied, f.state), (Applied::Moved, RunState::Succeeded));
     assert!(!f.step.writes.iter().any(|w| matches!(w, Write::CreateVersion(_))));
-    assert!(f.step.writes.iter().any(|w| matches!(w, Write::CreateLedger(_))), "still charged");
+    assert!(f.step.writes.iter().any(|w| matches!(w, Write::Charge(_))), "still charged");
     assert!(released(&f.step), "an ended run gives back what it reserved");
 }
 
@@ -812,7 +812,7 @@ fn an_attempt_the_run_moved_past_is_charged_once_and_changes_nothing_else() {
         Some(done.charged_micros()),
         "not charged twice"
     );
-    assert!(!again.step.writes.iter().any(|w| matches!(w, Write::CreateLedger(_) | Write::Bumps(_))));
+    assert!(!again.step.writes.iter().any(|w| matches!(w, Write::Charge(_) | Write::Bumps(_))));
 }
 
 #[test]

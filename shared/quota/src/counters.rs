@@ -605,19 +605,6 @@ impl Bumps {
         reservation.vcpu_ms = vcpu_ms;
         Ok(b)
     }
-
-    /// What a metered charge adds to the counters `names`: to the shard of
-    /// each that `seed` (the run's id) picks.
-    pub fn charge(names: &[String], seed: &str, vcpu_ms: u64, micros: i64) -> Bumps {
-        let mut b = Bumps::default();
-        let vcpu = to_i64(vcpu_ms);
-        for name in names {
-            b.add_to(name, seed, field::CHARGED, vcpu);
-            b.add_to(name, seed, field::COMMITTED, vcpu);
-            b.add_to(name, seed, field::SPEND, micros);
-        }
-        b
-    }
 }
 
 /// A vCPU budget counter's id in words, for a run's error.

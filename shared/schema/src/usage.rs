@@ -42,12 +42,11 @@
 
 use mapi_cost::Charge;
 use mapi_domain::{AttemptNo, ProjectId, TenantId, Timestamp};
-use mapi_quota::Period;
-use mapi_quota::counters::{pick, shard_id};
-use mapi_store::{Document, StoreError, Txn};
+use mapi_quota::counters::shard_id;
+use mapi_store::{Document, StoreError};
 use serde::{Deserialize, Serialize};
 
-use crate::{Doc, ItemLedgerEntry, ItemLedgerMinute, ItemSums, LedgerEntry, ScoreLedgerEntry};
+use crate::{Doc, ItemLedgerEntry, LedgerEntry, ScoreLedgerEntry};
 
 /// The collection of rollups.
 pub const ROLLUP_COLLECTION: &str = "usage_rollups";
@@ -242,7 +241,7 @@ pub enum Scope<'a> {
 }
 
 impl Scope<'_> {
-    /// The rollup's name for `day` (a [`Period::Day`] key).
+    /// The rollup's name for `day` (a `Period::Day` key).
     fn name(self, day: &str) -> String {
         match self {
             Scope::Tenant(t) => format!("{t}@{day}"),
@@ -255,55 +254,6 @@ impl Scope<'_> {
         let name = self.name(day);
         (0..ROLLUP_SHARDS).map(|k| shard_id(&name, k)).collect()
     }
-}
-
-/// Buffers in `tx` what `line` adds (`totals`) to the rollups of `tenant`
-/// and of its `project` for the day of `at`, in the shards `seed` picks.
-/// Call it in the commit that writes the ledger change.
-pub fn record(
-    tx: &mut Txn<'_>,
-    (tenant, project): (&TenantId, &ProjectId),
-    at: Timestamp,
-    seed: &str,
-    (line, totals): &(Line, Totals),
-) -> Result<(), StoreError> {
-    let day = Period::Day.key(at);
-    let k = pick(seed, ROLLUP_SHARDS);
-    for scope in [Scope::Tenant(tenant), Scope::Project(tenant, project)] {
-        let key = mapi_store::DocKey::new(ROLLUP_COLLECTION, shard_id(&scope.name(&day), k))?;
-        for m in MEASURES {
-            let n = totals.get(m);
-            if n != 0 {
-                tx.increment(&key, &line.field(m), n, None);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Buffers the creation of a run attempt's ledger entry and what it adds
-/// to its rollups: one commit, so they cannot disagree.
-pub fn create_run_entry(tx: &mut Txn<'_>, e: &LedgerEntry) -> Result<(), StoreError> {
-    crate::tx_create(tx, e)?;
-    record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &of_run(e))
-}
-
-/// Buffers an item's charge: its minute's ledger document (its constant
-/// fields merged, its sums incremented: no read, so items finishing
-/// together never conflict) and what `e` adds to the rollups of its
-/// instant, in one commit, so they cannot disagree. Call it once per item
-/// and round (in the commit that creates the item's marker): the minute is
-/// a sum, not a set.
-pub fn add_item_entry(tx: &mut Txn<'_>, e: &ItemLedgerEntry) -> Result<(), StoreError> {
-    let minute = ItemLedgerMinute::of(e);
-    let key = crate::key::<ItemLedgerMinute>(&minute.doc_id())?;
-    let mut fields = mapi_store::encode(&minute)?;
-    fields.retain(|name, _| !ItemSums::FIELDS.contains(&name.as_str()));
-    tx.merge(&key, fields);
-    for (field, n) in ItemSums::of(&e.charge) {
-        tx.increment(&key, field, n, None);
-    }
-    record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &of_item(e))
 }
 
 /// The lines a rollup document holds (fields that are not a line's are skipped).

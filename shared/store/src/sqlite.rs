@@ -675,21 +675,30 @@ fn upsert(
     Ok(())
 }
 
-/// The copy of `key`'s fields that the commit's increments and merges
-/// change, read from the database the first time.
-fn copy_of<'a, 'k>(
-    tx: &Connection,
-    counted: &'a mut Vec<(&'k DocKey, Fields)>,
-    key: &'k DocKey,
-) -> Result<&'a mut Fields, StoreError> {
-    let i = match counted.iter().position(|(k, _)| *k == key) {
-        Some(i) => i,
-        None => {
-            counted.push((key, get_doc(tx, key)?.map(|d| d.fields).unwrap_or_default()));
-            counted.len() - 1
-        }
-    };
-    Ok(&mut counted[i].1)
+/// The copies of the documents a commit's increments and merges change,
+/// each read from the database the first time, in the order first changed.
+#[derive(Default)]
+struct Copies<'k> {
+    docs: Vec<(&'k DocKey, Fields)>,
+    /// Where each key's copy is in `docs`: a commit may change thousands of
+    /// documents (a backfill of ledger minutes), and a scan per write would
+    /// make it quadratic.
+    at: std::collections::HashMap<&'k DocKey, usize>,
+}
+
+impl<'k> Copies<'k> {
+    /// The copy of `key`'s fields, read from the database the first time.
+    fn of(&mut self, tx: &Connection, key: &'k DocKey) -> Result<&mut Fields, StoreError> {
+        let i = match self.at.get(key) {
+            Some(i) => *i,
+            None => {
+                self.docs.push((key, get_doc(tx, key)?.map(|d| d.fields).unwrap_or_default()));
+                self.at.insert(key, self.docs.len() - 1);
+                self.docs.len() - 1
+            }
+        };
+        Ok(&mut self.docs[i].1)
+    }
 }
 
 /// One commit's checks and writes, on a connection inside a transaction.
@@ -729,7 +738,7 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
     // Increments and merges of one document are applied in order to one
     // copy of it (each guard checked as it comes), and the copy is written
     // once.
-    let mut counted: Vec<(&DocKey, Fields)> = Vec::new();
+    let mut counted = Copies::default();
     let mut versions = Vec::with_capacity(writes.len());
     for w in writes {
         match w {
@@ -743,13 +752,13 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
                 for name in set.keys() {
                     crate::check_merge_field(name)?;
                 }
-                let fields = copy_of(tx, &mut counted, key)?;
+                let fields = counted.of(tx, key)?;
                 fields.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
                 versions.push(Some(Version(version_of(key) as u64)));
             }
             Write::Increment { key, field, delta, at_most } => {
                 check_field_path(field)?;
-                let fields = copy_of(tx, &mut counted, key)?;
+                let fields = counted.of(tx, key)?;
                 let current = fields.get(field.as_str()).and_then(serde_json::Value::as_i64).unwrap_or(0);
                 let next = current.saturating_add(*delta);
                 if at_most.is_some_and(|max| next > max && *delta > 0) {
@@ -768,7 +777,7 @@ fn apply_commit(tx: &Connection, now: Timestamp, reads: &[ReadRecord], writes: &
             }
         }
     }
-    for (key, fields) in &counted {
+    for (key, fields) in &counted.docs {
         upsert(tx, key, fields, version_of(key), now)?;
     }
     Ok(versions)

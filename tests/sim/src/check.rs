@@ -14,7 +14,8 @@
 //! - `finalized_attempts_are_metered_once`: a finalized attempt has its ledger entry, and a
 //!   ledger entry, once written, never changes.
 //! - `ledger_equals_counters`: each tenant's metered spend and vCPU-ms for a month are the sums of
-//!   its ledger entries (runs and items) of that month.
+//!   its ledger entries of that month (runs, items and scores), and the platform's spend of the
+//!   month (which the spend cap reads) is the sum over every tenant.
 //! - `reservations_are_released`: a tenant's `active_runs` counter is the number of its runs
 //!   holding a reservation that are not final; no counter goes negative.
 //! - `quotas_hold`: right after an admission, a tenant's unfinished runs are within its
@@ -43,7 +44,9 @@ use mapi_executor::ExecutionHandle;
 use mapi_jobs::{JobCountsDoc, JobDoc};
 use mapi_lifecycle::RunDoc;
 use mapi_quota::counters::CounterDoc;
-use mapi_schema::{AttemptDoc, ItemLedgerEntry, ItemLedgerMinute, LedgerEntry, ProgressDoc, TenantDoc};
+use mapi_schema::{
+    AttemptDoc, ItemLedgerEntry, ItemLedgerMinute, LedgerEntry, ProgressDoc, ScoreLedgerEntry, TenantDoc,
+};
 use mapi_store::typed::Doc;
 use mapi_store::{DocKey, Document, Fields, Store};
 
@@ -435,6 +438,8 @@ fn sum_ledgers(c: &mut Checker, touched: &Touched) {
     now_in.extend(charges::<ItemLedgerMinute>(c, touched, |e| {
         (&e.tenant, e.at, (e.sums.amount_micros, e.sums.vcpu_ms))
     }));
+    now_in
+        .extend(charges::<ScoreLedgerEntry>(c, touched, |e| (&e.tenant, e.at, (e.cost_micros(), e.vcpu_ms))));
     for (key, charged) in now_in {
         if let Some((month, (micros, vcpu))) = c.charged.remove(&key) {
             let s = c.sums.entry(month).or_default();
@@ -475,6 +480,17 @@ fn check_ledger(c: &mut Checker) {
     let sums = c.sums.clone();
     let tenants: BTreeSet<String> = c.all::<TenantDoc>().map(|(_, t)| t.id.to_string()).collect();
     let months: BTreeSet<String> = sums.keys().map(|(_, m)| m.clone()).collect();
+    for month in &months {
+        let spend: i64 = sums.iter().filter(|((_, m), _)| m == month).map(|(_, (micros, _))| micros).sum();
+        let counter = c.counter(&format!("platform@{month}"));
+        if counter.spend_micros != spend {
+            let detail = format!(
+                "in {month} the ledgers hold {spend} µ$, the platform's spend counter {} µ$",
+                counter.spend_micros
+            );
+            c.violate("ledger_equals_counters", &format!("platform@{month}"), detail);
+        }
+    }
     for tenant in &tenants {
         for month in &months {
             let (spend, vcpu) = sums.get(&(tenant.clone(), month.clone())).copied().unwrap_or_default();

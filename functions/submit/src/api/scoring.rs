@@ -10,31 +10,26 @@
 //! minute, token and shard) and the usage counters of the tenant, the
 //! platform and the token.
 //!
-//! Prices: a `cpu` endpoint is request-billed (the score's time rounded up
-//! to 100 ms on the instance's vCPU and memory, plus the request fee); an
-//! `l4` endpoint is instance-billed, and a score is charged its own time on
-//! the instance (vCPU, memory and GPU) — the instance's idle time between
-//! scores is not metered.
+//! Prices are `mapi_metering::score_price`'s.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use mapi_access::Action;
 use mapi_api::endpoints::ScoreRequest;
-use mapi_cost::ScoreCharge;
-use mapi_domain::endpoint::{Accelerator, EndpointStatus};
-use mapi_domain::{ProjectId, TenantId, Timestamp};
+use mapi_domain::endpoint::EndpointStatus;
+use mapi_domain::{ProjectId, TenantId};
 use mapi_endpoints::EndpointDoc;
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
 use mapi_hosting::server_env;
 use mapi_identity::Caller;
+use mapi_metering::Payer;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_quota::counters::{self, Bumps, field};
-use mapi_quota::{Ask, Period, Plan};
-use mapi_schema::usage::{self, Totals};
+use mapi_quota::{Ask, Plan};
 use mapi_schema::{SCORE_LEDGER_SHARDS, ScoreLedgerEntry, tx_get, tx_put};
 use mapi_store::{StoreError, transact};
 
@@ -101,7 +96,8 @@ struct Answer {
 /// Sends the rows to revision `tag` (with its ID token when it is private).
 async fn forward(state: &AppState, doc: &EndpointDoc, tag: &str, body: Bytes) -> Result<Answer, ApiError> {
     let route = state.hosting.route(&doc.service, Some(tag)).await.map_err(hosting_error)?;
-    let started = Instant::now();
+    // The score's time is read on the platform's clock, as every charged time is.
+    let started = state.clock.now();
     let mut request = state
         .http
         .post(format!("{}{}", route.url, server_env::PREDICT_PATH))
@@ -118,7 +114,7 @@ async fn forward(state: &AppState, doc: &EndpointDoc, tag: &str, body: Bytes) ->
         }
         Err(_) => (503, None, None),
     };
-    Ok(Answer { status, bytes, content_type, elapsed: started.elapsed() })
+    Ok(Answer { status, bytes, content_type, elapsed: state.clock.now().since(started) })
 }
 
 /// The model server's answer, as the caller gets it: its status, body and
@@ -159,45 +155,16 @@ struct Scored<'a> {
     seed: &'a str,
 }
 
-/// What a score of `ms` on `accelerator` costs, and the price list's name.
-pub fn charge_of(accelerator: Accelerator, ms: u64) -> (ScoreCharge, &'static str) {
-    let (vcpus, mib) = accelerator.resources();
-    match accelerator {
-        Accelerator::Cpu => {
-            let rates = mapi_cost::REQUEST_BILLING_2026_11;
-            (rates.score(vcpus, mib / 1024, ms), rates.version)
-        }
-        Accelerator::L4 => {
-            (mapi_cost::CURRENT.instance_score(vcpus, mib / 1024, ms), mapi_cost::CURRENT.version)
-        }
-    }
-}
-
-/// The counters a score's charge adds to: the tenant's, the platform's and
-/// the token's day and month.
-fn usage_counters(tenant: &TenantId, token: Option<&str>, now: Timestamp) -> Vec<String> {
-    let mut ids = Vec::new();
-    for period in [Period::Day, Period::Month] {
-        ids.push(counters::tenant_period(tenant, period, now));
-        ids.push(counters::platform_period(period, now));
-        if let Some(t) = token {
-            ids.push(counters::token_period(t, period, now));
-        }
-    }
-    ids
-}
-
-/// Counts a score in one commit: its revision's statistics, the endpoint's
-/// ledger and the usage counters (with the request admission took). The
-/// counters take the change in the ledger document's rounded amount, so
-/// sub-micro scores add up exactly. The score was answered, so its
-/// request is counted even past a limit another request reached first
-/// (the guarded take fails, and the commit is made again unguarded).
+/// Counts a score in one commit: its revision's statistics, its charge
+/// (`mapi_metering::score`: the endpoint's ledger of the minute, token and
+/// shard, the rollups and the usage counters) and the request admission
+/// took. The score was answered, so its request is counted even past a
+/// limit another request reached first (the guarded take fails, and the
+/// commit is made again unguarded).
 async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
     let doc = s.doc;
     let ms = u64::try_from(s.elapsed.as_millis()).unwrap_or(u64::MAX).max(1);
     let us = u64::try_from(s.elapsed.as_micros()).unwrap_or(u64::MAX);
-    let (charge, table) = charge_of(doc.accelerator, ms);
     // Before the time the ledger entry is dated by: its rollup counts it.
     if let Err(e) = state.rollups_started().await {
         tracing::error!(endpoint = %doc.id, error = %e, "a score was not metered");
@@ -207,7 +174,7 @@ async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
     let stats_id = StatsDoc::id_of(&doc.id, s.tag, s.shard % SHARDS);
     let ledger_shard = s.shard % SCORE_LEDGER_SHARDS;
     let ledger_id = ScoreLedgerEntry::id_of(&doc.id, ScoreLedgerEntry::minute_of(now), s.token, ledger_shard);
-    let counters = usage_counters(&doc.tenant, s.token, now);
+    let payer = Payer { tenant: &doc.tenant, project: &doc.project, token: s.token };
     let mut admitted = Some(plan.bumps);
     loop {
         let requests = admitted.clone().unwrap_or_else(|| {
@@ -215,33 +182,22 @@ async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
             b.add_to(&counters::tenant_minute(&doc.tenant, now), s.seed, field::REQUESTS, 1);
             b
         });
-        let (stats_id, ledger_id, counters, requests) = (&stats_id, &ledger_id, &counters, &requests);
+        let (stats_id, ledger_id, requests, payer) = (&stats_id, &ledger_id, &requests, &payer);
         let result = transact::<_, StoreError, _, _>(&*state.store, |mut tx| async move {
-            let mut stats = tx_get::<StatsDoc>(&mut tx, stats_id).await?.unwrap_or_else(|| {
-                StatsDoc::empty(&doc.tenant, &doc.project, &doc.id, s.tag, s.shard % SHARDS)
-            });
-            stats.add(s.error, us, ms, charge.nanos);
-            let mut entry = tx_get::<ScoreLedgerEntry>(&mut tx, ledger_id).await?.unwrap_or_else(|| {
+            let stats = tx_get::<StatsDoc>(&mut tx, stats_id).await?;
+            let minute = tx_get::<ScoreLedgerEntry>(&mut tx, ledger_id).await?.unwrap_or_else(|| {
                 let key = (&doc.tenant, &doc.project, doc.alias.as_str());
                 ScoreLedgerEntry::empty(key, doc.accelerator.as_str(), s.token, now, ledger_shard)
             });
-            let before = entry.cost_micros();
-            entry.add(s.error, &charge, table);
-            let mut bumps = requests.clone();
-            bumps.extend(Bumps::charge(counters, s.seed, charge.vcpu_ms, entry.cost_micros() - before));
-            let added = Totals {
-                cost_micros: entry.cost_micros() - before,
-                vcpu_ms: charge.vcpu_ms,
-                gib_ms: charge.gib_ms,
-                accelerator_ms: charge.accelerator_ms,
-                scores: 1,
-                ..Totals::default()
-            };
-            let line = usage::score_line(doc.accelerator.as_str(), s.token);
+            let charge =
+                mapi_metering::score(payer, minute, (doc.accelerator, s.elapsed, s.error), s.seed, now);
+            let mut stats = stats.unwrap_or_else(|| {
+                StatsDoc::empty(&doc.tenant, &doc.project, &doc.id, s.tag, s.shard % SHARDS)
+            });
+            stats.add(s.error, us, ms, charge.score_nanos().unwrap_or(0));
             tx_put(&mut tx, &stats)?;
-            tx_put(&mut tx, &entry)?;
-            usage::record(&mut tx, (&doc.tenant, &doc.project), now, s.seed, &(line, added))?;
-            bumps.apply(&mut tx)?;
+            charge.write(&mut tx)?;
+            requests.apply(&mut tx)?;
             Ok(tx.finish(()))
         })
         .await;

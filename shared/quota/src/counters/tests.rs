@@ -27,6 +27,18 @@ async fn one(store: &dyn Store, name: &str) -> Sharded {
     read_all(store, &[name.to_owned()]).await.expect("read").pop().expect("one counter")
 }
 
+/// What a metered charge adds (the metering crate's bumps): charged and
+/// committed vCPU-ms and spend, in the shard `seed` picks.
+fn charged(names: &[String], seed: &str, vcpu_ms: i64, micros: i64) -> Bumps {
+    let mut b = Bumps::default();
+    for name in names {
+        b.add_to(name, seed, field::CHARGED, vcpu_ms);
+        b.add_to(name, seed, field::COMMITTED, vcpu_ms);
+        b.add_to(name, seed, field::SPEND, micros);
+    }
+    b
+}
+
 fn doc(active: i64) -> CounterDoc {
     CounterDoc { active_runs: active, ..CounterDoc::default() }
 }
@@ -276,7 +288,7 @@ async fn budgets_are_held_renewed_and_given_back_in_their_shards() {
     let mut r = Reservation { vcpu_ms: 60, budgets: vec![], at_most: vec![], slots: vec![], holds };
     assert_eq!(r.hold_counters(), vec![name.to_owned()]);
     // A smaller retry, after a charge of 10 in the same commit.
-    let charge = Bumps::charge(&[name.to_owned()], "run", 10, 1);
+    let charge = charged(&[name.to_owned()], "run", 10, 1);
     renew(&*store, &mut r, 30, &charge).await.expect("renew down");
     assert_eq!(r.holds.iter().map(|h| h.vcpu_ms).sum::<u64>(), 30);
     let total = read(&*store, name).await.expect("read");
@@ -289,7 +301,7 @@ async fn budgets_are_held_renewed_and_given_back_in_their_shards() {
     }
     // One more charged vCPU-ms and the same retry passes the limit: refused,
     // and nothing is written.
-    let charge = Bumps::charge(&[name.to_owned()], "run", 1, 1);
+    let charge = charged(&[name.to_owned()], "run", 1, 1);
     let refused = renew(&*store, &mut r, 80, &charge).await;
     match refused {
         Err(StoreError::LimitReached { key, .. }) => assert_eq!(key.id(), name),
@@ -336,12 +348,12 @@ async fn a_reservation_made_before_sharding_renews_as_it_did() {
 }
 
 #[tokio::test]
-async fn charges_land_on_the_seeds_shard() {
+async fn increments_land_on_the_seeds_shard() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open(&dir);
     let names = vec!["platform@2026-11".to_owned(), "tenant:t@2026-11".to_owned()];
     for _ in 0..2 {
-        commit(&*store, &Bumps::charge(&names, "run-9", 10, 7)).await.expect("charge");
+        commit(&*store, &charged(&names, "run-9", 10, 7)).await.expect("charge");
     }
     for name in &names {
         let c = one(&*store, name).await;
