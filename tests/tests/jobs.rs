@@ -620,6 +620,74 @@ async fn items_out_of_a_floats_range_are_refused_and_an_unreadable_manifest_fail
     }
 }
 
+/// The platform's spend cap sees item jobs' compute (items charge the
+/// platform's spend like runs): once the ledgers reach it, a new job of a
+/// tenant that is not internal is refused at submit, a job admitted earlier
+/// enqueues nothing more (its fan-out waits, it never fails), and when the
+/// cap is lifted that job runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spend_cap_stops_item_jobs_compute_and_lifting_it_resumes_them() {
+    let _serial = SERIAL.lock().await;
+    let accounts = ("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@pub.test");
+    let p = quiet(&[("MAPI_JOB_FANOUT_BATCH", "1"), ("MAPI_JOB_HOLD_WAIT_S", "1"), accounts], None).await;
+    let operator = p.login("admin@dev.local").await;
+    let owner = p.create_tenant(&operator, "pub", "public").await;
+    let dev = p.token().to_owned();
+    let items = |n: usize| (0..n).map(|i| json!({"i": i, "sleep_ms": 30})).collect::<Vec<_>>();
+    let spend = || async {
+        let month = mapi_quota::Period::Month.key(p.platform.state.clock.now());
+        mapi_quota::counters::read(&*p.platform.state.store, &format!("platform@{month}"))
+            .await
+            .expect("counter")
+            .spend_micros
+    };
+
+    // An internal tenant's items are charged to the platform's spend.
+    let deliverer = deliver(&p, &p.platform.url);
+    let warm = submit_job(&p, &dev, "dev", json!({"method": "diag.item", "items": items(3)})).await;
+    assert_eq!(wait_final(&p, &dev, &warm, Duration::from_secs(30)).await["state"], "succeeded");
+    let spent = spend().await;
+    assert!(spent > 0, "items charge the platform's spend counter");
+
+    // A public tenant's job admitted before the cap, not fanned out yet.
+    deliverer.abort();
+    let _ = deliverer.await;
+    let body = json!({"method": "diag.item", "items": items(4)});
+    let held = submit_job(&p, &owner, "pub", body.clone()).await;
+    let cap = json!({"spend_cap_micros": spent, "spend_cap_period": "month", "reason": "test: cap reached"});
+    let (s, b) = p.call(&operator, Method::PUT, "/v1/admin/kill-switches", Some(cap)).await;
+    assert_eq!(s, 200, "{b}");
+    let path = "/v1/tenants/pub/projects/default/jobs";
+    let (s, refused) = p.call(&owner, Method::POST, path, Some(body)).await;
+    assert_eq!((s, refused["code"].as_str()), (429, Some("QUOTA_EXCEEDED")), "{refused}");
+    assert!(refused["detail"].as_str().is_some_and(|d| d.contains("spend")), "{refused}");
+
+    // Its fan-out is held: the cursor moves on, nothing is enqueued.
+    let _deliverer = deliver(&p, &p.platform.url);
+    let started = std::time::Instant::now();
+    loop {
+        let doc: mapi_jobs::JobDoc =
+            mapi_schema::get(&*p.platform.state.store, &held).await.expect("get").expect("job");
+        if doc.fanout.step >= 2 {
+            assert_eq!((doc.fanout.enqueued, doc.fanout.reserved), (0, 0), "held, twice: nothing enqueued");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the fan-out stepped: {doc:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = job(&p, &owner, &held).await;
+    assert_eq!((v["state"].as_str(), v["counts"]["enqueued"].as_u64()), (Some("enqueuing"), Some(0)), "{v}");
+    assert_eq!(spend().await, spent, "no compute started");
+
+    // The cap lifted, the job runs to its end.
+    let lift = json!({"spend_cap_micros": 0, "reason": "test: incident over"});
+    let (s, b) = p.call(&operator, Method::PUT, "/v1/admin/kill-switches", Some(lift)).await;
+    assert_eq!(s, 200, "{b}");
+    let v = wait_final(&p, &owner, &held, Duration::from_secs(30)).await;
+    assert_eq!((v["state"].as_str(), v["counts"]["succeeded"].as_u64()), (Some("succeeded"), Some(4)), "{v}");
+    assert!(spend().await > spent);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_submits_watches_and_reads_a_job() {
     let _serial = SERIAL.lock().await;

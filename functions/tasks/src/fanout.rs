@@ -5,27 +5,37 @@
 //! A step is a queue task `(job, step)`. Its effects are ordered so that a
 //! redelivery, or a death at any point, loses and doubles nothing:
 //!
-//! 1. reserve: in one commit, the cursor's `reserved` moves ahead of
-//!    `enqueued` by the batch, and the tenant's `active_items` grows by as
-//!    much, guarded by the window (a full window reserves nothing);
+//! 1. reserve: admission gives what the tenant's window has free (or holds
+//!    the job while the platform's spend cap is reached), and in one commit
+//!    the cursor's `reserved` moves ahead of `enqueued` by the batch and the
+//!    tenant's `active_items` grows by as much, guarded by the window (a
+//!    full window reserves nothing);
 //! 2. enqueue the reserved items' tasks (deterministic names: a second
 //!    enqueue is refused as existing);
 //! 3. in one commit, `enqueued = reserved` and `step + 1`;
-//! 4. enqueue step `step + 1` (now, or after a wait when the window was full).
+//! 4. enqueue step `step + 1` (now, or after a wait when the window was full
+//!    or the job held).
+//!
+//! What each step decides is `mapi_jobs::commands`': this handler reads,
+//! calls the command, commits and enqueues.
 //!
 //! A redelivered step whose cursor is still at `step` finds what it
 //! reserved and enqueues it again (1 is skipped); one whose cursor moved to
 //! `step + 1` only makes sure 4 happened; an older one does nothing.
 
+use std::time::Duration;
+
 use axum::extract::State;
 use axum::http::StatusCode;
+use mapi_admission::items::{Window, window};
+use mapi_domain::{JobId, Timestamp};
 use mapi_identity::InternalCaller;
 use mapi_jobs::JobDoc;
+use mapi_jobs::commands::{self, Fanout};
 use mapi_jobs::tasks::FanoutTask;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
-use mapi_quota::counters::{self, field};
-use mapi_schema::{tx_get, tx_put};
+use mapi_schema::tx_get;
 use mapi_store::transact;
 
 use mapi_jobs::tasks::{push_fanout, push_items};
@@ -49,6 +59,9 @@ pub enum Handled {
     Finished,
     /// The tenant's window is full: the next step looks again after a wait.
     WindowFull,
+    /// No new compute starts now (the platform's spend cap): the next step
+    /// looks again when the hold may have lifted.
+    Held,
     /// A batch of item tasks was enqueued and the next step with it.
     Enqueued,
     /// The manifest cannot be read: the fan-out stopped and the job says why.
@@ -63,6 +76,7 @@ impl Handled {
             Handled::Redelivered => "redelivered",
             Handled::Finished => "finished",
             Handled::WindowFull => "window_full",
+            Handled::Held => "held",
             Handled::Enqueued => "enqueued",
             Handled::Stopped => "stopped",
         }
@@ -104,165 +118,130 @@ async fn step_once(
     headers: &axum::http::HeaderMap,
     task: FanoutTask,
 ) -> Result<(StatusCode, Json<StepOutcome>), ApiError> {
-    let state = state.clone();
-    let Some(job) = load(&state, &task.job).await? else {
-        let retries: u32 = headers
-            .get("x-cloudtasks-taskretrycount")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        if retries >= ORPHAN_DELIVERIES {
-            tracing::warn!(job = %task.job, "fan-out task without a job: its submit failed; giving up");
-            return Ok(done(Handled::Orphan, 0));
-        }
-        return Err(ApiError::unavailable(format!("job {} is not stored yet", task.job), 1));
+    let Some(job) = load(state, &task.job).await? else {
+        return orphan(headers, &task);
     };
     let step = task.step;
-    if job.fanout.step > step + 1 {
-        return Ok(done(Handled::Stale, job.fanout.enqueued));
-    }
-    if job.fanout.step == step + 1 {
-        // This step committed; make sure its successor exists.
-        if job.fanout.finished_at.is_none() {
-            push_fanout(&*state.queue, &job.id, step + 1, None).await?;
+    let job = match commands::fanout(&job, step) {
+        Fanout::Stale => return Ok(done(Handled::Stale, job.fanout.enqueued)),
+        Fanout::Redelivered { push_next } => {
+            if push_next {
+                push_fanout(&*state.queue, &job.id, step + 1, None).await?;
+            }
+            return Ok(done(Handled::Redelivered, job.fanout.enqueued));
         }
-        return Ok(done(Handled::Redelivered, job.fanout.enqueued));
-    }
-    if job.fanout.finished_at.is_some() {
-        return Ok(done(Handled::Finished, job.fanout.enqueued));
-    }
-    let now = state.clock.now();
-    let cancelled = job.cancel_requested_at.is_some();
-    let all_in = job.fanout.enqueued >= job.items;
-    if (cancelled || all_in) && job.fanout.reserved == job.fanout.enqueued {
-        let job = advance(&state, &job, step, true).await?;
-        tracing::info!(job = %job.id, enqueued = job.fanout.enqueued, cancelled, "fan-out finished");
-        return Ok(done(Handled::Finished, job.fanout.enqueued));
-    }
-    let job =
-        if job.fanout.reserved == job.fanout.enqueued { reserve(&state, &job, step).await? } else { job };
-    if job.fanout.reserved == job.fanout.enqueued {
-        // The tenant's window is full: look again after a wait.
-        let job = advance(&state, &job, step, false).await?;
-        push_fanout(&*state.queue, &job.id, step + 1, Some(now + state.config.jobs.fanout_wait)).await?;
-        return Ok(done(Handled::WindowFull, job.fanout.enqueued));
-    }
-    let items = match read_items(&state, &job, job.fanout.enqueued, job.fanout.reserved).await? {
+        Fanout::Finished => return Ok(done(Handled::Finished, job.fanout.enqueued)),
+        Fanout::Finish => {
+            let now = state.clock.now();
+            let job = commit(state, &job.id, |j| commands::advance(j, step, true, now)).await?;
+            tracing::info!(job = %job.id, enqueued = job.fanout.enqueued, "fan-out finished");
+            return Ok(done(Handled::Finished, job.fanout.enqueued));
+        }
+        Fanout::Reserve => match reserve(state, job, step).await? {
+            Reserved::Batch(job) => job,
+            Reserved::Wait(job, wait, handled) => {
+                // Nothing to enqueue now: look again after a wait.
+                let job = commit(state, &job.id, |j| commands::advance(j, step, false, wait.1)).await?;
+                push_fanout(&*state.queue, &job.id, step + 1, Some(wait.0)).await?;
+                return Ok(done(handled, job.fanout.enqueued));
+            }
+        },
+        Fanout::Enqueue => job,
+    };
+    let items = match read_items(state, &job, job.fanout.enqueued, job.fanout.reserved).await? {
         Ok(items) => items,
         Err(Unreadable(why)) => {
-            let job = stop(&state, &job, step, &why).await?;
+            let now = state.clock.now();
+            let job = commit(state, &job.id, |j| commands::stop(j, step, &why, now)).await?;
             tracing::warn!(job = %job.id, enqueued = job.fanout.enqueued, reason = %why, "fan-out stopped: the manifest cannot be read");
             return Ok(done(Handled::Stopped, job.fanout.enqueued));
         }
     };
     push_items(&state.queue, &job.id, job.round, items).await?;
-    let job = advance(&state, &job, step, false).await?;
+    let now = state.clock.now();
+    let job = commit(state, &job.id, |j| commands::advance(j, step, false, now)).await?;
     push_fanout(&*state.queue, &job.id, step + 1, None).await?;
     Ok(done(Handled::Enqueued, job.fanout.enqueued))
 }
 
-/// Step 1: reserves the next batch within the tenant's window. Returns the
-/// job as committed (`reserved == enqueued` when the window is full).
-async fn reserve(state: &AppState, job: &JobDoc, step: u64) -> Result<JobDoc, ApiError> {
-    // The tenant's items in flight: the sum of its counter's shards, read in
-    // the transaction; the batch is taken from the shards with room.
-    let names = [counters::tenant(&job.tenant)];
-    let counter_keys = counters::keys(&names)?;
-    let batch = u64::from(state.config.jobs.fanout_batch);
-    let (id, names, counter_keys) = (&job.id, &names, &counter_keys);
-    let result = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let mut job =
-            tx_get::<JobDoc>(&mut tx, id.as_str()).await?.ok_or_else(|| ApiError::not_found("job gone"))?;
-        if job.fanout.step != step || job.fanout.reserved != job.fanout.enqueued {
-            return Ok(tx.finish(job));
-        }
-        let docs = tx.get_all(counter_keys).await?;
-        let counter = counters::Sharded::decode_all(names, &docs)?.pop().unwrap_or_default();
-        let active = counter.total().active_items;
-        let window = i64::from(job.window);
-        let free = u64::try_from(window - active).unwrap_or(0);
-        let take = batch.min(job.items - job.fanout.enqueued).min(free);
-        if take > 0 {
-            let delta = i64::try_from(take).unwrap_or(i64::MAX);
-            // The shards' room adds up to at least `free` (their shares add
-            // up to the window): a take that finds less is a bug, not a race.
-            let Some(takes) = counter.take(field::ACTIVE_ITEMS, delta, Some(window), id.as_str()) else {
-                return Err(ApiError::internal(
-                    "the tenant's item counter has less room in its shards than in its sum",
-                ));
-            };
-            job.fanout.reserved = job.fanout.enqueued + take;
-            tx_put(&mut tx, &job)?;
-            for t in &takes {
-                tx.increment(
-                    &mapi_schema::key::<counters::CounterDoc>(&t.shard)?,
-                    field::ACTIVE_ITEMS,
-                    t.amount,
-                    t.at_most,
-                );
-            }
-        }
-        Ok(tx.finish(job))
-    })
-    .await;
-    match result {
-        // Another job of the tenant took the room between read and commit.
-        Err(e) if e.code() == mapi_problem::ProblemCode::QuotaExceeded => {
-            Ok(load(state, &job.id).await?.ok_or_else(|| ApiError::not_found("job gone"))?)
-        }
-        other => other,
+/// A fan-out task that finds no job: its submit has not committed yet (the
+/// queue delivers again), or, after [`ORPHAN_DELIVERIES`], failed.
+fn orphan(
+    headers: &axum::http::HeaderMap,
+    task: &FanoutTask,
+) -> Result<(StatusCode, Json<StepOutcome>), ApiError> {
+    let retries: u32 = headers
+        .get("x-cloudtasks-taskretrycount")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if retries >= ORPHAN_DELIVERIES {
+        tracing::warn!(job = %task.job, "fan-out task without a job: its submit failed; giving up");
+        return Ok(done(Handled::Orphan, 0));
     }
+    Err(ApiError::unavailable(format!("job {} is not stored yet", task.job), 1))
 }
 
-/// Stops the fan-out at `step` for good, saying `why`: the batch reserved
-/// and never enqueued gives its room in the tenant's window back, the
-/// fan-out is finished with its error, and no next step is made.
-async fn stop(state: &AppState, job: &JobDoc, step: u64, why: &str) -> Result<JobDoc, ApiError> {
-    let now = state.clock.now();
-    let tenant = counters::tenant(&job.tenant);
-    let shard = counters::shard_id(&tenant, counters::pick(job.id.as_str(), counters::shards_of(&tenant)));
-    let shard = mapi_schema::key::<counters::CounterDoc>(&shard)?;
-    let (id, shard) = (&job.id, &shard);
+/// Reads job `id`, runs `command` on it and commits its step; the job as
+/// the command left it.
+async fn commit(
+    state: &AppState,
+    id: &JobId,
+    command: impl Fn(JobDoc) -> (commands::Step, JobDoc),
+) -> Result<JobDoc, ApiError> {
+    let command = &command;
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let mut job =
+        let job =
             tx_get::<JobDoc>(&mut tx, id.as_str()).await?.ok_or_else(|| ApiError::not_found("job gone"))?;
-        if job.fanout.step != step || job.fanout.finished_at.is_some() {
-            return Ok(tx.finish(job));
-        }
-        let unused = i64::try_from(job.fanout.reserved - job.fanout.enqueued).unwrap_or(i64::MAX);
-        job.fanout.reserved = job.fanout.enqueued;
-        job.fanout.step = step + 1;
-        job.fanout.finished_at = Some(now);
-        job.fanout.error = Some(why.to_owned());
-        tx_put(&mut tx, &job)?;
-        if unused > 0 {
-            tx.increment(shard, field::ACTIVE_ITEMS, -unused, None);
-        }
+        let (step, job) = command(job);
+        step.write(&mut tx)?;
         Ok(tx.finish(job))
     })
     .await
 }
 
-/// Step 3: `enqueued = reserved`, the cursor to `step + 1`, and the fan-out
-/// marked finished when `finish`.
-async fn advance(state: &AppState, job: &JobDoc, step: u64, finish: bool) -> Result<JobDoc, ApiError> {
+/// What a step's reservation came to.
+enum Reserved {
+    /// A batch is reserved: the job as committed.
+    Batch(JobDoc),
+    /// Nothing now: the next step at `(when, now)`, for the window or a hold.
+    Wait(JobDoc, (Timestamp, Timestamp), Handled),
+}
+
+/// Step 1: asks admission for the next batch of the tenant's window (the
+/// spend cap may hold it), and reserves what it gave in one commit with the
+/// window's increments. A commit whose guard found the room taken by
+/// another job's step asks again ([`mapi_admission::quota::RACE_RETRIES`]
+/// times, then waits like a full window).
+async fn reserve(state: &AppState, job: JobDoc, step: u64) -> Result<Reserved, ApiError> {
+    let want = commands::wanted(&job, state.config.jobs.fanout_batch);
+    for _ in 0..mapi_admission::quota::RACE_RETRIES {
+        let now = state.clock.now();
+        let take = match window(state, &job.tenant, job.window, want, job.id.as_str()).await? {
+            Window::Held { wait_s, why } => {
+                tracing::info!(job = %job.id, %why, "the job's next items wait");
+                let wait = Duration::from_secs(wait_s.max(1)).min(state.config.jobs.hold_wait);
+                return Ok(Reserved::Wait(job, (now + wait, now), Handled::Held));
+            }
+            Window::Take(take) if take.items == 0 => break,
+            Window::Take(take) => take,
+        };
+        match commit(state, &job.id, |j| commands::reserve(j, step, &take)).await {
+            Ok(job) if job.fanout.reserved > job.fanout.enqueued => return Ok(Reserved::Batch(job)),
+            Ok(job) => {
+                return Ok(Reserved::Wait(
+                    job,
+                    (now + state.config.jobs.fanout_wait, now),
+                    Handled::WindowFull,
+                ));
+            }
+            // Another job of the tenant took the room between read and commit.
+            Err(e) if mapi_admission::quota::is_limit(&e) => continue,
+            Err(e) => return Err(e),
+        }
+    }
     let now = state.clock.now();
-    let id = &job.id;
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let mut job =
-            tx_get::<JobDoc>(&mut tx, id.as_str()).await?.ok_or_else(|| ApiError::not_found("job gone"))?;
-        if job.fanout.step != step {
-            return Ok(tx.finish(job));
-        }
-        job.fanout.enqueued = job.fanout.reserved;
-        job.fanout.step = step + 1;
-        if finish {
-            job.fanout.finished_at = Some(now);
-        }
-        tx_put(&mut tx, &job)?;
-        Ok(tx.finish(job))
-    })
-    .await
+    Ok(Reserved::Wait(job, (now + state.config.jobs.fanout_wait, now), Handled::WindowFull))
 }
 
 #[cfg(test)]
@@ -277,6 +256,7 @@ mod tests {
             (Handled::Redelivered, "redelivered"),
             (Handled::Finished, "finished"),
             (Handled::WindowFull, "window_full"),
+            (Handled::Held, "held"),
             (Handled::Enqueued, "enqueued"),
             (Handled::Stopped, "stopped"),
         ];

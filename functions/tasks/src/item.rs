@@ -30,16 +30,15 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_identity::InternalCaller;
+use mapi_jobs::commands::{self, MarkRead, Marked};
 use mapi_jobs::tasks::ItemTask;
 use mapi_jobs::{
-    InlineEnd, ItemEnd, ItemFailure, ItemOutcome, ItemUsage, JobCountsDoc, JobDoc, JobItemDoc,
-    JobItemHistoryDoc, count_field, layout,
+    InlineEnd, ItemEnd, ItemFailure, ItemOutcome, ItemUsage, JobDoc, JobItemDoc, JobItemHistoryDoc, layout,
 };
 use mapi_methods::{ItemContext, ItemError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode};
-use mapi_quota::counters::{self, Bumps, field};
-use mapi_schema::{ItemLedgerEntry, tx_create, tx_get, tx_put};
+use mapi_schema::tx_get;
 use mapi_store::transact;
 use serde_json::{Value, json};
 
@@ -52,15 +51,6 @@ enum Held {
     Inline,
     /// In the end object, written before the marker.
     Object,
-}
-
-/// What marking an item came to.
-enum Marked {
-    Created,
-    /// A failure's marker was replaced by this success; here is the old one.
-    Upgraded(Box<JobItemDoc>),
-    /// Another delivery's marker stands; here it is.
-    Stood(Box<JobItemDoc>),
 }
 
 /// What a delivery came to.
@@ -346,11 +336,9 @@ async fn settle(
 }
 
 /// Makes the item's marker from `end` (held in the marker, or the end
-/// object that stands): created once; moves the job's counts, frees the
-/// tenant's window slot and counts the item and its cost in the tenant's
-/// day and month, all in the marker's commit. A marker that says failed is
-/// upgraded when the end says succeeded (a result beats an error), keeping
-/// the log lines the old marker held when both hold their ends.
+/// object that stands) and commits what `mapi_jobs::commands::mark`
+/// decides: created once, with the job's counts, the item's charge and its
+/// window slot; a failure upgraded by a success; or another marker stands.
 async fn mark(
     state: &AppState,
     job: &JobDoc,
@@ -374,60 +362,21 @@ async fn mark(
         at: now,
         end: (held == Held::Inline).then(|| InlineEnd::from(end)),
     };
-    let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
     // The item's charge: what its marker records, once per item and round.
     let payer =
         mapi_metering::Payer { tenant: &job.tenant, project: &job.project, token: job.token.as_deref() };
     let charge = mapi_metering::item(&payer, (&job.id, idx, m.round), (m.duration_ms, m.cost_micros), now);
-    // The window's slot is given back in the shard the item's ledger id picks.
-    let seed = ItemLedgerEntry::id_of(&job.id, idx, m.round);
-    // A delivery of a round retry-failed has since passed may find its
-    // item's marker of that round in the history (reopened): it ended then,
-    // and is neither counted nor charged again.
-    let kept = (m.round < job.round).then(|| JobItemHistoryDoc::id_of(&m.job, idx, m.round));
-    let (m_ref, shard, charge, seed, kept) = (&m, &shard, &charge, &seed, &kept);
+    let kept = commands::kept_id(job, &m);
+    let (m_ref, charge, kept) = (&m, &charge, &kept);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(&m_ref.job, m_ref.idx)).await?;
-        if let (None, Some(id)) = (&existing, kept)
-            && let Some(h) = tx_get::<JobItemHistoryDoc>(&mut tx, id).await?
-        {
-            return Ok(tx.finish(Marked::Stood(Box::new(h.0))));
-        }
-        match existing {
-            Some(e) if e.outcome == ItemOutcome::Failed && m_ref.outcome == ItemOutcome::Succeeded => {
-                let mut up = m_ref.clone();
-                if let (Some(old), Some(new)) = (&e.end, &mut up.end) {
-                    new.log = old.log.iter().chain(&new.log).cloned().collect();
-                }
-                tx_put(&mut tx, &up)?;
-                tx.increment(shard, count_field::FAILED, -1, None);
-                tx.increment(shard, count_field::SUCCEEDED, 1, None);
-                Ok(tx.finish(Marked::Upgraded(Box::new(e))))
-            }
-            Some(e) => Ok(tx.finish(Marked::Stood(Box::new(e)))),
-            None => {
-                tx_create(&mut tx, m_ref)?;
-                // In the commit that creates the marker: once per item and round.
-                charge.write(&mut tx)?;
-                let f = if m_ref.outcome == ItemOutcome::Succeeded {
-                    count_field::SUCCEEDED
-                } else {
-                    count_field::FAILED
-                };
-                tx.increment(shard, f, 1, None);
-                tx.increment(
-                    shard,
-                    count_field::DURATION,
-                    i64::try_from(m_ref.duration_ms).unwrap_or(i64::MAX),
-                    None,
-                );
-                tx.increment(shard, count_field::COST, m_ref.cost_micros, None);
-                let mut bumps = Bumps::default();
-                bumps.add_to(&counters::tenant(&m_ref.tenant), seed, field::ACTIVE_ITEMS, -1);
-                bumps.apply(&mut tx)?;
-                Ok(tx.finish(Marked::Created))
-            }
-        }
+        let kept = match (&existing, kept) {
+            (None, Some(id)) => tx_get::<JobItemHistoryDoc>(&mut tx, id).await?,
+            _ => None,
+        };
+        let (step, marked) = commands::mark(MarkRead { existing, kept }, m_ref.clone(), charge.clone());
+        step.write(&mut tx)?;
+        Ok(tx.finish(marked))
     })
     .await
 }

@@ -4,6 +4,9 @@
 //! result or error, usage and log line) as one create-only object. Nothing
 //! here does I/O.
 //!
+//! - [`commands`]: every change of a job's state (a fan-out step's
+//!   reservation, advance and stop, an item's mark and reopen), each a pure
+//!   function returning the writes of one commit;
 //! - [`layout`]: where a job's objects live (`t/{tenant}/p/{project}/jobs/{job}/…`);
 //! - [`JobDoc`], [`JobItemDoc`], [`JobCountsDoc`]: the store's documents;
 //! - [`tasks`]: the queue tasks, their routes and their hashed names;
@@ -16,6 +19,7 @@
 //! (the marker is created after the object, once, and the counters move in
 //! the marker's commit).
 
+pub mod commands;
 mod docs;
 pub mod layout;
 pub mod limits;

@@ -7,14 +7,11 @@
 //! from counts, never stored.
 
 use mapi_domain::JobId;
-use mapi_jobs::{
-    ItemEnd, ItemOutcome, JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc, JobState, count_field, layout,
-};
+use mapi_jobs::{ItemEnd, ItemOutcome, JobCountsDoc, JobDoc, JobItemDoc, JobState, layout};
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, ProblemCode};
-use mapi_quota::counters::{self, field};
-use mapi_schema::{tx_create, tx_get};
+use mapi_schema::tx_get;
 use mapi_store::{StoreExt, transact};
 use serde_json::Value;
 
@@ -250,32 +247,12 @@ pub async fn reopen(state: &AppState, job: &JobDoc, idx: u64, round: u32) -> Res
         // Appending the same lines again (a reopen retried) adds nothing.
         append(state, &layout::log(&base, idx), &ndjson(&end.log)).await?;
     }
-    let shard = mapi_schema::key::<JobCountsDoc>(&JobCountsDoc::id_of(&job.id, idx))?;
-    // The window takes the item again, in the shard of the tenant's counter
-    // the item's marker id picks.
-    let tenant = counters::tenant(&job.tenant);
-    let tenant = counters::shard_id(
-        &tenant,
-        counters::pick(&JobItemDoc::id_of(&job.id, idx), counters::shards_of(&tenant)),
-    );
-    let (id, shard, tenant, reopens) = (&job.id, &shard, &tenant, &reopens);
+    let id = &job.id;
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let m_id = JobItemDoc::id_of(id, idx);
-        match tx_get::<JobItemDoc>(&mut tx, &m_id).await? {
-            Some(m) if reopens(&m) => {
-                tx_create(&mut tx, &JobItemHistoryDoc(m))?;
-                tx.delete(&mapi_schema::key::<JobItemDoc>(&m_id)?);
-                tx.increment(shard, count_field::FAILED, -1, None);
-                tx.increment(
-                    &mapi_schema::key::<counters::CounterDoc>(tenant)?,
-                    field::ACTIVE_ITEMS,
-                    1,
-                    None,
-                );
-                Ok(tx.finish(()))
-            }
-            _ => Ok(tx.finish(())),
-        }
+        let existing = tx_get::<JobItemDoc>(&mut tx, &JobItemDoc::id_of(id, idx)).await?;
+        let (step, _) = mapi_jobs::commands::reopen(existing, round);
+        step.write(&mut tx)?;
+        Ok(tx.finish(()))
     })
     .await
     .or_else(|e| if e.code() == ProblemCode::AlreadyExists { Ok(()) } else { Err(e) })?;

@@ -410,6 +410,9 @@ pub struct JobSettings {
     pub tenant_window: u32,
     /// How long a fan-out step waits when its tenant's window is full.
     pub fanout_wait: Duration,
+    /// How long a fan-out step held by the platform's spend cap waits
+    /// before it looks again (at most; less when the cap's period ends sooner).
+    pub hold_wait: Duration,
     /// Attempts of an item before its error is written.
     pub item_max_attempts: u32,
     /// One attempt's time limit (below the item queue's dispatch deadline).
@@ -638,6 +641,7 @@ fn jobs(env: Env<'_>) -> Result<JobSettings, ConfigError> {
         fanout_batch: v::JOB_FANOUT_BATCH.parse::<u32>(env)?.clamp(1, 1000),
         tenant_window: v::JOB_TENANT_WINDOW.parse::<u32>(env)?.max(1),
         fanout_wait: v::JOB_FANOUT_WAIT_MS.millis(env)?,
+        hold_wait: v::JOB_HOLD_WAIT_S.seconds(env)?.max(Duration::from_secs(1)),
         item_max_attempts: v::JOB_ITEM_MAX_ATTEMPTS.parse::<u32>(env)?.max(1),
         item_timeout: v::JOB_ITEM_TIMEOUT_S.seconds(env)?,
         retention: Duration::from_secs(v::JOB_RETENTION_DAYS.parse::<u64>(env)?.saturating_mul(86_400)),

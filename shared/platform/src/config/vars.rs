@@ -265,6 +265,11 @@ pub const JOB_FANOUT_WAIT_MS: Var = Var::new(
     "200",
     "How long a fan-out step waits when its tenant's window is full",
 );
+pub const JOB_HOLD_WAIT_S: Var = Var::new(
+    "MAPI_JOB_HOLD_WAIT_S",
+    "30",
+    "How long a fan-out step held by the platform's spend cap waits before it looks again",
+);
 pub const JOB_ITEM_MAX_ATTEMPTS: Var =
     Var::new("MAPI_JOB_ITEM_MAX_ATTEMPTS", "3", "Attempts of an item before its error is written");
 pub const JOB_ITEM_TIMEOUT_S: Var = Var::new(
@@ -341,6 +346,7 @@ pub const VARIABLES: &[Var] = &[
     JOB_FANOUT_BATCH,
     JOB_TENANT_WINDOW,
     JOB_FANOUT_WAIT_MS,
+    JOB_HOLD_WAIT_S,
     JOB_ITEM_MAX_ATTEMPTS,
     JOB_ITEM_TIMEOUT_S,
     JOB_RETENTION_DAYS,
