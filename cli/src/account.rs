@@ -50,130 +50,34 @@ pub enum TokensCmd {
 #[derive(Debug, Subcommand)]
 pub enum TenantsCmd {
     /// Create a tenant (operators).
-    Create {
-        id: String,
-        #[arg(long)]
-        name: String,
-        /// internal, verified, public or self-hosted-trusted.
-        #[arg(long)]
-        tier: String,
-        /// eu, us, asia or a region.
-        #[arg(long)]
-        residency: String,
-        /// Invited as the tenant's admin.
-        #[arg(long)]
-        admin_email: Option<String>,
-        /// Create without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Create(TenantsCreateArgs),
     /// Every tenant (operators).
     Ls,
     /// Change a tenant's name, tier, status or residency (operators).
-    Update {
-        id: String,
-        #[arg(long)]
-        name: Option<String>,
-        #[arg(long)]
-        tier: Option<String>,
-        /// active, suspended or deleting (suspending and deleting need --reason).
-        #[arg(long)]
-        status: Option<String>,
-        #[arg(long)]
-        residency: Option<String>,
-        #[arg(long)]
-        reason: Option<String>,
-        /// Change without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Update(TenantsUpdateArgs),
     /// Export the tenant's documents and objects (its admins): a manifest
     /// of parts, each with a signed download URL.
-    Export {
-        id: String,
-        /// Wait until the export is built and print its manifest.
-        #[arg(long)]
-        watch: bool,
-    },
+    Export(TenantsExportArgs),
     /// Ask for the tenant's deletion (its admins): nothing is reachable from
     /// now on; its data is purged once the grace period is over.
-    Delete {
-        id: String,
-        /// Why (kept in the deletion certificate).
-        #[arg(long)]
-        reason: String,
-        /// Delete without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Delete(TenantsDeleteArgs),
     /// Cancel the tenant's deletion within its grace period (its admins).
-    DeleteCancel { id: String },
+    DeleteCancel(TenantsDeleteCancelArgs),
     /// Purge a deleted tenant now that its grace period is over, or retry a
     /// failed purge (operators).
-    Purge {
-        id: String,
-        /// Purge without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Purge(TenantsPurgeArgs),
     /// The tenant's deletion: scheduled, purging, or its certificate (operators).
-    Deletion { id: String },
+    Deletion(TenantsDeletionArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum QuotasCmd {
     /// Replace a tenant's policy: the limits given replace the tier's; the others fall back to it.
-    Set {
-        /// Always `tenant`.
-        #[arg(value_parser = ["tenant"])]
-        level: String,
-        tenant: String,
-        #[arg(long)]
-        vcpu_seconds_per_day: Option<u64>,
-        #[arg(long)]
-        vcpu_seconds_per_month: Option<u64>,
-        #[arg(long)]
-        concurrent_runs: Option<u32>,
-        #[arg(long)]
-        max_fanout_tasks: Option<u32>,
-        /// S, M, L, XL or GPU.
-        #[arg(long)]
-        max_resource_class: Option<String>,
-        /// Bytes, or with a unit: 200GiB, 500MiB.
-        #[arg(long)]
-        storage: Option<String>,
-        #[arg(long)]
-        egress_per_month: Option<String>,
-        #[arg(long)]
-        requests_per_minute: Option<u32>,
-        /// Items one item job may hold.
-        #[arg(long)]
-        max_items_per_job: Option<u64>,
-        /// Days a job's objects and documents are kept (at least 1; unset:
-        /// the platform's MAPI_JOB_RETENTION_DAYS).
-        #[arg(long)]
-        job_retention_days: Option<u32>,
-        /// Days after a run ended that its logs are kept (at least 1; unset:
-        /// the platform's MAPI_RUN_RETENTION_DAYS).
-        #[arg(long)]
-        run_retention_days: Option<u32>,
-        #[arg(long)]
-        note: Option<String>,
-        /// Replace without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Set(QuotasSetArgs),
     /// Every tenant's limits.
     Ls,
     /// Remove a tenant's override: its tier's defaults apply again.
-    Rm {
-        #[arg(value_parser = ["tenant"])]
-        level: String,
-        tenant: String,
-        /// Remove without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Rm(QuotasRmArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,23 +85,7 @@ pub enum KillSwitchesCmd {
     /// Show the switches.
     Get,
     /// Set switches (with a reason).
-    Set {
-        /// on or off: runs of tenant-uploaded plugin code.
-        #[arg(long)]
-        uploaded_code: Option<String>,
-        /// The global spend cap in the price table's currency, like 500 or
-        /// 12.5 (0 removes it).
-        #[arg(long)]
-        spend_cap: Option<String>,
-        /// day or month.
-        #[arg(long)]
-        spend_cap_period: Option<String>,
-        #[arg(long)]
-        reason: String,
-        /// Set without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Set(KillSwitchesSetArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -205,26 +93,216 @@ pub enum ExecutorsCmd {
     /// Each executor: status, caps, health, and whether shared tiers are open (and why not).
     Ls,
     /// Let an executor take new attempts again.
-    Enable {
-        name: String,
-        #[arg(long)]
-        reason: String,
-    },
+    Enable(ExecutorsEnableArgs),
     /// Stop an executor taking new attempts (incident containment): runs wait in the queue.
-    Disable {
-        name: String,
-        #[arg(long)]
-        reason: String,
-        /// Disable without asking.
-        #[arg(long)]
-        yes: bool,
-    },
+    Disable(ExecutorsDisableArgs),
     /// Record the conformance and security reports (a JSON file: target, conformance, security).
-    Evidence {
-        name: String,
-        #[arg(long)]
-        file: std::path::PathBuf,
-    },
+    Evidence(ExecutorsEvidenceArgs),
+}
+
+/// The arguments of `mapi admin tenants create`.
+#[derive(Debug, clap::Args)]
+pub struct TenantsCreateArgs {
+    id: String,
+    #[arg(long)]
+    name: String,
+    /// internal, verified, public or self-hosted-trusted.
+    #[arg(long)]
+    tier: String,
+    /// eu, us, asia or a region.
+    #[arg(long)]
+    residency: String,
+    /// Invited as the tenant's admin.
+    #[arg(long)]
+    admin_email: Option<String>,
+    /// Create without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin tenants update`.
+#[derive(Debug, clap::Args)]
+pub struct TenantsUpdateArgs {
+    id: String,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    tier: Option<String>,
+    /// active, suspended or deleting (suspending and deleting need --reason).
+    #[arg(long)]
+    status: Option<String>,
+    #[arg(long)]
+    residency: Option<String>,
+    #[arg(long)]
+    reason: Option<String>,
+    /// Change without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin tenants export`.
+#[derive(Debug, clap::Args)]
+pub struct TenantsExportArgs {
+    id: String,
+    /// Wait until the export is built and print its manifest.
+    #[arg(long)]
+    watch: bool,
+}
+
+/// The arguments of `mapi admin tenants delete`.
+#[derive(Debug, clap::Args)]
+pub struct TenantsDeleteArgs {
+    id: String,
+    /// Why (kept in the deletion certificate).
+    #[arg(long)]
+    reason: String,
+    /// Delete without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin tenants delete-cancel`.
+#[derive(Debug, clap::Args)]
+pub struct TenantsDeleteCancelArgs {
+    id: String,
+}
+
+/// The arguments of `mapi admin tenants purge`.
+#[derive(Debug, clap::Args)]
+pub struct TenantsPurgeArgs {
+    id: String,
+    /// Purge without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin tenants deletion`.
+#[derive(Debug, clap::Args)]
+pub struct TenantsDeletionArgs {
+    id: String,
+}
+
+/// The arguments of `mapi admin quotas set`.
+#[derive(Debug, clap::Args)]
+pub struct QuotasSetArgs {
+    /// Always `tenant`.
+    #[arg(value_parser = ["tenant"])]
+    level: String,
+    tenant: String,
+    #[arg(long)]
+    vcpu_seconds_per_day: Option<u64>,
+    #[arg(long)]
+    vcpu_seconds_per_month: Option<u64>,
+    #[arg(long)]
+    concurrent_runs: Option<u32>,
+    #[arg(long)]
+    max_fanout_tasks: Option<u32>,
+    /// S, M, L, XL or GPU.
+    #[arg(long)]
+    max_resource_class: Option<String>,
+    /// Bytes, or with a unit: 200GiB, 500MiB.
+    #[arg(long)]
+    storage: Option<String>,
+    #[arg(long)]
+    egress_per_month: Option<String>,
+    #[arg(long)]
+    requests_per_minute: Option<u32>,
+    /// Items one item job may hold.
+    #[arg(long)]
+    max_items_per_job: Option<u64>,
+    /// Days a job's objects and documents are kept (at least 1; unset:
+    /// the platform's MAPI_JOB_RETENTION_DAYS).
+    #[arg(long)]
+    job_retention_days: Option<u32>,
+    /// Days after a run ended that its logs are kept (at least 1; unset:
+    /// the platform's MAPI_RUN_RETENTION_DAYS).
+    #[arg(long)]
+    run_retention_days: Option<u32>,
+    #[arg(long)]
+    note: Option<String>,
+    /// Replace without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin quotas rm`.
+#[derive(Debug, clap::Args)]
+pub struct QuotasRmArgs {
+    #[arg(value_parser = ["tenant"])]
+    level: String,
+    tenant: String,
+    /// Remove without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin kill-switches set`.
+#[derive(Debug, clap::Args)]
+pub struct KillSwitchesSetArgs {
+    /// on or off: runs of tenant-uploaded plugin code.
+    #[arg(long)]
+    uploaded_code: Option<String>,
+    /// The global spend cap in the price table's currency, like 500 or
+    /// 12.5 (0 removes it).
+    #[arg(long)]
+    spend_cap: Option<String>,
+    /// day or month.
+    #[arg(long)]
+    spend_cap_period: Option<String>,
+    #[arg(long)]
+    reason: String,
+    /// Set without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin executors enable`.
+#[derive(Debug, clap::Args)]
+pub struct ExecutorsEnableArgs {
+    name: String,
+    #[arg(long)]
+    reason: String,
+}
+
+/// The arguments of `mapi admin executors disable`.
+#[derive(Debug, clap::Args)]
+pub struct ExecutorsDisableArgs {
+    name: String,
+    #[arg(long)]
+    reason: String,
+    /// Disable without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The arguments of `mapi admin executors evidence`.
+#[derive(Debug, clap::Args)]
+pub struct ExecutorsEvidenceArgs {
+    name: String,
+    #[arg(long)]
+    file: std::path::PathBuf,
+}
+
+/// The arguments of `mapi admin audit`.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    #[arg(long)]
+    tenant: Option<String>,
+    #[arg(long)]
+    project: Option<String>,
+    #[arg(long)]
+    actor: Option<String>,
+    #[arg(long)]
+    action: Option<String>,
+    /// success, denied or failed.
+    #[arg(long)]
+    outcome: Option<String>,
+    /// RFC 3339.
+    #[arg(long)]
+    since: Option<String>,
+    /// How many entries, newest first (1–200).
+    #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=200))]
+    limit: u32,
 }
 
 /// Bytes from `123`, `200GiB`, `500MiB`, `2KiB`.
@@ -259,25 +337,7 @@ pub enum AdminCmd {
     #[command(subcommand)]
     Executors(ExecutorsCmd),
     /// The audit log: a tenant's (`--tenant`, tenant admins and operators) or everything (operators).
-    Audit {
-        #[arg(long)]
-        tenant: Option<String>,
-        #[arg(long)]
-        project: Option<String>,
-        #[arg(long)]
-        actor: Option<String>,
-        #[arg(long)]
-        action: Option<String>,
-        /// success, denied or failed.
-        #[arg(long)]
-        outcome: Option<String>,
-        /// RFC 3339.
-        #[arg(long)]
-        since: Option<String>,
-        /// How many entries, newest first (1–200).
-        #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=200))]
-        limit: u32,
-    },
+    Audit(AuditArgs),
 }
 
 /// `mapi login`: sign in with an ID token (from your identity provider, or
@@ -682,310 +742,371 @@ fn switches_in_words(k: &Value) -> String {
     )
 }
 
-/// `mapi admin …`.
+/// `mapi admin …`: one function per subcommand.
 pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()> {
     match cmd {
-        AdminCmd::Tenants(TenantsCmd::Create { id, name, tier, residency, admin_email, yes }) => {
-            let admin =
-                admin_email.as_deref().map_or(String::new(), |e| format!(", {e} invited as its admin"));
-            let change =
-                format!("tenant {id} will be created: {name:?}, {tier} tier, {residency} residency{admin}");
-            crate::confirm::confirm(&change, yes)?;
-            let body = json!({"id": id, "name": name, "tier": tier, "residency": residency, "admin_email": admin_email});
-            let t: Value = client.send(client.request(Method::POST, "/v1/admin/tenants").json(&body)).await?;
-            print(json_out, &t, || {
-                format!(
-                    "tenant {} created ({} tier, {} residency)\n",
-                    t["id"].as_str().unwrap_or("?"),
-                    t["tier"].as_str().unwrap_or("?"),
-                    t["residency"].as_str().unwrap_or("?")
-                )
-            })?;
+        AdminCmd::Tenants(TenantsCmd::Create(args)) => tenants_create(client, json_out, args).await,
+        AdminCmd::Tenants(TenantsCmd::Ls) => tenants_ls(client, json_out).await,
+        AdminCmd::Tenants(TenantsCmd::Update(args)) => tenants_update(client, json_out, args).await,
+        AdminCmd::Tenants(TenantsCmd::Export(args)) => tenants_export(client, json_out, args).await,
+        AdminCmd::Tenants(TenantsCmd::Delete(args)) => tenants_delete(client, json_out, args).await,
+        AdminCmd::Tenants(TenantsCmd::DeleteCancel(args)) => {
+            tenants_delete_cancel(client, json_out, args).await
         }
-        AdminCmd::Tenants(TenantsCmd::Ls) => {
-            let page: Value = client.get("/v1/admin/tenants").await?;
-            print(json_out, &page, || tenants_table(&page))?;
+        AdminCmd::Tenants(TenantsCmd::Purge(args)) => tenants_purge(client, json_out, args).await,
+        AdminCmd::Tenants(TenantsCmd::Deletion(args)) => tenants_deletion(client, json_out, args).await,
+        AdminCmd::Quotas(QuotasCmd::Set(args)) => quotas_set(client, json_out, args).await,
+        AdminCmd::Quotas(QuotasCmd::Ls) => quotas_ls(client, json_out).await,
+        AdminCmd::Quotas(QuotasCmd::Rm(args)) => quotas_rm(client, json_out, args).await,
+        AdminCmd::KillSwitches(KillSwitchesCmd::Get) => kill_switches_get(client, json_out).await,
+        AdminCmd::KillSwitches(KillSwitchesCmd::Set(args)) => kill_switches_set(client, json_out, args).await,
+        AdminCmd::Executors(ExecutorsCmd::Ls) => executors_ls(client, json_out).await,
+        AdminCmd::Executors(ExecutorsCmd::Enable(args)) => executors_enable(client, json_out, args).await,
+        AdminCmd::Executors(ExecutorsCmd::Disable(args)) => executors_disable(client, json_out, args).await,
+        AdminCmd::Executors(ExecutorsCmd::Evidence(args)) => executors_evidence(client, json_out, args).await,
+        AdminCmd::Audit(args) => audit(client, json_out, args).await,
+    }
+}
+
+/// `mapi admin tenants create`.
+async fn tenants_create(client: &Client, json_out: bool, args: TenantsCreateArgs) -> Result<()> {
+    let TenantsCreateArgs { id, name, tier, residency, admin_email, yes } = args;
+    let admin = admin_email.as_deref().map_or(String::new(), |e| format!(", {e} invited as its admin"));
+    let change = format!("tenant {id} will be created: {name:?}, {tier} tier, {residency} residency{admin}");
+    crate::confirm::confirm(&change, yes)?;
+    let body =
+        json!({"id": id, "name": name, "tier": tier, "residency": residency, "admin_email": admin_email});
+    let t: Value = client.send(client.request(Method::POST, "/v1/admin/tenants").json(&body)).await?;
+    print(json_out, &t, || {
+        format!(
+            "tenant {} created ({} tier, {} residency)\n",
+            t["id"].as_str().unwrap_or("?"),
+            t["tier"].as_str().unwrap_or("?"),
+            t["residency"].as_str().unwrap_or("?")
+        )
+    })?;
+    Ok(())
+}
+
+/// `mapi admin tenants ls`.
+async fn tenants_ls(client: &Client, json_out: bool) -> Result<()> {
+    let page: Value = client.get("/v1/admin/tenants").await?;
+    print(json_out, &page, || tenants_table(&page))?;
+    Ok(())
+}
+
+/// `mapi admin tenants update`.
+async fn tenants_update(client: &Client, json_out: bool, args: TenantsUpdateArgs) -> Result<()> {
+    let TenantsUpdateArgs { id, name, tier, status, residency, reason, yes } = args;
+    let body =
+        json!({"name": name, "tier": tier, "status": status, "residency": residency, "reason": reason});
+    let body: Value = body
+        .as_object()
+        .map(|m| m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    confirm_tenant_change(client, &id, &body, yes).await?;
+    let t: Value =
+        client.send(client.request(Method::PATCH, &format!("/v1/admin/tenants/{id}")).json(&body)).await?;
+    print(json_out, &t, || {
+        format!(
+            "tenant {} is {} ({} tier)\n",
+            t["id"].as_str().unwrap_or("?"),
+            t["status"].as_str().unwrap_or("?"),
+            t["tier"].as_str().unwrap_or("?")
+        )
+    })?;
+    Ok(())
+}
+
+/// `mapi admin tenants export`.
+async fn tenants_export(client: &Client, json_out: bool, args: TenantsExportArgs) -> Result<()> {
+    let TenantsExportArgs { id, watch } = args;
+    let e = export(client, &id, watch).await?;
+    print(json_out, &e, || export_in_words(&e))?;
+    Ok(())
+}
+
+/// `mapi admin tenants delete`.
+async fn tenants_delete(client: &Client, json_out: bool, args: TenantsDeleteArgs) -> Result<()> {
+    let TenantsDeleteArgs { id, reason, yes } = args;
+    let change = format!(
+        "tenant {id} will be deleted: nothing of it is reachable from now on, and its data is purged once the grace period is over"
+    );
+    crate::confirm::confirm(&change, yes)?;
+    let body = json!({"reason": reason});
+    let d: Value =
+        client.send(client.request(Method::POST, &format!("/v1/tenants/{id}/deletion")).json(&body)).await?;
+    print(json_out, &d, || deletion_in_words(&d))?;
+    Ok(())
+}
+
+/// `mapi admin tenants delete-cancel`.
+async fn tenants_delete_cancel(client: &Client, json_out: bool, args: TenantsDeleteCancelArgs) -> Result<()> {
+    let TenantsDeleteCancelArgs { id } = args;
+    let path = format!("/v1/tenants/{id}/deletion/cancel");
+    let d: Value = client.send(client.request(Method::POST, &path)).await?;
+    print(json_out, &d, || deletion_in_words(&d))?;
+    Ok(())
+}
+
+/// `mapi admin tenants purge`.
+async fn tenants_purge(client: &Client, json_out: bool, args: TenantsPurgeArgs) -> Result<()> {
+    let TenantsPurgeArgs { id, yes } = args;
+    crate::confirm::confirm(&format!("every document and object of tenant {id} will be deleted"), yes)?;
+    let path = format!("/v1/tenants/{id}/deletion/purge");
+    let d: Value = client.send(client.request(Method::POST, &path)).await?;
+    print(json_out, &d, || match d["state"].as_str() {
+        Some("purged") => deletion_in_words(&d),
+        _ => format!("the purge of {id} is on its way: mapi admin tenants deletion {id}\n"),
+    })?;
+    Ok(())
+}
+
+/// `mapi admin tenants deletion`.
+async fn tenants_deletion(client: &Client, json_out: bool, args: TenantsDeletionArgs) -> Result<()> {
+    let TenantsDeletionArgs { id } = args;
+    let d: Value = client.get(&format!("/v1/tenants/{id}/deletion")).await?;
+    print(json_out, &d, || deletion_in_words(&d))?;
+    Ok(())
+}
+
+/// `mapi admin quotas set`.
+async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Result<()> {
+    let QuotasSetArgs {
+        tenant,
+        vcpu_seconds_per_day,
+        vcpu_seconds_per_month,
+        concurrent_runs,
+        max_fanout_tasks,
+        max_resource_class,
+        storage,
+        egress_per_month,
+        requests_per_minute,
+        max_items_per_job,
+        job_retention_days,
+        run_retention_days,
+        note,
+        yes,
+        ..
+    } = args;
+    let body = json!({
+        "vcpu_seconds_per_day": vcpu_seconds_per_day, "vcpu_seconds_per_month": vcpu_seconds_per_month,
+        "concurrent_runs": concurrent_runs, "max_fanout_tasks": max_fanout_tasks,
+        "max_resource_class": max_resource_class, "storage_bytes": storage.as_deref().map(bytes).transpose()?,
+        "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
+        "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
+        "job_retention_days": job_retention_days, "run_retention_days": run_retention_days,
+        "note": note,
+    });
+    let before = override_of(client, &tenant).await?;
+    let lines = crate::confirm::diff(POLICY_FIELDS, &before, &body, "the tier's");
+    let change = if lines.is_empty() {
+        format!("the quota override of {tenant} stays as it is")
+    } else {
+        format!(
+            "the quota override of {tenant} will be replaced (limits not given fall back to the tier's):\n{}",
+            lines.join("\n")
+        )
+    };
+    crate::confirm::confirm(&change, yes || lines.is_empty())?;
+    let t: Value =
+        client.send(client.request(Method::PUT, &format!("/v1/admin/quotas/{tenant}")).json(&body)).await?;
+    print(json_out, &t, || limits_in_words(&tenant, &t))?;
+    Ok(())
+}
+
+/// `mapi admin quotas ls`.
+async fn quotas_ls(client: &Client, json_out: bool) -> Result<()> {
+    let list: Value = client.get("/v1/admin/quotas").await?;
+    print(json_out, &list, || {
+        let mut out = format!(
+            "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8} {:>9}  OVERRIDE\n",
+            "TENANT", "TIER", "VCPU-S/DAY", "VCPU-S/MONTH", "CONC", "FANOUT", "CLASS", "REQ/MIN", "ITEMS/JOB"
+        );
+        let cell = |v: &Value| {
+            if v.is_null() { "—".to_owned() } else { v.to_string().trim_matches('"').to_owned() }
+        };
+        for t in list["tenants"].as_array().into_iter().flatten() {
+            let e = &t["effective"];
+            out.push_str(&format!(
+                "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8} {:>9}  {}\n",
+                t["tenant"].as_str().unwrap_or(""),
+                t["tier"].as_str().unwrap_or(""),
+                cell(&e["vcpu_seconds_per_day"]),
+                cell(&e["vcpu_seconds_per_month"]),
+                cell(&e["concurrent_runs"]),
+                cell(&e["max_fanout_tasks"]),
+                cell(&e["max_resource_class"]),
+                cell(&e["requests_per_minute"]),
+                cell(&e["max_items_per_job"]),
+                if t["policy"].is_null() { "" } else { "yes" }
+            ));
         }
-        AdminCmd::Tenants(TenantsCmd::Update { id, name, tier, status, residency, reason, yes }) => {
-            let body = json!({"name": name, "tier": tier, "status": status, "residency": residency, "reason": reason});
-            let body: Value = body
-                .as_object()
-                .map(|m| {
-                    m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect()
-                })
-                .unwrap_or_default();
-            confirm_tenant_change(client, &id, &body, yes).await?;
-            let t: Value = client
-                .send(client.request(Method::PATCH, &format!("/v1/admin/tenants/{id}")).json(&body))
-                .await?;
-            print(json_out, &t, || {
-                format!(
-                    "tenant {} is {} ({} tier)\n",
-                    t["id"].as_str().unwrap_or("?"),
-                    t["status"].as_str().unwrap_or("?"),
-                    t["tier"].as_str().unwrap_or("?")
-                )
-            })?;
+        out
+    })?;
+    Ok(())
+}
+
+/// `mapi admin quotas rm`.
+async fn quotas_rm(client: &Client, json_out: bool, args: QuotasRmArgs) -> Result<()> {
+    let QuotasRmArgs { tenant, yes, .. } = args;
+    let before = override_of(client, &tenant).await?;
+    let lines = crate::confirm::diff(POLICY_FIELDS, &before, &Value::Null, "the tier's");
+    let change = format!("the quota override of {tenant} will be removed:\n{}", lines.join("\n"));
+    crate::confirm::confirm(&change, yes)?;
+    let t: Value = client.send(client.request(Method::DELETE, &format!("/v1/admin/quotas/{tenant}"))).await?;
+    print(json_out, &t, || {
+        format!("quotas of {tenant} are the {} tier's again\n", t["tier"].as_str().unwrap_or("?"))
+    })?;
+    Ok(())
+}
+
+/// `mapi admin kill-switches get`.
+async fn kill_switches_get(client: &Client, json_out: bool) -> Result<()> {
+    let k: Value = client.get("/v1/admin/kill-switches").await?;
+    print(json_out, &k, || switches_in_words(&k))?;
+    Ok(())
+}
+
+/// `mapi admin kill-switches set`.
+async fn kill_switches_set(client: &Client, json_out: bool, args: KillSwitchesSetArgs) -> Result<()> {
+    let KillSwitchesSetArgs { uploaded_code, spend_cap, spend_cap_period, reason, yes } = args;
+    let on = match uploaded_code.as_deref() {
+        None => None,
+        Some("on") => Some(true),
+        Some("off") => Some(false),
+        Some(other) => return Err(format!("--uploaded-code {other}: use on or off").into()),
+    };
+    let body = json!({
+        "untrusted_execution_enabled": on,
+        "spend_cap_micros": spend_cap.as_deref().map(mapi_cost::parse_micros).transpose()?,
+        "spend_cap_period": spend_cap_period, "reason": reason,
+    });
+    let now: Value = client.get("/v1/admin/kill-switches").await?;
+    let after = merged(&now["switches"], &body);
+    let fields = ["untrusted_execution_enabled", "spend_cap_micros", "spend_cap_period"];
+    let lines = crate::confirm::diff(&fields, &now["switches"], &after, "none");
+    crate::confirm::confirm(&format!("the kill switches will change:\n{}", lines.join("\n")), yes)?;
+    let k: Value = client.send(client.request(Method::PUT, "/v1/admin/kill-switches").json(&body)).await?;
+    print(json_out, &k, || switches_in_words(&k))?;
+    Ok(())
+}
+
+/// `mapi admin executors ls`.
+async fn executors_ls(client: &Client, json_out: bool) -> Result<()> {
+    let list: Value = client.get("/v1/admin/executors").await?;
+    print(json_out, &list, || {
+        let mut out = String::new();
+        for e in list.as_array().into_iter().flatten() {
+            let h = &e["health"];
+            out.push_str(&format!(
+                "{}  {}  isolation {}  running {}  queued {}  failed/h {}  jobs.run {}/{} a minute  429s/h {}\n  shared tiers: {} ({})\n",
+                e["name"].as_str().unwrap_or("?"),
+                e["status"].as_str().unwrap_or("?"),
+                e["capabilities"]["isolation"].as_str().unwrap_or("?"),
+                h["running"],
+                h["queued"],
+                h["failures_last_hour"],
+                h["submits"]["submits_last_minute"],
+                h["submits"]["submits_per_minute_limit"].as_u64().map_or("-".to_owned(), |l| l.to_string()),
+                h["submits"]["throttled_last_hour"],
+                if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
+                e["message"].as_str().unwrap_or(""),
+            ));
         }
-        AdminCmd::Tenants(TenantsCmd::Export { id, watch }) => {
-            let e = export(client, &id, watch).await?;
-            print(json_out, &e, || export_in_words(&e))?;
-        }
-        AdminCmd::Tenants(TenantsCmd::Delete { id, reason, yes }) => {
-            let change = format!(
-                "tenant {id} will be deleted: nothing of it is reachable from now on, and its data is purged once the grace period is over"
-            );
-            crate::confirm::confirm(&change, yes)?;
-            let body = json!({"reason": reason});
-            let d: Value = client
-                .send(client.request(Method::POST, &format!("/v1/tenants/{id}/deletion")).json(&body))
-                .await?;
-            print(json_out, &d, || deletion_in_words(&d))?;
-        }
-        AdminCmd::Tenants(TenantsCmd::DeleteCancel { id }) => {
-            let path = format!("/v1/tenants/{id}/deletion/cancel");
-            let d: Value = client.send(client.request(Method::POST, &path)).await?;
-            print(json_out, &d, || deletion_in_words(&d))?;
-        }
-        AdminCmd::Tenants(TenantsCmd::Purge { id, yes }) => {
-            crate::confirm::confirm(
-                &format!("every document and object of tenant {id} will be deleted"),
-                yes,
-            )?;
-            let path = format!("/v1/tenants/{id}/deletion/purge");
-            let d: Value = client.send(client.request(Method::POST, &path)).await?;
-            print(json_out, &d, || match d["state"].as_str() {
-                Some("purged") => deletion_in_words(&d),
-                _ => format!("the purge of {id} is on its way: mapi admin tenants deletion {id}\n"),
-            })?;
-        }
-        AdminCmd::Tenants(TenantsCmd::Deletion { id }) => {
-            let d: Value = client.get(&format!("/v1/tenants/{id}/deletion")).await?;
-            print(json_out, &d, || deletion_in_words(&d))?;
-        }
-        AdminCmd::Quotas(QuotasCmd::Set {
-            tenant,
-            vcpu_seconds_per_day,
-            vcpu_seconds_per_month,
-            concurrent_runs,
-            max_fanout_tasks,
-            max_resource_class,
-            storage,
-            egress_per_month,
-            requests_per_minute,
-            max_items_per_job,
-            job_retention_days,
-            run_retention_days,
-            note,
-            yes,
-            ..
-        }) => {
-            let body = json!({
-                "vcpu_seconds_per_day": vcpu_seconds_per_day, "vcpu_seconds_per_month": vcpu_seconds_per_month,
-                "concurrent_runs": concurrent_runs, "max_fanout_tasks": max_fanout_tasks,
-                "max_resource_class": max_resource_class, "storage_bytes": storage.as_deref().map(bytes).transpose()?,
-                "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
-                "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
-                "job_retention_days": job_retention_days, "run_retention_days": run_retention_days,
-                "note": note,
-            });
-            let before = override_of(client, &tenant).await?;
-            let lines = crate::confirm::diff(POLICY_FIELDS, &before, &body, "the tier's");
-            let change = if lines.is_empty() {
-                format!("the quota override of {tenant} stays as it is")
-            } else {
-                format!(
-                    "the quota override of {tenant} will be replaced (limits not given fall back to the tier's):\n{}",
-                    lines.join("\n")
-                )
-            };
-            crate::confirm::confirm(&change, yes || lines.is_empty())?;
-            let t: Value = client
-                .send(client.request(Method::PUT, &format!("/v1/admin/quotas/{tenant}")).json(&body))
-                .await?;
-            print(json_out, &t, || limits_in_words(&tenant, &t))?;
-        }
-        AdminCmd::Quotas(QuotasCmd::Ls) => {
-            let list: Value = client.get("/v1/admin/quotas").await?;
-            print(json_out, &list, || {
-                let mut out = format!(
-                    "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8} {:>9}  OVERRIDE\n",
-                    "TENANT",
-                    "TIER",
-                    "VCPU-S/DAY",
-                    "VCPU-S/MONTH",
-                    "CONC",
-                    "FANOUT",
-                    "CLASS",
-                    "REQ/MIN",
-                    "ITEMS/JOB"
-                );
-                let cell = |v: &Value| {
-                    if v.is_null() { "—".to_owned() } else { v.to_string().trim_matches('"').to_owned() }
-                };
-                for t in list["tenants"].as_array().into_iter().flatten() {
-                    let e = &t["effective"];
-                    out.push_str(&format!(
-                        "{:<20} {:<20} {:>10} {:>12} {:>6} {:>6} {:>5} {:>8} {:>9}  {}\n",
-                        t["tenant"].as_str().unwrap_or(""),
-                        t["tier"].as_str().unwrap_or(""),
-                        cell(&e["vcpu_seconds_per_day"]),
-                        cell(&e["vcpu_seconds_per_month"]),
-                        cell(&e["concurrent_runs"]),
-                        cell(&e["max_fanout_tasks"]),
-                        cell(&e["max_resource_class"]),
-                        cell(&e["requests_per_minute"]),
-                        cell(&e["max_items_per_job"]),
-                        if t["policy"].is_null() { "" } else { "yes" }
-                    ));
-                }
-                out
-            })?;
-        }
-        AdminCmd::Quotas(QuotasCmd::Rm { tenant, yes, .. }) => {
-            let before = override_of(client, &tenant).await?;
-            let lines = crate::confirm::diff(POLICY_FIELDS, &before, &Value::Null, "the tier's");
-            let change = format!("the quota override of {tenant} will be removed:\n{}", lines.join("\n"));
-            crate::confirm::confirm(&change, yes)?;
-            let t: Value =
-                client.send(client.request(Method::DELETE, &format!("/v1/admin/quotas/{tenant}"))).await?;
-            print(json_out, &t, || {
-                format!("quotas of {tenant} are the {} tier's again\n", t["tier"].as_str().unwrap_or("?"))
-            })?;
-        }
-        AdminCmd::KillSwitches(KillSwitchesCmd::Get) => {
-            let k: Value = client.get("/v1/admin/kill-switches").await?;
-            print(json_out, &k, || switches_in_words(&k))?;
-        }
-        AdminCmd::KillSwitches(KillSwitchesCmd::Set {
-            uploaded_code,
-            spend_cap,
-            spend_cap_period,
-            reason,
-            yes,
-        }) => {
-            let on = match uploaded_code.as_deref() {
-                None => None,
-                Some("on") => Some(true),
-                Some("off") => Some(false),
-                Some(other) => return Err(format!("--uploaded-code {other}: use on or off").into()),
-            };
-            let body = json!({
-                "untrusted_execution_enabled": on,
-                "spend_cap_micros": spend_cap.as_deref().map(mapi_cost::parse_micros).transpose()?,
-                "spend_cap_period": spend_cap_period, "reason": reason,
-            });
-            let now: Value = client.get("/v1/admin/kill-switches").await?;
-            let after = merged(&now["switches"], &body);
-            let fields = ["untrusted_execution_enabled", "spend_cap_micros", "spend_cap_period"];
-            let lines = crate::confirm::diff(&fields, &now["switches"], &after, "none");
-            crate::confirm::confirm(&format!("the kill switches will change:\n{}", lines.join("\n")), yes)?;
-            let k: Value =
-                client.send(client.request(Method::PUT, "/v1/admin/kill-switches").json(&body)).await?;
-            print(json_out, &k, || switches_in_words(&k))?;
-        }
-        AdminCmd::Executors(ExecutorsCmd::Ls) => {
-            let list: Value = client.get("/v1/admin/executors").await?;
-            print(json_out, &list, || {
-                let mut out = String::new();
-                for e in list.as_array().into_iter().flatten() {
-                    let h = &e["health"];
-                    out.push_str(&format!(
-                        "{}  {}  isolation {}  running {}  queued {}  failed/h {}  jobs.run {}/{} a minute  429s/h {}\n  shared tiers: {} ({})\n",
-                        e["name"].as_str().unwrap_or("?"),
-                        e["status"].as_str().unwrap_or("?"),
-                        e["capabilities"]["isolation"].as_str().unwrap_or("?"),
-                        h["running"],
-                        h["queued"],
-                        h["failures_last_hour"],
-                        h["submits"]["submits_last_minute"],
-                        h["submits"]["submits_per_minute_limit"].as_u64().map_or("-".to_owned(), |l| l.to_string()),
-                        h["submits"]["throttled_last_hour"],
-                        if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
-                        e["message"].as_str().unwrap_or(""),
-                    ));
-                }
-                out
-            })?;
-        }
-        AdminCmd::Executors(cmd @ (ExecutorsCmd::Enable { .. } | ExecutorsCmd::Disable { .. })) => {
-            let (name, reason, enabled) = match cmd {
-                ExecutorsCmd::Enable { name, reason } => (name, reason, true),
-                ExecutorsCmd::Disable { name, reason, yes } => {
-                    let change = format!(
-                        "executor {name} will take no new attempts: queued runs wait until it is enabled again"
-                    );
-                    crate::confirm::confirm(&change, yes)?;
-                    (name, reason, false)
-                }
-                _ => return Err("not a switch".into()),
-            };
-            let body = json!({"enabled": enabled, "reason": reason});
-            let e: Value = client
-                .send(client.request(Method::PUT, &format!("/v1/admin/executors/{name}")).json(&body))
-                .await?;
-            print(json_out, &e, || format!("{name} is {}\n", e["status"].as_str().unwrap_or("?")))?;
-        }
-        AdminCmd::Executors(ExecutorsCmd::Evidence { name, file }) => {
-            let raw = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            let body: Value =
-                serde_json::from_slice(&raw).map_err(|e| format!("{} is not JSON: {e}", file.display()))?;
-            let e: Value = client
-                .send(
-                    client.request(Method::PUT, &format!("/v1/admin/executors/{name}/evidence")).json(&body),
-                )
-                .await?;
-            print(json_out, &e, || {
-                format!(
-                    "evidence recorded for {name}: conformance {}, security {}; shared tiers {} ({})\n",
-                    if e["conformance_passed"] == true { "passed" } else { "not passed" },
-                    if e["security_passed"] == true { "passed" } else { "not passed" },
-                    if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
-                    e["message"].as_str().unwrap_or("")
-                )
-            })?;
-        }
-        AdminCmd::Audit { tenant, project, actor, action, outcome, since, limit } => {
-            let path = match &tenant {
-                Some(t) => format!("/v1/tenants/{t}/audit"),
-                None => "/v1/admin/audit".to_owned(),
-            };
-            let mut query: Vec<(&str, String)> = vec![("limit", limit.to_string())];
-            for (k, v) in [
-                ("project", project),
-                ("actor", actor),
-                ("action", action),
-                ("outcome", outcome),
-                ("since", since),
-            ] {
-                if let Some(v) = v {
-                    query.push((k, v));
-                }
-            }
-            let page: Value = client.send(client.request(Method::GET, &path).query(&query)).await?;
-            print(json_out, &page, || {
-                let mut out = String::new();
-                for e in page["items"].as_array().into_iter().flatten() {
-                    out.push_str(&format!(
-                        "{}  {:<8} {:<26} {:<24} {:<36} {}{}{}\n",
-                        e["ts"].as_str().unwrap_or(""),
-                        e["outcome"].as_str().unwrap_or(""),
-                        e["action"].as_str().unwrap_or(""),
-                        e["actor"].as_str().unwrap_or(e["actor_kind"].as_str().unwrap_or("")),
-                        format!(
-                            "{}:{}",
-                            e["resource_kind"].as_str().unwrap_or(""),
-                            e["resource_id"].as_str().unwrap_or("")
-                        ),
-                        if e["operator"] == true { "[operator] " } else { "" },
-                        e["problem"].as_str().map(|p| format!("{p} ")).unwrap_or_default(),
-                        e["detail"].as_str().unwrap_or("")
-                    ));
-                }
-                out
-            })?;
+        out
+    })?;
+    Ok(())
+}
+
+/// `mapi admin executors enable`.
+async fn executors_enable(client: &Client, json_out: bool, args: ExecutorsEnableArgs) -> Result<()> {
+    let ExecutorsEnableArgs { name, reason } = args;
+    executors_switch(client, json_out, &name, reason, true).await
+}
+
+/// `mapi admin executors disable`, after asking.
+async fn executors_disable(client: &Client, json_out: bool, args: ExecutorsDisableArgs) -> Result<()> {
+    let ExecutorsDisableArgs { name, reason, yes } = args;
+    let change =
+        format!("executor {name} will take no new attempts: queued runs wait until it is enabled again");
+    crate::confirm::confirm(&change, yes)?;
+    executors_switch(client, json_out, &name, reason, false).await
+}
+
+/// Switches executor `name` on or off, saying why.
+async fn executors_switch(
+    client: &Client,
+    json_out: bool,
+    name: &str,
+    reason: String,
+    enabled: bool,
+) -> Result<()> {
+    let body = json!({"enabled": enabled, "reason": reason});
+    let e: Value =
+        client.send(client.request(Method::PUT, &format!("/v1/admin/executors/{name}")).json(&body)).await?;
+    print(json_out, &e, || format!("{name} is {}\n", e["status"].as_str().unwrap_or("?")))?;
+    Ok(())
+}
+
+/// `mapi admin executors evidence`.
+async fn executors_evidence(client: &Client, json_out: bool, args: ExecutorsEvidenceArgs) -> Result<()> {
+    let ExecutorsEvidenceArgs { name, file } = args;
+    let raw = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let body: Value =
+        serde_json::from_slice(&raw).map_err(|e| format!("{} is not JSON: {e}", file.display()))?;
+    let e: Value = client
+        .send(client.request(Method::PUT, &format!("/v1/admin/executors/{name}/evidence")).json(&body))
+        .await?;
+    print(json_out, &e, || {
+        format!(
+            "evidence recorded for {name}: conformance {}, security {}; shared tiers {} ({})\n",
+            if e["conformance_passed"] == true { "passed" } else { "not passed" },
+            if e["security_passed"] == true { "passed" } else { "not passed" },
+            if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
+            e["message"].as_str().unwrap_or("")
+        )
+    })?;
+    Ok(())
+}
+
+/// `mapi admin audit`.
+async fn audit(client: &Client, json_out: bool, args: AuditArgs) -> Result<()> {
+    let AuditArgs { tenant, project, actor, action, outcome, since, limit } = args;
+    let path = match &tenant {
+        Some(t) => format!("/v1/tenants/{t}/audit"),
+        None => "/v1/admin/audit".to_owned(),
+    };
+    let mut query: Vec<(&str, String)> = vec![("limit", limit.to_string())];
+    for (k, v) in
+        [("project", project), ("actor", actor), ("action", action), ("outcome", outcome), ("since", since)]
+    {
+        if let Some(v) = v {
+            query.push((k, v));
         }
     }
+    let page: Value = client.send(client.request(Method::GET, &path).query(&query)).await?;
+    print(json_out, &page, || {
+        let mut out = String::new();
+        for e in page["items"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "{}  {:<8} {:<26} {:<24} {:<36} {}{}{}\n",
+                e["ts"].as_str().unwrap_or(""),
+                e["outcome"].as_str().unwrap_or(""),
+                e["action"].as_str().unwrap_or(""),
+                e["actor"].as_str().unwrap_or(e["actor_kind"].as_str().unwrap_or("")),
+                format!(
+                    "{}:{}",
+                    e["resource_kind"].as_str().unwrap_or(""),
+                    e["resource_id"].as_str().unwrap_or("")
+                ),
+                if e["operator"] == true { "[operator] " } else { "" },
+                e["problem"].as_str().map(|p| format!("{p} ")).unwrap_or_default(),
+                e["detail"].as_str().unwrap_or("")
+            ));
+        }
+        out
+    })?;
     Ok(())
 }
 

@@ -68,7 +68,7 @@ pub fn compare(runs: &[RunView]) -> Comparison {
         rows.push(row(format!("metrics.{k}"), each(&|r| reported(r, k).map(metric))));
     }
     rows.push(row("state".into(), each(&|r| Some(r.state.to_string()))));
-    let charged = |r: &RunView| Some(crate::commands::money(r.cost.charged_micros, &r.cost.currency));
+    let charged = |r: &RunView| Some(crate::output::money(r.cost.charged_micros, &r.cost.currency));
     rows.push(row("charged".into(), each(&charged)));
     Comparison { runs: runs.iter().map(|r| r.id.to_string()).collect(), rows }
 }

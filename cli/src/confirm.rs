@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use crate::commands::Result;
+use crate::error::Result;
 
 /// Shows `change` (what will happen, one or more lines) and asks to go ahead, unless `yes`.
 ///

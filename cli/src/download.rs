@@ -240,7 +240,7 @@ pub async fn download(
     dir: Option<PathBuf>,
     force: bool,
     json: bool,
-) -> crate::commands::Result<ExitCode> {
+) -> crate::error::Result<ExitCode> {
     let path = format!("/v1/model-versions/{}/urls", segment(id));
     let urls: ArtifactUrls = client.send(client.request(Method::POST, &path)).await?;
     let dir = dir.unwrap_or_else(|| PathBuf::from(urls.model_version.as_str()));

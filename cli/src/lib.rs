@@ -18,8 +18,10 @@ pub mod client;
 mod commands;
 mod compare;
 mod confirm;
+mod context;
 mod download;
 mod endpoints;
+mod error;
 mod experiments;
 mod jobs;
 mod logs;
@@ -29,6 +31,7 @@ mod models;
 mod output;
 #[cfg(feature = "platform")]
 mod platform;
+mod runs;
 mod session;
 mod webhooks;
 

@@ -13,7 +13,7 @@ use mapi_api::views::{LogLineView, RunLogs, RunView};
 use serde_json::Value;
 
 use crate::client::Client;
-use crate::commands::Result;
+use crate::error::Result;
 use crate::output;
 
 #[derive(Debug, Args)]

@@ -11,7 +11,7 @@
 use std::io::{ErrorKind, IsTerminal, Write};
 use std::sync::OnceLock;
 
-use crate::commands::Result;
+use crate::error::Result;
 
 mod table;
 mod yaml;
@@ -174,6 +174,20 @@ fn ago_at(then: mapi_domain::Timestamp, now_micros: i64) -> String {
         s @ 3600..86_400 => format!("{} h ago", s / 3600),
         s @ 86_400..2_592_000 => format!("{} days ago", s / 86_400),
         _ => then.to_string().chars().take(10).collect(),
+    }
+}
+
+/// An amount of micro-units of `currency`, as people read it.
+pub(crate) fn money(micros: i64, currency: &str) -> String {
+    mapi_cost::format_micros(micros, currency)
+}
+
+/// `s` cut to `n` characters, with `…` when it was longer.
+pub(crate) fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
     }
 }
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use mapi_embedded::DevPlatform;
 
-use crate::commands::Result;
+use crate::error::Result;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCmd {

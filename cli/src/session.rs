@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use mapi_api::credentials::Credentials;
 use serde::{Deserialize, Serialize};
 
-use crate::commands::Result;
+use crate::error::Result;
 
 /// The saved state.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@
 mod adc;
 mod admin_tour;
 mod api;
+mod architecture;
 mod audit_log;
 mod auth_attacks;
 

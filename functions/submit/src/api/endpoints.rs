@@ -20,7 +20,7 @@ use mapi_domain::{ModelVersionId, ProjectId, TenantId};
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
 use mapi_endpoints::{EndpointDoc, Promotion, Revision, endpoint_id, service_name};
 use mapi_hosting::{BundleFile, HostingError, ModelRef, RevisionSpec, Scaling, ServiceSpec, Traffic};
-use mapi_identity::{Audit, Caller, Target, authorize};
+use mapi_identity::{Audit, Caller};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, RawBody};
@@ -28,6 +28,7 @@ use mapi_schema::{Doc, ModelVersionDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 
 use super::datasets::require_project;
+use super::endpoint_access::{body_of, hosting_error, load_granted};
 
 /// Loads an endpoint `caller` may act on as `action`. One of another
 /// tenant, or of a project the caller cannot see, answers as a missing one.
@@ -38,26 +39,6 @@ async fn load(
     action: Action,
 ) -> Result<EndpointDoc, ApiError> {
     Ok(load_granted(state, caller, key, action).await?.0)
-}
-
-/// [`load`], with the tenant the authorization read.
-pub(super) async fn load_granted(
-    state: &AppState,
-    caller: &Caller,
-    (tenant, project, alias): (&TenantId, &ProjectId, &str),
-    action: Action,
-) -> Result<(EndpointDoc, mapi_schema::TenantDoc), ApiError> {
-    // A path that cannot name an endpoint is the caller's to fix, not a
-    // lookup for the store to refuse.
-    mapi_domain::endpoint::check_alias(alias).map_err(|e| ApiError::invalid(format!("invalid path: {e}")))?;
-    let what = format!("endpoint {}", alias.chars().take(40).collect::<String>());
-    let target = Target { endpoint: Some(alias), ..Target::project(tenant, project, &what) };
-    let granted = authorize(state, caller, target, Resource::Endpoint, action).await?;
-    let id = endpoint_id(tenant, project, alias);
-    let doc = mapi_schema::get::<EndpointDoc>(&*state.store, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
-    Ok((doc, granted.tenant))
 }
 
 /// The model a revision serves, read from its bundle (which verified).
@@ -104,24 +85,6 @@ async fn model_of(
         files: files.into_iter().map(|(k, b)| BundleFile { key: k.to_string(), bytes: b.to_vec() }).collect(),
     };
     Ok((version, model, example))
-}
-
-pub(super) fn body_of<T: serde::de::DeserializeOwned>(
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<T, ApiError> {
-    mapi_problem::require_json(headers)?;
-    mapi_problem::parse_json(body)
-}
-
-pub(super) fn hosting_error(e: HostingError) -> ApiError {
-    match e {
-        HostingError::Throttled(m) | HostingError::Unavailable(m) => {
-            ApiError::unavailable(format!("the endpoints' host is unavailable: {m}"), 5)
-        }
-        HostingError::Invalid(m) => ApiError::invalid(m),
-        other => ApiError::internal_from("the endpoints' host", other),
-    }
 }
 
 async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiError> {

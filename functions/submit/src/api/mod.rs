@@ -4,6 +4,7 @@
 
 pub mod datasets;
 pub mod docs;
+mod endpoint_access;
 pub mod endpoints;
 pub mod experiments;
 mod idempotency;
@@ -14,6 +15,7 @@ pub mod logs;
 pub mod methods;
 mod metric_scan;
 pub mod model_versions;
+mod run_filters;
 pub mod run_views;
 pub mod runs;
 pub mod scoring;

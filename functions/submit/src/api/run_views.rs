@@ -133,7 +133,7 @@ pub async fn save(
     }
     let columns = check_columns(body.columns.as_deref())?;
     // The filters are checked as the runs list checks them.
-    super::runs::narrowed(mapi_store::Query::new("runs"), &body.filters)?;
+    super::run_filters::narrowed(mapi_store::Query::new("runs"), &body.filters)?;
     let now = state.clock.now();
     let record = Audit::by(&caller, "run_view.save", format!("run-views/{name}"))
         .tenant(&tenant)

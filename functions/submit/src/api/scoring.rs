@@ -33,7 +33,7 @@ use mapi_quota::{Ask, Plan};
 use mapi_schema::{SCORE_LEDGER_SHARDS, ScoreLedgerEntry, tx_get, tx_put};
 use mapi_store::{StoreError, transact};
 
-use super::endpoints::{body_of, hosting_error, load_granted};
+use super::endpoint_access::{body_of, hosting_error, load_granted};
 use mapi_admission::quota;
 
 /// The most rows one score may send.
