@@ -68,7 +68,7 @@ use tokio::task::JoinHandle;
 pub use crate::fake_cloudrun::Call;
 use crate::fake_cloudrun::{google_error, lost};
 
-/// Regions where the fake accepts an L4 (the seed's list).
+/// Regions where the fake accepts an L4: those where Cloud Run offers L4 GPUs.
 pub const GPU_REGIONS: &[&str] =
     &["asia-southeast1", "asia-south1", "europe-west1", "europe-west4", "us-central1", "us-east4"];
 

@@ -189,26 +189,22 @@ impl TestPlatform {
     }
 }
 
-/// A small seeded generator (SplitMix64), so a failing case names its seed.
+/// A seeded generator (the workspace's SplitMix64), so a failing case names its seed.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(mapi_entropy::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(mapi_entropy::SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
+        self.0.below(n)
     }
 
     /// True with probability `p_percent` %.

@@ -199,7 +199,7 @@ async fn every_scope_of_the_scope_table_through_http() {
     let mut scopes: Vec<String> = table.iter().flat_map(|(_, _, s)| s.clone()).collect();
     scopes.sort();
     scopes.dedup();
-    assert_eq!(scopes.len(), 12, "the seed's twelve scope columns");
+    assert_eq!(scopes.len(), 12, "the scope table's twelve columns");
     scopes.push("admin".into());
     let rows = seed_matrix();
     let mut cases = 0;

@@ -159,7 +159,9 @@ async fn throttled_refused_unavailable_and_lost_answers_are_unavailable_and_the_
         r.fake.logging.fail_next(fault, 1);
         let failed = r.executor.logs(&h, None, 10).await;
         match failed {
-            Err(ExecutorError::Unavailable(m)) => assert!(m.contains("Cloud Logging"), "{fault:?}: {m}"),
+            Err(ExecutorError::Unavailable(m)) => {
+                assert!(m.to_string().contains("Cloud Logging"), "{fault:?}: {m}")
+            }
             other => panic!("{fault:?}: {other:?}"),
         }
         let page = r.executor.logs(&h, None, 10).await.expect("the next call works");

@@ -416,13 +416,13 @@ async fn throttled_and_unavailable_calls_change_nothing() {
     w.fake.inject(Fault::Throttle { retry_after_s: 7 });
     let e = w.hosting.create(&s, &w.revision("r1", 1.0)).await.expect_err("429");
     assert!(
-        matches!(&e, HostingError::Throttled(m) if m.contains("Quota exceeded") && m.contains("retry after 7 s")),
+        matches!(&e, HostingError::Throttled(m) if m.to_string().contains("Quota exceeded") && m.to_string().contains("retry after 7 s")),
         "{e:?}"
     );
     assert!(e.is_retryable());
     w.fake.inject(Fault::Unavailable);
     let e = w.hosting.create(&s, &w.revision("r1", 1.0)).await.expect_err("503");
-    assert!(matches!(&e, HostingError::Unavailable(m) if m.contains("503 UNAVAILABLE")), "{e:?}");
+    assert!(matches!(&e, HostingError::Unavailable(m) if m.to_string().contains("503 UNAVAILABLE")), "{e:?}");
     assert!(w.fake.services().is_empty(), "neither made anything");
     w.hosting.create(&s, &w.revision("r1", 1.0)).await.expect("the repeat is made");
     assert_eq!(

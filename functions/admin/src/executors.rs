@@ -76,8 +76,13 @@ async fn view(state: &AppState, doc: ExecutorDoc) -> Result<ExecutorView, ApiErr
     let now = state.clock.now();
     let hour_ago = now - std::time::Duration::from_secs(3600);
     let caps = state.executor.capabilities();
-    let recent =
-        state.executor.list_recent(hour_ago).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
+    let recent = state.executor.list_recent(hour_ago).await.map_err(|e| {
+        ApiError::unavailable_because(
+            "the executor's recent executions could not be read: retry shortly",
+            5,
+            &e,
+        )
+    })?;
     let health = ExecutorHealth {
         running: count(state, &[RunState::Dispatching, RunState::Running, RunState::Cancelling], None)
             .await?,

@@ -249,7 +249,13 @@ async fn finalize(
                 // can start the work, so what is found missing was taken.
                 let retired =
                     mapi_lifecycle::retire_counting(state.outbox().bootstrap, &row.nonce, row.task_count);
-                gone = Some(retired.await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?);
+                gone = Some(retired.await.map_err(|e| {
+                    ApiError::unavailable_because(
+                        "the attempt's bootstraps could not be retired: retry shortly",
+                        5,
+                        &e,
+                    )
+                })?);
             }
             Ok(done) => break done,
             Err(TxError::Limit(limit)) if refused_retry.is_none() => {
@@ -300,9 +306,9 @@ async fn finalize(
 /// Carries out follow-ups; a failure answers the finalization unavailable,
 /// so the queue delivers it again and the redelivery does what is left.
 async fn follow_up(state: &AppState, follow_ups: &[mapi_lifecycle::FollowUp]) -> Result<(), ApiError> {
-    mapi_lifecycle::carry_out(follow_ups, state.outbox())
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the finalization is committed; {e}"), 5))
+    mapi_lifecycle::carry_out(follow_ups, state.outbox()).await.map_err(|e| {
+        ApiError::unavailable_because("the finalization is committed; its follow-ups are not: retry", 5, &e)
+    })
 }
 
 /// After the commit: the metric, the log lines, the next attempt's dispatch.

@@ -382,7 +382,9 @@ async fn reconcile_run(
     let progress = batch.progress.get(&attempt_id);
     let info = match batch.running.get(&handle.0) {
         Some(listed) => listed.clone(),
-        None => state.executor.status(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?,
+        None => state.executor.status(handle).await.map_err(|e| {
+            ApiError::unavailable_because("the executor did not answer: retry shortly", 5, &e)
+        })?,
     };
     match &info.status {
         ExecutionStatus::Running => {
@@ -394,14 +396,18 @@ async fn reconcile_run(
                 if overdue {
                     tracing::warn!(run = %run.id(), execution = %handle, "execution ran past its timeout: cancelling");
                 }
-                state.executor.cancel(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
+                state.executor.cancel(handle).await.map_err(|e| {
+                    ApiError::unavailable_because("the executor did not answer: retry shortly", 5, &e)
+                })?;
                 report.cancels_sent += 1;
             }
             mark_stalled(state, run, attempt, progress, report).await
         }
         ExecutionStatus::NotFound => {
             // Confirm it is gone before the attempt is retried.
-            state.executor.cancel(handle).await.map_err(|e| ApiError::unavailable(e.to_string(), 5))?;
+            state.executor.cancel(handle).await.map_err(|e| {
+                ApiError::unavailable_because("the executor did not answer: retry shortly", 5, &e)
+            })?;
             finalize(state, run, attempt, progress, info, report).await
         }
         _ => finalize(state, run, attempt, progress, info, report).await,

@@ -1,5 +1,5 @@
-//! The dispatch task: start one attempt of a run (the seed's attempt
-//! sequence, steps 1 to 3).
+//! The dispatch task: start one attempt of a run (the attempt sequence's
+//! first three steps: write the intent, submit, record the handle).
 //!
 //! 1. In one transaction: write the intent row (attempt, nonce, event key,
 //!    lease) and move the run to `dispatching`. A redelivered task finds the
@@ -147,7 +147,13 @@ pub async fn handle(
                 ));
             }
             Ok(None) => {}
-            Err(e) => return Err(ApiError::unavailable(format!("cannot list executions to adopt: {e}"), 5)),
+            Err(e) => {
+                return Err(ApiError::unavailable_because(
+                    "cannot list executions to adopt: retry shortly",
+                    5,
+                    &e,
+                ));
+            }
         }
     }
 
@@ -203,7 +209,7 @@ pub async fn handle(
                 release_lease(&state, &attempt).await?;
                 tracing::warn!(run = %run.id(), attempt = %attempt.attempt, error = %e, "submit failed; the queue will retry");
             }
-            Err(ApiError::unavailable(format!("the executor did not start the attempt: {e}"), retry))
+            Err(ApiError::unavailable_because("the executor did not start the attempt: retry", retry, &e))
         }
     }
 }
@@ -262,7 +268,7 @@ async fn submit_renewing_lease(
         r = state.executor.submit(submit) => r,
         // The submit in flight is dropped: it may have made the execution,
         // so this is ambiguous (the next delivery adopts by nonce first).
-        () = renew => Err(SubmitError::Ambiguous("lease renewal ended while the submit was in flight".to_owned())),
+        () = renew => Err(SubmitError::Ambiguous("lease renewal ended while the submit was in flight".into())),
     }
 }
 

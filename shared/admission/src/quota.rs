@@ -70,7 +70,13 @@ pub async fn plan(
     };
     let read = Read { names: &names, counters: &counters, policy: policy.as_ref(), switches: &switches };
     let asked = Asked { now, tier, budget: budget.as_ref(), platform: &platform, ask, seed };
-    mapi_quota::plan(&read, &asked).map_err(|e| ApiError::unavailable(e.to_string(), 1))
+    mapi_quota::plan(&read, &asked).map_err(|e| {
+        ApiError::unavailable_because(
+            "a quota's counters changed while the request was planned: retry",
+            1,
+            &e.0,
+        )
+    })
 }
 
 pub use mapi_quota::counters::reserve_ms;

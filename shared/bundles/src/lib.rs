@@ -86,7 +86,7 @@ fn integrity(prefix: &ObjectKey, detail: impl Into<String>) -> BundleError {
 }
 
 fn internal(e: serde_json::Error) -> BundleError {
-    BundleError::Objects(ObjectError::Internal(e.to_string()))
+    BundleError::Objects(ObjectError::Internal(mapi_domain::Cause::of(e)))
 }
 
 /// Seals `artifacts` under `prefix`: hashes each as it is now, writes the

@@ -258,7 +258,10 @@ impl CloudRunJobsExecutor {
                     // A Job the infrastructure has not made yet has no executions.
                     Err(e) if e.http_status_code() == Some(404) => break,
                     Err(e) => {
-                        return Err(ExecutorError::Unavailable(format!("executions.list {parent}: {e}")));
+                        return Err(ExecutorError::Unavailable(mapi_domain::Cause::new(
+                            format!("executions.list {parent}"),
+                            e,
+                        )));
                     }
                 };
                 for e in page.executions {
@@ -296,7 +299,10 @@ impl CloudRunJobsExecutor {
             // An execution Cloud Run has not stamped yet printed nothing: read from now.
             Ok(e) => Ok(Some(e.create_time.unwrap_or_else(|| wire_time(self.inner.clock.now())))),
             Err(e) if e.http_status_code() == Some(404) => Ok(None),
-            Err(e) => Err(ExecutorError::Unavailable(format!("executions.get {handle}: {e}"))),
+            Err(e) => Err(ExecutorError::Unavailable(mapi_domain::Cause::new(
+                format!("executions.get {handle}"),
+                e,
+            ))),
         }
     }
 
@@ -413,7 +419,7 @@ impl Executor for CloudRunJobsExecutor {
                     let code = e.http_status_code();
                     return Err(match code {
                         Some(400) => SubmitError::Refused(format!("jobs.run refused the attempt: {e}")),
-                        _ => SubmitError::Unavailable(format!("jobs.run: {e}")),
+                        _ => SubmitError::Unavailable(mapi_domain::Cause::new("jobs.run", e)),
                     });
                 }
                 Err(e) => {
@@ -422,12 +428,12 @@ impl Executor for CloudRunJobsExecutor {
                     let since = began - Duration::from_secs(60);
                     return match self.adopt_after(a, since).await {
                         Ok(Some(found)) => Ok(found.handle),
-                        Ok(None) => Err(SubmitError::Ambiguous(format!(
-                            "jobs.run: {e}; no execution with this nonce yet"
-                        ))),
-                        Err(le) => Err(SubmitError::Ambiguous(format!(
-                            "jobs.run: {e}; adoption could not list: {le}"
-                        ))),
+                        Ok(None) => Err(SubmitError::Ambiguous(
+                            format!("jobs.run: {e}; no execution with this nonce yet").into(),
+                        )),
+                        Err(le) => Err(SubmitError::Ambiguous(
+                            format!("jobs.run: {e}; adoption could not list: {le}").into(),
+                        )),
                     };
                 }
             }
@@ -450,7 +456,12 @@ impl Executor for CloudRunJobsExecutor {
             Err(e) if e.http_status_code() == Some(404) => {
                 return Ok(wire::not_found(handle, inner.clock.now()));
             }
-            Err(e) => return Err(ExecutorError::Unavailable(format!("executions.get {handle}: {e}"))),
+            Err(e) => {
+                return Err(ExecutorError::Unavailable(mapi_domain::Cause::new(
+                    format!("executions.get {handle}"),
+                    e,
+                )));
+            }
         };
         if execution.completion_time.is_none() {
             return Ok(wire::info(&execution, None));
@@ -469,7 +480,9 @@ impl Executor for CloudRunJobsExecutor {
                 )
                 .send()
                 .await
-                .map_err(|e| ExecutorError::Unavailable(format!("tasks.list {handle}: {e}")))?;
+                .map_err(|e| {
+                    ExecutorError::Unavailable(mapi_domain::Cause::new(format!("tasks.list {handle}"), e))
+                })?;
             tasks.extend(page.tasks);
             if page.next_page_token.is_empty() {
                 break;
@@ -516,7 +529,10 @@ impl Executor for CloudRunJobsExecutor {
             Ok(_) => Ok(()),
             // Unknown, or already finished: nothing left to stop.
             Err(e) if matches!(e.http_status_code(), Some(404 | 409 | 412)) => Ok(()),
-            Err(e) => Err(ExecutorError::Unavailable(format!("executions.cancel {handle}: {e}"))),
+            Err(e) => Err(ExecutorError::Unavailable(mapi_domain::Cause::new(
+                format!("executions.cancel {handle}"),
+                e,
+            ))),
         }
     }
 
@@ -534,7 +550,12 @@ impl Executor for CloudRunJobsExecutor {
             Ok(e) if e.completion_time.is_none() => return Ok(Forgot::Kept),
             Ok(_) => {}
             Err(e) if e.http_status_code() == Some(404) => return Ok(Forgot::Gone),
-            Err(e) => return Err(ExecutorError::Unavailable(format!("executions.get {handle}: {e}"))),
+            Err(e) => {
+                return Err(ExecutorError::Unavailable(mapi_domain::Cause::new(
+                    format!("executions.get {handle}"),
+                    e,
+                )));
+            }
         }
         let deleted = executions
             .delete_execution()
@@ -544,7 +565,10 @@ impl Executor for CloudRunJobsExecutor {
         match deleted {
             Ok(_) => Ok(Forgot::Gone),
             Err(e) if e.http_status_code() == Some(404) => Ok(Forgot::Gone),
-            Err(e) => Err(ExecutorError::Unavailable(format!("executions.delete {handle}: {e}"))),
+            Err(e) => Err(ExecutorError::Unavailable(mapi_domain::Cause::new(
+                format!("executions.delete {handle}"),
+                e,
+            ))),
         }
     }
 

@@ -265,10 +265,12 @@ async fn send(
 fn failed(target: &Target<'_>, e: &GaxError) -> ExecutorError {
     let execution = target.execution;
     match e.http_status_code() {
-        Some(400) => {
-            ExecutorError::Internal(format!("Cloud Logging refused the query for {execution}'s output: {e}"))
-        }
-        _ => ExecutorError::Unavailable(format!("Cloud Logging could not list {execution}'s output: {e}")),
+        Some(400) => ExecutorError::Internal(
+            format!("Cloud Logging refused the query for {execution}'s output: {e}").into(),
+        ),
+        _ => ExecutorError::Unavailable(
+            format!("Cloud Logging could not list {execution}'s output: {e}").into(),
+        ),
     }
 }
 

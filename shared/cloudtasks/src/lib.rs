@@ -120,10 +120,10 @@ fn map_error(e: &google_cloud_tasks_v2::Error, name: Option<&TaskName>) -> Queue
         (Some(409), Some(n)) => QueueError::AlreadyExists(n.clone()),
         (Some(404), Some(n)) => QueueError::NotFound(n.clone()),
         (Some(400 | 404), _) => QueueError::InvalidArgument(e.to_string()),
-        (Some(429), _) => QueueError::Unavailable(format!("Cloud Tasks throttled the request: {e}")),
-        (Some(s), _) if s >= 500 => QueueError::Unavailable(e.to_string()),
-        (None, _) => QueueError::Unavailable(format!("no answer from Cloud Tasks: {e}")),
-        _ => QueueError::Internal(e.to_string()),
+        (Some(429), _) => QueueError::Unavailable(format!("Cloud Tasks throttled the request: {e}").into()),
+        (Some(s), _) if s >= 500 => QueueError::Unavailable(e.to_string().into()),
+        (None, _) => QueueError::Unavailable(format!("no answer from Cloud Tasks: {e}").into()),
+        _ => QueueError::Internal(e.to_string().into()),
     }
 }
 
@@ -145,10 +145,9 @@ impl CloudTasksQueue {
         if credentials == Credentials::Anonymous {
             b = b.with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
         }
-        let client = b
-            .build()
-            .await
-            .map_err(|e| QueueError::Internal(format!("cannot build the Cloud Tasks client: {e}")))?;
+        let client = b.build().await.map_err(|e| {
+            QueueError::Internal(mapi_domain::Cause::new("cannot build the Cloud Tasks client", e))
+        })?;
         Ok(CloudTasksQueue { inner: Arc::new(Inner { client, settings, queues, clock }) })
     }
 
@@ -197,8 +196,9 @@ impl CloudTasksQueue {
 
 /// The task id at the end of a full task name.
 fn short_name(full: &str) -> Result<TaskName, QueueError> {
-    TaskName::new(full.rsplit('/').next().unwrap_or(full))
-        .map_err(|e| QueueError::Internal(format!("Cloud Tasks answered a task name we cannot use: {e}")))
+    TaskName::new(full.rsplit('/').next().unwrap_or(full)).map_err(|e| {
+        QueueError::Internal(mapi_domain::Cause::new("Cloud Tasks answered a task name we cannot use", e))
+    })
 }
 
 #[async_trait]

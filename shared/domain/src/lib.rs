@@ -5,6 +5,7 @@
 //! (run states, reasons, classes) is parsed into an enum here, once.
 
 pub mod bootstrap;
+pub mod cause;
 pub mod class;
 pub mod endpoint;
 pub mod ids;
@@ -17,6 +18,7 @@ pub mod timestamp;
 pub mod unique;
 
 pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap};
+pub use cause::Cause;
 pub use class::ResourceClass;
 pub use ids::{
     AttemptNo, DatasetId, DeliveryId, IdError, JobId, ModelVersionId, Nonce, ProjectId, RunId, TenantId,

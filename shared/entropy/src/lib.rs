@@ -37,25 +37,45 @@ impl Entropy for OsEntropy {
     }
 }
 
-/// A deterministic source for tests and simulations: SplitMix64 from a
+/// SplitMix64 (Steele, Lea and Flood, 2014): the workspace's one seeded
+/// generator, for tests, simulations and [`SeededEntropy`]. A seed replays.
+/// Not for secrets.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform (near enough for tests) in `0..n`; 0 when `n` is 0.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+}
+
+/// A deterministic source for tests and simulations: [`SplitMix64`] from a
 /// seed. Not for secrets.
 #[derive(Debug)]
 pub struct SeededEntropy {
-    state: Mutex<u64>,
+    state: Mutex<SplitMix64>,
 }
 
 impl SeededEntropy {
     pub fn new(seed: u64) -> SeededEntropy {
-        SeededEntropy { state: Mutex::new(seed) }
+        SeededEntropy { state: Mutex::new(SplitMix64::new(seed)) }
     }
 
     fn next(&self) -> u64 {
-        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_u64()
     }
 }
 

@@ -216,20 +216,16 @@ mod tests {
     use super::*;
     use crate::{fixtures, task_seq};
 
-    /// SplitMix64, enough to shuffle deterministically.
-    struct SplitMix64(u64);
+    /// The workspace's SplitMix64, enough to shuffle deterministically.
+    struct SplitMix64(mapi_entropy::SplitMix64);
 
     impl SplitMix64 {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+        fn new(seed: u64) -> SplitMix64 {
+            SplitMix64(mapi_entropy::SplitMix64::new(seed))
         }
 
         fn below(&mut self, n: usize) -> usize {
-            usize::try_from(self.next() % u64::try_from(n).expect("fits")).expect("fits")
+            usize::try_from(self.0.below(u64::try_from(n).expect("fits"))).expect("fits")
         }
 
         fn shuffle<T>(&mut self, items: &mut [T]) {
@@ -289,7 +285,7 @@ mod tests {
     #[test]
     fn any_order_gives_the_same_progress() {
         for seed in 0..200u64 {
-            let mut rng = SplitMix64(seed);
+            let mut rng = SplitMix64::new(seed);
             let in_order = scenario(&mut rng, seed % 5 == 0);
             let expected = merged(&in_order);
             let mut shuffled = in_order.clone();
@@ -310,7 +306,7 @@ mod tests {
     #[test]
     fn fraction_never_moves_back() {
         for seed in 0..50u64 {
-            let mut rng = SplitMix64(seed ^ 0xdead_beef);
+            let mut rng = SplitMix64::new(seed ^ 0xdead_beef);
             let mut events = scenario(&mut rng, false);
             rng.shuffle(&mut events);
             let mut p = Progress::new(3);
@@ -415,7 +411,7 @@ mod tests {
 
     #[test]
     fn stored_document_round_trips() {
-        let mut rng = SplitMix64(42);
+        let mut rng = SplitMix64::new(42);
         let p = merged(&scenario(&mut rng, true));
         let doc = serde_json::to_string(&p).expect("serializes");
         let back: Progress = serde_json::from_str(&doc).expect("deserializes");

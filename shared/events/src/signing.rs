@@ -248,13 +248,10 @@ mod transport {
     #[test]
     fn awkward_floats_survive_json_transport() {
         let key = fixtures::key();
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rng = mapi_entropy::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
         for i in 0..2000u64 {
             // SplitMix64 bits → a float anywhere in [0, 1), including tiny ones.
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let z = rng.next_u64();
             let f = (z >> 11) as f64 / (1u64 << 53) as f64 / 10f64.powi((i % 12) as i32);
             let mut e = fixtures::event();
             e.body = EventBody::Progress { fraction: f, message: String::new() };

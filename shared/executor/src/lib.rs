@@ -201,13 +201,13 @@ pub enum SubmitError {
     Throttled { retry_after: Option<Duration> },
     /// Something may have been made: adopt by nonce before submitting again.
     #[error("the submit may or may not have created an execution: {0}")]
-    Ambiguous(String),
+    Ambiguous(#[source] mapi_domain::Cause),
     /// Placement refused the attempt; retrying will not help.
     #[error("{0}")]
     Refused(String),
     /// Nothing was made; retry later.
     #[error("executor unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] mapi_domain::Cause),
 }
 
 /// What [`Executor::forget`] did.
@@ -224,9 +224,9 @@ pub enum Forgot {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecutorError {
     #[error("executor unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] mapi_domain::Cause),
     #[error("executor internal error: {0}")]
-    Internal(String),
+    Internal(#[source] mapi_domain::Cause),
     /// A log cursor this executor did not give out: the caller's mistake, retrying will not help.
     #[error("{0}")]
     Cursor(String),

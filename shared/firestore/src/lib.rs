@@ -196,12 +196,12 @@ fn status_err(s: &tonic::Status) -> StoreError {
         // The client's own timeout reaches us as CANCELLED: like a deadline,
         // it leaves unknown whether the call took effect, so it is unavailable.
         Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Cancelled => {
-            StoreError::Unavailable(msg())
+            StoreError::Unavailable(msg().into())
         }
-        Code::FailedPrecondition if s.message().contains("index") => {
-            StoreError::Internal(format!("the query needs an index that is not deployed: {}", s.message()))
-        }
-        _ => StoreError::Internal(msg()),
+        Code::FailedPrecondition if s.message().contains("index") => StoreError::Internal(
+            format!("the query needs an index that is not deployed: {}", s.message()).into(),
+        ),
+        _ => StoreError::Internal(msg().into()),
     }
 }
 
@@ -236,11 +236,11 @@ impl FirestoreStore {
         }
         let auth = match credentials {
             Credentials::Anonymous => None,
-            Credentials::ApplicationDefault => Some(
-                google_cloud_auth::credentials::Builder::default()
-                    .build()
-                    .map_err(|e| StoreError::Internal(format!("Application Default Credentials: {e}")))?,
-            ),
+            Credentials::ApplicationDefault => {
+                Some(google_cloud_auth::credentials::Builder::default().build().map_err(|e| {
+                    StoreError::Internal(mapi_domain::Cause::new("Application Default Credentials", e))
+                })?)
+            }
         };
         let routing = http::HeaderValue::from_str(&routing_params(settings))
             .map_err(|e| StoreError::InvalidArgument(format!("database name: {e}")))?;
@@ -268,12 +268,12 @@ impl FirestoreStore {
                 match auth.headers(http::Extensions::new()).await {
                     Ok(CacheableResource::New { data, .. }) => data,
                     Ok(CacheableResource::NotModified) => {
-                        return Err(StoreError::Internal("credentials returned no headers".to_owned()));
+                        return Err(StoreError::Internal("credentials returned no headers".into()));
                     }
                     Err(e) if e.is_transient() => {
-                        return Err(StoreError::Unavailable(format!("credentials: {e}")));
+                        return Err(StoreError::Unavailable(mapi_domain::Cause::new("credentials", e)));
                     }
-                    Err(e) => return Err(StoreError::Internal(format!("credentials: {e}"))),
+                    Err(e) => return Err(StoreError::Internal(mapi_domain::Cause::new("credentials", e))),
                 }
             }
         };
@@ -335,9 +335,9 @@ impl FirestoreStore {
         names
             .iter()
             .map(|n| {
-                got.get(n)
-                    .cloned()
-                    .ok_or_else(|| StoreError::Internal(format!("BatchGetDocuments did not answer for {n}")))
+                got.get(n).cloned().ok_or_else(|| {
+                    StoreError::Internal(format!("BatchGetDocuments did not answer for {n}").into())
+                })
             })
             .collect()
     }
@@ -402,10 +402,10 @@ impl FirestoreStore {
                             return Ok(None);
                         }
                         let result = resp.write_results.get(*i).ok_or_else(|| {
-                            StoreError::Internal("Commit answered fewer write results than writes".to_owned())
+                            StoreError::Internal("Commit answered fewer write results than writes".into())
                         })?;
                         let t = result.update_time.as_ref().or(commit_time.as_ref()).ok_or_else(|| {
-                            StoreError::Internal("Commit answered a write without its update time".to_owned())
+                            StoreError::Internal("Commit answered a write without its update time".into())
                         })?;
                         wire::version_of(t).map(Some)
                     })
@@ -845,7 +845,7 @@ mod tests {
             StoreError::InvalidArgument(_)
         ));
         let e = status_err(&Status::new(Code::FailedPrecondition, "The query requires an index."));
-        assert!(matches!(&e, StoreError::Internal(m) if m.contains("index")), "{e:?}");
+        assert!(matches!(&e, StoreError::Internal(m) if m.to_string().contains("index")), "{e:?}");
         assert!(!status_err(&Status::new(Code::PermissionDenied, "x")).is_transient());
     }
 

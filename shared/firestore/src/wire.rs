@@ -32,7 +32,9 @@ pub fn update_time_of(v: Version) -> PbTimestamp {
 }
 
 fn bad_time(t: &PbTimestamp) -> StoreError {
-    StoreError::Internal(format!("Firestore returned an invalid timestamp {}s {}ns", t.seconds, t.nanos))
+    StoreError::Internal(
+        format!("Firestore returned an invalid timestamp {}s {}ns", t.seconds, t.nanos).into(),
+    )
 }
 
 pub fn timestamp_of(t: &PbTimestamp) -> Timestamp {
@@ -75,14 +77,16 @@ pub fn from_value(v: &fs::Value) -> Result<Value, StoreError> {
         Some(ValueType::IntegerValue(i)) => Value::from(*i),
         Some(ValueType::DoubleValue(f)) => Number::from_f64(*f)
             .map(Value::Number)
-            .ok_or_else(|| StoreError::Internal(format!("the stored number {f} has no JSON form")))?,
+            .ok_or_else(|| StoreError::Internal(format!("the stored number {f} has no JSON form").into()))?,
         Some(ValueType::StringValue(s)) => Value::String(s.clone()),
         Some(ValueType::ArrayValue(a)) => {
             Value::Array(a.values.iter().map(from_value).collect::<Result<_, _>>()?)
         }
         Some(ValueType::MapValue(m)) => Value::Object(from_fields(&m.fields)?),
         Some(other) => {
-            return Err(StoreError::Internal(format!("a stored value of an unsupported type: {other:?}")));
+            return Err(StoreError::Internal(
+                format!("a stored value of an unsupported type: {other:?}").into(),
+            ));
         }
     })
 }
@@ -112,21 +116,23 @@ impl Names {
 
     /// The key of a document name under this root.
     pub fn key(&self, name: &str) -> Result<DocKey, StoreError> {
-        let rest = name
-            .strip_prefix(self.root.as_str())
-            .and_then(|r| r.strip_prefix('/'))
-            .ok_or_else(|| StoreError::Internal(format!("document `{name}` is outside {}", self.root)))?;
+        let rest =
+            name.strip_prefix(self.root.as_str()).and_then(|r| r.strip_prefix('/')).ok_or_else(|| {
+                StoreError::Internal(format!("document `{name}` is outside {}", self.root).into())
+            })?;
         let (collection, id) = rest
             .split_once('/')
-            .ok_or_else(|| StoreError::Internal(format!("`{name}` is not a document name")))?;
-        DocKey::new(collection, id)
-            .map_err(|e| StoreError::Internal(format!("stored document `{name}`: {e}")))
+            .ok_or_else(|| StoreError::Internal(format!("`{name}` is not a document name").into()))?;
+        DocKey::new(collection, id).map_err(|e| {
+            StoreError::Internal(mapi_domain::Cause::new(format!("stored document `{name}`"), e))
+        })
     }
 
     /// A document of the port from a Firestore document.
     pub fn document(&self, d: &fs::Document) -> Result<Document, StoreError> {
         let key = self.key(&d.name)?;
-        let missing = |what: &str| StoreError::Internal(format!("document {key} came without its {what}"));
+        let missing =
+            |what: &str| StoreError::Internal(format!("document {key} came without its {what}").into());
         let update = d.update_time.as_ref().ok_or_else(|| missing("update_time"))?;
         let create = d.create_time.as_ref().ok_or_else(|| missing("create_time"))?;
         Ok(Document {

@@ -216,7 +216,7 @@ struct Stored {
 impl JsonObject {
     fn into_stored(self) -> Result<Stored, ObjectError> {
         let bad = |what: &str| {
-            ObjectError::Internal(format!("Cloud Storage answered a bad {what} for {}", self.name))
+            ObjectError::Internal(format!("Cloud Storage answered a bad {what} for {}", self.name).into())
         };
         let key =
             ObjectKey::parse(&self.name).map_err(|_| bad("object name (not a key this store writes)"))?;
@@ -255,22 +255,22 @@ fn status_error(what: &str, status: u16, key: &str, detail: &str) -> ObjectError
         404 => ObjectError::NotFound(key.to_owned()),
         412 => ObjectError::PreconditionFailed(key.to_owned()),
         400 => ObjectError::InvalidArgument(format!("{what} {key}: {detail}")),
-        408 | 429 | 500..=599 => ObjectError::Unavailable(format!("{what} {key}: HTTP {status}")),
-        _ => ObjectError::Internal(format!("{what} {key}: HTTP {status}: {detail}")),
+        408 | 429 | 500..=599 => ObjectError::Unavailable(format!("{what} {key}: HTTP {status}").into()),
+        _ => ObjectError::Internal(format!("{what} {key}: HTTP {status}: {detail}").into()),
     }
 }
 
 fn signing_error(e: SigningError) -> ObjectError {
     match e {
-        SigningError::Unavailable(m) => ObjectError::Unavailable(m),
-        SigningError::Config(m) | SigningError::Integrity(m) => ObjectError::Internal(m),
+        SigningError::Unavailable(m) => ObjectError::Unavailable(m.into()),
+        SigningError::Config(m) | SigningError::Integrity(m) => ObjectError::Internal(m.into()),
     }
 }
 
 fn gax_error(what: &str, key: &str, e: &GaxError) -> ObjectError {
     match e.http_status_code() {
         Some(status) => status_error(what, status, key, &e.to_string()),
-        None => ObjectError::Unavailable(format!("{what} {key}: {e}")),
+        None => ObjectError::Unavailable(format!("{what} {key}: {e}").into()),
     }
 }
 
@@ -332,7 +332,7 @@ impl GcsObjectStore {
         url: String,
     ) -> Result<reqwest::RequestBuilder, ObjectError> {
         let mut req = self.inner.http.request(method, url);
-        if let Some(t) = self.inner.auth.token().await.map_err(ObjectError::Unavailable)? {
+        if let Some(t) = self.inner.auth.token().await.map_err(|e| ObjectError::Unavailable(e.into()))? {
             req = req.bearer_auth(t);
         }
         Ok(req)
@@ -345,16 +345,21 @@ impl GcsObjectStore {
         if let Some(g) = generation {
             req = req.query(&[("generation", g.0)]);
         }
-        let answer = req.send().await.map_err(|e| ObjectError::Unavailable(format!("get {key}: {e}")))?;
+        let answer = req
+            .send()
+            .await
+            .map_err(|e| ObjectError::Unavailable(mapi_domain::Cause::new(format!("get {key}"), e)))?;
         let status = answer.status().as_u16();
         if status != 200 {
             let body = answer.text().await.unwrap_or_default();
             return Err(status_error("get", status, key.as_str(), &body));
         }
-        let object: JsonObject = answer
-            .json()
-            .await
-            .map_err(|e| ObjectError::Internal(format!("get {key}: the answer is not an object: {e}")))?;
+        let object: JsonObject = answer.json().await.map_err(|e| {
+            ObjectError::Internal(mapi_domain::Cause::new(
+                format!("get {key}: the answer is not an object"),
+                e,
+            ))
+        })?;
         object.into_stored()
     }
 
@@ -376,7 +381,7 @@ impl GcsObjectStore {
             // The crate's own check of the answer's checksums against the
             // bytes sent (it reports a mismatch as a serialization error).
             Err(e) if e.is_serialization() => {
-                Attempt::Failed(ObjectError::Internal(format!("put {key}: {e}")))
+                Attempt::Failed(ObjectError::Internal(mapi_domain::Cause::new(format!("put {key}"), e)))
             }
             Err(e) if answer_lost(&e) => Attempt::Lost(e.to_string()),
             Err(e) => Attempt::Failed(gax_error("put", key.as_str(), &e)),
@@ -395,21 +400,19 @@ impl GcsObjectStore {
         if crc != Some(crc32c::crc32c(bytes)) || md5 != Some(&md5::compute(bytes).0[..]) {
             return Err(ObjectError::Internal(format!(
                 "put {key}: Cloud Storage stored an object whose CRC32C or MD5 is not that of the bytes sent"
-            )));
+            ).into()));
         }
         if u64::try_from(o.size).ok() != Some(bytes.len() as u64) {
-            return Err(ObjectError::Internal(format!(
-                "put {key}: stored {} bytes, sent {}",
-                o.size,
-                bytes.len()
-            )));
+            return Err(ObjectError::Internal(
+                format!("put {key}: stored {} bytes, sent {}", o.size, bytes.len()).into(),
+            ));
         }
         let created = o
             .create_time
             .as_ref()
             .and_then(|t| Timestamp::parse_rfc3339(&String::from(*t)).ok())
             .ok_or_else(|| {
-            ObjectError::Internal(format!("put {key}: the answer has no creation time"))
+            ObjectError::Internal(format!("put {key}: the answer has no creation time").into())
         })?;
         Ok(ObjectMeta {
             key: key.clone(),
@@ -463,9 +466,9 @@ impl GcsObjectStore {
         }
         if stored.crc32c.is_some_and(|c| c != crc32c::crc32c(&body)) || body.len() as u64 != stored.meta.size
         {
-            return Err(ObjectError::Unavailable(format!(
-                "read {key}: the bytes do not match the stored CRC32C or size"
-            )));
+            return Err(ObjectError::Unavailable(
+                format!("read {key}: the bytes do not match the stored CRC32C or size").into(),
+            ));
         }
         Ok(Bytes::from(body))
     }
@@ -517,7 +520,9 @@ impl ObjectStore for GcsObjectStore {
         match self.upload(key, &bytes, content_type, precondition).await {
             Attempt::Done(o) => Self::checked(key, &o, &bytes),
             Attempt::Precondition => self.adopt(key, &bytes, precondition).await,
-            Attempt::Lost(e) => Err(ObjectError::Unavailable(format!("put {key}: no answer twice: {e}"))),
+            Attempt::Lost(e) => {
+                Err(ObjectError::Unavailable(format!("put {key}: no answer twice: {e}").into()))
+            }
             Attempt::Failed(e) => Err(e),
         }
     }
@@ -550,7 +555,10 @@ impl ObjectStore for GcsObjectStore {
         if let IfGeneration::Match(g) = precondition {
             req = req.query(&[("ifGenerationMatch", g.0)]);
         }
-        let answer = req.send().await.map_err(|e| ObjectError::Unavailable(format!("delete {key}: {e}")))?;
+        let answer = req
+            .send()
+            .await
+            .map_err(|e| ObjectError::Unavailable(mapi_domain::Cause::new(format!("delete {key}"), e)))?;
         let status = answer.status().as_u16();
         if (200..300).contains(&status) {
             return Ok(());
@@ -583,16 +591,21 @@ impl ObjectStore for GcsObjectStore {
         if let Some(t) = &token {
             req = req.query(&[("pageToken", t)]);
         }
-        let answer = req.send().await.map_err(|e| ObjectError::Unavailable(format!("list {prefix}: {e}")))?;
+        let answer = req
+            .send()
+            .await
+            .map_err(|e| ObjectError::Unavailable(mapi_domain::Cause::new(format!("list {prefix}"), e)))?;
         let status = answer.status().as_u16();
         if status != 200 {
             let body = answer.text().await.unwrap_or_default();
             return Err(status_error("list", status, prefix, &body));
         }
-        let page: JsonList = answer
-            .json()
-            .await
-            .map_err(|e| ObjectError::Internal(format!("list {prefix}: the answer is not a listing: {e}")))?;
+        let page: JsonList = answer.json().await.map_err(|e| {
+            ObjectError::Internal(mapi_domain::Cause::new(
+                format!("list {prefix}: the answer is not a listing"),
+                e,
+            ))
+        })?;
         let objects =
             page.items.into_iter().map(|o| o.into_stored().map(|s| s.meta)).collect::<Result<Vec<_>, _>>()?;
         let next_page_token = page.next_page_token.filter(|t| !t.is_empty()).map(|token| {

@@ -153,10 +153,10 @@ pub enum HostingError {
     AlreadyExists(String),
     /// The host refused for now (429): nothing changed; retry later.
     #[error("the hosting API is rate limiting: {0}")]
-    Throttled(String),
+    Throttled(#[source] mapi_domain::Cause),
     /// No answer, a lost answer or a 5xx: retry (every call is safe to repeat).
     #[error("the hosting API is unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] mapi_domain::Cause),
     /// The request itself is wrong (a region without GPUs, a bad name).
     #[error("{0}")]
     Invalid(String),

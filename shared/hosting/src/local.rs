@@ -103,7 +103,7 @@ struct Inner {
 }
 
 fn io(what: &str, e: std::io::Error) -> HostingError {
-    HostingError::Unavailable(format!("{what}: {e}"))
+    HostingError::Unavailable(mapi_domain::Cause::new(what, e))
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), HostingError> {
@@ -132,14 +132,15 @@ impl LocalHosting {
         for entry in std::fs::read_dir(dir).map_err(|e| io(&dir.display().to_string(), e))? {
             let path = entry.map_err(|e| io("endpoints directory", e))?.path().join("service.json");
             let Ok(bytes) = std::fs::read(&path) else { continue };
-            let service: StoredService = serde_json::from_slice(&bytes)
-                .map_err(|e| HostingError::Unavailable(format!("{}: {e}", path.display())))?;
+            let service: StoredService = serde_json::from_slice(&bytes).map_err(|e| {
+                HostingError::Unavailable(mapi_domain::Cause::new(path.display().to_string(), e))
+            })?;
             stored.insert(service.name.clone(), service);
         }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()
-            .map_err(|e| HostingError::Unavailable(e.to_string()))?;
+            .map_err(|e| HostingError::Unavailable(mapi_domain::Cause::of(e)))?;
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
             server,
@@ -278,7 +279,7 @@ impl Inner {
             attempt += 1;
             match self.ensure_once(service, tag).await {
                 Err(HostingError::Unavailable(why))
-                    if why.contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => {}
+                    if why.to_string().contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => {}
                 other => return other,
             }
         }
@@ -319,9 +320,9 @@ impl Inner {
                     .remove(&key)
                     .and_then(|p| p.last_line.lock().ok().map(|l| l.clone()))
                     .unwrap_or_default();
-                Err(HostingError::Unavailable(format!(
-                    "the model server of {service}/{tag} did not start: {reason}"
-                )))
+                Err(HostingError::Unavailable(
+                    format!("the model server of {service}/{tag} did not start: {reason}").into(),
+                ))
             }
         }
     }
@@ -575,7 +576,9 @@ impl Hosting for LocalHosting {
                         slot < acc
                     })
                     .map(|t| t.tag.clone())
-                    .ok_or_else(|| HostingError::Unavailable(format!("service {service} has no traffic")))?
+                    .ok_or_else(|| {
+                        HostingError::Unavailable(format!("service {service} has no traffic").into())
+                    })?
             }
         };
         self.inner.start_reaper();

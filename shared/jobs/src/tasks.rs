@@ -86,7 +86,8 @@ pub async fn push_items(
                 first_error.get_or_insert(e);
             }
             Err(e) => {
-                first_error.get_or_insert(QueueError::Internal(format!("an enqueue panicked: {e}")));
+                first_error
+                    .get_or_insert(QueueError::Internal(mapi_domain::Cause::new("an enqueue panicked", e)));
             }
         }
     }

@@ -76,14 +76,14 @@ struct Counters {
 fn db_err(e: rusqlite::Error) -> ObjectError {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-            ObjectError::Unavailable(e.to_string())
+            ObjectError::Unavailable(mapi_domain::Cause::of(e))
         }
-        _ => ObjectError::Internal(e.to_string()),
+        _ => ObjectError::Internal(mapi_domain::Cause::of(e)),
     }
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> ObjectError {
-    ObjectError::Internal(format!("{}: {e}", path.display()))
+    ObjectError::Internal(mapi_domain::Cause::new(path.display().to_string(), e))
 }
 
 type Row = (i64, i64, String, i64);
@@ -378,11 +378,11 @@ impl FsObjectStore {
             .turns
             .acquire()
             .await
-            .map_err(|e| ObjectError::Internal(format!("object task: {e}")))?;
+            .map_err(|e| ObjectError::Internal(mapi_domain::Cause::new("object task", e)))?;
         let this = self.clone();
         tokio::task::spawn_blocking(move || f(&this))
             .await
-            .map_err(|e| ObjectError::Internal(format!("object task failed: {e}")))?
+            .map_err(|e| ObjectError::Internal(mapi_domain::Cause::new("object task failed", e)))?
     }
 }
 

@@ -105,9 +105,9 @@ pub enum ObjectError {
     #[error("invalid object request: {0}")]
     InvalidArgument(String),
     #[error("object store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] mapi_domain::Cause),
     #[error("object store internal error: {0}")]
-    Internal(String),
+    Internal(#[source] mapi_domain::Cause),
 }
 
 /// The ObjectStore port: one bucket.

@@ -43,42 +43,42 @@ impl ObjectStore for Absent {
         _: &str,
         _: IfGeneration,
     ) -> Result<ObjectMeta, ObjectError> {
-        Err(ObjectError::Internal(self.why()))
+        Err(ObjectError::Internal(self.why().into()))
     }
 
     async fn get(&self, _: &ObjectKey, _: Option<Generation>) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        Err(ObjectError::Internal(self.why()))
+        Err(ObjectError::Internal(self.why().into()))
     }
 
     async fn head(&self, _: &ObjectKey) -> Result<ObjectMeta, ObjectError> {
-        Err(ObjectError::Internal(self.why()))
+        Err(ObjectError::Internal(self.why().into()))
     }
 
     async fn delete(&self, _: &ObjectKey, _: IfGeneration) -> Result<(), ObjectError> {
-        Err(ObjectError::Internal(self.why()))
+        Err(ObjectError::Internal(self.why().into()))
     }
 
     async fn list(&self, _: &str, _: Option<&str>, _: u32) -> Result<ListPage, ObjectError> {
-        Err(ObjectError::Internal(self.why()))
+        Err(ObjectError::Internal(self.why().into()))
     }
 
     async fn signed_url(&self, _: SignedMethod, _: &ObjectKey, _: Duration) -> Result<String, ObjectError> {
-        Err(ObjectError::Internal(self.why()))
+        Err(ObjectError::Internal(self.why().into()))
     }
 }
 
 #[async_trait]
 impl TaskQueue for Absent {
     async fn create(&self, _: NewTask) -> Result<TaskInfo, QueueError> {
-        Err(QueueError::Internal(self.why()))
+        Err(QueueError::Internal(self.why().into()))
     }
 
     async fn delete(&self, _: &QueueName, _: &TaskName) -> Result<(), QueueError> {
-        Err(QueueError::Internal(self.why()))
+        Err(QueueError::Internal(self.why().into()))
     }
 
     async fn depth(&self, _: &QueueName) -> Result<u64, QueueError> {
-        Err(QueueError::Internal(self.why()))
+        Err(QueueError::Internal(self.why().into()))
     }
 }
 
@@ -107,19 +107,19 @@ impl Executor for Absent {
     }
 
     async fn status(&self, _: &ExecutionHandle) -> Result<ExecutionInfo, ExecutorError> {
-        Err(ExecutorError::Internal(self.why()))
+        Err(ExecutorError::Internal(self.why().into()))
     }
 
     async fn list_recent(&self, _: Timestamp) -> Result<Vec<ExecutionInfo>, ExecutorError> {
-        Err(ExecutorError::Internal(self.why()))
+        Err(ExecutorError::Internal(self.why().into()))
     }
 
     async fn cancel(&self, _: &ExecutionHandle) -> Result<(), ExecutorError> {
-        Err(ExecutorError::Internal(self.why()))
+        Err(ExecutorError::Internal(self.why().into()))
     }
 
     async fn forget(&self, _: &ExecutionHandle) -> Result<Forgot, ExecutorError> {
-        Err(ExecutorError::Internal(self.why()))
+        Err(ExecutorError::Internal(self.why().into()))
     }
 
     async fn logs(
@@ -128,7 +128,7 @@ impl Executor for Absent {
         _: Option<&str>,
         _: usize,
     ) -> Result<mapi_executor::LogPage, ExecutorError> {
-        Err(ExecutorError::Internal(self.why()))
+        Err(ExecutorError::Internal(self.why().into()))
     }
 
     fn backstop_margin(&self) -> Duration {

@@ -354,7 +354,11 @@ fn local_queue(config: &Config, clock: &Arc<dyn Clock>) -> Result<SqliteQueue, S
 /// signed-URL routes check.
 fn local_objects(config: &Config, clock: &Arc<dyn Clock>) -> Result<LocalObjects, StartError> {
     let root = home(config)?.join("objects");
-    let signer = UrlSigner::new(config.secrets.url_signing_key.clone(), &config.public_url);
+    // Config::read asks for the key wherever local objects are served.
+    let key = config.secrets.url_signing_key.clone().ok_or_else(|| {
+        ConfigError::Invalid(format!("local objects need {}", config::vars::URL_SIGNING_KEY.name))
+    })?;
+    let signer = UrlSigner::new(key, &config.public_url);
     let data = FsObjectStore::open(&root, DATA_BUCKET, signer.clone(), clock.clone())?;
     let bootstrap = FsObjectStore::open(&root, BOOTSTRAP_BUCKET, signer.clone(), clock.clone())?;
     Ok(LocalObjects { data, bootstrap, signer })

@@ -66,6 +66,18 @@ impl ApiError {
         }
     }
 
+    /// 503 with a Retry-After whose detail is ours: `cause`, what failed
+    /// underneath (a port's error), is logged, never echoed to the caller.
+    pub fn unavailable_because(
+        detail: impl Into<String>,
+        retry_after_s: u64,
+        cause: &dyn std::fmt::Display,
+    ) -> ApiError {
+        let detail = detail.into();
+        tracing::warn!(error = %cause, %detail, "answered unavailable");
+        ApiError::unavailable(detail, retry_after_s)
+    }
+
     pub fn internal(context: impl Into<String>) -> ApiError {
         ApiError::Internal { context: context.into(), source: None }
     }
@@ -116,17 +128,24 @@ impl ApiError {
     }
 }
 
-/// An error's chain of sources, each after `: `.
+/// An error's chain of sources, each after `: `; a source whose words the
+/// chain already says (an error that writes its source into its own
+/// message, as many do) is not said again.
 struct Chain<'a>(Option<&'a (dyn std::error::Error + Send + Sync + 'static)>);
 
 impl std::fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut said = String::new();
         let mut next = self.0.map(|e| e as &(dyn std::error::Error + 'static));
         while let Some(e) = next {
-            write!(f, ": {e}")?;
+            let text = e.to_string();
+            if !said.contains(&text) {
+                said.push_str(": ");
+                said.push_str(&text);
+            }
             next = e.source();
         }
-        Ok(())
+        f.write_str(&said)
     }
 }
 
@@ -294,6 +313,24 @@ mod tests {
         assert!(source.is_some_and(|s| s.contains("disk I/O error")), "{e:?}");
         // What a log line of it shows: the context and the cause.
         assert_eq!(e.to_string(), "internal error: store: store internal error: disk I/O error on mapi.db");
+        // A port's error keeps its source, and the chain says each part once.
+        let io = std::io::Error::other("No space left on device");
+        let kept =
+            ApiError::from(mapi_store::StoreError::Internal(mapi_domain::Cause::new("writing page 7", io)));
+        assert_eq!(
+            kept.to_string(),
+            "internal error: store: store internal error: writing page 7: No space left on device"
+        );
+        let mut chain = std::error::Error::source(&kept);
+        let mut found_io = false;
+        while let Some(e) = chain {
+            found_io |= e
+                .downcast_ref::<mapi_domain::Cause>()
+                .and_then(|c| c.inner())
+                .is_some_and(|i| i.is::<std::io::Error>());
+            chain = e.source();
+        }
+        assert!(found_io, "the io::Error is in the chain, typed");
         let problem = e.problem();
         assert_eq!(problem.code, ProblemCode::Internal);
         assert!(

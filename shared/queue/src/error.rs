@@ -17,10 +17,10 @@ pub enum QueueError {
     InvalidArgument(String),
     /// The backend is unreachable or overloaded: retry later.
     #[error("queue unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] mapi_domain::Cause),
     /// Anything else; the message is for logs.
     #[error("queue internal error: {0}")]
-    Internal(String),
+    Internal(#[source] mapi_domain::Cause),
 }
 
 impl QueueError {

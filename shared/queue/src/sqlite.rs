@@ -163,9 +163,9 @@ struct LeaseKey {
 fn sql_err(e: rusqlite::Error) -> QueueError {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-            QueueError::Unavailable(e.to_string())
+            QueueError::Unavailable(mapi_domain::Cause::of(e))
         }
-        _ => QueueError::Internal(e.to_string()),
+        _ => QueueError::Internal(mapi_domain::Cause::of(e)),
     }
 }
 
@@ -174,7 +174,8 @@ fn micros(t: Timestamp) -> i64 {
 }
 
 fn stored_name(s: String) -> Result<TaskName, QueueError> {
-    TaskName::new(s).map_err(|e| QueueError::Internal(format!("stored task name is invalid: {e}")))
+    TaskName::new(s)
+        .map_err(|e| QueueError::Internal(mapi_domain::Cause::new("stored task name is invalid", e)))
 }
 
 impl SqliteQueue {
@@ -196,7 +197,7 @@ impl SqliteQueue {
         }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
-                .map_err(|e| QueueError::Internal(format!("{}: {e}", dir.display())))?;
+                .map_err(|e| QueueError::Internal(mapi_domain::Cause::new(dir.display().to_string(), e)))?;
         }
         let conn = Connection::open_with_flags(
             path,
@@ -308,7 +309,8 @@ impl SqliteQueue {
         &self,
         f: impl FnOnce(&mut Connection, &Inner, Timestamp) -> Result<T, QueueError> + Send + 'static,
     ) -> Result<T, QueueError> {
-        let _turn = self.inner.turn.acquire().await.map_err(|e| QueueError::Internal(e.to_string()))?;
+        let _turn =
+            self.inner.turn.acquire().await.map_err(|e| QueueError::Internal(mapi_domain::Cause::of(e)))?;
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = inner.conn.lock().unwrap_or_else(|e| e.into_inner());
@@ -316,7 +318,7 @@ impl SqliteQueue {
             f(&mut conn, &inner, now)
         })
         .await
-        .map_err(|e| QueueError::Internal(format!("queue task failed: {e}")))?
+        .map_err(|e| QueueError::Internal(mapi_domain::Cause::new("queue task failed", e)))?
     }
 
     /// Resolves when a task has been created since the last call (or now,
@@ -741,7 +743,7 @@ impl TaskQueue for SqliteQueue {
             Ok(())
         })
         .await?;
-        let info = answer.await.map_err(|_| QueueError::Internal("a create was dropped".to_owned()))??;
+        let info = answer.await.map_err(|_| QueueError::Internal("a create was dropped".into()))??;
         self.inner.created.notify_one();
         Ok(info)
     }

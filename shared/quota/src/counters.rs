@@ -562,9 +562,9 @@ impl Bumps {
         let mut holds = Vec::with_capacity(reservation.holds.len());
         for name in reservation.hold_counters() {
             let Some(mut view) = read.iter().find(|c| c.name == name).cloned() else {
-                return Err(StoreError::Internal(format!(
-                    "renewing a reservation without reading counter {name}"
-                )));
+                return Err(StoreError::Internal(
+                    format!("renewing a reservation without reading counter {name}").into(),
+                ));
             };
             for (id, f, delta, _) in &pending.steps {
                 if counter_of(id) == name

@@ -112,7 +112,7 @@ fn crc32c(bytes: &[u8]) -> i64 {
 }
 
 fn unavailable(what: &str, e: GaxError) -> SignError {
-    SignError::Unavailable(format!("{what}: {e}"))
+    SignError::Unavailable(mapi_domain::Cause::new(what, e))
 }
 
 fn algorithm_of(key: &PublicKey) -> Result<Algorithm, SignError> {

@@ -122,7 +122,7 @@ pub enum SignError {
     Config(String),
     /// The signing service could not be reached or refused for now: retry.
     #[error("signing service unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] mapi_domain::Cause),
     /// The answer was damaged in transit or is not what was asked for (a
     /// CRC32C mismatch, another key version, a signature that does not
     /// verify): nothing was kept; the call may be retried.

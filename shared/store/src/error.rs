@@ -30,10 +30,10 @@ pub enum StoreError {
     Misuse(String),
     /// The backend is unreachable or overloaded: retry later.
     #[error("store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(#[source] mapi_domain::Cause),
     /// Anything else; the message is for logs.
     #[error("store internal error: {0}")]
-    Internal(String),
+    Internal(#[source] mapi_domain::Cause),
 }
 
 impl StoreError {

@@ -109,8 +109,9 @@ impl Document {
     /// The fields as a typed value.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, StoreError> {
         // Read from the fields where they are, not from a copy of them.
-        T::deserialize(&self.fields)
-            .map_err(|e| StoreError::Internal(format!("document {} does not decode: {e}", self.key)))
+        T::deserialize(&self.fields).map_err(|e| {
+            StoreError::Internal(mapi_domain::Cause::new(format!("document {} does not decode", self.key), e))
+        })
     }
 }
 

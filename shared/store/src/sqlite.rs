@@ -211,9 +211,9 @@ fn commit_batch(conn: &mut Connection, now: Timestamp, batch: &[CommitRequest]) 
 fn sql_err(e: rusqlite::Error) -> StoreError {
     match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-            StoreError::Unavailable(e.to_string())
+            StoreError::Unavailable(mapi_domain::Cause::of(e))
         }
-        _ => StoreError::Internal(e.to_string()),
+        _ => StoreError::Internal(mapi_domain::Cause::of(e)),
     }
 }
 
@@ -260,7 +260,7 @@ impl SqliteStore {
     ) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Internal(format!("{}: {e}", dir.display())))?;
+                .map_err(|e| StoreError::Internal(mapi_domain::Cause::new(dir.display().to_string(), e)))?;
         }
         let mut writer = open_connection(path, durability).map_err(sql_err)?;
         let counters = Arc::new(Counters::default());
@@ -352,7 +352,9 @@ impl SqliteStore {
         std::thread::Builder::new()
             .name("mapi-store-writer".to_owned())
             .spawn(move || writer_loop(writer, rx, clock, writer_counters))
-            .map_err(|e| StoreError::Internal(format!("cannot start the writer thread: {e}")))?;
+            .map_err(|e| {
+                StoreError::Internal(mapi_domain::Cause::new("cannot start the writer thread", e))
+            })?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 commits,
@@ -418,7 +420,7 @@ impl SqliteStore {
         }
         // All are open and busy: wait for one (the first is always open).
         let busy = readers[start % n].get().or_else(|| readers[0].get());
-        let busy = busy.ok_or_else(|| StoreError::Internal("the store has no reader".to_owned()))?;
+        let busy = busy.ok_or_else(|| StoreError::Internal("the store has no reader".into()))?;
         let conn = busy.lock().unwrap_or_else(|e| e.into_inner());
         f(&conn)
     }
@@ -439,7 +441,10 @@ fn row_to_doc(collection: &str, row: &rusqlite::Row<'_>) -> rusqlite::Result<Res
             create_time: Timestamp::from_micros(create),
             update_time: Timestamp::from_micros(update),
         }),
-        Err(e) => Err(StoreError::Internal(format!("document {key} holds invalid JSON: {e}"))),
+        Err(e) => Err(StoreError::Internal(mapi_domain::Cause::new(
+            format!("document {key} holds invalid JSON"),
+            e,
+        ))),
     })
 }
 
@@ -820,8 +825,8 @@ impl Store for SqliteStore {
         self.inner
             .commits
             .send(CommitRequest { reads, writes: writes.to_vec(), reply })
-            .map_err(|_| StoreError::Internal("the writer thread has stopped".to_owned()))?;
-        answer.await.map_err(|_| StoreError::Internal("the writer thread dropped a commit".to_owned()))?
+            .map_err(|_| StoreError::Internal("the writer thread has stopped".into()))?;
+        answer.await.map_err(|_| StoreError::Internal("the writer thread dropped a commit".into()))?
     }
 
     async fn rollback(&self, _txn: TxnId) -> Result<(), StoreError> {

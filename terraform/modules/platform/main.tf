@@ -96,14 +96,15 @@ locals {
   }
 }
 
+# Every service's secrets. Objects are Cloud Storage's, whose signed URLs
+# are Google's, so no service has MAPI_URL_SIGNING_KEY.
 module "secrets" {
   source     = "../secrets"
   project_id = var.project_id
   env        = var.env
   secrets = {
-    MAPI_INTERNAL_TOKEN  = "internal-token"
-    MAPI_TOKEN_PEPPER    = "token-pepper"
-    MAPI_URL_SIGNING_KEY = "url-signing-key"
+    MAPI_INTERNAL_TOKEN = "internal-token"
+    MAPI_TOKEN_PEPPER   = "token-pepper"
   }
 }
 

@@ -183,7 +183,7 @@ impl SimExecutor {
     async fn call(&self) -> Result<(), ExecutorError> {
         self.faults.yield_point().await;
         if self.faults.roll(Fault::ExecutorCallFailed) {
-            return Err(ExecutorError::Unavailable("503 (simulated)".to_owned()));
+            return Err(ExecutorError::Unavailable("503 (simulated)".into()));
         }
         Ok(())
     }
@@ -215,7 +215,7 @@ impl Executor for SimExecutor {
             return Err(SubmitError::Throttled { retry_after: Some(Duration::from_secs(10)) });
         }
         if self.faults.roll(Fault::ExecutorUnavailable) {
-            return Err(SubmitError::Unavailable("503 (simulated): nothing was made".to_owned()));
+            return Err(SubmitError::Unavailable("503 (simulated): nothing was made".into()));
         }
         let handle = self.make(attempt, false);
         if self.faults.roll(Fault::ExecutorStartedTwice) {
@@ -235,7 +235,7 @@ impl Executor for SimExecutor {
         }
         self.faults.crash_point().await;
         if self.faults.roll(Fault::ExecutorAnswerLost) {
-            return Err(SubmitError::Ambiguous("the answer of jobs.run was lost (simulated)".to_owned()));
+            return Err(SubmitError::Ambiguous("the answer of jobs.run was lost (simulated)".into()));
         }
         Ok(handle)
     }

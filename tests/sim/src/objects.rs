@@ -199,7 +199,7 @@ impl SimObjects {
     async fn before(&self) -> Result<(), ObjectError> {
         self.faults.yield_point().await;
         if self.faults.roll(Fault::ObjectsRefused) {
-            return Err(ObjectError::Unavailable("503 (simulated)".to_owned()));
+            return Err(ObjectError::Unavailable("503 (simulated)".into()));
         }
         Ok(())
     }
@@ -208,7 +208,7 @@ impl SimObjects {
         if applied.is_ok() {
             self.faults.crash_point().await;
             if self.faults.roll(Fault::ObjectsAnswerLost) {
-                return Err(ObjectError::Unavailable("the answer was lost (simulated)".to_owned()));
+                return Err(ObjectError::Unavailable("the answer was lost (simulated)".into()));
             }
         }
         applied

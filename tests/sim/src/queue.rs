@@ -105,7 +105,7 @@ impl TaskQueue for SimQueue {
         let now = self.clock.now();
         task.validate(now)?;
         if self.faults.roll(Fault::QueueRefused) {
-            return Err(QueueError::Unavailable("429 (simulated)".to_owned()));
+            return Err(QueueError::Unavailable("429 (simulated)".into()));
         }
         let info = self.with(|s| {
             let name = match &task.name {
@@ -137,7 +137,7 @@ impl TaskQueue for SimQueue {
         })?;
         self.faults.crash_point().await;
         if self.faults.roll(Fault::QueueAnswerLost) {
-            return Err(QueueError::Unavailable("the answer was lost (simulated)".to_owned()));
+            return Err(QueueError::Unavailable("the answer was lost (simulated)".into()));
         }
         Ok(info)
     }

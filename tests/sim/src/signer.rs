@@ -29,7 +29,7 @@ impl Signer for SimSigner {
     async fn sign(&self, message: &[u8]) -> Result<Signature, SignError> {
         self.faults.yield_point().await;
         if self.faults.roll(Fault::SignerUnavailable) {
-            return Err(SignError::Unavailable("asymmetricSign answered 503 (simulated)".to_owned()));
+            return Err(SignError::Unavailable("asymmetricSign answered 503 (simulated)".into()));
         }
         self.inner.sign(message).await
     }

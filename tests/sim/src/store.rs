@@ -60,7 +60,7 @@ fn wait<F: std::future::Future>(fut: F) -> F::Output {
 }
 
 fn unavailable(what: &str) -> StoreError {
-    StoreError::Unavailable(format!("{what} (simulated)"))
+    StoreError::Unavailable(format!("{what} (simulated)").into())
 }
 
 #[async_trait]

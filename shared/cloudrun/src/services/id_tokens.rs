@@ -142,7 +142,10 @@ impl IdTokens for GoogleIdTokens {
     async fn mint(&self, audience: &str) -> Result<IdToken, HostingError> {
         let token = self.credentials(audience)?.id_token().await.map_err(|e| {
             if e.is_transient() {
-                HostingError::Unavailable(format!("minting an ID token for {audience}: {e}"))
+                HostingError::Unavailable(mapi_domain::Cause::new(
+                    format!("minting an ID token for {audience}"),
+                    e,
+                ))
             } else {
                 HostingError::Api {
                     status: 401,
@@ -152,7 +155,9 @@ impl IdTokens for GoogleIdTokens {
             }
         })?;
         let expires = expiry_of(&token).ok_or_else(|| {
-            HostingError::Unavailable(format!("the ID token minted for {audience} has no readable exp"))
+            HostingError::Unavailable(
+                format!("the ID token minted for {audience} has no readable exp").into(),
+            )
         })?;
         Ok(IdToken { token, expires })
     }

@@ -113,9 +113,11 @@ pub fn hosting_error(service: &str, e: &GaxError) -> HostingError {
                 .and_then(|v| v.to_str().ok())
                 .map(|v| format!(" (retry after {v} s)"))
                 .unwrap_or_default();
-            HostingError::Throttled(format!("{message}{after}"))
+            HostingError::Throttled(format!("{message}{after}").into())
         }
-        Some(status) if status >= 500 => HostingError::Unavailable(format!("{status} {code}: {message}")),
+        Some(status) if status >= 500 => {
+            HostingError::Unavailable(format!("{status} {code}: {message}").into())
+        }
         Some(400) if code == "INVALID_ARGUMENT" => HostingError::Invalid(message),
         Some(status) => HostingError::Api { status, code, message },
         // The request could not be made: nothing left this process.
@@ -126,7 +128,7 @@ pub fn hosting_error(service: &str, e: &GaxError) -> HostingError {
             message: format!("no credentials for the Admin API: {e}"),
         },
         // No answer, or one lost on the way: the change may have been made.
-        None => HostingError::Unavailable(e.to_string()),
+        None => HostingError::Unavailable(e.to_string().into()),
     }
 }
 
@@ -259,7 +261,7 @@ impl CloudRunHosting {
         }
         let s = self.locate(service).await?;
         if s.uri.is_empty() {
-            return Err(HostingError::Unavailable(format!("service {service} has no URL yet")));
+            return Err(HostingError::Unavailable(format!("service {service} has no URL yet").into()));
         }
         let url = match tag {
             None => s.uri.clone(),
@@ -271,9 +273,9 @@ impl CloudRunHosting {
                 }
                 let status = s.traffic_statuses.iter().find(|t| t.tag == tag && !t.uri.is_empty());
                 let Some(status) = status else {
-                    return Err(HostingError::Unavailable(format!(
-                        "revision {tag} of service {service} has no URL yet"
-                    )));
+                    return Err(HostingError::Unavailable(
+                        format!("revision {tag} of service {service} has no URL yet").into(),
+                    ));
                 };
                 status.uri.clone()
             }
@@ -322,7 +324,7 @@ impl Hosting for CloudRunHosting {
             return Ok(());
         }
         let shape = s.template.as_ref().map(body::Shape::of).ok_or_else(|| {
-            HostingError::Unavailable(format!("service {service} was read without its template"))
+            HostingError::Unavailable(format!("service {service} was read without its template").into())
         })?;
         let template = body::template(&self.inner.settings, service, shape, revision)?;
         let mut traffic = s.traffic.clone();

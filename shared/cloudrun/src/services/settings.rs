@@ -218,10 +218,10 @@ mod tests {
     ];
 
     #[test]
-    fn defaults_are_the_seeds() {
+    fn defaults_are_the_hosting_packages_regions() {
         let s = ServicesSettings::from_env(&env(&NEEDED)).expect("settings");
         assert_eq!((s.us_region.as_str(), s.eu_region.as_str()), ("us-central1", "europe-west4"));
-        // The seed's table, by hand, and the domain's copy of it.
+        // The regions with L4 GPUs, written out by hand, and the domain's copy of them.
         let seed =
             ["asia-southeast1", "asia-south1", "europe-west1", "europe-west4", "us-central1", "us-east4"];
         assert_eq!(s.gpu_regions, seed);

@@ -67,8 +67,8 @@ pub struct LocalProcessExecutor {
 
 const CLASSES: [ResourceClass; 4] = [ResourceClass::S, ResourceClass::M, ResourceClass::L, ResourceClass::XL];
 
-fn internal(e: impl std::fmt::Display) -> ExecutorError {
-    ExecutorError::Internal(e.to_string())
+fn internal(e: impl std::error::Error + Send + Sync + 'static) -> ExecutorError {
+    ExecutorError::Internal(mapi_domain::Cause::of(e))
 }
 
 fn not_found(handle: &ExecutionHandle) -> ExecutionInfo {
@@ -178,7 +178,7 @@ impl LocalProcessExecutor {
 
     fn new_handle(&self) -> Result<ExecutionHandle, SubmitError> {
         let mut entropy = [0u8; 4];
-        getrandom::fill(&mut entropy).map_err(|e| SubmitError::Unavailable(e.to_string()))?;
+        getrandom::fill(&mut entropy).map_err(|e| SubmitError::Unavailable(mapi_domain::Cause::of(e)))?;
         Ok(ExecutionHandle(format!("exec-{}-{}", self.clock.now().as_millis(), hex::encode(entropy))))
     }
 }
@@ -218,7 +218,7 @@ impl Executor for LocalProcessExecutor {
         }
         let handle = self.new_handle()?;
         let dir = self.config.dir.join(&handle.0);
-        let unavailable = |e: std::io::Error| SubmitError::Unavailable(e.to_string());
+        let unavailable = |e: std::io::Error| SubmitError::Unavailable(mapi_domain::Cause::of(e));
         std::fs::create_dir_all(&dir).map_err(unavailable)?;
         let mut env = self.config.static_env.clone();
         env.extend(a.env.clone());
@@ -252,7 +252,9 @@ impl Executor for LocalProcessExecutor {
             .stderr(log2)
             .process_group(0)
             .spawn()
-            .map_err(|e| SubmitError::Unavailable(format!("cannot start the execution host: {e}")))?;
+            .map_err(|e| {
+                SubmitError::Unavailable(mapi_domain::Cause::new("cannot start the execution host", e))
+            })?;
         let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
         let record = HostRecord { pid, start_ticks: proc::start_ticks(pid).unwrap_or(0) };
         layout::write_json(&dir, layout::HOST, &record).map_err(unavailable)?;

@@ -550,32 +550,52 @@ fn subscriptions(env: Env<'_>) -> Result<Vec<String>, ConfigError> {
         .collect()
 }
 
-/// The secrets: all three from the environment, or in the dev profile
-/// from `$MAPI_HOME`.
-fn secrets(env: Env<'_>, profile: Profile, home: &std::path::Path) -> Result<Secrets, ConfigError> {
-    let set = (v::INTERNAL_TOKEN.get(env), v::TOKEN_PEPPER.get(env), v::URL_SIGNING_KEY.get(env));
-    let hex = |var: &Var, value: &str| {
-        hex::decode(value).map_err(|_| ConfigError::Invalid(format!("{} must be hex", var.name)))
+/// The secrets, from the environment or in the dev profile from
+/// `$MAPI_HOME`. The internal token and the token pepper every service
+/// reads (internal callers are checked, and refusals audited, under the
+/// pepper); the URL signing key only a process that serves local objects
+/// (`local_objects`): with Cloud Storage, signed URLs are Google's, and the
+/// key is neither asked for nor read.
+fn secrets(
+    env: Env<'_>,
+    profile: Profile,
+    home: &std::path::Path,
+    local_objects: bool,
+) -> Result<Secrets, ConfigError> {
+    let hex = |var: &Var| -> Result<Option<Vec<u8>>, ConfigError> {
+        var.get(env)
+            .map(|value| {
+                hex::decode(value).map_err(|_| ConfigError::Invalid(format!("{} must be hex", var.name)))
+            })
+            .transpose()
     };
-    let secrets = match (profile, set) {
-        (_, (Some(internal_token), Some(pepper), Some(url_key))) => Secrets {
-            internal_token,
-            token_pepper: hex(&v::TOKEN_PEPPER, &pepper)?,
-            url_signing_key: hex(&v::URL_SIGNING_KEY, &url_key)?,
-        },
-        (Profile::Dev, _) => secrets::dev_secrets(home)?,
-        (Profile::MultiTenant, _) => {
+    let (internal_token, pepper) = (v::INTERNAL_TOKEN.get(env), hex(&v::TOKEN_PEPPER)?);
+    let url_key = match local_objects {
+        true => hex(&v::URL_SIGNING_KEY)?,
+        false => None,
+    };
+    let secrets = match (profile, internal_token, pepper, url_key) {
+        (_, Some(internal_token), Some(token_pepper), url_signing_key)
+            if url_signing_key.is_some() || !local_objects =>
+        {
+            Secrets { internal_token, token_pepper, url_signing_key }
+        }
+        (Profile::Dev, ..) => secrets::dev_secrets(home)?,
+        (Profile::MultiTenant, ..) => {
+            let mut needed = vec![v::INTERNAL_TOKEN.name, v::TOKEN_PEPPER.name];
+            if local_objects {
+                needed.push(v::URL_SIGNING_KEY.name);
+            }
             return Err(ConfigError::Invalid(format!(
-                "the multi-tenant profile needs {}, {} and {}",
-                v::INTERNAL_TOKEN.name,
-                v::TOKEN_PEPPER.name,
-                v::URL_SIGNING_KEY.name
+                "the multi-tenant profile needs {}",
+                needed.join(", ")
             )));
         }
     };
+    let short = |b: &[u8]| b.len() < 16;
     if secrets.internal_token.len() < 16
-        || secrets.token_pepper.len() < 16
-        || secrets.url_signing_key.len() < 16
+        || short(&secrets.token_pepper)
+        || secrets.url_signing_key.as_deref().is_some_and(short)
     {
         return Err(ConfigError::Invalid("secrets must be at least 16 characters or bytes long".into()));
     }
@@ -712,9 +732,11 @@ impl Config {
             }
             ExecutorKind::LocalProcess => None,
         };
+        let objects_backend = objects_backend(objects)?;
+        let local_objects = uses.has(Section::Objects) && matches!(objects_backend, ObjectsBackend::Local);
         Ok(Config {
             uses,
-            secrets: secrets(env, profile, &home)?,
+            secrets: secrets(env, profile, &home, local_objects)?,
             guard: mapi_runtime::GuardConfig::from_env(env)?,
             sqlite_durability: v::SQLITE_SYNC.choose::<SqliteSync>(env)?.0,
             tenant_deletion_grace: v::TENANT_DELETION_GRACE_S.seconds(env)?,
@@ -762,7 +784,7 @@ impl Config {
             endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(hosted)?,
             local_memory_mib: memory_map(exec)?,
             evidence_max_age: v::EXECUTOR_EVIDENCE_MAX_AGE_S.seconds(exec)?,
-            objects_backend: objects_backend(objects)?,
+            objects_backend,
             cloudtasks: queue(section(Section::Queue))?,
             signer: signer(section(Section::Signer), &home)?,
             jobs: jobs(section(Section::Jobs))?,

@@ -15,9 +15,10 @@ pub struct Secrets {
     /// Keys the stored hashes of API tokens.
     #[serde(with = "hex_bytes")]
     pub token_pepper: Vec<u8>,
-    /// Keys the local object store's signed URLs.
-    #[serde(with = "hex_bytes")]
-    pub url_signing_key: Vec<u8>,
+    /// Keys the local object store's signed URLs; only a process serving
+    /// local objects has one.
+    #[serde(with = "hex_bytes_opt")]
+    pub url_signing_key: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -35,6 +36,23 @@ mod hex_bytes {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         hex::decode(String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+mod hex_bytes_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => super::hex_bytes::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|h| hex::decode(h).map_err(serde::de::Error::custom))
+            .transpose()
     }
 }
 
@@ -57,7 +75,7 @@ pub(super) fn dev_secrets(home: &Path) -> Result<Secrets, ConfigError> {
             let secrets = Secrets {
                 internal_token: hex::encode(random_secret()?),
                 token_pepper: random_secret()?,
-                url_signing_key: random_secret()?,
+                url_signing_key: Some(random_secret()?),
             };
             let json =
                 serde_json::to_vec_pretty(&secrets).map_err(|e| ConfigError::Invalid(e.to_string()))?;

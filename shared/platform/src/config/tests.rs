@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::Service;
 
 fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
     let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -212,4 +213,33 @@ fn endpoints_are_hosted_beside_a_local_executor_and_on_cloud_run_only_when_asked
         panic!("cloud-run hosting")
     };
     assert_eq!((s.project.as_str(), s.bucket.as_str(), s.metadata_url.as_deref()), ("p-1", "b-1", None));
+}
+
+#[test]
+fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().to_string_lossy().into_owned();
+    let base = [
+        ("MAPI_PROFILE", "multi-tenant"),
+        ("MAPI_HOME", home.as_str()),
+        ("MAPI_INTERNAL_TOKEN", "0123456789abcdef0123"),
+        ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff"),
+    ];
+    let read = |extra: &[(&str, &str)], uses: Uses| {
+        let m: HashMap<String, String> =
+            base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::read(&|k| m.get(k).cloned(), uses)
+    };
+    let gcs = [("MAPI_OBJECTS", "gcs"), ("MAPI_GCS_BUCKET", "mapi-prod-data")];
+    let c = read(&gcs, Uses::ALL).expect("Cloud Storage signs its own URLs");
+    assert_eq!(c.secrets.url_signing_key, None);
+    let e = read(&[], Uses::ALL).expect_err("local objects without their key");
+    assert!(e.to_string().contains("MAPI_URL_SIGNING_KEY"), "{e}");
+    let push = read(&[], Service::PushEvents.uses()).expect("push-events serves no objects");
+    assert_eq!(push.secrets.url_signing_key, None);
+    let key = [("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100")];
+    let local = read(&key, Uses::ALL).expect("local objects with their key");
+    assert_eq!(local.secrets.url_signing_key.as_deref().map(<[u8]>::len), Some(16));
+    let e = read(&[("MAPI_URL_SIGNING_KEY", "ffee")], Uses::ALL).expect_err("short key");
+    assert!(e.to_string().contains("at least 16"), "{e}");
 }

@@ -76,7 +76,8 @@ impl Deliverer {
         }
         let mut first_error = None;
         while let Some(done) = deliveries.join_next().await {
-            let result = done.map_err(|e| QueueError::Internal(format!("delivery task failed: {e}")));
+            let result =
+                done.map_err(|e| QueueError::Internal(mapi_domain::Cause::new("delivery task failed", e)));
             if let Err(e) = result.and_then(|r| r) {
                 first_error.get_or_insert(e);
             }
