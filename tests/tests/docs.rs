@@ -196,3 +196,88 @@ async fn each_operation_takes_the_credentials_the_document_says() {
     }
     assert!(sessions_only >= 15 && either >= 30, "{sessions_only} sessions-only, {either} either");
 }
+
+/// The words of one shell command line: whitespace splits, double and
+/// single quotes group, and a command substitution `"$(…)"` stands for one
+/// word (what it would print).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (None, '"' | '\'') => (quote, any) = (Some(c), true),
+            (Some(q), c) if c == q => quote = None,
+            (Some('"'), '$') if chars.peek() == Some(&'(') => {
+                let mut depth = 0;
+                for c in chars.by_ref() {
+                    match c {
+                        '(' => depth += 1,
+                        ')' if depth == 1 => break,
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                word.push_str("substituted");
+            }
+            (None, c) if c.is_whitespace() => {
+                if any || !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            (_, c) => word.push(c),
+        }
+    }
+    if any || !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Every `mapi` line of the runbooks is a command the CLI takes: run with
+/// no platform to reach, each gets past its argument parsing (a command
+/// line the CLI refuses exits 2) and fails only for the platform missing.
+#[test]
+fn every_mapi_line_of_the_runbooks_is_a_command_the_cli_takes() {
+    let dir = root().join("docs/runbooks");
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    let mut pages: Vec<_> = std::fs::read_dir(&dir).expect("docs/runbooks").map(|e| e.expect("entry").path()).collect();
+    pages.sort();
+    for page in pages {
+        let text = std::fs::read_to_string(&page).expect("read");
+        let mut in_block = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_block = !in_block;
+                continue;
+            }
+            let Some(args) = line.strip_prefix("mapi ").filter(|_| in_block) else { continue };
+            let home = tempfile::tempdir().expect("home");
+            let out = std::process::Command::new(mapi_tests::binary("mapi"))
+                .args(shell_words(args))
+                .env("MAPI_URL", "http://127.0.0.1:9")
+                .env("MAPI_TOKEN", "mapi_nothing_listens")
+                .env("HOME", home.path())
+                .env("XDG_CONFIG_HOME", home.path())
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run mapi");
+            checked += 1;
+            if out.status.code() == Some(2) || out.status.code().is_none() {
+                let name = page.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                bad.push(format!("{name}: `{line}`: {}", String::from_utf8_lossy(&out.stderr)));
+            }
+        }
+    }
+    assert!(checked >= 20, "the runbooks' commands were found ({checked})");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn shell_words_group_quotes_and_substitutions() {
+    assert_eq!(
+        shell_words(r#"login --id-token "$(gcloud auth print-identity-token)" --reason "incident 42: x" 'a b'"#),
+        ["login", "--id-token", "substituted", "--reason", "incident 42: x", "a b"]
+    );
+}

@@ -620,6 +620,52 @@ async fn items_out_of_a_floats_range_are_refused_and_an_unreadable_manifest_fail
     }
 }
 
+/// The spend-cap alarms watch the cap the operator set: a tick announces
+/// 70 % of it once (a warning: a ticket), 90 % once (an error: a page), and
+/// a changed cap or a new period starts afresh.
+#[tokio::test]
+async fn the_spend_cap_alarms_once_at_70_and_at_90_percent_of_the_cap_the_operator_set() {
+    let _serial = SERIAL.lock().await;
+    let p = quiet(&[], None).await;
+    let operator = p.login("admin@dev.local").await;
+    let dev = p.token().to_owned();
+    let internal = p.platform.state.config.secrets.internal_token.clone();
+    let _deliverer = deliver(&p, &p.platform.url);
+    let items = (0..3).map(|i| json!({"i": i, "sleep_ms": 30})).collect::<Vec<_>>();
+    let done = submit_job(&p, &dev, "dev", json!({"method": "diag.item", "items": items})).await;
+    assert_eq!(wait_final(&p, &dev, &done, Duration::from_secs(30)).await["state"], "succeeded");
+    let month = mapi_quota::Period::Month.key(p.platform.state.clock.now());
+    let spent = mapi_quota::counters::read(&*p.platform.state.store, &format!("platform@{month}"))
+        .await
+        .expect("counter")
+        .spend_micros;
+    assert!(spent > 0, "the items were charged");
+    let set_cap = |cap: i64| {
+        let body = json!({"spend_cap_micros": cap, "spend_cap_period": "month", "reason": "test: alarms"});
+        p.call(&operator, Method::PUT, "/v1/admin/kill-switches", Some(body))
+    };
+    let tick = || p.call(&internal, Method::POST, "/internal/tick", Some(json!({})));
+    let alarms = || p.platform.state.metrics.spend_cap_alarms.get();
+
+    let (s, b) = set_cap(spent * 2).await;
+    assert_eq!(s, 200, "{b}");
+    let (_, report) = tick().await;
+    assert_eq!((report["spend_cap_alarm"].clone(), alarms()), (Value::Null, 0), "50 %: {report}");
+    set_cap(spent * 100 / 75).await;
+    let (_, report) = tick().await;
+    assert_eq!((report["spend_cap_alarm"].as_u64(), alarms()), (Some(70), 1), "75 %: {report}");
+    let (_, report) = tick().await;
+    assert_eq!((report["spend_cap_alarm"].clone(), alarms()), (Value::Null, 1), "said once: {report}");
+    set_cap(spent * 100 / 95).await;
+    let (_, report) = tick().await;
+    assert_eq!((report["spend_cap_alarm"].as_u64(), alarms()), (Some(90), 2), "95 %: {report}");
+    let (_, report) = tick().await;
+    assert_eq!((report["spend_cap_alarm"].clone(), alarms()), (Value::Null, 2), "said once: {report}");
+    set_cap(spent * 100 / 80).await;
+    let (_, report) = tick().await;
+    assert_eq!((report["spend_cap_alarm"].as_u64(), alarms()), (Some(70), 3), "a new cap: {report}");
+}
+
 /// The platform's spend cap sees item jobs' compute (items charge the
 /// platform's spend like runs): once the ledgers reach it, a new job of a
 /// tenant that is not internal is refused at submit, a job admitted earlier

@@ -1055,23 +1055,36 @@ fn policy_queues_deliver_with_oidc_to_one_host_and_enqueue_is_per_queue() {
 #[test]
 fn policy_alerts_watch_jobs_run_429s_failing_webhook_sweeps_and_the_spend_cap() {
     let tf = tf();
-    // Each log-based metric counts exactly the error line the code logs, and
-    // its alert fires on one.
+    // Each log-based metric counts exactly the line the code logs, at the
+    // severity it logs it, and its alert fires on one.
+    use mapi_reconcile_tick::spend::{SPEND_CAP_70_ALARM, SPEND_CAP_90_ALARM};
     let alarms = [
-        ("jobs_run_throttled", "throttled_message", mapi_cloudrun::THROTTLED_ALARM, "MapiJobsRun429"),
+        (
+            "jobs_run_throttled",
+            "throttled_message",
+            mapi_cloudrun::THROTTLED_ALARM,
+            "MapiJobsRun429",
+            "ERROR",
+        ),
         (
             "webhook_sweep_failing",
             "webhook_sweep_alarm_message",
             mapi_reconcile_tick::webhooks::SWEEP_ALARM,
             "MapiWebhookSweepFailing",
+            "ERROR",
         ),
+        ("spend_cap_70", "spend_cap_70_message", SPEND_CAP_70_ALARM, "MapiSpendCap70", "WARNING"),
+        ("spend_cap_90", "spend_cap_90_message", SPEND_CAP_90_ALARM, "MapiSpendCap90", "ERROR"),
     ];
-    for (name, variable, logged, display) in alarms {
+    for (name, variable, logged, display, severity) in alarms {
         let metric = tf.resource("google_logging_metric", name);
         // As written, quotes escaped or not.
         let filter = src_at(metric.body, &["filter"]).replace('\\', "");
         assert!(filter.contains(&format!("jsonPayload.message=\"${{var.{variable}}}\"")), "{filter}");
-        assert!(filter.contains("severity=ERROR"), "the code logs it as an error: {filter}");
+        assert!(
+            filter.contains(&format!("severity={severity} ")),
+            "the code logs it at {severity}: {filter}"
+        );
         assert_eq!(
             lit(tf.default_of("modules/monitoring", variable)).as_deref(),
             Some(logged),

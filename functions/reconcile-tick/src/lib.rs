@@ -20,7 +20,9 @@
 //!    ones (see [`webhooks`]);
 //! 4. pushes the purge of each tenant whose deletion's grace period is
 //!    over (and again, once a minute, while it is not purged), and
-//!    re-pushes exports still building (`tenants.rs`).
+//!    re-pushes exports still building (`tenants.rs`);
+//! 5. announces the platform's spend reaching 70 % and 90 % of its cap
+//!    (see [`spend`]).
 //!
 //! Cloud Scheduler may deliver a tick twice, or while the previous one still
 //! runs. A tick first takes the tick lease (`leases/reconcile-tick`) and
@@ -37,6 +39,7 @@
 
 mod endpoints;
 mod jobs;
+pub mod spend;
 mod tenants;
 pub mod webhooks;
 
@@ -96,6 +99,8 @@ pub struct TickReport {
     pub tenant_tasks: u32,
     /// Jobs found with every item finished, and closed.
     pub jobs_finished: u32,
+    /// The share of the spend cap (70 or 90 %) this tick announced.
+    pub spend_cap_alarm: Option<u8>,
     pub errors: u32,
 }
 
@@ -163,6 +168,13 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     let (pushed, failed) = tenants::sweep(&state).await?;
     report.tenant_tasks += pushed;
     report.errors += failed;
+    match spend::watch(&state).await {
+        Ok(level) => report.spend_cap_alarm = level,
+        Err(e) => {
+            report.errors += 1;
+            tracing::warn!(error = %e, "watching the spend cap failed; the next tick retries");
+        }
+    }
     if !release_lease(&state, &holder, lease.token, sweep.next).await? {
         report.fenced = true;
     }

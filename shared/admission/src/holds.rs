@@ -2,10 +2,10 @@
 //! acts on (and a run's dry run reports) and the fan-out asks before each
 //! batch of items. Work held back waits in its queue; it never fails for it.
 
-use mapi_domain::{TenantId, Tier};
+use mapi_domain::{TenantId, Tier, Timestamp};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
-use mapi_quota::counters;
+use mapi_quota::{Period, counters};
 use mapi_schema::{KillSwitchDoc, TenantDoc};
 
 /// Why a run of `tenant` may not start now, and how many seconds until the
@@ -61,33 +61,64 @@ async fn gate(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String
     )))
 }
 
-/// When the global spend cap is reached, no new compute starts except for
-/// internal tenants: runs admitted earlier stay queued. `Some((seconds to
-/// the cap's period end, why))` when the run must wait.
-pub async fn compute_stopped(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
+/// The platform's spend against its cap in the cap's current UTC period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpendStanding {
+    pub cap_micros: i64,
+    pub spend_micros: i64,
+    pub period: Period,
+    /// The first instant of the period the spend is counted in.
+    pub period_start: Timestamp,
+    /// When the period ends (and the spend counts from zero again).
+    pub period_end: Timestamp,
+}
+
+impl SpendStanding {
+    /// Whether the spend has reached `percent` % of the cap (integer
+    /// arithmetic: money never touches floating point).
+    pub fn reached(&self, percent: u8) -> bool {
+        i128::from(self.spend_micros) * 100 >= i128::from(self.cap_micros) * i128::from(percent)
+    }
+}
+
+/// The platform's spend against its cap, when an operator set one.
+pub async fn spend_standing(state: &AppState) -> Result<Option<SpendStanding>, ApiError> {
     let Some(switches) =
         mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?.map(|k| k.switches)
     else {
         return Ok(None);
     };
-    let Some(cap) = switches.spend_cap_micros else { return Ok(None) };
+    let Some(cap_micros) = switches.spend_cap_micros else { return Ok(None) };
+    let (now, period) = (state.clock.now(), switches.spend_cap_period);
+    let spend = counters::read(&*state.store, &counters::platform_period(period, now)).await?.spend_micros;
+    Ok(Some(SpendStanding {
+        cap_micros,
+        spend_micros: spend,
+        period,
+        period_start: period.start(now),
+        period_end: period.end(now),
+    }))
+}
+
+/// When the global spend cap is reached, no new compute starts except for
+/// internal tenants: runs admitted earlier stay queued. `Some((seconds to
+/// the cap's period end, why))` when the run must wait.
+pub async fn compute_stopped(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
+    let Some(standing) = spend_standing(state).await? else { return Ok(None) };
+    if !standing.reached(100) {
+        return Ok(None);
+    }
     let tier =
         mapi_schema::get::<TenantDoc>(&*state.store, tenant.as_str()).await?.map_or(Tier::Public, |t| t.tier);
     if tier == Tier::Internal {
         return Ok(None);
     }
-    let now = state.clock.now();
-    let period = switches.spend_cap_period;
-    let spend = counters::read(&*state.store, &counters::platform_period(period, now)).await?.spend_micros;
-    if spend < cap {
-        return Ok(None);
-    }
-    let wait = period.end(now).since(now).as_secs().max(1);
+    let wait = standing.period_end.since(state.clock.now()).as_secs().max(1);
     Ok(Some((
         wait,
         format!(
             "the platform's {} spend cap is reached: no new compute starts until it resets",
-            period.as_str()
+            standing.period.as_str()
         ),
     )))
 }

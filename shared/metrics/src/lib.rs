@@ -255,6 +255,9 @@ pub struct Metrics {
     /// Webhook sweeps that failed again after failing tick after tick
     /// (`mapi_webhook_sweep_alarms_total`), each also an `ALARM` line.
     pub webhook_sweep_alarms: Counter,
+    /// Spend-cap alarms announced (`mapi_spend_cap_alarms_total`): the
+    /// platform's spend reached 70 % or 90 % of its cap, an `ALARM` line each.
+    pub spend_cap_alarms: Counter,
 }
 
 impl Default for Metrics {
@@ -328,6 +331,12 @@ impl Metrics {
             "Webhook sweeps that failed again after failing tick after tick (an ALARM line each)",
             webhook_sweep_alarms.clone(),
         );
+        let spend_cap_alarms = Counter::default();
+        r.register(
+            "spend_cap_alarms",
+            "Times the platform's spend reached 70 % or 90 % of its cap (an ALARM line each)",
+            spend_cap_alarms.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             http_requests,
@@ -346,6 +355,7 @@ impl Metrics {
             bundle_integrity_failures,
             webhook_sweep_failures,
             webhook_sweep_alarms,
+            spend_cap_alarms,
         }
     }
 

@@ -48,6 +48,27 @@ impl Doc for TickLeaseDoc {
     }
 }
 
+/// The spend-cap alarms' memory: the highest share of the cap (70 or 90 %)
+/// already announced for the cap and period it was announced in. One
+/// document: `alarms/spend-cap`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendCapAlarmDoc {
+    pub period_start: Timestamp,
+    pub cap_micros: i64,
+    pub announced_percent: u8,
+}
+
+impl SpendCapAlarmDoc {
+    pub const ID: &'static str = "spend-cap";
+}
+
+impl Doc for SpendCapAlarmDoc {
+    const COLLECTION: &'static str = "alarms";
+    fn doc_id(&self) -> String {
+        SpendCapAlarmDoc::ID.to_owned()
+    }
+}
+
 /// An executor's operator switch and recorded evidence. Id: the
 /// executor's name (`cloudrun-jobs`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

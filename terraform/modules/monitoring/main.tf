@@ -1,12 +1,16 @@
-# Alarms: jobs.run answered 429, a webhook's sweep failing, and the spend cap at 70 % and 90 % of the
-# period's budget.
+# Alarms: jobs.run answered 429, a webhook's sweep failing, and the
+# platform's spend at 70 % (a ticket) and 90 % (a page) of the cap an
+# operator set with `mapi admin kill-switches set --spend-cap`.
 #
 # The executor logs one error line with the message `var.throttled_message`
 # on every 429 (besides counting mapi_executor_submit_throttled_total on its
 # /metrics). Cloud Run sends that line to Cloud Logging with no collector to
-# run, so the alarm counts those lines through a log-based metric.
-# Spend has no platform metric (the spend cap is a kill switch in the
-# store), so the 70 % and 90 % alarms are a billing budget on both projects.
+# run, so the alarm counts those lines through a log-based metric; the
+# other alarms are lines of their own in the same way.
+#
+# The billing budget at the end watches a different figure: Google's bill
+# for both projects, which includes what the platform's ledger does not
+# price (networking, storage, logging).
 
 resource "google_logging_metric" "jobs_run_throttled" {
   project     = var.project_id
@@ -101,6 +105,103 @@ resource "google_monitoring_alert_policy" "webhook_sweep_failing" {
 
   documentation {
     content   = "A webhook's sweep keeps failing: its tenant's events wait (nothing is lost while the cursor stays put). The ALARM line names the webhook, since when, and the error; an error that says `a bug` needs a code fix, any other a look at the store."
+    mime_type = "text/markdown"
+  }
+
+  notification_channels = var.notification_channels
+}
+
+# reconcile-tick logs one line when the platform's spend in the cap's
+# period reaches 70 % of the cap (warning) and one at 90 % (error), once per
+# cap and period.
+resource "google_logging_metric" "spend_cap_70" {
+  project     = var.project_id
+  name        = "mapi-${var.env}-spend-cap-70"
+  description = "The platform's spend reached 70 % of its spend cap."
+  filter      = "resource.type=\"cloud_run_revision\" AND severity=WARNING AND jsonPayload.message=\"${var.spend_cap_70_message}\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
+
+resource "google_monitoring_alert_policy" "spend_cap_70" {
+  project      = var.project_id
+  display_name = "MapiSpendCap70 (${var.env}): spend reached 70 % of the cap"
+  combiner     = "OR"
+  severity     = "WARNING"
+
+  conditions {
+    display_name = "the spend-cap 70 % line was logged"
+    condition_threshold {
+      filter          = "resource.type=\"cloud_run_revision\" AND metric.type=\"logging.googleapis.com/user/${google_logging_metric.spend_cap_70.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  alert_strategy {
+    auto_close = "86400s"
+  }
+
+  documentation {
+    content   = "A ticket: the platform has spent 70 % of the spend cap in this period; at 100 % no new compute starts but for internal tenants. docs/runbooks/kill-switches.md."
+    mime_type = "text/markdown"
+  }
+
+  notification_channels = var.notification_channels
+}
+
+resource "google_logging_metric" "spend_cap_90" {
+  project     = var.project_id
+  name        = "mapi-${var.env}-spend-cap-90"
+  description = "The platform's spend reached 90 % of its spend cap."
+  filter      = "resource.type=\"cloud_run_revision\" AND severity=ERROR AND jsonPayload.message=\"${var.spend_cap_90_message}\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
+
+resource "google_monitoring_alert_policy" "spend_cap_90" {
+  project      = var.project_id
+  display_name = "MapiSpendCap90 (${var.env}): spend reached 90 % of the cap"
+  combiner     = "OR"
+  severity     = "CRITICAL"
+
+  conditions {
+    display_name = "the spend-cap 90 % line was logged"
+    condition_threshold {
+      filter          = "resource.type=\"cloud_run_revision\" AND metric.type=\"logging.googleapis.com/user/${google_logging_metric.spend_cap_90.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  alert_strategy {
+    auto_close = "86400s"
+  }
+
+  documentation {
+    content   = "A page: the platform has spent 90 % of the spend cap in this period; at 100 % no new compute starts but for internal tenants. Raise the cap or find the spender: docs/runbooks/kill-switches.md."
     mime_type = "text/markdown"
   }
 

@@ -16,7 +16,7 @@ variable "billing_account" {
 }
 
 variable "spend_cap_usd" {
-  description = "The spend cap of a period in USD (as `mapi admin kill-switches set --spend-cap`)."
+  description = "A budget in USD for Google's bill of both projects in a period: a backstop beside the platform's own spend cap, which the spend_cap_70 and spend_cap_90 alarms watch."
   type        = number
 }
 
@@ -41,4 +41,16 @@ variable "webhook_sweep_alarm_message" {
   description = "The message of reconcile-tick's log line when a webhook's sweep keeps failing (mapi_reconcile_tick::webhooks::SWEEP_ALARM)."
   type        = string
   default     = "ALARM webhook sweep failing: its events are not being delivered"
+}
+
+variable "spend_cap_70_message" {
+  description = "The message of reconcile-tick's line at 70 % of the spend cap (mapi_reconcile_tick::spend::SPEND_CAP_70_ALARM)."
+  type        = string
+  default     = "ALARM spend cap 70 %: the platform's spend reached 70 % of its cap"
+}
+
+variable "spend_cap_90_message" {
+  description = "The message of reconcile-tick's line at 90 % of the spend cap (mapi_reconcile_tick::spend::SPEND_CAP_90_ALARM)."
+  type        = string
+  default     = "ALARM spend cap 90 %: the platform's spend reached 90 % of its cap"
 }
