@@ -113,6 +113,15 @@ setting region region DEPLOY_REGION REGION
   die 2 "region '$region' is not a Google Cloud region (e.g. europe-west1)"
 readonly registry="$region-docker.pkg.dev/$project/mapi"
 
+# The build's identity, compiled into every binary (/build-info, log labels):
+# the commit, marked -dirty when the tree has changes it does not hold.
+commit=$(git rev-parse HEAD 2>/dev/null) || commit=unknown
+if [ "$commit" != unknown ] && ! git diff --quiet HEAD 2>/dev/null; then commit+=-dirty; fi
+readonly commit
+built=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+readonly built
+identity=(--build-arg "MAPI_GIT_COMMIT=$commit" --build-arg "MAPI_BUILD_TIME=$built")
+
 tag=${DEPLOY_TAG:-}
 [ -n "$tag" ] || tag=$(git rev-parse --short=12 HEAD 2>/dev/null) || tag=$(date -u +%Y%m%d-%H%M%S)
 [[ $tag =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die 2 "DEPLOY_TAG '$tag' is not a Docker tag"
@@ -146,12 +155,12 @@ if [ "$builder" = cloudbuild ]; then
     die 2 "no Artifact Registry repository mapi in $project/$region (or no access to it): make it with" \
       "gcloud artifacts repositories create mapi --repository-format=docker --location=$region --project=$project"
   run gcloud builds submit --project "$project" --config images/cloudbuild.yaml \
-    --ignore-file .dockerignore --substitutions "_REGISTRY=$registry,_TAG=$tag" .
+    --ignore-file .dockerignore --substitutions "_REGISTRY=$registry,_TAG=$tag,_GIT_COMMIT=$commit,_BUILD_TIME=$built" .
 else
   # linux/amd64 whatever the workstation: Cloud Run runs nothing else.
-  run docker build --platform linux/amd64 -f images/mapi.Dockerfile -t "$registry/mapi:$tag" .
+  run docker build --platform linux/amd64 -f images/mapi.Dockerfile "${identity[@]}" -t "$registry/mapi:$tag" .
   for base in "${BASES[@]}"; do
-    run docker build --platform linux/amd64 -f images/worker.Dockerfile --build-arg "BASE=$base" \
+    run docker build --platform linux/amd64 -f images/worker.Dockerfile "${identity[@]}" --build-arg "BASE=$base" \
       -t "$registry/worker-$base:$tag" .
   done
   for image in "${images[@]}"; do run docker push "$registry/$image:$tag"; done

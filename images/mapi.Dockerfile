@@ -20,6 +20,7 @@
 #   worker.Dockerfile, so one builder runs them once for both.
 # - The process runs as distroless's `nonroot` (65532) and listens on
 #   $PORT, which Cloud Run sets (8080 when unset).
+# - MAPI_GIT_COMMIT and MAPI_BUILD_TIME (build args) stamp the binaries.
 
 FROM rust:1.95.0-bookworm AS chef
 RUN cargo install cargo-chef --locked --version 0.1.78
@@ -39,6 +40,11 @@ COPY .cargo/ .cargo/
 RUN cargo chef cook --release --locked --recipe-path recipe.json \
       -p mapi-submit -p mapi-tasks -p mapi-push-events -p mapi-reconcile-tick -p mapi-meter -p mapi-admin
 COPY . .
+# The build's identity (deploy.sh passes both): compiled into every binary,
+# shown by /build-info and on each log line's labels. Declared after the
+# cook, so a new commit rebuilds only the workspace's own crates.
+ARG MAPI_GIT_COMMIT=""
+ARG MAPI_BUILD_TIME=""
 RUN cargo build --release --locked \
       -p mapi-submit -p mapi-tasks -p mapi-push-events -p mapi-reconcile-tick -p mapi-meter -p mapi-admin \
  && mkdir /out \

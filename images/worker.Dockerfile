@@ -33,6 +33,9 @@ COPY --from=planner /src/recipe.json recipe.json
 COPY .cargo/ .cargo/
 RUN cargo chef cook --release --locked --recipe-path recipe.json -p mapi-worker
 COPY . .
+# The build's identity, as in mapi.Dockerfile.
+ARG MAPI_GIT_COMMIT=""
+ARG MAPI_BUILD_TIME=""
 RUN cargo build --release --locked -p mapi-worker --bin mapi-worker
 ARG BASE
 RUN case "$BASE" in \

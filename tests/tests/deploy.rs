@@ -214,11 +214,16 @@ fn builds(builder: &str) -> Vec<Vec<String>> {
             .iter()
             .map(|image| {
                 let tag = format!("-t {REGISTRY}/{image}:");
+                let identity = ["--build-arg MAPI_GIT_COMMIT=", "--build-arg MAPI_BUILD_TIME="];
                 match image.strip_prefix("worker-") {
-                    None => words(&["docker build", "-f images/mapi.Dockerfile", &tag]),
+                    None => {
+                        words(&["docker build", "-f images/mapi.Dockerfile", identity[0], identity[1], &tag])
+                    }
                     Some(base) => words(&[
                         "docker build",
                         "-f images/worker.Dockerfile",
+                        identity[0],
+                        identity[1],
                         &format!("--build-arg BASE={base} "),
                         &tag,
                     ]),
@@ -232,6 +237,8 @@ fn builds(builder: &str) -> Vec<Vec<String>> {
             "--config images/cloudbuild.yaml",
             "--ignore-file .dockerignore",
             &format!("_REGISTRY={REGISTRY},_TAG="),
+            ",_GIT_COMMIT=",
+            ",_BUILD_TIME=",
         ])],
     }
 }
@@ -709,4 +716,85 @@ fn the_images_build_every_function_and_the_inventory_s_bases() {
     let chef = |d: &str| instruction(d, "RUN cargo install cargo-chef");
     assert_eq!(chef(&mapi), chef(&worker), "one pinned cargo-chef");
     assert!(chef(&mapi).contains("--locked --version "), "cargo-chef is pinned");
+}
+
+/// Every image carries its build's identity: deploy.sh passes the commit
+/// (with `-dirty` for changes it does not hold) and the build time to each
+/// build, Cloud Build's steps hand both to docker, and both Dockerfiles
+/// declare them before the workspace's build, which compiles them in
+/// (`mapi_runtime::BuildInfo`: `/build-info`, each log line's labels).
+#[test]
+fn every_image_is_stamped_with_its_commit_and_build_time() {
+    let sb = Sandbox::new(Some(&format!("project_id = \"{PROJECT}\"\nregion     = \"{REGION}\"\n")));
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(sb.tree())
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    git(&["init", "--quiet"]);
+    git(&["add", "."]);
+    git(&["commit", "--quiet", "-m", "tree"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let stamped = |builder: &str| -> Vec<String> {
+        let out = sb.deploy(&["prod", "--dry-run"], &[("DEPLOY_BUILDER", builder)]);
+        assert!(out.status.success(), "{}", explain(&out));
+        text(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("docker build") || l.contains("builds submit"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let builds = stamped("docker");
+    assert_eq!(builds.len(), images().len());
+    for line in &builds {
+        assert!(line.contains(&format!("--build-arg MAPI_GIT_COMMIT={head} ")), "{line}");
+        assert!(has_build_time(line), "{line}");
+    }
+    let submit = stamped("cloudbuild");
+    assert!(submit[0].contains(&format!(",_GIT_COMMIT={head},_BUILD_TIME=")), "{submit:?}");
+    std::fs::write(
+        sb.tree().join("terraform/envs/prod/terraform.tfvars"),
+        format!("project_id = \"{PROJECT}\"\nregion = \"{REGION}\"\n"),
+    )
+    .expect("change");
+    assert!(
+        stamped("docker")[0].contains(&format!("MAPI_GIT_COMMIT={head}-dirty ")),
+        "a change the commit does not hold"
+    );
+
+    let cloudbuild = read("images/cloudbuild.yaml");
+    let steps: Vec<&str> =
+        cloudbuild.lines().filter(|l| l.trim_start().starts_with("args: [build")).collect();
+    assert_eq!(steps.len(), images().len());
+    for step in steps {
+        for arg in ["\"MAPI_GIT_COMMIT=${_GIT_COMMIT}\"", "\"MAPI_BUILD_TIME=${_BUILD_TIME}\""] {
+            assert!(step.contains(&format!("--build-arg, {arg}")), "{step}");
+        }
+    }
+    for file in ["images/mapi.Dockerfile", "images/worker.Dockerfile"] {
+        let docker = read(file);
+        let build = docker.find("RUN cargo build --release").expect("the workspace's build");
+        for arg in ["ARG MAPI_GIT_COMMIT", "ARG MAPI_BUILD_TIME"] {
+            let at = docker.find(arg).unwrap_or_else(|| panic!("{file} declares {arg}"));
+            assert!(
+                at < build && at > docker.find("cargo chef cook").unwrap_or(0),
+                "{file}: {arg} after the cook, before the build"
+            );
+        }
+    }
+}
+
+/// Whether `line` passes a build time shaped `YYYY-MM-DDTHH:MM:SSZ`.
+fn has_build_time(line: &str) -> bool {
+    let Some(value) = line.split("MAPI_BUILD_TIME=").nth(1).and_then(|r| r.split_whitespace().next()) else {
+        return false;
+    };
+    let shape = b"dddd-dd-ddTdd:dd:ddZ";
+    value.len() == shape.len()
+        && value.bytes().zip(shape).all(|(c, &s)| if s == b'd' { c.is_ascii_digit() } else { c == s })
 }

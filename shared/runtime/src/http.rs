@@ -39,6 +39,8 @@ pub struct BuildInfo {
     pub service: String,
     pub version: String,
     pub git_commit: String,
+    /// When the binary was built (RFC 3339), or `unknown`.
+    pub build_time: String,
     pub api_version: &'static str,
 }
 
@@ -234,6 +236,7 @@ mod tests {
             service: "submit".into(),
             version: "1.2.3".into(),
             git_commit: "abc123".into(),
+            build_time: "2026-12-06T04:00:00Z".into(),
             api_version: "v1",
         }
     }
@@ -274,7 +277,7 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(
             serde_json::from_str::<Value>(&body).expect("json"),
-            serde_json::json!({"service": "submit", "version": "1.2.3", "git_commit": "abc123", "api_version": "v1"})
+            serde_json::json!({"service": "submit", "version": "1.2.3", "git_commit": "abc123", "build_time": "2026-12-06T04:00:00Z", "api_version": "v1"})
         );
     }
 

@@ -28,7 +28,7 @@ pub use crate::http::{
 };
 pub use crate::logging::{
     CloudLogFormat, HTTP_REQUEST, HUMAN_QUIET, HumanFormat, LogFormat, SPAN_ID, SpanFieldsLayer, TRACE_ID,
-    TRACE_SAMPLED, init_logging, init_logging_as, init_logging_to, subscriber,
+    TRACE_SAMPLED, init_logging, init_logging_as, init_logging_labelled, init_logging_to, subscriber,
 };
 pub use crate::serve::{serve, shutdown_signal};
 
@@ -42,26 +42,47 @@ pub struct ServiceInfo {
 }
 
 impl BuildInfo {
-    /// The build of `info`: the git commit is `MAPI_GIT_COMMIT` as set when
-    /// this crate was compiled, else as set in the environment at run time,
-    /// else `unknown`.
+    /// The build of `info`: its git commit and build time are
+    /// `MAPI_GIT_COMMIT` and `MAPI_BUILD_TIME` as set when this crate was
+    /// compiled (the images' builds pass them), else as set in the
+    /// environment at run time, else `unknown`.
     pub fn new(info: ServiceInfo) -> Self {
-        Self::with_runtime_commit(info, std::env::var("MAPI_GIT_COMMIT").ok())
+        let runtime = |name| std::env::var(name).ok();
+        Self::stamped(
+            info,
+            stamp(option_env!("MAPI_GIT_COMMIT"), runtime("MAPI_GIT_COMMIT")),
+            stamp(option_env!("MAPI_BUILD_TIME"), runtime("MAPI_BUILD_TIME")),
+        )
     }
 
-    fn with_runtime_commit(info: ServiceInfo, runtime_commit: Option<String>) -> Self {
-        let git_commit = option_env!("MAPI_GIT_COMMIT")
-            .filter(|c| !c.is_empty())
-            .map(str::to_owned)
-            .or(runtime_commit.filter(|c| !c.is_empty()))
-            .unwrap_or_else(|| "unknown".to_owned());
+    fn stamped(info: ServiceInfo, git_commit: String, build_time: String) -> Self {
         BuildInfo {
             service: info.name.to_owned(),
             version: info.version.to_owned(),
             git_commit,
+            build_time,
             api_version: API_VERSION,
         }
     }
+
+    /// What each log line's labels say of the build.
+    pub fn labels(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("version", self.version.clone()),
+            ("git_commit", self.git_commit.clone()),
+            ("build_time", self.build_time.clone()),
+        ]
+    }
+}
+
+/// A build stamp: the value compiled in, else the one in the environment at
+/// run time, else `unknown` (an empty value counts as unset).
+fn stamp(compiled: Option<&str>, runtime: Option<String>) -> String {
+    compiled
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .or(runtime.filter(|c| !c.is_empty()))
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Why [`run`] stopped other than by a clean shutdown.
@@ -82,13 +103,13 @@ pub enum RunError {
 /// `0.0.0.0:$PORT` and returns after SIGTERM or SIGINT once drained.
 pub async fn run(info: ServiceInfo, metrics: Metrics, router: Router) -> Result<(), RunError> {
     let config = RuntimeConfig::from_env()?;
+    let build = BuildInfo::new(info);
     match config.log_format {
         Some(LogFormat::Human) => {
             init_logging_as(LogFormat::Human, info.name, &config.log_filter, std::io::stdout)
         }
-        _ => init_logging(info.name, config.project_id.as_deref(), &config.log_filter),
+        _ => init_logging_labelled(info.name, config.project_id.as_deref(), &config.log_filter, &build),
     }
-    let build = BuildInfo::new(info);
     let app = instrument(router.merge(common_routes(build.clone(), metrics.clone())), metrics);
     let addr = SocketAddr::from(([0, 0, 0, 0], config.port));
     let listener =
@@ -97,6 +118,7 @@ pub async fn run(info: ServiceInfo, metrics: Metrics, router: Router) -> Result<
         address = %addr,
         version = %build.version,
         git_commit = %build.git_commit,
+        build_time = %build.build_time,
         project = config.project_id.as_deref(),
         "listening"
     );
@@ -114,24 +136,27 @@ mod tests {
     const INFO: ServiceInfo = ServiceInfo { name: "submit", version: "1.2.3" };
 
     #[test]
-    fn build_info_from_service_info() {
-        let build = BuildInfo::with_runtime_commit(INFO, Some("abc123".into()));
-        let expected_commit = option_env!("MAPI_GIT_COMMIT").filter(|c| !c.is_empty()).unwrap_or("abc123");
+    fn a_stamp_compiled_in_wins_then_the_runtime_s_then_unknown() {
+        assert_eq!(stamp(Some("abc123"), Some("def456".into())), "abc123");
+        assert_eq!(stamp(Some(""), Some("def456".into())), "def456", "an empty build arg is unset");
+        assert_eq!(stamp(None, Some(String::new())), "unknown");
+        assert_eq!(stamp(None, None), "unknown");
+    }
+
+    #[test]
+    fn build_info_carries_the_service_and_both_stamps() {
+        let build = BuildInfo::stamped(INFO, "abc123".into(), "2026-12-06T04:00:00Z".into());
         assert_eq!(
             build,
             BuildInfo {
                 service: "submit".into(),
                 version: "1.2.3".into(),
-                git_commit: expected_commit.into(),
+                git_commit: "abc123".into(),
+                build_time: "2026-12-06T04:00:00Z".into(),
                 api_version: "v1",
             }
         );
-    }
-
-    #[test]
-    fn git_commit_is_unknown_when_never_set() {
-        let build = BuildInfo::with_runtime_commit(INFO, Some(String::new()));
-        let expected = option_env!("MAPI_GIT_COMMIT").filter(|c| !c.is_empty()).unwrap_or("unknown");
-        assert_eq!(build.git_commit, expected);
+        let labels = build.labels();
+        assert_eq!(labels[1], ("git_commit", "abc123".to_owned()));
     }
 }

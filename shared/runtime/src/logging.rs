@@ -14,6 +14,8 @@ use std::fmt;
 use std::sync::{Arc, Once};
 
 use mapi_clock::{Clock, SystemClock};
+
+use crate::http::BuildInfo;
 use serde_json::Value;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -36,9 +38,12 @@ pub const HTTP_REQUEST: &str = "httpRequest";
 const TRACE_KEY: &str = "logging.googleapis.com/trace";
 const SPAN_KEY: &str = "logging.googleapis.com/spanId";
 const SAMPLED_KEY: &str = "logging.googleapis.com/trace_sampled";
+/// Cloud Logging's labels of an entry: the build that wrote it.
+const LABELS_KEY: &str = "logging.googleapis.com/labels";
 /// Keys the formatter writes itself; event or span fields with these names
 /// are written as `fields.<name>` instead.
-const RESERVED: [&str; 7] = ["severity", "time", "target", "service", TRACE_KEY, SPAN_KEY, SAMPLED_KEY];
+const RESERVED: [&str; 8] =
+    ["severity", "time", "target", "service", TRACE_KEY, SPAN_KEY, SAMPLED_KEY, LABELS_KEY];
 
 static INIT: Once = Once::new();
 
@@ -55,12 +60,25 @@ pub fn init_logging_to<W>(service: &str, project_id: Option<&str>, filter: &str,
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
+    install(CloudLogFormat::new(service, project_id, Arc::new(SystemClock)), filter, writer);
+}
+
+/// [`init_logging`] with every line labelled with `build` (its version,
+/// git commit and build time), as a deployed service logs.
+pub fn init_logging_labelled(service: &str, project_id: Option<&str>, filter: &str, build: &BuildInfo) {
+    let format = CloudLogFormat::new(service, project_id, Arc::new(SystemClock)).labelled(build.labels());
+    install(format, filter, std::io::stdout);
+}
+
+fn install<W>(format: CloudLogFormat, filter: &str, writer: W)
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
     INIT.call_once(|| {
         let (env_filter, invalid) = match EnvFilter::try_new(filter) {
             Ok(f) => (f, None),
             Err(e) => (EnvFilter::new(crate::config::LOG.default_text()), Some(e)),
         };
-        let format = CloudLogFormat::new(service, project_id, Arc::new(SystemClock));
         if tracing::subscriber::set_global_default(subscriber(format, env_filter, writer)).is_ok()
             && let Some(e) = invalid
         {
@@ -88,13 +106,26 @@ pub struct CloudLogFormat {
     service: String,
     project_id: Option<String>,
     clock: Arc<dyn Clock>,
+    /// Written as each line's `logging.googleapis.com/labels`.
+    labels: Vec<(&'static str, String)>,
 }
 
 impl CloudLogFormat {
     /// Lines are stamped by `clock`, tagged with `service`, and trace ids are
     /// qualified as `projects/<project_id>/traces/<id>` when the project is known.
     pub fn new(service: &str, project_id: Option<&str>, clock: Arc<dyn Clock>) -> Self {
-        CloudLogFormat { service: service.to_owned(), project_id: project_id.map(str::to_owned), clock }
+        CloudLogFormat {
+            service: service.to_owned(),
+            project_id: project_id.map(str::to_owned),
+            clock,
+            labels: Vec::new(),
+        }
+    }
+
+    /// Every line carries `labels` (Cloud Logging's entry labels).
+    pub fn labelled(mut self, labels: Vec<(&'static str, String)>) -> Self {
+        self.labels = labels;
+        self
     }
 
     fn line(&self, level: Level, target: &str, mut fields: FieldList) -> String {
@@ -142,6 +173,11 @@ impl CloudLogFormat {
             if let Some(sampled @ Value::Bool(_)) = sampled {
                 out.push((SAMPLED_KEY.into(), sampled));
             }
+        }
+        if !self.labels.is_empty() {
+            let labels: serde_json::Map<String, Value> =
+                self.labels.iter().map(|(k, v)| ((*k).to_owned(), Value::String(v.clone()))).collect();
+            out.push((LABELS_KEY.into(), Value::Object(labels)));
         }
         // Written by hand rather than through a `Map` so the keys keep this order.
         let mut line = String::from("{");
@@ -396,6 +432,25 @@ pub(crate) mod tests {
         let mut lines = buf.lines();
         assert_eq!(lines.len(), 1, "{lines:?}");
         lines.remove(0)
+    }
+
+    #[test]
+    fn a_labelled_format_tags_every_line_with_its_build() {
+        let buf = Buf::default();
+        let clock = Arc::new(VirtualClock::new(Timestamp::from_micros(1_796_019_340_123_456)));
+        let labels =
+            vec![("git_commit", "abc123".to_owned()), ("build_time", "2026-12-06T04:00:00Z".to_owned())];
+        let format = CloudLogFormat::new("submit", None, clock).labelled(labels);
+        let writer = buf.clone();
+        let sub = subscriber(format, EnvFilter::new("trace"), move || writer.clone());
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(git_commit = "a field keeps its place", "listening");
+        });
+        let line = one_line(&buf);
+        let labels = &line["logging.googleapis.com/labels"];
+        assert_eq!(labels["git_commit"], "abc123");
+        assert_eq!(labels["build_time"], "2026-12-06T04:00:00Z");
+        assert_eq!(line["git_commit"], "a field keeps its place", "a field named so stays a field");
     }
 
     #[test]
