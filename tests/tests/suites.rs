@@ -52,6 +52,7 @@ mod run_log;
 mod run_retention;
 mod run_retry;
 mod shared_tiers;
+mod sign_in;
 mod signer_kms;
 mod soak;
 mod store_firestore;

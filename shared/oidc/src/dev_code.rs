@@ -189,7 +189,13 @@ pub(crate) struct TokenRequest {
     code_verifier: Option<String>,
 }
 
-/// The code exchanged, once, for an ID token carrying the request's nonce.
+/// The code exchanged, once, for an ID token carrying the request's nonce,
+/// answered as OAuth 2.0 and OpenID Connect say a token response is
+/// (RFC 6749 §5.1, OIDC Core §3.1.3.3): an `access_token` (opaque: this
+/// provider serves no resource but the ID token's platform), `token_type`
+/// `Bearer`, `expires_in`, the `scope` granted and the `id_token`, with
+/// `Cache-Control: no-store` and `Pragma: no-cache`, so a stock client
+/// library completes the flow against it.
 pub(crate) async fn token(State(state): State<DevState>, Form(t): Form<TokenRequest>) -> Response {
     let (idp, audience, clock, codes) = state.parts();
     if t.grant_type.as_deref() != Some("authorization_code") {
@@ -209,24 +215,38 @@ pub(crate) async fn token(State(state): State<DevState>, Form(t): Form<TokenRequ
     if t.code_verifier.as_deref().map(challenge).as_deref() != Some(&p.challenge) {
         return oauth_error("invalid_grant", "the code_verifier does not match the code_challenge");
     }
-    match idp.issue_with_nonce(&p.email, audience, TOKEN_TTL, now, p.nonce.as_deref()) {
-        Ok(id_token) => axum::Json(json!({
-            "id_token": id_token,
-            "token_type": "Bearer",
-            "expires_in": TOKEN_TTL.as_secs(),
-        }))
-        .into_response(),
+    let mut access = [0u8; 32];
+    let issued = getrandom::fill(&mut access).map_err(|e| e.to_string()).and_then(|()| {
+        idp.issue_with_nonce(&p.email, audience, TOKEN_TTL, now, p.nonce.as_deref())
+            .map_err(|e| e.to_string())
+    });
+    match issued {
+        Ok(id_token) => no_store(
+            StatusCode::OK,
+            json!({
+                "access_token": URL_SAFE_NO_PAD.encode(access),
+                "token_type": "Bearer",
+                "expires_in": TOKEN_TTL.as_secs(),
+                "scope": "openid email",
+                "id_token": id_token,
+            }),
+        ),
         Err(e) => {
             tracing::error!(error = %e, "the development identity provider could not issue a token");
-            (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"error": "server_error"}))).into_response()
+            no_store(StatusCode::INTERNAL_SERVER_ERROR, json!({"error": "server_error"}))
         }
     }
 }
 
+/// A token endpoint's answer: never cached (RFC 6749 §5.1 and §5.2).
+fn no_store(status: StatusCode, body: serde_json::Value) -> Response {
+    (status, [(header::CACHE_CONTROL, "no-store"), (header::PRAGMA, "no-cache")], axum::Json(body))
+        .into_response()
+}
+
 /// An RFC 6749 §5.2 error answer.
 fn oauth_error(error: &str, description: &str) -> Response {
-    (StatusCode::BAD_REQUEST, axum::Json(json!({"error": error, "error_description": description})))
-        .into_response()
+    no_store(StatusCode::BAD_REQUEST, json!({"error": error, "error_description": description}))
 }
 
 fn page(status: StatusCode, title: &str, body: &str) -> Response {

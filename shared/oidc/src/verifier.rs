@@ -215,7 +215,9 @@ impl Verifier {
         if let Some(max) = config.max_lifetime {
             let lifetime =
                 iat.map(|iat| Duration::from_secs(u64::try_from(exp.saturating_sub(iat)).unwrap_or(0)));
-            if lifetime.is_none_or(|l| l > max + config.leeway) {
+            // `exp - iat` is a span of the issuer's own clock: the leeway for
+            // skew between clocks has no place in it, so the bound is exact.
+            if lifetime.is_none_or(|l| l > max) {
                 return Err(OidcError::LifetimeTooLong(max.as_secs()));
             }
         }

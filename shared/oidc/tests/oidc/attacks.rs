@@ -303,6 +303,13 @@ async fn a_token_that_lives_longer_than_the_bound_is_refused() {
     assert_eq!(bounded.verify(&decade).await, Err(OidcError::LifetimeTooLong(86_400)));
     c["exp"] = json!(now + 86_400);
     assert!(bounded.verify(&f.sign(&f.header(), &c)).await.is_ok(), "exactly a day");
+    c["exp"] = json!(now + 86_401);
+    let a_second_more = f.sign(&f.header(), &c);
+    assert_eq!(
+        bounded.verify(&a_second_more).await,
+        Err(OidcError::LifetimeTooLong(86_400)),
+        "the bound is exact"
+    );
     c.as_object_mut().expect("object").remove("iat");
     let no_iat = f.sign(&f.header(), &c);
     assert_eq!(bounded.verify(&no_iat).await, Err(OidcError::LifetimeTooLong(86_400)));
