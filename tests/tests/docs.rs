@@ -242,7 +242,8 @@ fn every_mapi_line_of_the_runbooks_is_a_command_the_cli_takes() {
     let dir = root().join("docs/runbooks");
     let mut checked = 0;
     let mut bad = Vec::new();
-    let mut pages: Vec<_> = std::fs::read_dir(&dir).expect("docs/runbooks").map(|e| e.expect("entry").path()).collect();
+    let mut pages: Vec<_> =
+        std::fs::read_dir(&dir).expect("docs/runbooks").map(|e| e.expect("entry").path()).collect();
     pages.sort();
     for page in pages {
         let text = std::fs::read_to_string(&page).expect("read");
@@ -277,7 +278,9 @@ fn every_mapi_line_of_the_runbooks_is_a_command_the_cli_takes() {
 #[test]
 fn shell_words_group_quotes_and_substitutions() {
     assert_eq!(
-        shell_words(r#"login --id-token "$(gcloud auth print-identity-token)" --reason "incident 42: x" 'a b'"#),
+        shell_words(
+            r#"login --id-token "$(gcloud auth print-identity-token)" --reason "incident 42: x" 'a b'"#
+        ),
         ["login", "--id-token", "substituted", "--reason", "incident 42: x", "a b"]
     );
 }
