@@ -1792,3 +1792,73 @@ fn contract_push_and_task_identities_match_what_the_services_check() {
     }
     assert_none("identities", bad);
 }
+
+/// Sign-in on a deployment configured exactly as `envs/prod` configures it:
+/// the sessions settings terraform gives the API are the tfvars' values,
+/// the platform reads Google's published keys for Google's issuer, and ID
+/// tokens shaped exactly like Google's (either spelling of its issuer, a
+/// person's `sub`, `azp`, `hd`, `email_verified`, `at_hash`) open a session
+/// for each client the tfvars name: the console's, the CLI's and gcloud's.
+/// A token for any other client, or with an unverified address, does not.
+#[tokio::test]
+async fn contract_google_id_tokens_of_the_prod_clients_sign_a_person_in() {
+    use mapi_tests::google::{FakeGoogle, with};
+    use serde_json::json;
+    let tf = tf();
+    let name = tf_name(Service::Submit);
+    let wired = service_env(tf, name);
+    for (key, var) in [
+        (vars::OIDC_ISSUER.name, "var.oidc_issuer"),
+        (vars::OIDC_AUDIENCE.name, "var.oidc_audience"),
+        (vars::OIDC_CLI_AUDIENCES.name, "join(\",\", var.oidc_cli_audiences)"),
+    ] {
+        assert_eq!(wired.get(key).map(src).as_deref(), Some(var), "{name}: {key}");
+    }
+    let issuer = lit(tf.tfvar("prod", "oidc_issuer")).expect("a literal issuer");
+    let console = lit(tf.tfvar("prod", "oidc_audience")).expect("a literal client id");
+    let clients: Vec<String> = match tf.tfvar("prod", "oidc_cli_audiences") {
+        Expression::Array(a) => a.iter().map(|e| lit(e).expect("a literal client id")).collect(),
+        other => panic!("oidc_cli_audiences is a list, not {}", src(other)),
+    };
+    assert!(clients.contains(&"32555940559.apps.googleusercontent.com".to_owned()), "gcloud's client");
+    let mut env = start_env(tf, name);
+    env.insert(vars::OIDC_ISSUER.name.into(), issuer.clone());
+    env.insert(vars::OIDC_AUDIENCE.name.into(), console.clone());
+    env.insert(vars::OIDC_CLI_AUDIENCES.name.into(), clients.join(","));
+    let config =
+        mapi_platform::Config::read(&|k| env.get(k).cloned(), Service::Submit.uses()).expect("config");
+    assert_eq!(config.session_jwks_url().as_deref(), Some(mapi_oidc::GOOGLE_JWKS_URL), "Google's keys");
+
+    // The same settings, with Google's key set served on 127.0.0.1.
+    let google = FakeGoogle::start().await;
+    env.insert(vars::OIDC_JWKS_URL.name.into(), google.keys.url.clone());
+    let config =
+        mapi_platform::Config::read(&|k| env.get(k).cloned(), Service::Submit.uses()).expect("config");
+    let clock: std::sync::Arc<dyn mapi_clock::Clock> = std::sync::Arc::new(mapi_clock::SystemClock);
+    let verifier = mapi_platform::session_verifier(&config, clock.clone()).expect("a session verifier");
+    let now = clock.now().as_secs();
+    let person = |client: &str, iss: &str| {
+        json!({
+            "iss": iss, "azp": client, "aud": client, "sub": "110169484474386276334",
+            "hd": "example.com", "email": "Ana@Example.com", "email_verified": true,
+            "at_hash": "HK6E_P6Dh8Y93mRNtsDB1Q", "name": "Ana", "iat": now, "exp": now + 3600,
+        })
+    };
+    for client in std::iter::once(&console).chain(&clients) {
+        for iss in mapi_oidc::GOOGLE_ISSUERS {
+            let claims = verifier.verify(&google.token(&person(client, iss))).await;
+            let claims = claims.unwrap_or_else(|e| panic!("{client} via {iss}: {e}"));
+            assert_eq!((claims.email.as_str(), claims.aud.as_str()), ("ana@example.com", client.as_str()));
+        }
+    }
+    let other = person("1234-other.apps.googleusercontent.com", &issuer);
+    assert_eq!(
+        verifier.verify(&google.token(&other)).await.map(|_| ()),
+        Err(mapi_oidc::OidcError::WrongAudience)
+    );
+    let unverified = with(&person(&console, &issuer), &[("email_verified", json!(false))]);
+    assert_eq!(
+        verifier.verify(&google.token(&unverified)).await.map(|_| ()),
+        Err(mapi_oidc::OidcError::EmailNotVerified)
+    );
+}

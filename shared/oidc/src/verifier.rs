@@ -36,8 +36,13 @@ pub const GOOGLE_ISSUERS: [&str; 2] = ["https://accounts.google.com", "accounts.
 pub struct VerifierConfig {
     /// Accepted `iss` values (exact match).
     pub issuers: Vec<String>,
-    /// The `aud` this service answers to: the token's `aud` must be it or an array containing it.
+    /// The `aud` this service answers to: the token's `aud` must be it (or
+    /// one of `other_audiences`), or an array containing one.
     pub audience: String,
+    /// Further audiences accepted: other clients of the same service (with
+    /// Google, each OAuth client is an audience: the console's web client,
+    /// the CLI's desktop client, gcloud's own).
+    pub other_audiences: Vec<String>,
     /// Allowed clock skew for `exp`, `iat` and `nbf`.
     pub leeway: Duration,
     /// Whether `email_verified` must be true.
@@ -55,6 +60,7 @@ impl VerifierConfig {
         VerifierConfig {
             issuers,
             audience,
+            other_audiences: Vec::new(),
             leeway: DEFAULT_LEEWAY,
             require_verified_email: true,
             max_lifetime: None,
@@ -67,7 +73,7 @@ impl VerifierConfig {
 pub struct Claims {
     pub iss: String,
     pub sub: String,
-    /// The audience that matched (the configured one).
+    /// The audience that matched (one of the configured ones).
     pub aud: String,
     /// Lower-cased.
     pub email: String,
@@ -194,14 +200,15 @@ impl Verifier {
         if !config.issuers.contains(&iss) {
             return Err(OidcError::WrongIssuer(iss));
         }
-        let aud_matches = match &raw.aud {
-            Some(Audience::One(aud)) => *aud == config.audience,
-            Some(Audience::Many(auds)) => auds.contains(&config.audience),
-            None => false,
-        };
-        if !aud_matches {
-            return Err(OidcError::WrongAudience);
-        }
+        let mut accepted = std::iter::once(&config.audience).chain(&config.other_audiences);
+        let matched = accepted
+            .find(|a| match &raw.aud {
+                Some(Audience::One(aud)) => aud == *a,
+                Some(Audience::Many(auds)) => auds.contains(a),
+                None => false,
+            })
+            .cloned()
+            .ok_or(OidcError::WrongAudience)?;
         let now = self.clock.now();
         let exp = raw.exp.as_ref().map(NumericDate::secs).ok_or(OidcError::Malformed)?;
         if now >= at(exp) + config.leeway {
@@ -227,16 +234,7 @@ impl Verifier {
         if config.require_verified_email && !email_verified {
             return Err(OidcError::EmailNotVerified);
         }
-        Ok(Claims {
-            iss,
-            sub,
-            aud: config.audience.clone(),
-            email,
-            email_verified,
-            exp,
-            iat,
-            nonce: raw.nonce,
-        })
+        Ok(Claims { iss, sub, aud: matched, email, email_verified, exp, iat, nonce: raw.nonce })
     }
 }
 

@@ -220,9 +220,15 @@ pub fn session_verifier(config: &Config, clock: Arc<dyn Clock>) -> Option<mapi_o
     let issuer = config.session_issuer()?;
     let jwks_url = config.session_jwks_url()?;
     let jwks = mapi_oidc::JwksCache::lazy(jwks_url, Duration::from_secs(10), clock.clone());
+    // Google's ID tokens carry either spelling of its issuer.
+    let issuers = match mapi_oidc::GOOGLE_ISSUERS.contains(&issuer.as_str()) {
+        true => mapi_oidc::GOOGLE_ISSUERS.map(str::to_owned).to_vec(),
+        false => vec![issuer],
+    };
     let verifier_config = mapi_oidc::VerifierConfig {
         max_lifetime: Some(config.session_max_lifetime),
-        ..mapi_oidc::VerifierConfig::new(vec![issuer], config.oidc_audience.clone())
+        other_audiences: config.oidc_cli_audiences.clone(),
+        ..mapi_oidc::VerifierConfig::new(issuers, config.oidc_audience.clone())
     };
     Some(mapi_oidc::Verifier::new(verifier_config, jwks, clock))
 }

@@ -29,6 +29,7 @@ module "platform" {
   domain                = var.domain
   oidc_issuer           = var.oidc_issuer
   oidc_audience         = var.oidc_audience
+  oidc_cli_audiences    = var.oidc_cli_audiences
   operator_emails       = var.operator_emails
   firestore_location    = var.firestore_location
   bucket_location       = var.bucket_location

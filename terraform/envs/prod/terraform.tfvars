@@ -6,8 +6,12 @@ region              = "europe-west1"
 env                 = "prod"
 gpu_jobs            = false
 domain              = "api.mapi.example.com"
+# Sign-in (README, first deploy): Google's issuer; the console's Web
+# application client; the CLI's Desktop client and gcloud's own client
+# (whose ID tokens `gcloud auth print-identity-token` prints).
 oidc_issuer         = "https://accounts.google.com"
-oidc_audience       = "mapi"
+oidc_audience       = "000000000000-mapiconsole.apps.googleusercontent.com"
+oidc_cli_audiences  = ["000000000000-mapicli.apps.googleusercontent.com", "32555940559.apps.googleusercontent.com"]
 operator_emails     = []
 firestore_location  = "eur3"
 bucket_location     = "EU"

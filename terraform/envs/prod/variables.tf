@@ -34,8 +34,14 @@ variable "oidc_issuer" {
 }
 
 variable "oidc_audience" {
-  type    = string
-  default = "mapi"
+  description = "The console's OAuth client id (README, first deploy: sign-in)."
+  type        = string
+}
+
+variable "oidc_cli_audiences" {
+  description = "The CLI's OAuth client id, and gcloud's (README, first deploy: sign-in)."
+  type        = list(string)
+  default     = []
 }
 
 variable "operator_emails" {

@@ -55,9 +55,10 @@ locals {
     MAPI_FIRESTORE_DATABASE = module.data.database
   }
   sessions_env = {
-    MAPI_OIDC_ISSUER     = var.oidc_issuer
-    MAPI_OIDC_AUDIENCE   = var.oidc_audience
-    MAPI_OPERATOR_EMAILS = join(",", var.operator_emails)
+    MAPI_OIDC_ISSUER        = var.oidc_issuer
+    MAPI_OIDC_AUDIENCE      = var.oidc_audience
+    MAPI_OIDC_CLI_AUDIENCES = join(",", var.oidc_cli_audiences)
+    MAPI_OPERATOR_EMAILS    = join(",", var.operator_emails)
   }
   objects_env = {
     MAPI_OBJECTS              = "gcs"

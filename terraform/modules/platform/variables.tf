@@ -55,9 +55,14 @@ variable "oidc_issuer" {
 }
 
 variable "oidc_audience" {
-  description = "MAPI_OIDC_AUDIENCE."
+  description = "MAPI_OIDC_AUDIENCE: the console's OAuth client id (with Google, a Web application client), the audience of its ID tokens."
   type        = string
-  default     = "mapi"
+}
+
+variable "oidc_cli_audiences" {
+  description = "MAPI_OIDC_CLI_AUDIENCES: further OAuth client ids whose ID tokens open sessions (the CLI's Desktop client; gcloud's, for `gcloud auth print-identity-token`)."
+  type        = list(string)
+  default     = []
 }
 
 variable "operator_emails" {

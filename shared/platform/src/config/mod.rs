@@ -195,6 +195,8 @@ pub struct Config {
     /// the development identity provider of `mapi dev`.
     pub oidc_issuer: Option<String>,
     pub oidc_audience: String,
+    /// Further audiences of session ID tokens (`MAPI_OIDC_CLI_AUDIENCES`).
+    pub oidc_cli_audiences: Vec<String>,
     /// Where the issuer's keys are; derived from the issuer when unset.
     pub oidc_jwks_url: Option<String>,
     /// The longest a session ID token may live (`exp - iat`).
@@ -687,9 +689,15 @@ impl Config {
         }
     }
 
-    /// Where the session issuer's keys are.
+    /// Where the session issuer's keys are: `MAPI_OIDC_JWKS_URL`, else
+    /// Google's published keys for Google's issuer (they are not under the
+    /// issuer's own address), else `$issuer/jwks.json`.
     pub fn session_jwks_url(&self) -> Option<String> {
-        self.oidc_jwks_url.clone().or_else(|| self.session_issuer().map(|i| format!("{i}/jwks.json")))
+        let issuer_keys = |i: String| match mapi_oidc::GOOGLE_ISSUERS.contains(&i.as_str()) {
+            true => mapi_oidc::GOOGLE_JWKS_URL.to_owned(),
+            false => format!("{i}/jwks.json"),
+        };
+        self.oidc_jwks_url.clone().or_else(|| self.session_issuer().map(issuer_keys))
     }
 
     /// Reads every section from the process environment.
@@ -766,6 +774,7 @@ impl Config {
             )?,
             oidc_issuer: v::OIDC_ISSUER.get(sessions).map(|s| s.trim_end_matches('/').to_owned()),
             oidc_audience: v::OIDC_AUDIENCE.raw(sessions).unwrap_or_default(),
+            oidc_cli_audiences: v::OIDC_CLI_AUDIENCES.list(sessions),
             oidc_jwks_url: v::OIDC_JWKS_URL.get(sessions),
             session_max_lifetime: v::SESSION_MAX_LIFETIME_S.seconds(sessions)?,
             oidc_client_secret: v::OIDC_CLIENT_SECRET.get(sessions),

@@ -133,6 +133,11 @@ pub const OIDC_ISSUER: Var = Var::derived(
 );
 pub const OIDC_AUDIENCE: Var =
     Var::new("MAPI_OIDC_AUDIENCE", "mapi", "The audience session ID tokens must carry");
+pub const OIDC_CLI_AUDIENCES: Var = Var::new(
+    "MAPI_OIDC_CLI_AUDIENCES",
+    "",
+    "Further audiences whose ID tokens open sessions, comma-separated: with Google, the CLI's desktop client id and gcloud's (`mapi login --id-token \"$(gcloud auth print-identity-token)\"`)",
+);
 pub const OIDC_JWKS_URL: Var =
     Var::derived("MAPI_OIDC_JWKS_URL", "$MAPI_OIDC_ISSUER/jwks.json", "Where the issuer's signing keys are");
 pub const SESSION_MAX_LIFETIME_S: Var = Var::new(
@@ -321,6 +326,7 @@ pub const VARIABLES: &[Var] = &[
     OPERATOR_EMAILS,
     OIDC_ISSUER,
     OIDC_AUDIENCE,
+    OIDC_CLI_AUDIENCES,
     OIDC_JWKS_URL,
     SESSION_MAX_LIFETIME_S,
     OIDC_CLIENT_SECRET,
