@@ -670,3 +670,71 @@ async fn a_sweep_failing_tick_after_tick_alarms_and_its_recovery_clears_it() {
     assert_eq!(sweep(state).await.expect("sweep").errors, 0);
     assert_eq!(failing().await, None, "cleared by the sweep that committed");
 }
+
+/// A burst of events reaches one receiver as a steady stream: the sweep
+/// gives each new message's first attempt the receiver's next slot, at most
+/// `MAPI_WEBHOOK_RECEIVER_PER_SECOND` a second, and a later sweep's messages
+/// wait for the earlier ones' slots; the queue holds each attempt until its
+/// slot.
+#[tokio::test]
+async fn a_burst_to_one_receiver_is_paced_at_its_rate() {
+    use mapi_reconcile_tick::webhooks::sweep;
+    let p = TestPlatform::start_with(
+        &[("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true"), ("MAPI_WEBHOOK_RECEIVER_PER_SECOND", "4")],
+        Options { background: false, ..Options::default() },
+    )
+    .await;
+    let state = &p.platform.state;
+    let url = format!("http://127.0.0.1:{}/", free_port());
+    let (s, made) = create(&p, p.token(), json!({"url": url, "events": ["run.cancelled"]})).await;
+    assert_eq!(s, 201, "{made}");
+    let hook = made["id"].as_str().expect("id").to_owned();
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
+    let cancelled_runs = |n: usize| {
+        let (p, dataset) = (&p, dataset.clone());
+        async move {
+            for _ in 0..n {
+                let run = p
+                    .submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}}))
+                    .await;
+                let (s, b) = p.cancel(p.token(), &run).await;
+                assert!(s == 200 || s == 202, "{b}");
+            }
+        }
+    };
+    let slots =
+        || async {
+            let q = mapi_store::Query::new(<mapi_schema::DeliveryDoc as mapi_schema::Doc>::COLLECTION)
+                .filter("webhook", mapi_store::Op::Eq, hook.as_str());
+            let mut at: Vec<mapi_domain::Timestamp> = state
+                .store
+                .query(&q, None)
+                .await
+                .expect("query")
+                .into_iter()
+                .map(|d| d.decode::<mapi_schema::DeliveryDoc>().expect("delivery").next_at.expect("due"))
+                .collect();
+            at.sort();
+            at
+        };
+
+    cancelled_runs(6).await;
+    let before = state.clock.now();
+    sweep(state).await.expect("sweep");
+    let first = slots().await;
+    assert_eq!(first.len(), 6, "one message a cancelled run");
+    assert!(first[0] >= before, "the first slot is now");
+    let step = Duration::from_millis(250);
+    for pair in first.windows(2) {
+        assert_eq!(pair[1].since(pair[0]), step, "{first:?}");
+    }
+    cancelled_runs(2).await;
+    sweep(state).await.expect("sweep");
+    let all = slots().await;
+    assert_eq!(all.len(), 8);
+    assert_eq!(all[6], first[5] + step, "the later burst waits for the earlier one's slots");
+    assert_eq!(all[7], first[5] + step + step);
+    let doc: mapi_schema::WebhookDoc =
+        mapi_schema::get(&*state.store, &hook).await.expect("read").expect("hook");
+    assert_eq!(doc.paced_until, Some(all[7] + step));
+}

@@ -180,6 +180,7 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc, nearness: &mut Nearness)
         .filter(|m| !hook.recent.iter().any(|s| s.id == m.id))
         .collect();
     let (hook_ref, made_ref) = (hook, &made);
+    let per_second = state.config.webhook_receiver_per_second;
     let created = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let Some(mut current) = tx_get::<WebhookDoc>(&mut tx, hook_ref.id.as_str()).await? else {
             return Ok(tx.finish(Vec::new()));
@@ -187,13 +188,16 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc, nearness: &mut Nearness)
         // Every read before the first write: which messages exist already.
         let keys = made_ref.iter().map(|m| m.key()).collect::<Result<Vec<_>, _>>()?;
         let existing = tx.get_all(&keys).await?;
+        let new: Vec<&DeliveryDoc> =
+            made_ref.iter().zip(existing).filter(|(_, found)| found.is_none()).map(|(m, _)| m).collect();
+        // Each new message's first attempt takes the receiver's next slot.
+        let (slots, paced_until) = mapi_webhooks::pace(now, current.paced_until, new.len(), per_second);
         let mut created = Vec::new();
-        for (m, found) in made_ref.iter().zip(existing) {
-            if found.is_none() {
-                tx_create(&mut tx, m)?;
-                created.push(m.id.clone());
-            }
+        for (m, slot) in new.into_iter().zip(slots) {
+            tx_create(&mut tx, &DeliveryDoc { next_at: Some(slot), ..m.clone() })?;
+            created.push((m.id.clone(), slot));
         }
+        current.paced_until = Some(paced_until);
         current.failing = None;
         current.cursor = current.cursor.max(cursor);
         let keep_from = current.cursor - LOOK_BACK;
@@ -203,9 +207,10 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc, nearness: &mut Nearness)
         Ok(tx.finish(created))
     })
     .await?;
-    for id in &created {
+    for (id, slot) in &created {
         let task = DeliverTask { delivery: id.clone(), attempt: 1, replay: false };
-        if let Err(e) = push_deliver(&*state.queue, &task, None, None).await {
+        let at = (*slot > now).then_some(*slot);
+        if let Err(e) = push_deliver(&*state.queue, &task, at, None).await {
             tracing::warn!(delivery = %id, error = %e, "pushing a webhook message failed; the sweep re-pushes it");
         }
     }

@@ -57,7 +57,8 @@ impl Service {
             // No sessions, no API limits, no signer, no endpoints' host.
             Service::Tasks => Uses::only(&[Lifecycle, Objects, Queue, Executor, Jobs, Webhooks]),
             Service::PushEvents => Uses::only(&[Push]),
-            Service::ReconcileTick => Uses::only(&[Lifecycle, Queue, Executor, Hosting]),
+            // Webhooks: the sweep paces each receiver's messages.
+            Service::ReconcileTick => Uses::only(&[Lifecycle, Queue, Executor, Hosting, Webhooks]),
             Service::Meter => Uses::only(&[Lifecycle, Objects, Queue, Executor, Signer]),
             // The queue: a tenant's export and purge are tasks admin pushes. Jobs and Lifecycle:
             // the retentions a tenant's limits show.

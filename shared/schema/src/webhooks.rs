@@ -45,6 +45,10 @@ pub struct WebhookDoc {
     /// commits clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing: Option<SweepFailing>,
+    /// Where the receiver's paced first attempts leave off: the next
+    /// message's first attempt is due no earlier (`mapi_webhooks::pace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_until: Option<Timestamp>,
 }
 
 /// A webhook whose sweep has failed tick after tick: since when, how many

@@ -26,6 +26,8 @@
 
 use std::time::Duration;
 
+use mapi_domain::Timestamp;
+
 /// How long, in seconds, a delivery is retried: the sum of all waits
 /// between its attempts never exceeds it.
 pub const DELIVERY_WINDOW_S: u64 = 24 * 3600;
@@ -96,6 +98,27 @@ fn excerpt_len(body: &[u8]) -> usize {
     }
     let is_continuation = |i: usize| body[i] & 0b1100_0000 == 0b1000_0000;
     (EXCERPT_BYTES - 3..=EXCERPT_BYTES).rev().find(|&i| !is_continuation(i)).unwrap_or(EXCERPT_BYTES)
+}
+
+#[cfg(test)]
+mod pace_tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_spaced_and_a_later_batch_waits_for_the_earlier() {
+        let now = Timestamp::from_secs(1_000);
+        let ms = |n: u64| Duration::from_millis(n);
+        let (slots, until) = pace(now, None, 3, 10);
+        assert_eq!(slots, [now, now + ms(100), now + ms(200)]);
+        assert_eq!(until, now + ms(300));
+        let (slots, until) = pace(now + ms(50), Some(until), 2, 10);
+        assert_eq!(slots, [now + ms(300), now + ms(400)], "after the earlier batch's last slot");
+        assert_eq!(until, now + ms(500));
+        let later = now + Duration::from_secs(60);
+        assert_eq!(pace(later, Some(until), 1, 10).0, [later], "an idle receiver starts now");
+        assert_eq!(pace(later, Some(until), 0, 10), (vec![], later), "nothing made, nothing taken");
+        assert_eq!(pace(now, None, 2, 0).0, [now, now + Duration::from_secs(1)], "at least one a second");
+    }
 }
 
 #[cfg(test)]
@@ -184,4 +207,29 @@ mod tests {
             }
         }
     }
+}
+
+/// The times of a receiver's next `count` first attempts, at most
+/// `per_second` a second: one slot every `1/per_second` s from `now`, or
+/// from where the receiver's earlier messages left off (`paced_until`) if
+/// that is later; and where this batch leaves off. A burst of events thus
+/// reaches a receiver as a steady stream, and since a retry's wait depends
+/// only on its attempt's number, the spacing carries into the retries.
+pub fn pace(
+    now: Timestamp,
+    paced_until: Option<Timestamp>,
+    count: usize,
+    per_second: u32,
+) -> (Vec<Timestamp>, Timestamp) {
+    let step = Duration::from_micros(1_000_000 / u64::from(per_second.max(1)));
+    let start = paced_until.map_or(now, |p| p.max(now));
+    let mut at = start;
+    let slots = (0..count)
+        .map(|_| {
+            let slot = at;
+            at = at + step;
+            slot
+        })
+        .collect();
+    (slots, if count == 0 { paced_until.unwrap_or(now).max(now) } else { at })
 }

@@ -31,7 +31,7 @@ pub mod signing;
 pub mod target;
 
 pub use delivery::{
-    DELIVERY_WINDOW_S, EXCERPT_BYTES, MAX_ATTEMPTS, Outcome, classify, excerpt, next_attempt_delay,
+    DELIVERY_WINDOW_S, EXCERPT_BYTES, MAX_ATTEMPTS, Outcome, classify, excerpt, next_attempt_delay, pace,
 };
 pub use event::{Envelope, EventType, UnknownEventType};
 pub use rotation::{ROTATION_GRACE_S, grace_until, signing_secrets};

@@ -162,6 +162,7 @@ pub async fn create(
         cursor: now,
         recent: Vec::new(),
         failing: None,
+        paced_until: None,
     };
     let names: Vec<&str> = doc.events.iter().map(|e| e.as_str()).collect();
     let record = Audit::by(&caller, "webhook.create", format!("webhooks/{}", doc.id))

@@ -184,6 +184,8 @@ pub struct Config {
     pub local_regions: Vec<String>,
     /// Which webhook targets are allowed.
     pub webhooks: mapi_webhooks::Policy,
+    /// The most first attempts a second one webhook receiver is sent (at least 1).
+    pub webhook_receiver_per_second: u32,
     /// Local endpoints' idle time before a server scaled to zero stops.
     pub endpoints_idle: Duration,
     pub local_memory_mib: BTreeMap<ResourceClass, u64>,
@@ -442,6 +444,14 @@ impl From<Invalid> for ConfigError {
 /// Which webhook targets are allowed: loopback ones only when asked for,
 /// and only on a development platform (a deployed one must never reach its
 /// own network).
+/// A count `var` sets that must be at least 1.
+fn at_least_one(var: &Var, env: Env<'_>) -> Result<u32, ConfigError> {
+    match var.parse::<u32>(env)? {
+        0 => Err(ConfigError::Invalid(format!("{} must be at least 1", var.name))),
+        n => Ok(n),
+    }
+}
+
 fn webhooks_policy(env: Env<'_>, profile: Profile) -> Result<mapi_webhooks::Policy, ConfigError> {
     let allow_loopback = v::WEBHOOKS_ALLOW_LOOPBACK.flag(env)?;
     if allow_loopback && profile != Profile::Dev {
@@ -790,6 +800,7 @@ impl Config {
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,
             local_regions: v::LOCAL_REGIONS.list(exec),
             webhooks: webhooks_policy(hooks, profile)?,
+            webhook_receiver_per_second: at_least_one(&v::WEBHOOK_RECEIVER_PER_SECOND, hooks)?,
             endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(hosted)?,
             local_memory_mib: memory_map(exec)?,
             evidence_max_age: v::EXECUTOR_EVIDENCE_MAX_AGE_S.seconds(exec)?,

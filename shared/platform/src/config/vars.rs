@@ -177,6 +177,11 @@ pub const WEBHOOKS_ALLOW_LOOPBACK: Var = Var::new(
     "false",
     "Webhooks may be `http` URLs on this machine's loopback addresses, for local testing (only with `MAPI_PROFILE=dev`); otherwise only `https` URLs of public addresses",
 );
+pub const WEBHOOK_RECEIVER_PER_SECOND: Var = Var::new(
+    "MAPI_WEBHOOK_RECEIVER_PER_SECOND",
+    "10",
+    "The most first attempts of webhook messages a second one receiver (one webhook's URL) is sent; a burst waits its turn, and retries keep its spacing",
+);
 pub const LOCAL_REGIONS: Var = Var::new(
     "MAPI_LOCAL_REGIONS",
     "europe-west1,us-central1,asia-northeast1",
@@ -320,6 +325,7 @@ pub const VARIABLES: &[Var] = &[
     LOCAL_GRACE_S,
     LOCAL_REGIONS,
     WEBHOOKS_ALLOW_LOOPBACK,
+    WEBHOOK_RECEIVER_PER_SECOND,
     ENDPOINTS_IDLE_S,
     HOSTING,
     LOCAL_MEMORY_MIB,
