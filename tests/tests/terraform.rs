@@ -1074,6 +1074,13 @@ fn policy_alerts_watch_jobs_run_429s_failing_webhook_sweeps_and_the_spend_cap() 
             "ERROR",
         ),
         ("spend_cap_70", "spend_cap_70_message", SPEND_CAP_70_ALARM, "MapiSpendCap70", "WARNING"),
+        (
+            "integrity_failure",
+            "integrity_alarm_message",
+            mapi_bundles::INTEGRITY_ALARM,
+            "MapiIntegrityFailure",
+            "ERROR",
+        ),
         ("spend_cap_90", "spend_cap_90_message", SPEND_CAP_90_ALARM, "MapiSpendCap90", "ERROR"),
     ];
     for (name, variable, logged, display, severity) in alarms {
@@ -1109,6 +1116,51 @@ fn policy_alerts_watch_jobs_run_429s_failing_webhook_sweeps_and_the_spend_cap() 
     let thresholds: Vec<String> =
         blocks(budget.body, "threshold_rules").iter().map(|t| src_at(t, &["threshold_percent"])).collect();
     assert_eq!(thresholds, ["0.7", "0.9"]);
+}
+
+/// The rates operators watch: quota denials (the line each denial logs),
+/// 5xx answers (Cloud Run's request log) over five minutes above a
+/// threshold of the deployment's, and a backlog in the events' dead-letter
+/// subscription.
+#[test]
+fn policy_alerts_watch_the_rates_of_quota_denials_and_5xx_and_dead_letters() {
+    let tf = tf();
+    let metric =
+        |name: &str| src_at(tf.resource("google_logging_metric", name).body, &["filter"]).replace('\\', "");
+    let condition = |name: &str| {
+        let alert = tf.resource("google_monitoring_alert_policy", name);
+        let c = nested(alert.body, &["conditions", "condition_threshold"]).expect("a threshold condition");
+        (
+            src_at(c, &["filter"]).replace('\\', ""),
+            src_at(c, &["threshold_value"]),
+            src_at(c, &["comparison"]),
+        )
+    };
+    let denials = metric("quota_denials");
+    assert!(denials.contains("jsonPayload.message=\"${var.quota_denied_message}\""), "{denials}");
+    assert_eq!(
+        lit(tf.default_of("modules/monitoring", "quota_denied_message")).as_deref(),
+        Some(mapi_admission::quota::DENIED_LINE),
+        "the metric's message is the one each denial logs"
+    );
+    let (_, threshold, comparison) = condition("quota_denials");
+    assert_eq!((threshold.as_str(), comparison.as_str()), ("var.quota_denials_per_5m", "COMPARISON_GT"));
+    let errors = metric("server_errors");
+    assert!(
+        errors.contains("run.googleapis.com/requests") && errors.contains("httpRequest.status>=500"),
+        "{errors}"
+    );
+    assert_eq!(condition("server_errors").1, "var.server_errors_per_5m");
+    let (dead, threshold, _) = condition("dead_letters");
+    assert!(
+        dead.contains("${var.dead_letter_subscription}") && dead.contains("num_undelivered_messages"),
+        "{dead}"
+    );
+    assert_eq!(threshold, "0", "one dead letter is enough");
+    let passed = attr(call(tf, "monitoring"), "dead_letter_subscription").map(src);
+    assert_eq!(passed.as_deref(), Some("module.events.dead_letter_subscription"));
+    let dead_letter = tf.resource("google_pubsub_subscription", "dead_letter");
+    assert!(src_at(dead_letter.body, &["topic"]).contains("google_pubsub_topic.dead_letter"));
 }
 
 #[test]

@@ -193,6 +193,10 @@ pub fn problem_code(code: RefusalCode) -> ProblemCode {
     }
 }
 
+/// The line each quota denial logs (the alert on the rate of denials
+/// counts it through a log-based metric).
+pub const DENIED_LINE: &str = "quota denied";
+
 /// Answers a refusal (and audits it as a quota denial).
 pub async fn refused(
     state: &AppState,
@@ -207,5 +211,6 @@ pub async fn refused(
         .outcome(Outcome::Denied, code)
         .detail(format!("{} {}: {}", r.level.as_str(), r.limit, r.detail));
     audit(state, entry).await;
+    tracing::info!(tenant = %tenant, level = r.level.as_str(), limit = %r.limit, "{DENIED_LINE}");
     ApiError::Problem { code, detail: r.detail, retry_after_s: r.retry_after_s }
 }

@@ -79,9 +79,13 @@ fn signature_key(prefix: &ObjectKey) -> Result<ObjectKey, ObjectError> {
     prefix.join("manifest.sig.json")
 }
 
+/// The line every integrity failure logs, once (the alert's log-based
+/// metric matches it exactly).
+pub const INTEGRITY_ALARM: &str = "ALARM bundle integrity check failed";
+
 fn integrity(prefix: &ObjectKey, detail: impl Into<String>) -> BundleError {
     let detail = detail.into();
-    tracing::error!(bundle = %prefix, %detail, "ALARM bundle integrity check failed");
+    tracing::error!(bundle = %prefix, %detail, "{INTEGRITY_ALARM}");
     BundleError::Integrity { bundle: prefix.to_string(), detail }
 }
 

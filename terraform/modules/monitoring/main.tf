@@ -208,6 +208,188 @@ resource "google_monitoring_alert_policy" "spend_cap_90" {
   notification_channels = var.notification_channels
 }
 
+# An integrity failure: a model version's bundle does not verify (its
+# signature or an artifact's SHA-256). One line is a page: someone or
+# something changed sealed objects.
+resource "google_logging_metric" "integrity_failure" {
+  project     = var.project_id
+  name        = "mapi-${var.env}-integrity-failure"
+  description = "Bundles that failed their integrity check."
+  filter      = "resource.type=\"cloud_run_revision\" AND severity=ERROR AND jsonPayload.message=\"${var.integrity_alarm_message}\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
+
+resource "google_monitoring_alert_policy" "integrity_failure" {
+  project      = var.project_id
+  display_name = "MapiIntegrityFailure (${var.env}): a model version's bundle failed its integrity check"
+  combiner     = "OR"
+  severity     = "CRITICAL"
+
+  conditions {
+    display_name = "a bundle integrity ALARM was logged"
+    condition_threshold {
+      filter          = "resource.type=\"cloud_run_revision\" AND metric.type=\"logging.googleapis.com/user/${google_logging_metric.integrity_failure.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "60s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  alert_strategy {
+    auto_close = "1800s"
+  }
+
+  documentation {
+    content   = "A sealed bundle does not verify: its objects were changed after sealing, or the signing keys are wrong. The ALARM line names the bundle. See docs/runbooks/key-rotation.md and docs/runbooks/sandbox-escape.md."
+    mime_type = "text/markdown"
+  }
+
+  notification_channels = var.notification_channels
+}
+
+# Quota denials: one info line each. Many in five minutes means a tenant is
+# hammering a limit or the limits are too tight for its work.
+resource "google_logging_metric" "quota_denials" {
+  project     = var.project_id
+  name        = "mapi-${var.env}-quota-denials"
+  description = "Requests refused by a quota or a kill switch."
+  filter      = "resource.type=\"cloud_run_revision\" AND jsonPayload.message=\"${var.quota_denied_message}\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
+
+resource "google_monitoring_alert_policy" "quota_denials" {
+  project      = var.project_id
+  display_name = "MapiQuotaDenials (${var.env}): many requests refused by quotas"
+  combiner     = "OR"
+  severity     = "WARNING"
+
+  conditions {
+    display_name = "more quota denials than var.quota_denials_per_5m in five minutes"
+    condition_threshold {
+      filter          = "resource.type=\"cloud_run_revision\" AND metric.type=\"logging.googleapis.com/user/${google_logging_metric.quota_denials.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.quota_denials_per_5m
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  alert_strategy {
+    auto_close = "1800s"
+  }
+
+  documentation {
+    content   = "Requests are being refused by quotas at a high rate. The lines name the tenant, the level and the limit; `mapi admin audit --action quota.denied` lists them. docs/runbooks/kill-switches.md."
+    mime_type = "text/markdown"
+  }
+
+  notification_channels = var.notification_channels
+}
+
+# 5xx answers of any service, from Cloud Run's own request log.
+resource "google_logging_metric" "server_errors" {
+  project     = var.project_id
+  name        = "mapi-${var.env}-server-errors"
+  description = "Requests the services answered with a 5xx."
+  filter      = "resource.type=\"cloud_run_revision\" AND log_id(\"run.googleapis.com/requests\") AND httpRequest.status>=500"
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
+
+resource "google_monitoring_alert_policy" "server_errors" {
+  project      = var.project_id
+  display_name = "MapiServerErrors (${var.env}): the services answer 5xx"
+  combiner     = "OR"
+  severity     = "ERROR"
+
+  conditions {
+    display_name = "more 5xx answers than var.server_errors_per_5m in five minutes"
+    condition_threshold {
+      filter          = "resource.type=\"cloud_run_revision\" AND metric.type=\"logging.googleapis.com/user/${google_logging_metric.server_errors.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.server_errors_per_5m
+      duration        = "0s"
+
+      aggregations {
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  alert_strategy {
+    auto_close = "1800s"
+  }
+
+  documentation {
+    content   = "Services answer 5xx: a 503 says a port (store, queue, executor) is unavailable, a 500 is a bug whose log line carries its cause. docs/runbooks/stuck-queue.md."
+    mime_type = "text/markdown"
+  }
+
+  notification_channels = var.notification_channels
+}
+
+# Events Pub/Sub could not push to push-events after its attempts wait in
+# the dead-letter subscription: runs' progress is missing them.
+resource "google_monitoring_alert_policy" "dead_letters" {
+  project      = var.project_id
+  display_name = "MapiDeadLetters (${var.env}): run events could not be pushed"
+  combiner     = "OR"
+  severity     = "ERROR"
+
+  conditions {
+    display_name = "the dead-letter subscription holds messages"
+    condition_threshold {
+      filter          = "resource.type=\"pubsub_subscription\" AND resource.labels.subscription_id=\"${var.dead_letter_subscription}\" AND metric.type=\"pubsub.googleapis.com/subscription/num_undelivered_messages\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "300s"
+
+      aggregations {
+        alignment_period   = "60s"
+        per_series_aligner = "ALIGN_MAX"
+      }
+    }
+  }
+
+  alert_strategy {
+    auto_close = "1800s"
+  }
+
+  documentation {
+    content   = "Run events were dead-lettered: push-events refused or did not answer them ten times. Read push-events' logs for the refusals; the reconcile tick still ends runs from the executor's report, so nothing is lost but progress detail. docs/runbooks/stuck-queue.md."
+    mime_type = "text/markdown"
+  }
+
+  notification_channels = var.notification_channels
+}
+
 resource "google_billing_budget" "spend_cap" {
   billing_account = var.billing_account
   display_name    = "mapi ${var.env} spend cap"

@@ -54,3 +54,32 @@ variable "spend_cap_90_message" {
   type        = string
   default     = "ALARM spend cap 90 %: the platform's spend reached 90 % of its cap"
 }
+
+variable "integrity_alarm_message" {
+  description = "The message of the line every bundle integrity failure logs (mapi_bundles::INTEGRITY_ALARM)."
+  type        = string
+  default     = "ALARM bundle integrity check failed"
+}
+
+variable "quota_denied_message" {
+  description = "The message of the line each quota denial logs (mapi_admission::quota::DENIED_LINE)."
+  type        = string
+  default     = "quota denied"
+}
+
+variable "quota_denials_per_5m" {
+  description = "Quota denials in five minutes above which the alert fires."
+  type        = number
+  default     = 100
+}
+
+variable "server_errors_per_5m" {
+  description = "5xx answers in five minutes above which the alert fires."
+  type        = number
+  default     = 10
+}
+
+variable "dead_letter_subscription" {
+  description = "The events' dead-letter subscription (its backlog is an alert)."
+  type        = string
+}

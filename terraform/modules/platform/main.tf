@@ -361,13 +361,14 @@ module "entry" {
 }
 
 module "monitoring" {
-  source                = "../monitoring"
-  project_id            = var.project_id
-  env                   = var.env
-  project_numbers       = [data.google_project.control.number, data.google_project.exec.number]
-  billing_account       = var.billing_account
-  spend_cap_usd         = var.spend_cap_usd
-  notification_channels = var.notification_channels
+  source                   = "../monitoring"
+  project_id               = var.project_id
+  env                      = var.env
+  project_numbers          = [data.google_project.control.number, data.google_project.exec.number]
+  billing_account          = var.billing_account
+  spend_cap_usd            = var.spend_cap_usd
+  notification_channels    = var.notification_channels
+  dead_letter_subscription = module.events.dead_letter_subscription
 }
 
 module "submit_api" {

@@ -77,7 +77,7 @@ async fn refuse(
                 caller = %caller.user(),
                 action,
                 %detail,
-                "ALARM model version failed its integrity check: refused"
+                "a model version failed its integrity check: refused (the bundle's ALARM line says where)"
             );
             let entry = Audit::by(caller, action, resource_of(version))
                 .tenant(&version.tenant)
