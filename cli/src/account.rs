@@ -340,18 +340,34 @@ pub enum AdminCmd {
     Audit(AuditArgs),
 }
 
-/// `mapi login`: sign in with an ID token (from your identity provider, or
-/// `--dev EMAIL` from the development identity provider of `mapi dev`).
-pub async fn login(
-    url: &str,
-    dev: Option<String>,
-    id_token: Option<String>,
-    print_token: bool,
-    json_out: bool,
-) -> Result<()> {
+/// How `mapi login` gets its ID token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignIn {
+    /// Through the browser (`no_browser`: the person pastes the address back).
+    Browser { no_browser: bool },
+    /// From the development identity provider of `mapi dev`.
+    Dev(String),
+    /// Given (`-`: read from standard input).
+    IdToken(String),
+}
+
+impl SignIn {
+    pub fn of(dev: Option<String>, id_token: Option<String>, no_browser: bool) -> SignIn {
+        match (dev, id_token) {
+            (Some(email), _) => SignIn::Dev(email),
+            (None, Some(t)) => SignIn::IdToken(t),
+            (None, None) => SignIn::Browser { no_browser },
+        }
+    }
+}
+
+/// `mapi login`: sign in through the browser, with `--dev EMAIL` from the
+/// development identity provider of `mapi dev`, or with an ID token.
+pub async fn login(url: &str, how: SignIn, print_token: bool, json_out: bool) -> Result<()> {
     let http = reqwest::Client::new();
-    let token = match (dev, id_token) {
-        (Some(email), None) => {
+    let token = match how {
+        SignIn::Browser { no_browser } => crate::browser_login::id_token(url, no_browser).await?,
+        SignIn::Dev(email) => {
             let resp =
                 http.post(format!("{url}/dev/idp/login")).json(&json!({"email": email})).send().await?;
             let status = resp.status();
@@ -365,16 +381,12 @@ pub async fn login(
             }
             body["id_token"].as_str().ok_or("the identity provider sent no id_token")?.to_owned()
         }
-        (None, Some(t)) if t == "-" => {
+        SignIn::IdToken(t) if t == "-" => {
             let mut s = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
             s.trim().to_owned()
         }
-        (None, Some(t)) => t,
-        _ => return Err(
-            "give --dev EMAIL (mapi dev) or --id-token TOKEN (e.g. from `gcloud auth print-identity-token`)"
-                .into(),
-        ),
+        SignIn::IdToken(t) => t,
     };
     let client = Client::new(url, &token);
     let me: Value = client.send(client.request(Method::POST, "/v1/sessions")).await?;

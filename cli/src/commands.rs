@@ -47,10 +47,14 @@ enum Command {
     /// Run the whole platform on this machine (embedded store, queue, objects, executor).
     #[cfg(feature = "platform")]
     Dev(crate::platform::DevArgs),
-    /// Sign in: `--dev EMAIL` against `mapi dev`, or `--id-token TOKEN` from your identity provider.
+    /// Sign in: through your browser (the platform's identity provider), `--dev EMAIL` against
+    /// `mapi dev`, or `--id-token TOKEN` from your identity provider.
     Login {
         #[arg(long, conflicts_with = "id_token")]
         dev: Option<String>,
+        /// Open no browser: print the sign-in link, then read back the address the browser ends on.
+        #[arg(long, conflicts_with_all = ["dev", "id_token"])]
+        no_browser: bool,
         /// An OIDC ID token (`-` reads it from standard input).
         #[arg(long)]
         id_token: Option<String>,
@@ -225,10 +229,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             crate::account::use_scope(&now, &target)?;
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Login { dev, id_token, print_token } => {
+        Command::Login { dev, id_token, no_browser, print_token } => {
             let url =
                 now.url.clone().ok_or("no platform to sign in to: set MAPI_URL (or start `mapi dev`)")?;
-            crate::account::login(url.trim_end_matches('/'), dev, id_token, print_token, json).await?;
+            let how = crate::account::SignIn::of(dev, id_token, no_browser);
+            crate::account::login(url.trim_end_matches('/'), how, print_token, json).await?;
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}

@@ -14,6 +14,7 @@
 mod account;
 #[cfg(feature = "platform")]
 pub mod bench;
+mod browser_login;
 pub mod client;
 mod commands;
 mod compare;

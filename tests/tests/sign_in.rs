@@ -47,3 +47,119 @@ async fn a_stock_oidc_client_library_signs_in_against_the_dev_identity_provider(
     let (status, body) = p.call(id_token, reqwest::Method::POST, "/v1/sessions", None).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// `mapi login`, run as a person runs it, its stderr read line by line.
+struct Login {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Login {
+    fn start(p: &TestPlatform, home: &std::path::Path, args: &[&str]) -> Login {
+        let mut child = Command::new(mapi_tests::binary("mapi"))
+            .arg("login")
+            .args(args)
+            .env("MAPI_URL", &p.platform.url)
+            .env_remove("MAPI_TOKEN")
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home)
+            .env("BROWSER", "true")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("mapi login starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Login { child, lines }
+    }
+
+    /// The sign-in link it printed.
+    fn link(&self) -> String {
+        loop {
+            let line = self.lines.recv_timeout(std::time::Duration::from_secs(30)).expect("a line on stderr");
+            if let Some(link) = line.trim().strip_prefix("http").map(|rest| format!("http{rest}")) {
+                return link;
+            }
+        }
+    }
+
+    /// Waits for it to end: its exit status, stdout and the rest of stderr.
+    fn finish(self) -> (bool, String, String) {
+        let out = self.child.wait_with_output().expect("mapi login ends");
+        let rest: Vec<String> = self.lines.try_iter().collect();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), rest.join("\n"))
+    }
+}
+
+/// What a person does in the browser: picks `email` on the provider's
+/// page; the address the provider sends the browser back to.
+async fn pick(link: &str, email: &str) -> String {
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let page = http.get(link).send().await.expect("the sign-in page");
+    assert_eq!(page.status(), 200, "{:?}", page.text().await);
+    let (endpoint, query) = link.split_once('?').expect("a query");
+    let answer = http
+        .post(endpoint)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("{query}&email={}", email.replace('@', "%40")))
+        .send()
+        .await
+        .expect("the account picked");
+    assert_eq!(answer.status(), 303);
+    answer.headers()["location"].to_str().expect("location").to_owned()
+}
+
+/// `mapi login` signs a person in through the browser (PKCE, a loopback
+/// redirect to the port it listens on), and with `--no-browser` from the
+/// address pasted back; a pasted address of another sign-in is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mapi_login_signs_in_through_the_browser_and_without_one() {
+    let p = TestPlatform::start(&[]).await;
+    let home = tempfile::tempdir().expect("home");
+
+    let login = Login::start(&p, home.path(), &[]);
+    let link = login.link();
+    assert!(
+        link.contains("code_challenge_method=S256")
+            && link.contains("redirect_uri=http%3A%2F%2F127.0.0.1%3A")
+    );
+    let back = pick(&link, "dev@dev.local").await;
+    assert!(back.starts_with("http://127.0.0.1:"), "{back}");
+    let page = reqwest::get(&back).await.expect("the browser comes back").text().await.expect("page");
+    assert!(page.contains("Signed in"), "{page}");
+    let (ok, out, err) = tokio::task::spawn_blocking(move || login.finish()).await.expect("join");
+    assert!(ok && out.contains("signed in as dev@dev.local"), "{out}\n{err}");
+    let whoami = Command::new(mapi_tests::binary("mapi"))
+        .args(["--json", "whoami"])
+        .env("MAPI_URL", &p.platform.url)
+        .env_remove("MAPI_TOKEN")
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .output()
+        .expect("whoami");
+    let me: Value = serde_json::from_slice(&whoami.stdout).expect("json");
+    assert_eq!((me["user"].as_str(), me["kind"].as_str()), (Some("dev@dev.local"), Some("session")), "{me}");
+
+    let mut login = Login::start(&p, home.path(), &["--no-browser"]);
+    let link = login.link();
+    let back = pick(&link, "admin@dev.local").await;
+    let stdin = login.child.stdin.as_mut().expect("stdin");
+    std::io::Write::write_all(stdin, format!("{back}\n").as_bytes()).expect("paste");
+    let (ok, out, err) = tokio::task::spawn_blocking(move || login.finish()).await.expect("join");
+    assert!(ok && out.contains("signed in as admin@dev.local (operator)"), "{out}\n{err}");
+
+    let mut login = Login::start(&p, home.path(), &["--no-browser"]);
+    let link = login.link();
+    let other = pick(&link, "dev@dev.local").await.replace("state=", "state=x");
+    let stdin = login.child.stdin.as_mut().expect("stdin");
+    std::io::Write::write_all(stdin, format!("{other}\n").as_bytes()).expect("paste");
+    let (ok, _, err) = tokio::task::spawn_blocking(move || login.finish()).await.expect("join");
+    assert!(!ok && err.contains("not the one this command started"), "{err}");
+}

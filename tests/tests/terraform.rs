@@ -702,7 +702,12 @@ fn policy_no_secret_is_a_literal() {
         let env = service_env(tf, &name);
         for key in env.keys() {
             let secret = secret_vars().contains(key.as_str())
-                || [vars::OIDC_CLIENT_SECRET.name, vars::URL_SIGNING_KEY.name].contains(&key.as_str());
+                || [
+                    vars::OIDC_CLIENT_SECRET.name,
+                    vars::OIDC_CLI_CLIENT_SECRET.name,
+                    vars::URL_SIGNING_KEY.name,
+                ]
+                .contains(&key.as_str());
             if secret || key_files.contains(&key.as_str()) {
                 bad.push(format!("{name}: {key} as a plain value"));
             }
@@ -711,6 +716,7 @@ fn policy_no_secret_is_a_literal() {
         let mut want: BTreeSet<String> = secret_vars().into_iter().map(str::to_owned).collect();
         if name == "admin" {
             want.insert(vars::OIDC_CLIENT_SECRET.name.to_owned());
+            want.insert(vars::OIDC_CLI_CLIENT_SECRET.name.to_owned());
         }
         if secrets != want {
             bad.push(format!("{name}: secrets {secrets:?}, want {want:?}"));

@@ -34,7 +34,7 @@ use utoipa::OpenApi;
 #[derive(Debug, OpenApi)]
 #[openapi(
     paths(
-        sessions::sign_in, sessions::whoami, executors::list, executors::set, executors::evidence,
+        sessions::sign_in, sessions::whoami, sessions::cli_client, executors::list, executors::set, executors::evidence,
         tenants::create, tenants::list, tenants::manage, tenants::get_tenant, tenants::update,
         projects::list, projects::create, projects::get_project, projects::update, projects::delete,
         members::list_tenant, members::add_tenant, members::update_tenant, members::remove_tenant,
@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router {
     let json_limit = state.config.max_json_bytes;
     Router::new()
         .route("/v1/sessions", post(sessions::sign_in))
+        .route("/v1/sessions/cli-client", get(sessions::cli_client))
         .route("/v1/whoami", get(sessions::whoami))
         .route("/v1/admin/executors", get(executors::list))
         .route("/v1/admin/executors/{name}", axum::routing::put(executors::set))

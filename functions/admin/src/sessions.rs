@@ -135,3 +135,24 @@ pub async fn sign_in(State(state): State<AppState>, caller: Caller) -> Result<Js
 pub async fn whoami(State(state): State<AppState>, caller: Caller) -> Result<Json<WhoAmI>, ApiError> {
     Ok(Json(who(&state, &caller).await?))
 }
+
+/// How `mapi login` signs a person in through the browser: the issuer and
+/// the OAuth client it uses (a native client: PKCE and a loopback redirect).
+/// Public: what a sign-in page would show anyone.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CliClient {
+    pub issuer: String,
+    pub client_id: String,
+    /// Sent at the token endpoint when the issuer gave the client one
+    /// (Google gives Desktop clients one and does not treat it as secret).
+    pub client_secret: Option<String>,
+}
+
+/// The OAuth client of the CLI's browser sign-in.
+#[utoipa::path(get, path = "/v1/sessions/cli-client", tag = "admin", responses((status = 200, body = CliClient), (status = 404, body = mapi_problem::Problem)))]
+pub async fn cli_client(State(state): State<AppState>) -> Result<Json<CliClient>, ApiError> {
+    let (issuer, client_id, client_secret) = state.config.cli_client().ok_or_else(|| {
+        ApiError::not_found("this platform has no identity provider for people: sign in with an API token")
+    })?;
+    Ok(Json(CliClient { issuer, client_id, client_secret }))
+}

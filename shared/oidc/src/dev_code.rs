@@ -80,6 +80,19 @@ fn origin_of(url: &str) -> Option<&str> {
     Some(&url[..end])
 }
 
+/// Whether `url` is an `http` address of this machine's loopback
+/// interface, where a native client listens for its code (RFC 8252 §7.3):
+/// the code reaches only this machine, and PKCE binds it to the client.
+fn loopback(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else { return false };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    matches!(host, "127.0.0.1" | "[::1]" | "localhost")
+}
+
 /// A request this provider can answer, or what is wrong with it.
 fn checked<'a>(state: &DevState, r: &'a AuthRequest) -> Result<(&'a str, &'a str, &'a str), String> {
     let (idp, audience, ..) = state.parts();
@@ -93,8 +106,11 @@ fn checked<'a>(state: &DevState, r: &'a AuthRequest) -> Result<(&'a str, &'a str
         return Err("scope must include `openid`".into());
     }
     let redirect = r.redirect_uri.as_deref().ok_or("redirect_uri is required")?;
-    if origin_of(redirect).is_none() || origin_of(redirect) != origin_of(idp.issuer()) {
-        return Err("redirect_uri must be on this platform's own address".into());
+    let own = origin_of(redirect).is_some() && origin_of(redirect) == origin_of(idp.issuer());
+    if !own && !loopback(redirect) {
+        return Err("redirect_uri must be on this platform's own address, or a loopback address of \
+                    this machine (http://127.0.0.1:PORT/…, as a command-line client listens)"
+            .into());
     }
     if r.code_challenge_method.as_deref() != Some("S256") {
         return Err("PKCE is required: code_challenge_method must be `S256`".into());
@@ -264,4 +280,31 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
         .replace('"', "&quot;")
         .replace('\'', "&#39;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback;
+
+    #[test]
+    fn only_this_machine_s_loopback_over_http_is_a_native_client_s_redirect() {
+        for ok in [
+            "http://127.0.0.1:53682/callback",
+            "http://[::1]:8080/cb",
+            "http://localhost:9/",
+            "http://127.0.0.1/x",
+        ] {
+            assert!(loopback(ok), "{ok}");
+        }
+        for bad in [
+            "https://127.0.0.1:1/cb",
+            "http://127.0.0.1.evil.test/cb",
+            "http://evil.test/?127.0.0.1",
+            "http://127.0.0.2:80/",
+            "http://localhost.evil.test:80/",
+            "http://user@evil.test:1/",
+        ] {
+            assert!(!loopback(bad), "{bad}");
+        }
+    }
 }

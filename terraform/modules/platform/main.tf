@@ -109,14 +109,15 @@ module "secrets" {
   }
 }
 
-# The console's OIDC client secret: only admin, which serves the console,
-# may read it.
+# The console's OIDC client secret, and the CLI's (Google gives its Desktop
+# clients one, which admin hands to `mapi login`): only admin may read them.
 module "console_secrets" {
   source     = "../secrets"
   project_id = var.project_id
   env        = var.env
   secrets = {
-    MAPI_OIDC_CLIENT_SECRET = "oidc-client-secret"
+    MAPI_OIDC_CLIENT_SECRET     = "oidc-client-secret"
+    MAPI_OIDC_CLI_CLIENT_SECRET = "oidc-cli-client-secret"
   }
 }
 
@@ -322,6 +323,7 @@ locals {
     { service = "meter", match = "template", path = "/v1/tenants/{tenant=*}/projects/{project=*}/usage" },
     { service = "admin", match = "prefix", path = "/v1/admin/" },
     { service = "admin", match = "full", path = "/v1/sessions" },
+    { service = "admin", match = "full", path = "/v1/sessions/cli-client" },
     { service = "admin", match = "full", path = "/console" },
     { service = "admin", match = "prefix", path = "/console/" },
     { service = "admin", match = "full", path = "/v1/whoami" },

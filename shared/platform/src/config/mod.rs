@@ -199,6 +199,8 @@ pub struct Config {
     pub oidc_audience: String,
     /// Further audiences of session ID tokens (`MAPI_OIDC_CLI_AUDIENCES`).
     pub oidc_cli_audiences: Vec<String>,
+    /// The CLI's client secret, if its issuer gave it one.
+    pub oidc_cli_client_secret: Option<String>,
     /// Where the issuer's keys are; derived from the issuer when unset.
     pub oidc_jwks_url: Option<String>,
     /// The longest a session ID token may live (`exp - iat`).
@@ -699,6 +701,14 @@ impl Config {
         }
     }
 
+    /// The OAuth client `mapi login` signs a person in with: the first of
+    /// `MAPI_OIDC_CLI_AUDIENCES`, else the console's; `None` without an issuer.
+    pub fn cli_client(&self) -> Option<(String, String, Option<String>)> {
+        let issuer = self.session_issuer()?;
+        let id = self.oidc_cli_audiences.first().unwrap_or(&self.oidc_audience).clone();
+        Some((issuer, id, self.oidc_cli_client_secret.clone()))
+    }
+
     /// Where the session issuer's keys are: `MAPI_OIDC_JWKS_URL`, else
     /// Google's published keys for Google's issuer (they are not under the
     /// issuer's own address), else `$issuer/jwks.json`.
@@ -785,6 +795,7 @@ impl Config {
             oidc_issuer: v::OIDC_ISSUER.get(sessions).map(|s| s.trim_end_matches('/').to_owned()),
             oidc_audience: v::OIDC_AUDIENCE.raw(sessions).unwrap_or_default(),
             oidc_cli_audiences: v::OIDC_CLI_AUDIENCES.list(sessions),
+            oidc_cli_client_secret: v::OIDC_CLI_CLIENT_SECRET.get(sessions),
             oidc_jwks_url: v::OIDC_JWKS_URL.get(sessions),
             session_max_lifetime: v::SESSION_MAX_LIFETIME_S.seconds(sessions)?,
             oidc_client_secret: v::OIDC_CLIENT_SECRET.get(sessions),

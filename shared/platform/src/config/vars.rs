@@ -136,7 +136,12 @@ pub const OIDC_AUDIENCE: Var =
 pub const OIDC_CLI_AUDIENCES: Var = Var::new(
     "MAPI_OIDC_CLI_AUDIENCES",
     "",
-    "Further audiences whose ID tokens open sessions, comma-separated: with Google, the CLI's desktop client id and gcloud's (`mapi login --id-token \"$(gcloud auth print-identity-token)\"`)",
+    "Further audiences whose ID tokens open sessions, comma-separated: with Google, the CLI's desktop client id first (`mapi login` signs in with it) and gcloud's (`mapi login --id-token \"$(gcloud auth print-identity-token)\"`)",
+);
+pub const OIDC_CLI_CLIENT_SECRET: Var = Var::derived(
+    "MAPI_OIDC_CLI_CLIENT_SECRET",
+    "none (a public client)",
+    "The CLI's client secret at the issuer's token endpoint, if the issuer gave it one (Google does to a Desktop client, and does not treat it as a secret)",
 );
 pub const OIDC_JWKS_URL: Var =
     Var::derived("MAPI_OIDC_JWKS_URL", "$MAPI_OIDC_ISSUER/jwks.json", "Where the issuer's signing keys are");
@@ -333,6 +338,7 @@ pub const VARIABLES: &[Var] = &[
     OIDC_ISSUER,
     OIDC_AUDIENCE,
     OIDC_CLI_AUDIENCES,
+    OIDC_CLI_CLIENT_SECRET,
     OIDC_JWKS_URL,
     SESSION_MAX_LIFETIME_S,
     OIDC_CLIENT_SECRET,
