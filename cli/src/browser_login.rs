@@ -127,18 +127,10 @@ fn random() -> Result<String> {
     Ok(URL_SAFE_NO_PAD.encode(b))
 }
 
-/// `k=v&…`, percent-encoded (RFC 3986 unreserved characters kept).
+/// `k=v&…`, each side percent-encoded as one path segment is
+/// ([`crate::client::segment`]), which a query and a form take as well.
 fn form(pairs: &[(&str, &str)]) -> String {
-    let enc = |s: &str| {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
-    };
+    let enc = crate::client::segment;
     pairs.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
 }
 
