@@ -32,6 +32,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use mapi_domain::{RunState, Tier, Timestamp, Verdict};
+use mapi_executor::ExecutionInfo;
 use mapi_identity::InternalCaller;
 use mapi_lifecycle::commands::{self, Applied, Ended, Finalized, TakenWait, Unheard};
 use mapi_lifecycle::{Rules, RunDoc, verdict};
@@ -112,6 +113,13 @@ enum Done {
     Taken(Timestamp),
     /// Another delivery is retiring the bootstraps: ask again then.
     Retiring(Timestamp),
+    /// The taker stayed silent past the wait: nothing was written; list
+    /// the executions of the attempt's nonce, then run the transaction
+    /// again with them.
+    Silent(Box<AttemptDoc>),
+    /// The silent taker was found and the attempt now records it: the
+    /// reconciler finalizes on its end.
+    Repointed,
     /// The verdict is `succeeded` for a run of a model-producing method
     /// and the outputs are not sealed yet: nothing was written; seal, then
     /// run the transaction again.
@@ -128,6 +136,8 @@ struct Given<'a> {
     sealed: Option<&'a ModelVersionDoc>,
     /// How many bootstraps were already gone when they were retired.
     gone: Option<u32>,
+    /// After a silent wait: the executions of the attempt's nonce.
+    listed: Option<&'a [ExecutionInfo]>,
 }
 
 /// The settings one finalization runs under.
@@ -148,7 +158,7 @@ async fn finalize_in(
     given: Given<'_>,
 ) -> Result<Done, TxError> {
     let Setting { rules, backstop, now } = setting;
-    let Given { refused, sealed, gone } = given;
+    let Given { refused, sealed, gone, listed } = given;
     let id = AttemptDoc::id_of(&task.run, task.attempt);
     let run =
         tx_get::<RunDoc>(tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
@@ -168,6 +178,15 @@ async fn finalize_in(
     let wait = TakenWait::new(&run, rules.event_grace, backstop);
     match commands::unheard(&row, progress.is_some(), gone, wait, now) {
         Unheard::Finalize => {}
+        Unheard::Silent => match listed {
+            None => return Ok(Done::Silent(Box::new(row))),
+            Some(listed) => {
+                if let Some(step) = commands::silent_taker(&row, execution, listed) {
+                    step.write(tx)?;
+                    return Ok(Done::Repointed);
+                }
+            }
+        },
         Unheard::Retire { step } => {
             step.write(tx)?;
             return Ok(Done::Unretired(Box::new(row)));
@@ -233,8 +252,14 @@ async fn finalize(
     // The model version, once the outputs are sealed (outside the transaction).
     let mut sealed: Option<ModelVersionDoc> = None;
     let mut gone: Option<u32> = None;
+    let mut listed: Option<Vec<ExecutionInfo>> = None;
     let done = loop {
-        let given = Given { refused: refused_retry.as_deref(), sealed: sealed.as_ref(), gone };
+        let given = Given {
+            refused: refused_retry.as_deref(),
+            sealed: sealed.as_ref(),
+            gone,
+            listed: listed.as_deref(),
+        };
         let done = transact::<_, TxError, _, _>(&*state.store, |mut tx| async move {
             let done = finalize_in(&mut tx, task, setting, given).await?;
             Ok(tx.finish(done))
@@ -256,6 +281,9 @@ async fn finalize(
                         &e,
                     )
                 })?);
+            }
+            Ok(Done::Silent(row)) if listed.is_none() => {
+                listed = Some(executions_of(&state, &row).await?);
             }
             Ok(done) => break done,
             Err(TxError::Limit(limit)) if refused_retry.is_none() => {
@@ -298,9 +326,23 @@ async fn finalize(
         Done::Unretired(_) => {
             Err(ApiError::internal("the finalization asked to retire bootstraps it retired"))
         }
+        Done::Silent(_) => Err(ApiError::internal("the finalization asked for executions it was given")),
+        Done::Repointed => Ok((
+            StatusCode::OK,
+            Json(FinalizeAnswer { outcome: "repointed", state: None, amount_micros: None }),
+        )),
         Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
         Done::Applied(f) => applied(&state, task, &f, sealed.as_ref()).await,
     }
+}
+
+/// The executor's executions of the attempt's nonce (made since the
+/// attempt was), for [`commands::silent_taker`].
+async fn executions_of(state: &AppState, row: &AttemptDoc) -> Result<Vec<ExecutionInfo>, ApiError> {
+    let listed = state.executor.list_recent(row.created_at).await.map_err(|e| {
+        ApiError::unavailable_because("the executor's executions could not be listed: retry shortly", 5, &e)
+    })?;
+    Ok(listed.into_iter().filter(|e| e.nonce.as_ref() == Some(&row.nonce)).collect())
 }
 
 /// Carries out follow-ups; a failure answers the finalization unavailable,

@@ -25,7 +25,7 @@
 use std::time::Duration;
 
 use mapi_domain::{
-    ErrorCode, Nonce, Reason, ResourceClass, RunError, RunId, RunState, Timestamp, Transition,
+    ErrorCode, ExecutionStatus, Nonce, Reason, ResourceClass, RunError, RunId, RunState, Timestamp, Transition,
     TransitionError, Verdict,
 };
 use mapi_executor::{ExecutionHandle, ExecutionInfo};
@@ -607,6 +607,10 @@ pub enum Unheard {
     /// An execution took the work and has not spoken: commit `step` (what
     /// the wait has seen so far) and wait for its events until then.
     Wait { until: Timestamp, step: Step },
+    /// The wait and its last call are over and the taker never spoke:
+    /// look for it among the executor's executions of the attempt's nonce
+    /// ([`silent_taker`]) before finalizing.
+    Silent,
 }
 
 /// How long the meter waits for the execution that took an attempt's work.
@@ -653,7 +657,8 @@ impl TakenWait {
 ///    one grace after the first delivery that found the bound passed.
 ///
 /// A taker still silent after that (it died before speaking, or its
-/// events are lost) lets the attempt be finalized as before.
+/// events are lost) is [`Unheard::Silent`]: the executor may still know
+/// it by the attempt's nonce ([`silent_taker`]).
 pub fn unheard(row: &AttemptDoc, heard: bool, gone: Option<u32>, wait: TakenWait, now: Timestamp) -> Unheard {
     if heard || row.bootstrapped_at.is_none() || row.finalized {
         return Unheard::Finalize;
@@ -679,7 +684,7 @@ pub fn unheard(row: &AttemptDoc, heard: bool, gone: Option<u32>, wait: TakenWait
         _ if now < taken.found_at + wait.bound => taken.found_at + wait.bound,
         None => now + wait.last_call,
         Some(at) if now < at + wait.last_call => at + wait.last_call,
-        Some(_) => return Unheard::Finalize,
+        Some(_) => return Unheard::Silent,
     };
     let last_call_at = taken.last_call_at.or((now >= taken.found_at + wait.bound).then_some(now));
     let noted = TakenUnheard { last_call_at, ..taken };
@@ -688,6 +693,36 @@ pub fn unheard(row: &AttemptDoc, heard: bool, gone: Option<u32>, wait: TakenWait
         step.put_attempt(row);
     }
     Unheard::Wait { until, step }
+}
+
+/// After a silent wait ([`Unheard::Silent`]): which execution the attempt
+/// is finalized on. What ran must be what is polled and metered, so when
+/// the recorded execution shows it did nothing (it exited cleanly, as a
+/// duplicate that found no bootstrap does; it was stopped before it
+/// started; or the executor forgot it) and another execution of the
+/// attempt's nonce started and did not exit cleanly (it failed, was
+/// stopped, or still runs), that one took the work and stayed silent (it
+/// died before speaking, or its events are late): the attempt is
+/// repointed to it (the oldest such) and the returned step writes that;
+/// the reconciler then finalizes on its end. `None`: finalize on the
+/// recorded one.
+pub fn silent_taker(row: &AttemptDoc, recorded: &ExecutionInfo, listed: &[ExecutionInfo]) -> Option<Step> {
+    let clean = |e: &ExecutionInfo| matches!(e.status, ExecutionStatus::Succeeded | ExecutionStatus::NotFound);
+    let never_started = |e: &ExecutionInfo| e.started.is_none() && e.status != ExecutionStatus::Running;
+    if !clean(recorded) && !never_started(recorded) {
+        return None;
+    }
+    let taker = listed
+        .iter()
+        .filter(|e| e.nonce.as_ref() == Some(&row.nonce) && row.handle.as_ref() != Some(&e.handle))
+        .filter(|e| !clean(e) && !never_started(e))
+        .min_by(|a, b| (a.created, &a.handle).cmp(&(b.created, &b.handle)))?;
+    let mut row = row.clone();
+    row.handle = Some(taker.handle.clone());
+    row.finished_seen_at = None;
+    let mut step = Step::default();
+    step.put_attempt(row);
+    Some(step)
 }
 
 /// What became of the verdict.

@@ -315,6 +315,54 @@ fn a_speaker_adopted_while_cancelling_is_stopped() {
     );
 }
 
+/// A taker that stayed silent past the wait is found by the attempt's
+/// nonce when the recorded execution shows it did nothing; otherwise the
+/// recorded one is finalized.
+#[test]
+fn a_silent_taker_is_found_by_the_attempts_nonce() {
+    let (_, row) = running();
+    let of = |name: &str, created: u64, nonce: &Nonce, status: ExecutionStatus| ExecutionInfo {
+        handle: ExecutionHandle(name.to_owned()),
+        nonce: Some(nonce.clone()),
+        created: at(created),
+        ..info(status)
+    };
+    let other = Nonce::from_bytes([9; 16]);
+    let listed = [
+        of("executions/recorded", 2, &row.nonce, ExecutionStatus::Succeeded),
+        of("executions/clean-twin", 3, &row.nonce, ExecutionStatus::Succeeded),
+        of("executions/stranger", 3, &other, failed(Some(70), None)),
+        of("executions/crashed-late", 5, &row.nonce, failed(Some(70), None)),
+        of("executions/crashed", 4, &row.nonce, failed(Some(70), None)),
+    ];
+    let mut row = row;
+    row.handle = Some(ExecutionHandle("executions/recorded".to_owned()));
+    let repointed = |recorded: ExecutionInfo| {
+        commands::silent_taker(&row, &recorded, &listed)
+            .map(|step| step.attempt().and_then(|a| a.handle.clone()).expect("the attempt is written").0)
+    };
+    let recorded = |status: ExecutionStatus| of("executions/recorded", 2, &row.nonce, status);
+    // A clean exit or a forgotten execution did nothing: the oldest other
+    // execution of the nonce that did not exit cleanly took the work.
+    let crashed = Some("executions/crashed");
+    assert_eq!(repointed(recorded(ExecutionStatus::Succeeded)).as_deref(), crashed);
+    assert_eq!(repointed(recorded(ExecutionStatus::NotFound)).as_deref(), crashed);
+    // Stopped before it started: it did nothing either.
+    let stopped = ExecutionStatus::Cancelled { exit_code: Some(143) };
+    let unstarted = ExecutionInfo { started: None, ..recorded(stopped.clone()) };
+    assert_eq!(repointed(unstarted).as_deref(), crashed);
+    // The recorded one started and failed or was stopped: it may be the
+    // taker; kept.
+    assert_eq!(repointed(recorded(failed(Some(70), None))), None);
+    assert_eq!(repointed(recorded(stopped)), None);
+    // Only clean twins, twins that never started and other attempts'
+    // executions: nothing to repoint to.
+    let mut others = listed[..3].to_vec();
+    others.push(ExecutionInfo { started: None, ..of("executions/unstarted", 3, &row.nonce, failed(None, Some(9))) });
+    let found = commands::silent_taker(&row, &recorded(ExecutionStatus::Succeeded), &others);
+    assert_eq!(found, None);
+}
+
 /// An attempt never heard from is finalized only after its bootstraps
 /// were retired and found untouched, or after the taker had its time and
 /// one last call.
@@ -362,7 +410,7 @@ fn an_unheard_attempt_waits_for_the_execution_that_took_its_work() {
     assert_eq!(last.last_call_at, Some(at(9000)));
     row.taken_unheard = Some(last);
     assert_eq!(waits(commands::unheard(&row, false, None, wait, at(9030))), (at(9060), None));
-    assert_eq!(commands::unheard(&row, false, None, wait, at(9060)), Unheard::Finalize);
+    assert_eq!(commands::unheard(&row, false, None, wait, at(9060)), Unheard::Silent);
     // The taker spoke meanwhile: its events decide.
     assert_eq!(commands::unheard(&row, true, None, wait, at(9030)), Unheard::Finalize);
     // The bound covers the run's timeout, the executor's margin and the grace.

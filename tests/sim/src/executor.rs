@@ -78,7 +78,9 @@ impl Execution {
             nonce: Some(self.submit.nonce.clone()),
             run: Some(self.submit.run.clone()),
             created: self.created,
-            started: (self.starts_at <= now).then_some(self.starts_at),
+            // One stopped before its start never ran (as Cloud Run reports
+            // no start time for it).
+            started: (self.starts_at <= now && end > self.starts_at).then_some(self.starts_at),
             finished: ended.then_some(end),
             task_count: self.submit.task_count,
             status: if ended { status } else { ExecutionStatus::Running },
