@@ -76,3 +76,66 @@ async fn the_audit_log_reads_as_the_guide_shows_it() {
 fn urlencode(s: &str) -> String {
     s.replace(':', "%3A").replace('+', "%2B")
 }
+
+/// Audit entries past `MAPI_AUDIT_RETENTION_DAYS` and webhook messages past
+/// `MAPI_DELIVERY_RETENTION_DAYS` are deleted by the housekeeper, and only
+/// those; a call reads what it deletes and no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_entries_and_webhook_messages_past_their_retention_are_deleted() {
+    use mapi_schema::{AuditDoc, DeliveryDoc, Doc};
+    use mapi_store::{Precondition, Query, StoreExt};
+    let p = TestPlatform::start_with(
+        &[("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true")],
+        mapi_tests::Options { background: false, ..mapi_tests::Options::default() },
+    )
+    .await;
+    let state = &p.platform.state;
+    let store = &*state.store;
+    // Genuine records: a webhook's creation (audited) and its messages (cancelled runs).
+    let url = format!("http://127.0.0.1:{}/", mapi_tests::free_port());
+    let hooks = format!("{}/webhooks", p.project_path());
+    let (s, made) =
+        p.call(p.token(), Method::POST, &hooks, Some(json!({"url": url, "events": ["run.cancelled"]}))).await;
+    assert_eq!(s, 201, "{made}");
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
+    for _ in 0..4 {
+        let run =
+            p.submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}})).await;
+        p.cancel(p.token(), &run).await;
+    }
+    mapi_reconcile_tick::webhooks::sweep(state).await.expect("sweep");
+    // Age half of each: rewrite their time as the retention's past.
+    let age = |collection: &'static str, field: &'static str, days: u64| async move {
+        let docs = store.query(&Query::new(collection), None).await.expect("query");
+        let old = (state.clock.now() - std::time::Duration::from_secs(days * 86_400)).to_rfc3339();
+        let aged = docs.len() / 2;
+        for d in &docs[..aged] {
+            let mut fields = d.fields.clone();
+            fields.insert(field.into(), json!(old));
+            store.put(&d.key, fields, Precondition::None).await.expect("age");
+        }
+        (aged, docs.len())
+    };
+    let (old_audit, all_audit) = age(AuditDoc::COLLECTION, "at", 401).await;
+    let (old_messages, all_messages) = age(DeliveryDoc::COLLECTION, "created_at", 31).await;
+    assert!(old_audit >= 1 && old_messages >= 2, "{all_audit} audit entries, {all_messages} messages");
+
+    let internal = state.config.secrets.internal_token.clone();
+    let counts = || state.local.store.as_ref().expect("the SQLite store").counts();
+    let before = counts().documents_read;
+    let (s, done) = p.call(&internal, Method::POST, mapi_tasks::housekeep::HOUSEKEEP_PATH, None).await;
+    assert_eq!(s, 200, "{done}");
+    let read = counts().documents_read - before;
+    assert_eq!(done["deleted_audit_entries"].as_u64(), Some(old_audit as u64), "{done}");
+    assert_eq!(done["deleted_deliveries"].as_u64(), Some(old_messages as u64), "{done}");
+    assert!(read <= (old_audit + old_messages) as u64 + 2, "{read} documents read to delete {done}");
+    let left = |c| async move { store.query(&Query::new(c), None).await.expect("query").len() };
+    // The call itself audits nothing; the entries younger than the retention stay.
+    assert_eq!(left(AuditDoc::COLLECTION).await, all_audit - old_audit);
+    assert_eq!(left(DeliveryDoc::COLLECTION).await, all_messages - old_messages);
+    let (s, again) = p.call(&internal, Method::POST, mapi_tasks::housekeep::HOUSEKEEP_PATH, None).await;
+    assert_eq!(
+        (s, again["deleted_audit_entries"].as_u64(), again["deleted_deliveries"].as_u64()),
+        (200, Some(0), Some(0))
+    );
+}

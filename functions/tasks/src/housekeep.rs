@@ -3,7 +3,9 @@
 //! platform's `MAPI_JOB_RETENTION_DAYS`), objects first (everything under the job's
 //! prefix), then markers, history and counts, the job document last, so a
 //! housekeeper that dies halfway finds the job again next time. Called by
-//! the scheduler (`mapi dev`'s tick loop locally).
+//! the scheduler (`mapi dev`'s tick loop locally). Each call also deletes
+//! the audit entries and webhook messages past their retention
+//! ([`crate::housekeep_records`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -53,6 +55,9 @@ pub async fn retentions(
 pub struct Housekept {
     pub deleted_jobs: u32,
     pub deleted_objects: u64,
+    /// Audit entries and webhook messages past their retention.
+    #[serde(flatten)]
+    pub records: crate::housekeep_records::RecordsHousekept,
 }
 
 pub async fn handle(
@@ -66,7 +71,8 @@ pub async fn handle(
     let old = Query::new(JobDoc::COLLECTION)
         .filter("created_at", Op::Lt, (now - shortest).to_rfc3339())
         .order_by("created_at", Direction::Asc);
-    let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0 };
+    let records = crate::housekeep_records::sweep(&state).await?;
+    let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0, records };
     let (mut token, mut scanned) = (None::<String>, 0);
     'pages: loop {
         let (docs, next) = old.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;

@@ -16,6 +16,7 @@ pub mod dispatch;
 pub mod export;
 pub mod fanout;
 pub mod housekeep;
+pub mod housekeep_records;
 pub mod housekeep_runs;
 pub mod item;
 pub mod purge;

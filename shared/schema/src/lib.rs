@@ -190,6 +190,8 @@ pub const INDEXES: &[Index] = &[
         collection: RunViewDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("name", Direction::Asc)],
     },
+    // Webhook messages by age (the housekeeper deletes those past their retention).
+    Index { collection: DeliveryDoc::COLLECTION, fields: &[("created_at", Direction::Asc)] },
     // A webhook's delivery log, newest first.
     Index {
         collection: DeliveryDoc::COLLECTION,

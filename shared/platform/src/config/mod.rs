@@ -170,6 +170,10 @@ pub struct Config {
     /// How long after a run ended what its executions left is kept, unless the tenant's quota
     /// policy says otherwise.
     pub run_retention: Duration,
+    /// How long audit entries are kept (`MAPI_AUDIT_RETENTION_DAYS`).
+    pub audit_retention: Duration,
+    /// How long webhook messages are kept (`MAPI_DELIVERY_RETENTION_DAYS`).
+    pub delivery_retention: Duration,
     /// Promotion gate: each step's least time and fewest scores.
     pub endpoints_step: Duration,
     pub endpoints_step_requests: u64,
@@ -446,6 +450,11 @@ impl From<Invalid> for ConfigError {
 /// Which webhook targets are allowed: loopback ones only when asked for,
 /// and only on a development platform (a deployed one must never reach its
 /// own network).
+/// A number of days `var` sets, at least 1.
+fn days(var: &Var, env: Env<'_>) -> Result<Duration, ConfigError> {
+    Ok(Duration::from_secs(u64::from(at_least_one(var, env)?).saturating_mul(86_400)))
+}
+
 /// A count `var` sets that must be at least 1.
 fn at_least_one(var: &Var, env: Env<'_>) -> Result<u32, ConfigError> {
     match var.parse::<u32>(env)? {
@@ -783,6 +792,8 @@ impl Config {
             endpoints_step_requests: v::ENDPOINTS_STEP_REQUESTS.parse(life)?,
             endpoints_p99_slack: v::ENDPOINTS_P99_SLACK_MS.millis(life)?,
             tick_interval: v::TICK_INTERVAL_S.seconds(life)?,
+            audit_retention: days(&v::AUDIT_RETENTION_DAYS, life)?,
+            delivery_retention: days(&v::DELIVERY_RETENTION_DAYS, life)?,
             run_retention: Duration::from_secs(
                 v::RUN_RETENTION_DAYS.parse::<u64>(life)?.saturating_mul(86_400),
             ),

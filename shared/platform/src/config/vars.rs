@@ -114,6 +114,16 @@ pub const ENDPOINTS_P99_SLACK_MS: Var = Var::new(
 );
 pub const TICK_INTERVAL_S: Var =
     Var::new("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick");
+pub const AUDIT_RETENTION_DAYS: Var = Var::new(
+    "MAPI_AUDIT_RETENTION_DAYS",
+    "400",
+    "Days an audit entry is kept before the housekeeper deletes it (at least 1; the default keeps more than a year)",
+);
+pub const DELIVERY_RETENTION_DAYS: Var = Var::new(
+    "MAPI_DELIVERY_RETENTION_DAYS",
+    "30",
+    "Days a webhook message and its delivery log are kept before the housekeeper deletes them (at least 1; a message is retried for a day at most)",
+);
 pub const RUN_RETENTION_DAYS: Var = Var::new(
     "MAPI_RUN_RETENTION_DAYS",
     "30",
@@ -321,6 +331,8 @@ pub const VARIABLES: &[Var] = &[
     STALL_AFTER_S,
     TICK_INTERVAL_S,
     RUN_RETENTION_DAYS,
+    AUDIT_RETENTION_DAYS,
+    DELIVERY_RETENTION_DAYS,
     ENDPOINTS_STEP_S,
     ENDPOINTS_STEP_REQUESTS,
     ENDPOINTS_P99_SLACK_MS,
