@@ -218,6 +218,14 @@ pub struct QuotasSetArgs {
     /// the platform's MAPI_RUN_RETENTION_DAYS).
     #[arg(long)]
     run_retention_days: Option<u32>,
+    /// Days the tenant's audit entries are kept (at least 1; unset: the
+    /// platform's MAPI_AUDIT_RETENTION_DAYS).
+    #[arg(long)]
+    audit_retention_days: Option<u32>,
+    /// Days the tenant's webhook messages and delivery logs are kept (at
+    /// least 1; unset: the platform's MAPI_DELIVERY_RETENTION_DAYS).
+    #[arg(long)]
+    delivery_retention_days: Option<u32>,
     #[arg(long)]
     note: Option<String>,
     /// Replace without asking.
@@ -611,6 +619,8 @@ const POLICY_FIELDS: &[&str] = &[
     "max_items_per_job",
     "job_retention_days",
     "run_retention_days",
+    "audit_retention_days",
+    "delivery_retention_days",
     "note",
 ];
 
@@ -734,6 +744,8 @@ fn limits_in_words(tenant: &str, t: &Value) -> String {
     }
     out.push_str(&format!("  {:<24} {} days\n", "jobs kept", t["job_retention_days"]));
     out.push_str(&format!("  {:<24} {} days\n", "run logs kept", t["run_retention_days"]));
+    out.push_str(&format!("  {:<24} {} days\n", "audit entries kept", t["audit_retention_days"]));
+    out.push_str(&format!("  {:<24} {} days\n", "webhook messages kept", t["delivery_retention_days"]));
     out
 }
 
@@ -897,6 +909,8 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         max_items_per_job,
         job_retention_days,
         run_retention_days,
+        audit_retention_days,
+        delivery_retention_days,
         note,
         yes,
         ..
@@ -908,6 +922,7 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
         "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
         "job_retention_days": job_retention_days, "run_retention_days": run_retention_days,
+        "audit_retention_days": audit_retention_days, "delivery_retention_days": delivery_retention_days,
         "note": note,
     });
     let before = override_of(client, &tenant).await?;

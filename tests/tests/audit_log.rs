@@ -139,3 +139,73 @@ async fn audit_entries_and_webhook_messages_past_their_retention_are_deleted() {
         (200, Some(0), Some(0))
     );
 }
+
+/// A tenant's quota policy sets its own audit and delivery retention: the
+/// tenant's records follow it, shorter or longer than the platform's, and
+/// another tenant's and the platform's own entries keep the platform's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_own_retention_ages_its_records_and_no_one_elses() {
+    use mapi_schema::{AuditDoc, DeliveryDoc, Doc};
+    use mapi_store::{Precondition, Query, StoreExt};
+    let p = TestPlatform::start_with(
+        &[("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true"), ("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local")],
+        mapi_tests::Options { background: false, ..mapi_tests::Options::default() },
+    )
+    .await;
+    let state = &p.platform.state;
+    let store = &*state.store;
+    let operator = p.login("admin@dev.local").await;
+    // 0 would delete the tenant's records at the next housekeeping: refused, naming the field.
+    for field in ["audit_retention_days", "delivery_retention_days"] {
+        let (s, problem) =
+            p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(json!({field: 0}))).await;
+        assert_eq!((s, problem["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{problem}");
+        assert!(problem["detail"].as_str().unwrap_or_default().contains(field), "{problem}");
+    }
+    // dev keeps audit entries 10 days (shorter than the platform's 400) and
+    // webhook messages 90 days (longer than the platform's 30).
+    let policy = json!({"audit_retention_days": 10, "delivery_retention_days": 90});
+    let (s, limits) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(policy)).await;
+    assert_eq!(s, 200, "{limits}");
+    assert_eq!(
+        (limits["audit_retention_days"].as_u64(), limits["delivery_retention_days"].as_u64()),
+        (Some(10), Some(90))
+    );
+    let url = format!("http://127.0.0.1:{}/", mapi_tests::free_port());
+    let hooks = format!("{}/webhooks", p.project_path());
+    let (s, made) =
+        p.call(p.token(), Method::POST, &hooks, Some(json!({"url": url, "events": ["run.cancelled"]}))).await;
+    assert_eq!(s, 201, "{made}");
+    let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n").await;
+    let run = p.submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}})).await;
+    p.cancel(p.token(), &run).await;
+    mapi_reconcile_tick::webhooks::sweep(state).await.expect("sweep");
+    // Every record is made older: audit entries 11 days, messages 31 days.
+    let age = |collection: &'static str, field: &'static str, days: u64| async move {
+        let old = (state.clock.now() - std::time::Duration::from_secs(days * 86_400)).to_rfc3339();
+        let mut by_tenant = std::collections::BTreeMap::<String, usize>::new();
+        for d in store.query(&Query::new(collection), None).await.expect("query") {
+            let mut fields = d.fields.clone();
+            fields.insert(field.into(), json!(old));
+            store.put(&d.key, fields, Precondition::None).await.expect("age");
+            let tenant = d.fields.get("tenant").and_then(|t| t.as_str()).unwrap_or("(platform)").to_owned();
+            *by_tenant.entry(tenant).or_default() += 1;
+        }
+        by_tenant
+    };
+    let audit = age(AuditDoc::COLLECTION, "at", 11).await;
+    let messages = age(DeliveryDoc::COLLECTION, "created_at", 31).await;
+    let devs_audit = audit.get("dev").copied().unwrap_or_default();
+    assert!(devs_audit >= 2 && audit.len() >= 2, "dev's and others' audit entries: {audit:?}");
+    assert!(messages.get("dev").copied().unwrap_or_default() >= 1, "{messages:?}");
+    let internal = state.config.secrets.internal_token.clone();
+    let (s, done) = p.call(&internal, Method::POST, mapi_tasks::housekeep::HOUSEKEEP_PATH, None).await;
+    assert_eq!(s, 200, "{done}");
+    // dev's audit entries are past its 10 days; everyone else's are within 400.
+    assert_eq!(done["deleted_audit_entries"].as_u64(), Some(devs_audit as u64), "{done} of {audit:?}");
+    // dev's messages are within its 90 days although past the platform's 30.
+    assert_eq!(done["deleted_deliveries"].as_u64(), Some(0), "{done}");
+    let left = store.query(&Query::new(AuditDoc::COLLECTION), None).await.expect("query");
+    assert!(left.iter().all(|d| d.fields.get("tenant").and_then(|t| t.as_str()) != Some("dev")));
+    assert_eq!(left.len(), audit.values().sum::<usize>() - devs_audit);
+}

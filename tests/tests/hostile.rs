@@ -1109,6 +1109,8 @@ fn numbers(c: &Ctx) -> Vec<Case> {
         ("job_retention_days", "4294967296"),
         ("run_retention_days", "0"),
         ("run_retention_days", "-1"),
+        ("audit_retention_days", "0"),
+        ("delivery_retention_days", "0"),
     ] {
         let policy = format!(r#"{{"{field}":{v}}}"#);
         cases.push(case(

@@ -26,18 +26,25 @@ pub struct TenantLimits {
     /// Days after a run ended that its executions' leftovers (logs included) are kept: the
     /// policy's, else the platform's `MAPI_RUN_RETENTION_DAYS`.
     pub run_retention_days: u64,
+    /// Days the tenant's audit entries are kept: the policy's, else the platform's
+    /// `MAPI_AUDIT_RETENTION_DAYS`.
+    pub audit_retention_days: u64,
+    /// Days the tenant's webhook messages and their delivery logs are kept: the policy's, else
+    /// the platform's `MAPI_DELIVERY_RETENTION_DAYS`.
+    pub delivery_retention_days: u64,
 }
 
 impl TenantLimits {
     fn of(state: &AppState, tenant: TenantId, tier: Tier, policy: Option<Policy>) -> TenantLimits {
-        let job_retention_days = policy
-            .as_ref()
-            .and_then(|p| p.job_retention_days)
-            .map_or(state.config.jobs.retention.as_secs() / 86_400, u64::from);
-        let run_retention_days = policy
-            .as_ref()
-            .and_then(|p| p.run_retention_days)
-            .map_or(state.config.run_retention.as_secs() / 86_400, u64::from);
+        let days = |own: Option<u32>, platform: std::time::Duration| {
+            own.map_or(platform.as_secs() / 86_400, u64::from)
+        };
+        let own = |f: fn(&Policy) -> Option<u32>| policy.as_ref().and_then(f);
+        let job_retention_days = days(own(|p| p.job_retention_days), state.config.jobs.retention);
+        let run_retention_days = days(own(|p| p.run_retention_days), state.config.run_retention);
+        let audit_retention_days = days(own(|p| p.audit_retention_days), state.config.audit_retention);
+        let delivery_retention_days =
+            days(own(|p| p.delivery_retention_days), state.config.delivery_retention);
         TenantLimits {
             effective: effective(tier, policy.as_ref()),
             tenant,
@@ -45,6 +52,8 @@ impl TenantLimits {
             policy,
             job_retention_days,
             run_retention_days,
+            audit_retention_days,
+            delivery_retention_days,
         }
     }
 }
@@ -97,6 +106,16 @@ pub async fn set(
     if policy.run_retention_days == Some(0) {
         return Err(ApiError::invalid(
             "run_retention_days must be at least 1 (0 would remove the logs of the tenant's runs as soon as they end); omit it for the platform's default",
+        ));
+    }
+    if policy.audit_retention_days == Some(0) {
+        return Err(ApiError::invalid(
+            "audit_retention_days must be at least 1 (0 would delete the tenant's audit entries at the next housekeeping); omit it for the platform's default",
+        ));
+    }
+    if policy.delivery_retention_days == Some(0) {
+        return Err(ApiError::invalid(
+            "delivery_retention_days must be at least 1 (0 would delete the tenant's webhook messages at the next housekeeping); omit it for the platform's default",
         ));
     }
     let now = state.clock.now();

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::extract::State;
-use mapi_domain::TenantId;
+use mapi_domain::{TenantId, Timestamp};
 use mapi_identity::InternalCaller;
 use mapi_jobs::{JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc};
 use mapi_objects::{IfGeneration, ObjectError};
@@ -19,7 +19,7 @@ use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_quota::counters::{self, field};
 use mapi_schema::{Doc, QuotaPolicyDoc};
-use mapi_store::{Direction, Op, Query, transact};
+use mapi_store::{Direction, Document, Op, Query, transact};
 
 use mapi_jobstore::{base, derived, object_key};
 
@@ -29,8 +29,9 @@ pub const HOUSEKEEP_PATH: &str = "/internal/tasks/jobs/housekeep";
 /// Jobs deleted per call: a bounded amount of work per request.
 const JOBS_PER_CALL: u32 = 20;
 
-/// Jobs looked at per call (older than the shortest retention, some kept
-/// by a longer one), a page at a time.
+/// Documents of the platform's query looked at per call (some belong to a
+/// tenant with its own, longer retention, and are passed over), a page at
+/// a time.
 const SCAN_PER_CALL: u32 = 2_000;
 const SCAN_PAGE: u32 = 200;
 
@@ -65,38 +66,85 @@ pub async fn handle(
     _internal: InternalCaller,
 ) -> Result<Json<Housekept>, ApiError> {
     let now = state.clock.now();
-    let default = state.config.jobs.retention;
-    let by_tenant = retentions(&state, |p| p.job_retention_days).await?;
-    let shortest = by_tenant.values().copied().fold(default, Duration::min);
-    let old = Query::new(JobDoc::COLLECTION)
-        .filter("created_at", Op::Lt, (now - shortest).to_rfc3339())
-        .order_by("created_at", Direction::Asc);
+    let own = retentions(&state, |p| p.job_retention_days).await?;
+    let created_before = |cutoff: Timestamp| {
+        Query::new(JobDoc::COLLECTION)
+            .filter("created_at", Op::Lt, cutoff.to_rfc3339())
+            .order_by("created_at", Direction::Asc)
+    };
+    let retention = Retention { own: &own, default: state.config.jobs.retention, now };
+    let expired = retention.expired(&state, JOBS_PER_CALL, created_before).await?;
     let records = crate::housekeep_records::sweep(&state).await?;
     let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0, records };
-    let (mut token, mut scanned) = (None::<String>, 0);
-    'pages: loop {
-        let (docs, next) = old.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;
-        for d in docs {
-            scanned += 1;
-            let job: JobDoc = d.decode()?;
-            let retention = by_tenant.get(&job.tenant).copied().unwrap_or(default);
-            if job.created_at < now - retention {
-                out.deleted_objects += delete_job(&state, &job).await?;
-                out.deleted_jobs += 1;
-                if out.deleted_jobs >= JOBS_PER_CALL {
-                    break 'pages;
-                }
-            }
-        }
-        match next {
-            Some(t) if scanned < SCAN_PER_CALL => token = Some(t),
-            _ => break,
-        }
+    for d in expired {
+        out.deleted_objects += delete_job(&state, &d.decode()?).await?;
+        out.deleted_jobs += 1;
     }
     if out.deleted_jobs > 0 {
         tracing::info!(jobs = out.deleted_jobs, objects = out.deleted_objects, "expired jobs deleted");
     }
     Ok(Json(out))
+}
+
+/// One kind's retention: the platform's, and the tenants' own.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention<'a> {
+    /// The tenants whose quota policy sets their own ([`retentions`]).
+    pub own: &'a HashMap<TenantId, Duration>,
+    /// The platform's.
+    pub default: Duration,
+    pub now: Timestamp,
+}
+
+impl Retention<'_> {
+    /// Documents past their retention, at most `budget`: for each tenant
+    /// with its own retention, `aged(cutoff)` narrowed to the tenant; then
+    /// `aged` at the platform's cutoff, passing over those tenants'
+    /// documents (at most [`SCAN_PER_CALL`] looked at, a page at a time).
+    /// `aged` orders by the age field, oldest first; the documents carry a
+    /// `tenant` field (one without, e.g. a platform audit entry, is under
+    /// the platform's retention) and the store indexes (`tenant`, age).
+    pub async fn expired(
+        &self,
+        state: &AppState,
+        budget: u32,
+        aged: impl Fn(Timestamp) -> Query,
+    ) -> Result<Vec<Document>, ApiError> {
+        let mut out = Vec::new();
+        for (tenant, keep) in self.own {
+            let left = budget.saturating_sub(len(&out));
+            if left == 0 {
+                return Ok(out);
+            }
+            let q = aged(self.now - *keep).filter("tenant", Op::Eq, tenant.as_str()).limit(left);
+            out.extend(state.store.query(&q, None).await?);
+        }
+        let q = aged(self.now - self.default);
+        let (mut token, mut scanned) = (None::<String>, 0);
+        while len(&out) < budget {
+            let (docs, next) = q.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;
+            for d in docs {
+                scanned += 1;
+                let tenant = d.fields.get("tenant").and_then(|t| t.as_str());
+                if tenant.is_some_and(|t| self.own.keys().any(|o| o.as_str() == t)) {
+                    continue;
+                }
+                out.push(d);
+                if len(&out) == budget {
+                    break;
+                }
+            }
+            match next {
+                Some(t) if scanned < SCAN_PER_CALL => token = Some(t),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn len(docs: &[Document]) -> u32 {
+    u32::try_from(docs.len()).unwrap_or(u32::MAX)
 }
 
 async fn delete_job(state: &AppState, job: &JobDoc) -> Result<u64, ApiError> {

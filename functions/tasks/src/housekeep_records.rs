@@ -1,14 +1,21 @@
 //! Retention of the records the platform keeps beside runs and jobs: audit
-//! entries past `MAPI_AUDIT_RETENTION_DAYS` and webhook messages (with
-//! their delivery logs) past `MAPI_DELIVERY_RETENTION_DAYS` are deleted,
-//! at most [`PER_CALL`] of each a call, oldest ranges first through their
-//! time indexes, so a call's reads are what it deletes. Called with the
-//! jobs housekeeper (the scheduler, or `mapi dev`'s tick loop locally).
+//! entries past their tenant's audit retention (`audit_retention_days` of
+//! its quota policy, else the platform's `MAPI_AUDIT_RETENTION_DAYS`; an
+//! entry of no tenant is under the platform's) and webhook messages, with
+//! their delivery logs, past the tenant's delivery retention
+//! (`delivery_retention_days`, else `MAPI_DELIVERY_RETENTION_DAYS`) are
+//! deleted, at most [`PER_CALL`] of each a call, oldest first through their
+//! time indexes ([`crate::housekeep::Retention`]), so a call reads what it
+//! deletes and the tenants' own-retention pass-overs. Called with the jobs
+//! housekeeper (the scheduler, or `mapi dev`'s tick loop locally).
 
+use mapi_domain::Timestamp;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{AuditDoc, DeliveryDoc, Doc};
-use mapi_store::{Direction, Op, Query, transact};
+use mapi_store::{Direction, Document, Op, Query, transact};
+
+use crate::housekeep::{Retention, retentions};
 
 /// Documents of each kind deleted per call: one commit each (Firestore's
 /// limit is 500 writes a commit).
@@ -24,17 +31,21 @@ pub struct RecordsHousekept {
 /// Deletes what is past its retention, a bounded amount.
 pub async fn sweep(state: &AppState) -> Result<RecordsHousekept, ApiError> {
     let now = state.clock.now();
-    let audit = Query::new(AuditDoc::COLLECTION)
-        .filter("at", Op::Lt, (now - state.config.audit_retention).to_rfc3339())
-        .order_by("at", Direction::Desc)
-        .limit(PER_CALL);
-    let deliveries = Query::new(DeliveryDoc::COLLECTION)
-        .filter("created_at", Op::Lt, (now - state.config.delivery_retention).to_rfc3339())
-        .order_by("created_at", Direction::Asc)
-        .limit(PER_CALL);
+    let audit_own = retentions(state, |p| p.audit_retention_days).await?;
+    let delivery_own = retentions(state, |p| p.delivery_retention_days).await?;
+    let audit = Retention { own: &audit_own, default: state.config.audit_retention, now };
+    let deliveries = Retention { own: &delivery_own, default: state.config.delivery_retention, now };
+    let aged = |collection: &'static str, field: &'static str| {
+        move |cutoff: Timestamp| {
+            Query::new(collection).filter(field, Op::Lt, cutoff.to_rfc3339()).order_by(field, Direction::Asc)
+        }
+    };
+    let expired_audit = audit.expired(state, PER_CALL, aged(AuditDoc::COLLECTION, "at")).await?;
+    let expired_deliveries =
+        deliveries.expired(state, PER_CALL, aged(DeliveryDoc::COLLECTION, "created_at")).await?;
     let out = RecordsHousekept {
-        deleted_audit_entries: delete_all(state, &audit).await?,
-        deleted_deliveries: delete_all(state, &deliveries).await?,
+        deleted_audit_entries: delete_all(state, expired_audit).await?,
+        deleted_deliveries: delete_all(state, expired_deliveries).await?,
     };
     if out != RecordsHousekept::default() {
         tracing::info!(
@@ -46,9 +57,9 @@ pub async fn sweep(state: &AppState) -> Result<RecordsHousekept, ApiError> {
     Ok(out)
 }
 
-/// Deletes every document `query` finds, in one commit; how many.
-async fn delete_all(state: &AppState, query: &Query) -> Result<u32, ApiError> {
-    let keys: Vec<_> = state.store.query(query, None).await?.into_iter().map(|d| d.key).collect();
+/// Deletes `docs` in one commit; how many.
+async fn delete_all(state: &AppState, docs: Vec<Document>) -> Result<u32, ApiError> {
+    let keys: Vec<_> = docs.into_iter().map(|d| d.key).collect();
     if keys.is_empty() {
         return Ok(0);
     }

@@ -32,17 +32,13 @@ use mapi_problem::{ApiError, Json};
 use mapi_schema::{AttemptDoc, Doc, tx_get};
 use mapi_store::{Direction, Op, Query, transact};
 
+use crate::housekeep::Retention;
+
 /// The run housekeeper's route.
 pub const HOUSEKEEP_RUNS_PATH: &str = "/internal/tasks/runs/housekeep";
 
 /// Runs looked at per call, in all: a bounded amount of work per request.
 const RUNS_PER_CALL: u32 = 50;
-
-/// Runs of the platform-retention query looked at per call (some belong to
-/// a tenant with its own, longer retention, and are passed over), a page at
-/// a time.
-const SCAN_PER_CALL: u32 = 2_000;
-const SCAN_PAGE: u32 = 200;
 
 /// What one call did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -67,41 +63,11 @@ pub async fn handle(
     State(state): State<AppState>,
     _internal: InternalCaller,
 ) -> Result<Json<RunsHousekept>, ApiError> {
-    let now = state.clock.now();
-    let default = state.config.run_retention;
     let own = super::housekeep::retentions(&state, |p| p.run_retention_days).await?;
+    let retention = Retention { own: &own, default: state.config.run_retention, now: state.clock.now() };
     let mut out = RunsHousekept::default();
-    let mut budget = RUNS_PER_CALL;
-    for (tenant, keep) in &own {
-        if budget == 0 {
-            break;
-        }
-        let q = ended_before(now - *keep).filter("tenant", Op::Eq, tenant.as_str()).limit(budget);
-        for d in state.store.query(&q, None).await? {
-            housekeep(&state, &d.decode()?, &mut out).await?;
-            budget -= 1;
-        }
-    }
-    let q = ended_before(now - default);
-    let (mut token, mut scanned) = (None::<String>, 0);
-    'pages: while budget > 0 {
-        let (docs, next) = q.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;
-        for d in docs {
-            scanned += 1;
-            let run: RunDoc = d.decode()?;
-            if own.contains_key(run.tenant()) {
-                continue;
-            }
-            housekeep(&state, &run, &mut out).await?;
-            budget -= 1;
-            if budget == 0 {
-                break 'pages;
-            }
-        }
-        match next {
-            Some(t) if scanned < SCAN_PER_CALL => token = Some(t),
-            _ => break,
-        }
+    for d in retention.expired(&state, RUNS_PER_CALL, ended_before).await? {
+        housekeep(&state, &d.decode()?, &mut out).await?;
     }
     if out.forgotten_runs > 0 || out.kept_runs > 0 {
         tracing::info!(

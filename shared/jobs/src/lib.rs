@@ -52,6 +52,10 @@ pub const INDEXES: &[Index] = &[
     Index { collection: JobItemDoc::COLLECTION, fields: &[("job", Direction::Asc), ("at", Direction::Desc)] },
     // The retention housekeeper: jobs created before a time.
     Index { collection: JobDoc::COLLECTION, fields: &[("created_at", Direction::Asc)] },
+    Index {
+        collection: JobDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("created_at", Direction::Asc)],
+    },
     // The job sweep: jobs whose items may still finish, oldest first.
     Index {
         collection: JobDoc::COLLECTION,

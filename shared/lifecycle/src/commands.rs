@@ -25,8 +25,8 @@
 use std::time::Duration;
 
 use mapi_domain::{
-    ErrorCode, ExecutionStatus, Nonce, Reason, ResourceClass, RunError, RunId, RunState, Timestamp, Transition,
-    TransitionError, Verdict,
+    ErrorCode, ExecutionStatus, Nonce, Reason, ResourceClass, RunError, RunId, RunState, Timestamp,
+    Transition, TransitionError, Verdict,
 };
 use mapi_executor::{ExecutionHandle, ExecutionInfo};
 use mapi_metrics::Metrics;
@@ -707,7 +707,8 @@ pub fn unheard(row: &AttemptDoc, heard: bool, gone: Option<u32>, wait: TakenWait
 /// the reconciler then finalizes on its end. `None`: finalize on the
 /// recorded one.
 pub fn silent_taker(row: &AttemptDoc, recorded: &ExecutionInfo, listed: &[ExecutionInfo]) -> Option<Step> {
-    let clean = |e: &ExecutionInfo| matches!(e.status, ExecutionStatus::Succeeded | ExecutionStatus::NotFound);
+    let clean =
+        |e: &ExecutionInfo| matches!(e.status, ExecutionStatus::Succeeded | ExecutionStatus::NotFound);
     let never_started = |e: &ExecutionInfo| e.started.is_none() && e.status != ExecutionStatus::Running;
     if !clean(recorded) && !never_started(recorded) {
         return None;

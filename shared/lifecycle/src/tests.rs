@@ -358,7 +358,10 @@ fn a_silent_taker_is_found_by_the_attempts_nonce() {
     // Only clean twins, twins that never started and other attempts'
     // executions: nothing to repoint to.
     let mut others = listed[..3].to_vec();
-    others.push(ExecutionInfo { started: None, ..of("executions/unstarted", 3, &row.nonce, failed(None, Some(9))) });
+    others.push(ExecutionInfo {
+        started: None,
+        ..of("executions/unstarted", 3, &row.nonce, failed(None, Some(9)))
+    });
     let found = commands::silent_taker(&row, &recorded(ExecutionStatus::Succeeded), &others);
     assert_eq!(found, None);
 }

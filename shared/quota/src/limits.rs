@@ -98,6 +98,16 @@ pub struct Policy {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub run_retention_days: Option<u32>,
+    /// Days an audit entry of the tenant is kept; the platform's
+    /// `MAPI_AUDIT_RETENTION_DAYS` when absent.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub audit_retention_days: Option<u32>,
+    /// Days a webhook message of the tenant (with its delivery log) is
+    /// kept; the platform's `MAPI_DELIVERY_RETENTION_DAYS` when absent.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub delivery_retention_days: Option<u32>,
     /// Why the operator set it; no effect on the limits.
     pub note: Option<String>,
 }

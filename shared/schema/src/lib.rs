@@ -101,6 +101,10 @@ pub const INDEXES: &[Index] = &[
     // Firestore merges them for a query with several equality filters, so
     // five indexes serve all 31 mixes (with or without a time range on `at`).
     Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Desc)] },
+    // Audit entries by age, oldest first, of every tenant and of one (the housekeeper deletes
+    // those past their retention).
+    Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Asc)] },
+    Index { collection: AuditDoc::COLLECTION, fields: &[("tenant", Direction::Asc), ("at", Direction::Asc)] },
     Index {
         collection: AuditDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("at", Direction::Desc)],
@@ -190,8 +194,13 @@ pub const INDEXES: &[Index] = &[
         collection: RunViewDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("name", Direction::Asc)],
     },
-    // Webhook messages by age (the housekeeper deletes those past their retention).
+    // Webhook messages by age, of every tenant and of one (the housekeeper deletes those past
+    // their retention).
     Index { collection: DeliveryDoc::COLLECTION, fields: &[("created_at", Direction::Asc)] },
+    Index {
+        collection: DeliveryDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("created_at", Direction::Asc)],
+    },
     // A webhook's delivery log, newest first.
     Index {
         collection: DeliveryDoc::COLLECTION,

@@ -41,7 +41,10 @@ const UNHEARD_TAKER: &str =
 const REGRESSIONS: &[(u64, &str)] = &[
     (8, "a replayed job submit did not re-enqueue a fan-out that never began"),
     (449, "a dispatch resubmitted an attempt whose worker had spoken, after its execution vanished"),
-    (513, "a twin took the work and died silent while the recorded execution, stopped before it started, was finalized"),
+    (
+        513,
+        "a twin took the work and died silent while the recorded execution, stopped before it started, was finalized",
+    ),
     (760, "as 449, on a second attempt"),
     (909, "a duplicate execution took the bootstrap; its events were refused and the work lost"),
     (955, "as 449, after a crash mid-dispatch"),

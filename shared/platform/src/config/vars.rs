@@ -117,12 +117,12 @@ pub const TICK_INTERVAL_S: Var =
 pub const AUDIT_RETENTION_DAYS: Var = Var::new(
     "MAPI_AUDIT_RETENTION_DAYS",
     "400",
-    "Days an audit entry is kept before the housekeeper deletes it (at least 1; the default keeps more than a year)",
+    "Days an audit entry is kept before the housekeeper deletes it (at least 1; the default keeps more than a year), unless its tenant's quota policy sets `audit_retention_days`",
 );
 pub const DELIVERY_RETENTION_DAYS: Var = Var::new(
     "MAPI_DELIVERY_RETENTION_DAYS",
     "30",
-    "Days a webhook message and its delivery log are kept before the housekeeper deletes them (at least 1; a message is retried for a day at most)",
+    "Days a webhook message and its delivery log are kept before the housekeeper deletes them (at least 1; a message is retried for a day at most), unless its tenant's quota policy sets `delivery_retention_days`",
 );
 pub const RUN_RETENTION_DAYS: Var = Var::new(
     "MAPI_RUN_RETENTION_DAYS",
