@@ -1386,7 +1386,11 @@ fn contract_every_route_a_queue_the_scheduler_or_pubsub_calls_is_its_targets() {
     let jobs = resolve_object(attr(call(tf, "scheduler"), "jobs").expect("jobs"), &locals);
     let callers: BTreeMap<String, &[String; 4]> = table
         .iter()
-        .filter_map(|r| r[3].strip_prefix("Cloud Scheduler job ").map(|j| (j.to_owned(), r)))
+        .flat_map(|r| {
+            r[3].split(", ")
+                .filter_map(|c| c.strip_prefix("Cloud Scheduler job "))
+                .map(move |j| (j.to_owned(), r))
+        })
         .collect();
     assert_eq!(
         jobs.keys().collect::<BTreeSet<_>>(),

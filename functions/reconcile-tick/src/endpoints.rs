@@ -21,10 +21,11 @@ pub fn policy(state: &AppState) -> mapi_rollout::Policy {
     }
 }
 
-/// Reconciles the active endpoints; answers (changed, failed).
-pub async fn sweep(state: &AppState) -> Result<(u32, u32), ApiError> {
+/// Reconciles the active endpoints; answers (changed, failed, whether any was active).
+pub async fn sweep(state: &AppState) -> Result<(u32, u32, bool), ApiError> {
     let q = mapi_store::Query::new(EndpointDoc::COLLECTION).filter("active", Op::Eq, true).limit(PAGE);
     let docs = state.store.query(&q, None).await?;
+    let open = !docs.is_empty();
     let policy = policy(state);
     let ports = Ports {
         store: &*state.store,
@@ -45,5 +46,5 @@ pub async fn sweep(state: &AppState) -> Result<(u32, u32), ApiError> {
             }
         }
     }
-    Ok((changed, failed))
+    Ok((changed, failed, open))
 }

@@ -16,8 +16,9 @@ use mapi_store::{Direction, Op, Query, transact};
 /// The most open jobs one tick looks at.
 pub const PAGE: u32 = 200;
 
-/// Closes the open jobs whose items have all finished; answers (closed, failed).
-pub async fn sweep(state: &AppState) -> Result<(u32, u32), ApiError> {
+/// Closes the open jobs whose items have all finished; answers (closed, failed, whether a job
+/// is left open).
+pub async fn sweep(state: &AppState) -> Result<(u32, u32, bool), ApiError> {
     let q = Query::new(JobDoc::COLLECTION)
         .filter("open", Op::Eq, true)
         .order_by("created_at", Direction::Asc)
@@ -25,7 +26,7 @@ pub async fn sweep(state: &AppState) -> Result<(u32, u32), ApiError> {
     let jobs: Vec<JobDoc> =
         state.store.query(&q, None).await?.iter().map(|d| d.decode()).collect::<Result<_, _>>()?;
     if jobs.is_empty() {
-        return Ok((0, 0));
+        return Ok((0, 0, false));
     }
     let keys = jobs
         .iter()
@@ -52,7 +53,8 @@ pub async fn sweep(state: &AppState) -> Result<(u32, u32), ApiError> {
             }
         }
     }
-    Ok((closed, failed))
+    let open = jobs.len() > usize::try_from(closed).unwrap_or(usize::MAX);
+    Ok((closed, failed, open))
 }
 
 /// Records `end` on job `id` if it is still open in `round`.

@@ -22,7 +22,19 @@
 //!    over (and again, once a minute, while it is not purged), and
 //!    re-pushes exports still building (`tenants.rs`);
 //! 5. announces the platform's spend reaching 70 % and 90 % of its cap
-//!    (see [`spend`]).
+//!    (see [`spend`]);
+//! 6. while work is active (an active run, an open item job, an endpoint
+//!    rolling out or going, a webhook message made or re-pushed, a sweep
+//!    left unfinished), asks for the next tick `MAPI_TICK_FOLLOW_UP_S`
+//!    (3 s) later through the `tick` queue. A dispatch, a new item job and
+//!    an endpoint change ask for one too, so the chain starts with the work
+//!    and stops a tick after it; Cloud Scheduler's minute is the backstop.
+//!    A run's end, an endpoint's readiness and canary steps, and the
+//!    webhooks they make then follow within seconds, not within the
+//!    scheduler's minute: `mapi-sim`'s `a_run_succeeds_within_seconds_of_its_last_event`
+//!    holds the figure (≤ 5 s from the last event applied to `succeeded`).
+//!    The price is a sweep every few seconds while work is active (its reads
+//!    are counted by `ticks::`), nothing while the platform is idle.
 //!
 //! Cloud Scheduler may deliver a tick twice, or while the previous one still
 //! runs. A tick first takes the tick lease (`leases/reconcile-tick`) and
@@ -60,7 +72,7 @@ use mapi_schema::{AttemptDoc, Doc, ProgressDoc, TickLeaseDoc, tx_get, tx_put};
 use mapi_store::{Direction, Op, transact};
 use serde::Serialize;
 
-pub const TICK_PATH: &str = "/internal/tick";
+pub use mapi_schema::tasks::TICK_PATH;
 
 /// Active runs read per query of a sweep, and documents per batch read.
 pub const PAGE: u32 = 500;
@@ -101,6 +113,8 @@ pub struct TickReport {
     pub jobs_finished: u32,
     /// The share of the spend cap (70 or 90 %) this tick announced.
     pub spend_cap_alarm: Option<u8>,
+    /// Work is active and the next tick was asked for (`MAPI_TICK_FOLLOW_UP_S` later).
+    pub follow_up: bool,
     pub errors: u32,
 }
 
@@ -154,11 +168,11 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
             }
         }
     }
-    let (moved, failed) = endpoints::sweep(&state).await?;
+    let (moved, failed, endpoints_active) = endpoints::sweep(&state).await?;
     report.endpoints += moved;
     report.errors += failed;
     // Before the webhooks' sweep, so a job closed now is a message now.
-    let (closed, failed) = jobs::sweep(&state).await?;
+    let (closed, failed, jobs_open) = jobs::sweep(&state).await?;
     report.jobs_finished += closed;
     report.errors += failed;
     let hooks = webhooks::sweep(&state).await?;
@@ -175,8 +189,18 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
             tracing::warn!(error = %e, "watching the spend cap failed; the next tick retries");
         }
     }
+    let active = report.polled > 0
+        || report.redispatched > 0
+        || report.webhook_messages > 0
+        || report.webhook_repushes > 0
+        || endpoints_active
+        || jobs_open
+        || sweep.next.is_some();
     if !release_lease(&state, &holder, lease.token, sweep.next).await? {
         report.fenced = true;
+    }
+    if active {
+        report.follow_up = state.ask_for_tick().await;
     }
     if report != TickReport::default() {
         tracing::debug!(?report, "tick");

@@ -184,6 +184,8 @@ pub async fn handle(
         Ok(handle) => {
             metric(&state, SubmitResult::Ok);
             record_handle(&state, &attempt, &handle, Reason::ExecutionCreated).await?;
+            // The run is under way: ticks follow it until it ends.
+            state.ask_for_tick().await;
             Ok((StatusCode::OK, Json(Outcome { outcome: Handled::Submitted, execution: Some(handle) })))
         }
         Err(SubmitError::Refused(why)) => {

@@ -7,19 +7,16 @@
 //! the audit entries and webhook messages past their retention
 //! ([`crate::housekeep_records`]).
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use axum::extract::State;
-use mapi_domain::{TenantId, Timestamp};
+use mapi_domain::Timestamp;
 use mapi_identity::InternalCaller;
 use mapi_jobs::{JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc};
 use mapi_objects::{IfGeneration, ObjectError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_quota::counters::{self, field};
-use mapi_schema::{Doc, QuotaPolicyDoc};
-use mapi_store::{Direction, Document, Op, Query, transact};
+use mapi_schema::Doc;
+use mapi_store::{Direction, Op, Query, transact};
 
 use mapi_jobstore::{base, derived, object_key};
 
@@ -28,29 +25,6 @@ pub const HOUSEKEEP_PATH: &str = "/internal/tasks/jobs/housekeep";
 
 /// Jobs deleted per call: a bounded amount of work per request.
 const JOBS_PER_CALL: u32 = 20;
-
-/// Documents of the platform's query looked at per call (some belong to a
-/// tenant with its own, longer retention, and are passed over), a page at
-/// a time.
-const SCAN_PER_CALL: u32 = 2_000;
-const SCAN_PAGE: u32 = 200;
-
-/// Each tenant's retention that its quota policy sets, in days by `days`
-/// (`job_retention_days`, `run_retention_days`).
-pub async fn retentions(
-    state: &AppState,
-    days: fn(&mapi_quota::Policy) -> Option<u32>,
-) -> Result<HashMap<TenantId, Duration>, ApiError> {
-    let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
-    let mut out = HashMap::new();
-    for d in docs {
-        let p: QuotaPolicyDoc = d.decode()?;
-        if let Some(days) = days(&p.policy) {
-            out.insert(p.tenant, Duration::from_secs(u64::from(days) * 86_400));
-        }
-    }
-    Ok(out)
-}
 
 #[derive(Debug, serde::Serialize)]
 pub struct Housekept {
@@ -66,13 +40,13 @@ pub async fn handle(
     _internal: InternalCaller,
 ) -> Result<Json<Housekept>, ApiError> {
     let now = state.clock.now();
-    let own = retentions(&state, |p| p.job_retention_days).await?;
+    let own = crate::retention::retentions(&state, |p| p.job_retention_days).await?;
     let created_before = |cutoff: Timestamp| {
         Query::new(JobDoc::COLLECTION)
             .filter("created_at", Op::Lt, cutoff.to_rfc3339())
             .order_by("created_at", Direction::Asc)
     };
-    let retention = Retention { own: &own, default: state.config.jobs.retention, now };
+    let retention = crate::retention::Retention { own: &own, default: state.config.jobs.retention, now };
     let expired = retention.expired(&state, JOBS_PER_CALL, created_before).await?;
     let records = crate::housekeep_records::sweep(&state).await?;
     let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0, records };
@@ -84,67 +58,6 @@ pub async fn handle(
         tracing::info!(jobs = out.deleted_jobs, objects = out.deleted_objects, "expired jobs deleted");
     }
     Ok(Json(out))
-}
-
-/// One kind's retention: the platform's, and the tenants' own.
-#[derive(Debug, Clone, Copy)]
-pub struct Retention<'a> {
-    /// The tenants whose quota policy sets their own ([`retentions`]).
-    pub own: &'a HashMap<TenantId, Duration>,
-    /// The platform's.
-    pub default: Duration,
-    pub now: Timestamp,
-}
-
-impl Retention<'_> {
-    /// Documents past their retention, at most `budget`: for each tenant
-    /// with its own retention, `aged(cutoff)` narrowed to the tenant; then
-    /// `aged` at the platform's cutoff, passing over those tenants'
-    /// documents (at most [`SCAN_PER_CALL`] looked at, a page at a time).
-    /// `aged` orders by the age field, oldest first; the documents carry a
-    /// `tenant` field (one without, e.g. a platform audit entry, is under
-    /// the platform's retention) and the store indexes (`tenant`, age).
-    pub async fn expired(
-        &self,
-        state: &AppState,
-        budget: u32,
-        aged: impl Fn(Timestamp) -> Query,
-    ) -> Result<Vec<Document>, ApiError> {
-        let mut out = Vec::new();
-        for (tenant, keep) in self.own {
-            let left = budget.saturating_sub(len(&out));
-            if left == 0 {
-                return Ok(out);
-            }
-            let q = aged(self.now - *keep).filter("tenant", Op::Eq, tenant.as_str()).limit(left);
-            out.extend(state.store.query(&q, None).await?);
-        }
-        let q = aged(self.now - self.default);
-        let (mut token, mut scanned) = (None::<String>, 0);
-        while len(&out) < budget {
-            let (docs, next) = q.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;
-            for d in docs {
-                scanned += 1;
-                let tenant = d.fields.get("tenant").and_then(|t| t.as_str());
-                if tenant.is_some_and(|t| self.own.keys().any(|o| o.as_str() == t)) {
-                    continue;
-                }
-                out.push(d);
-                if len(&out) == budget {
-                    break;
-                }
-            }
-            match next {
-                Some(t) if scanned < SCAN_PER_CALL => token = Some(t),
-                _ => break,
-            }
-        }
-        Ok(out)
-    }
-}
-
-fn len(docs: &[Document]) -> u32 {
-    u32::try_from(docs.len()).unwrap_or(u32::MAX)
 }
 
 async fn delete_job(state: &AppState, job: &JobDoc) -> Result<u64, ApiError> {

@@ -5,7 +5,7 @@
 //! their delivery logs, past the tenant's delivery retention
 //! (`delivery_retention_days`, else `MAPI_DELIVERY_RETENTION_DAYS`) are
 //! deleted, at most [`PER_CALL`] of each a call, oldest first through their
-//! time indexes ([`crate::housekeep::Retention`]), so a call reads what it
+//! time indexes ([`crate::retention::Retention`]), so a call reads what it
 //! deletes and the tenants' own-retention pass-overs. Called with the jobs
 //! housekeeper (the scheduler, or `mapi dev`'s tick loop locally).
 
@@ -15,7 +15,7 @@ use mapi_problem::ApiError;
 use mapi_schema::{AuditDoc, DeliveryDoc, Doc};
 use mapi_store::{Direction, Document, Op, Query, transact};
 
-use crate::housekeep::{Retention, retentions};
+use crate::retention::{Retention, retentions};
 
 /// Documents of each kind deleted per call: one commit each (Firestore's
 /// limit is 500 writes a commit).

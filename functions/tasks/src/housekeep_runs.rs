@@ -32,7 +32,7 @@ use mapi_problem::{ApiError, Json};
 use mapi_schema::{AttemptDoc, Doc, tx_get};
 use mapi_store::{Direction, Op, Query, transact};
 
-use crate::housekeep::Retention;
+use crate::retention::Retention;
 
 /// The run housekeeper's route.
 pub const HOUSEKEEP_RUNS_PATH: &str = "/internal/tasks/runs/housekeep";
@@ -63,7 +63,7 @@ pub async fn handle(
     State(state): State<AppState>,
     _internal: InternalCaller,
 ) -> Result<Json<RunsHousekept>, ApiError> {
-    let own = super::housekeep::retentions(&state, |p| p.run_retention_days).await?;
+    let own = crate::retention::retentions(&state, |p| p.run_retention_days).await?;
     let retention = Retention { own: &own, default: state.config.run_retention, now: state.clock.now() };
     let mut out = RunsHousekept::default();
     for d in retention.expired(&state, RUNS_PER_CALL, ended_before).await? {

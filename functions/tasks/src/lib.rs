@@ -20,6 +20,7 @@ pub mod housekeep_records;
 pub mod housekeep_runs;
 pub mod item;
 pub mod purge;
+pub mod retention;
 pub mod tenant_data;
 pub mod webhook;
 

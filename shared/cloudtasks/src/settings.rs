@@ -33,6 +33,12 @@ pub const METER_URL: Var = Var::derived(
     "MAPI_CLOUDTASKS_TARGET_URL",
     "cloudtasks: the URL of the `meter` service, where the finalize queue delivers",
 );
+/// `MAPI_TICK_URL`.
+pub const TICK_URL: Var = Var::derived(
+    "MAPI_TICK_URL",
+    "MAPI_CLOUDTASKS_TARGET_URL",
+    "cloudtasks: the URL of the `reconcile-tick` service, where the tick queue delivers",
+);
 /// `MAPI_CLOUDTASKS_SERVICE_ACCOUNT`.
 pub const SERVICE_ACCOUNT: Var = Var::required(
     "MAPI_CLOUDTASKS_SERVICE_ACCOUNT",
@@ -54,8 +60,17 @@ pub const ENDPOINT: Var = Var::derived(
 
 /// Every variable the Cloud Tasks queue reads (the platform's README table
 /// is built from this with the others).
-pub const VARIABLES: &[Var] =
-    &[PROJECT, LOCATION, TARGET_URL, SUBMIT_TASKS_URL, METER_URL, SERVICE_ACCOUNT, AUDIENCE, ENDPOINT];
+pub const VARIABLES: &[Var] = &[
+    PROJECT,
+    LOCATION,
+    TARGET_URL,
+    SUBMIT_TASKS_URL,
+    METER_URL,
+    TICK_URL,
+    SERVICE_ACCOUNT,
+    AUDIENCE,
+    ENDPOINT,
+];
 
 /// Where the tasks go with `MAPI_QUEUE=cloudtasks`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +84,8 @@ pub struct QueueSettings {
     pub submit_tasks_url: Option<String>,
     /// The `meter` service's URL; `target` when `None`.
     pub meter_url: Option<String>,
+    /// The `reconcile-tick` service's URL; `target` when `None`.
+    pub tick_url: Option<String>,
     /// The service account whose OIDC token each delivery carries.
     pub service_account: String,
     /// The token's audience; the target URL when `None`.
@@ -96,6 +113,7 @@ impl QueueSettings {
             target: url(&TARGET_URL)?,
             submit_tasks_url: url(&SUBMIT_TASKS_URL)?,
             meter_url: url(&METER_URL)?,
+            tick_url: url(&TICK_URL)?,
             service_account: need(&SERVICE_ACCOUNT)?,
             audience: AUDIENCE.get(env),
             endpoint: url(&ENDPOINT)?,
@@ -115,6 +133,11 @@ impl QueueSettings {
     /// Where the `meter` service's queue delivers.
     pub fn meter_url(&self, public_url: &str) -> String {
         self.own_or_target(self.meter_url.as_deref(), public_url)
+    }
+
+    /// Where the `reconcile-tick` service's queue delivers.
+    pub fn tick_url(&self, public_url: &str) -> String {
+        self.own_or_target(self.tick_url.as_deref(), public_url)
     }
 
     fn own_or_target(&self, own: Option<&str>, public_url: &str) -> String {

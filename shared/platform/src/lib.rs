@@ -129,6 +129,28 @@ impl Deref for AppState {
     }
 }
 
+impl AppState {
+    /// Asks for a reconcile tick `MAPI_TICK_FOLLOW_UP_S` from now, so work
+    /// just begun or changed (a dispatched attempt, a new item job, an
+    /// endpoint change) and work still active (the tick's own follow-up)
+    /// move within seconds instead of at Cloud Scheduler's next minute.
+    /// Whether it was asked for: never when the setting is zero; a queue
+    /// failure is logged, not returned (the scheduler's tick comes anyway).
+    pub async fn ask_for_tick(&self) -> bool {
+        let after = self.config.tick_follow_up;
+        if after.is_zero() {
+            return false;
+        }
+        match mapi_schema::tasks::push_tick(&*self.queue, self.clock.now() + after).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "asking for a tick failed; the scheduler's next tick comes anyway");
+                false
+            }
+        }
+    }
+}
+
 impl IdentityState for AppState {
     fn store(&self) -> &dyn Store {
         &*self.0.store
@@ -270,7 +292,7 @@ pub fn job_queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
 }
 
 /// Every queue the platform pushes to: dispatch, finalize, webhooks, the
-/// item jobs' two, and tenants' exports and purges (one at a time each:
+/// follow-up ticks, the item jobs' two, and tenants' exports and purges (one at a time each:
 /// they are rare and long, and a purge's deliveries must not overlap).
 pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
     let one_at_a_time = |name: &str| -> Result<QueueConfig, mapi_queue::QueueError> {
@@ -280,6 +302,10 @@ pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
         queue_config(DISPATCH_QUEUE)?,
         queue_config(FINALIZE_QUEUE)?,
         queue_config(mapi_schema::WEBHOOKS_QUEUE)?,
+        // Follow-up ticks: one at a time (a second would find the lease held).
+        // A tick that runs past the deadline is delivered again and answers
+        // `busy` while the first holds the lease.
+        QueueConfig { max_concurrent_dispatches: 1, ..queue_config(mapi_schema::TICK_QUEUE)? },
     ];
     let tenants = vec![one_at_a_time(mapi_schema::EXPORT_QUEUE)?, one_at_a_time(mapi_schema::PURGE_QUEUE)?];
     Ok([control, job_queue_configs()?, tenants].concat())

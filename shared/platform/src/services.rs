@@ -4,8 +4,8 @@
 //! the `routes` suite checks that table against the routers and this one.
 
 use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, ITEM_PATH, ITEMS_QUEUE};
-use mapi_schema::tasks::{DELIVER_PATH, DISPATCH_PATH, EXPORT_PATH, FINALIZE_PATH, PURGE_PATH};
-use mapi_schema::{DISPATCH_QUEUE, EXPORT_QUEUE, FINALIZE_QUEUE, PURGE_QUEUE, WEBHOOKS_QUEUE};
+use mapi_schema::tasks::{DELIVER_PATH, DISPATCH_PATH, EXPORT_PATH, FINALIZE_PATH, PURGE_PATH, TICK_PATH};
+use mapi_schema::{DISPATCH_QUEUE, EXPORT_QUEUE, FINALIZE_QUEUE, PURGE_QUEUE, TICK_QUEUE, WEBHOOKS_QUEUE};
 
 use crate::config::{CloudTasksConfig, Section, Uses};
 
@@ -91,6 +91,7 @@ pub const QUEUE_ROUTES: &[QueueRoute] = &[
     QueueRoute { queue: WEBHOOKS_QUEUE, path: DELIVER_PATH, service: Service::Tasks },
     QueueRoute { queue: EXPORT_QUEUE, path: EXPORT_PATH, service: Service::Tasks },
     QueueRoute { queue: PURGE_QUEUE, path: PURGE_PATH, service: Service::Tasks },
+    QueueRoute { queue: TICK_QUEUE, path: TICK_PATH, service: Service::ReconcileTick },
 ];
 
 /// Where the queues `service` serves deliver with Cloud Tasks.
@@ -98,9 +99,8 @@ pub fn service_url(ct: &CloudTasksConfig, service: Service, public_url: &str) ->
     match service {
         Service::Tasks => ct.submit_tasks_url(public_url),
         Service::Meter => ct.meter_url(public_url),
-        Service::Submit | Service::PushEvents | Service::ReconcileTick | Service::Admin => {
-            ct.target_url(public_url)
-        }
+        Service::ReconcileTick => ct.tick_url(public_url),
+        Service::Submit | Service::PushEvents | Service::Admin => ct.target_url(public_url),
     }
 }
 
@@ -120,6 +120,7 @@ mod tests {
             target: Some("https://all.example/".into()),
             submit_tasks_url: submit_tasks.map(str::to_owned),
             meter_url: meter.map(str::to_owned),
+            tick_url: meter.map(|_| "https://tick.example".to_owned()),
             service_account: "tasks@p.iam.gserviceaccount.com".into(),
             audience: None,
             endpoint: None,
@@ -138,6 +139,7 @@ mod tests {
             ("tenant-export", "https://submit-tasks.example"),
             ("tenant-purge", "https://submit-tasks.example"),
             ("webhooks", "https://submit-tasks.example"),
+            ("tick", "https://tick.example"),
         ];
         assert_eq!(settings.targets.len(), by_hand.len(), "{:?}", settings.targets);
         for (queue, url) in by_hand {

@@ -44,7 +44,7 @@ pub const DISPATCH_QUEUE: &str = "dispatch";
 pub const FINALIZE_QUEUE: &str = "finalize";
 /// The queue that delivers webhook messages (handled by `submit`).
 pub const WEBHOOKS_QUEUE: &str = "webhooks";
-pub use tasks::{EXPORT_QUEUE, PURGE_QUEUE};
+pub use tasks::{EXPORT_QUEUE, PURGE_QUEUE, TICK_QUEUE};
 
 use mapi_store::{Direction, Index, StoreError};
 

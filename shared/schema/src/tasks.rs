@@ -18,6 +18,12 @@ pub const FINALIZE_PATH: &str = "/internal/tasks/finalize";
 /// `submit` handles this: one attempt to deliver a webhook message.
 pub const DELIVER_PATH: &str = "/internal/tasks/webhooks/deliver";
 
+/// `reconcile-tick` handles this: one reconcile tick (Cloud Scheduler's, or
+/// a follow-up through [`TICK_QUEUE`]).
+pub const TICK_PATH: &str = "/internal/tick";
+/// The queue of follow-up ticks (handled by `reconcile-tick`).
+pub const TICK_QUEUE: &str = "tick";
+
 /// The queue of tenant exports (handled by `submit-tasks`).
 pub const EXPORT_QUEUE: &str = "tenant-export";
 /// The queue of tenant purges (handled by `submit-tasks`).
@@ -76,6 +82,18 @@ async fn push(queue: &dyn TaskQueue, task: NewTask) -> Result<(), QueueError> {
         Ok(_) | Err(QueueError::AlreadyExists(_)) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Asks for a reconcile tick at `at` (a follow-up, see `reconcile-tick`'s
+/// module doc), named by its second: asks for one second collapse into one
+/// task, and a tick already running when it comes answers `busy`.
+///
+/// # Errors
+///
+/// The queue's, except that a tick already asked for that second is not one.
+pub async fn push_tick(queue: &dyn TaskQueue, at: Timestamp) -> Result<(), QueueError> {
+    let name = TaskName::new(format!("tick-{}", at.as_secs()))?;
+    push(queue, NewTask::new(QueueName::new(TICK_QUEUE)?, TICK_PATH, &b"{}"[..]).named(name).at(at)).await
 }
 
 fn body<T: Serialize>(v: &T) -> Result<Vec<u8>, QueueError> {

@@ -71,6 +71,7 @@ locals {
     MAPI_CLOUDTASKS_LOCATION        = var.region
     MAPI_SUBMIT_TASKS_URL           = local.url["submit-tasks"]
     MAPI_METER_URL                  = local.url["meter"]
+    MAPI_TICK_URL                   = local.url["reconcile-tick"]
     MAPI_CLOUDTASKS_SERVICE_ACCOUNT = module.queues.invoker_email
     MAPI_CLOUDTASKS_AUDIENCE        = local.tasks_audience
   }
@@ -246,6 +247,23 @@ module "queues" {
       enqueuers = {
         submit-api   = module.submit_api.service_account_email
         submit-tasks = module.submit_tasks.service_account_email
+      }
+    }
+    # Follow-up ticks (MAPI_TICK_FOLLOW_UP_S): asked for by a tick while work
+    # is active, and by a dispatch, a new item job or an endpoint change; one
+    # at a time (the tick lease serializes them anyway).
+    tick = {
+      host                      = trimprefix(local.url["reconcile-tick"], "https://")
+      max_dispatches_per_second = 5
+      max_concurrent_dispatches = 1
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers = {
+        submit-api     = module.submit_api.service_account_email
+        submit-tasks   = module.submit_tasks.service_account_email
+        reconcile-tick = module.reconcile_tick.service_account_email
       }
     }
     # A tenant's export and purge: rare, long, one delivery at a time.

@@ -198,6 +198,20 @@ impl Checker {
     }
 
     /// Acknowledged runs, jobs and their items.
+    /// For each acknowledged run that succeeded: the time from its last
+    /// event applied (`last_applied`) to its `succeeded` transition.
+    pub fn succeeded_at(&self, last_applied: &BTreeMap<String, Timestamp>) -> BTreeMap<String, Duration> {
+        let mut out = BTreeMap::new();
+        for id in self.runs.keys() {
+            let Some(run) = self.get::<RunDoc>(id) else { continue };
+            let succeeded = run.history().iter().rev().find(|t| t.to == RunState::Succeeded).map(|t| t.at);
+            if let (Some(done), Some(last)) = (succeeded, last_applied.get(id)) {
+                out.insert(id.clone(), done.since(*last));
+            }
+        }
+        out
+    }
+
     pub fn sizes(&self) -> (usize, usize, usize) {
         (self.runs.len(), self.jobs.len(), self.jobs.values().map(|j| j.items).sum())
     }

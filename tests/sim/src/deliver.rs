@@ -93,6 +93,13 @@ pub fn push(world: &mut World, mut p: Push) {
         Some((s, v)) => {
             let lost = ok(s) && world.faults.roll(Fault::PushAnswerLost);
             let disposition = v["disposition"].as_str().unwrap_or("").to_owned();
+            if ok(s)
+                && disposition == "applied"
+                && let Some(run) = p.label.split(':').next()
+            {
+                let now = world.now();
+                world.last_applied.insert(run.to_owned(), now);
+            }
             world.note(format!("{what}: {s} {disposition}{}", if lost { ", the answer lost" } else { "" }));
             !ok(s) || lost
         }

@@ -56,11 +56,25 @@ pub struct Settings {
     pub intensity: u32,
     /// Print every step of the trace to stderr.
     pub verbose: bool,
+    /// `MAPI_TICK_FOLLOW_UP_S`: how soon a tick asks for the next while
+    /// work is active.
+    pub tick_follow_up_s: u32,
 }
+
+/// The follow-up ticks' pace in the fault sweeps: slower than the
+/// platform's default (3 s), which costs the sweep 1.7 times its time for
+/// the same paths; `a_run_succeeds_within_seconds_of_its_last_event` runs
+/// the default.
+pub const SWEEP_TICK_FOLLOW_UP_S: u32 = 15;
 
 impl Settings {
     pub fn seed(seed: u64) -> Settings {
-        Settings { seed, intensity: 100, verbose: std::env::var_os("MAPI_SIM_VERBOSE").is_some() }
+        Settings {
+            seed,
+            intensity: 100,
+            verbose: std::env::var_os("MAPI_SIM_VERBOSE").is_some(),
+            tick_follow_up_s: SWEEP_TICK_FOLLOW_UP_S,
+        }
     }
 }
 
@@ -79,6 +93,9 @@ pub struct Report {
     pub jobs: usize,
     pub items: usize,
     pub crashes: u64,
+    /// For each run that succeeded: how long after its last event was
+    /// applied it became `succeeded`.
+    pub end_lags: BTreeMap<String, Duration>,
 }
 
 impl Report {
@@ -156,6 +173,8 @@ pub struct World {
     pub steps: u64,
     pub crashes: u64,
     pub start: Timestamp,
+    /// When each run's last event was applied (a push answered `applied`).
+    pub last_applied: BTreeMap<String, Timestamp>,
     rt: tokio::runtime::Runtime,
     _home: tempfile::TempDir,
 }
@@ -217,7 +236,7 @@ impl World {
         let clock = Arc::new(VirtualClock::new(start));
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let home = tempfile::tempdir().expect("a home for the seed");
-        let config = config(home.path());
+        let config = config(home.path(), settings.tick_follow_up_s);
         let sqlite = mapi_store::sqlite::SqliteStore::open(
             &home.path().join("mapi.db"),
             dyn_clock.clone(),
@@ -273,6 +292,7 @@ impl World {
             steps: 0,
             crashes: 0,
             start,
+            last_applied: BTreeMap::new(),
             rt,
             _home: home,
         }
@@ -489,6 +509,7 @@ impl World {
         }
         crate::check::at_end(&mut self);
         let (runs, jobs, items) = self.checker.sizes();
+        let end_lags = self.checker.succeeded_at(&self.last_applied);
         Report {
             seed: self.settings.seed,
             trace_hash: self.trace.hash(),
@@ -500,6 +521,7 @@ impl World {
             jobs,
             items,
             crashes: self.crashes,
+            end_lags,
         }
     }
 
@@ -581,7 +603,7 @@ impl World {
 
 /// The platform's settings for a seed in `home`: fixed secrets, the
 /// simulation's operator and accounts, evidence valid for a year.
-fn config(home: &std::path::Path) -> Config {
+fn config(home: &std::path::Path, follow_up_s: u32) -> Config {
     let accounts = TENANTS
         .iter()
         .map(|(n, _)| format!("owner@{n}.test"))
@@ -597,6 +619,7 @@ fn config(home: &std::path::Path) -> Config {
         ("MAPI_OPERATOR_EMAILS", OPERATOR.to_owned()),
         ("MAPI_DEV_ACCOUNTS", accounts),
         ("MAPI_EXECUTOR_EVIDENCE_MAX_AGE_S", "31536000".to_owned()),
+        ("MAPI_TICK_FOLLOW_UP_S", follow_up_s.to_string()),
     ]);
     Config::from_lookup(&|k| vars.get(k).cloned()).expect("the simulation's configuration")
 }

@@ -123,7 +123,8 @@ async fn the_route_table_is_the_routers() {
             q.queue,
             q.path
         );
-        assert_eq!(row.caller, format!("Cloud Tasks queue {}", q.queue), "{row:?}");
+        let caller = format!("Cloud Tasks queue {}", q.queue);
+        assert!(row.caller.split(", ").any(|c| c == caller), "{row:?} names {caller}");
     }
     // Completeness: every operation a function documents is in the table, as that function's.
     let documented = [
@@ -149,8 +150,11 @@ async fn the_route_table_is_the_routers() {
             }
         }
     }
-    let queue_callers: BTreeSet<&str> =
-        rows.iter().filter_map(|r| r.caller.strip_prefix("Cloud Tasks queue ")).collect();
+    let queue_callers: BTreeSet<&str> = rows
+        .iter()
+        .flat_map(|r| r.caller.split(", "))
+        .filter_map(|c| c.strip_prefix("Cloud Tasks queue "))
+        .collect();
     let queues: BTreeSet<&str> = QUEUE_ROUTES.iter().map(|q| q.queue).collect();
     assert_eq!(queue_callers, queues, "every queue in the table has its target, and only those");
 }

@@ -216,6 +216,9 @@ pub async fn create(
             mapi_schema::put(&*state.store, &doc).await?;
         }
     }
+    if doc.active {
+        state.ask_for_tick().await;
+    }
     Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)))
 }
 
@@ -301,7 +304,7 @@ async fn change(
     let now = state.clock.now();
     let record = Audit::by(caller, action, format!("endpoints/{id}")).into_doc(now, &*state.entropy);
     let (record, f) = (&record, &f);
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+    let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut doc = tx_get::<EndpointDoc>(&mut tx, id)
             .await?
             .ok_or_else(|| ApiError::not_found(format!("endpoint {id} not found")))?;
@@ -314,7 +317,12 @@ async fn change(
         tx_create(&mut tx, &record)?;
         Ok(tx.finish(doc))
     })
-    .await
+    .await?;
+    if doc.active {
+        // Ticks follow the change until it is carried out.
+        state.ask_for_tick().await;
+    }
+    Ok(doc)
 }
 
 /// `POST …/endpoints/{alias}:score`, `:promote`, `:rollback` and `:override`.

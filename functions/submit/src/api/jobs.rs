@@ -283,6 +283,8 @@ pub async fn submit(
         tracing::warn!(job = %id, error = %e, "the fan-out could not be enqueued: job withdrawn, manifest objects left");
         return Err(e.into());
     }
+    // Ticks follow the job until it closes.
+    state.ask_for_tick().await;
     tracing::info!(job = %id, method = %job.method, items = n, "job submitted");
     Ok((StatusCode::CREATED, Json(view(&state, &job).await?)).into_response())
 }

@@ -167,6 +167,9 @@ pub struct Config {
     /// A running attempt without events for this long is marked stalled.
     pub stall_after: Duration,
     pub tick_interval: Duration,
+    /// While work is active, how long after a tick the next one is asked
+    /// for (`MAPI_TICK_FOLLOW_UP_S`; zero: none).
+    pub tick_follow_up: Duration,
     /// How long after a run ended what its executions left is kept, unless the tenant's quota
     /// policy says otherwise.
     pub run_retention: Duration,
@@ -792,6 +795,7 @@ impl Config {
             endpoints_step_requests: v::ENDPOINTS_STEP_REQUESTS.parse(life)?,
             endpoints_p99_slack: v::ENDPOINTS_P99_SLACK_MS.millis(life)?,
             tick_interval: v::TICK_INTERVAL_S.seconds(life)?,
+            tick_follow_up: v::TICK_FOLLOW_UP_S.seconds(life)?,
             audit_retention: days(&v::AUDIT_RETENTION_DAYS, life)?,
             delivery_retention: days(&v::DELIVERY_RETENTION_DAYS, life)?,
             run_retention: Duration::from_secs(

@@ -35,6 +35,7 @@ fn the_queue_is_local_unless_cloudtasks_is_chosen_with_its_settings() {
             target: None,
             submit_tasks_url: None,
             meter_url: Some("https://meter.example".into()),
+            tick_url: None,
             service_account: "tasks@mapi-prod.iam.gserviceaccount.com".into(),
             audience: None,
             endpoint: Some("http://127.0.0.1:9999".into()),

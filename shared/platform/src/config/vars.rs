@@ -114,6 +114,11 @@ pub const ENDPOINTS_P99_SLACK_MS: Var = Var::new(
 );
 pub const TICK_INTERVAL_S: Var =
     Var::new("MAPI_TICK_INTERVAL_S", "2", "How often `mapi dev` runs the reconcile tick");
+pub const TICK_FOLLOW_UP_S: Var = Var::new(
+    "MAPI_TICK_FOLLOW_UP_S",
+    "3",
+    "While work is active (runs, open item jobs, endpoints, new webhook messages), each reconcile tick asks for the next this many seconds later through the `tick` queue, and a dispatch, a new item job or an endpoint change asks for one, so progress does not wait for Cloud Scheduler's minute (0: the scheduler's ticks only)",
+);
 pub const AUDIT_RETENTION_DAYS: Var = Var::new(
     "MAPI_AUDIT_RETENTION_DAYS",
     "400",
@@ -330,6 +335,7 @@ pub const VARIABLES: &[Var] = &[
     IDEMPOTENCY_TTL_S,
     STALL_AFTER_S,
     TICK_INTERVAL_S,
+    TICK_FOLLOW_UP_S,
     RUN_RETENTION_DAYS,
     AUDIT_RETENTION_DAYS,
     DELIVERY_RETENTION_DAYS,

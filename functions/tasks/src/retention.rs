@@ -1,0 +1,98 @@
+//! Retention by kind: the platform's setting, and each tenant's own from
+//! its quota policy; [`Retention::expired`] finds what is past it with
+//! bounded reads. The housekeepers (jobs, runs' executions, records) all
+//! ask it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use mapi_domain::{TenantId, Timestamp};
+use mapi_platform::AppState;
+use mapi_problem::ApiError;
+use mapi_schema::{Doc, QuotaPolicyDoc};
+use mapi_store::{Document, Op, Query};
+
+/// Documents of the platform's query looked at per call (some belong to a
+/// tenant with its own, longer retention, and are passed over), a page at
+/// a time.
+const SCAN_PER_CALL: u32 = 2_000;
+const SCAN_PAGE: u32 = 200;
+
+/// Each tenant's retention that its quota policy sets, in days by `days`
+/// (`job_retention_days`, `run_retention_days`, `audit_retention_days`,
+/// `delivery_retention_days`).
+pub async fn retentions(
+    state: &AppState,
+    days: fn(&mapi_quota::Policy) -> Option<u32>,
+) -> Result<HashMap<TenantId, Duration>, ApiError> {
+    let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
+    let mut out = HashMap::new();
+    for d in docs {
+        let p: QuotaPolicyDoc = d.decode()?;
+        if let Some(days) = days(&p.policy) {
+            out.insert(p.tenant, Duration::from_secs(u64::from(days) * 86_400));
+        }
+    }
+    Ok(out)
+}
+
+/// One kind's retention: the platform's, and the tenants' own.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention<'a> {
+    /// The tenants whose quota policy sets their own ([`retentions`]).
+    pub own: &'a HashMap<TenantId, Duration>,
+    /// The platform's.
+    pub default: Duration,
+    pub now: Timestamp,
+}
+
+impl Retention<'_> {
+    /// Documents past their retention, at most `budget`: for each tenant
+    /// with its own retention, `aged(cutoff)` narrowed to the tenant; then
+    /// `aged` at the platform's cutoff, passing over those tenants'
+    /// documents (at most [`SCAN_PER_CALL`] looked at, a page at a time).
+    /// `aged` orders by the age field, oldest first; the documents carry a
+    /// `tenant` field (one without, e.g. a platform audit entry, is under
+    /// the platform's retention) and the store indexes (`tenant`, age).
+    pub async fn expired(
+        &self,
+        state: &AppState,
+        budget: u32,
+        aged: impl Fn(Timestamp) -> Query,
+    ) -> Result<Vec<Document>, ApiError> {
+        let mut out = Vec::new();
+        for (tenant, keep) in self.own {
+            let left = budget.saturating_sub(len(&out));
+            if left == 0 {
+                return Ok(out);
+            }
+            let q = aged(self.now - *keep).filter("tenant", Op::Eq, tenant.as_str()).limit(left);
+            out.extend(state.store.query(&q, None).await?);
+        }
+        let q = aged(self.now - self.default);
+        let (mut token, mut scanned) = (None::<String>, 0);
+        while len(&out) < budget {
+            let (docs, next) = q.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;
+            for d in docs {
+                scanned += 1;
+                let tenant = d.fields.get("tenant").and_then(|t| t.as_str());
+                if tenant.is_some_and(|t| self.own.keys().any(|o| o.as_str() == t)) {
+                    continue;
+                }
+                out.push(d);
+                if len(&out) == budget {
+                    break;
+                }
+            }
+            match next {
+                Some(t) if scanned < SCAN_PER_CALL => token = Some(t),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn len(docs: &[Document]) -> u32 {
+    u32::try_from(docs.len()).unwrap_or(u32::MAX)
+}
