@@ -148,6 +148,29 @@ async fn serve_promote_and_roll_back(p: &TestPlatform) {
     assert_eq!(s, 400, "{problem}");
     assert!(problem["detail"].as_str().expect("detail").contains("column `year` is missing"), "{problem}");
 
+    // An answer's bytes leave the platform: the tenant's egress of the month
+    // counts exactly them, in the commit that meters the score.
+    let month = mapi_quota::counters::tenant_period(
+        &mapi_domain::TenantId::parse("dev").expect("dev"),
+        mapi_quota::Period::Month,
+        p.platform.state.clock.now(),
+    );
+    let egress = || async {
+        mapi_quota::counters::read(&*p.platform.state.store, &month).await.expect("counter").egress_bytes
+    };
+    let before = egress().await;
+    let answered = p
+        .http
+        .post(p.url(&format!("{}/employment:score", endpoints(p))))
+        .bearer_auth(p.token())
+        .json(&json!({"rows": [row(), row()]}))
+        .send()
+        .await
+        .expect("score");
+    assert_eq!(answered.status(), 200);
+    let sent = answered.bytes().await.expect("body").len() as i64;
+    assert_eq!(egress().await - before, sent, "the answer's {sent} bytes are the egress counted");
+
     // A row whose prediction no 64-bit float holds is refused naming the
     // column that took it there, never answered `null`.
     let mut huge = row();

@@ -1109,3 +1109,35 @@ async fn an_idempotent_retry_replays_its_job_at_every_limit() {
     assert_eq!(stored.len(), 1, "the replays made no job");
     h.p.platform.shutdown().await;
 }
+
+/// The tier's egress per month is metered where data leaves: each download
+/// link counts its file's bytes, a link that would pass the month's limit
+/// is refused naming it (no link, and nothing counted), the usage report
+/// shows what left, and the limit resets with the UTC month.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_months_egress_refuses_download_links_naming_the_limit() {
+    let h = Harness::start("2026-03-31T23:59:00Z", &[]).await;
+    let owner = h.tenant("p2", "public").await;
+    let csv = "x,y\n1,2\n2,3\n3,5\n";
+    let size = csv.len() as u64;
+    // Room for two links, not three.
+    h.set_quota("p2", json!({"egress_bytes_per_month": 3 * size - 1})).await;
+    let ds = h.upload_as(&owner, "p2", csv).await.2["id"].as_str().expect("id").to_owned();
+    let link = || async {
+        let path = format!("/v1/tenants/p2/projects/default/datasets/{ds}/url");
+        let resp = h.p.http.post(h.p.url(&path)).bearer_auth(&owner).send().await.expect("link");
+        answer(resp).await
+    };
+    for _ in 0..2 {
+        let (s, _, body) = link().await;
+        assert_eq!(s, 200, "{body}");
+        assert!(body["url"].as_str().is_some_and(|u| !u.is_empty()), "{body}");
+    }
+    let limit = format!("tenant limit egress_bytes_per_month is {}", 3 * size - 1);
+    refused(&link().await, "QUOTA_EXCEEDED", &limit, Some(60));
+    assert_eq!(h.usage_of("p2", "egress_bytes_per_month").await, 2 * size, "a refused link counts nothing");
+    // A new UTC month: the limit is whole again.
+    h.clock.advance(Duration::from_secs(60));
+    assert_eq!(link().await.0, 200);
+    assert_eq!(h.usage_of("p2", "egress_bytes_per_month").await, size);
+}

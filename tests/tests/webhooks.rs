@@ -185,6 +185,32 @@ async fn the_readme_receiver_verifies_a_runs_events_their_replays_and_a_rotation
     assert_eq!(replays.len(), 3);
     assert!(replays.iter().all(|a| a["status"] == 204), "{attempts}");
 
+    // Each body a receiver answered left the platform: the tenant's egress
+    // of the month counts it, and only those.
+    let stored = p
+        .platform
+        .state
+        .store
+        .query(&mapi_store::Query::new(<mapi_schema::DeliveryDoc as mapi_schema::Doc>::COLLECTION), None)
+        .await
+        .expect("query");
+    let sent: u64 = stored
+        .iter()
+        .map(|d| d.decode::<mapi_schema::DeliveryDoc>().expect("a message"))
+        .map(|m| m.payload.len() as u64 * m.attempts.iter().filter(|a| a.status.is_some()).count() as u64)
+        .sum();
+    let month = mapi_quota::counters::tenant_period(
+        &mapi_domain::TenantId::parse("dev").expect("dev"),
+        mapi_quota::Period::Month,
+        p.platform.state.clock.now(),
+    );
+    let counted = mapi_quota::counters::read(&*p.platform.state.store, &month).await.expect("counter");
+    assert!(
+        sent > 0 && counted.egress_bytes == sent as i64,
+        "{} bytes counted, {sent} sent",
+        counted.egress_bytes
+    );
+
     // The secret is shown at creation and rotation only.
     let (_, listed) = p.call(p.token(), Method::GET, &format!("{}/webhooks", p.project_path()), None).await;
     let (_, one) =

@@ -58,11 +58,13 @@ struct Built {
     parts: Vec<ExportPart>,
     documents: u64,
     objects: u64,
+    /// What the export's links can send: its parts and the objects they list.
+    bytes: u64,
 }
 
 async fn build(state: &AppState, export: &ExportDoc) -> Result<Built, ApiError> {
     let dir = format!("{}{}", mapi_schema::export_prefix(&export.tenant), export.id);
-    let mut built = Built { parts: Vec::new(), documents: 0, objects: 0 };
+    let mut built = Built { parts: Vec::new(), documents: 0, objects: 0, bytes: 0 };
     let tenant_doc = mapi_schema::key::<TenantDoc>(export.tenant.as_str())?;
     let own: Vec<_> = state.store.get(&[tenant_doc], None).await?.into_iter().flatten().collect();
     let tenant_doc = Owned { collection: TenantDoc::COLLECTION, fate: Fate::Keep, secret_fields: &[] };
@@ -122,6 +124,7 @@ async fn add_objects(
         let page = state.objects.list(&format!("t/{tenant}/"), token.as_deref(), PAGE).await?;
         let mut lines = String::new();
         for o in &page.objects {
+            built.bytes = built.bytes.saturating_add(o.size);
             let url = state.objects.signed_url(SignedMethod::Get, &o.key, URL_TTL).await?;
             let line = serde_json::json!({
                 "key": o.key.as_str(), "size": o.size, "content_type": o.content_type, "url": url,
@@ -156,6 +159,7 @@ async fn write_part(
     let size = lines.len() as u64;
     state.objects.put(&key, Bytes::from(lines), "application/x-ndjson", IfGeneration::Any).await?;
     let url = state.objects.signed_url(SignedMethod::Get, &key, URL_TTL).await?;
+    built.bytes = built.bytes.saturating_add(size);
     built.parts.push(ExportPart { name, kind, count, size, url });
     Ok(())
 }
@@ -178,6 +182,9 @@ async fn finish(state: &AppState, id: &str, built: Result<Built, String>) -> Res
                 export.parts.clone_from(&b.parts);
                 (export.documents, export.objects) = (b.documents, b.objects);
                 export.expires_at = Some(now + URL_TTL);
+                // The tenant's egress: counted once, with the links; never
+                // refused (a tenant may always take its data out).
+                mapi_metering::egress(&export.tenant, b.bytes, &export.id, now).apply(&mut tx)?;
             }
             Err(why) => {
                 export.state = ExportState::Failed;

@@ -208,8 +208,8 @@ fn signing_keys(hook: &WebhookDoc, now: Timestamp) -> Result<Vec<Secret>, String
     Ok(chosen.into_iter().cloned().collect())
 }
 
-/// Records the attempt and moves the message; when its next attempt is due,
-/// if one is.
+/// Records the attempt, counts the body's bytes as the tenant's egress, and
+/// moves the message; when its next attempt is due, if one is.
 async fn record(
     state: &AppState,
     task: &DeliverTask,
@@ -239,6 +239,13 @@ async fn record(
         m.state = next_state;
         m.next_at = next_at;
         tx_put(&mut tx, &m)?;
+        // A receiver that answered got the body: the tenant's egress
+        // (counted, never refused: a message is the tenant's own notice,
+        // and small).
+        if tried.status.is_some() {
+            let seed = format!("{}:{}", m.id, task.attempt);
+            mapi_metering::egress(&m.tenant, m.payload.len() as u64, &seed, now).apply(&mut tx)?;
+        }
         Ok(tx.finish(next_at))
     })
     .await

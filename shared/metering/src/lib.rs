@@ -258,6 +258,18 @@ pub fn score(
     Charge { ledger, bumps, amount_micros, vcpu_ms: priced.vcpu_ms }
 }
 
+/// `bytes` that left the platform for `tenant` at `now` (a score's answer,
+/// a webhook's body, an export), added to the tenant's egress of the month
+/// in the shard `seed` picks. Unguarded: what left is counted even past the
+/// limit; admission refuses what would leave next
+/// (`mapi_quota::Ask::Egress`, and a score once the month's is spent).
+pub fn egress(tenant: &TenantId, bytes: u64, seed: &str, now: Timestamp) -> Bumps {
+    let mut b = Bumps::default();
+    let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+    b.add_to(&counters::tenant_period(tenant, Period::Month, now), seed, field::EGRESS, bytes);
+    b
+}
+
 /// Buffers in `tx` what `line` adds (`totals`) to the rollups of `tenant`
 /// and of its `project` for the day of `at`, in the shards `seed` picks.
 fn record(

@@ -23,6 +23,8 @@ pub struct Usage {
     /// In the current UTC month.
     pub tenant_vcpu_ms_month: u64,
     pub tenant_storage_bytes: u64,
+    /// Bytes that left for the tenant in the current UTC month.
+    pub tenant_egress_bytes_month: u64,
     pub platform_active_runs: u32,
     /// The platform's spend in the spend cap's current period.
     pub platform_spend_micros: i64,
@@ -49,8 +51,11 @@ pub enum Ask {
     Job { items: u64 },
     /// A score of a model endpoint. Its compute is metered when it has
     /// been answered, so, as a job, it reserves nothing and a vCPU limit
-    /// refuses it once the limit is spent.
+    /// refuses it once the limit is spent; so does its response's egress.
     Score,
+    /// Data leaving the platform: a download link or an export of this
+    /// many bytes, counted against the tenant's egress of the month.
+    Egress { bytes: u64 },
 }
 
 /// The level whose limit refused a request.
@@ -130,14 +135,16 @@ pub struct Refusal {
 /// 2. Tenant (`tenant`, usually [`crate::effective`]): requests per minute;
 ///    for a run, the largest class, fan-out tasks, concurrent runs, vCPU-seconds
 ///    per day, then per month; for a job, items per job, then the same
-///    vCPU-seconds; for an upload, storage.
+///    vCPU-seconds; for a score, the vCPU-seconds and the egress of the
+///    month (refused once spent); for an upload, storage; for a download
+///    or an export, the egress of the month.
 /// 3. Platform: for a job, items per job; for a run, the uploaded-code
 ///    switch and `platform.concurrent_runs`; for both, the spend cap, which
 ///    internal tenants pass.
 ///
-/// Only the limits listed are checked: egress is metered where data leaves,
-/// and [`Usage`] carries no platform-wide vCPU, storage or request counts, so
-/// the other fields of `platform` have nothing to compare with here.
+/// Only the limits listed are checked: [`Usage`] carries no platform-wide
+/// vCPU, storage or request counts, so the other fields of `platform` have
+/// nothing to compare with here.
 #[expect(clippy::too_many_arguments, reason = "the three levels' inputs are read separately by the caller")]
 pub fn admit(
     now: Timestamp,
@@ -164,7 +171,7 @@ fn vcpu_ask(ask: &Ask) -> Option<(u64, String)> {
         }
         Ask::Job { .. } => Some((1, "this job needs compute and none is left".to_owned())),
         Ask::Score => Some((1, "this score needs compute and none is left".to_owned())),
-        Ask::Upload { .. } => None,
+        Ask::Upload { .. } | Ask::Egress { .. } => None,
     }
 }
 
@@ -250,7 +257,13 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             }
             check_vcpu(now, tenant, usage, ask)?;
         }
-        Ask::Score => check_vcpu(now, tenant, usage, ask)?,
+        Ask::Score => {
+            check_vcpu(now, tenant, usage, ask)?;
+            check_egress(now, tenant, usage, 1, "this score's answer would leave more")?;
+        }
+        Ask::Egress { bytes } => {
+            check_egress(now, tenant, usage, *bytes, &format!("this would send {bytes} more"))?;
+        }
         Ask::Upload { bytes } => {
             if let Some(limit) = tenant.storage_bytes
                 && over(usage.tenant_storage_bytes, *bytes, limit)
@@ -267,6 +280,27 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
         }
     }
     Ok(())
+}
+
+/// The tenant's egress of the month: `bytes` more would pass it.
+fn check_egress(
+    now: Timestamp,
+    tenant: &Limits,
+    usage: &Usage,
+    bytes: u64,
+    wants: &str,
+) -> Result<(), Refusal> {
+    let used = usage.tenant_egress_bytes_month;
+    match tenant.egress_bytes_per_month {
+        Some(limit) if over(used, bytes, limit) => Err(refuse(
+            Level::Tenant,
+            "egress_bytes_per_month",
+            RefusalCode::QuotaExceeded,
+            format!("is {limit} bytes; {used} bytes left the platform in this UTC month and {wants}"),
+            Reset::At { now, boundary: Period::Month.end(now) },
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The tenant's vCPU-seconds per day, then per month.
@@ -318,7 +352,7 @@ fn check_platform(
     let plugin = match ask {
         Ask::Run { plugin, .. } => *plugin,
         Ask::Job { .. } | Ask::Score => false,
-        Ask::Upload { .. } => return Ok(()),
+        Ask::Upload { .. } | Ask::Egress { .. } => return Ok(()),
     };
     if plugin && !switches.untrusted_execution_enabled {
         return Err(refuse(
@@ -610,6 +644,29 @@ mod tests {
     }
 
     #[test]
+    fn egress_per_month_refuses_downloads_and_spent_scores_naming_the_limit() {
+        // The public tier sends 5 GiB a month.
+        let mut c = Case::new(LAST_SECONDS).tier(Tier::Public);
+        let limit = 5 * (1u64 << 30);
+        c.usage.tenant_egress_bytes_month = limit - 100;
+        assert_eq!(c.admit(&Ask::Egress { bytes: 100 }), Ok(()), "exactly the month's egress");
+        let r = c.refusal(&Ask::Egress { bytes: 101 });
+        assert_eq!(shape(&r), (Tenant, "egress_bytes_per_month", QuotaExceeded, Some(30)));
+        assert!(r.detail.contains(&format!("is {limit} bytes; {} bytes left", limit - 100)), "{}", r.detail);
+        assert!(r.detail.contains("resets at 2026-12-01T00:00:00.000000Z"), "{}", r.detail);
+        // A score is refused once the month's egress is spent, not before.
+        assert_eq!(c.admit(&Ask::Score), Ok(()));
+        c.usage.tenant_egress_bytes_month = limit;
+        assert_eq!(shape(&c.refusal(&Ask::Score)).1, "egress_bytes_per_month");
+        // Uploads and runs bring data in: egress does not refuse them.
+        assert_eq!(c.admit(&Ask::Upload { bytes: 1 }), Ok(()));
+        assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()));
+        // A tier without an egress limit never refuses it.
+        let internal = c.clone_tier(Tier::Internal);
+        assert_eq!(internal.admit(&Ask::Egress { bytes: u64::MAX }), Ok(()));
+    }
+
+    #[test]
     fn storage_bytes_refuse_uploads_only() {
         let mut c = Case::new(MID).tier(Tier::Public);
         c.usage.tenant_storage_bytes = 2 * (1 << 30) - 100;
@@ -691,6 +748,7 @@ mod tests {
             tenant_vcpu_ms_day: 86_400_000,
             tenant_vcpu_ms_month: 1_000_000_000,
             tenant_storage_bytes: 0,
+            tenant_egress_bytes_month: 0,
             platform_active_runs: 700,
             platform_spend_micros: 0,
         };
@@ -752,6 +810,7 @@ mod tests {
             tenant_vcpu_ms_day: u64::MAX,
             tenant_vcpu_ms_month: u64::MAX,
             tenant_storage_bytes: u64::MAX,
+            tenant_egress_bytes_month: u64::MAX,
             platform_active_runs: u32::MAX,
             platform_spend_micros: i64::MAX,
         };

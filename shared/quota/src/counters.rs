@@ -148,6 +148,10 @@ pub struct CounterDoc {
     /// Items of item jobs finished (in the day and month counters).
     #[serde(default)]
     pub items: i64,
+    /// Bytes that left the platform for the tenant (download links,
+    /// exports, score responses, webhook bodies), in the month counter.
+    #[serde(default)]
+    pub egress_bytes: i64,
 }
 
 impl CounterDoc {
@@ -168,6 +172,7 @@ impl CounterDoc {
             field::STORAGE => self.storage_bytes,
             field::ACTIVE_ITEMS => self.active_items,
             field::ITEMS => self.items,
+            field::EGRESS => self.egress_bytes,
             _ => 0,
         }
     }
@@ -185,6 +190,7 @@ impl CounterDoc {
             field::STORAGE => &mut self.storage_bytes,
             field::ACTIVE_ITEMS => &mut self.active_items,
             field::ITEMS => &mut self.items,
+            field::EGRESS => &mut self.egress_bytes,
             _ => return,
         };
         *slot = slot.saturating_add(delta);
@@ -202,6 +208,7 @@ impl CounterDoc {
             storage_bytes: self.storage_bytes.saturating_add(other.storage_bytes),
             active_items: self.active_items.saturating_add(other.active_items),
             items: self.items.saturating_add(other.items),
+            egress_bytes: self.egress_bytes.saturating_add(other.egress_bytes),
         }
     }
 }
@@ -217,6 +224,7 @@ pub mod field {
     pub const STORAGE: &str = "storage_bytes";
     pub const ACTIVE_ITEMS: &str = "active_items";
     pub const ITEMS: &str = "items";
+    pub const EGRESS: &str = "egress_bytes";
 }
 
 /// Reads counter `name` outside a transaction: the sum of its shards and

@@ -244,6 +244,8 @@ mod tests {
             max_items_per_job: Some(9),
             job_retention_days: Some(8),
             run_retention_days: Some(10),
+            audit_retention_days: Some(11),
+            delivery_retention_days: Some(12),
             note: None,
         };
         let expected = Limits {

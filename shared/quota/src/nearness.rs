@@ -1,5 +1,6 @@
 //! How near a tenant is to each of its limits on things it accumulates:
-//! compute this UTC day and month, concurrent runs, stored bytes. The usage
+//! compute this UTC day and month, concurrent runs, stored bytes, egress
+//! this UTC month. The usage
 //! report shows it; webhooks warn from it. A quota warns at 70 % and again
 //! at 90 % of its limit (a limit of 0 is at 100 % at once).
 
@@ -64,6 +65,7 @@ pub async fn of_tenant(
         Nearness::of("vcpu_seconds_per_month", limits.vcpu_seconds_per_month, month.vcpu_ms() / 1000),
         Nearness::of("concurrent_runs", limits.concurrent_runs.map(u64::from), count(total.active_runs)),
         Nearness::of("storage_bytes", limits.storage_bytes, count(total.storage_bytes)),
+        Nearness::of("egress_bytes_per_month", limits.egress_bytes_per_month, count(month.egress_bytes)),
     ]
     .into_iter()
     .flatten()

@@ -53,7 +53,10 @@ impl CounterNames {
             spend: None,
             token: None,
         };
-        let compute = !matches!(ask, Ask::Upload { .. });
+        let compute = !matches!(ask, Ask::Upload { .. } | Ask::Egress { .. });
+        if matches!(ask, Ask::Egress { .. }) {
+            c.month = Some(c.push(counters::tenant_period(tenant, Period::Month, now)));
+        }
         if compute {
             c.day = Some(c.push(counters::tenant_period(tenant, Period::Day, now)));
             c.month = Some(c.push(counters::tenant_period(tenant, Period::Month, now)));
@@ -157,6 +160,7 @@ fn usage(names: &CounterNames, sums: &[CounterDoc]) -> Usage {
         tenant_vcpu_ms_day: at(names.day).vcpu_ms(),
         tenant_vcpu_ms_month: at(names.month).vcpu_ms(),
         tenant_storage_bytes: u64::try_from(sums[TOTAL].storage_bytes).unwrap_or(0),
+        tenant_egress_bytes_month: u64::try_from(at(names.month).egress_bytes).unwrap_or(0),
         platform_active_runs: clamp_u32(at(names.platform).active_runs),
         platform_spend_micros: at(names.spend).spend_micros,
     }
@@ -232,6 +236,16 @@ pub fn plan(read: &Read<'_>, asked: &Asked<'_>) -> Result<Result<Plan, Refusal>,
             // enqueues them, a score's charged once it is answered;
             // admission takes only the request.
             bumps.take(field::REQUESTS, &requests);
+            None
+        }
+        Ask::Egress { bytes } => {
+            bumps.take(field::REQUESTS, &requests);
+            let month = &c[names.month.expect("an egress reads the month's counter")];
+            let bytes = i64::try_from(*bytes).unwrap_or(i64::MAX);
+            bumps.take(
+                field::EGRESS,
+                &take(month, field::EGRESS, bytes, limit(limits.egress_bytes_per_month))?,
+            );
             None
         }
         Ask::Upload { bytes } => {

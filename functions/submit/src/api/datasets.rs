@@ -356,12 +356,18 @@ const DOWNLOAD_TTL: std::time::Duration = std::time::Duration::from_secs(900);
 
 /// A link to download the dataset's file, valid 15 minutes. Every link is
 /// audited (`dataset.download`) before it is given: no audit entry, no link.
+/// The file's size counts against the tenant's egress of the month; past
+/// it, 429 `QUOTA_EXCEEDED` names `egress_bytes_per_month`.
 #[utoipa::path(
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/datasets/{id}/url",
     tag = "datasets",
     params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("id" = mapi_domain::DatasetId, Path)),
-    responses((status = 200, body = DatasetUrl), (status = 404, body = mapi_problem::Problem)),
+    responses(
+        (status = 200, body = DatasetUrl),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 429, body = mapi_problem::Problem, description = "The tenant's egress of the month would pass its limit (QUOTA_EXCEEDED)"),
+    ),
     security(("session" = []), ("token" = []))
 )]
 pub async fn download_url(
@@ -380,7 +386,27 @@ pub async fn download_url(
         .operator(granted.as_operator)
         .detail(format!("{} ({} bytes), a link valid {} s", doc.name, doc.size, DOWNLOAD_TTL.as_secs()))
         .into_doc(state.clock.now(), &*state.entropy);
-    mapi_schema::put(&*state.store, &record).await?;
+    // What the link can send counts against the tenant's egress of the
+    // month, admitted in the audit entry's commit: refused, no link.
+    let request = quota::Request {
+        caller: &caller,
+        tenant: &tenant,
+        tier: granted.tenant.tier,
+        ask: Ask::Egress { bytes: doc.size },
+        seed: record.id.as_str(),
+        what: format!("datasets/{}/url", doc.id),
+    };
+    let (record_ref, store) = (&record, &*state.store);
+    quota::admit_and_commit(&state, &request, |plan| async move {
+        let bumps = &plan.bumps;
+        transact::<_, ApiError, _, _>(store, |mut tx| async move {
+            bumps.apply(&mut tx)?;
+            tx_create(&mut tx, record_ref)?;
+            Ok(tx.finish(()))
+        })
+        .await
+    })
+    .await?;
     Ok(Json(DatasetUrl { dataset: doc.id, url, expires_in_s: DOWNLOAD_TTL.as_secs() }))
 }
 

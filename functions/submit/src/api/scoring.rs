@@ -72,6 +72,7 @@ pub async fn score(
     let tag = doc.choose(u32::from(draw) * 100 / 256).to_owned();
     let answer = forward(state, &doc, &tag, body).await?;
     let scored = Scored {
+        sent: answer.bytes.as_ref().map_or(0, |b| b.len() as u64),
         doc: &doc,
         tag: &tag,
         token: caller.token().map(|t| t.public_id()),
@@ -153,12 +154,14 @@ struct Scored<'a> {
     shard: u32,
     /// Picks the usage counters' shards.
     seed: &'a str,
+    /// The answer's bytes, which leave the platform (egress).
+    sent: u64,
 }
 
 /// Counts a score in one commit: its revision's statistics, its charge
 /// (`mapi_metering::score`: the endpoint's ledger of the minute, token and
-/// shard, the rollups and the usage counters) and the request admission
-/// took. The score was answered, so its request is counted even past a
+/// shard, the rollups and the usage counters), the request admission took
+/// and the answer's bytes (the tenant's egress of the month). The score was answered, so its request is counted even past a
 /// limit another request reached first (the guarded take fails, and the
 /// commit is made again unguarded).
 async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
@@ -177,11 +180,12 @@ async fn meter(state: &AppState, s: &Scored<'_>, plan: Plan) {
     let payer = Payer { tenant: &doc.tenant, project: &doc.project, token: s.token };
     let mut admitted = Some(plan.bumps);
     loop {
-        let requests = admitted.clone().unwrap_or_else(|| {
+        let mut requests = admitted.clone().unwrap_or_else(|| {
             let mut b = Bumps::default();
             b.add_to(&counters::tenant_minute(&doc.tenant, now), s.seed, field::REQUESTS, 1);
             b
         });
+        requests.extend(mapi_metering::egress(&doc.tenant, s.sent, s.seed, now));
         let (stats_id, ledger_id, requests, payer) = (&stats_id, &ledger_id, &requests, &payer);
         let result = transact::<_, StoreError, _, _>(&*state.store, |mut tx| async move {
             let stats = tx_get::<StatsDoc>(&mut tx, stats_id).await?;
