@@ -200,16 +200,16 @@ pub async fn sign_in(State(console): State<Console>, Query(q): Query<SignInQuery
 }
 
 async fn discovery(console: &Console) -> Result<&code_flow::Discovery, String> {
-    let Some(issuer) = console.app.config.session_issuer() else {
+    let Some(url) = console.app.config.session_discovery_url() else {
         return Err(
             "This deployment has no identity provider (MAPI_OIDC_ISSUER): only API tokens work here.".into(),
         );
     };
     console
         .discovery
-        .get_or_try_init(|| code_flow::discover(&console.http, &issuer))
+        .get_or_try_init(|| code_flow::discover(&console.http, &url))
         .await
-        .map_err(|e| format!("The identity provider at {issuer} could not be asked: {e}."))
+        .map_err(|e| format!("The identity provider's discovery document at {url} could not be read: {e}."))
 }
 
 fn redirect_uri(console: &Console) -> String {

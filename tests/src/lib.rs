@@ -122,6 +122,7 @@ pub mod fake_kms;
 pub mod firestore_emulator;
 pub mod gcs_front;
 pub mod google;
+pub mod google_sign_in;
 pub mod model_fixture;
 pub mod python_tools;
 pub mod scripted;

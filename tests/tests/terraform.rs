@@ -1924,3 +1924,145 @@ async fn contract_google_id_tokens_of_the_prod_clients_sign_a_person_in() {
         Err(mapi_oidc::OidcError::EmailNotVerified)
     );
 }
+
+/// A person signs in to the console and to the CLI of a platform whose
+/// session settings are exactly what envs/prod gives admin (issuer, the
+/// console's web client, the CLI's clients), against a stand-in of Google's
+/// sign-in that refuses what Google refuses: the console's code flow (PKCE,
+/// the client secret, Google's token response) ends in a console session,
+/// and an ID token Google gives the CLI's desktop client opens an API
+/// session. The setting prod had before (`oidc_audience = "mapi"`) is
+/// stopped by Google at the first step: no such OAuth client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contract_a_person_signs_in_to_the_console_and_the_cli_of_a_platform_configured_as_prod() {
+    use mapi_oidc::code_flow::{self, Client, Request};
+    use mapi_tests::google_sign_in::{GoogleSignIn, OAuthClient, Person};
+    let tf = tf();
+    let wired = service_env(tf, tf_name(Service::Admin));
+    for key in [vars::OIDC_ISSUER.name, vars::OIDC_AUDIENCE.name, vars::OIDC_CLI_AUDIENCES.name] {
+        assert!(wired.contains_key(key), "admin (the console) is given {key}");
+    }
+    let issuer = lit(tf.tfvar("prod", "oidc_issuer")).expect("a literal issuer");
+    let console = lit(tf.tfvar("prod", "oidc_audience")).expect("a literal client id");
+    let clis: Vec<String> = match tf.tfvar("prod", "oidc_cli_audiences") {
+        Expression::Array(a) => a.iter().map(|e| lit(e).expect("a literal client id")).collect(),
+        other => panic!("oidc_cli_audiences is a list, not {}", src(other)),
+    };
+    let desktop = clis.first().expect("the CLI's own client").clone();
+    let person = Person {
+        email: "ana@example.com".into(),
+        sub: "110169484474386276334".into(),
+        hd: Some("example.com".into()),
+    };
+    let loopback_client = OAuthClient {
+        id: desktop.clone(),
+        secret: "GOCSPX-desktop".into(),
+        redirect_uris: vec![mapi_tests::google_sign_in::ANY_LOOPBACK.into()],
+    };
+    let google = GoogleSignIn::start(vec![loopback_client], person).await;
+    let p = mapi_tests::TestPlatform::start_with(
+        &[
+            (vars::OIDC_ISSUER.name, &issuer),
+            (vars::OIDC_AUDIENCE.name, &console),
+            (vars::OIDC_CLI_AUDIENCES.name, &clis.join(",")),
+            ("MAPI_OIDC_CLIENT_SECRET", "GOCSPX-console"),
+            ("MAPI_OIDC_CLI_CLIENT_SECRET", "GOCSPX-desktop"),
+            (vars::OIDC_JWKS_URL.name, &google.keys.url),
+            (vars::OIDC_DISCOVERY_URL.name, &google.discovery_url()),
+            ("MAPI_OPERATOR_EMAILS", "ana@example.com"),
+        ],
+        mapi_tests::Options::default(),
+    )
+    .await;
+    let public = p.platform.url.clone();
+    google.register(OAuthClient {
+        id: console.clone(),
+        secret: "GOCSPX-console".into(),
+        redirect_uris: vec![format!("{public}/console/callback")],
+    });
+    let browser =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let location = |r: &reqwest::Response| {
+        r.headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let cookie_of = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get_all(reqwest::header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with(&format!("{name}=")))
+            .and_then(|c| c.split(';').next())
+            .map(str::to_owned)
+    };
+
+    // The console: to Google with the web client, back with a code, a session.
+    let start = browser.get(p.url("/console/sign-in")).send().await.expect("sign-in");
+    assert_eq!(start.status(), 303);
+    let to_google = location(&start);
+    assert!(to_google.starts_with(&format!("{}/o/oauth2/v2/auth?", google.base)), "{to_google}");
+    assert!(to_google.contains(&format!("client_id={}", code_flow::encode(&console))), "{to_google}");
+    let login_cookie = cookie_of(&start, "mapi_console_login").expect("the sign-in's cookie");
+    let consent = browser.get(&to_google).send().await.expect("google");
+    assert_eq!(consent.status(), 302, "{:?}", consent.text().await);
+    let back = location(&consent);
+    assert!(back.starts_with(&format!("{public}/console/callback?")), "{back}");
+    let done =
+        browser.get(&back).header(reqwest::header::COOKIE, &login_cookie).send().await.expect("callback");
+    let status = done.status();
+    let session = cookie_of(&done, "mapi_console");
+    assert_eq!(status, 303, "{:?}", done.text().await);
+    let session = session.expect("a console session");
+    let home =
+        browser.get(p.url("/console")).header(reqwest::header::COOKIE, &session).send().await.expect("home");
+    assert_eq!(home.status(), 200);
+    assert!(home.text().await.expect("page").contains("ana@example.com"), "the console knows who signed in");
+
+    // The CLI: a desktop client's ID token from Google opens an API session.
+    let discovery = code_flow::discover(&browser, &google.discovery_url()).await.expect("discovery");
+    let request = Request::new().expect("request");
+    let loopback = "http://127.0.0.1:53682/";
+    let asked =
+        browser.get(request.authorization_url(&discovery, &desktop, loopback)).send().await.expect("google");
+    let code = location(&asked)
+        .split(['?', '&'])
+        .find_map(|kv| kv.strip_prefix("code="))
+        .expect("a code")
+        .to_owned();
+    let code = percent_decode(&code);
+    let client = Client { id: &desktop, secret: Some("GOCSPX-desktop"), redirect_uri: loopback };
+    let id_token =
+        code_flow::exchange(&browser, &discovery, client, &code, &request.verifier).await.expect("a token");
+    let (s, session) = p.call(&id_token, reqwest::Method::POST, "/v1/sessions", None).await;
+    assert_eq!(s, 200, "{session}");
+    assert_eq!(google.issued(), 2);
+
+    // What prod configured before: Google knows no OAuth client `mapi`.
+    let stale = request.authorization_url(&discovery, "mapi", &format!("{public}/console/callback"));
+    let refused = browser.get(stale).send().await.expect("google");
+    assert_eq!(refused.status(), 401);
+    assert!(refused.text().await.expect("page").contains("invalid_client"));
+}
+
+/// `%XX` escapes decoded (a code Google sends back may carry `/`).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1..i + 3)) {
+            (b'%', Some(hex)) => {
+                out.push(u8::from_str_radix(std::str::from_utf8(hex).expect("hex"), 16).expect("hex"));
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).expect("utf-8")
+}

@@ -97,9 +97,9 @@ pub fn encode(value: &str) -> String {
     out
 }
 
-/// Reads the issuer's discovery document.
-pub async fn discover(http: &reqwest::Client, issuer: &str) -> Result<Discovery, CodeFlowError> {
-    let url = format!("{}{DISCOVERY_PATH}", issuer.trim_end_matches('/'));
+/// Reads the issuer's discovery document at `url` (the issuer's URL and
+/// [`DISCOVERY_PATH`]).
+pub async fn discover(http: &reqwest::Client, url: &str) -> Result<Discovery, CodeFlowError> {
     let answer = http.get(url).send().await.map_err(CodeFlowError::Unreachable)?;
     let status = answer.status();
     let body = answer.bytes().await.map_err(CodeFlowError::Unreachable)?;

@@ -193,7 +193,9 @@ async fn the_code_flow_with_pkce_issues_a_token_with_the_nonce_once() {
     let http =
         reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
     let issuer = format!("{base}/dev/idp");
-    let discovery = code_flow::discover(&http, &issuer).await.expect("discovery");
+    let discovery = code_flow::discover(&http, &format!("{issuer}{}", code_flow::DISCOVERY_PATH))
+        .await
+        .expect("discovery");
     assert_eq!(discovery.issuer, issuer);
     let redirect = format!("{base}/console/callback");
     let client = Client { id: AUDIENCE, secret: None, redirect_uri: &redirect };
@@ -228,7 +230,9 @@ async fn the_code_flow_refuses_other_sites_no_pkce_and_unknown_accounts() {
     let (base, _idp, _clock, _dir) = code_flow_provider().await;
     let http =
         reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
-    let discovery = code_flow::discover(&http, &format!("{base}/dev/idp")).await.expect("discovery");
+    let discovery = code_flow::discover(&http, &format!("{base}/dev/idp{}", code_flow::DISCOVERY_PATH))
+        .await
+        .expect("discovery");
     let request = Request::new().expect("request");
     let elsewhere = request.authorization_url(&discovery, AUDIENCE, "https://evil.example/callback");
     assert_eq!(pick(&http, &elsewhere, ALICE).await, Err(400), "no code for another site");

@@ -210,6 +210,9 @@ pub struct Config {
     pub oidc_cli_client_secret: Option<String>,
     /// Where the issuer's keys are; derived from the issuer when unset.
     pub oidc_jwks_url: Option<String>,
+    /// `MAPI_OIDC_DISCOVERY_URL`: where the issuer's discovery document is,
+    /// when not under the issuer.
+    pub oidc_discovery_url: Option<String>,
     /// The longest a session ID token may live (`exp - iat`).
     pub session_max_lifetime: Duration,
     /// The console's secret at the issuer's token endpoint (`None`: a public client).
@@ -732,6 +735,15 @@ impl Config {
         self.oidc_jwks_url.clone().or_else(|| self.session_issuer().map(issuer_keys))
     }
 
+    /// Where the session issuer's discovery document is:
+    /// `MAPI_OIDC_DISCOVERY_URL`, else under the issuer (OpenID Connect
+    /// Discovery §4).
+    pub fn session_discovery_url(&self) -> Option<String> {
+        let under =
+            |i: String| format!("{}{}", i.trim_end_matches('/'), mapi_oidc::code_flow::DISCOVERY_PATH);
+        self.oidc_discovery_url.clone().or_else(|| self.session_issuer().map(under))
+    }
+
     /// Reads every section from the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
         Config::from_env_for(Uses::ALL)
@@ -812,6 +824,7 @@ impl Config {
             oidc_cli_audiences: v::OIDC_CLI_AUDIENCES.list(sessions),
             oidc_cli_client_secret: v::OIDC_CLI_CLIENT_SECRET.get(sessions),
             oidc_jwks_url: v::OIDC_JWKS_URL.get(sessions),
+            oidc_discovery_url: v::OIDC_DISCOVERY_URL.get(sessions),
             session_max_lifetime: v::SESSION_MAX_LIFETIME_S.seconds(sessions)?,
             oidc_client_secret: v::OIDC_CLIENT_SECRET.get(sessions),
             console_session: v::CONSOLE_SESSION_S.seconds(sessions)?,

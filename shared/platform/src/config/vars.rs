@@ -160,6 +160,11 @@ pub const OIDC_CLI_CLIENT_SECRET: Var = Var::derived(
 );
 pub const OIDC_JWKS_URL: Var =
     Var::derived("MAPI_OIDC_JWKS_URL", "$MAPI_OIDC_ISSUER/jwks.json", "Where the issuer's signing keys are");
+pub const OIDC_DISCOVERY_URL: Var = Var::derived(
+    "MAPI_OIDC_DISCOVERY_URL",
+    "$MAPI_OIDC_ISSUER/.well-known/openid-configuration",
+    "Where the issuer's discovery document is (the console's sign-in reads its endpoints there); set only to reach a stand-in of the issuer",
+);
 pub const SESSION_MAX_LIFETIME_S: Var = Var::new(
     "MAPI_SESSION_MAX_LIFETIME_S",
     "86400",
@@ -358,6 +363,7 @@ pub const VARIABLES: &[Var] = &[
     OIDC_CLI_AUDIENCES,
     OIDC_CLI_CLIENT_SECRET,
     OIDC_JWKS_URL,
+    OIDC_DISCOVERY_URL,
     SESSION_MAX_LIFETIME_S,
     OIDC_CLIENT_SECRET,
     CONSOLE_SESSION_S,
