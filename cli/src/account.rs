@@ -226,6 +226,10 @@ pub struct QuotasSetArgs {
     /// least 1; unset: the platform's MAPI_DELIVERY_RETENTION_DAYS).
     #[arg(long)]
     delivery_retention_days: Option<u32>,
+    /// Days after its upload a dataset no run reads is kept (at least 1;
+    /// unset: the platform's MAPI_DATASET_RETENTION_DAYS, which keeps them).
+    #[arg(long)]
+    dataset_retention_days: Option<u32>,
     #[arg(long)]
     note: Option<String>,
     /// Replace without asking.
@@ -621,6 +625,7 @@ const POLICY_FIELDS: &[&str] = &[
     "run_retention_days",
     "audit_retention_days",
     "delivery_retention_days",
+    "dataset_retention_days",
     "note",
 ];
 
@@ -746,6 +751,11 @@ fn limits_in_words(tenant: &str, t: &Value) -> String {
     out.push_str(&format!("  {:<24} {} days\n", "run logs kept", t["run_retention_days"]));
     out.push_str(&format!("  {:<24} {} days\n", "audit entries kept", t["audit_retention_days"]));
     out.push_str(&format!("  {:<24} {} days\n", "webhook messages kept", t["delivery_retention_days"]));
+    let datasets = match t["dataset_retention_days"].as_u64() {
+        Some(d) => format!("{d} days after upload"),
+        None => "until deleted".to_owned(),
+    };
+    out.push_str(&format!("  {:<24} {datasets}\n", "datasets kept"));
     out
 }
 
@@ -911,6 +921,7 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         run_retention_days,
         audit_retention_days,
         delivery_retention_days,
+        dataset_retention_days,
         note,
         yes,
         ..
@@ -923,7 +934,7 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
         "job_retention_days": job_retention_days, "run_retention_days": run_retention_days,
         "audit_retention_days": audit_retention_days, "delivery_retention_days": delivery_retention_days,
-        "note": note,
+        "dataset_retention_days": dataset_retention_days, "note": note,
     });
     let before = override_of(client, &tenant).await?;
     let lines = crate::confirm::diff(POLICY_FIELDS, &before, &body, "the tier's");

@@ -125,3 +125,69 @@ async fn a_finished_runs_output_links_are_audited_as_artifact_links_each_time_th
         );
     }
 }
+
+/// Retention: by default a dataset is kept until deleted; once a tenant's
+/// quota policy sets `dataset_retention_days`, the housekeeper deletes its
+/// datasets uploaded longer ago than that which no run reads (record,
+/// object, storage given back, audited `dataset.expire`), keeps one a run
+/// still reads for a later call, and leaves younger ones alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datasets_past_their_tenants_retention_that_no_run_reads_are_deleted() {
+    use mapi_store::{Precondition, StoreExt};
+    let executor = Arc::new(mapi_executor::scripted::ScriptedExecutor::default());
+    let options = mapi_tests::Options { background: false, executor: Some(executor), ..Default::default() };
+    let p =
+        TestPlatform::start_with(&[("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local")], options).await;
+    let state = &p.platform.state;
+    let (old_csv, read_csv) = ("x,y\n1,2\n2,4\n3,7\n", "x,y\n1,3\n2,5\n3,8\n4,9\n");
+    let (old, read, fresh) = (p.upload(old_csv).await, p.upload(read_csv).await, p.upload("x\n1\n").await);
+    let run = p.submit(json!({"method": "describe", "dataset": read})).await;
+    // Eleven days pass for two of them.
+    let eleven_days_ago = (state.clock.now() - std::time::Duration::from_secs(11 * 86_400)).to_rfc3339();
+    for id in [&old, &read] {
+        let key = mapi_schema::key::<mapi_schema::DatasetDoc>(id).expect("key");
+        let doc = state.store.get_one(&key).await.expect("get").expect("stored");
+        let mut fields = doc.fields.clone();
+        fields.insert("created_at".into(), json!(eleven_days_ago));
+        state.store.put(&key, fields, Precondition::None).await.expect("age");
+    }
+    let internal = state.config.secrets.internal_token.clone();
+    let housekeep = || async {
+        let (s, done) = p.call(&internal, Method::POST, mapi_tasks::housekeep::HOUSEKEEP_PATH, None).await;
+        assert_eq!(s, 200, "{done}");
+        (done["deleted_datasets"].as_u64(), done["kept_datasets"].as_u64())
+    };
+    assert_eq!(housekeep().await, (Some(0), Some(0)), "the platform keeps datasets by default");
+
+    let operator = p.login("admin@dev.local").await;
+    let zero = json!({"dataset_retention_days": 0});
+    let (s, problem) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(zero)).await;
+    assert_eq!((s, problem["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{problem}");
+    let ten = json!({"dataset_retention_days": 10});
+    let (s, limits) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(ten)).await;
+    assert_eq!((s, limits["dataset_retention_days"].as_u64()), (200, Some(10)), "{limits}");
+
+    let before = stored_bytes(&p).await;
+    let object =
+        mapi_schema::get::<mapi_schema::DatasetDoc>(&*state.store, &old).await.expect("get").expect("doc");
+    assert_eq!(housekeep().await, (Some(1), Some(1)), "the old one goes; the one a run reads stays");
+    assert_eq!(stored_bytes(&p).await, before - old_csv.len() as i64, "its storage is given back");
+    let path = |id: &str| format!("{}/datasets/{id}", p.project_path());
+    assert_eq!(p.call(p.token(), Method::GET, &path(&old), None).await.0, 404);
+    let key = ObjectKey::parse(&object.object).expect("key");
+    assert!(state.objects.get(&key, None).await.is_err(), "its object is gone");
+    for kept in [&read, &fresh] {
+        assert_eq!(p.call(p.token(), Method::GET, &path(kept), None).await.0, 200, "{kept} stays");
+    }
+    let admin = p.login("dev@dev.local").await;
+    let (_, log) = p.call(&admin, Method::GET, "/v1/tenants/dev/audit?action=dataset.expire", None).await;
+    let items = log["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{log}");
+    assert_eq!(items[0]["resource"], format!("datasets/{old}"));
+    assert!(items[0]["detail"].as_str().is_some_and(|d| d.contains("retention of 10 days")), "{log}");
+
+    // Once the run no longer reads it, the next call deletes it too.
+    p.cancel(p.token(), &run).await;
+    assert_eq!(housekeep().await, (Some(1), Some(0)));
+    assert_eq!(p.call(p.token(), Method::GET, &path(&read), None).await.0, 404);
+}

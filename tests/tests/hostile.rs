@@ -1111,6 +1111,7 @@ fn numbers(c: &Ctx) -> Vec<Case> {
         ("run_retention_days", "-1"),
         ("audit_retention_days", "0"),
         ("delivery_retention_days", "0"),
+        ("dataset_retention_days", "0"),
     ] {
         let policy = format!(r#"{{"{field}":{v}}}"#);
         cases.push(case(

@@ -32,6 +32,9 @@ pub struct TenantLimits {
     /// Days the tenant's webhook messages and their delivery logs are kept: the policy's, else
     /// the platform's `MAPI_DELIVERY_RETENTION_DAYS`.
     pub delivery_retention_days: u64,
+    /// Days after its upload a dataset no run reads is kept: the policy's, else the platform's
+    /// `MAPI_DATASET_RETENTION_DAYS`; `null`: until deleted.
+    pub dataset_retention_days: Option<u64>,
 }
 
 impl TenantLimits {
@@ -45,6 +48,9 @@ impl TenantLimits {
         let audit_retention_days = days(own(|p| p.audit_retention_days), state.config.audit_retention);
         let delivery_retention_days =
             days(own(|p| p.delivery_retention_days), state.config.delivery_retention);
+        let dataset_retention_days = own(|p| p.dataset_retention_days)
+            .map(u64::from)
+            .or(state.config.dataset_retention.map(|d| d.as_secs() / 86_400));
         TenantLimits {
             effective: effective(tier, policy.as_ref()),
             tenant,
@@ -54,6 +60,7 @@ impl TenantLimits {
             run_retention_days,
             audit_retention_days,
             delivery_retention_days,
+            dataset_retention_days,
         }
     }
 }
@@ -111,6 +118,11 @@ pub async fn set(
     if policy.audit_retention_days == Some(0) {
         return Err(ApiError::invalid(
             "audit_retention_days must be at least 1 (0 would delete the tenant's audit entries at the next housekeeping); omit it for the platform's default",
+        ));
+    }
+    if policy.dataset_retention_days == Some(0) {
+        return Err(ApiError::invalid(
+            "dataset_retention_days must be at least 1 (0 would delete the tenant's datasets at the next housekeeping); omit it for the platform's default",
         ));
     }
     if policy.delivery_retention_days == Some(0) {

@@ -40,15 +40,17 @@ pub async fn handle(
     _internal: InternalCaller,
 ) -> Result<Json<Housekept>, ApiError> {
     let now = state.clock.now();
-    let own = crate::retention::retentions(&state, |p| p.job_retention_days).await?;
+    let policies = crate::retention::Policies::read(&state).await?;
+    let own = policies.own(|p| p.job_retention_days);
     let created_before = |cutoff: Timestamp| {
         Query::new(JobDoc::COLLECTION)
             .filter("created_at", Op::Lt, cutoff.to_rfc3339())
             .order_by("created_at", Direction::Asc)
     };
-    let retention = crate::retention::Retention { own: &own, default: state.config.jobs.retention, now };
+    let retention =
+        crate::retention::Retention { own: &own, default: Some(state.config.jobs.retention), now };
     let expired = retention.expired(&state, JOBS_PER_CALL, created_before).await?;
-    let records = crate::housekeep_records::sweep(&state).await?;
+    let records = crate::housekeep_records::sweep(&state, &policies).await?;
     let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0, records };
     for d in expired {
         out.deleted_objects += delete_job(&state, &d.decode()?).await?;

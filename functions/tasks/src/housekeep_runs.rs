@@ -63,8 +63,9 @@ pub async fn handle(
     State(state): State<AppState>,
     _internal: InternalCaller,
 ) -> Result<Json<RunsHousekept>, ApiError> {
-    let own = crate::retention::retentions(&state, |p| p.run_retention_days).await?;
-    let retention = Retention { own: &own, default: state.config.run_retention, now: state.clock.now() };
+    let own = crate::retention::Policies::read(&state).await?.own(|p| p.run_retention_days);
+    let retention =
+        Retention { own: &own, default: Some(state.config.run_retention), now: state.clock.now() };
     let mut out = RunsHousekept::default();
     for d in retention.expired(&state, RUNS_PER_CALL, ended_before).await? {
         housekeep(&state, &d.decode()?, &mut out).await?;

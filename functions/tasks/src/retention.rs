@@ -18,31 +18,38 @@ use mapi_store::{Document, Op, Query};
 const SCAN_PER_CALL: u32 = 2_000;
 const SCAN_PAGE: u32 = 200;
 
-/// Each tenant's retention that its quota policy sets, in days by `days`
-/// (`job_retention_days`, `run_retention_days`, `audit_retention_days`,
-/// `delivery_retention_days`).
-pub async fn retentions(
-    state: &AppState,
-    days: fn(&mapi_quota::Policy) -> Option<u32>,
-) -> Result<HashMap<TenantId, Duration>, ApiError> {
-    let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
-    let mut out = HashMap::new();
-    for d in docs {
-        let p: QuotaPolicyDoc = d.decode()?;
-        if let Some(days) = days(&p.policy) {
-            out.insert(p.tenant, Duration::from_secs(u64::from(days) * 86_400));
-        }
+/// The tenants' quota policies, read once per housekeeping call.
+#[derive(Debug)]
+pub struct Policies(Vec<QuotaPolicyDoc>);
+
+impl Policies {
+    /// Reads every tenant's quota policy (one query; only tenants an
+    /// operator gave a policy have one).
+    pub async fn read(state: &AppState) -> Result<Policies, ApiError> {
+        let docs = state.store.query(&Query::new(QuotaPolicyDoc::COLLECTION), None).await?;
+        Ok(Policies(docs.iter().map(|d| d.decode()).collect::<Result<_, _>>()?))
     }
-    Ok(out)
+
+    /// Each tenant's retention that its policy sets, in days by `days`
+    /// (`job_retention_days`, `run_retention_days`, `audit_retention_days`,
+    /// `delivery_retention_days`, `dataset_retention_days`).
+    pub fn own(&self, days: fn(&mapi_quota::Policy) -> Option<u32>) -> HashMap<TenantId, Duration> {
+        self.0
+            .iter()
+            .filter_map(|p| {
+                days(&p.policy).map(|d| (p.tenant.clone(), Duration::from_secs(u64::from(d) * 86_400)))
+            })
+            .collect()
+    }
 }
 
 /// One kind's retention: the platform's, and the tenants' own.
 #[derive(Debug, Clone, Copy)]
 pub struct Retention<'a> {
-    /// The tenants whose quota policy sets their own ([`retentions`]).
+    /// The tenants whose quota policy sets their own ([`Policies::own`]).
     pub own: &'a HashMap<TenantId, Duration>,
-    /// The platform's.
-    pub default: Duration,
+    /// The platform's (`None`: kept, unless a tenant's own says otherwise).
+    pub default: Option<Duration>,
     pub now: Timestamp,
 }
 
@@ -69,7 +76,8 @@ impl Retention<'_> {
             let q = aged(self.now - *keep).filter("tenant", Op::Eq, tenant.as_str()).limit(left);
             out.extend(state.store.query(&q, None).await?);
         }
-        let q = aged(self.now - self.default);
+        let Some(default) = self.default else { return Ok(out) };
+        let q = aged(self.now - default);
         let (mut token, mut scanned) = (None::<String>, 0);
         while len(&out) < budget {
             let (docs, next) = q.page(&*state.store, SCAN_PAGE, token.as_deref()).await?;

@@ -108,6 +108,11 @@ pub struct Policy {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub delivery_retention_days: Option<u32>,
+    /// Days after its upload a dataset of the tenant that no run reads is
+    /// deleted; the platform's `MAPI_DATASET_RETENTION_DAYS` when absent.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub dataset_retention_days: Option<u32>,
     /// Why the operator set it; no effect on the limits.
     pub note: Option<String>,
 }
@@ -246,6 +251,7 @@ mod tests {
             run_retention_days: Some(10),
             audit_retention_days: Some(11),
             delivery_retention_days: Some(12),
+            dataset_retention_days: Some(13),
             note: None,
         };
         let expected = Limits {

@@ -101,6 +101,13 @@ pub const INDEXES: &[Index] = &[
     // Firestore merges them for a query with several equality filters, so
     // five indexes serve all 31 mixes (with or without a time range on `at`).
     Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Desc)] },
+    // Datasets by upload, of every tenant and of one (the housekeeper deletes those past their
+    // retention).
+    Index { collection: DatasetDoc::COLLECTION, fields: &[("created_at", Direction::Asc)] },
+    Index {
+        collection: DatasetDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("created_at", Direction::Asc)],
+    },
     // Audit entries by age, oldest first, of every tenant and of one (the housekeeper deletes
     // those past their retention).
     Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Asc)] },

@@ -4,9 +4,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
 use mapi_api::views::{DatasetPage, DatasetSummary, DatasetUrl, DatasetView};
-use mapi_domain::{DatasetId, ProjectId, RunState, TenantId};
+use mapi_domain::{DatasetId, ProjectId, TenantId};
 use mapi_identity::{Audit, Caller, Granted, Target, authorize};
-use mapi_lifecycle::RunDoc;
 use mapi_methods::{Limits, Shape};
 use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
@@ -275,9 +274,6 @@ pub async fn list(
 }
 
 /// The states of a run that may still read its dataset.
-const READING: [RunState; 4] =
-    [RunState::Queued, RunState::Dispatching, RunState::Running, RunState::Cancelling];
-
 /// Delete a dataset (tenant and project admins): its record and its object;
 /// the storage it counted against the tenant's quota is given back. A
 /// dataset a run still reads (queued to cancelling) is kept: 409 names the run.
@@ -301,7 +297,7 @@ pub async fn delete_dataset(
     let granted =
         require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Delete).await?;
     let doc = find(&state, &tenant, &project, &id).await?;
-    if let Some(run) = reading_run(&state, &doc.id).await? {
+    if let Some(run) = mapi_datasets::reading_run(&state, &doc.id).await? {
         return Err(ApiError::new(
             ProblemCode::FailedPrecondition,
             format!(
@@ -310,44 +306,16 @@ pub async fn delete_dataset(
             ),
         ));
     }
-    let now = state.clock.now();
     let record = Audit::by(&caller, "dataset.delete", format!("datasets/{}", doc.id))
         .tenant(&tenant)
         .project(&project)
         .operator(granted.as_operator)
         .detail(format!("{} ({} bytes)", doc.name, doc.size))
-        .into_doc(now, &*state.entropy);
-    // The record and the storage it counted go in one commit; a repeated
-    // delete finds no record (404) and gives nothing back twice.
-    let mut release = mapi_quota::counters::Bumps::default();
-    let bytes = i64::try_from(doc.size).unwrap_or(i64::MAX);
-    release.add_to(
-        &mapi_quota::counters::tenant(&tenant),
-        doc.id.as_str(),
-        mapi_quota::counters::field::STORAGE,
-        -bytes,
-    );
-    let (doc_ref, record_ref, release) = (&doc, &record, &release);
-    let (tenant, project, id) = (&tenant, &project, id.as_str());
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let Some(current) = mapi_schema::tx_get::<DatasetDoc>(&mut tx, doc_ref.id.as_str()).await? else {
-            return Err(not_found(tenant, project, id));
-        };
-        tx.delete(&mapi_schema::key::<DatasetDoc>(current.id.as_str())?);
-        release.apply(&mut tx)?;
-        tx_create(&mut tx, record_ref)?;
-        Ok(tx.finish(()))
-    })
-    .await?;
-    // The object goes after the record: a failure here leaves bytes no
-    // record names and no quota counts, logged for the operator.
-    let key = ObjectKey::parse(&doc.object)?;
-    if let Err(e) =
-        state.objects.delete(&key, IfGeneration::Match(mapi_objects::Generation(doc.generation))).await
-    {
-        tracing::warn!(object = %key, error = %e, "a deleted dataset's object could not be removed");
+        .into_doc(state.clock.now(), &*state.entropy);
+    // A repeated delete finds no record (404) and gives nothing back twice.
+    if !mapi_datasets::remove(&state, &doc, &record).await? {
+        return Err(not_found(&tenant, &project, &id));
     }
-    tracing::info!(dataset = %doc.id, size = doc.size, "dataset deleted");
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -408,21 +376,4 @@ pub async fn download_url(
     })
     .await?;
     Ok(Json(DatasetUrl { dataset: doc.id, url, expires_in_s: DOWNLOAD_TTL.as_secs() }))
-}
-
-/// A run that may still read `dataset`, and its state: one bounded query.
-async fn reading_run(state: &AppState, dataset: &DatasetId) -> Result<Option<(String, RunState)>, ApiError> {
-    let states: Vec<serde_json::Value> = READING.iter().map(|s| s.as_str().into()).collect();
-    let query = mapi_store::Query::new(RunDoc::COLLECTION)
-        .filter("dataset", Op::Eq, dataset.as_str())
-        .filter("state", Op::In, serde_json::Value::Array(states))
-        .limit(1);
-    let docs = state.store.query(&query, None).await?;
-    match docs.first() {
-        None => Ok(None),
-        Some(d) => {
-            let run: RunDoc = d.decode()?;
-            Ok(Some((run.id().to_string(), run.state())))
-        }
-    }
 }

@@ -177,6 +177,9 @@ pub struct Config {
     pub audit_retention: Duration,
     /// How long webhook messages are kept (`MAPI_DELIVERY_RETENTION_DAYS`).
     pub delivery_retention: Duration,
+    /// How long datasets are kept after their upload (`MAPI_DATASET_RETENTION_DAYS`; `None`:
+    /// until deleted).
+    pub dataset_retention: Option<Duration>,
     /// Promotion gate: each step's least time and fewest scores.
     pub endpoints_step: Duration,
     pub endpoints_step_requests: u64,
@@ -810,6 +813,10 @@ impl Config {
             tick_follow_up: v::TICK_FOLLOW_UP_S.seconds(life)?,
             audit_retention: days(&v::AUDIT_RETENTION_DAYS, life)?,
             delivery_retention: days(&v::DELIVERY_RETENTION_DAYS, life)?,
+            dataset_retention: Some(Duration::from_secs(
+                v::DATASET_RETENTION_DAYS.parse::<u64>(life)?.saturating_mul(86_400),
+            ))
+            .filter(|d| !d.is_zero()),
             run_retention: Duration::from_secs(
                 v::RUN_RETENTION_DAYS.parse::<u64>(life)?.saturating_mul(86_400),
             ),

@@ -124,6 +124,11 @@ pub const AUDIT_RETENTION_DAYS: Var = Var::new(
     "400",
     "Days an audit entry is kept before the housekeeper deletes it (at least 1; the default keeps more than a year), unless its tenant's quota policy sets `audit_retention_days`",
 );
+pub const DATASET_RETENTION_DAYS: Var = Var::new(
+    "MAPI_DATASET_RETENTION_DAYS",
+    "0",
+    "Days after its upload a dataset no run reads is deleted by the housekeeper (its object, record and storage), unless its tenant's quota policy sets `dataset_retention_days`; 0 keeps datasets until they are deleted",
+);
 pub const DELIVERY_RETENTION_DAYS: Var = Var::new(
     "MAPI_DELIVERY_RETENTION_DAYS",
     "30",
@@ -343,6 +348,7 @@ pub const VARIABLES: &[Var] = &[
     TICK_FOLLOW_UP_S,
     RUN_RETENTION_DAYS,
     AUDIT_RETENTION_DAYS,
+    DATASET_RETENTION_DAYS,
     DELIVERY_RETENTION_DAYS,
     ENDPOINTS_STEP_S,
     ENDPOINTS_STEP_REQUESTS,
