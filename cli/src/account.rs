@@ -73,7 +73,7 @@ pub enum TenantsCmd {
 #[derive(Debug, Subcommand)]
 pub enum QuotasCmd {
     /// Replace a tenant's policy: the limits given replace the tier's; the others fall back to it.
-    Set(QuotasSetArgs),
+    Set(Box<QuotasSetArgs>),
     /// Every tenant's limits.
     Ls,
     /// Remove a tenant's override: its tier's defaults apply again.
@@ -789,7 +789,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
         }
         AdminCmd::Tenants(TenantsCmd::Purge(args)) => tenants_purge(client, json_out, args).await,
         AdminCmd::Tenants(TenantsCmd::Deletion(args)) => tenants_deletion(client, json_out, args).await,
-        AdminCmd::Quotas(QuotasCmd::Set(args)) => quotas_set(client, json_out, args).await,
+        AdminCmd::Quotas(QuotasCmd::Set(args)) => quotas_set(client, json_out, *args).await,
         AdminCmd::Quotas(QuotasCmd::Ls) => quotas_ls(client, json_out).await,
         AdminCmd::Quotas(QuotasCmd::Rm(args)) => quotas_rm(client, json_out, args).await,
         AdminCmd::KillSwitches(KillSwitchesCmd::Get) => kill_switches_get(client, json_out).await,
