@@ -65,6 +65,40 @@ impl TenantLimits {
     }
 }
 
+/// The first retention of `policy` set to 0 days, refused in words: 0 would
+/// delete at the next housekeeping what the tenant means to keep.
+fn zero_retention(policy: &Policy) -> Option<String> {
+    let days = [
+        (
+            "job_retention_days",
+            policy.job_retention_days,
+            "delete the tenant's jobs at the next housekeeping",
+        ),
+        (
+            "run_retention_days",
+            policy.run_retention_days,
+            "remove the logs of the tenant's runs as soon as they end",
+        ),
+        (
+            "audit_retention_days",
+            policy.audit_retention_days,
+            "delete the tenant's audit entries at the next housekeeping",
+        ),
+        (
+            "dataset_retention_days",
+            policy.dataset_retention_days,
+            "delete the tenant's datasets at the next housekeeping",
+        ),
+        (
+            "delivery_retention_days",
+            policy.delivery_retention_days,
+            "delete the tenant's webhook messages at the next housekeeping",
+        ),
+    ];
+    let (name, _, would) = days.into_iter().find(|(_, d, _)| *d == Some(0))?;
+    Some(format!("{name} must be at least 1 (0 would {would}); omit it for the platform's default"))
+}
+
 /// Every tenant's limits, and the platform's.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QuotaList {
@@ -105,30 +139,8 @@ pub async fn set(
     let what = format!("tenant {tenant}");
     let granted =
         authorize(&state, &caller, Target::tenant(&tenant, &what), Resource::Quota, Action::Update).await?;
-    if policy.job_retention_days == Some(0) {
-        return Err(ApiError::invalid(
-            "job_retention_days must be at least 1 (0 would delete the tenant's jobs at the next housekeeping); omit it for the platform's default",
-        ));
-    }
-    if policy.run_retention_days == Some(0) {
-        return Err(ApiError::invalid(
-            "run_retention_days must be at least 1 (0 would remove the logs of the tenant's runs as soon as they end); omit it for the platform's default",
-        ));
-    }
-    if policy.audit_retention_days == Some(0) {
-        return Err(ApiError::invalid(
-            "audit_retention_days must be at least 1 (0 would delete the tenant's audit entries at the next housekeeping); omit it for the platform's default",
-        ));
-    }
-    if policy.dataset_retention_days == Some(0) {
-        return Err(ApiError::invalid(
-            "dataset_retention_days must be at least 1 (0 would delete the tenant's datasets at the next housekeeping); omit it for the platform's default",
-        ));
-    }
-    if policy.delivery_retention_days == Some(0) {
-        return Err(ApiError::invalid(
-            "delivery_retention_days must be at least 1 (0 would delete the tenant's webhook messages at the next housekeeping); omit it for the platform's default",
-        ));
+    if let Some(refused) = zero_retention(&policy) {
+        return Err(ApiError::invalid(refused));
     }
     let now = state.clock.now();
     let doc = QuotaPolicyDoc {

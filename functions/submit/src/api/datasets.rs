@@ -162,15 +162,9 @@ pub async fn upload(
         seed: doc.id.as_str(),
         what: format!("datasets/{}", doc.id),
     };
-    let (doc_ref, store) = (&doc, &*state.store);
+    let (doc_ref, state_ref) = (&doc, &state);
     let admitted = quota::admit_and_commit(&state, &request, |plan| async move {
-        let bumps = &plan.bumps;
-        transact::<_, ApiError, _, _>(store, |mut tx| async move {
-            bumps.apply(&mut tx)?;
-            tx_create(&mut tx, doc_ref)?;
-            Ok(tx.finish(()))
-        })
-        .await
+        create_with(state_ref, &plan, doc_ref).await
     })
     .await;
     if let Err(e) = admitted {
@@ -181,6 +175,22 @@ pub async fn upload(
     }
     tracing::info!(dataset = %doc.id, rows = doc.rows, size, "dataset uploaded");
     Ok((StatusCode::CREATED, Json(DatasetView::from(&doc))))
+}
+
+/// Commits an admitted `plan`'s increments with the document it admits
+/// (created only if absent).
+async fn create_with<D: Doc + serde::Serialize + Sync>(
+    state: &AppState,
+    plan: &quota::Plan,
+    doc: &D,
+) -> Result<(), ApiError> {
+    let bumps = &plan.bumps;
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        bumps.apply(&mut tx)?;
+        tx_create(&mut tx, doc)?;
+        Ok(tx.finish(()))
+    })
+    .await
 }
 
 /// The longest column name, in bytes.
@@ -364,15 +374,9 @@ pub async fn download_url(
         seed: record.id.as_str(),
         what: format!("datasets/{}/url", doc.id),
     };
-    let (record_ref, store) = (&record, &*state.store);
+    let (record_ref, state_ref) = (&record, &state);
     quota::admit_and_commit(&state, &request, |plan| async move {
-        let bumps = &plan.bumps;
-        transact::<_, ApiError, _, _>(store, |mut tx| async move {
-            bumps.apply(&mut tx)?;
-            tx_create(&mut tx, record_ref)?;
-            Ok(tx.finish(()))
-        })
-        .await
+        create_with(state_ref, &plan, record_ref).await
     })
     .await?;
     Ok(Json(DatasetUrl { dataset: doc.id, url, expires_in_s: DOWNLOAD_TTL.as_secs() }))
