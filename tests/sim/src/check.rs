@@ -200,7 +200,7 @@ impl Checker {
     /// Acknowledged runs, jobs and their items.
     /// For each acknowledged run that succeeded: the time from its last
     /// event applied (`last_applied`) to its `succeeded` transition.
-    pub fn succeeded_at(&self, last_applied: &BTreeMap<String, Timestamp>) -> BTreeMap<String, Duration> {
+    pub fn end_lags(&self, last_applied: &BTreeMap<String, Timestamp>) -> BTreeMap<String, Duration> {
         let mut out = BTreeMap::new();
         for id in self.runs.keys() {
             let Some(run) = self.get::<RunDoc>(id) else { continue };

@@ -509,7 +509,7 @@ impl World {
         }
         crate::check::at_end(&mut self);
         let (runs, jobs, items) = self.checker.sizes();
-        let end_lags = self.checker.succeeded_at(&self.last_applied);
+        let end_lags = self.checker.end_lags(&self.last_applied);
         Report {
             seed: self.settings.seed,
             trace_hash: self.trace.hash(),
