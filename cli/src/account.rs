@@ -230,6 +230,16 @@ pub struct QuotasSetArgs {
     /// unset: the platform's MAPI_DATASET_RETENTION_DAYS, which keeps them).
     #[arg(long)]
     dataset_retention_days: Option<u32>,
+    /// Days after its creation a model version serving no endpoint keeps
+    /// its bundle and outputs (at least 1; unset: the platform's
+    /// MAPI_MODEL_VERSION_RETENTION_DAYS, which keeps them).
+    #[arg(long)]
+    model_version_retention_days: Option<u32>,
+    /// Days a run is kept once its executions were forgotten (at least 1;
+    /// unset: the platform's MAPI_RUN_RECORD_RETENTION_DAYS, which keeps
+    /// them).
+    #[arg(long)]
+    run_record_retention_days: Option<u32>,
     #[arg(long)]
     note: Option<String>,
     /// Replace without asking.
@@ -626,6 +636,8 @@ const POLICY_FIELDS: &[&str] = &[
     "audit_retention_days",
     "delivery_retention_days",
     "dataset_retention_days",
+    "model_version_retention_days",
+    "run_record_retention_days",
     "note",
 ];
 
@@ -751,11 +763,18 @@ fn limits_in_words(tenant: &str, t: &Value) -> String {
     out.push_str(&format!("  {:<24} {} days\n", "run logs kept", t["run_retention_days"]));
     out.push_str(&format!("  {:<24} {} days\n", "audit entries kept", t["audit_retention_days"]));
     out.push_str(&format!("  {:<24} {} days\n", "webhook messages kept", t["delivery_retention_days"]));
-    let datasets = match t["dataset_retention_days"].as_u64() {
-        Some(d) => format!("{d} days after upload"),
-        None => "until deleted".to_owned(),
+    let kept = |field: &str, after: &str, otherwise: &str| match t[field].as_u64() {
+        Some(d) => format!("{d} days after {after}"),
+        None => otherwise.to_owned(),
     };
-    out.push_str(&format!("  {:<24} {datasets}\n", "datasets kept"));
+    let rows = [
+        ("datasets kept", kept("dataset_retention_days", "upload", "until deleted")),
+        ("unserved model versions", kept("model_version_retention_days", "creation", "kept")),
+        ("runs kept", kept("run_record_retention_days", "their logs go", "until deleted")),
+    ];
+    for (what, shown) in rows {
+        out.push_str(&format!("  {what:<24} {shown}\n"));
+    }
     out
 }
 
@@ -922,6 +941,8 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         audit_retention_days,
         delivery_retention_days,
         dataset_retention_days,
+        model_version_retention_days,
+        run_record_retention_days,
         note,
         yes,
         ..
@@ -934,7 +955,9 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
         "job_retention_days": job_retention_days, "run_retention_days": run_retention_days,
         "audit_retention_days": audit_retention_days, "delivery_retention_days": delivery_retention_days,
-        "dataset_retention_days": dataset_retention_days, "note": note,
+        "dataset_retention_days": dataset_retention_days,
+        "model_version_retention_days": model_version_retention_days,
+        "run_record_retention_days": run_record_retention_days, "note": note,
     });
     let before = override_of(client, &tenant).await?;
     let lines = crate::confirm::diff(POLICY_FIELDS, &before, &body, "the tier's");

@@ -100,7 +100,10 @@ fn item_charge(e: &ItemLedgerEntry) -> mapi_metering::Charge {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_and_listings_read_a_bounded_number_of_documents_over_a_long_history() {
-    let p = TestPlatform::start_with(&[], Options { background: false, ..Options::default() }).await;
+    // Every retention the run housekeeper sweeps is on, so each of its queries runs over the history.
+    let retentions =
+        [("MAPI_MODEL_VERSION_RETENTION_DAYS", "3650"), ("MAPI_RUN_RECORD_RETENTION_DAYS", "3650")];
+    let p = TestPlatform::start_with(&retentions, Options { background: false, ..Options::default() }).await;
     let c = &p.platform.credentials;
     let (tenant, project) = (c.tenant.clone(), c.project.clone());
     let ds = p.upload(include_str!("../../examples/longley.csv")).await;

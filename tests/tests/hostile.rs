@@ -1112,6 +1112,8 @@ fn numbers(c: &Ctx) -> Vec<Case> {
         ("audit_retention_days", "0"),
         ("delivery_retention_days", "0"),
         ("dataset_retention_days", "0"),
+        ("model_version_retention_days", "0"),
+        ("run_record_retention_days", "0"),
     ] {
         let policy = format!(r#"{{"{field}":{v}}}"#);
         cases.push(case(

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mapi_clock::VirtualClock;
-use mapi_domain::{AttemptNo, ExecutionStatus, RunId, Timestamp};
+use mapi_domain::{AttemptNo, ExecutionStatus, ProjectId, RunId, TenantId, Timestamp};
 use mapi_executor::local::forward::{FORWARDED, LogForwarder};
 use mapi_queue::sqlite::Deliverer;
-use mapi_schema::AttemptDoc;
+use mapi_schema::{AttemptDoc, layout};
+use mapi_store::{Op, Query};
 use mapi_tasks::housekeep_runs::HOUSEKEEP_RUNS_PATH;
 use mapi_tests::{Options, TestPlatform};
 use reqwest::Method;
@@ -199,4 +200,111 @@ async fn the_run_housekeeper_forgets_executions_past_each_tenants_retention() {
     assert_eq!(executor.status(&running_handle).await.expect("status").status, ExecutionStatus::Running);
     let (status, v) = p.cancel(&token, &running).await;
     assert_eq!(status, 202, "{v}");
+}
+
+const LONGLEY: &str = include_str!("../../examples/longley.csv");
+
+/// What the run housekeeper's call answered.
+async fn housekeep_all(p: &TestPlatform) -> Value {
+    let (status, v) = p.call(&internal(p), Method::POST, HOUSEKEEP_RUNS_PATH, None).await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// How many objects are stored under `prefix`.
+async fn objects_under(p: &TestPlatform, prefix: &str) -> usize {
+    let page = p.platform.state.objects.list(prefix, None, 1_000).await.expect("list");
+    page.objects.len()
+}
+
+/// Model versions and runs past their retention: a version that serves no endpoint is marked
+/// expired (deploying or reading it answers 410), its bytes go an hour later, its record stays
+/// and says so; a run past its tenant's record retention goes with its documents and objects,
+/// its ledger entries staying; the version an endpoint serves, and its run, are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_and_runs_past_their_retention_go_unless_an_endpoint_uses_them() {
+    let clock = Arc::new(VirtualClock::new(Timestamp::from_secs(1_800_000_000)));
+    let p = TestPlatform::start_with(
+        &[("MAPI_RUN_RETENTION_DAYS", "2"), ("MAPI_MODEL_VERSION_RETENTION_DAYS", "4")],
+        Options { background: false, clock: clock.clone(), ..Options::default() },
+    )
+    .await;
+    background(&p);
+    let token = p.token().to_owned();
+    let fit =
+        json!({"method": "tabular.linear", "dataset": p.upload(LONGLEY).await, "params": {"y": "employed"}});
+    let (old, served) = (p.submit(fit.clone()).await, p.submit(fit).await);
+    let ended = |v: &Value| v["state"] == "succeeded";
+    let old_view = wait(&p, &clock, &token, &old, ended).await;
+    let served_view = wait(&p, &clock, &token, &served, ended).await;
+    for run in [&old, &served] {
+        forwarded(&execution_dir(&p, run).await.1).await;
+    }
+    let version = |v: &Value| v["model_version"].as_str().expect("a model version").to_owned();
+    let (old_version, served_version) = (version(&old_view), version(&served_view));
+    let endpoints = format!("{}/endpoints", p.project_path());
+    let create = |alias: &str, v: &str| json!({"alias": alias, "model_version": v});
+    let (status, e) = p.call(&token, Method::POST, &endpoints, Some(create("served", &served_version))).await;
+    assert_eq!(status, 202, "{e}");
+    let state = &p.platform.state;
+    let run_dir = |run: &str| {
+        let id = RunId::parse(run).expect("run id");
+        layout::run_dir(&TenantId::parse("dev").expect("id"), &ProjectId::parse("default").expect("id"), &id)
+    };
+    let old_objects = objects_under(&p, &run_dir(&old)).await;
+    assert!(old_objects >= 3, "outputs, manifest and signature: {old_objects}");
+
+    clock.advance(3 * DAY);
+    let v = housekeep_all(&p).await;
+    assert_eq!((v["forgotten_runs"].as_u64(), v["expiring_versions"].as_u64()), (Some(2), Some(0)), "{v}");
+
+    clock.advance(DAY + Duration::from_secs(1));
+    let v = housekeep_all(&p).await;
+    assert_eq!(v["expiring_versions"], 1, "the unserved version is marked: {v}");
+    assert_eq!((v["expired_versions"].as_u64(), v["kept_in_use"].as_u64()), (Some(0), Some(1)), "{v}");
+    let (status, problem) =
+        p.call(&token, Method::GET, &format!("/v1/model-versions/{old_version}"), None).await;
+    assert_eq!((status, problem["code"].as_str()), (410, Some("GONE")), "{problem}");
+    assert!(problem["detail"].as_str().unwrap_or_default().contains("expired"), "{problem}");
+    let (status, problem) = p.call(&token, Method::POST, &endpoints, Some(create("old", &old_version))).await;
+    assert_eq!((status, problem["code"].as_str()), (410, Some("GONE")), "deploying it: {problem}");
+    assert_eq!(objects_under(&p, &run_dir(&old)).await, old_objects, "its bytes stay through the grace");
+
+    clock.advance(Duration::from_secs(3_600));
+    let v = housekeep_all(&p).await;
+    assert_eq!((v["expired_versions"].as_u64(), v["deleted_runs"].as_u64()), (Some(1), Some(0)), "{v}");
+    assert_eq!(objects_under(&p, &run_dir(&old)).await, 0, "its outputs and bundle are gone");
+    assert!(objects_under(&p, &run_dir(&served)).await >= 3, "the served version's bytes stay");
+    let (_, list) = p.call(&token, Method::GET, &format!("{}/model-versions", p.project_path()), None).await;
+    let listed = list["model_versions"].as_array().expect("versions");
+    let expired: Vec<_> = listed.iter().filter(|v| v["expired_at"].is_string()).map(|v| &v["id"]).collect();
+    assert_eq!(expired, [&json!(old_version)], "the record stays and says so: {list}");
+    let (status, run) = p.call(&token, Method::GET, &format!("/v1/runs/{old}"), None).await;
+    assert_eq!((status, run["state"].as_str()), (200, Some("succeeded")), "the run stays: {run}");
+    let v = housekeep_all(&p).await;
+    assert_eq!((v["expiring_versions"].as_u64(), v["expired_versions"].as_u64()), (Some(0), Some(0)), "{v}");
+
+    // The tenant keeps its runs a day after their logs go: the old run goes, the served one stays.
+    let operator = p.login("admin@dev.local").await;
+    let policy = json!({"run_record_retention_days": 1});
+    let (status, limits) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(policy)).await;
+    assert_eq!((status, limits["run_record_retention_days"].as_u64()), (200, Some(1)), "{limits}");
+    let v = housekeep_all(&p).await;
+    // Kept twice: the served version by the version sweep, its run by the run sweep.
+    assert_eq!((v["deleted_runs"].as_u64(), v["kept_in_use"].as_u64()), (Some(1), Some(2)), "{v}");
+    let (status, gone) = p.call(&token, Method::GET, &format!("/v1/runs/{old}"), None).await;
+    assert_eq!(status, 404, "{gone}");
+    let (status, kept) = p.call(&token, Method::GET, &format!("/v1/runs/{served}"), None).await;
+    assert_eq!((status, kept["state"].as_str()), (200, Some("succeeded")), "{kept}");
+    let of_run = |collection: &str, run: &str| Query::new(collection).filter("run", Op::Eq, run.to_owned());
+    for collection in ["attempts", "progress", "event_seen", "model_versions"] {
+        let left = state.store.query(&of_run(collection, &old), None).await.expect("query");
+        assert!(left.is_empty(), "{collection} of the removed run: {left:?}");
+    }
+    let ledger = state.store.query(&of_run("ledger", &old), None).await.expect("query");
+    assert!(!ledger.is_empty(), "the bill stays");
+    let audit = state.store.query(&Query::new("audit").filter("action", Op::Eq, "run.expire"), None).await;
+    assert_eq!(audit.expect("query").len(), 1);
+    let v = housekeep_all(&p).await;
+    assert_eq!((v["deleted_runs"].as_u64(), v["kept_in_use"].as_u64()), (Some(0), Some(2)), "{v}");
 }

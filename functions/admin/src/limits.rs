@@ -35,6 +35,12 @@ pub struct TenantLimits {
     /// Days after its upload a dataset no run reads is kept: the policy's, else the platform's
     /// `MAPI_DATASET_RETENTION_DAYS`; `null`: until deleted.
     pub dataset_retention_days: Option<u64>,
+    /// Days after its creation a model version serving no endpoint keeps its bytes: the
+    /// policy's, else the platform's `MAPI_MODEL_VERSION_RETENTION_DAYS`; `null`: kept.
+    pub model_version_retention_days: Option<u64>,
+    /// Days a run is kept once its executions were forgotten: the policy's, else the
+    /// platform's `MAPI_RUN_RECORD_RETENTION_DAYS`; `null`: kept.
+    pub run_record_retention_days: Option<u64>,
 }
 
 impl TenantLimits {
@@ -48,9 +54,14 @@ impl TenantLimits {
         let audit_retention_days = days(own(|p| p.audit_retention_days), state.config.audit_retention);
         let delivery_retention_days =
             days(own(|p| p.delivery_retention_days), state.config.delivery_retention);
-        let dataset_retention_days = own(|p| p.dataset_retention_days)
-            .map(u64::from)
-            .or(state.config.dataset_retention.map(|d| d.as_secs() / 86_400));
+        let kept = |own: Option<u32>, platform: Option<std::time::Duration>| {
+            own.map(u64::from).or(platform.map(|d| d.as_secs() / 86_400))
+        };
+        let dataset_retention_days = kept(own(|p| p.dataset_retention_days), state.config.dataset_retention);
+        let model_version_retention_days =
+            kept(own(|p| p.model_version_retention_days), state.config.model_version_retention);
+        let run_record_retention_days =
+            kept(own(|p| p.run_record_retention_days), state.config.run_record_retention);
         TenantLimits {
             effective: effective(tier, policy.as_ref()),
             tenant,
@@ -61,6 +72,8 @@ impl TenantLimits {
             audit_retention_days,
             delivery_retention_days,
             dataset_retention_days,
+            model_version_retention_days,
+            run_record_retention_days,
         }
     }
 }
@@ -93,6 +106,16 @@ fn zero_retention(policy: &Policy) -> Option<String> {
             "delivery_retention_days",
             policy.delivery_retention_days,
             "delete the tenant's webhook messages at the next housekeeping",
+        ),
+        (
+            "model_version_retention_days",
+            policy.model_version_retention_days,
+            "delete the bytes of the tenant's model versions at the next housekeeping",
+        ),
+        (
+            "run_record_retention_days",
+            policy.run_record_retention_days,
+            "delete the tenant's runs as soon as their executions are forgotten",
         ),
     ];
     let (name, _, would) = days.into_iter().find(|(_, d, _)| *d == Some(0))?;

@@ -89,6 +89,8 @@ pub async fn seal(
         manifest_sha256: sealed.sha256,
         key_version: sealed.signature.key_version,
         artifact_count: u32::try_from(sealed.manifest.artifacts.len()).unwrap_or(u32::MAX),
+        expired_at: None,
+        bytes_since: Some(now),
         created_at: now,
     })
 }

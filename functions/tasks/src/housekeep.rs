@@ -11,14 +11,13 @@ use axum::extract::State;
 use mapi_domain::Timestamp;
 use mapi_identity::InternalCaller;
 use mapi_jobs::{JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc};
-use mapi_objects::{IfGeneration, ObjectError};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_quota::counters::{self, field};
 use mapi_schema::Doc;
 use mapi_store::{Direction, Op, Query, transact};
 
-use mapi_jobstore::{base, derived, object_key};
+use mapi_jobstore::{base, derived};
 
 /// The housekeeper's route.
 pub const HOUSEKEEP_PATH: &str = "/internal/tasks/jobs/housekeep";
@@ -63,39 +62,9 @@ pub async fn handle(
 }
 
 async fn delete_job(state: &AppState, job: &JobDoc) -> Result<u64, ApiError> {
-    let prefix = base(job);
-    let mut deleted = 0;
-    loop {
-        let page = state.objects.list(&prefix, None, 500).await?;
-        if page.objects.is_empty() {
-            break;
-        }
-        for o in page.objects {
-            match state.objects.delete(&object_key(o.key.as_str())?, IfGeneration::Any).await {
-                Ok(()) | Err(ObjectError::NotFound(_)) => deleted += 1,
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
+    let deleted = crate::removal::delete_prefix(state, &base(job)).await?;
     for collection in [JobItemDoc::COLLECTION, JobItemHistoryDoc::COLLECTION] {
-        loop {
-            let q = Query::new(collection).filter("job", Op::Eq, job.id.as_str()).limit(200);
-            let docs = state.store.query(&q, None).await?;
-            if docs.is_empty() {
-                break;
-            }
-            let keys: Vec<_> = docs.iter().map(|d| d.key.clone()).collect();
-            transact::<_, ApiError, _, _>(&*state.store, |mut tx| {
-                let keys = keys.clone();
-                async move {
-                    for k in &keys {
-                        tx.delete(k);
-                    }
-                    Ok(tx.finish(()))
-                }
-            })
-            .await?;
-        }
+        crate::removal::delete_where(state, collection, "job", job.id.as_str()).await?;
     }
     // Items still counted as in flight give their window slots back.
     let (_, counts, _) = derived(state, job).await?;

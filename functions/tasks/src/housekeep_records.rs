@@ -19,7 +19,7 @@ use mapi_identity::Audit;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{AuditDoc, DatasetDoc, DeliveryDoc, Doc};
-use mapi_store::{Direction, Document, Op, Query, transact};
+use mapi_store::{Direction, Document, Op, Query};
 
 use crate::retention::{Policies, Retention};
 
@@ -98,16 +98,6 @@ pub async fn sweep(state: &AppState, policies: &Policies) -> Result<RecordsHouse
 /// Deletes `docs` in one commit; how many.
 async fn delete_all(state: &AppState, docs: Vec<Document>) -> Result<u32, ApiError> {
     let keys: Vec<_> = docs.into_iter().map(|d| d.key).collect();
-    if keys.is_empty() {
-        return Ok(0);
-    }
-    let keys = &keys;
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        for k in keys {
-            tx.delete(k);
-        }
-        Ok(tx.finish(()))
-    })
-    .await?;
-    Ok(u32::try_from(keys.len()).unwrap_or(u32::MAX))
+    let deleted = crate::removal::delete_keys(state, &keys).await?;
+    Ok(u32::try_from(deleted).unwrap_or(u32::MAX))
 }

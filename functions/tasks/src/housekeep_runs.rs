@@ -6,8 +6,9 @@
 //! read through them), then records on the run that they are gone
 //! ([`mapi_lifecycle::commands::leftovers_forgotten`]). The run document,
 //! its ledger entries and its output objects stay; its logs answer `410
-//! GONE` from then on. Called by the scheduler (`mapi dev`'s tick loop
-//! locally), beside the jobs housekeeper.
+//! GONE` from then on. Each call then sweeps model versions' bytes and runs
+//! past their own retentions ([`crate::housekeep_versions`]). Called by the
+//! scheduler (`mapi dev`'s tick loop locally), beside the jobs housekeeper.
 //!
 //! The runs are found by `leftovers_since` (set when a run ends, removed
 //! when its leftovers are forgotten), oldest first, through the declared
@@ -50,6 +51,9 @@ pub struct RunsHousekept {
     /// Runs left for a later call: an execution still running or not fully forwarded, or an
     /// executor that could not answer.
     pub kept_runs: u32,
+    /// Model versions' bytes and runs past their retention.
+    #[serde(flatten)]
+    pub versions: crate::housekeep_versions::VersionsHousekept,
 }
 
 /// Runs whose leftovers may still exist and that ended before `cutoff`, oldest ending first.
@@ -63,13 +67,15 @@ pub async fn handle(
     State(state): State<AppState>,
     _internal: InternalCaller,
 ) -> Result<Json<RunsHousekept>, ApiError> {
-    let own = crate::retention::Policies::read(&state).await?.own(|p| p.run_retention_days);
+    let policies = crate::retention::Policies::read(&state).await?;
+    let own = policies.own(|p| p.run_retention_days);
     let retention =
         Retention { own: &own, default: Some(state.config.run_retention), now: state.clock.now() };
     let mut out = RunsHousekept::default();
     for d in retention.expired(&state, RUNS_PER_CALL, ended_before).await? {
         housekeep(&state, &d.decode()?, &mut out).await?;
     }
+    out.versions = crate::housekeep_versions::sweep(&state, &policies).await?;
     if out.forgotten_runs > 0 || out.kept_runs > 0 {
         tracing::info!(
             runs = out.forgotten_runs,

@@ -204,6 +204,10 @@ pub struct ModelVersionSummary {
     pub artifact_count: u32,
     pub manifest_sha256: String,
     pub created_at: Timestamp,
+    /// When its bytes were deleted (its tenant's model-version retention,
+    /// while it served no endpoint); absent while it can be served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_at: Option<Timestamp>,
 }
 
 /// A page of model versions, newest first.

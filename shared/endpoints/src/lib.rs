@@ -147,6 +147,20 @@ impl EndpointDoc {
         format!("r{}", self.revisions.len() + 1)
     }
 
+    /// The model versions the endpoint serves or may serve again without a
+    /// new deploy: the stable revision's, the previous one's (`rollback`),
+    /// every revision's in the traffic split, and a promotion's. Their
+    /// bytes are kept whatever their age.
+    pub fn versions_in_use(&self) -> impl Iterator<Item = &ModelVersionId> {
+        let tags = [Some(self.stable.as_str()), self.previous.as_deref()]
+            .into_iter()
+            .flatten()
+            .chain(self.traffic.iter().map(|t| t.tag.as_str()));
+        tags.filter_map(|t| self.revision(t))
+            .map(|r| &r.model_version)
+            .chain(self.promotion.iter().map(|p| &p.model_version))
+    }
+
     /// The version the stable revision serves.
     pub fn model_version(&self) -> Option<&ModelVersionId> {
         self.revision(&self.stable).map(|r| &r.model_version)

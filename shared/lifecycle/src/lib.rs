@@ -72,6 +72,13 @@ pub const INDEXES: &[Index] = &[
         collection: RunDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("leftovers_since", Direction::Asc)],
     },
+    // Runs whose executions were forgotten, oldest first: the run housekeeper's, for the runs
+    // past their record retention, under the platform's and under a tenant's own.
+    Index { collection: RunDoc::COLLECTION, fields: &[("leftovers_forgotten_at", Direction::Asc)] },
+    Index {
+        collection: RunDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("leftovers_forgotten_at", Direction::Asc)],
+    },
     // Runs of a project's experiment, newest first.
     Index {
         collection: RunDoc::COLLECTION,

@@ -750,6 +750,8 @@ fn version_of(run: &RunDoc) -> mapi_schema::ModelVersionDoc {
         manifest_sha256: "00".repeat(32),
         key_version: "local:1".into(),
         artifact_count: 1,
+        expired_at: None,
+        bytes_since: None,
         created_at: at(13),
     }
 }

@@ -113,6 +113,19 @@ pub struct Policy {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub dataset_retention_days: Option<u32>,
+    /// Days after its creation a model version of the tenant that serves
+    /// no endpoint keeps its bytes (its bundle and the outputs it seals);
+    /// the platform's `MAPI_MODEL_VERSION_RETENTION_DAYS` when absent.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub model_version_retention_days: Option<u32>,
+    /// Days after its executions were forgotten (the run retention after
+    /// its end) that a run of the tenant is kept: then it goes with its
+    /// documents and objects, unless its model version serves an endpoint;
+    /// the platform's `MAPI_RUN_RECORD_RETENTION_DAYS` when absent.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub run_record_retention_days: Option<u32>,
     /// Why the operator set it; no effect on the limits.
     pub note: Option<String>,
 }
@@ -252,6 +265,8 @@ mod tests {
             audit_retention_days: Some(11),
             delivery_retention_days: Some(12),
             dataset_retention_days: Some(13),
+            model_version_retention_days: Some(14),
+            run_record_retention_days: Some(15),
             note: None,
         };
         let expected = Limits {

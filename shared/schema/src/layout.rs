@@ -31,6 +31,12 @@ pub fn task_dir(
     if task_count > 1 { format!("{base}/tasks/{task}") } else { base }
 }
 
+/// The prefix of every object of a run (its attempts, bundle and images),
+/// ending in `/`, so it names no other run's.
+pub fn run_dir(tenant: &TenantId, project: &ProjectId, run: &RunId) -> String {
+    format!("t/{tenant}/p/{project}/runs/{run}/")
+}
+
 /// The prefix of a run's model-version bundle (its manifest and signature;
 /// the artifacts stay where the attempt wrote them). Outside every attempt's
 /// directory, so no output listing sees it.

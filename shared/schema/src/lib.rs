@@ -108,6 +108,13 @@ pub const INDEXES: &[Index] = &[
         collection: DatasetDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("created_at", Direction::Asc)],
     },
+    // Model versions whose bytes exist, oldest first, of every tenant and of one (the run
+    // housekeeper expires those past their retention that serve no endpoint).
+    Index { collection: ModelVersionDoc::COLLECTION, fields: &[("bytes_since", Direction::Asc)] },
+    Index {
+        collection: ModelVersionDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("bytes_since", Direction::Asc)],
+    },
     // Audit entries by age, oldest first, of every tenant and of one (the housekeeper deletes
     // those past their retention).
     Index { collection: AuditDoc::COLLECTION, fields: &[("at", Direction::Asc)] },

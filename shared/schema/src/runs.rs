@@ -185,6 +185,30 @@ pub struct ModelVersionDoc {
     pub key_version: String,
     pub artifact_count: u32,
     pub created_at: Timestamp,
+    /// When the housekeeper deleted the version's bytes (its bundle and
+    /// the outputs it seals) because it served no endpoint past its
+    /// tenant's model-version retention. The record stays and says so; the
+    /// version can no longer be served, read or downloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_at: Option<Timestamp>,
+    /// When the version was sealed, as long as its bytes exist: the
+    /// housekeeper's query finds it by this field, which is removed when
+    /// they expire (so an expired version is never looked at again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_since: Option<Timestamp>,
+}
+
+impl ModelVersionDoc {
+    /// Why the version's bytes are gone, in words, once it expired.
+    pub fn expiry(&self) -> Option<String> {
+        self.expired_at.map(|at| {
+            format!(
+                "model version {} expired on {}: its bundle and outputs were deleted past its tenant's model-version retention while it served no endpoint; fit again, or use a newer version",
+                self.id,
+                at.to_rfc3339()
+            )
+        })
+    }
 }
 
 impl Doc for ModelVersionDoc {
@@ -492,6 +516,7 @@ impl From<&crate::ModelVersionDoc> for mapi_api::views::ModelVersionSummary {
             artifact_count: v.artifact_count,
             manifest_sha256: v.manifest_sha256.clone(),
             created_at: v.created_at,
+            expired_at: v.expired_at,
         }
     }
 }

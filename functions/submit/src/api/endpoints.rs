@@ -56,6 +56,7 @@ async fn model_of(
     if (&version.tenant, &version.project) != (tenant, project) {
         return Err(missing());
     }
+    let version = super::model_versions::kept(version)?;
     let prefix = ObjectKey::parse(&version.bundle)
         .map_err(|e| ApiError::internal_from(format!("bundle prefix of {id}"), e))?;
     let files = mapi_bundles::read_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)
@@ -125,6 +126,7 @@ fn checked(body: &CreateEndpoint) -> Result<(String, Scaling), ApiError> {
         (status = 400, body = mapi_problem::Problem),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "ALREADY_EXISTS: the alias is taken; FAILED_PRECONDITION: the version makes no servable model"),
+        (status = 410, body = mapi_problem::Problem, description = "GONE: the version's bytes expired"),
     ),
     security(("session" = []), ("token" = []))
 )]
@@ -343,6 +345,7 @@ async fn change(
         (status = 403, body = mapi_problem::Problem),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "Not ready, or a promotion is (not) under way"),
+        (status = 410, body = mapi_problem::Problem, description = "`:promote`: the version's bytes expired"),
         (status = 503, body = mapi_problem::Problem, description = "The model server did not answer; retry"),
     ),
     security(("session" = []), ("token" = []))

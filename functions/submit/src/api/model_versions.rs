@@ -49,6 +49,14 @@ async fn load_for(state: &AppState, caller: &Caller, id: &str) -> Result<ModelVe
     Ok(version)
 }
 
+/// `version`, unless its bytes expired: `410 GONE` saying when and why.
+pub(crate) fn kept(version: ModelVersionDoc) -> Result<ModelVersionDoc, ApiError> {
+    match version.expiry() {
+        Some(why) => Err(ApiError::new(ProblemCode::Gone, why)),
+        None => Ok(version),
+    }
+}
+
 /// How the audit log names a version.
 fn resource_of(version: &ModelVersionDoc) -> String {
     format!("{}/{}", ModelVersionDoc::COLLECTION, version.id)
@@ -130,6 +138,7 @@ pub async fn list(
         (status = 200, body = ModelVersionView),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify; refused and audited"),
+        (status = 410, body = mapi_problem::Problem, description = "GONE: its bytes expired (the list still shows its record)"),
     ),
     security(("session" = []), ("token" = []))
 )]
@@ -138,7 +147,7 @@ pub async fn get_version(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ModelVersionView>, ApiError> {
-    let version = load_for(&state, &caller, &id).await?;
+    let version = kept(load_for(&state, &caller, &id).await?)?;
     let prefix = prefix_of(&version)?;
     let sealed =
         match mapi_bundles::open_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)
@@ -186,6 +195,7 @@ pub async fn get_version(
         (status = 200, body = ArtifactUrls),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify or an artifact changed; no URL is minted, the refusal is audited"),
+        (status = 410, body = mapi_problem::Problem, description = "GONE: its bytes expired"),
     ),
     security(("session" = []), ("token" = []))
 )]
@@ -194,7 +204,7 @@ pub async fn urls(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ArtifactUrls>, ApiError> {
-    let version = load_for(&state, &caller, &id).await?;
+    let version = kept(load_for(&state, &caller, &id).await?)?;
     let prefix = prefix_of(&version)?;
     let minted = mapi_bundles::artifact_urls(
         &*state.objects,

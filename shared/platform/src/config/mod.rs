@@ -180,6 +180,12 @@ pub struct Config {
     /// How long datasets are kept after their upload (`MAPI_DATASET_RETENTION_DAYS`; `None`:
     /// until deleted).
     pub dataset_retention: Option<Duration>,
+    /// How long a model version serving no endpoint keeps its bytes
+    /// (`MAPI_MODEL_VERSION_RETENTION_DAYS`; `None`: kept).
+    pub model_version_retention: Option<Duration>,
+    /// How long a run is kept once its executions were forgotten
+    /// (`MAPI_RUN_RECORD_RETENTION_DAYS`; `None`: kept).
+    pub run_record_retention: Option<Duration>,
     /// Promotion gate: each step's least time and fewest scores.
     pub endpoints_step: Duration,
     pub endpoints_step_requests: u64,
@@ -462,6 +468,12 @@ impl From<Invalid> for ConfigError {
 /// A number of days `var` sets, at least 1.
 fn days(var: &Var, env: Env<'_>) -> Result<Duration, ConfigError> {
     Ok(Duration::from_secs(u64::from(at_least_one(var, env)?).saturating_mul(86_400)))
+}
+
+/// Days `var` sets where 0 means kept: `None` then.
+fn kept_days(var: &Var, env: Env<'_>) -> Result<Option<Duration>, ConfigError> {
+    let days = var.parse::<u64>(env)?;
+    Ok(Some(Duration::from_secs(days.saturating_mul(86_400))).filter(|d| !d.is_zero()))
 }
 
 /// A count `var` sets that must be at least 1.
@@ -813,10 +825,9 @@ impl Config {
             tick_follow_up: v::TICK_FOLLOW_UP_S.seconds(life)?,
             audit_retention: days(&v::AUDIT_RETENTION_DAYS, life)?,
             delivery_retention: days(&v::DELIVERY_RETENTION_DAYS, life)?,
-            dataset_retention: Some(Duration::from_secs(
-                v::DATASET_RETENTION_DAYS.parse::<u64>(life)?.saturating_mul(86_400),
-            ))
-            .filter(|d| !d.is_zero()),
+            dataset_retention: kept_days(&v::DATASET_RETENTION_DAYS, life)?,
+            model_version_retention: kept_days(&v::MODEL_VERSION_RETENTION_DAYS, life)?,
+            run_record_retention: kept_days(&v::RUN_RECORD_RETENTION_DAYS, life)?,
             run_retention: Duration::from_secs(
                 v::RUN_RETENTION_DAYS.parse::<u64>(life)?.saturating_mul(86_400),
             ),

@@ -129,6 +129,16 @@ pub const DATASET_RETENTION_DAYS: Var = Var::new(
     "0",
     "Days after its upload a dataset no run reads is deleted by the housekeeper (its object, record and storage), unless its tenant's quota policy sets `dataset_retention_days`; 0 keeps datasets until they are deleted",
 );
+pub const MODEL_VERSION_RETENTION_DAYS: Var = Var::new(
+    "MAPI_MODEL_VERSION_RETENTION_DAYS",
+    "0",
+    "Days after its creation a model version that serves no endpoint keeps its bytes: then the housekeeper deletes its bundle and the outputs it seals, and the version, kept as a record, can no longer be served, unless its tenant's quota policy sets `model_version_retention_days`; 0 keeps them",
+);
+pub const RUN_RECORD_RETENTION_DAYS: Var = Var::new(
+    "MAPI_RUN_RECORD_RETENTION_DAYS",
+    "0",
+    "Days after the run housekeeper forgot a run's executions (`MAPI_RUN_RETENTION_DAYS` after its end) that the run is kept: then it goes with its documents and objects (its ledger entries stay), unless its model version serves an endpoint or its tenant's quota policy sets `run_record_retention_days`; 0 keeps runs",
+);
 pub const DELIVERY_RETENTION_DAYS: Var = Var::new(
     "MAPI_DELIVERY_RETENTION_DAYS",
     "30",
@@ -349,6 +359,8 @@ pub const VARIABLES: &[Var] = &[
     RUN_RETENTION_DAYS,
     AUDIT_RETENTION_DAYS,
     DATASET_RETENTION_DAYS,
+    MODEL_VERSION_RETENTION_DAYS,
+    RUN_RECORD_RETENTION_DAYS,
     DELIVERY_RETENTION_DAYS,
     ENDPOINTS_STEP_S,
     ENDPOINTS_STEP_REQUESTS,
