@@ -60,6 +60,23 @@ impl Client {
 
     /// Sends and decodes a JSON answer; problems become [`ClientError::Problem`].
     pub async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, ClientError> {
+        let (status, bytes) = self.answer(req).await?;
+        // 204 (a delete) has no body: it reads as `null`, which `()` takes.
+        let body: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+        serde_json::from_slice(body).map_err(|e| ClientError::Unexpected {
+            status,
+            body: format!("{e}: {}", String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>()),
+        })
+    }
+
+    /// Sends and returns a 2xx answer's bytes (after any redirect, which
+    /// carries the token only to the platform itself); problems become
+    /// [`ClientError::Problem`].
+    pub async fn bytes(&self, req: reqwest::RequestBuilder) -> Result<Vec<u8>, ClientError> {
+        Ok(self.answer(req).await?.1)
+    }
+
+    async fn answer(&self, req: reqwest::RequestBuilder) -> Result<(u16, Vec<u8>), ClientError> {
         let resp =
             req.send().await.map_err(|source| ClientError::Unreachable { url: self.url.clone(), source })?;
         let status = resp.status().as_u16();
@@ -68,15 +85,7 @@ impl Client {
             .await
             .map_err(|source| ClientError::Unreachable { url: self.url.clone(), source })?;
         if (200..300).contains(&status) {
-            // 204 (a delete) has no body: it reads as `null`, which `()` takes.
-            let body: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
-            return serde_json::from_slice(body).map_err(|e| ClientError::Unexpected {
-                status,
-                body: format!(
-                    "{e}: {}",
-                    String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>()
-                ),
-            });
+            return Ok((status, bytes.to_vec()));
         }
         match serde_json::from_slice::<Problem>(&bytes) {
             Ok(p) => Err(ClientError::Problem(Box::new(p))),

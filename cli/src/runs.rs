@@ -9,7 +9,6 @@ use mapi_api::views::{RunPage, RunView};
 use mapi_domain::{ResourceClass, RunState};
 use reqwest::Method;
 
-use crate::client::ClientError;
 use crate::context::{Ctx, Scope, parse_params};
 use crate::error::Result;
 use crate::output::{Cell, Table, money};
@@ -479,11 +478,9 @@ async fn output(ctx: &Ctx, args: OutputArgs) -> Result<ExitCode> {
         let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
         return Err(format!("run {id} has no output `{name}` (it has: {})", names.join(", ")).into());
     };
-    let bytes = reqwest::get(&out.url)
-        .await
-        .map_err(|source| ClientError::Unreachable { url: out.url.clone(), source })?
-        .bytes()
-        .await?;
+    // Through the platform's route (the output counts as the tenant's egress), redirected to the bytes.
+    let path = format!("/v1/runs/{}/outputs/{}", crate::client::segment(&id), out.name);
+    let bytes = ctx.client.bytes(ctx.client.request(reqwest::Method::GET, &path)).await?;
     // A file redirected somewhere stays the file; a person at a terminal reads the table.
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let summary = (table || (terminal && !raw && !ctx.json))

@@ -73,6 +73,16 @@ impl<'c> Api<'c> {
         refusal(response).await
     }
 
+    /// `GET path` of a route that answers `303 See Other` (an output's download): where it sends.
+    pub async fn redirect(&self, path: &str) -> Result<String, Refusal> {
+        let response = self.request(Method::GET, path).send().await.map_err(|e| Refusal::unreachable(&e))?;
+        let location = response.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok());
+        match (response.status().as_u16(), location) {
+            (303, Some(l)) => Ok(l.to_owned()),
+            _ => refusal(response).await,
+        }
+    }
+
     /// `method path` with a JSON body.
     pub async fn send<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,

@@ -202,6 +202,12 @@ impl TestPlatform {
         &self.platform.credentials.token
     }
 
+    /// A run output through the `url` the run's view gives it (the platform's route, which counts
+    /// the download as egress and redirects to the bytes), as the platform's API token.
+    pub async fn output(&self, url: &str) -> reqwest::Response {
+        self.http.get(url).bearer_auth(self.token()).send().await.expect("an output's download")
+    }
+
     pub fn project_path(&self) -> String {
         let c = &self.platform.credentials;
         format!("/v1/tenants/{}/projects/{}", c.tenant, c.project)

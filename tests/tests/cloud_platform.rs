@@ -67,11 +67,17 @@ async fn a_fit_succeeds_on_firestore_and_cloud_storage() {
     assert_eq!(run["state"], "succeeded", "{run:#}");
     assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
 
-    // The output, downloaded through its V4 URL (checked by the front).
+    // The output, downloaded through the platform's route, which sends to its V4 URL (checked by
+    // the front).
     let out = &run["outputs"][0];
-    let url = out["url"].as_str().expect("url");
+    let link = out["url"].as_str().expect("url");
+    let once =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let sent = once.get(link).bearer_auth(p.token()).send().await.expect("get");
+    assert_eq!(sent.status(), 303, "{link}");
+    let url = sent.headers()["location"].to_str().expect("location").to_owned();
     assert!(url.starts_with(&front.url) && url.contains("X-Goog-Signature="), "a V4 URL: {url}");
-    let model: Value = p.http.get(url).send().await.expect("get").json().await.expect("json");
+    let model: Value = p.http.get(&url).send().await.expect("get").json().await.expect("json");
     let intercept = model["coefficients"][0]["estimate"].as_f64().expect("estimate");
     assert!((intercept - -3_482_258.634_595_82).abs() < 1e-3, "NIST certified intercept, got {intercept}");
 

@@ -187,6 +187,6 @@ async fn a_hundred_fits_through_cloudrun_jobs_with_429s_lost_answers_and_late_du
     assert_eq!(lost, 0);
     let model = r.run(ids[0].as_str()).await;
     let url = model["outputs"][0]["url"].as_str().expect("url").to_owned();
-    let body: serde_json::Value = r.http.get(url).send().await.expect("get").json().await.expect("json");
+    let body: serde_json::Value = r.output(&url).await.json().await.expect("json");
     assert!(body["coefficients"].is_array(), "the output is in the object store: {body}");
 }

@@ -140,7 +140,7 @@ async fn the_retry_resumes_from_the_checkpoint_the_killed_attempt_flushed() {
     assert_eq!(transitions(&run), retried_once("resource_exhausted", SUCCEEDED));
     let out = run["outputs"].as_array().expect("outputs").first().expect("one output").clone();
     let result: serde_json::Value =
-        r.http.get(out["url"].as_str().expect("url")).send().await.expect("get").json().await.expect("json");
+        r.output(out["url"].as_str().expect("url")).await.json().await.expect("json");
     let resumed = result["resumed_from_s"].as_f64().expect("resumed_from_s");
     assert!(resumed > 0.1, "the second attempt started from the first one's checkpoint: {result}");
     let this = result["this_attempt_s"].as_f64().expect("this_attempt_s");

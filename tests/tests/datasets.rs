@@ -2,7 +2,7 @@
 //! run); once deleted its record and object are gone, the storage it counted
 //! is given back once, and the deletion is audited. Downloading one: a
 //! signed link to its bytes, audited before it is given, to the project only;
-//! a finished run's output links, audited as artifact links at each view.
+//! a finished run's outputs, each download audited and counted as egress.
 
 use std::sync::Arc;
 
@@ -96,34 +96,50 @@ async fn a_download_link_is_audited_before_it_is_given_and_only_to_the_project()
     assert_eq!(log["items"].as_array().map(Vec::len), Some(1), "refusals mint nothing: {log}");
 }
 
+/// A run's view lists its outputs with the platform's route each downloads through: viewing
+/// mints, audits and counts nothing; each download is audited (`artifact.download`), its bytes
+/// counted against the tenant's egress of the month, and refused naming the limit once spent.
 #[tokio::test]
-async fn a_finished_runs_output_links_are_audited_as_artifact_links_each_time_they_are_given() {
+async fn each_download_of_a_runs_output_is_audited_and_counted_as_egress() {
     let p = TestPlatform::start(&[]).await;
     let dataset = p.upload("x,y\n1,2\n2,4\n3,7\n4,8\n").await;
     let id = p.submit(json!({"method": "tabular.linear", "dataset": dataset, "params": {"y": "y"}})).await;
     let queued = p.run(&id).await;
-    assert_eq!(queued["outputs"], json!([]), "no links before the run ends: {queued}");
-    let admin = p.login("dev@dev.local").await;
-    let audit = "/v1/tenants/dev/audit?action=artifact.link";
-    let (_, log) = p.call(&admin, reqwest::Method::GET, audit, None).await;
-    assert_eq!(log["items"].as_array().map(Vec::len), Some(0), "a view without links is not audited: {log}");
-
+    assert_eq!(queued["outputs"], json!([]), "no outputs before the run ends: {queued}");
     let done = p.wait_final(&id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
-    let links = done["outputs"].as_array().map_or(0, Vec::len);
-    assert!(links > 0, "a fit has outputs: {done}");
     p.run(&id).await;
+    let admin = p.login("dev@dev.local").await;
+    let audit = "/v1/tenants/dev/audit?action=artifact.download";
+    let (_, log) = p.call(&admin, reqwest::Method::GET, audit, None).await;
+    assert_eq!(log["items"].as_array().map(Vec::len), Some(0), "views download nothing: {log}");
+
+    let out = &done["outputs"][0];
+    let (name, size) = (out["name"].as_str().expect("name"), out["size"].as_u64().expect("size"));
+    let url = out["url"].as_str().expect("url");
+    assert_eq!(url, p.url(&format!("/v1/runs/{id}/outputs/{name}")), "the platform's route");
+    let bytes = p.output(url).await.bytes().await.expect("bytes");
+    assert_eq!(bytes.len() as u64, size);
     let (_, log) = p.call(&admin, reqwest::Method::GET, audit, None).await;
     let items = log["items"].as_array().expect("items");
-    assert_eq!(items.len(), 2, "each view that gave links, once: {log}");
-    for entry in items {
-        assert_eq!(entry["resource"], format!("runs/{id}"));
-        let detail = entry["detail"].as_str().unwrap_or_default();
-        assert!(
-            detail.starts_with(&format!("{links} output links")) && detail.contains("valid 900 s"),
-            "{entry}"
-        );
-    }
+    assert_eq!(items.len(), 1, "{log}");
+    assert_eq!(items[0]["resource"], format!("runs/{id}"));
+    let detail = items[0]["detail"].as_str().unwrap_or_default();
+    assert!(detail.starts_with(&format!("output {name} ({size} bytes)")), "{log}");
+    let (s, problem) =
+        p.call(p.token(), reqwest::Method::GET, &format!("/v1/runs/{id}/outputs/nope.json"), None).await;
+    assert_eq!((s, problem["code"].as_str()), (404, Some("NOT_FOUND")), "{problem}");
+
+    // The month's egress, with room for what left and less than one more download: refused, named.
+    let operator = p.login("admin@dev.local").await;
+    let room = json!({"egress_bytes_per_month": size + size / 2});
+    let (s, b) = p.call(&operator, reqwest::Method::PUT, "/v1/admin/quotas/dev", Some(room)).await;
+    assert_eq!(s, 200, "{b}");
+    let refused = p.output(url).await;
+    assert_eq!(refused.status(), 429);
+    let problem: serde_json::Value = refused.json().await.expect("problem");
+    assert_eq!(problem["code"], "QUOTA_EXCEEDED", "{problem}");
+    assert!(problem["detail"].as_str().unwrap_or_default().contains("egress_bytes_per_month"), "{problem}");
 }
 
 /// Retention: by default a dataset is kept until deleted; once a tenant's

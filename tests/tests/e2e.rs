@@ -33,11 +33,10 @@ async fn a_linear_fit_succeeds_with_outputs_and_cost(b: Backend) {
     assert_eq!(run["state"], "succeeded", "{run:#}");
     assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
 
-    // The coefficients, downloaded through the signed URL in the view.
+    // The coefficients, downloaded through the view's link (redirected to a signed URL).
     let out = &run["outputs"][0];
     assert_eq!(out["name"], "model.json");
-    let model: Value =
-        p.http.get(out["url"].as_str().expect("url")).send().await.expect("get").json().await.expect("json");
+    let model: Value = p.output(out["url"].as_str().expect("url")).await.json().await.expect("json");
     let intercept = model["coefficients"][0]["estimate"].as_f64().expect("estimate");
     assert!((intercept - -3_482_258.634_595_82).abs() < 1e-3, "NIST certified intercept, got {intercept}");
     assert!((model["r_squared"].as_f64().expect("r2") - 0.995_479_004_577_296).abs() < 1e-9);

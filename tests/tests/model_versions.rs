@@ -41,7 +41,7 @@ async fn fit(p: &TestPlatform) -> Value {
 }
 
 async fn fetch(p: &TestPlatform, url: &str) -> Vec<u8> {
-    let resp = p.http.get(url).send().await.expect("fetch");
+    let resp = p.output(url).await;
     assert_eq!(resp.status(), 200, "{url}");
     resp.bytes().await.expect("bytes").to_vec()
 }

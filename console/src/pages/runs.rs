@@ -27,6 +27,7 @@ pub fn routes() -> Router<Console> {
         .route("/console/runs/{id}", get(detail))
         .route("/console/runs/{id}/live", get(live))
         .route("/console/runs/{id}/cancel", post(cancel))
+        .route("/console/runs/{id}/outputs/{*name}", get(output))
 }
 
 /// The list's filters, as the form sends them.
@@ -392,7 +393,7 @@ async fn detail(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPa
         }
         h2 { "Outputs" }
         @if run.outputs.is_empty() { p { "None yet." } } @else {
-            ul { @for o in &run.outputs { li { a href=(o.url) download { (o.name) } " (" (o.size) " bytes)" } } }
+            ul { @for o in &run.outputs { li { a href=(format!("/console/runs/{}/outputs/{}", run.id, o.name)) download { (o.name) } " (" (o.size) " bytes)" } } }
         }
         h2 { "Log" }
         @match &logs {
@@ -448,6 +449,27 @@ fn live_section(run: &RunView) -> Markup {
 async fn live(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
     let run = Api::new(&console, &viewer).get::<RunView>(&format!("/v1/runs/{id}")).await;
     fragment(run.map(|run| live_section(&run)))
+}
+
+/// An output's download: the API counts it and answers where the bytes are; the browser goes there.
+async fn output(
+    State(console): State<Console>,
+    viewer: Viewer,
+    axum::extract::Path((id, name)): axum::extract::Path<(String, String)>,
+) -> Response {
+    let Ok(id) = mapi_domain::RunId::parse(&id) else {
+        return refused(
+            &viewer,
+            Scope::default(),
+            "No such run",
+            &crate::api::Refusal::invalid("not a run id"),
+        );
+    };
+    let name: String = name.chars().filter(|c| c.is_ascii_alphanumeric() || "._-=/".contains(*c)).collect();
+    match Api::new(&console, &viewer).redirect(&format!("/v1/runs/{id}/outputs/{name}")).await {
+        Ok(location) => Redirect::to(&location).into_response(),
+        Err(r) => refused(&viewer, Scope::default(), "Download refused", &r),
+    }
 }
 
 async fn cancel(State(console): State<Console>, IdPath(id): IdPath, posted: Posted) -> Response {

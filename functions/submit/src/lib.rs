@@ -35,7 +35,7 @@ use utoipa::OpenApi;
 #[openapi(
     paths(
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::datasets::delete_dataset, api::datasets::download_url, api::runs::submit, api::runs::list, api::runs::get_run, api::labels::update,
-        api::runs::cancel, api::runs::retry, api::tracking::log, api::tracking::read, api::tracking::put_image, api::tracking::image_url, api::logs::run_logs, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
+        api::runs::cancel, api::runs::retry, api::tracking::log, api::tracking::read, api::tracking::put_image, api::tracking::image_url, api::logs::run_logs, api::outputs::download, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
         api::methods::list, api::methods::get_method,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,

@@ -179,7 +179,7 @@ pub async fn upload(
 
 /// Commits an admitted `plan`'s increments with the document it admits
 /// (created only if absent).
-async fn create_with<D: Doc + serde::Serialize + Sync>(
+pub(crate) async fn create_with<D: Doc + serde::Serialize + Sync>(
     state: &AppState,
     plan: &quota::Plan,
     doc: &D,
@@ -357,27 +357,14 @@ pub async fn download_url(
         require_project(&state, &caller, &tenant, &project, Resource::Dataset, Action::Read).await?;
     let doc = find(&state, &tenant, &project, &id).await?;
     let key = ObjectKey::parse(&doc.object)?;
-    let url = state.objects.signed_url(mapi_objects::SignedMethod::Get, &key, DOWNLOAD_TTL).await?;
     let record = Audit::by(&caller, "dataset.download", format!("datasets/{}", doc.id))
         .tenant(&tenant)
         .project(&project)
         .operator(granted.as_operator)
         .detail(format!("{} ({} bytes), a link valid {} s", doc.name, doc.size, DOWNLOAD_TTL.as_secs()))
         .into_doc(state.clock.now(), &*state.entropy);
-    // What the link can send counts against the tenant's egress of the
-    // month, admitted in the audit entry's commit: refused, no link.
-    let request = quota::Request {
-        caller: &caller,
-        tenant: &tenant,
-        tier: granted.tenant.tier,
-        ask: Ask::Egress { bytes: doc.size },
-        seed: record.id.as_str(),
-        what: format!("datasets/{}/url", doc.id),
-    };
-    let (record_ref, state_ref) = (&record, &state);
-    quota::admit_and_commit(&state, &request, |plan| async move {
-        create_with(state_ref, &plan, record_ref).await
-    })
-    .await?;
+    let what = format!("datasets/{}/url", doc.id);
+    super::egress::admit_link(&state, &caller, &granted, &tenant, doc.size, &record, what).await?;
+    let url = state.objects.signed_url(mapi_objects::SignedMethod::Get, &key, DOWNLOAD_TTL).await?;
     Ok(Json(DatasetUrl { dataset: doc.id, url, expires_in_s: DOWNLOAD_TTL.as_secs() }))
 }

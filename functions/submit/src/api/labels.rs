@@ -85,6 +85,5 @@ pub async fn update(
         Some(r) => r.clone(),
         None => super::runs::load(&state, run.id()).await?,
     };
-    let viewer = view::Viewer { caller: &caller, as_operator: granted.as_operator };
-    Ok(Json(view::build(&state, &run, viewer).await?))
+    Ok(Json(view::build(&state, &run).await?))
 }

@@ -4,6 +4,7 @@
 
 pub mod datasets;
 pub mod docs;
+mod egress;
 mod endpoint_access;
 pub mod endpoints;
 pub mod experiments;
@@ -15,6 +16,7 @@ pub mod logs;
 pub mod methods;
 mod metric_scan;
 pub mod model_versions;
+pub mod outputs;
 mod run_filters;
 pub mod run_views;
 pub mod runs;
@@ -66,6 +68,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         )
         .route("/v1/runs/{id}/images/{name}/url", post(tracking::image_url))
         .route("/v1/runs/{id}/logs", get(logs::run_logs))
+        .route("/v1/runs/{id}/outputs/{*name}", get(outputs::download))
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
         .route("/v1/model-versions/{id}", get(model_versions::get_version))
         .route("/v1/model-versions/{id}/urls", post(model_versions::urls))

@@ -19,7 +19,7 @@ use mapi_api::views::{
 };
 use mapi_bundles::BundleError;
 use mapi_domain::{ModelVersionId, ProjectId, TenantId};
-use mapi_identity::{Audit, Caller, Target, audit, authorize};
+use mapi_identity::{Audit, Caller, Granted, Target, audit, authorize};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
@@ -32,13 +32,17 @@ const URL_TTL: Duration = Duration::from_secs(900);
 
 /// Loads a version `caller` may read. A version of another tenant, or of a
 /// project the caller cannot see, answers exactly as a missing one.
-async fn load_for(state: &AppState, caller: &Caller, id: &str) -> Result<ModelVersionDoc, ApiError> {
+async fn load_for(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(ModelVersionDoc, Granted), ApiError> {
     let what = format!("model version {}", id.chars().take(64).collect::<String>());
     let not_found = || ApiError::not_found(format!("{what} not found"));
     let id = ModelVersionId::parse(id).map_err(|_| not_found())?;
     let version =
         mapi_schema::get::<ModelVersionDoc>(&*state.store, id.as_str()).await?.ok_or_else(not_found)?;
-    authorize(
+    let granted = authorize(
         state,
         caller,
         Target::project(&version.tenant, &version.project, &what),
@@ -46,7 +50,7 @@ async fn load_for(state: &AppState, caller: &Caller, id: &str) -> Result<ModelVe
         Action::Read,
     )
     .await?;
-    Ok(version)
+    Ok((version, granted))
 }
 
 /// `version`, unless its bytes expired: `410 GONE` saying when and why.
@@ -147,7 +151,7 @@ pub async fn get_version(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ModelVersionView>, ApiError> {
-    let version = kept(load_for(&state, &caller, &id).await?)?;
+    let version = kept(load_for(&state, &caller, &id).await?.0)?;
     let prefix = prefix_of(&version)?;
     let sealed =
         match mapi_bundles::open_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)
@@ -196,6 +200,7 @@ pub async fn get_version(
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify or an artifact changed; no URL is minted, the refusal is audited"),
         (status = 410, body = mapi_problem::Problem, description = "GONE: its bytes expired"),
+        (status = 429, body = mapi_problem::Problem, description = "The tenant's egress of the month would pass its limit (QUOTA_EXCEEDED)"),
     ),
     security(("session" = []), ("token" = []))
 )]
@@ -204,7 +209,8 @@ pub async fn urls(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<ArtifactUrls>, ApiError> {
-    let version = kept(load_for(&state, &caller, &id).await?)?;
+    let (version, granted) = load_for(&state, &caller, &id).await?;
+    let version = kept(version)?;
     let prefix = prefix_of(&version)?;
     let minted = mapi_bundles::artifact_urls(
         &*state.objects,
@@ -218,12 +224,17 @@ pub async fn urls(
         Ok(m) => m,
         Err(e) => return Err(refuse(&state, &caller, &version, "model_version.urls", e).await),
     };
-    // Every batch of artifact links minted is audited.
-    let entry = Audit::by(&caller, "model_version.urls", resource_of(&version))
+    // Every batch of artifact links is audited before it is given, the
+    // artifacts' bytes counted against the tenant's egress of the month.
+    let bytes = minted.iter().map(|(a, _)| a.size).sum::<u64>();
+    let record = Audit::by(&caller, "model_version.urls", resource_of(&version))
         .tenant(&version.tenant)
         .project(&version.project)
-        .detail(format!("{} artifact URLs, valid {} s", minted.len(), URL_TTL.as_secs()));
-    audit(&state, entry).await;
+        .operator(granted.as_operator)
+        .detail(format!("{} artifact URLs ({bytes} bytes), valid {} s", minted.len(), URL_TTL.as_secs()))
+        .into_doc(state.clock.now(), &*state.entropy);
+    let what = format!("{}/urls", resource_of(&version));
+    super::egress::admit_link(&state, &caller, &granted, &version.tenant, bytes, &record, what).await?;
     let dir = layout::attempt_dir(&version.tenant, &version.project, &version.run, version.attempt);
     let artifacts = minted
         .into_iter()

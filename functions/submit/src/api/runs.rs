@@ -181,8 +181,7 @@ async fn admit(
         && !dry
         && let Some(seen) = key.seen(state, now).await?
     {
-        let viewer = view::Viewer { caller, as_operator: granted.as_operator };
-        return replayed(state, viewer, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
+        return replayed(state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
     }
     validate(state, tenant, project, spec).await?;
     if let Some(why) = state.executor.capabilities().residency_refusal(&granted.tenant.residency) {
@@ -245,9 +244,7 @@ async fn admit(
     })
     .await?;
     match outcome {
-        Submitted::Replayed(id) => {
-            replayed(state, view::Viewer { caller, as_operator: granted.as_operator }, id).await
-        }
+        Submitted::Replayed(id) => replayed(state, id).await,
         Submitted::New(step) => {
             step.committed(&state.metrics);
             // The run is stored: a failed push is re-pushed by the
@@ -319,14 +316,10 @@ fn made_run(seen: IdempotencyDoc) -> Result<RunId, ApiError> {
 
 /// The answer to a replayed submit: 200 with the run as it is now, marked
 /// as replayed.
-async fn replayed(
-    state: &AppState,
-    viewer: view::Viewer<'_>,
-    id: RunId,
-) -> Result<axum::response::Response, ApiError> {
+async fn replayed(state: &AppState, id: RunId) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     let run = load(state, &id).await?;
-    Ok((StatusCode::OK, idempotency::replayed_headers(), Json(view::build(state, &run, viewer).await?))
+    Ok((StatusCode::OK, idempotency::replayed_headers(), Json(view::build(state, &run).await?))
         .into_response())
 }
 
@@ -531,9 +524,8 @@ pub async fn get_run(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<RunView>, ApiError> {
-    let (run, granted) = load_for(&state, &caller, &id, Action::Read).await?;
-    let viewer = view::Viewer { caller: &caller, as_operator: granted.as_operator };
-    Ok(Json(view::build(&state, &run, viewer).await?))
+    let (run, _) = load_for(&state, &caller, &id, Action::Read).await?;
+    Ok(Json(view::build(&state, &run).await?))
 }
 
 /// Cancel a run. A queued run is cancelled at once; a started one is asked
@@ -588,8 +580,7 @@ pub async fn cancel(
         None => load(&state, run.id()).await?,
     };
     let status = if run.state() == RunState::Cancelled { StatusCode::OK } else { StatusCode::ACCEPTED };
-    let viewer = view::Viewer { caller: &caller, as_operator: granted.as_operator };
-    Ok((status, Json(view::build(&state, &run, viewer).await?)))
+    Ok((status, Json(view::build(&state, &run).await?)))
 }
 
 /// A cancel the lifecycle refused: a run that ended is the caller's

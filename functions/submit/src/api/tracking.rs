@@ -147,13 +147,18 @@ pub async fn put_image(
 const IMAGE_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(900);
 
 /// A link to an image logged to a run, valid 15 minutes; audited
-/// (`artifact.link`) before it is given.
+/// (`artifact.link`) before it is given, its size counted against the
+/// tenant's egress of the month.
 #[utoipa::path(
     post,
     path = "/v1/runs/{id}/images/{name}/url",
     tag = "runs",
     params(("id" = mapi_domain::RunId, Path), ("name" = String, Path)),
-    responses((status = 200, body = ImageUrl), (status = 404, body = mapi_problem::Problem)),
+    responses(
+        (status = 200, body = ImageUrl),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 429, body = mapi_problem::Problem, description = "The tenant's egress of the month would pass its limit (QUOTA_EXCEEDED)"),
+    ),
     security(("session" = []), ("token" = []))
 )]
 pub async fn image_url(
@@ -173,9 +178,10 @@ pub async fn image_url(
         .tenant(run.tenant())
         .project(run.project())
         .operator(granted.as_operator)
-        .detail(format!("image {name}, a link valid {} s", IMAGE_LINK_TTL.as_secs()))
+        .detail(format!("image {name} ({} bytes), a link valid {} s", image.size, IMAGE_LINK_TTL.as_secs()))
         .into_doc(state.clock.now(), &*state.entropy);
-    mapi_schema::put(&*state.store, &record).await?;
+    let what = format!("runs/{}/images/{name}/url", run.id());
+    super::egress::admit_link(&state, &caller, &granted, run.tenant(), image.size, &record, what).await?;
     Ok(Json(ImageUrl { name, content_type: image.content_type, url, expires_in_s: IMAGE_LINK_TTL.as_secs() }))
 }
 

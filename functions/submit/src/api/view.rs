@@ -1,33 +1,16 @@
-//! Builds a run's API view from its documents, for the caller who asked.
-//!
-//! A finished run's view carries signed download links to its outputs:
-//! artifact links, which are security-relevant. Each view that carries any
-//! is audited (`artifact.link`: the run, how many links, how long they
-//! work) before it is given: no audit entry, no links.
-
-use std::time::Duration;
+//! Builds a run's API view from its documents. A finished run's view lists
+//! its outputs with the platform's route each is downloaded through
+//! ([`super::outputs`]): a view mints no storage link, so it is neither
+//! audited nor counted as egress; each download is.
 
 use mapi_api::views::{AttemptView, CostView, OutputView, RunView};
 use mapi_domain::{ModelVersionId, RunState};
-use mapi_identity::{Audit, Caller};
 use mapi_lifecycle::RunDoc;
-use mapi_objects::SignedMethod;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{AttemptDoc, LedgerEntry, ModelVersionDoc, ProgressDoc, layout};
 
-/// How long the download URLs in a view stay valid.
-const DOWNLOAD_TTL: Duration = Duration::from_secs(900);
-
-/// Who a view is built for: the caller, and whether the operator column
-/// let them see the run (recorded in the audit entry of its links).
-#[derive(Clone, Copy, Debug)]
-pub struct Viewer<'a> {
-    pub caller: &'a Caller,
-    pub as_operator: bool,
-}
-
-pub async fn build(state: &AppState, run: &RunDoc, viewer: Viewer<'_>) -> Result<RunView, ApiError> {
+pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> {
     let attempts: Vec<AttemptDoc> = mapi_schema::of_run(&*state.store, run.id()).await?;
     let ledger: Vec<LedgerEntry> = mapi_schema::of_run(&*state.store, run.id()).await?;
     let progress: Option<ProgressDoc> =
@@ -58,7 +41,7 @@ pub async fn build(state: &AppState, run: &RunDoc, viewer: Viewer<'_>) -> Result
                 let page = state.objects.list(&prefix, token.as_deref(), 100).await?;
                 for meta in page.objects {
                     let name = shown(meta.key.as_str().strip_prefix(&prefix).unwrap_or_default());
-                    let url = state.objects.signed_url(SignedMethod::Get, &meta.key, DOWNLOAD_TTL).await?;
+                    let url = super::outputs::link(state, run, &name);
                     outputs.push(OutputView { name, size: meta.size, url });
                 }
                 match page.next_page_token {
@@ -76,15 +59,6 @@ pub async fn build(state: &AppState, run: &RunDoc, viewer: Viewer<'_>) -> Result
     } else {
         None
     };
-    if !outputs.is_empty() {
-        let record = Audit::by(viewer.caller, "artifact.link", format!("runs/{}", run.id()))
-            .tenant(run.tenant())
-            .project(run.project())
-            .operator(viewer.as_operator)
-            .detail(format!("{} output links, valid {} s", outputs.len(), DOWNLOAD_TTL.as_secs()))
-            .into_doc(state.clock.now(), &*state.entropy);
-        mapi_schema::put(&*state.store, &record).await?;
-    }
     let logged = mapi_schema::get::<mapi_schema::RunLogDoc>(&*state.store, run.id().as_str()).await?;
     let mut view = assemble(run, &attempts, &ledger, summary, outputs, model_version);
     if let Some(d) = logged {
