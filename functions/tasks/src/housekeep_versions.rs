@@ -246,7 +246,11 @@ async fn remove_run(
 ) -> Result<(), ApiError> {
     let version_id = ModelVersionId::of_run(run.id());
     let version = mapi_schema::get::<ModelVersionDoc>(&*state.store, version_id.as_str()).await?;
-    if let Some(v) = version.as_ref().filter(|v| v.bytes_since.is_some()) {
+    // Unless its bytes are already gone (marked expired, then deleted), the version goes
+    // through both steps first; a version sealed before `bytes_since` was kept has neither
+    // field and takes them too.
+    let bytes_gone = |v: &ModelVersionDoc| v.bytes_since.is_none() && v.expired_at.is_some();
+    if let Some(v) = version.as_ref().filter(|v| !bytes_gone(v)) {
         let why = format!("its run is past its record retention of {days} days");
         if expire(state, in_use, v, &why, out).await? != Expiry::Gone {
             return Ok(());

@@ -11,8 +11,7 @@ use mapi_objects::{IfGeneration, ObjectKey};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query, RawBody, page_size};
 use mapi_quota::Ask;
-use mapi_schema::{DatasetDoc, Doc, layout, tx_create};
-use mapi_store::transact;
+use mapi_schema::{DatasetDoc, Doc, layout};
 
 use mapi_admission::quota;
 use mapi_store::{Direction, Op};
@@ -164,7 +163,7 @@ pub async fn upload(
     };
     let (doc_ref, state_ref) = (&doc, &state);
     let admitted = quota::admit_and_commit(&state, &request, |plan| async move {
-        create_with(state_ref, &plan, doc_ref).await
+        super::admitted::create_with(state_ref, &plan, doc_ref).await
     })
     .await;
     if let Err(e) = admitted {
@@ -175,22 +174,6 @@ pub async fn upload(
     }
     tracing::info!(dataset = %doc.id, rows = doc.rows, size, "dataset uploaded");
     Ok((StatusCode::CREATED, Json(DatasetView::from(&doc))))
-}
-
-/// Commits an admitted `plan`'s increments with the document it admits
-/// (created only if absent).
-pub(crate) async fn create_with<D: Doc + serde::Serialize + Sync>(
-    state: &AppState,
-    plan: &quota::Plan,
-    doc: &D,
-) -> Result<(), ApiError> {
-    let bumps = &plan.bumps;
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        bumps.apply(&mut tx)?;
-        tx_create(&mut tx, doc)?;
-        Ok(tx.finish(()))
-    })
-    .await
 }
 
 /// The longest column name, in bytes.

@@ -36,7 +36,7 @@ pub async fn admit_link(
         what,
     };
     quota::admit_and_commit(state, &request, |plan| async move {
-        super::datasets::create_with(state, &plan, record).await
+        super::admitted::create_with(state, &plan, record).await
     })
     .await
 }

@@ -2,6 +2,7 @@
 //! the runs table, model versions, endpoints,
 //! item jobs, webhooks and the method registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
 
+mod admitted;
 pub mod datasets;
 pub mod docs;
 mod egress;

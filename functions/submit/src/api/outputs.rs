@@ -3,8 +3,8 @@
 //! the tenant's egress of the month in the commit of its audit entry
 //! (`artifact.download`; refused: 429 naming `egress_bytes_per_month`), and
 //! answers `303 See Other` to a storage link valid a minute. A run's view
-//! lists each output with this route as its `url` ([`link`]), so viewing a
-//! run mints nothing and counts nothing.
+//! lists each output with this route as its `url` ([`super::view::link`]),
+//! so viewing a run mints nothing and counts nothing.
 
 use std::time::Duration;
 
@@ -22,11 +22,6 @@ use mapi_schema::layout;
 
 /// How long the storage link a download is sent to works: it is followed at once.
 const LINK_TTL: Duration = Duration::from_secs(60);
-
-/// Where a run's view says `name` is downloaded from.
-pub fn link(state: &AppState, run: &RunDoc, name: &str) -> String {
-    format!("{}/v1/runs/{}/outputs/{name}", state.config.public_url.trim_end_matches('/'), run.id())
-}
 
 /// The object of output `name` (`{name}` of a single task, `{task}/{name}` of a fan-out),
 /// once the run has outputs to show.

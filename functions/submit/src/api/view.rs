@@ -1,6 +1,6 @@
 //! Builds a run's API view from its documents. A finished run's view lists
 //! its outputs with the platform's route each is downloaded through
-//! ([`super::outputs`]): a view mints no storage link, so it is neither
+//! ([`super::outputs`], [`link`]): a view mints no storage link, so it is neither
 //! audited nor counted as egress; each download is.
 
 use mapi_api::views::{AttemptView, CostView, OutputView, RunView};
@@ -41,7 +41,7 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
                 let page = state.objects.list(&prefix, token.as_deref(), 100).await?;
                 for meta in page.objects {
                     let name = shown(meta.key.as_str().strip_prefix(&prefix).unwrap_or_default());
-                    let url = super::outputs::link(state, run, &name);
+                    let url = link(state, run, &name);
                     outputs.push(OutputView { name, size: meta.size, url });
                 }
                 match page.next_page_token {
@@ -132,4 +132,9 @@ fn assemble(
             note: "estimates at list prices".to_owned(),
         },
     }
+}
+
+/// Where a run's view says `name` is downloaded from.
+pub fn link(state: &AppState, run: &RunDoc, name: &str) -> String {
+    format!("{}/v1/runs/{}/outputs/{name}", state.config.public_url.trim_end_matches('/'), run.id())
 }
