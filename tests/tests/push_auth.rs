@@ -580,6 +580,10 @@ async fn the_multi_tenant_profile_refuses_every_push_until_push_authentication_i
         ("MAPI_INTERNAL_TOKEN", "internal-token-of-this-deployment"),
         ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff"),
         ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100"),
+        // The multi-tenant profile starts no local-process executor; nothing here executes.
+        ("MAPI_EXECUTOR", "cloudrun-jobs"),
+        ("MAPI_CLOUDRUN_PROJECT", "exec"),
+        ("MAPI_CLOUDRUN_ENDPOINT", "http://127.0.0.1:9"),
     ];
     let w = World::start_with(FakeGoogle::start().await, &secrets, false).await;
     let a = w.attempt(&run_id(6), 1, 1, false).await;

@@ -364,6 +364,20 @@ pub enum ExecutorKind {
     CloudRunJobs,
 }
 
+impl ExecutorKind {
+    /// Whether the multi-tenant profile may run tenant work here: `local-process` runs it as
+    /// the platform's own user, able to read the platform's store, keys and every other
+    /// tenant's files, so it never starts under that profile.
+    fn check_multi_tenant(self) -> Result<(), ConfigError> {
+        match self {
+            ExecutorKind::LocalProcess => Err(ConfigError::Invalid(
+                "MAPI_EXECUTOR=local-process runs tenant code as the platform's own user, with no sandbox: MAPI_PROFILE=multi-tenant refuses it; use MAPI_EXECUTOR=cloudrun-jobs, or MAPI_PROFILE=dev for one person's machine".into(),
+            )),
+            ExecutorKind::CloudRunJobs => Ok(()),
+        }
+    }
+}
+
 impl Choice for ExecutorKind {
     const CHOICES: &'static [(&'static str, Self)] =
         &[("local-process", ExecutorKind::LocalProcess), ("cloudrun-jobs", ExecutorKind::CloudRunJobs)];
@@ -793,6 +807,9 @@ impl Config {
         let (hosted, hooks) = (section(Section::Hosting), section(Section::Webhooks));
         let objects = if uses.reads_objects() { env } else { &unset };
         let executor: ExecutorKind = v::EXECUTOR.choose(exec)?;
+        if profile == Profile::MultiTenant && uses.has(Section::Executor) {
+            executor.check_multi_tenant()?;
+        }
         let cloudrun = match executor {
             ExecutorKind::CloudRunJobs => {
                 Some(mapi_cloudrun::Settings::from_env(exec).map_err(ConfigError::Invalid)?)

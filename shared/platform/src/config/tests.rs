@@ -67,7 +67,9 @@ fn bad_values_are_named() {
     assert!(e.to_string().contains("PORT"), "{e}");
     let e = with(&[("MAPI_HOME", &home), ("MAPI_LOCAL_MEMORY_MIB", "S=lots")]).expect_err("bad map");
     assert!(e.to_string().contains("S=512"), "{e}");
-    let e = with(&[("MAPI_PROFILE", "multi-tenant"), ("MAPI_HOME", &home)]).expect_err("no secrets");
+    let cloud = [("MAPI_EXECUTOR", "cloudrun-jobs"), ("MAPI_CLOUDRUN_PROJECT", "exec")];
+    let e = with(&[&cloud[..], &[("MAPI_PROFILE", "multi-tenant"), ("MAPI_HOME", &home)]].concat())
+        .expect_err("no secrets");
     assert!(e.to_string().contains("MAPI_INTERNAL_TOKEN"), "{e}");
     let m = with(&[("MAPI_HOME", &home), ("MAPI_LOCAL_MEMORY_MIB", "S=64, m=256")]).expect("map");
     assert_eq!(m.local_memory_mib.get(&ResourceClass::M), Some(&256));
@@ -225,6 +227,8 @@ fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
         ("MAPI_HOME", home.as_str()),
         ("MAPI_INTERNAL_TOKEN", "0123456789abcdef0123"),
         ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff"),
+        ("MAPI_EXECUTOR", "cloudrun-jobs"),
+        ("MAPI_CLOUDRUN_PROJECT", "exec"),
     ];
     let read = |extra: &[(&str, &str)], uses: Uses| {
         let m: HashMap<String, String> =
@@ -243,4 +247,36 @@ fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
     assert_eq!(local.secrets.url_signing_key.as_deref().map(<[u8]>::len), Some(16));
     let e = read(&[("MAPI_URL_SIGNING_KEY", "ffee")], Uses::ALL).expect_err("short key");
     assert!(e.to_string().contains("at least 16"), "{e}");
+}
+
+/// Under the multi-tenant profile `local-process` refuses to start, naming why and what to use;
+/// a service that starts no execution (push-events) is not asked, and cloudrun-jobs starts.
+#[test]
+fn the_multi_tenant_profile_refuses_the_local_process_executor() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().to_string_lossy().into_owned();
+    let base = [
+        ("MAPI_PROFILE", "multi-tenant"),
+        ("MAPI_HOME", home.as_str()),
+        ("MAPI_INTERNAL_TOKEN", "0123456789abcdef0123"),
+        ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff"),
+        ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100"),
+    ];
+    let read = |extra: &[(&str, &str)], uses: Uses| {
+        let m: HashMap<String, String> =
+            base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::read(&|k| m.get(k).cloned(), uses)
+    };
+    for local in [&[][..], &[("MAPI_EXECUTOR", "local-process")][..]] {
+        let e = read(local, Uses::ALL).expect_err("local-process under multi-tenant");
+        let e = e.to_string();
+        assert!(e.contains("local-process") && e.contains("MAPI_EXECUTOR=cloudrun-jobs"), "{e}");
+    }
+    read(&[], Service::PushEvents.uses()).expect("push-events starts no execution");
+    let cloud = [("MAPI_EXECUTOR", "cloudrun-jobs"), ("MAPI_CLOUDRUN_PROJECT", "exec")];
+    read(&cloud, Uses::ALL).expect("cloudrun-jobs under multi-tenant");
+    let dev = [("MAPI_PROFILE", "dev")];
+    let m: HashMap<String, String> =
+        base.iter().chain(&dev).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Config::read(&|k| m.get(k).cloned(), Uses::ALL).expect("local-process under dev");
 }

@@ -202,8 +202,11 @@ pub const DEV_ACCOUNTS: Var = Var::new(
 );
 
 // The executor.
-pub const EXECUTOR: Var =
-    Var::new("MAPI_EXECUTOR", "local-process", "Where attempts run: `local-process` or `cloudrun-jobs`");
+pub const EXECUTOR: Var = Var::new(
+    "MAPI_EXECUTOR",
+    "local-process",
+    "Where attempts run: `local-process` (no sandbox: refused under `MAPI_PROFILE=multi-tenant`) or `cloudrun-jobs`",
+);
 pub const WORKER_BIN: Var = Var::derived(
     "MAPI_WORKER_BIN",
     "beside the running binary",
