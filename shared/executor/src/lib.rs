@@ -15,6 +15,7 @@
 //! retention); a running execution is never removed.
 
 pub mod evidence;
+pub mod gvisor;
 pub mod local;
 #[cfg(feature = "scripted")]
 pub mod scripted;
