@@ -67,8 +67,7 @@ fn bad_values_are_named() {
     assert!(e.to_string().contains("PORT"), "{e}");
     let e = with(&[("MAPI_HOME", &home), ("MAPI_LOCAL_MEMORY_MIB", "S=lots")]).expect_err("bad map");
     assert!(e.to_string().contains("S=512"), "{e}");
-    let cloud = [("MAPI_EXECUTOR", "cloudrun-jobs"), ("MAPI_CLOUDRUN_PROJECT", "exec")];
-    let e = with(&[&cloud[..], &[("MAPI_PROFILE", "multi-tenant"), ("MAPI_HOME", &home)]].concat())
+    let e = with(&[&CLOUD_EXECUTOR[..], &[("MAPI_PROFILE", "multi-tenant"), ("MAPI_HOME", &home)]].concat())
         .expect_err("no secrets");
     assert!(e.to_string().contains("MAPI_INTERNAL_TOKEN"), "{e}");
     let m = with(&[("MAPI_HOME", &home), ("MAPI_LOCAL_MEMORY_MIB", "S=64, m=256")]).expect("map");
@@ -218,8 +217,9 @@ fn endpoints_are_hosted_beside_a_local_executor_and_on_cloud_run_only_when_asked
     assert_eq!((s.project.as_str(), s.bucket.as_str(), s.metadata_url.as_deref()), ("p-1", "b-1", None));
 }
 
-#[test]
-fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
+/// Reads a multi-tenant configuration with its secrets (in a home of its own), `extra` added
+/// (a later pair replaces an earlier one of the same name).
+fn multi_tenant(extra: &[(&str, &str)], uses: Uses) -> Result<Config, ConfigError> {
     let dir = tempfile::tempdir().expect("tempdir");
     let home = dir.path().to_string_lossy().into_owned();
     let base = [
@@ -227,14 +227,20 @@ fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
         ("MAPI_HOME", home.as_str()),
         ("MAPI_INTERNAL_TOKEN", "0123456789abcdef0123"),
         ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff"),
-        ("MAPI_EXECUTOR", "cloudrun-jobs"),
-        ("MAPI_CLOUDRUN_PROJECT", "exec"),
     ];
-    let read = |extra: &[(&str, &str)], uses: Uses| {
-        let m: HashMap<String, String> =
-            base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Config::read(&|k| m.get(k).cloned(), uses)
-    };
+    let m: HashMap<String, String> =
+        base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Config::read(&|k| m.get(k).cloned(), uses)
+}
+
+/// The cloudrun-jobs executor's one required setting.
+const CLOUD_EXECUTOR: [(&str, &str); 2] =
+    [("MAPI_EXECUTOR", "cloudrun-jobs"), ("MAPI_CLOUDRUN_PROJECT", "exec")];
+
+#[test]
+fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
+    let read =
+        |extra: &[(&str, &str)], uses: Uses| multi_tenant(&[&CLOUD_EXECUTOR[..], extra].concat(), uses);
     let gcs = [("MAPI_OBJECTS", "gcs"), ("MAPI_GCS_BUCKET", "mapi-prod-data")];
     let c = read(&gcs, Uses::ALL).expect("Cloud Storage signs its own URLs");
     assert_eq!(c.secrets.url_signing_key, None);
@@ -253,30 +259,14 @@ fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
 /// a service that starts no execution (push-events) is not asked, and cloudrun-jobs starts.
 #[test]
 fn the_multi_tenant_profile_refuses_the_local_process_executor() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let home = dir.path().to_string_lossy().into_owned();
-    let base = [
-        ("MAPI_PROFILE", "multi-tenant"),
-        ("MAPI_HOME", home.as_str()),
-        ("MAPI_INTERNAL_TOKEN", "0123456789abcdef0123"),
-        ("MAPI_TOKEN_PEPPER", "00112233445566778899aabbccddeeff"),
-        ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100"),
-    ];
-    let read = |extra: &[(&str, &str)], uses: Uses| {
-        let m: HashMap<String, String> =
-            base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Config::read(&|k| m.get(k).cloned(), uses)
-    };
+    let key = ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100");
+    let read = |extra: &[(&str, &str)], uses: Uses| multi_tenant(&[&[key][..], extra].concat(), uses);
     for local in [&[][..], &[("MAPI_EXECUTOR", "local-process")][..]] {
         let e = read(local, Uses::ALL).expect_err("local-process under multi-tenant");
         let e = e.to_string();
         assert!(e.contains("local-process") && e.contains("MAPI_EXECUTOR=cloudrun-jobs"), "{e}");
     }
     read(&[], Service::PushEvents.uses()).expect("push-events starts no execution");
-    let cloud = [("MAPI_EXECUTOR", "cloudrun-jobs"), ("MAPI_CLOUDRUN_PROJECT", "exec")];
-    read(&cloud, Uses::ALL).expect("cloudrun-jobs under multi-tenant");
-    let dev = [("MAPI_PROFILE", "dev")];
-    let m: HashMap<String, String> =
-        base.iter().chain(&dev).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    Config::read(&|k| m.get(k).cloned(), Uses::ALL).expect("local-process under dev");
+    read(&CLOUD_EXECUTOR, Uses::ALL).expect("cloudrun-jobs under multi-tenant");
+    read(&[("MAPI_PROFILE", "dev")], Uses::ALL).expect("local-process under dev");
 }
