@@ -8,14 +8,13 @@
 //! ([`crate::housekeep_records`]).
 
 use axum::extract::State;
-use mapi_domain::Timestamp;
 use mapi_identity::InternalCaller;
 use mapi_jobs::{JobCountsDoc, JobDoc, JobItemDoc, JobItemHistoryDoc};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_quota::counters::{self, field};
 use mapi_schema::Doc;
-use mapi_store::{Direction, Op, Query, transact};
+use mapi_store::transact;
 
 use mapi_jobstore::{base, derived};
 
@@ -41,14 +40,11 @@ pub async fn handle(
     let now = state.clock.now();
     let policies = crate::retention::Policies::read(&state).await?;
     let own = policies.own(|p| p.job_retention_days);
-    let created_before = |cutoff: Timestamp| {
-        Query::new(JobDoc::COLLECTION)
-            .filter("created_at", Op::Lt, cutoff.to_rfc3339())
-            .order_by("created_at", Direction::Asc)
-    };
     let retention =
         crate::retention::Retention { own: &own, default: Some(state.config.jobs.retention), now };
-    let expired = retention.expired(&state, JOBS_PER_CALL, created_before).await?;
+    let expired = retention
+        .expired(&state, JOBS_PER_CALL, crate::retention::aged(JobDoc::COLLECTION, "created_at"))
+        .await?;
     let records = crate::housekeep_records::sweep(&state, &policies).await?;
     let mut out = Housekept { deleted_jobs: 0, deleted_objects: 0, records };
     for d in expired {

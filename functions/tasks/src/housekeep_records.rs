@@ -14,14 +14,13 @@
 //! one a run still reads is kept for a later call. Called with the jobs
 //! housekeeper (the scheduler, or `mapi dev`'s tick loop locally).
 
-use mapi_domain::Timestamp;
 use mapi_identity::Audit;
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{AuditDoc, DatasetDoc, DeliveryDoc, Doc};
-use mapi_store::{Direction, Document, Op, Query};
+use mapi_store::Document;
 
-use crate::retention::{Policies, Retention};
+use crate::retention::{Policies, Retention, aged};
 
 /// Documents of each kind deleted per call: one commit each (Firestore's
 /// limit is 500 writes a commit).
@@ -49,11 +48,6 @@ pub async fn sweep(state: &AppState, policies: &Policies) -> Result<RecordsHouse
     let datasets = Retention { own: &dataset_own, default: state.config.dataset_retention, now };
     let audit = Retention { own: &audit_own, default: Some(state.config.audit_retention), now };
     let deliveries = Retention { own: &delivery_own, default: Some(state.config.delivery_retention), now };
-    let aged = |collection: &'static str, field: &'static str| {
-        move |cutoff: Timestamp| {
-            Query::new(collection).filter(field, Op::Lt, cutoff.to_rfc3339()).order_by(field, Direction::Asc)
-        }
-    };
     let expired_audit = audit.expired(state, PER_CALL, aged(AuditDoc::COLLECTION, "at")).await?;
     let expired_deliveries =
         deliveries.expired(state, PER_CALL, aged(DeliveryDoc::COLLECTION, "created_at")).await?;

@@ -24,16 +24,16 @@
 //! execution, and never before it ended.
 
 use axum::extract::State;
-use mapi_domain::{AttemptNo, Timestamp};
+use mapi_domain::AttemptNo;
 use mapi_executor::Forgot;
 use mapi_identity::InternalCaller;
 use mapi_lifecycle::RunDoc;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_schema::{AttemptDoc, Doc, tx_get};
-use mapi_store::{Direction, Op, Query, transact};
+use mapi_store::transact;
 
-use crate::retention::Retention;
+use crate::retention::{Retention, aged};
 
 /// The run housekeeper's route.
 pub const HOUSEKEEP_RUNS_PATH: &str = "/internal/tasks/runs/housekeep";
@@ -56,13 +56,6 @@ pub struct RunsHousekept {
     pub versions: crate::housekeep_versions::VersionsHousekept,
 }
 
-/// Runs whose leftovers may still exist and that ended before `cutoff`, oldest ending first.
-fn ended_before(cutoff: Timestamp) -> Query {
-    Query::new(RunDoc::COLLECTION)
-        .filter("leftovers_since", Op::Lt, cutoff.to_rfc3339())
-        .order_by("leftovers_since", Direction::Asc)
-}
-
 pub async fn handle(
     State(state): State<AppState>,
     _internal: InternalCaller,
@@ -72,7 +65,7 @@ pub async fn handle(
     let retention =
         Retention { own: &own, default: Some(state.config.run_retention), now: state.clock.now() };
     let mut out = RunsHousekept::default();
-    for d in retention.expired(&state, RUNS_PER_CALL, ended_before).await? {
+    for d in retention.expired(&state, RUNS_PER_CALL, aged(RunDoc::COLLECTION, "leftovers_since")).await? {
         housekeep(&state, &d.decode()?, &mut out).await?;
     }
     out.versions = crate::housekeep_versions::sweep(&state, &policies).await?;

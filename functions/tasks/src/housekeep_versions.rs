@@ -48,10 +48,10 @@ use mapi_problem::ApiError;
 use mapi_schema::{
     AttemptDoc, Doc, EventSeenDoc, ModelVersionDoc, ProgressDoc, RunLogDoc, layout, tx_create, tx_get, tx_put,
 };
-use mapi_store::{Direction, Op, Query, transact};
+use mapi_store::{Op, Query, transact};
 
 use crate::removal::{delete_prefix, delete_where};
-use crate::retention::{Policies, Retention};
+use crate::retention::{Policies, Retention, aged};
 
 /// How long a version stays marked expired before its bytes go: longer
 /// than any request that read it before the mark takes to commit.
@@ -118,12 +118,9 @@ pub async fn sweep(state: &AppState, policies: &Policies) -> Result<VersionsHous
     let mut in_use = InUse::default();
     let version_own = policies.own(|p| p.model_version_retention_days);
     let versions = Retention { own: &version_own, default: state.config.model_version_retention, now };
-    let aged = |cutoff: Timestamp| {
-        Query::new(ModelVersionDoc::COLLECTION)
-            .filter("bytes_since", Op::Lt, cutoff.to_rfc3339())
-            .order_by("bytes_since", Direction::Asc)
-    };
-    for d in versions.expired(state, VERSIONS_PER_CALL, aged).await? {
+    for d in
+        versions.expired(state, VERSIONS_PER_CALL, aged(ModelVersionDoc::COLLECTION, "bytes_since")).await?
+    {
         let version: ModelVersionDoc = d.decode()?;
         let days = days(version_own.get(&version.tenant).copied().or(versions.default));
         let why = format!("past its model-version retention of {days} days, serving no endpoint");
@@ -131,11 +128,7 @@ pub async fn sweep(state: &AppState, policies: &Policies) -> Result<VersionsHous
     }
     let run_own = policies.own(|p| p.run_record_retention_days);
     let runs = Retention { own: &run_own, default: state.config.run_record_retention, now };
-    let forgotten = |cutoff: Timestamp| {
-        Query::new(RunDoc::COLLECTION)
-            .filter("leftovers_forgotten_at", Op::Lt, cutoff.to_rfc3339())
-            .order_by("leftovers_forgotten_at", Direction::Asc)
-    };
+    let forgotten = aged(RunDoc::COLLECTION, "leftovers_forgotten_at");
     for d in runs.expired(state, RUNS_PER_CALL, forgotten).await? {
         let run: RunDoc = d.decode()?;
         let days = days(run_own.get(run.tenant()).copied().or(runs.default));

@@ -10,7 +10,7 @@ use mapi_domain::{TenantId, Timestamp};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{Doc, QuotaPolicyDoc};
-use mapi_store::{Document, Op, Query};
+use mapi_store::{Direction, Document, Op, Query};
 
 /// Documents of the platform's query looked at per call (some belong to a
 /// tenant with its own, longer retention, and are passed over), a page at
@@ -40,6 +40,15 @@ impl Policies {
                 days(&p.policy).map(|d| (p.tenant.clone(), Duration::from_secs(u64::from(d) * 86_400)))
             })
             .collect()
+    }
+}
+
+/// The query of `collection`'s documents whose `field` (a time) is before a cutoff, oldest
+/// first: what [`Retention::expired`] asks at each cutoff. The store indexes (`field`) and
+/// (`tenant`, `field`).
+pub fn aged(collection: &'static str, field: &'static str) -> impl Fn(Timestamp) -> Query {
+    move |cutoff| {
+        Query::new(collection).filter(field, Op::Lt, cutoff.to_rfc3339()).order_by(field, Direction::Asc)
     }
 }
 
