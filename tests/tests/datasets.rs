@@ -126,9 +126,14 @@ async fn each_download_of_a_runs_output_is_audited_and_counted_as_egress() {
     assert_eq!(items[0]["resource"], format!("runs/{id}"));
     let detail = items[0]["detail"].as_str().unwrap_or_default();
     assert!(detail.starts_with(&format!("output {name} ({size} bytes)")), "{log}");
-    let (s, problem) =
-        p.call(p.token(), reqwest::Method::GET, &format!("/v1/runs/{id}/outputs/nope.json"), None).await;
-    assert_eq!((s, problem["code"].as_str()), (404, Some("NOT_FOUND")), "{problem}");
+    // Names that are no output of the run, however they are spelled, are not found.
+    let odd =
+        ["nope.json", "..%2f..%2fmapi.db", "%2e%2e/%2e%2e/secrets.json", "0/model.json", "model.json%00"];
+    for name in odd {
+        let path = format!("/v1/runs/{id}/outputs/{name}");
+        let (s, problem) = p.call(p.token(), reqwest::Method::GET, &path, None).await;
+        assert_eq!((s, problem["code"].as_str()), (404, Some("NOT_FOUND")), "{name}: {problem}");
+    }
 
     // The month's egress, with room for what left and less than one more download: refused, named.
     let operator = p.login("admin@dev.local").await;
