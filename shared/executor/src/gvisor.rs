@@ -20,15 +20,18 @@
 //! `runsc do` is not used: it mounts the whole host filesystem read-only,
 //! which would let tenant code read the platform's home.
 //!
-//! Not yet here: memory, CPU and process-count limits (the OCI
-//! `linux.resources` are refused by runsc on this machine's cgroups, so the
-//! executor will enforce them from outside, as the local host does), and
-//! the channel to the platform's bootstrap and signed URLs.
+//! What the task may ask of the platform through its one way out is
+//! [`channel`]'s rule. Not yet here: the proxy that applies it, and memory,
+//! CPU and process-count limits (the OCI `linux.resources` are refused by
+//! runsc on this machine's cgroups, so the executor will enforce them from
+//! outside, as the local host does).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
+
+pub mod channel;
 
 /// Where the task's work directory is inside the sandbox.
 pub const WORK: &str = "/work";
