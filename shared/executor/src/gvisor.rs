@@ -21,7 +21,8 @@
 //! which would let tenant code read the platform's home.
 //!
 //! What the task may ask of the platform through its one way out is
-//! [`channel`]'s rule. Not yet here: the proxy that applies it, and memory,
+//! [`channel`]'s rule, applied by [`proxy`]. Not yet here: the bridge from
+//! the sandbox's loopback to the proxy's socket, the executor, and memory,
 //! CPU and process-count limits (the OCI `linux.resources` are refused by
 //! runsc on this machine's cgroups, so the executor will enforce them from
 //! outside, as the local host does).
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 pub mod channel;
+pub mod proxy;
 
 /// Where the task's work directory is inside the sandbox.
 pub const WORK: &str = "/work";
