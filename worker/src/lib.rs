@@ -10,6 +10,7 @@
 //! so `mapi dev` runs without a separately built worker.
 
 pub mod bootstrap;
+pub mod bridge;
 pub mod serve;
 pub mod supervisor;
 

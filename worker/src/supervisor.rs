@@ -309,7 +309,13 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
             return EXIT_SETUP;
         }
     };
-    let http = reqwest::Client::new();
+    let http = match crate::bridge::http_client(get).await {
+        Ok(http) => http,
+        Err(e) => {
+            log("ERROR", &format!("no way to the platform: {e}"));
+            return EXIT_SETUP;
+        }
+    };
     let boot = match take_bootstrap(&http, &env.bootstrap).await {
         Ok(Taken::Mine(b)) => *b,
         Ok(Taken::Gone) => {
