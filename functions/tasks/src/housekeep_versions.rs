@@ -39,7 +39,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use mapi_domain::{ModelVersionId, TenantId, Timestamp};
+use mapi_domain::{ModelVersionId, TenantId};
 use mapi_endpoints::EndpointDoc;
 use mapi_identity::Audit;
 use mapi_lifecycle::RunDoc;
@@ -164,7 +164,7 @@ async fn expire(
         out.kept_in_use += 1;
         if version.expired_at.is_some() {
             tracing::warn!(model_version = %version.id, "an endpoint took up a version marked expired before the mark: its bytes stay");
-            mark(state, version, None, None).await?;
+            update(state, version, |v| v.expired_at = None, None).await?;
         }
         return Ok(Expiry::InUse);
     }
@@ -183,7 +183,7 @@ async fn expire(
                 EXPIRY_GRACE.as_secs()
             ))
             .into_doc(now, &*state.entropy);
-            mark(state, version, Some(now), Some(&record)).await?;
+            update(state, version, |v| v.expired_at = Some(now), Some(&record)).await?;
             out.expiring_versions += 1;
             Ok(Expiry::Marked)
         }
@@ -193,32 +193,25 @@ async fn expire(
                 layout::attempt_dir(&version.tenant, &version.project, &version.run, version.attempt);
             out.deleted_objects += delete_prefix(state, &format!("{attempt}/")).await?;
             out.deleted_objects += delete_prefix(state, &format!("{}/", version.bundle)).await?;
-            let id = version.id.as_str();
-            transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-                if let Some(mut v) = tx_get::<ModelVersionDoc>(&mut tx, id).await? {
-                    v.bytes_since = None;
-                    tx_put(&mut tx, &v)?;
-                }
-                Ok(tx.finish(()))
-            })
-            .await?;
+            update(state, version, |v| v.bytes_since = None, None).await?;
             out.expired_versions += 1;
             Ok(Expiry::Gone)
         }
     }
 }
 
-/// Sets (or lifts) a version's expiry mark, with `record` in the same commit.
-async fn mark(
+/// Changes `version`'s record as it is now by `change`, with `record` (an audit entry) in the
+/// same commit; a record gone meanwhile is left gone.
+async fn update(
     state: &AppState,
     version: &ModelVersionDoc,
-    at: Option<Timestamp>,
+    change: impl Fn(&mut ModelVersionDoc) + Sync,
     record: Option<&mapi_schema::AuditDoc>,
 ) -> Result<(), ApiError> {
-    let id = version.id.as_str();
+    let (id, change) = (version.id.as_str(), &change);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         if let Some(mut v) = tx_get::<ModelVersionDoc>(&mut tx, id).await? {
-            v.expired_at = at;
+            change(&mut v);
             tx_put(&mut tx, &v)?;
             if let Some(r) = record {
                 tx_create(&mut tx, r)?;
