@@ -37,6 +37,26 @@ const S_MIB: u64 = 64;
 const EVENTS: &str = "/internal/events";
 
 async fn local() -> Local {
+    on(None).await
+}
+
+/// runsc, from Debian's `runsc` package: a machine without it fails the gvisor cases, never
+/// skips them (`.ci/run` installs it).
+fn runsc() -> std::path::PathBuf {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("runsc"))
+        .find(|p| p.is_file());
+    found.expect("runsc is not installed: `apt-get install runsc` (.ci/run installs it)")
+}
+
+/// The gvisor executor: the local host running each task in a gVisor sandbox.
+async fn gvisor() -> Local {
+    on(Some(runsc())).await
+}
+
+async fn on(runsc: Option<std::path::PathBuf>) -> Local {
     let dir = tempfile::tempdir().expect("tempdir");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
@@ -78,6 +98,7 @@ async fn local() -> Local {
             grace: std::time::Duration::from_secs(2),
             memory_mib: BTreeMap::from([(mapi_domain::ResourceClass::S, S_MIB)]),
             regions: vec!["europe-west1".to_owned()],
+            runsc,
         },
         clock.clone(),
     )
@@ -165,6 +186,10 @@ impl Harness for Local {
 
 mod local_process {
     mapi_executor::executor_conformance_suite!(super::local().await);
+}
+
+mod gvisor {
+    mapi_executor::executor_conformance_suite!(super::gvisor().await);
 }
 
 /// The cloudrun-jobs executor over FakeCloudRun: the same objects, the

@@ -22,8 +22,9 @@ pub async fn http_client(get: &dyn Fn(&str) -> Option<String>) -> Result<reqwest
         return Ok(reqwest::Client::new());
     };
     let port = bridge(PathBuf::from(&socket)).await.map_err(|e| format!("the bridge to {socket}: {e}"))?;
-    let proxy = reqwest::Proxy::all(format!("http://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
-    reqwest::Client::builder().proxy(proxy).build().map_err(|e| e.to_string())
+    let proxy =
+        reqwest::Proxy::all(format!("http://127.0.0.1:{port}")).map_err(|e| crate::error_chain(&e))?;
+    reqwest::Client::builder().proxy(proxy).build().map_err(|e| crate::error_chain(&e))
 }
 
 /// Listens on the loopback and pipes each connection to `socket`; the port.

@@ -39,6 +39,18 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
     }
 }
 
+/// An error with its sources, in words.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
 fn usage() -> i32 {
     eprintln!(
         "usage: mapi-worker                      (run the task described by MAPI_RUN_ID, MAPI_NONCE, MAPI_BOOTSTRAP_URL)\n       mapi-worker local-exec --dir DIR   (host one local execution)\n       mapi-worker serve                  (serve the model version described by MAPI_SERVE_*, on PORT)"

@@ -96,7 +96,7 @@ async fn take_bootstrap(http: &reqwest::Client, source: &Source) -> Result<Taken
         let resp = match source.read(http).await?.send().await {
             Ok(r) => r,
             Err(e) => {
-                last = e.to_string();
+                last = crate::error_chain(&e);
                 continue;
             }
         };

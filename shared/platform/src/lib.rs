@@ -396,7 +396,8 @@ fn local_objects(config: &Config, clock: &Arc<dyn Clock>) -> Result<LocalObjects
     Ok(LocalObjects { data, bootstrap, signer })
 }
 
-/// The local-process executor, its executions under `$MAPI_HOME/executions/`.
+/// The local-process executor (the gvisor executor with `MAPI_EXECUTOR=gvisor`), its
+/// executions under `$MAPI_HOME/executions/`.
 fn local_executor(
     config: &Config,
     clock: &Arc<dyn Clock>,
@@ -422,6 +423,7 @@ fn local_executor(
         grace: config.local_grace,
         memory_mib: config.local_memory_mib.clone(),
         regions: config.local_regions.clone(),
+        runsc: config.gvisor_runsc.clone(),
     };
     Ok(LocalProcessExecutor::new(local, clock.clone())?)
 }

@@ -22,7 +22,7 @@ use reqwest::{Method, Url};
 pub const SOCKET: &str = "/run/mapi/platform.sock";
 
 /// What one execution's sandbox may ask of the platform.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Allowed {
     /// The platform's host, as its public URL names it.
     pub host: String,

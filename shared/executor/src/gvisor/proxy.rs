@@ -97,7 +97,8 @@ fn handle(mut client: UnixStream, allowed: &Allowed, upstream: SocketAddr) -> io
     if copied != left {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the body ended before its Content-Length"));
     }
-    up.shutdown(Shutdown::Write)?;
+    // No half-close towards the platform: its HTTP server (hyper) drops a connection whose
+    // read side ends before it answered; `Connection: close` ends the exchange instead.
     io::copy(&mut up, &mut client)?;
     client.shutdown(Shutdown::Both)
 }

@@ -8,8 +8,9 @@ fn sandbox(work: &Path) -> Sandbox {
     Sandbox {
         args: vec!["/usr/bin/python3".into(), "-c".into(), "print(1)".into()],
         env: BTreeMap::from([("PATH".into(), "/usr/bin:/bin".into())]),
-        work: work.to_owned(),
+        work: Some(work.to_owned()),
         read_only: Vec::new(),
+        max_processes: 64,
     }
 }
 
@@ -130,4 +131,174 @@ fn runsc_confines_a_process_to_its_work_dir_with_no_network() {
     assert!(listener.accept().is_err(), "the host's listener saw a connection");
     assert_ne!(got["resolve"], "ok", "{got}");
     assert_eq!(got["setuid_root"], "PermissionError", "{got}");
+}
+
+/// The execution host with a sandbox in its spec: tasks are `python3 -c script` in gVisor (the
+/// program is bound at the worker's place), reaching the stand-in platform at `port` only
+/// through their channel.
+mod host {
+    use std::collections::BTreeMap;
+    use std::io::Write;
+    use std::path::PathBuf;
+
+    use mapi_domain::{AttemptNo, ExecutionStatus, Nonce, ResourceClass, RunId, Timestamp};
+
+    use crate::gvisor::task::SandboxSpec;
+    use crate::local::host::run;
+    use crate::local::layout::{self, Command, ExecSpec, StatusFile, StopReason};
+
+    fn spec(script: &str, port: u16, timeout_ms: u64, memory_limit_mib: u64) -> ExecSpec {
+        // runsc names a sandbox's control socket after its container, machine-wide.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ExecSpec {
+            handle: format!("exec-{n}-{}", std::process::id()),
+            job: "local-s".into(),
+            run: RunId::generate(Timestamp::from_secs(1), [1; 10]),
+            attempt: AttemptNo::FIRST,
+            nonce: Nonce::from_bytes([1; 16]),
+            class: ResourceClass::S,
+            task_count: 1,
+            created: Timestamp::from_secs(1),
+            task_timeout_ms: timeout_ms,
+            grace_ms: 1_000,
+            memory_limit_mib,
+            task: Command { program: "/usr/bin/python3".into(), args: vec!["-c".into(), script.into()] },
+            env: BTreeMap::new(),
+            sandbox: Some(SandboxSpec {
+                runsc: super::runsc(),
+                host: "127.0.0.1".into(),
+                port,
+                bootstrap: "/o/bootstrap/{nonce}".into(),
+                max_processes: 32,
+            }),
+        }
+    }
+
+    fn host(spec: &ExecSpec) -> (tempfile::TempDir, StatusFile, String) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        layout::write_json(dir.path(), layout::SPEC, spec).expect("spec");
+        let status = run(dir.path()).expect("host run");
+        let out = |name: &str| {
+            std::fs::read_to_string(layout::task_dir(dir.path(), 0).join(name)).unwrap_or_default()
+        };
+        let printed = format!("{}{}", out("stdout.log"), out("stderr.log"));
+        (dir, status, printed)
+    }
+
+    /// A stand-in platform: answers every connection `200` with the request line it got.
+    fn platform() -> (u16, std::sync::mpsc::Receiver<String>) {
+        use std::io::{BufRead, BufReader};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut line = String::new();
+                let _ = BufReader::new(&conn).read_line(&mut line);
+                let _ = tx.send(line.trim().to_owned());
+                let _ =
+                    conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\ntaken");
+            }
+        });
+        (port, rx)
+    }
+
+    /// Through its channel a task gets its own bootstrap and nothing else of the platform,
+    /// and it sees the Cloud Run variables and the proxy's socket.
+    #[test]
+    fn a_task_reaches_its_bootstrap_through_its_channel_and_nothing_else() {
+        let (port, seen) = platform();
+        let script = r#"
+import os, socket
+def ask(path):
+    s = socket.socket(socket.AF_UNIX); s.connect(os.environ["MAPI_WORKER_PROXY_SOCKET"])
+    s.sendall(f"GET http://127.0.0.1:{os.environ['PORT']}{path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+    return s.makefile("rb").readline().decode().strip()
+print("bootstrap", ask("/o/bootstrap/" + os.environ["MAPI_NONCE"]))
+print("whoami", ask("/v1/whoami"))
+print("index", os.environ["CLOUD_RUN_TASK_INDEX"], os.getuid())
+"#;
+        let mut s = spec(script, port, 20_000, 256);
+        s.env.insert("PORT".into(), port.to_string());
+        s.env.insert("MAPI_NONCE".into(), s.nonce.to_string());
+        let (_d, status, printed) = host(&s);
+        assert_eq!(status.status, ExecutionStatus::Succeeded, "{printed}");
+        assert!(printed.contains("bootstrap HTTP/1.1 200 OK"), "{printed}");
+        assert!(printed.contains("whoami HTTP/1.1 403"), "{printed}");
+        assert!(printed.contains("index 0 65534"), "{printed}");
+        let got: Vec<String> = seen.try_iter().collect();
+        assert_eq!(
+            got,
+            [format!("GET /o/bootstrap/{} HTTP/1.1", s.nonce)],
+            "only the bootstrap reached the platform"
+        );
+    }
+
+    /// Memory the sandbox holds, in its processes or its in-memory work directory, counts
+    /// against the limit: over it the task is killed and the execution fails with 137.
+    #[test]
+    fn memory_over_the_limit_kills_the_sandbox_with_137() {
+        let held =
+            "import time; b = bytearray(96 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); time.sleep(30)";
+        let written = "import time; open('/work/big', 'wb').write(b'x' * (96 * 1024 * 1024)); time.sleep(30)";
+        for script in [held, written] {
+            let started = std::time::Instant::now();
+            let (_d, status, printed) = host(&spec(script, 9, 60_000, 48));
+            assert!(
+                matches!(status.status, ExecutionStatus::Failed { exit_code: Some(137), .. }),
+                "{script}: {:?} {printed}",
+                status.status
+            );
+            assert_eq!(status.tasks[0].stopped, Some(StopReason::MemoryLimit));
+            assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        }
+    }
+
+    /// The timeout stops the sandbox through runsc (143), and a fork bomb stops at the
+    /// sandbox's process limit without troubling the host.
+    #[test]
+    fn timeout_and_fork_bomb_stop_inside_the_sandbox() {
+        let (_d, status, printed) = host(&spec("import time; time.sleep(30)", 9, 500, 256));
+        assert_eq!(
+            status.status,
+            ExecutionStatus::Failed { exit_code: Some(143), signal: None, message: "task timed out".into() },
+            "{printed}"
+        );
+        let bomb = r#"
+import os, time
+n = 0
+try:
+    while n < 1000:
+        if os.fork() == 0:
+            time.sleep(5); os._exit(0)
+        n += 1
+except OSError as e:
+    print("stopped after", n, e.errno)
+"#;
+        let (_d, status, printed) = host(&spec(bomb, 9, 30_000, 256));
+        assert_eq!(status.status, ExecutionStatus::Succeeded, "{printed}");
+        let n: u32 = printed
+            .split_whitespace()
+            .skip_while(|w| *w != "after")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{printed}"));
+        assert!(n < 32, "{printed}");
+    }
+
+    /// The host removes what runsc left: no container of a finished execution stays.
+    #[test]
+    fn a_finished_execution_leaves_no_container() {
+        let (dir, status, printed) = host(&spec("print('done')", 9, 20_000, 256));
+        assert_eq!(status.status, ExecutionStatus::Succeeded, "{printed}");
+        let list = std::process::Command::new(super::runsc())
+            .arg("--root")
+            .arg(dir.path().join("runsc"))
+            .args(["list", "-quiet"])
+            .output()
+            .expect("runsc list");
+        assert_eq!(String::from_utf8_lossy(&list.stdout).trim(), "", "{list:?}");
+        let _: PathBuf = dir.path().join("runsc");
+    }
 }

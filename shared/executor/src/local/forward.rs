@@ -353,6 +353,7 @@ mod tests {
             memory_limit_mib: 64,
             task: Command { program: "/bin/true".into(), args: Vec::new() },
             env: BTreeMap::new(),
+            sandbox: None,
         };
         layout::write_json(&exec, layout::SPEC, &spec).expect("spec");
         let mut log = String::from("not an event\n");

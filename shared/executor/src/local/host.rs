@@ -9,6 +9,11 @@
 //! reported as exit 137 "memory limit exceeded"), the task timeout (SIGTERM,
 //! then SIGKILL after the grace period), and cancellation (the same, when
 //! the `cancel` file appears).
+//!
+//! With a sandbox in the spec (the gvisor executor) each task is a `runsc
+//! run` of the worker instead (see [`crate::gvisor::task`]): its memory is
+//! what gVisor's kernel holds for the sandbox, and signals go to the
+//! sandbox's processes through `runsc kill`.
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -21,6 +26,7 @@ use nix::unistd::Pid;
 
 use super::layout::{self, ExecSpec, StatusFile, StopReason, TaskResult};
 use super::proc;
+use crate::gvisor::task::SandboxSpec;
 
 /// How often the host checks its tasks.
 const POLL: Duration = Duration::from_millis(25);
@@ -29,6 +35,8 @@ struct Task {
     index: u32,
     child: Child,
     pgid: i32,
+    /// The task's container, when it runs in a sandbox.
+    container: Option<String>,
     started: mapi_domain::Timestamp,
     stopped: Option<StopReason>,
     result: Option<TaskResult>,
@@ -55,12 +63,16 @@ pub fn run(dir: &Path) -> std::io::Result<StatusFile> {
     loop {
         let rss = proc::rss_by_group();
         for t in tasks.iter_mut().filter(|t| t.result.is_none()) {
+            let used = match &t.container {
+                Some(_) => crate::gvisor::task::memory_bytes(t.pgid),
+                None => rss.get(&t.pgid).copied(),
+            };
             if let Some(status) = t.child.try_wait()? {
-                t.result = Some(finish(t, status, clock.now()));
-            } else if rss.get(&t.pgid).copied().unwrap_or(0) > limit {
+                t.result = Some(finish(dir, &spec, t, status, clock.now()));
+            } else if used.unwrap_or(0) > limit {
                 tracing::warn!(task = t.index, limit_mib = spec.memory_limit_mib, "memory limit exceeded");
                 t.stopped = Some(StopReason::MemoryLimit);
-                let _ = killpg(Pid::from_raw(t.pgid), Signal::SIGKILL);
+                signal(dir, &spec, t, Signal::SIGKILL);
             }
         }
         if tasks.iter().all(|t| t.result.is_some()) {
@@ -78,13 +90,13 @@ pub fn run(dir: &Path) -> std::io::Result<StatusFile> {
                 tracing::info!(?reason, "stopping the tasks");
                 for t in tasks.iter_mut().filter(|t| t.result.is_none()) {
                     t.stopped.get_or_insert(reason);
-                    let _ = killpg(Pid::from_raw(t.pgid), Signal::SIGTERM);
+                    signal(dir, &spec, t, Signal::SIGTERM);
                 }
                 terminating = Some((reason, Instant::now()));
             }
             (Some((_, since)), _) if since.elapsed() >= grace => {
                 for t in tasks.iter().filter(|t| t.result.is_none()) {
-                    let _ = killpg(Pid::from_raw(t.pgid), Signal::SIGKILL);
+                    signal(dir, &spec, t, Signal::SIGKILL);
                 }
             }
             _ => {}
@@ -104,29 +116,61 @@ fn start_task(dir: &Path, spec: &ExecSpec, index: u32, now: mapi_domain::Timesta
     std::fs::create_dir_all(&tdir)?;
     let stdout = std::fs::OpenOptions::new().create(true).append(true).open(tdir.join("stdout.log"))?;
     let stderr = std::fs::OpenOptions::new().create(true).append(true).open(tdir.join("stderr.log"))?;
-    let mut cmd = std::process::Command::new(&spec.task.program);
-    cmd.args(&spec.task.args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .envs(&spec.env)
-        .env("CLOUD_RUN_JOB", &spec.job)
-        .env("CLOUD_RUN_EXECUTION", &spec.handle)
-        .env("CLOUD_RUN_TASK_INDEX", index.to_string())
-        .env("CLOUD_RUN_TASK_COUNT", spec.task_count.to_string())
-        .env("CLOUD_RUN_TASK_ATTEMPT", "0")
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0);
+    let mut env = spec.env.clone();
+    env.extend([
+        ("CLOUD_RUN_JOB".to_owned(), spec.job.clone()),
+        ("CLOUD_RUN_EXECUTION".to_owned(), spec.handle.clone()),
+        ("CLOUD_RUN_TASK_INDEX".to_owned(), index.to_string()),
+        ("CLOUD_RUN_TASK_COUNT".to_owned(), spec.task_count.to_string()),
+        ("CLOUD_RUN_TASK_ATTEMPT".to_owned(), "0".to_owned()),
+    ]);
+    let (mut cmd, container) = match &spec.sandbox {
+        Some(sandbox) => {
+            let id = SandboxSpec::container(&spec.handle, index);
+            let program = (spec.task.program.as_path(), spec.task.args.as_slice());
+            let nonce = spec.nonce.for_task(index);
+            (sandbox.task_command(dir, &tdir, &id, &nonce, program, env)?, Some(id))
+        }
+        None => {
+            let mut cmd = std::process::Command::new(&spec.task.program);
+            cmd.args(&spec.task.args)
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+                .envs(env);
+            (cmd, None)
+        }
+    };
+    cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr).process_group(0);
     let child = cmd.spawn()?;
     let pgid = child.id() as i32;
-    Ok(Task { index, child, pgid, started: now, stopped: None, result: None })
+    Ok(Task { index, child, pgid, container, started: now, stopped: None, result: None })
 }
 
-fn finish(t: &Task, status: std::process::ExitStatus, now: mapi_domain::Timestamp) -> TaskResult {
+/// Sends `sig` to a task: to its process group, or to its sandbox's processes through runsc
+/// (and, for `SIGKILL`, to the `runsc` processes too, whose sandbox dies with them).
+fn signal(dir: &Path, spec: &ExecSpec, t: &Task, sig: Signal) {
+    if let (Some(sandbox), Some(id)) = (&spec.sandbox, &t.container) {
+        sandbox.signal(dir, id, if sig == Signal::SIGKILL { "KILL" } else { "TERM" });
+        if sig != Signal::SIGKILL {
+            return;
+        }
+    }
+    let _ = killpg(Pid::from_raw(t.pgid), sig);
+}
+
+fn finish(
+    dir: &Path,
+    spec: &ExecSpec,
+    t: &Task,
+    status: std::process::ExitStatus,
+    now: mapi_domain::Timestamp,
+) -> TaskResult {
     use std::os::unix::process::ExitStatusExt;
-    // Whatever the task left behind in its group goes with it.
+    // Whatever the task left behind in its group (or sandbox) goes with it.
     let _ = killpg(Pid::from_raw(t.pgid), Signal::SIGKILL);
+    if let (Some(sandbox), Some(id)) = (&spec.sandbox, &t.container) {
+        sandbox.delete(dir, id);
+    }
     TaskResult {
         index: t.index,
         exit_code: status.code(),
@@ -200,6 +244,7 @@ mod tests {
             memory_limit_mib,
             task: Command { program: "/bin/sh".into(), args: vec!["-c".into(), script.into()] },
             env: BTreeMap::from([("GREETING".to_owned(), "hi".to_owned())]),
+            sandbox: None,
         }
     }
 

@@ -48,6 +48,9 @@ pub struct ExecSpec {
     pub task: Command,
     /// The tasks' whole environment (they inherit nothing else).
     pub env: BTreeMap<String, String>,
+    /// Run each task in a gVisor sandbox (the gvisor executor); `None`: as a host process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::gvisor::task::SandboxSpec>,
 }
 
 /// Why the host stopped a task.

@@ -11,13 +11,17 @@
 //! next forget of the handle removes what is left.
 //!
 //! Isolation is only a process: this executor is for one machine and
-//! trusted code, and reports `Isolation::Process`.
+//! trusted code, and reports `Isolation::Process`. With
+//! [`LocalConfig::runsc`] set it is the gvisor executor: the same host runs
+//! each task in a gVisor sandbox ([`crate::gvisor`]), with no network but
+//! its bootstrap and signed URLs, and reports `Isolation::Gvisor` with
+//! egress and DNS enforced.
 
 pub mod forward;
 pub mod host;
 pub mod layout;
 mod logs;
-mod proc;
+pub(crate) mod proc;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +33,7 @@ use async_trait::async_trait;
 use mapi_clock::Clock;
 use mapi_domain::{ExecutionStatus, ResourceClass, Timestamp};
 
+use crate::gvisor::task::SandboxSpec;
 use crate::{
     AttemptSubmit, Capabilities, ExecutionHandle, ExecutionInfo, Executor, ExecutorError, Forgot, Isolation,
     LogPage, SubmitError,
@@ -54,6 +59,9 @@ pub struct LocalConfig {
     pub memory_mib: BTreeMap<ResourceClass, u64>,
     /// The regions it reports, for residency: the machine stands in for them.
     pub regions: Vec<String>,
+    /// `runsc`, to run each task in a gVisor sandbox (the gvisor executor); `None`: tasks
+    /// are host processes.
+    pub runsc: Option<PathBuf>,
 }
 
 /// The local-process adapter of the Executor port.
@@ -64,6 +72,11 @@ pub struct LocalProcessExecutor {
     /// Each execution made, told to a log forwarder of this process.
     made: forward::NewExecutions,
 }
+
+/// The executor's name with tasks as host processes.
+pub const LOCAL_PROCESS: &str = "local-process";
+/// The executor's name with tasks in gVisor sandboxes.
+pub const GVISOR: &str = "gvisor";
 
 const CLASSES: [ResourceClass; 4] = [ResourceClass::S, ResourceClass::M, ResourceClass::L, ResourceClass::XL];
 
@@ -85,8 +98,16 @@ fn not_found(handle: &ExecutionHandle) -> ExecutionInfo {
 }
 
 impl LocalProcessExecutor {
+    /// # Errors
+    ///
+    /// The executions directory cannot be made, or (gvisor) the bootstrap is not the
+    /// platform's own HTTP route.
     pub fn new(config: LocalConfig, clock: Arc<dyn Clock>) -> Result<Self, ExecutorError> {
         std::fs::create_dir_all(&config.dir).map_err(internal)?;
+        if let Some(runsc) = &config.runsc {
+            let url = config.static_env.get("MAPI_BOOTSTRAP_URL").map_or("", String::as_str);
+            SandboxSpec::for_bootstrap(runsc, url).map_err(|e| internal(std::io::Error::other(e)))?;
+        }
         Ok(LocalProcessExecutor { config: Arc::new(config), clock, made: forward::NewExecutions::default() })
     }
 
@@ -176,6 +197,17 @@ impl LocalProcessExecutor {
         remove_trash()
     }
 
+    /// The sandbox of an execution with `env`, when tasks run under gVisor. Fails closed: a
+    /// gvisor executor never runs a task outside a sandbox.
+    fn sandbox(&self, env: &BTreeMap<String, String>) -> Result<Option<SandboxSpec>, SubmitError> {
+        let url = env.get("MAPI_BOOTSTRAP_URL").map_or("", String::as_str);
+        self.config
+            .runsc
+            .as_ref()
+            .map(|runsc| SandboxSpec::for_bootstrap(runsc, url).map_err(SubmitError::Refused))
+            .transpose()
+    }
+
     fn new_handle(&self) -> Result<ExecutionHandle, SubmitError> {
         let mut entropy = [0u8; 4];
         getrandom::fill(&mut entropy).map_err(|e| SubmitError::Unavailable(mapi_domain::Cause::of(e)))?;
@@ -190,13 +222,14 @@ impl Executor for LocalProcessExecutor {
     }
 
     fn capabilities(&self) -> Capabilities {
+        let sandboxed = self.config.runsc.is_some();
         Capabilities {
-            executor: "local-process".to_owned(),
-            isolation: Isolation::Process,
+            executor: if sandboxed { GVISOR } else { LOCAL_PROCESS }.to_owned(),
+            isolation: if sandboxed { Isolation::Gvisor } else { Isolation::Process },
             classes: CLASSES.to_vec(),
             enforces_memory_limit: true,
-            egress_enforced: false,
-            dns_enforced: false,
+            egress_enforced: sandboxed,
+            dns_enforced: sandboxed,
             remote_control_api: false,
             max_task_count: 64,
             regions: self.config.regions.clone(),
@@ -207,7 +240,10 @@ impl Executor for LocalProcessExecutor {
         if CLASSES.contains(&class) {
             Ok(())
         } else {
-            Err(format!("the local-process executor does not offer class {class}: use S, M, L or XL"))
+            Err(format!(
+                "the {} executor does not offer class {class}: use S, M, L or XL",
+                self.capabilities().executor
+            ))
         }
     }
 
@@ -236,6 +272,7 @@ impl Executor for LocalProcessExecutor {
             grace_ms: u64::try_from(self.config.grace.as_millis()).unwrap_or(u64::MAX),
             memory_limit_mib: self.memory_limit_mib(a.class),
             task: self.config.task.clone(),
+            sandbox: self.sandbox(&env)?,
             env,
         };
         layout::write_json(&dir, layout::SPEC, &spec).map_err(unavailable)?;

@@ -15,7 +15,7 @@ pub fn start_ticks(pid: i32) -> Option<u64> {
 /// Field `n` (1-based) of a `/proc/<pid>/stat` line. The command name
 /// (field 2) may contain spaces and parentheses, so fields after it are
 /// counted from the last `)`.
-fn stat_field(stat: &str, n: usize) -> Option<u64> {
+pub(crate) fn stat_field(stat: &str, n: usize) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
 }

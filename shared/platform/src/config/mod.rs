@@ -234,6 +234,8 @@ pub struct Config {
     pub executor: ExecutorKind,
     /// The cloudrun-jobs executor's settings, when it is selected.
     pub cloudrun: Option<mapi_cloudrun::Settings>,
+    /// The gvisor executor's `runsc` (`MAPI_GVISOR_RUNSC`), when it is selected.
+    pub gvisor_runsc: Option<PathBuf>,
     /// `MAPI_HOSTING`: where endpoints' model servers run.
     pub hosting: HostingBackend,
     /// `MAPI_QUEUE=cloudtasks`: the Cloud Tasks queue's settings (`None`:
@@ -360,6 +362,8 @@ impl Choice for QueueKind {
 pub enum ExecutorKind {
     /// A process group per execution on this machine (the embedded default).
     LocalProcess,
+    /// Each task in a gVisor sandbox on this machine (`runsc`).
+    Gvisor,
     /// A Cloud Run Jobs execution per attempt.
     CloudRunJobs,
 }
@@ -371,16 +375,24 @@ impl ExecutorKind {
     fn check_multi_tenant(self) -> Result<(), ConfigError> {
         match self {
             ExecutorKind::LocalProcess => Err(ConfigError::Invalid(
-                "MAPI_EXECUTOR=local-process runs tenant code as the platform's own user, with no sandbox: MAPI_PROFILE=multi-tenant refuses it; use MAPI_EXECUTOR=cloudrun-jobs, or MAPI_PROFILE=dev for one person's machine".into(),
+                "MAPI_EXECUTOR=local-process runs tenant code as the platform's own user, with no sandbox: MAPI_PROFILE=multi-tenant refuses it; use MAPI_EXECUTOR=gvisor on one machine or MAPI_EXECUTOR=cloudrun-jobs, or MAPI_PROFILE=dev for one person's machine".into(),
             )),
-            ExecutorKind::CloudRunJobs => Ok(()),
+            ExecutorKind::Gvisor | ExecutorKind::CloudRunJobs => Ok(()),
         }
+    }
+
+    /// Whether attempts run on this machine (an execution host per attempt).
+    pub fn is_local(self) -> bool {
+        matches!(self, ExecutorKind::LocalProcess | ExecutorKind::Gvisor)
     }
 }
 
 impl Choice for ExecutorKind {
-    const CHOICES: &'static [(&'static str, Self)] =
-        &[("local-process", ExecutorKind::LocalProcess), ("cloudrun-jobs", ExecutorKind::CloudRunJobs)];
+    const CHOICES: &'static [(&'static str, Self)] = &[
+        ("local-process", ExecutorKind::LocalProcess),
+        ("gvisor", ExecutorKind::Gvisor),
+        ("cloudrun-jobs", ExecutorKind::CloudRunJobs),
+    ];
 }
 
 /// Where endpoints' model servers run (`MAPI_HOSTING`).
@@ -406,13 +418,32 @@ impl Choice for HostingKind {
         &[("local", HostingKind::Local), ("cloud-run", HostingKind::CloudRun), ("none", HostingKind::None)];
 }
 
+/// `MAPI_GVISOR_RUNSC`: a path, or a name looked up on `PATH`.
+fn runsc(named: Option<String>) -> Result<PathBuf, ConfigError> {
+    let named = named.unwrap_or_else(|| "runsc".to_owned());
+    let found = if named.contains('/') {
+        Some(PathBuf::from(&named)).filter(|p| p.is_file())
+    } else {
+        std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .map(|d| d.join(&named))
+            .find(|p| p.is_file())
+    };
+    found.ok_or_else(|| {
+        ConfigError::Invalid(format!(
+            "MAPI_EXECUTOR=gvisor needs gVisor's runsc, and {named} was not found: install it (`apt-get install runsc`) or name it in MAPI_GVISOR_RUNSC"
+        ))
+    })
+}
+
 /// `MAPI_HOSTING`, read beside the executor it defaults from: a process
 /// that runs attempts on Cloud Run Jobs has no machine of its own to serve
 /// models on, so only an explicit `cloud-run` gives it a host.
 fn hosting(env: Env<'_>, executor: ExecutorKind) -> Result<HostingBackend, ConfigError> {
     let kind = match (v::HOSTING.get(env), executor) {
         (Some(_), _) => v::HOSTING.choose(env)?,
-        (None, ExecutorKind::LocalProcess) => HostingKind::Local,
+        (None, ExecutorKind::LocalProcess | ExecutorKind::Gvisor) => HostingKind::Local,
         (None, ExecutorKind::CloudRunJobs) => HostingKind::None,
     };
     Ok(match kind {
@@ -814,7 +845,12 @@ impl Config {
             ExecutorKind::CloudRunJobs => {
                 Some(mapi_cloudrun::Settings::from_env(exec).map_err(ConfigError::Invalid)?)
             }
-            ExecutorKind::LocalProcess => None,
+            ExecutorKind::LocalProcess | ExecutorKind::Gvisor => None,
+        };
+        let runsc_named = v::GVISOR_RUNSC.get(exec);
+        let gvisor_runsc = match executor {
+            ExecutorKind::Gvisor => Some(runsc(runsc_named)?),
+            ExecutorKind::LocalProcess | ExecutorKind::CloudRunJobs => None,
         };
         let objects_backend = objects_backend(objects)?;
         let local_objects = uses.has(Section::Objects) && matches!(objects_backend, ObjectsBackend::Local);
@@ -868,6 +904,7 @@ impl Config {
             pubsub_push_subscriptions: subscriptions(push)?,
             executor,
             cloudrun,
+            gvisor_runsc,
             hosting: hosting(hosted, executor)?,
             worker_bin: v::WORKER_BIN.get(exec).map(PathBuf::from),
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,

@@ -256,7 +256,8 @@ fn the_url_signing_key_is_asked_for_only_where_local_objects_are_served() {
 }
 
 /// Under the multi-tenant profile `local-process` refuses to start, naming why and what to use;
-/// a service that starts no execution (push-events) is not asked, and cloudrun-jobs starts.
+/// a service that starts no execution (push-events) is not asked, and cloudrun-jobs and gvisor
+/// start (gvisor only where its runsc is found).
 #[test]
 fn the_multi_tenant_profile_refuses_the_local_process_executor() {
     let key = ("MAPI_URL_SIGNING_KEY", "ffeeddccbbaa99887766554433221100");
@@ -265,8 +266,15 @@ fn the_multi_tenant_profile_refuses_the_local_process_executor() {
         let e = read(local, Uses::ALL).expect_err("local-process under multi-tenant");
         let e = e.to_string();
         assert!(e.contains("local-process") && e.contains("MAPI_EXECUTOR=cloudrun-jobs"), "{e}");
+        assert!(e.contains("MAPI_EXECUTOR=gvisor"), "{e}");
     }
     read(&[], Service::PushEvents.uses()).expect("push-events starts no execution");
     read(&CLOUD_EXECUTOR, Uses::ALL).expect("cloudrun-jobs under multi-tenant");
+    let runsc = ("MAPI_GVISOR_RUNSC", "/bin/sh");
+    let c = read(&[("MAPI_EXECUTOR", "gvisor"), runsc], Uses::ALL).expect("gvisor under multi-tenant");
+    assert_eq!(c.gvisor_runsc.as_deref(), Some(std::path::Path::new("/bin/sh")));
+    let missing = [("MAPI_EXECUTOR", "gvisor"), ("MAPI_GVISOR_RUNSC", "/nowhere/runsc")];
+    let e = read(&missing, Uses::ALL).expect_err("gvisor without runsc").to_string();
+    assert!(e.contains("/nowhere/runsc") && e.contains("apt-get install runsc"), "{e}");
     read(&[("MAPI_PROFILE", "dev")], Uses::ALL).expect("local-process under dev");
 }

@@ -205,7 +205,12 @@ pub const DEV_ACCOUNTS: Var = Var::new(
 pub const EXECUTOR: Var = Var::new(
     "MAPI_EXECUTOR",
     "local-process",
-    "Where attempts run: `local-process` (no sandbox: refused under `MAPI_PROFILE=multi-tenant`) or `cloudrun-jobs`",
+    "Where attempts run: `local-process` (no sandbox: refused under `MAPI_PROFILE=multi-tenant`), `gvisor` (each task in a gVisor sandbox on this machine, as root) or `cloudrun-jobs`",
+);
+pub const GVISOR_RUNSC: Var = Var::new(
+    "MAPI_GVISOR_RUNSC",
+    "runsc",
+    "The gvisor executor's `runsc` program: a path, or a name looked up on `PATH`",
 );
 pub const WORKER_BIN: Var = Var::derived(
     "MAPI_WORKER_BIN",
@@ -373,6 +378,7 @@ pub const VARIABLES: &[Var] = &[
     LOCAL_TIMEOUT_MARGIN_S,
     LOCAL_GRACE_S,
     LOCAL_REGIONS,
+    GVISOR_RUNSC,
     WEBHOOKS_ALLOW_LOOPBACK,
     WEBHOOK_RECEIVER_PER_SECOND,
     ENDPOINTS_IDLE_S,

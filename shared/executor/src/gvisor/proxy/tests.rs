@@ -4,7 +4,7 @@ use std::sync::mpsc;
 use super::*;
 
 /// A stand-in for the platform: answers each connection `200 ok` after reading what the proxy
-/// sent until the proxy closed its side, and reports those bytes.
+/// sent until it went quiet for 300 ms (or closed its side), and reports those bytes.
 fn platform() -> (SocketAddr, mpsc::Receiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -12,8 +12,12 @@ fn platform() -> (SocketAddr, mpsc::Receiver<String>) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let mut conn = conn.expect("accept");
+            conn.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
             let mut got = Vec::new();
-            conn.read_to_end(&mut got).expect("read");
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = conn.read(&mut chunk) {
+                got.extend_from_slice(&chunk[..n]);
+            }
             conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
                 .expect("write");
             let _ = tx.send(String::from_utf8_lossy(&got).into_owned());
