@@ -134,7 +134,7 @@ impl TestPlatform {
                 finished_at: now,
                 probes: REQUIRED_PROBES
                     .iter()
-                    .map(|n| ProbeResult { name: (*n).to_owned(), ran: true, blocked: true })
+                    .map(|n| ProbeResult { name: (*n).to_owned(), ran: true, blocked: true, detail: None })
                     .collect(),
             },
         };

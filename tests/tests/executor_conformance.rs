@@ -8,27 +8,26 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use mapi_clock::{Clock, SystemClock};
 use mapi_cloudrun::{CloudRunJobsExecutor, Credentials, Settings};
-use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ProjectId, TenantId, Timestamp};
+use mapi_domain::Timestamp;
+use mapi_executor::conformance::ports::PortsHarness;
 use mapi_executor::conformance::{Behaviour, Harness};
 use mapi_executor::local::forward::LogForwarder;
 use mapi_executor::local::{LocalConfig, LocalProcessExecutor};
+use mapi_executor::security::suite::Targets;
 use mapi_executor::{AttemptSubmit, Executor};
+use mapi_objects::ObjectStore;
 use mapi_objects::fs::FsObjectStore;
 use mapi_objects::signed::{Access, UrlSigner, router};
-use mapi_objects::{IfGeneration, ObjectKey, ObjectStore, SignedMethod};
 use mapi_tests::fake_cloudrun::FakeCloudRun;
-use serde_json::json;
 
+/// The harness on object stores served as the platform serves them, with the executor under
+/// test and the log forwarder of its executions.
 struct Local {
-    executor: LocalProcessExecutor,
+    ports: PortsHarness,
     executor_static_env: BTreeMap<String, String>,
-    data: Arc<dyn ObjectStore>,
-    boot: Arc<dyn ObjectStore>,
-    clock: Arc<dyn Clock>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 const S_MIB: u64 = 64;
@@ -103,93 +102,22 @@ async fn on(runsc: Option<std::path::PathBuf>) -> Local {
         clock.clone(),
     )
     .expect("executor");
-    Local { executor, executor_static_env: static_env, data, boot, clock, _dir: dir }
-}
-
-#[async_trait]
-impl Harness for Local {
-    fn executor(&self) -> &dyn Executor {
-        &self.executor
-    }
-
-    async fn prepare(&self, a: &AttemptSubmit, behaviour: Behaviour) {
-        let (method, params) = match behaviour {
-            Behaviour::Succeed => ("describe", json!({})),
-            Behaviour::Fail => ("diag.fail", json!({"message": "asked to fail"})),
-            Behaviour::Sleep { seconds, checkpoint } if checkpoint => {
-                ("diag.sleep", json!({"seconds": seconds, "checkpoint_every_s": 0.2}))
-            }
-            Behaviour::Sleep { seconds, .. } => ("diag.sleep", json!({"seconds": seconds})),
-            Behaviour::Allocate { mib } => ("diag.alloc", json!({"mib": mib, "hold_s": 5})),
-        };
-        let ttl = std::time::Duration::from_secs(600);
-        let dataset = ObjectKey::parse(&format!("t/dev/p/default/datasets/{}.csv", a.nonce)).expect("key");
-        self.data
-            .put(&dataset, Bytes::from_static(b"x,y\n1,2\n3,4\n"), "text/csv", IfGeneration::Any)
-            .await
-            .expect("dataset");
-        let outputs_of: Vec<&str> = mapi_methods::find(method)
-            .map(|m| m.outputs.iter().map(|o| o.name).collect())
-            .unwrap_or_default();
-        for task in 0..a.task_count {
-            let dir = format!("t/dev/p/default/runs/{}/a{}/tasks/{task}", a.run, a.attempt);
-            let mut outputs = BTreeMap::new();
-            for name in &outputs_of {
-                let key = ObjectKey::parse(&format!("{dir}/outputs/{name}")).expect("key");
-                outputs.insert(
-                    (*name).to_owned(),
-                    self.data.signed_url(SignedMethod::PutCreateOnly, &key, ttl).await.expect("sign"),
-                );
-            }
-            let ckpt = ObjectKey::parse(&format!("{dir}/checkpoint.json")).expect("key");
-            let boot = Bootstrap {
-                v: BOOTSTRAP_VERSION,
-                tenant: TenantId::parse("dev").expect("tenant"),
-                project: ProjectId::parse("default").expect("project"),
-                run: a.run.clone(),
-                attempt: a.attempt,
-                task,
-                task_count: a.task_count,
-                method: method.to_owned(),
-                params: serde_json::from_value(params.clone()).expect("params"),
-                timeout_s: u32::try_from(a.timeout.as_secs()).expect("timeout"),
-                dataset_url: self.data.signed_url(SignedMethod::Get, &dataset, ttl).await.expect("sign"),
-                outputs,
-                checkpoint_url: self.data.signed_url(SignedMethod::Put, &ckpt, ttl).await.expect("sign"),
-                resume_url: None,
-                event_key: mapi_events::AttemptKey::from_bytes([7; 32]).to_hex(),
-            };
-            let key = ObjectKey::parse(a.nonce.for_task(task).as_str()).expect("key");
-            let bytes = Bytes::from(serde_json::to_vec(&boot).expect("json"));
-            self.boot.put(&key, bytes, "application/json", IfGeneration::ABSENT).await.expect("bootstrap");
-        }
-    }
-
-    fn class_s_memory_mib(&self) -> u64 {
-        S_MIB
-    }
-
-    async fn bootstrap_present(&self, a: &AttemptSubmit, task: u32) -> bool {
-        let key = ObjectKey::parse(a.nonce.for_task(task).as_str()).expect("key");
-        self.boot.head(&key).await.is_ok()
-    }
-
-    async fn written(&self, a: &AttemptSubmit) -> usize {
-        let prefix = format!("t/dev/p/default/runs/{}/", a.run);
-        self.data.list(&prefix, None, 1000).await.expect("list").objects.len()
-    }
-
-    fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
+    let ports = PortsHarness {
+        executor: Arc::new(executor.clone()),
+        data,
+        bootstrap: boot,
+        clock,
+        class_s_mib: S_MIB,
+    };
+    Local { ports, executor_static_env: static_env, dir }
 }
 
 mod local_process {
-    mapi_executor::executor_conformance_suite!(super::local().await);
+    mapi_executor::executor_conformance_suite!(super::local().await.ports);
 }
 
 mod gvisor {
-    mapi_executor::executor_conformance_suite!(super::gvisor().await);
+    mapi_executor::executor_conformance_suite!(super::gvisor().await.ports);
 }
 
 /// The cloudrun-jobs executor over FakeCloudRun: the same objects, the
@@ -207,17 +135,21 @@ async fn cloudrun() -> CloudRun {
         &settings.region,
         jobs,
         mapi_tests::worker(),
-        base.clock.clone(),
+        base.ports.clock.clone(),
     )
     .await;
     fake.set_static_env(base.executor_static_env.clone());
     fake.set_memory_limit_mib(S_MIB);
     settings.endpoint = Some(fake.url.clone());
     settings.logging_endpoint = Some(fake.logging.url.clone());
-    let executor =
-        CloudRunJobsExecutor::new(settings, Credentials::Anonymous, base.clock.clone(), Default::default())
-            .await
-            .expect("executor");
+    let executor = CloudRunJobsExecutor::new(
+        settings,
+        Credentials::Anonymous,
+        base.ports.clock.clone(),
+        Default::default(),
+    )
+    .await
+    .expect("executor");
     CloudRun { base, executor, _fake: fake }
 }
 
@@ -234,7 +166,7 @@ impl Harness for CloudRun {
     }
 
     async fn prepare(&self, a: &AttemptSubmit, behaviour: Behaviour) {
-        self.base.prepare(a, behaviour).await;
+        self.base.ports.prepare(a, behaviour).await;
     }
 
     fn class_s_memory_mib(&self) -> u64 {
@@ -242,16 +174,78 @@ impl Harness for CloudRun {
     }
 
     async fn bootstrap_present(&self, a: &AttemptSubmit, task: u32) -> bool {
-        self.base.bootstrap_present(a, task).await
+        self.base.ports.bootstrap_present(a, task).await
     }
 
     async fn written(&self, a: &AttemptSubmit) -> usize {
-        self.base.written(a).await
+        self.base.ports.written(a).await
+    }
+
+    async fn output(&self, a: &AttemptSubmit, task: u32, name: &str) -> Option<Vec<u8>> {
+        self.base.ports.output(a, task, name).await
     }
 
     fn now(&self) -> Timestamp {
-        self.base.now()
+        self.base.ports.now()
     }
+}
+
+/// The security suite's targets on the harness's machine: a home with a store and a key, the
+/// executions directory, this process as the host process.
+fn targets(h: &Local) -> Targets {
+    let home = h.dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let files = ["mapi.db", "signing.key"].map(|f| home.join(f));
+    for f in &files {
+        std::fs::write(f, "the platform's own").expect("a platform file");
+    }
+    Targets {
+        platform_files: files.to_vec(),
+        executions_dir: Some(h.dir.path().join("executions")),
+        host_pid: Some(std::process::id()),
+        write_dir: Some(home),
+    }
+}
+
+/// On gvisor every probe runs and is stopped: the report is evidence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_security_suite_passes_on_gvisor() {
+    let h = gvisor().await;
+    let report = mapi_executor::security::suite::run(&h.ports, &targets(&h)).await;
+    let names: Vec<&str> = report.probes.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, mapi_executor::security::PROBES);
+    for p in &report.probes {
+        assert!(p.ran && p.blocked, "{p:?}");
+    }
+    assert!(report.passed());
+}
+
+/// On local-process the probes run and get through (it has no sandbox), so the report is no
+/// evidence: each probe's test here is its guard removed. Only memory is enforced there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_security_suite_fails_on_local_process() {
+    let h = local().await;
+    let report = mapi_executor::security::suite::run(&h.ports, &targets(&h)).await;
+    let through: Vec<&str> =
+        report.probes.iter().filter(|p| p.ran && !p.blocked).map(|p| p.name.as_str()).collect();
+    let mut expected: Vec<&str> = mapi_executor::security::PROBES.to_vec();
+    expected.retain(|p| *p != "memory_bomb");
+    if !nix_is_root() {
+        expected.retain(|p| *p != "privileges");
+    }
+    assert_eq!(through, expected, "{report:#?}");
+    assert!(report.probes.iter().all(|p| p.ran), "{report:#?}");
+    assert!(!report.passed());
+}
+
+/// Whether this test runs as root (then a process of local-process is root too).
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
 }
 
 mod cloudrun_jobs {

@@ -358,6 +358,9 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
         });
     }
 
+    if boot.method == crate::probe::PROBE_METHOD {
+        return probes(&http, &boot, events).await;
+    }
     let dataset = match fetch(&http, &boot.dataset_url, "dataset").await {
         Ok(Some(d)) => d,
         Ok(None) => {
@@ -437,4 +440,37 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
         Err(MethodError::Stopped { checkpointed: true }) => exit::CHECKPOINTED,
         Err(MethodError::Stopped { checkpointed: false }) => exit::SIGTERM,
     }
+}
+
+/// The security suite's probes in place of a method (see [`crate::probe`]): their report is
+/// the one output.
+async fn probes(http: &reqwest::Client, boot: &Bootstrap, mut events: Events) -> i32 {
+    use mapi_executor::security::{Plan, REPORT};
+    let params = serde_json::Value::Object(boot.params.clone().into_iter().collect());
+    let plan: Plan = match serde_json::from_value(params) {
+        Ok(plan) => plan,
+        Err(e) => {
+            events.emit(EventBody::Error { message: format!("the probes' plan is not valid: {e}") });
+            return exit::METHOD_ERROR;
+        }
+    };
+    let seen = match tokio::task::spawn_blocking(move || crate::probe::run(&plan)).await {
+        Ok(seen) => seen,
+        Err(e) => {
+            log("ERROR", &format!("the probes panicked: {e}"));
+            return EXIT_SETUP;
+        }
+    };
+    let (Some(url), Ok(bytes)) = (boot.outputs.get(REPORT), serde_json::to_vec(&seen)) else {
+        log("ERROR", &format!("no upload URL for {REPORT}"));
+        return EXIT_SETUP;
+    };
+    let size = bytes.len() as u64;
+    if let Err(e) = upload(http, url, bytes).await {
+        log("ERROR", &e);
+        return EXIT_SETUP;
+    }
+    events.emit(EventBody::Output { name: REPORT.to_owned(), size });
+    events.emit(EventBody::Complete);
+    exit::SUCCESS
 }

@@ -9,6 +9,8 @@ use mapi_domain::{AttemptNo, ExecutionStatus, Nonce, ResourceClass, RunId, Times
 
 use crate::{AttemptSubmit, ExecutionHandle, ExecutionInfo, Executor, Forgot, adopt};
 
+pub mod ports;
+
 /// What the worker of a prepared attempt should do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Behaviour {
@@ -20,6 +22,8 @@ pub enum Behaviour {
     Sleep { seconds: f64, checkpoint: bool },
     /// Allocate this many MiB and hold them.
     Allocate { mib: u64 },
+    /// Run the security suite's probes (see [`crate::security`]).
+    Probe(Box<crate::security::Plan>),
 }
 
 /// Connects the suite to one executor and the platform side it needs.
@@ -34,13 +38,21 @@ pub trait Harness: Send + Sync {
     async fn bootstrap_present(&self, submit: &AttemptSubmit, task: u32) -> bool;
     /// How many objects the attempt's tasks wrote (outputs, checkpoints).
     async fn written(&self, submit: &AttemptSubmit) -> usize;
+    /// The output `name` task `task` of the attempt wrote, if it wrote it.
+    async fn output(&self, submit: &AttemptSubmit, task: u32, name: &str) -> Option<Vec<u8>>;
     fn now(&self) -> Timestamp;
 }
 
-/// A fresh attempt to submit.
+/// A fresh attempt to submit: its nonce and run id are random (`n` leads the run id's entropy,
+/// for a reader of the logs), so suites run again against one executor never meet an
+/// execution of an earlier run.
 pub fn attempt(n: u8, timeout: Duration, task_count: u32) -> AttemptSubmit {
-    let nonce = Nonce::from_bytes([n; 16]);
-    let run = RunId::generate(Timestamp::from_secs(1_800_000_000), [n; 10]);
+    let mut entropy = [0u8; 26];
+    getrandom::fill(&mut entropy).unwrap_or_else(|e| panic!("entropy: {e}"));
+    entropy[16] = n;
+    let nonce = Nonce::from_bytes(entropy[..16].try_into().unwrap_or([n; 16]));
+    let run =
+        RunId::generate(Timestamp::from_secs(1_800_000_000), entropy[16..].try_into().unwrap_or([n; 10]));
     let mut env = std::collections::BTreeMap::new();
     env.insert("MAPI_RUN_ID".to_owned(), run.to_string());
     env.insert("MAPI_NONCE".to_owned(), nonce.to_string());

@@ -62,6 +62,9 @@ pub struct ProbeResult {
     pub ran: bool,
     /// The executor stopped what the probe tried.
     pub blocked: bool,
+    /// What the host and the probe saw, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// The security suite's report (`mapi-security --json`).
@@ -202,7 +205,7 @@ mod tests {
                 finished_at: at,
                 probes: REQUIRED_PROBES
                     .iter()
-                    .map(|n| ProbeResult { name: (*n).into(), ran: true, blocked: true })
+                    .map(|n| ProbeResult { name: (*n).into(), ran: true, blocked: true, detail: None })
                     .collect(),
             },
         }

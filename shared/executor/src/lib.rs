@@ -19,6 +19,7 @@ pub mod gvisor;
 pub mod local;
 #[cfg(feature = "scripted")]
 pub mod scripted;
+pub mod security;
 
 /// The names of the executor conformance suite's cases: a report must
 /// have every one of them passed to count as evidence.

@@ -106,7 +106,7 @@ pub fn evidence(executor: &dyn Executor, now: Timestamp) -> Value {
             finished_at: now,
             probes: REQUIRED_PROBES
                 .iter()
-                .map(|n| ProbeResult { name: (*n).to_owned(), ran: true, blocked: true })
+                .map(|n| ProbeResult { name: (*n).to_owned(), ran: true, blocked: true, detail: None })
                 .collect(),
         },
     };
