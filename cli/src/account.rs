@@ -98,6 +98,9 @@ pub enum ExecutorsCmd {
     Disable(ExecutorsDisableArgs),
     /// Record the conformance and security reports (a JSON file: target, conformance, security).
     Evidence(ExecutorsEvidenceArgs),
+    /// Run the conformance and security suites through the executor and record their reports
+    /// (exits 1 when shared tiers stay closed).
+    Verify(ExecutorsVerifyArgs),
 }
 
 /// The arguments of `mapi admin tenants create`.
@@ -303,6 +306,12 @@ pub struct ExecutorsEvidenceArgs {
     name: String,
     #[arg(long)]
     file: std::path::PathBuf,
+}
+
+/// The arguments of `mapi admin executors verify`.
+#[derive(Debug, clap::Args)]
+pub struct ExecutorsVerifyArgs {
+    name: String,
 }
 
 /// The arguments of `mapi admin audit`.
@@ -817,6 +826,7 @@ pub async fn admin(client: &Client, cmd: AdminCmd, json_out: bool) -> Result<()>
         AdminCmd::Executors(ExecutorsCmd::Enable(args)) => executors_enable(client, json_out, args).await,
         AdminCmd::Executors(ExecutorsCmd::Disable(args)) => executors_disable(client, json_out, args).await,
         AdminCmd::Executors(ExecutorsCmd::Evidence(args)) => executors_evidence(client, json_out, args).await,
+        AdminCmd::Executors(ExecutorsCmd::Verify(args)) => executors_verify(client, json_out, args).await,
         AdminCmd::Audit(args) => audit(client, json_out, args).await,
     }
 }
@@ -1108,6 +1118,77 @@ async fn executors_switch(
         client.send(client.request(Method::PUT, &format!("/v1/admin/executors/{name}")).json(&body)).await?;
     print(json_out, &e, || format!("{name} is {}\n", e["status"].as_str().unwrap_or("?")))?;
     Ok(())
+}
+
+/// `mapi admin executors verify`: both suites, their cases and probes, and the gate after.
+async fn executors_verify(client: &Client, json_out: bool, args: ExecutorsVerifyArgs) -> Result<()> {
+    let name = args.name;
+    let v: Value =
+        client.send(client.request(Method::POST, &format!("/v1/admin/executors/{name}/verify"))).await?;
+    print(json_out, &v, || {
+        let mut out = String::new();
+        for c in v["conformance"]["cases"].as_array().into_iter().flatten() {
+            let mark = if c["passed"] == true { "passed" } else { "FAILED" };
+            out.push_str(&format!("conformance  {:<48} {mark}", c["name"].as_str().unwrap_or("?")));
+            if let Some(d) = c["detail"].as_str() {
+                out.push_str(&format!("  {d}"));
+            }
+            out.push('\n');
+        }
+        out.push_str(&probe_lines(&v["security"]));
+        let e = &v["executor"];
+        out.push_str(&format!(
+            "{name}: conformance {}, security {}; shared tiers {} ({})\n",
+            if e["conformance_passed"] == true { "passed" } else { "FAILED" },
+            if e["security_passed"] == true { "passed" } else { "FAILED" },
+            if e["shared_tiers_enabled"] == true { "open" } else { "closed" },
+            e["message"].as_str().unwrap_or(""),
+        ));
+        out
+    })?;
+    if v["executor"]["shared_tiers_enabled"] == true {
+        Ok(())
+    } else {
+        Err(format!("shared tiers stay closed on {name}: the reports are recorded, see above").into())
+    }
+}
+
+/// One line per probe of a security report.
+pub(crate) fn probe_lines(report: &Value) -> String {
+    let mut out = String::new();
+    for p in report["probes"].as_array().into_iter().flatten() {
+        let verdict = match (p["ran"] == true, p["blocked"] == true) {
+            (false, _) => "DID NOT RUN",
+            (true, true) => "blocked",
+            (true, false) => "GOT THROUGH",
+        };
+        out.push_str(&format!(
+            "security     {:<48} {verdict}  {}\n",
+            p["name"].as_str().unwrap_or("?"),
+            p["detail"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
+/// `mapi security [EXECUTOR]`: the security suite alone, its report in the shape evidence
+/// records (exits 1 unless it passed).
+pub async fn security(client: &Client, json_out: bool, executor: Option<String>) -> Result<()> {
+    let name = match executor {
+        Some(name) => name,
+        None => {
+            let list: Value = client.get("/v1/admin/executors").await?;
+            list[0]["name"].as_str().ok_or("this deployment lists no executor")?.to_owned()
+        }
+    };
+    let report: Value =
+        client.send(client.request(Method::POST, &format!("/v1/admin/executors/{name}/security"))).await?;
+    print(json_out, &report, || probe_lines(&report))?;
+    if report["passed"] == true {
+        Ok(())
+    } else {
+        Err(format!("the security suite did not pass on {name}: a probe got through or did not run").into())
+    }
 }
 
 /// `mapi admin executors evidence`.

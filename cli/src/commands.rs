@@ -72,6 +72,12 @@ enum Command {
     /// Operators and tenant admins: tenants, the audit log.
     #[command(subcommand)]
     Admin(crate::account::AdminCmd),
+    /// Operators: run the security suite's probes through an executor (the only one, unless
+    /// named) and print what each tried and whether it was stopped; exits 1 unless all were.
+    Security {
+        /// The executor (default: this deployment's).
+        executor: Option<String>,
+    },
     /// What compute cost: the current project's usage, or a whole tenant's with --tenant.
     Usage {
         /// How to break the totals down.
@@ -252,6 +258,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Use { .. } | Command::Login { .. } | Command::Completions { .. } => Ok(ExitCode::SUCCESS),
         Command::Whoami => {
             crate::account::whoami(&ctx.client, &ctx.now, ctx.json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Security { executor } => {
+            crate::account::security(&ctx.client, ctx.json, executor).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tokens(cmd) => {

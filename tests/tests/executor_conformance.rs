@@ -108,6 +108,7 @@ async fn on(runsc: Option<std::path::PathBuf>) -> Local {
         bootstrap: boot,
         clock,
         class_s_mib: S_MIB,
+        ledger: None,
     };
     Local { ports, executor_static_env: static_env, dir }
 }
@@ -204,6 +205,7 @@ fn targets(h: &Local) -> Targets {
         executions_dir: Some(h.dir.path().join("executions")),
         host_pid: Some(std::process::id()),
         write_dir: Some(home),
+        same_machine: true,
     }
 }
 
@@ -235,6 +237,20 @@ async fn the_security_suite_fails_on_local_process() {
     }
     assert_eq!(through, expected, "{report:#?}");
     assert!(report.probes.iter().all(|p| p.ran), "{report:#?}");
+    assert!(!report.passed());
+}
+
+/// On cloudrun-jobs (the fake) the same probes run as a job; the suite's listeners are not on
+/// the job's machine in a real project, so there the network probes count as not run and the
+/// report is no evidence of egress (a real project's witness is the operator's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_security_probes_run_as_a_cloud_run_job() {
+    let h = cloudrun().await;
+    let report = mapi_executor::security::suite::run(&h, &Targets::default()).await;
+    let ran: Vec<&str> = report.probes.iter().filter(|p| p.ran).map(|p| p.name.as_str()).collect();
+    assert_eq!(ran, ["privileges", "fork_bomb", "memory_bomb"], "{report:#?}");
+    let http = report.probes.iter().find(|p| p.name == "http_egress").expect("http_egress");
+    assert!(http.detail.as_deref().is_some_and(|d| d.contains("connection")), "the probe ran: {http:?}");
     assert!(!report.passed());
 }
 

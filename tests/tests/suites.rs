@@ -59,5 +59,6 @@ mod store_firestore;
 mod tenant_life;
 mod terraform;
 mod ticks;
+mod verify;
 mod walkthrough;
 mod webhooks;

@@ -72,7 +72,7 @@ async fn record(state: &AppState) -> Result<ExecutorDoc, ApiError> {
         .unwrap_or_else(|| ExecutorDoc::fresh(&name)))
 }
 
-async fn view(state: &AppState, doc: ExecutorDoc) -> Result<ExecutorView, ApiError> {
+pub(crate) async fn view(state: &AppState, doc: ExecutorDoc) -> Result<ExecutorView, ApiError> {
     let now = state.clock.now();
     let hour_ago = now - std::time::Duration::from_secs(3600);
     let caps = state.executor.capabilities();
@@ -115,7 +115,7 @@ pub async fn list(
     Ok(Json(vec![view(&state, doc).await?]))
 }
 
-fn known(state: &AppState, name: &str) -> Result<(), ApiError> {
+pub(crate) fn known(state: &AppState, name: &str) -> Result<(), ApiError> {
     let ours = state.executor.capabilities().executor;
     if name == ours {
         Ok(())
@@ -195,27 +195,37 @@ pub async fn evidence(
             body.target.executor
         )));
     }
+    let doc = save_evidence(&state, &caller, &name, &body, "executor.evidence").await?;
+    Ok(Json(view(&state, doc).await?))
+}
+
+/// Records `body` as the executor's evidence with an audit entry `action` in one transaction.
+pub(crate) async fn save_evidence(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    body: &Evidence,
+    action: &str,
+) -> Result<ExecutorDoc, ApiError> {
     let now = state.clock.now();
     let gate =
-        shared_tier_gate(&state.executor.capabilities(), Some(&body), now, state.config.evidence_max_age);
-    let entry = Audit::by(&caller, "executor.evidence", format!("executors/{name}"))
+        shared_tier_gate(&state.executor.capabilities(), Some(body), now, state.config.evidence_max_age);
+    let entry = Audit::by(caller, action, format!("executors/{name}"))
         .operator(true)
         .detail(format!(
             "conformance passed {}, security passed {}; shared tiers {}: {}",
             gate.conformance_passed, gate.security_passed, gate.shared_tiers_enabled, gate.message
         ))
         .into_doc(now, &*state.entropy);
-    let (name_ref, entry, user, body_ref) = (&name, &entry, caller.user(), &body);
-    let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        let mut doc =
-            tx_get::<ExecutorDoc>(&mut tx, name_ref).await?.unwrap_or_else(|| ExecutorDoc::fresh(name_ref));
-        doc.evidence = Some(body_ref.clone());
+    let (entry, user) = (&entry, caller.user());
+    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let mut doc = tx_get::<ExecutorDoc>(&mut tx, name).await?.unwrap_or_else(|| ExecutorDoc::fresh(name));
+        doc.evidence = Some(body.clone());
         doc.evidence_recorded_by = Some(user.clone());
         doc.evidence_recorded_at = Some(now);
         tx_put(&mut tx, &doc)?;
         tx_create(&mut tx, entry)?;
         Ok(tx.finish(doc))
     })
-    .await?;
-    Ok(Json(view(&state, doc).await?))
+    .await
 }

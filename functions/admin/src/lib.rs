@@ -25,6 +25,7 @@ mod sessions;
 mod tenant_life;
 mod tenants;
 mod tokens;
+mod verify;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -34,7 +35,7 @@ use utoipa::OpenApi;
 #[derive(Debug, OpenApi)]
 #[openapi(
     paths(
-        sessions::sign_in, sessions::whoami, sessions::cli_client, executors::list, executors::set, executors::evidence,
+        sessions::sign_in, sessions::whoami, sessions::cli_client, executors::list, executors::set, executors::evidence, verify::verify, verify::security,
         tenants::create, tenants::list, tenants::manage, tenants::get_tenant, tenants::update,
         projects::list, projects::create, projects::get_project, projects::update, projects::delete,
         members::list_tenant, members::add_tenant, members::update_tenant, members::remove_tenant,
@@ -46,7 +47,7 @@ use utoipa::OpenApi;
         tenant_life::request_export, tenant_life::get_export, tenant_life::request_deletion,
         tenant_life::get_deletion, tenant_life::cancel_deletion, tenant_life::purge,
     ),
-    components(schemas(executors::ExecutorView, executors::SetExecutor, mapi_executor::evidence::Evidence, mapi_schema::TenantDoc, mapi_schema::ProjectDoc, mapi_schema::MembershipDoc, mapi_api::audit::AuditEntry, mapi_schema::ExportDoc, mapi_schema::DeletionDoc, tenant_life::RequestDeletion)),
+    components(schemas(executors::ExecutorView, verify::Verified, verify::SecurityVerdict, executors::SetExecutor, mapi_executor::evidence::Evidence, mapi_schema::TenantDoc, mapi_schema::ProjectDoc, mapi_schema::MembershipDoc, mapi_api::audit::AuditEntry, mapi_schema::ExportDoc, mapi_schema::DeletionDoc, tenant_life::RequestDeletion)),
     tags((name = "admin", description = "Tenants, projects, members, tokens, audit"))
 )]
 pub struct ApiDoc;
@@ -60,6 +61,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/executors", get(executors::list))
         .route("/v1/admin/executors/{name}", axum::routing::put(executors::set))
         .route("/v1/admin/executors/{name}/evidence", axum::routing::put(executors::evidence))
+        .route("/v1/admin/executors/{name}/verify", post(verify::verify))
+        .route("/v1/admin/executors/{name}/security", post(verify::security))
         .route("/v1/admin/tenants", post(tenants::create).get(tenants::list))
         .route("/v1/admin/tenants/{tenant}", axum::routing::patch(tenants::manage))
         .route("/v1/admin/audit", get(audit_log::platform_log))

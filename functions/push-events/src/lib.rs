@@ -40,7 +40,7 @@ use mapi_lifecycle::commands::{self, Speaker};
 use mapi_metrics::{Metrics, Rejection, Violation};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, ProblemCode, RawBody};
-use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, tx_create, tx_get, tx_put};
+use mapi_schema::{AttemptDoc, EventSeenDoc, Outcome, ProgressDoc, SuiteRunDoc, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 use serde::Serialize;
 
@@ -62,6 +62,8 @@ pub enum Disposition {
     Applied,
     Duplicate,
     Malformed,
+    /// An event of an executor suite's run (`POST /v1/admin/executors/{name}/verify`).
+    SuiteRun,
     UnknownAttempt,
     BadSignature,
     WrongExecution,
@@ -76,7 +78,10 @@ impl Disposition {
             Disposition::BadSignature => Some(Violation::BadSignature),
             Disposition::WrongExecution => Some(Violation::WrongExecution),
             Disposition::AttemptEnded => Some(Violation::AttemptEnded),
-            Disposition::Applied | Disposition::Duplicate | Disposition::Malformed => None,
+            Disposition::Applied
+            | Disposition::Duplicate
+            | Disposition::Malformed
+            | Disposition::SuiteRun => None,
         }
     }
 }
@@ -102,6 +107,7 @@ fn ack(metrics: &Metrics, d: Disposition, detail: &str) -> Json<Ack> {
             Metrics::count(&metrics.push_rejected, Rejection::Malformed);
             tracing::warn!(detail, "malformed push acknowledged unread");
         }
+        Disposition::SuiteRun => tracing::debug!(detail, "an executor suite's event, acknowledged"),
         // Counted above, as sandbox violations.
         Disposition::UnknownAttempt
         | Disposition::BadSignature
@@ -152,6 +158,9 @@ async fn push(
     let attempt_id = AttemptDoc::id_of(&run, attempt_no);
     let attempt: Option<AttemptDoc> = mapi_schema::get(&*state.store, &attempt_id).await?;
     let Some(attempt) = attempt else {
+        if mapi_schema::get::<SuiteRunDoc>(&*state.store, run.as_str()).await?.is_some() {
+            return Ok(ack(m, Disposition::SuiteRun, &attempt_id));
+        }
         refused(&state, Disposition::UnknownAttempt, &run, None, &attempt_id).await;
         return Ok(ack(m, Disposition::UnknownAttempt, &attempt_id));
     };

@@ -116,6 +116,9 @@ pub struct Witness {
     /// How the memory bomb's run ended: `Some(true)` stopped for memory,
     /// `Some(false)` not, `None` it did not run.
     pub memory_bomb_stopped: Option<bool>,
+    /// The listeners could have been reached (the execution ran on the listeners' machine);
+    /// otherwise the network probes prove nothing and count as not run.
+    pub network_witnessed: bool,
 }
 
 /// Each probe's verdict: it ran, and whether the executor stopped it.
@@ -130,10 +133,13 @@ pub fn judge(plan: &Plan, seen: &Observed, witness: &Witness, finished_at: Times
             detail: Some(detail),
         });
     };
+    let elsewhere = " (not evidence: the execution ran on another machine than the suite's listeners)";
+    let net =
+        |detail: String| if witness.network_witnessed { detail } else { format!("{detail}{elsewhere}") };
     let http = get("http_egress");
     verdict(
         "http_egress",
-        http.ran,
+        http.ran && witness.network_witnessed,
         witness.http_connections > 0 || http.succeeded,
         format!(
             "{} connection(s) reached the listener; in the execution: {}",
@@ -143,14 +149,17 @@ pub fn judge(plan: &Plan, seen: &Observed, witness: &Witness, finished_at: Times
     let dns = get("dns_egress");
     verdict(
         "dns_egress",
-        dns.ran,
+        dns.ran && witness.network_witnessed,
         witness.dns_packets > 0 || dns.succeeded,
-        format!("{} packet(s) reached the resolver; in the execution: {}", witness.dns_packets, dns.detail),
+        net(format!(
+            "{} packet(s) reached the resolver; in the execution: {}",
+            witness.dns_packets, dns.detail
+        )),
     );
     let meta = get("metadata_token");
     verdict(
         "metadata_token",
-        meta.ran,
+        meta.ran && witness.network_witnessed,
         witness.metadata_requests > 0 || meta.succeeded,
         format!(
             "{} request(s) reached the stand-in; in the execution: {}",
@@ -220,6 +229,7 @@ mod tests {
             other_run_secret: Some("s3cret".into()),
             host_cmdline: Some("mapi dev".into()),
             memory_bomb_stopped: Some(true),
+            network_witnessed: true,
             ..Witness::default()
         };
         let report = judge(&plan(), &all_ran(false), &witness, Timestamp::EPOCH);
@@ -239,10 +249,20 @@ mod tests {
         let mut seen = all_ran(false);
         seen.remove("dns_egress");
         seen.insert("other_run".into(), Seen { ran: true, read: Some("s3cret".into()), ..Seen::default() });
-        let witness = Witness { other_run_secret: Some("s3cret".into()), ..Witness::default() };
+        let witness = Witness {
+            other_run_secret: Some("s3cret".into()),
+            network_witnessed: true,
+            ..Witness::default()
+        };
         let report = judge(&plan(), &seen, &witness, Timestamp::EPOCH);
         let dns = report.probes.iter().find(|p| p.name == "dns_egress").expect("dns");
         assert!(!dns.ran && !dns.blocked);
+        // Listeners the execution could not have reached witness nothing.
+        let far = Witness { network_witnessed: false, ..witness.clone() };
+        let report = judge(&plan(), &all_ran(false), &far, Timestamp::EPOCH);
+        let http = report.probes.iter().find(|p| p.name == "http_egress").expect("http");
+        assert!(!http.ran && http.detail.as_deref().is_some_and(|d| d.contains("not evidence")), "{http:?}");
+        assert!(!report.passed());
         let other = report.probes.iter().find(|p| p.name == "other_run").expect("other");
         assert!(other.ran && !other.blocked);
         assert!(!report.passed());

@@ -107,3 +107,21 @@ impl Doc for ExecutorDoc {
         self.name.clone()
     }
 }
+
+/// A run the executor suites made (`POST /v1/admin/executors/{name}/verify`):
+/// it has no run or attempt record, and its executions' events are
+/// acknowledged as the suite's, not counted as sandbox violations. Id: the
+/// run's id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SuiteRunDoc {
+    pub run: mapi_domain::RunId,
+    pub executor: String,
+    pub created_at: Timestamp,
+}
+
+impl Doc for SuiteRunDoc {
+    const COLLECTION: &'static str = "suite_runs";
+    fn doc_id(&self) -> String {
+        self.run.to_string()
+    }
+}

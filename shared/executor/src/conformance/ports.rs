@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use mapi_clock::Clock;
-use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ProjectId, TenantId, Timestamp};
+use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ProjectId, RunId, TenantId, Timestamp};
 use mapi_objects::{IfGeneration, ObjectKey, ObjectStore, SignedMethod};
 use serde_json::{Value, json};
 
@@ -29,6 +29,18 @@ pub const PREFIX: &str = "t/dev/p/suites";
 /// How long the suites' signed URLs live.
 const TTL: Duration = Duration::from_secs(600);
 
+/// Where the suites' runs are noted before their attempts start (the platform keeps them, so
+/// their executions' events are known as the suites').
+#[async_trait]
+pub trait SuiteLedger: Send + Sync {
+    /// Notes `run` as a suite's.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot: the suite does not start an attempt it could not note.
+    async fn note(&self, run: &RunId);
+}
+
 /// The suites' harness on the platform's ports.
 #[derive(Clone)]
 pub struct PortsHarness {
@@ -38,6 +50,8 @@ pub struct PortsHarness {
     pub clock: Arc<dyn Clock>,
     /// The memory limit the executor applies to class S, in MiB.
     pub class_s_mib: u64,
+    /// Where each attempt's run is noted first, if anywhere.
+    pub ledger: Option<Arc<dyn SuiteLedger>>,
 }
 
 impl std::fmt::Debug for PortsHarness {
@@ -97,6 +111,9 @@ impl Harness for PortsHarness {
     }
 
     async fn prepare(&self, a: &AttemptSubmit, behaviour: Behaviour) {
+        if let Some(ledger) = &self.ledger {
+            ledger.note(&a.run).await;
+        }
         let (method, params, outputs_of) = Self::method(behaviour);
         let dataset = key(&format!("{PREFIX}/datasets/{}.csv", a.nonce));
         self.data

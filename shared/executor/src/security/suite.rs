@@ -28,6 +28,10 @@ pub struct Targets {
     pub host_pid: Option<u32>,
     /// A host directory the probes try to write into (the platform's home).
     pub write_dir: Option<PathBuf>,
+    /// The executions run on this machine, so its loopback listeners witness their egress.
+    /// Elsewhere a listener here proves nothing (the execution could not reach it whatever
+    /// its egress rules): the network probes then count as not run.
+    pub same_machine: bool,
 }
 
 /// How many processes the fork bomb tries to start: more than any sandbox allows.
@@ -114,8 +118,12 @@ pub async fn run(h: &dyn Harness, targets: &Targets) -> SecurityReport {
         std::fs::write(dir.join("secret"), &secret).expect("another execution's secret");
         (dir.join("secret"), secret)
     });
-    let mut write_paths = vec![std::env::temp_dir().join(format!("mapi-security-{tag}"))];
-    write_paths.extend(targets.write_dir.iter().map(|d| d.join(format!("security-{tag}"))));
+    // Files written on another machine never appear here: only on this one is it a probe.
+    let mut write_paths = Vec::new();
+    if targets.same_machine {
+        write_paths.push(std::env::temp_dir().join(format!("mapi-security-{tag}")));
+        write_paths.extend(targets.write_dir.iter().map(|d| d.join(format!("security-{tag}"))));
+    }
     let host_cmdline = targets.host_pid.and_then(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok());
     let plan = Plan {
         http_egress: http.addr,
@@ -150,6 +158,7 @@ pub async fn run(h: &dyn Harness, targets: &Targets) -> SecurityReport {
         host_cmdline: host_cmdline.map(|b| String::from_utf8_lossy(&b).chars().take(256).collect()),
         written: write_paths.iter().filter(|p| p.exists()).count(),
         memory_bomb_stopped,
+        network_witnessed: targets.same_machine,
     };
     for p in &write_paths {
         let _ = std::fs::remove_file(p);
