@@ -133,39 +133,21 @@ pub fn judge(plan: &Plan, seen: &Observed, witness: &Witness, finished_at: Times
             detail: Some(detail),
         });
     };
-    let elsewhere = " (not evidence: the execution ran on another machine than the suite's listeners)";
-    let net =
-        |detail: String| if witness.network_witnessed { detail } else { format!("{detail}{elsewhere}") };
-    let http = get("http_egress");
-    verdict(
-        "http_egress",
-        http.ran && witness.network_witnessed,
-        witness.http_connections > 0 || http.succeeded,
-        format!(
-            "{} connection(s) reached the listener; in the execution: {}",
-            witness.http_connections, http.detail
-        ),
-    );
-    let dns = get("dns_egress");
-    verdict(
-        "dns_egress",
-        dns.ran && witness.network_witnessed,
-        witness.dns_packets > 0 || dns.succeeded,
-        net(format!(
-            "{} packet(s) reached the resolver; in the execution: {}",
-            witness.dns_packets, dns.detail
-        )),
-    );
-    let meta = get("metadata_token");
-    verdict(
-        "metadata_token",
-        meta.ran && witness.network_witnessed,
-        witness.metadata_requests > 0 || meta.succeeded,
-        format!(
-            "{} request(s) reached the stand-in; in the execution: {}",
-            witness.metadata_requests, meta.detail
-        ),
-    );
+    // The network probes: what reached the suite's listener, and what the probe got back.
+    let network = [
+        ("http_egress", witness.http_connections, "connection(s) reached the listener"),
+        ("dns_egress", witness.dns_packets, "packet(s) reached the resolver"),
+        ("metadata_token", witness.metadata_requests, "request(s) reached the stand-in"),
+    ];
+    for (name, reached, what) in network {
+        let s = get(name);
+        let mut detail = format!("{reached} {what}; in the execution: {}", s.detail);
+        if !witness.network_witnessed {
+            detail
+                .push_str(" (not evidence: the execution ran on another machine than the suite's listeners)");
+        }
+        verdict(name, s.ran && witness.network_witnessed, reached > 0 || s.succeeded, detail);
+    }
     let home = get("platform_home");
     verdict("platform_home", home.ran && !plan.platform_files.is_empty(), home.succeeded, home.detail);
     let other = get("other_run");
@@ -257,14 +239,14 @@ mod tests {
         let report = judge(&plan(), &seen, &witness, Timestamp::EPOCH);
         let dns = report.probes.iter().find(|p| p.name == "dns_egress").expect("dns");
         assert!(!dns.ran && !dns.blocked);
+        let other = report.probes.iter().find(|p| p.name == "other_run").expect("other");
+        assert!(other.ran && !other.blocked);
+        assert!(!report.passed());
         // Listeners the execution could not have reached witness nothing.
         let far = Witness { network_witnessed: false, ..witness.clone() };
         let report = judge(&plan(), &all_ran(false), &far, Timestamp::EPOCH);
         let http = report.probes.iter().find(|p| p.name == "http_egress").expect("http");
         assert!(!http.ran && http.detail.as_deref().is_some_and(|d| d.contains("not evidence")), "{http:?}");
-        assert!(!report.passed());
-        let other = report.probes.iter().find(|p| p.name == "other_run").expect("other");
-        assert!(other.ran && !other.blocked);
         assert!(!report.passed());
     }
 }
