@@ -103,6 +103,12 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 30, hide = true)]
         idle_s: u64,
     },
+    /// Submit to first event of a `describe` execution on local-process and on gvisor (needs
+    /// root and `runsc`), sampled in turn.
+    Start {
+        #[arg(long, default_value_t = 20)]
+        samples: usize,
+    },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
         /// A function binary, e.g. target/release/mapi-submit.
@@ -307,6 +313,9 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
                 idle: std::time::Duration::from_secs(idle_s),
             };
             serde_json::to_value(crate::bench::soak(dir.path(), plan).await?)?
+        }
+        BenchCmd::Start { samples } => {
+            serde_json::to_value(crate::bench::start(dir.path(), samples.max(1)).await?)?
         }
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?

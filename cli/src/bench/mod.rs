@@ -33,11 +33,13 @@
 mod console;
 mod score;
 mod soak;
+mod start;
 mod tick;
 
 pub use console::{ConsoleReport, console};
 pub use score::{ScoreReport, score};
 pub use soak::{SoakPlan, SoakReport, soak};
+pub use start::{StartReport, start};
 pub use tick::{TickReport, tick};
 
 use std::path::Path;

@@ -144,7 +144,10 @@ pub fn run_command(runsc: &Path, state: &Path, bundle: &Path, id: &str) -> std::
 /// `runsc` with the global flags every call about a sandbox of this state directory needs.
 pub fn runsc_command(runsc: &Path, state: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(runsc);
-    cmd.arg("--network=none").arg("--platform=ptrace").arg("--host-uds=open").arg("--root").arg(state);
+    // `--ignore-cgroups`: no cgroup is made for the sandbox (its limits are enforced from outside,
+    // see the module's docs); it saves about 40 ms of each start.
+    cmd.args(["--network=none", "--platform=ptrace", "--host-uds=open", "--ignore-cgroups", "--root"])
+        .arg(state);
     cmd
 }
 

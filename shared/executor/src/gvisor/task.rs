@@ -26,8 +26,8 @@ use super::{Sandbox, run_command, runsc_command};
 /// Where the worker program is inside the sandbox.
 pub const WORKER: &str = "/opt/mapi/worker";
 
-/// The host's public CA certificates, bound read-only where they exist.
-pub const CA_CERTIFICATES: &str = "/etc/ssl/certs";
+/// The host's public CA certificates (one bundle), bound read-only where it exists.
+pub const CA_CERTIFICATES: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// How many processes and threads a task's sandbox may have: a fork bomb
 /// stops here, far below what would trouble the host.
@@ -143,10 +143,13 @@ impl SandboxSpec {
             (program.to_owned(), PathBuf::from(WORKER)),
             (task_dir.join("channel"), socket_dir.to_owned()),
         ];
-        // Public CA certificates: the worker's HTTP client loads them when it is built.
+        // Public CA certificates: the worker's HTTP client loads them when it is built. One
+        // bundle file, named in SSL_CERT_FILE, reads far faster through the sandbox than the
+        // directory of single certificates.
         let certs = Path::new(CA_CERTIFICATES);
-        if certs.is_dir() {
+        if certs.is_file() {
             read_only.push((certs.to_owned(), certs.to_owned()));
+            env.insert("SSL_CERT_FILE".into(), CA_CERTIFICATES.into());
         }
         let sandbox = Sandbox {
             args: std::iter::once(WORKER.to_owned()).chain(args.iter().cloned()).collect(),
