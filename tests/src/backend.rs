@@ -12,6 +12,8 @@ use crate::{Options, TestPlatform};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     LocalProcess,
+    /// The local host running each task in a gVisor sandbox (needs root and `runsc`).
+    Gvisor,
     CloudRunJobs,
 }
 
@@ -43,6 +45,10 @@ pub const FAKE_PROJECT: &str = "fake-project";
 pub async fn start(backend: Backend, extra: &[(&str, &str)], options: Options) -> Rig {
     match backend {
         Backend::LocalProcess => Rig { platform: TestPlatform::start_with(extra, options).await, fake: None },
+        Backend::Gvisor => {
+            let vars = [extra, &[("MAPI_EXECUTOR", "gvisor")]].concat();
+            Rig { platform: TestPlatform::start_with(&vars, options).await, fake: None }
+        }
         Backend::CloudRunJobs => {
             let mut settings = mapi_cloudrun::Settings::new(FAKE_PROJECT);
             settings.env = "test".to_owned();

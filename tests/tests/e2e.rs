@@ -2,9 +2,10 @@
 //! five functions, the queue's deliverer, the log forwarder and the tick,
 //! exactly as `mapi dev` runs them), with real worker processes. Each test
 //! asserts the exact sequence of transitions in the run's history, and
-//! every case runs twice: on the local-process executor and on
-//! cloudrun-jobs over FakeCloudRun (the run-level half of the executor
-//! conformance suite; the executor-level half is `executor_conformance`).
+//! every case runs three times: on the local-process executor, on gvisor
+//! and on cloudrun-jobs over FakeCloudRun (the run-level half of the
+//! executor conformance suite; the executor-level half is
+//! `executor_conformance`).
 
 use std::time::Duration;
 
@@ -284,6 +285,10 @@ macro_rules! run_conformance {
 
 mod local_process {
     run_conformance!(mapi_tests::backend::Backend::LocalProcess);
+}
+
+mod gvisor {
+    run_conformance!(mapi_tests::backend::Backend::Gvisor);
 }
 
 mod cloudrun_jobs {
