@@ -22,6 +22,8 @@ pub enum Behaviour {
     Sleep { seconds: f64, checkpoint: bool },
     /// Allocate this many MiB and hold them.
     Allocate { mib: u64 },
+    /// Sleep `seconds` in all, resuming from a checkpoint an earlier attempt left at `from_s`.
+    Resume { seconds: f64, from_s: f64 },
     /// Run the security suite's probes (see [`crate::security`]).
     Probe(Box<crate::security::Plan>),
 }
@@ -198,6 +200,19 @@ pub async fn the_bootstrap_is_taken_once(h: &dyn Harness) {
     assert_eq!(h.written(&a).await, wrote, "the duplicate did no work");
 }
 
+/// Checkpoint resume: an attempt given the checkpoint an earlier attempt flushed starts from it
+/// and does only the rest (`diag.sleep` reports where it resumed).
+pub async fn a_checkpoint_is_resumed_from(h: &dyn Harness) {
+    let a = attempt(14, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Resume { seconds: 1.0, from_s: 0.75 }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+    let result = h.output(&a, 0, "result.json").await.expect("the sleep's result");
+    let result: serde_json::Value = serde_json::from_slice(&result).expect("json");
+    assert_eq!(result["resumed_from_s"], 0.75, "{result}");
+    assert!(result["this_attempt_s"].as_f64().is_some_and(|s| s < 0.75), "only the rest was slept: {result}");
+}
+
 pub async fn unknown_executions_are_not_found(h: &dyn Harness) {
     let info = h.executor().status(&ExecutionHandle("exec-0-00000000".to_owned())).await.expect("status");
     assert_eq!(info.status, ExecutionStatus::NotFound);
@@ -314,6 +329,7 @@ pub async fn run_all(h: &dyn Harness, now: impl Fn() -> Timestamp) -> crate::evi
         memory_limit_kills_with_137,
         fan_out_runs_every_task,
         the_bootstrap_is_taken_once,
+        a_checkpoint_is_resumed_from,
         unknown_executions_are_not_found,
         logs_page_through_what_the_tasks_printed,
         forgetting_removes_a_finished_execution,
@@ -335,7 +351,7 @@ macro_rules! executor_conformance_suite {
             adoption_finds_the_execution_by_nonce, duplicate_submits_are_reduced_to_the_oldest,
             cancel_stops_a_running_execution, cancel_after_a_checkpoint_reports_exit_16, timeout_is_enforced,
             memory_limit_kills_with_137, fan_out_runs_every_task, the_bootstrap_is_taken_once,
-            unknown_executions_are_not_found, logs_page_through_what_the_tasks_printed,
+            a_checkpoint_is_resumed_from, unknown_executions_are_not_found, logs_page_through_what_the_tasks_printed,
             forgetting_removes_a_finished_execution, forgetting_keeps_a_running_execution);
     };
     (@cases $make:expr; $($case:ident),+) => {

@@ -35,6 +35,7 @@ pub mod conformance_cases {
         "memory_limit_kills_with_137",
         "fan_out_runs_every_task",
         "the_bootstrap_is_taken_once",
+        "a_checkpoint_is_resumed_from",
         "unknown_executions_are_not_found",
         "logs_page_through_what_the_tasks_printed",
         "forgetting_removes_a_finished_execution",

@@ -91,6 +91,7 @@ impl PortsHarness {
             }
             Behaviour::Sleep { seconds, .. } => ("diag.sleep", json!({"seconds": seconds})),
             Behaviour::Allocate { mib } => ("diag.alloc", json!({"mib": mib, "hold_s": 5})),
+            Behaviour::Resume { seconds, .. } => ("diag.sleep", json!({"seconds": seconds})),
             Behaviour::Probe(plan) => {
                 let params = serde_json::to_value(plan).unwrap_or_else(|e| panic!("the probes' plan: {e}"));
                 return (
@@ -114,6 +115,10 @@ impl Harness for PortsHarness {
         if let Some(ledger) = &self.ledger {
             ledger.note(&a.run).await;
         }
+        let resume_from = match behaviour {
+            Behaviour::Resume { from_s, .. } => Some(from_s),
+            _ => None,
+        };
         let (method, params, outputs_of) = Self::method(behaviour);
         let dataset = key(&format!("{PREFIX}/datasets/{}.csv", a.nonce));
         self.data
@@ -130,6 +135,19 @@ impl Harness for PortsHarness {
                     self.sign(SignedMethod::PutCreateOnly, &key(&format!("{dir}/outputs/{name}"))).await;
                 outputs.insert(name.clone(), url);
             }
+            // An earlier attempt's checkpoint, where the behaviour resumes from one.
+            let resume_url = match resume_from {
+                Some(from_s) => {
+                    let k = key(&format!("{dir}/earlier-checkpoint.json"));
+                    let state = Bytes::from(json!({"elapsed_s": from_s}).to_string());
+                    self.data
+                        .put(&k, state, "application/json", IfGeneration::Any)
+                        .await
+                        .unwrap_or_else(|e| panic!("the earlier checkpoint: {e}"));
+                    Some(self.sign(SignedMethod::Get, &k).await)
+                }
+                None => None,
+            };
             let boot = Bootstrap {
                 v: BOOTSTRAP_VERSION,
                 tenant: TenantId::parse("dev").unwrap_or_else(|e| panic!("{e}")),
@@ -144,7 +162,7 @@ impl Harness for PortsHarness {
                 dataset_url: self.sign(SignedMethod::Get, &dataset).await,
                 outputs,
                 checkpoint_url: self.sign(SignedMethod::Put, &key(&format!("{dir}/checkpoint.json"))).await,
-                resume_url: None,
+                resume_url,
                 event_key: mapi_events::AttemptKey::from_bytes([7; 32]).to_hex(),
             };
             let name = key(a.nonce.for_task(task).as_str());
