@@ -93,6 +93,20 @@ async fn verify_on_local_process_records_failing_probes_and_the_tiers_stay_shut(
     let owner = p.create_tenant(&operator, "ver", "verified").await;
     let run = verified_run(&p, &owner).await;
 
+    // One run of the suites at a time: a second is refused while the first runs.
+    let first = {
+        let url = p.url("/v1/admin/executors/local-process/verify");
+        let (http, operator) = (p.http.clone(), operator.clone());
+        tokio::spawn(
+            async move { http.post(url).bearer_auth(operator).send().await.map(|r| r.status().as_u16()) },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, b) = p.call(&operator, Method::POST, "/v1/admin/executors/local-process/security", None).await;
+    assert_eq!(s, 409, "{b}");
+    assert!(b["detail"].as_str().unwrap_or_default().contains("running"), "{b}");
+    assert_eq!(first.await.expect("join").expect("the first verify answers"), 200);
+
     let (code, out, err) =
         mapi_as(&p, &operator, &["--json", "admin", "executors", "verify", "local-process"]);
     assert_eq!(code, 1, "shared tiers stay closed: {out}\n{err}");

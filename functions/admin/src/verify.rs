@@ -61,6 +61,33 @@ impl SuiteLedger for Ledger {
     }
 }
 
+/// The platforms (by home) whose executor the suites are running through. One run at a time per
+/// platform: each runs a fork bomb and a memory bomb through the executor, and two at once would
+/// judge each other's load. The suites' task holds the mark, so a client that stops waiting does not
+/// clear it early.
+static RUNNING: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<PathBuf>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The mark of one run of the suites; cleared when dropped.
+struct Running(PathBuf);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.0);
+    }
+}
+
+fn one_at_a_time(state: &AppState) -> Result<Running, ApiError> {
+    let home = state.config.home.clone();
+    if RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(home.clone()) {
+        Ok(Running(home))
+    } else {
+        Err(ApiError::precondition(
+            "the suites are running through this executor already: wait for them (about a minute) and see GET /v1/admin/executors",
+        ))
+    }
+}
+
 /// The suites' harness on this deployment's ports.
 fn harness(state: &AppState) -> PortsHarness {
     let class_s_mib = state
@@ -109,6 +136,7 @@ fn targets(state: &AppState) -> Targets {
 /// (operators; audited). Takes tens of seconds: every case runs executions.
 #[utoipa::path(post, path = "/v1/admin/executors/{name}/verify", tag = "admin",
     responses((status = 200, body = Verified), (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem),
         (status = 503, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn verify(
     State(state): State<AppState>,
@@ -117,9 +145,11 @@ pub async fn verify(
 ) -> Result<Json<Verified>, ApiError> {
     authorize_operator(&state, &caller, Resource::Executor, Action::Update, "executors").await?;
     known(&state, &name)?;
+    let running = one_at_a_time(&state)?;
     let (h, targets) = (Arc::new(harness(&state)), targets(&state));
     let clock = state.clock.clone();
     let suites = tokio::spawn(async move {
+        let _running = running;
         let conformance = mapi_executor::conformance::run_all(&*h, || clock.now()).await;
         let security = mapi_executor::security::suite::run(&*h, &targets).await;
         (conformance, security)
@@ -153,6 +183,7 @@ pub struct SecurityVerdict {
 /// records nothing: evidence is both suites' reports (`…/verify`).
 #[utoipa::path(post, path = "/v1/admin/executors/{name}/security", tag = "admin",
     responses((status = 200, body = SecurityVerdict), (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem),
         (status = 503, body = mapi_problem::Problem)), security(("session" = [])))]
 pub async fn security(
     State(state): State<AppState>,
@@ -161,10 +192,14 @@ pub async fn security(
 ) -> Result<Json<SecurityVerdict>, ApiError> {
     authorize_operator(&state, &caller, Resource::Executor, Action::Update, "executors").await?;
     known(&state, &name)?;
+    let running = one_at_a_time(&state)?;
     let (h, targets) = (harness(&state), targets(&state));
-    let report = tokio::spawn(async move { mapi_executor::security::suite::run(&h, &targets).await })
-        .await
-        .map_err(|e| not_run(&name, &e))?;
+    let report = tokio::spawn(async move {
+        let _running = running;
+        mapi_executor::security::suite::run(&h, &targets).await
+    })
+    .await
+    .map_err(|e| not_run(&name, &e))?;
     Ok(Json(SecurityVerdict { passed: report.passed(), report }))
 }
 
