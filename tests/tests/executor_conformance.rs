@@ -42,12 +42,8 @@ async fn local() -> Local {
 /// runsc, from Debian's `runsc` package: a machine without it fails the gvisor cases, never
 /// skips them (`.ci/run` installs it).
 fn runsc() -> std::path::PathBuf {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("runsc"))
-        .find(|p| p.is_file());
-    found.expect("runsc is not installed: `apt-get install runsc` (.ci/run installs it)")
+    mapi_executor::gvisor::find_program("runsc")
+        .expect("runsc is not installed: `apt-get install runsc` (.ci/run installs it)")
 }
 
 /// The gvisor executor: the local host running each task in a gVisor sandbox.

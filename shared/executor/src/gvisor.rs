@@ -141,6 +141,19 @@ pub fn run_command(runsc: &Path, state: &Path, bundle: &Path, id: &str) -> std::
     cmd
 }
 
+/// The program `named`: a path (when it has a `/`), or a name looked up on `PATH`; `None` when no
+/// such file is there.
+pub fn find_program(named: &str) -> Option<PathBuf> {
+    if named.contains('/') {
+        return Some(PathBuf::from(named)).filter(|p| p.is_file());
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(named))
+        .find(|p| p.is_file())
+}
+
 /// `runsc` with the global flags every call about a sandbox of this state directory needs.
 pub fn runsc_command(runsc: &Path, state: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(runsc);

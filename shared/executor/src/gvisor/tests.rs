@@ -44,12 +44,7 @@ fn the_spec_grants_only_the_system_dirs_the_work_dir_and_nobody() {
 
 /// runsc, from Debian's `runsc` package; a machine without it fails this test, never skips it.
 fn runsc() -> PathBuf {
-    let found = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("runsc"))
-        .find(|p| p.is_file());
-    found.expect("runsc is not installed: `apt-get install runsc` (.ci/run installs it)")
+    find_program("runsc").expect("runsc is not installed: `apt-get install runsc` (.ci/run installs it)")
 }
 
 /// What the probe inside tries, each reported as `ok` or the error it met.

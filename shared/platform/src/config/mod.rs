@@ -421,16 +421,7 @@ impl Choice for HostingKind {
 /// `MAPI_GVISOR_RUNSC`: a path, or a name looked up on `PATH`.
 fn runsc(named: Option<String>) -> Result<PathBuf, ConfigError> {
     let named = named.unwrap_or_else(|| "runsc".to_owned());
-    let found = if named.contains('/') {
-        Some(PathBuf::from(&named)).filter(|p| p.is_file())
-    } else {
-        std::env::var_os("PATH")
-            .into_iter()
-            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-            .map(|d| d.join(&named))
-            .find(|p| p.is_file())
-    };
-    found.ok_or_else(|| {
+    mapi_executor::gvisor::find_program(&named).ok_or_else(|| {
         ConfigError::Invalid(format!(
             "MAPI_EXECUTOR=gvisor needs gVisor's runsc, and {named} was not found: install it (`apt-get install runsc`) or name it in MAPI_GVISOR_RUNSC"
         ))
