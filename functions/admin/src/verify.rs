@@ -143,18 +143,8 @@ pub async fn verify(
     caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<Verified>, ApiError> {
-    authorize_operator(&state, &caller, Resource::Executor, Action::Update, "executors").await?;
-    known(&state, &name)?;
-    let running = one_at_a_time(&state)?;
-    let (h, targets) = (Arc::new(harness(&state)), targets(&state));
-    let clock = state.clock.clone();
-    let suites = tokio::spawn(async move {
-        let _running = running;
-        let conformance = mapi_executor::conformance::run_all(&*h, || clock.now()).await;
-        let security = mapi_executor::security::suite::run(&*h, &targets).await;
-        (conformance, security)
-    });
-    let (conformance, security) = suites.await.map_err(|e| not_run(&name, &e))?;
+    let (conformance, security) = run_suites(&state, &caller, &name, true).await?;
+    let conformance = conformance.ok_or_else(|| ApiError::internal("the conformance suite did not run"))?;
     let caps = state.executor.capabilities();
     let evidence = Evidence {
         target: EvidenceTarget {
@@ -190,22 +180,36 @@ pub async fn security(
     caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<SecurityVerdict>, ApiError> {
-    authorize_operator(&state, &caller, Resource::Executor, Action::Update, "executors").await?;
-    known(&state, &name)?;
-    let running = one_at_a_time(&state)?;
-    let (h, targets) = (harness(&state), targets(&state));
-    let report = tokio::spawn(async move {
-        let _running = running;
-        mapi_executor::security::suite::run(&h, &targets).await
-    })
-    .await
-    .map_err(|e| not_run(&name, &e))?;
+    let (_, report) = run_suites(&state, &caller, &name, false).await?;
     Ok(Json(SecurityVerdict { passed: report.passed(), report }))
 }
 
-fn not_run(name: &str, e: &tokio::task::JoinError) -> ApiError {
-    ApiError::unavailable(
-        format!("the suites could not run through executor `{name}`: {e}; retry when it is healthy"),
-        60,
-    )
+/// Runs, as an operator, the conformance suite (when `conformance`) and the security suite through
+/// executor `name`, one run at a time per platform, on a task of their own (a client that stops
+/// waiting does not stop them).
+async fn run_suites(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    conformance: bool,
+) -> Result<(Option<ConformanceReport>, SecurityReport), ApiError> {
+    authorize_operator(state, caller, Resource::Executor, Action::Update, "executors").await?;
+    known(state, name)?;
+    let running = one_at_a_time(state)?;
+    let (h, targets, clock) = (harness(state), targets(state), state.clock.clone());
+    tokio::spawn(async move {
+        let _running = running;
+        let conformance = match conformance {
+            true => Some(mapi_executor::conformance::run_all(&h, || clock.now()).await),
+            false => None,
+        };
+        (conformance, mapi_executor::security::suite::run(&h, &targets).await)
+    })
+    .await
+    .map_err(|e| {
+        ApiError::unavailable(
+            format!("the suites could not run through executor `{name}`: {e}; retry when it is healthy"),
+            60,
+        )
+    })
 }
