@@ -31,7 +31,7 @@
 //! [`channel`]'s rule, applied by [`proxy`] on a Unix socket bound into the
 //! sandbox (runsc's `--host-uds=open` lets the sandbox connect to a host
 //! socket that is mounted into it, and to nothing else). Memory is enforced
-//! from outside by the host (see [`task::memory_bytes`]): the OCI
+//! from outside by the host (see [`task::SandboxMemory`]): the OCI
 //! `linux.resources` are refused by runsc on this machine's cgroups.
 
 use std::collections::BTreeMap;

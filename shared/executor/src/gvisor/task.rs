@@ -189,15 +189,31 @@ fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// The memory a task's sandbox holds, in bytes, as gVisor's kernel counts
-/// it: the allocated size of the sandbox's memory file (`runsc-memory`, a
-/// memfd of the `runsc-sandbox` process that backs every page of the
-/// sandbox's processes and of its in-memory filesystems). `runsc` is the
-/// `runsc run` process; `None` until its sandbox process is up.
-pub fn memory_bytes(runsc: i32) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let sandbox = children(runsc).into_iter().find_map(memory_file)?;
-    std::fs::metadata(sandbox).ok().map(|m| m.blocks() * 512)
+/// Where a task's sandbox memory is counted: the sandbox's memory file
+/// (`runsc-memory`, a memfd of the `runsc-sandbox` process that backs every
+/// page of the sandbox's processes and of its in-memory filesystems), found
+/// once among the children of the `runsc run` process and then read each
+/// poll without scanning `/proc` again.
+#[derive(Debug, Default)]
+pub struct SandboxMemory {
+    file: Option<PathBuf>,
+}
+
+impl SandboxMemory {
+    /// The memory the sandbox of `runsc` (the `runsc run` process) holds, in bytes, as gVisor's
+    /// kernel counts it (the memory file's allocated blocks); `None` until its sandbox is up.
+    pub fn bytes(&mut self, runsc: i32) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        if self.file.is_none() {
+            self.file = children(runsc).into_iter().find_map(memory_file);
+        }
+        let read = self.file.as_ref().and_then(|f| std::fs::metadata(f).ok()).map(|m| m.blocks() * 512);
+        if read.is_none() {
+            // The sandbox is gone or not up yet: look for it again next time.
+            self.file = None;
+        }
+        read
+    }
 }
 
 /// The processes whose parent is `parent`.

@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 
 use super::layout::{self, ExecSpec, StatusFile, StopReason, TaskResult};
 use super::proc;
-use crate::gvisor::task::SandboxSpec;
+use crate::gvisor::task::{SandboxMemory, SandboxSpec};
 
 /// How often the host checks its tasks.
 const POLL: Duration = Duration::from_millis(25);
@@ -37,6 +37,8 @@ struct Task {
     pgid: i32,
     /// The task's container, when it runs in a sandbox.
     container: Option<String>,
+    /// Where a sandboxed task's memory is read.
+    memory: SandboxMemory,
     started: mapi_domain::Timestamp,
     stopped: Option<StopReason>,
     result: Option<TaskResult>,
@@ -61,15 +63,22 @@ pub fn run(dir: &Path) -> std::io::Result<StatusFile> {
     let grace = Duration::from_millis(spec.grace_ms);
     let mut terminating: Option<(StopReason, Instant)> = None;
     loop {
-        let rss = proc::rss_by_group();
+        // Process groups' memory is one scan of `/proc`, needed only for tasks that are host processes.
+        let rss = if tasks.iter().any(|t| t.container.is_none() && t.result.is_none()) {
+            proc::rss_by_group()
+        } else {
+            Default::default()
+        };
         for t in tasks.iter_mut().filter(|t| t.result.is_none()) {
-            let used = match &t.container {
-                Some(_) => crate::gvisor::task::memory_bytes(t.pgid),
-                None => rss.get(&t.pgid).copied(),
-            };
             if let Some(status) = t.child.try_wait()? {
                 t.result = Some(finish(dir, &spec, t, status, clock.now()));
-            } else if used.unwrap_or(0) > limit {
+                continue;
+            }
+            let used = match &t.container {
+                Some(_) => t.memory.bytes(t.pgid),
+                None => rss.get(&t.pgid).copied(),
+            };
+            if used.unwrap_or(0) > limit {
                 tracing::warn!(task = t.index, limit_mib = spec.memory_limit_mib, "memory limit exceeded");
                 t.stopped = Some(StopReason::MemoryLimit);
                 signal(dir, &spec, t, Signal::SIGKILL);
@@ -143,7 +152,16 @@ fn start_task(dir: &Path, spec: &ExecSpec, index: u32, now: mapi_domain::Timesta
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr).process_group(0);
     let child = cmd.spawn()?;
     let pgid = child.id() as i32;
-    Ok(Task { index, child, pgid, container, started: now, stopped: None, result: None })
+    Ok(Task {
+        index,
+        child,
+        pgid,
+        container,
+        memory: SandboxMemory::default(),
+        started: now,
+        stopped: None,
+        result: None,
+    })
 }
 
 /// Sends `sig` to a task: to its process group, or to its sandbox's processes through runsc
