@@ -143,8 +143,11 @@ pub async fn verify(
     caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<Verified>, ApiError> {
-    let (conformance, security) = run_suites(&state, &caller, &name, true).await?;
-    let conformance = conformance.ok_or_else(|| ApiError::internal("the conformance suite did not run"))?;
+    let (conformance, security) = run_suites(&state, &caller, &name, |h, targets| async move {
+        let conformance = mapi_executor::conformance::run_all(&h, || h.clock.now()).await;
+        (conformance, mapi_executor::security::suite::run(&h, &targets).await)
+    })
+    .await?;
     let caps = state.executor.capabilities();
     let evidence = Evidence {
         target: EvidenceTarget {
@@ -180,30 +183,34 @@ pub async fn security(
     caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<SecurityVerdict>, ApiError> {
-    let (_, report) = run_suites(&state, &caller, &name, false).await?;
+    let report = run_suites(&state, &caller, &name, |h, targets| async move {
+        mapi_executor::security::suite::run(&h, &targets).await
+    })
+    .await?;
     Ok(Json(SecurityVerdict { passed: report.passed(), report }))
 }
 
-/// Runs, as an operator, the conformance suite (when `conformance`) and the security suite through
-/// executor `name`, one run at a time per platform, on a task of their own (a client that stops
-/// waiting does not stop them).
-async fn run_suites(
+/// Runs `suites` (given the harness on this deployment's ports and the probes' targets)
+/// as an operator through executor `name`, one run at a time per platform, on a task of their own
+/// (a client that stops waiting does not stop them).
+async fn run_suites<F, Fut, T>(
     state: &AppState,
     caller: &Caller,
     name: &str,
-    conformance: bool,
-) -> Result<(Option<ConformanceReport>, SecurityReport), ApiError> {
+    suites: F,
+) -> Result<T, ApiError>
+where
+    F: FnOnce(PortsHarness, Targets) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
     authorize_operator(state, caller, Resource::Executor, Action::Update, "executors").await?;
     known(state, name)?;
     let running = one_at_a_time(state)?;
-    let (h, targets, clock) = (harness(state), targets(state), state.clock.clone());
+    let run = suites(harness(state), targets(state));
     tokio::spawn(async move {
         let _running = running;
-        let conformance = match conformance {
-            true => Some(mapi_executor::conformance::run_all(&h, || clock.now()).await),
-            false => None,
-        };
-        (conformance, mapi_executor::security::suite::run(&h, &targets).await)
+        run.await
     })
     .await
     .map_err(|e| {
