@@ -75,13 +75,14 @@ impl Bundles {
     pub async fn seal(&self, run: &str, model: &[u8]) -> ModelRef {
         let dir = format!("t/acme/p/default/runs/{run}/a1");
         let artifact = ObjectKey::parse(&format!("{dir}/outputs/model.json")).expect("key");
-        self.objects
+        let written = self
+            .objects
             .put(&artifact, Bytes::copy_from_slice(model), "application/json", IfGeneration::ABSENT)
             .await
             .expect("put");
         let prefix = ObjectKey::parse(&format!("{dir}/bundle")).expect("key");
-        let sealed =
-            mapi_bundles::seal(&self.objects, &self.signer, &prefix, &[artifact]).await.expect("seal");
+        let pinned = [(artifact, written.generation)];
+        let sealed = mapi_bundles::seal(&self.objects, &self.signer, &prefix, &pinned).await.expect("seal");
         let files = mapi_bundles::read_pinned(&self.objects, &self.signer, &prefix, &sealed.sha256)
             .await
             .expect("read");

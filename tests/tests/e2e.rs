@@ -86,6 +86,20 @@ async fn cancel_while_running_is_confirmed_before_cancelled(b: Backend) {
     assert_eq!(p.cancel(p.token(), &id).await.0, 409);
 }
 
+/// Stalled, not lost: a run whose method prints nothing for longer than `MAPI_STALL_AFTER_S` is
+/// marked stalled while the executor says it is alive, and goes on to succeed in its one attempt.
+async fn a_silent_run_is_stalled_not_lost(b: Backend) {
+    let p = start(b, &[("MAPI_STALL_AFTER_S", "1")], Options::default()).await;
+    let ds = p.upload(LONGLEY).await;
+    let params = json!({"seconds": 5, "progress_every_s": 3600});
+    let id = p.submit(json!({"method": "diag.sleep", "dataset": ds, "params": params})).await;
+    let stalled = p.wait_run(&id, Duration::from_secs(30), |r| r["stalled"] == true).await;
+    assert_eq!(stalled["state"], "running", "silence marks the run stalled; the executor says it is alive");
+    let run = p.wait_final(&id).await;
+    assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
+    assert_eq!(run["attempts"].as_array().map(Vec::len), Some(1), "never retried");
+}
+
 async fn a_queued_run_is_cancelled_at_once(b: Backend) {
     let p = start(b, &[], Options::default()).await;
     let ds = p.upload(LONGLEY).await;
@@ -279,7 +293,7 @@ macro_rules! on_backend {
 
 macro_rules! run_conformance {
     ($backend:expr) => {
-        on_backend!($backend; a_linear_fit_succeeds_with_outputs_and_cost, a_method_error_fails_the_run_with_its_message, cancel_while_running_is_confirmed_before_cancelled, a_queued_run_is_cancelled_at_once, a_run_past_its_timeout_fails_with_timeout, a_timeout_after_a_checkpoint_ends_partial, sigterm_with_a_checkpoint_ends_partial, out_of_memory_retries_once_on_the_next_class, a_second_out_of_memory_fails_the_run, a_fan_out_runs_every_task_in_one_execution, a_cancel_stops_every_task_of_a_fan_out, a_runs_logs_are_read_page_by_page);
+        on_backend!($backend; a_linear_fit_succeeds_with_outputs_and_cost, a_method_error_fails_the_run_with_its_message, cancel_while_running_is_confirmed_before_cancelled, a_silent_run_is_stalled_not_lost, a_queued_run_is_cancelled_at_once, a_run_past_its_timeout_fails_with_timeout, a_timeout_after_a_checkpoint_ends_partial, sigterm_with_a_checkpoint_ends_partial, out_of_memory_retries_once_on_the_next_class, a_second_out_of_memory_fails_the_run, a_fan_out_runs_every_task_in_one_execution, a_cancel_stops_every_task_of_a_fan_out, a_runs_logs_are_read_page_by_page);
     };
 }
 

@@ -12,7 +12,7 @@ use mapi_clock::{Clock, SystemClock};
 use mapi_cloudrun::{CloudRunJobsExecutor, Credentials, Settings};
 use mapi_domain::Timestamp;
 use mapi_executor::conformance::ports::PortsHarness;
-use mapi_executor::conformance::{Behaviour, Harness};
+use mapi_executor::conformance::{Behaviour, Harness, Stored, Throttling};
 use mapi_executor::local::forward::LogForwarder;
 use mapi_executor::local::{LocalConfig, LocalProcessExecutor};
 use mapi_executor::security::suite::Targets;
@@ -20,7 +20,7 @@ use mapi_executor::{AttemptSubmit, Executor};
 use mapi_objects::ObjectStore;
 use mapi_objects::fs::FsObjectStore;
 use mapi_objects::signed::{Access, UrlSigner, router};
-use mapi_tests::fake_cloudrun::FakeCloudRun;
+use mapi_tests::fake_cloudrun::{FakeCloudRun, Fault};
 
 /// The harness on object stores served as the platform serves them, with the executor under
 /// test and the log forwarder of its executions.
@@ -125,6 +125,10 @@ async fn cloudrun() -> CloudRun {
     let mut settings = Settings::new("fake-project");
     settings.env = "test".to_owned();
     settings.timeout_margin = std::time::Duration::from_secs(2);
+    // The 429 case's back-off, short: two retries, from 100 ms.
+    settings.max_429_retries = 2;
+    settings.backoff_base = std::time::Duration::from_millis(100);
+    settings.backoff_cap = std::time::Duration::from_secs(1);
     let inventory = mapi_cloudrun::Inventory::new(&settings);
     let jobs = inventory.jobs().iter().map(|j| j.id.clone()).collect();
     let fake = FakeCloudRun::start(
@@ -147,13 +151,13 @@ async fn cloudrun() -> CloudRun {
     )
     .await
     .expect("executor");
-    CloudRun { base, executor, _fake: fake }
+    CloudRun { base, executor, fake }
 }
 
 struct CloudRun {
     base: Local,
     executor: CloudRunJobsExecutor,
-    _fake: FakeCloudRun,
+    fake: FakeCloudRun,
 }
 
 #[async_trait]
@@ -178,8 +182,18 @@ impl Harness for CloudRun {
         self.base.ports.written(a).await
     }
 
-    async fn output(&self, a: &AttemptSubmit, task: u32, name: &str) -> Option<Vec<u8>> {
+    async fn output(&self, a: &AttemptSubmit, task: u32, name: &str) -> Option<Stored> {
         self.base.ports.output(a, task, name).await
+    }
+
+    fn throttling(&self) -> Throttling {
+        Throttling::Injectable { max_429_retries: 2 }
+    }
+
+    async fn throttle_next(&self, answers: u32) {
+        for _ in 0..answers {
+            self.fake.inject(Fault::Throttle { retry_after_s: 0 });
+        }
     }
 
     fn now(&self) -> Timestamp {

@@ -234,7 +234,7 @@ async fn genuine_pushes_are_applied_and_a_reused_token_is_verified_once() {
     let (rotated, _) = provider(&dir, "rotated.key");
     w.google.keys.set_body(rotated.jwks());
     let new_token = rotated.sign(&rotated.header(), &w.google.claims(w.now())).expect("sign");
-    let e = a.event(0, 4, EventBody::Output { name: "model.json".into(), size: 10 });
+    let e = a.event(0, 4, EventBody::Output { name: "model.json".into(), size: 10, generation: Some(1) });
     assert_eq!(w.deliver(&new_token, &a.push(&e, 0)).await, "applied");
     assert_eq!(w.google.keys.hits(), 2);
     // ...so a fresh token under the withdrawn key no longer verifies...
@@ -720,7 +720,8 @@ fn task_events(a: &Attempt, task: u32, rng: &mut Rng) -> Vec<Value> {
             });
         }
     }
-    emit(EventBody::Output { name: format!("part-{task}.csv"), size: 100 + rng.below(1000) });
+    let generation = i64::try_from(rng.below(1 << 40)).ok();
+    emit(EventBody::Output { name: format!("part-{task}.csv"), size: 100 + rng.below(1000), generation });
     if rng.chance(10) {
         emit(EventBody::Error { message: format!("task {task} failed") });
     } else {

@@ -220,11 +220,7 @@ impl Context for TaskContext {
         if !resp.status().is_success() {
             return Err(format!("checkpoint upload answered {}", resp.status()));
         }
-        let generation = resp
-            .headers()
-            .get("x-goog-generation")
-            .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
-            .unwrap_or(0);
+        let generation = generation_of(&resp).unwrap_or(0);
         self.events.emit(EventBody::Checkpoint { generation });
         Ok(())
     }
@@ -266,7 +262,15 @@ async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<B
 
 /// Uploads an output, retrying transient failures (the platform may be
 /// restarting) for about half a minute.
-async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<(), String> {
+/// The object generation a write was answered with (`x-goog-generation`).
+fn generation_of(r: &reqwest::Response) -> Option<i64> {
+    r.headers().get("x-goog-generation")?.to_str().ok()?.parse().ok()
+}
+
+/// Writes an output through its create-only URL and returns the generation
+/// the store answered with, or `None` when an earlier try of this task had
+/// written it (412: the URL belongs to this attempt's task alone).
+async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<Option<i64>, String> {
     let mut last = String::new();
     for attempt in 0..6u32 {
         back_off(attempt, TRANSFER_FIRST_WAIT).await;
@@ -279,12 +283,16 @@ async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<(),
             .body(bytes.clone())
             .send()
             .await;
-        match sent.map(|r| r.status().as_u16()) {
-            // 412: written already by this attempt (a redelivered task); the
-            // URL is create-only and belongs to this attempt alone.
-            Ok(200 | 412) => return Ok(()),
-            Ok(s) if s >= 500 => last = format!("output upload answered {s}"),
-            Ok(s) => return Err(format!("output upload answered {s}")),
+        match sent {
+            Ok(r) if r.status().as_u16() == 200 => {
+                let generation = generation_of(&r).ok_or("output upload answered without its generation")?;
+                return Ok(Some(generation));
+            }
+            Ok(r) if r.status().as_u16() == 412 => return Ok(None),
+            Ok(r) if r.status().is_server_error() => {
+                last = format!("output upload answered {}", r.status().as_u16())
+            }
+            Ok(r) => return Err(format!("output upload answered {}", r.status().as_u16())),
             Err(e) => last = format!("output upload failed: {e}"),
         }
     }
@@ -424,11 +432,14 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
                     return EXIT_SETUP;
                 };
                 let size = out.bytes.len() as u64;
-                if let Err(e) = upload(&http, url, out.bytes).await {
-                    log("ERROR", &e);
-                    return EXIT_SETUP;
-                }
-                ctx.events.emit(EventBody::Output { name: out.name.to_owned(), size });
+                let generation = match upload(&http, url, out.bytes).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        log("ERROR", &e);
+                        return EXIT_SETUP;
+                    }
+                };
+                ctx.events.emit(EventBody::Output { name: out.name.to_owned(), size, generation });
             }
             ctx.events.emit(EventBody::Complete);
             exit::SUCCESS
@@ -466,11 +477,14 @@ async fn probes(http: &reqwest::Client, boot: &Bootstrap, mut events: Events) ->
         return EXIT_SETUP;
     };
     let size = bytes.len() as u64;
-    if let Err(e) = upload(http, url, bytes).await {
-        log("ERROR", &e);
-        return EXIT_SETUP;
-    }
-    events.emit(EventBody::Output { name: REPORT.to_owned(), size });
+    let generation = match upload(http, url, bytes).await {
+        Ok(g) => g,
+        Err(e) => {
+            log("ERROR", &e);
+            return EXIT_SETUP;
+        }
+    };
+    events.emit(EventBody::Output { name: REPORT.to_owned(), size, generation });
     events.emit(EventBody::Complete);
     exit::SUCCESS
 }

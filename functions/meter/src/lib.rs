@@ -36,6 +36,7 @@ use mapi_executor::ExecutionInfo;
 use mapi_identity::InternalCaller;
 use mapi_lifecycle::commands::{self, Applied, Ended, Finalized, TakenWait, Unheard};
 use mapi_lifecycle::{Rules, RunDoc, verdict};
+use mapi_objects::ObjectMeta;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json};
 use mapi_schema::tasks::{FINALIZE_PATH, FinalizeTask};
@@ -124,6 +125,10 @@ enum Done {
     /// and the outputs are not sealed yet: nothing was written; seal, then
     /// run the transaction again.
     NeedsSeal(Box<RunDoc>),
+    /// The attempt succeeded and its outputs are not listed yet: nothing was
+    /// written; list them, then run the transaction again (the verdict
+    /// checks them against what the tasks reported writing).
+    NeedsOutputs(Box<RunDoc>),
     Applied(Box<Finalized>),
 }
 
@@ -138,6 +143,8 @@ struct Given<'a> {
     gone: Option<u32>,
     /// After a silent wait: the executions of the attempt's nonce.
     listed: Option<&'a [ExecutionInfo]>,
+    /// After a success: the outputs stored under the attempt's directory.
+    stored: Option<&'a [ObjectMeta]>,
 }
 
 /// The settings one finalization runs under.
@@ -158,7 +165,7 @@ async fn finalize_in(
     given: Given<'_>,
 ) -> Result<Done, TxError> {
     let Setting { rules, backstop, now } = setting;
-    let Given { refused, sealed, gone, listed } = given;
+    let Given { refused, sealed, gone, listed, stored } = given;
     let id = AttemptDoc::id_of(&task.run, task.attempt);
     let run =
         tx_get::<RunDoc>(tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
@@ -172,7 +179,10 @@ async fn finalize_in(
     if row.handle.as_ref() != Some(&execution.handle) {
         return Ok(Done::Superseded);
     }
-    let Some(decided) = verdict(&run, &row, progress.as_ref(), &execution.status, now, rules) else {
+    if stored.is_none() && mapi_lifecycle::needs_outputs(&run, &row, progress.as_ref(), &execution.status) {
+        return Ok(Done::NeedsOutputs(Box::new(run)));
+    }
+    let Some(decided) = verdict(&run, &row, progress.as_ref(), stored, &execution.status, now, rules) else {
         return Ok(Done::Waiting);
     };
     let wait = TakenWait::new(&run, rules.event_grace, backstop);
@@ -253,12 +263,14 @@ async fn finalize(
     let mut sealed: Option<ModelVersionDoc> = None;
     let mut gone: Option<u32> = None;
     let mut listed: Option<Vec<ExecutionInfo>> = None;
+    let mut stored: Option<Vec<ObjectMeta>> = None;
     let done = loop {
         let given = Given {
             refused: refused_retry.as_deref(),
             sealed: sealed.as_ref(),
             gone,
             listed: listed.as_deref(),
+            stored: stored.as_deref(),
         };
         let done = transact::<_, TxError, _, _>(&*state.store, |mut tx| async move {
             let done = finalize_in(&mut tx, task, setting, given).await?;
@@ -266,8 +278,12 @@ async fn finalize(
         })
         .await;
         match done {
+            Ok(Done::NeedsOutputs(run)) if stored.is_none() => {
+                stored = Some(seal::stored_outputs(&state, &run, task.attempt).await?);
+            }
             Ok(Done::NeedsSeal(run)) if sealed.is_none() => {
-                sealed = Some(seal::seal(&state, &run, task.attempt, now).await?);
+                let outputs = stored.as_deref().unwrap_or_default();
+                sealed = Some(seal::seal(&state, &run, task.attempt, outputs, now).await?);
             }
             Ok(Done::Unretired(row)) if gone.is_none() => {
                 // Retired before the commit: once they are gone no execution
@@ -332,6 +348,9 @@ async fn finalize(
             Json(FinalizeAnswer { outcome: "repointed", state: None, amount_micros: None }),
         )),
         Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
+        Done::NeedsOutputs(_) => {
+            Err(ApiError::internal("the finalization asked for the outputs it was given"))
+        }
         Done::Applied(f) => applied(&state, task, &f, sealed.as_ref()).await,
     }
 }

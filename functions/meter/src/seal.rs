@@ -20,7 +20,7 @@
 use mapi_bundles::BundleError;
 use mapi_domain::{AttemptNo, ModelVersionId, Timestamp};
 use mapi_lifecycle::RunDoc;
-use mapi_objects::ObjectKey;
+use mapi_objects::{ObjectKey, ObjectMeta};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{ModelVersionDoc, layout};
@@ -32,20 +32,21 @@ pub fn needed(run: &RunDoc) -> bool {
     mapi_methods::produces_model(run.method())
 }
 
-/// Every output object an attempt wrote (all its tasks), in key order.
-async fn outputs(state: &AppState, run: &RunDoc, attempt: AttemptNo) -> Result<Vec<ObjectKey>, ApiError> {
+/// Every output object stored under an attempt's directory (all its
+/// tasks), in key order, with the generation and size stored: what the
+/// verdict checks against the tasks' reports and the seal pins.
+pub async fn stored_outputs(
+    state: &AppState,
+    run: &RunDoc,
+    attempt: AttemptNo,
+) -> Result<Vec<ObjectMeta>, ApiError> {
     let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), attempt);
     let prefix = format!("{dir}/");
     let mut keys = Vec::new();
     let mut token: Option<String> = None;
     loop {
         let page = state.objects.list(&prefix, token.as_deref(), 1000).await?;
-        keys.extend(
-            page.objects
-                .into_iter()
-                .map(|m| m.key)
-                .filter(|k| layout::output_name(&dir, k.as_str()).is_some()),
-        );
+        keys.extend(page.objects.into_iter().filter(|m| layout::output_name(&dir, m.key.as_str()).is_some()));
         match page.next_page_token {
             Some(t) => token = Some(t),
             None => return Ok(keys),
@@ -54,15 +55,17 @@ async fn outputs(state: &AppState, run: &RunDoc, attempt: AttemptNo) -> Result<V
 }
 
 /// Seals the outputs of `attempt` of `run` (a run [`needed`] says is
-/// sealed) and returns the version's document, to be created in the
+/// sealed) at the generations `stored` lists (checked against what its
+/// tasks wrote) and returns the version's document, to be created in the
 /// commit that makes the run `succeeded`.
 pub async fn seal(
     state: &AppState,
     run: &RunDoc,
     attempt: AttemptNo,
+    stored: &[ObjectMeta],
     now: Timestamp,
 ) -> Result<ModelVersionDoc, ApiError> {
-    let artifacts = outputs(state, run, attempt).await?;
+    let artifacts: Vec<_> = stored.iter().map(|m| (m.key.clone(), m.generation)).collect();
     let prefix = ObjectKey::parse(&layout::bundle(run.tenant(), run.project(), run.id()))
         .map_err(|e| ApiError::internal_from(format!("bundle prefix of {}", run.id()), e))?;
     let sealed = match mapi_bundles::seal(&*state.objects, &*state.signer, &prefix, &artifacts).await {

@@ -469,7 +469,9 @@ async fn finalize(
         event_grace: state.config.event_grace,
         retry: mapi_domain::RetryPolicy { max_infra_retries: state.config.max_infra_retries },
     };
-    if verdict(run, &attempt, progress, &info.status, now, rules).is_none() {
+    // Whether there is a verdict does not depend on the outputs (the
+    // finalization checks them): none are listed here.
+    if verdict(run, &attempt, progress, None, &info.status, now, rules).is_none() {
         return Ok(());
     }
     push_finalize(

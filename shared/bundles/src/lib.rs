@@ -93,7 +93,9 @@ fn internal(e: serde_json::Error) -> BundleError {
     BundleError::Objects(ObjectError::Internal(mapi_domain::Cause::of(e)))
 }
 
-/// Seals `artifacts` under `prefix`: hashes each as it is now, writes the
+/// Seals `artifacts` under `prefix`: hashes each at the generation given
+/// (the one its writer was answered with: an artifact replaced since is
+/// not found there, and the seal fails rather than seal other bytes), writes the
 /// manifest create-only, then signs it and writes the signature
 /// create-only. Every step can be retried after a crash or a lost answer:
 /// a manifest already there with the same bytes is kept and signed if its
@@ -105,14 +107,14 @@ pub async fn seal(
     objects: &dyn ObjectStore,
     signer: &dyn Signer,
     prefix: &ObjectKey,
-    artifacts: &[ObjectKey],
+    artifacts: &[(ObjectKey, Generation)],
 ) -> Result<Sealed, BundleError> {
     let mut keys = artifacts.to_vec();
     keys.sort();
     keys.dedup();
     let mut pinned = Vec::with_capacity(keys.len());
-    for key in keys {
-        let (meta, bytes) = objects.get(&key, None).await?;
+    for (key, generation) in keys {
+        let (meta, bytes) = objects.get(&key, Some(generation)).await?;
         pinned.push(Artifact {
             key,
             generation: meta.generation,
@@ -350,7 +352,10 @@ mod tests {
     const ARTIFACTS: [&str; 2] = ["t/a/runs/r1/model.json", "t/a/runs/r1/metrics.json"];
 
     async fn sealed(e: &Env) -> Sealed {
-        let artifacts: Vec<ObjectKey> = ARTIFACTS.iter().map(|k| key(k)).collect();
+        let mut artifacts = Vec::new();
+        for k in ARTIFACTS {
+            artifacts.push((key(k), e.objects.head(&key(k)).await.expect("head").generation));
+        }
         seal(&e.objects, &e.signer, &key(PREFIX), &artifacts).await.expect("seal")
     }
 

@@ -3,7 +3,10 @@
 //! that outcome into the run's next step:
 //!
 //! - every task exited 0: `succeeded` once the attempt's complete event is
-//!   merged (`failed` if it never arrives);
+//!   merged (`failed` if it never arrives), unless a stored output is not
+//!   the generation and size its task reported writing: then the outputs
+//!   cannot be trusted and the attempt is retried as an infrastructure
+//!   failure;
 //! - exit 16 (the supervisor flushed checkpoints), failed or cancelled: `partial`;
 //! - exit 137, signal 9 or a "memory limit" message: one new attempt on the
 //!   next larger class, else `failed` with `RESOURCE_EXHAUSTED`;
@@ -124,6 +127,10 @@ pub struct AttemptFacts {
     pub event_grace_over: bool,
     /// The message of the attempt's `error` event, if one arrived.
     pub error_message: Option<String>,
+    /// How the stored outputs differ from what the tasks reported writing
+    /// (another generation, another size, missing, or never reported), if
+    /// they were checked and differ.
+    pub outputs_mismatch: Option<String>,
 }
 
 /// The run's next step after an attempt ended.
@@ -161,9 +168,12 @@ pub fn decide(outcome: &AttemptOutcome, facts: &AttemptFacts, policy: RetryPolic
         }
     };
     match outcome {
-        AttemptOutcome::Succeeded if facts.complete_seen => {
-            Verdict::Finalize { state: RunState::Succeeded, reason: Reason::Completed, error: None }
-        }
+        AttemptOutcome::Succeeded if facts.complete_seen => match &facts.outputs_mismatch {
+            None => Verdict::Finalize { state: RunState::Succeeded, reason: Reason::Completed, error: None },
+            Some(how) => {
+                infra_retry(format!("the execution succeeded but its outputs are not what it wrote: {how}"))
+            }
+        },
         AttemptOutcome::Succeeded if facts.event_grace_over => failed(
             Reason::InfrastructureFailure,
             ErrorCode::InfraError,
@@ -214,6 +224,7 @@ mod tests {
             complete_seen: true,
             event_grace_over: false,
             error_message: None,
+            outputs_mismatch: None,
         }
     }
 
@@ -307,6 +318,28 @@ mod tests {
         match decide(&classify(&failed_with(Some(1), None, "")).expect("done"), &f, POLICY) {
             Verdict::Finalize { error: Some(e), .. } => {
                 assert_eq!((e.code, e.message.as_str()), (ErrorCode::MethodError, "column `y` not found"))
+            }
+            v => panic!("unexpected {v:?}"),
+        }
+    }
+
+    #[test]
+    fn outputs_that_are_not_what_was_written_retry_as_infrastructure_failures() {
+        let replaced =
+            AttemptFacts { outputs_mismatch: Some("`model.json` is generation 9".into()), ..facts() };
+        assert_eq!(
+            decide(&AttemptOutcome::Succeeded, &replaced, POLICY),
+            Verdict::Retry { class: ResourceClass::S, reason: Reason::InfrastructureFailure, infra: true }
+        );
+        let spent = AttemptFacts { infra_retries: 2, ..replaced };
+        match decide(&AttemptOutcome::Succeeded, &spent, POLICY) {
+            Verdict::Finalize { state: RunState::Failed, error: Some(e), .. } => {
+                assert_eq!(e.code, ErrorCode::InfraError);
+                assert!(
+                    e.message.contains("not what it wrote: `model.json` is generation 9"),
+                    "{}",
+                    e.message
+                );
             }
             v => panic!("unexpected {v:?}"),
         }

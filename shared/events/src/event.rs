@@ -26,8 +26,18 @@ pub enum EventBody {
     Metric { name: String, value: f64 },
     /// A checkpoint object was written, with this object generation.
     Checkpoint { generation: i64 },
-    /// An output file was written.
-    Output { name: String, size: u64 },
+    /// An output file was written. `generation` is the object generation the
+    /// store answered the write with; it is absent only when the task found
+    /// the output already written by an earlier try of the same task (the
+    /// create-only write answered 412), which reported its generation then.
+    /// The finalization seals the outputs at exactly these generations and
+    /// fails the attempt when a stored output is not one of them.
+    Output {
+        name: String,
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        generation: Option<i64>,
+    },
     /// The method finished successfully (all outputs written).
     Complete,
     /// The method failed.
@@ -178,7 +188,11 @@ mod tests {
             ),
             (EventBody::Checkpoint { generation: 17 }, json!({"kind": "checkpoint", "generation": 17})),
             (
-                EventBody::Output { name: "model.bin".into(), size: 42 },
+                EventBody::Output { name: "model.bin".into(), size: 42, generation: Some(7) },
+                json!({"kind": "output", "name": "model.bin", "size": 42, "generation": 7}),
+            ),
+            (
+                EventBody::Output { name: "model.bin".into(), size: 42, generation: None },
                 json!({"kind": "output", "name": "model.bin", "size": 42}),
             ),
             (EventBody::Complete, json!({"kind": "complete"})),

@@ -46,7 +46,20 @@ pub struct Progress {
     error: Option<Stamped<String>>,
     metrics: BTreeMap<String, Stamped<f64>>,
     outputs: BTreeMap<String, Stamped<u64>>,
+    /// Every output by the name a run's view shows (`{name}` for one task,
+    /// `{task}/{name}` for a fan-out), with the generation it was written at.
+    #[serde(default)]
+    written: BTreeMap<String, Stamped<Written>>,
     checkpoint: Option<Stamped<i64>>,
+}
+
+/// One output as its task reported writing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Written {
+    pub size: u64,
+    /// The object generation the write was answered with; `None` when the
+    /// reporting try found the output written by an earlier try.
+    pub generation: Option<i64>,
 }
 
 impl Progress {
@@ -61,6 +74,7 @@ impl Progress {
             error: None,
             metrics: BTreeMap::new(),
             outputs: BTreeMap::new(),
+            written: BTreeMap::new(),
             checkpoint: None,
         }
     }
@@ -98,9 +112,21 @@ impl Progress {
                     self.checkpoint = Some(Stamped { seq, value: *generation });
                 }
             }
-            EventBody::Output { name, size } => {
+            EventBody::Output { name, size, generation } => {
                 if replaces(self.outputs.get(name), seq, size, Ord::cmp) {
                     self.outputs.insert(name.clone(), Stamped { seq, value: *size });
+                }
+                if task.is_some() {
+                    let key = if self.tasks.len() > 1 { format!("{}/{name}", e.task) } else { name.clone() };
+                    let value = Written { size: *size, generation: *generation };
+                    // A report that knows its generation outranks one that
+                    // does not (a later try that found the output written);
+                    // between equals the higher seq wins.
+                    let rank = |s: &Stamped<Written>| (s.value.generation.is_some(), s.seq, s.value);
+                    let new = Stamped { seq, value };
+                    if self.written.get(&key).is_none_or(|c| rank(&new) > rank(c)) {
+                        self.written.insert(key, new);
+                    }
                 }
             }
             EventBody::Complete => {
@@ -159,6 +185,13 @@ impl Progress {
     /// from the event with the highest seq).
     pub fn outputs(&self) -> BTreeMap<String, u64> {
         self.outputs.iter().map(|(k, s)| (k.clone(), s.value)).collect()
+    }
+
+    /// Every output its task reported writing, by the name a run's view
+    /// shows (`{name}`, or `{task}/{name}` for a fan-out), with its size and
+    /// the generation the write was answered with.
+    pub fn written(&self) -> BTreeMap<String, Written> {
+        self.written.iter().map(|(k, s)| (k.clone(), s.value)).collect()
     }
 
     /// The generation of the checkpoint event with the highest seq.
@@ -263,8 +296,22 @@ mod tests {
                     push(EventBody::Checkpoint { generation: 1_000 * i64::from(task) + step as i64 });
                 }
             }
-            push(EventBody::Output { name: format!("part-{task}.csv"), size: 100 + u64::from(task) });
-            push(EventBody::Output { name: "summary.json".into(), size: 10 * u64::from(task) + 1 });
+            let generation = Some(7_000 + i64::from(task));
+            push(EventBody::Output {
+                name: format!("part-{task}.csv"),
+                size: 100 + u64::from(task),
+                generation,
+            });
+            let size = 10 * u64::from(task) + 1;
+            push(EventBody::Output { name: "summary.json".into(), size, generation: None });
+            if rng.below(2) == 0 {
+                // An earlier try of the task had written it: the same object, reported with its generation.
+                push(EventBody::Output {
+                    name: "summary.json".into(),
+                    size,
+                    generation: Some(9_000 + i64::from(task)),
+                });
+            }
             if with_error && task == 1 {
                 push(EventBody::Error { message: format!("task {task} failed") });
             } else {
@@ -299,6 +346,8 @@ mod tests {
             assert_eq!(got.outputs()["summary.json"], 21);
             assert!(got.message().is_some_and(|m| m.starts_with("task 2 step")));
             assert_eq!(got.outputs().len(), 4);
+            assert_eq!(got.written().len(), 6, "per task: {:?}", got.written());
+            assert_eq!(got.written()["2/part-2.csv"], Written { size: 102, generation: Some(7_002) });
             assert!(got.started());
         }
     }
@@ -383,14 +432,36 @@ mod tests {
         p.apply(&ev(0, 4, EventBody::Metric { name: "loss".into(), value: 0.1 }));
         p.apply(&ev(0, 5, EventBody::Checkpoint { generation: 9 }));
         p.apply(&ev(0, 2, EventBody::Checkpoint { generation: 11 }));
-        p.apply(&ev(0, 1, EventBody::Output { name: "a".into(), size: 1 }));
-        p.apply(&ev(1, 1, EventBody::Output { name: "a".into(), size: 2 }));
-        p.apply(&ev(0, 3, EventBody::Output { name: "b".into(), size: 3 }));
+        p.apply(&ev(0, 1, EventBody::Output { name: "a".into(), size: 1, generation: Some(1) }));
+        p.apply(&ev(1, 1, EventBody::Output { name: "a".into(), size: 2, generation: Some(2) }));
+        p.apply(&ev(0, 3, EventBody::Output { name: "b".into(), size: 3, generation: None }));
         assert_eq!(p.metrics(), BTreeMap::from([("loss".to_owned(), 0.5)]));
         assert_eq!(p.checkpoint(), Some(9));
         assert_eq!(p.outputs(), BTreeMap::from([("a".to_owned(), 2), ("b".to_owned(), 3)]));
         assert_eq!(p.events(), 7);
         assert!(p.started());
+    }
+
+    #[test]
+    fn outputs_are_written_per_task_at_their_generation() {
+        let out = |size, generation| EventBody::Output { name: "m.json".into(), size, generation };
+        let mut p = Progress::new(2);
+        p.apply(&ev(0, 1, out(5, Some(11))));
+        p.apply(&ev(1, 1, out(6, Some(12))));
+        // A later try of task 0 found the output written: it does not know the generation.
+        p.apply(&ev(0, 9, out(5, None)));
+        p.apply(&ev(4, 1, out(7, Some(13))));
+        let w = |size, generation| Written { size, generation };
+        let want = BTreeMap::from([
+            ("0/m.json".to_owned(), w(5, Some(11))),
+            ("1/m.json".to_owned(), w(6, Some(12))),
+        ]);
+        assert_eq!(p.written(), want, "the generation is kept; a task out of range writes nothing");
+        let mut one = Progress::new(1);
+        one.apply(&ev(0, 2, out(5, None)));
+        assert_eq!(one.written(), BTreeMap::from([("m.json".to_owned(), w(5, None))]));
+        one.apply(&ev(0, 1, out(5, Some(3))));
+        assert_eq!(one.written()["m.json"], w(5, Some(3)), "an earlier report with a generation outranks");
     }
 
     #[test]

@@ -138,7 +138,7 @@ mod tests {
             EventBody::Started,
             EventBody::Metric { name: "loss".into(), value: 0.125 },
             EventBody::Checkpoint { generation: 1_700_000_000_000_001 },
-            EventBody::Output { name: "out/model.bin".into(), size: u64::MAX },
+            EventBody::Output { name: "out/model.bin".into(), size: u64::MAX, generation: Some(i64::MAX) },
             EventBody::Complete,
             EventBody::Error { message: "line 1\nline \"2\"\u{1}".into() },
         ] {

@@ -20,6 +20,8 @@ pub enum Behaviour {
     Fail,
     /// Sleep this long, checkpointing if asked.
     Sleep { seconds: f64, checkpoint: bool },
+    /// Sleep this long, printing nothing after the method's first progress report.
+    Silent { seconds: f64 },
     /// Allocate this many MiB and hold them.
     Allocate { mib: u64 },
     /// Sleep `seconds` in all, resuming from a checkpoint an earlier attempt left at `from_s`.
@@ -41,8 +43,33 @@ pub trait Harness: Send + Sync {
     /// How many objects the attempt's tasks wrote (outputs, checkpoints).
     async fn written(&self, submit: &AttemptSubmit) -> usize;
     /// The output `name` task `task` of the attempt wrote, if it wrote it.
-    async fn output(&self, submit: &AttemptSubmit, task: u32, name: &str) -> Option<Vec<u8>>;
+    async fn output(&self, submit: &AttemptSubmit, task: u32, name: &str) -> Option<Stored>;
+    /// Whether 429 answers can be made to come from the executor's API, and how.
+    fn throttling(&self) -> Throttling;
+    /// Makes the next `answers` submits to the executor's API answer 429 (only where
+    /// [`Harness::throttling`] says they can be injected).
+    async fn throttle_next(&self, answers: u32);
     fn now(&self) -> Timestamp;
+}
+
+/// An object as stored: its generation and bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub generation: i64,
+    pub bytes: Vec<u8>,
+}
+
+/// How an executor's API can be made to throttle, for the 429 case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Throttling {
+    /// 429s can be injected; the executor gives up a submit after this many in a row.
+    Injectable { max_429_retries: u32 },
+    /// The executor starts its executions itself, behind no rate-limited API: a submit is never
+    /// answered `Throttled` (the port's promise for local executors).
+    NeverThrottles,
+    /// The executor's API is rate limited but 429s cannot be made to come from here (the real
+    /// Cloud Run): the case cannot run, which is not a pass.
+    CannotInject,
 }
 
 /// A fresh attempt to submit: its nonce and run id are random (`n` leads the run id's entropy,
@@ -182,7 +209,7 @@ pub async fn fan_out_runs_every_task(h: &dyn Harness) {
     assert_eq!((info.task_count, info.status), (3, ExecutionStatus::Succeeded));
 }
 
-/// Generation verification: a worker takes its bootstrap by reading it and
+/// The bootstrap is taken once: a worker takes its bootstrap by reading it and
 /// deleting exactly the generation it read, so the bootstrap is gone after
 /// the first execution and a second execution of the same nonce finds
 /// nothing, writes nothing and exits cleanly.
@@ -208,9 +235,132 @@ pub async fn a_checkpoint_is_resumed_from(h: &dyn Harness) {
     let handle = h.executor().submit(&a).await.expect("submit");
     assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
     let result = h.output(&a, 0, "result.json").await.expect("the sleep's result");
-    let result: serde_json::Value = serde_json::from_slice(&result).expect("json");
+    let result: serde_json::Value = serde_json::from_slice(&result.bytes).expect("json");
     assert_eq!(result["resumed_from_s"], 0.75, "{result}");
     assert!(result["this_attempt_s"].as_f64().is_some_and(|s| s < 0.75), "only the rest was slept: {result}");
+}
+
+/// Generation verification, the executor's half: every output a task writes is reported in its
+/// events with the generation and size it is stored at, which the finalization then checks and
+/// pins (`mapi_lifecycle::outputs_mismatch`, the bundle's manifest).
+pub async fn outputs_are_reported_at_the_generation_written(h: &dyn Harness) {
+    let a = attempt(15, Duration::from_secs(30), 2);
+    h.prepare(&a, Behaviour::Succeed).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+    let lines = read_logs(h, &handle, None, crate::MAX_LOG_PAGE).await.lines;
+    let reported: Vec<(u32, serde_json::Value)> = lines
+        .iter()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+            let e = v.get("mapi_event")?;
+            (e["kind"] == "output").then(|| (l.task, e.clone()))
+        })
+        .collect();
+    for task in 0..2 {
+        assert!(reported.iter().any(|(t, _)| *t == task), "task {task} reported no output: {lines:?}");
+    }
+    for (task, e) in &reported {
+        let name = e["name"].as_str().expect("an output event names its output");
+        let stored =
+            h.output(&a, *task, name).await.unwrap_or_else(|| panic!("{name} of task {task} is stored"));
+        assert_eq!(e["generation"].as_i64(), Some(stored.generation), "task {task}'s {name}: {e}");
+        assert_eq!(e["size"].as_u64(), Some(stored.bytes.len() as u64), "task {task}'s {name}: {e}");
+    }
+}
+
+/// Stalled, not lost: an execution whose task prints nothing for a while is still reported
+/// running, and then succeeded; liveness is the executor's report, never the events' silence.
+pub async fn a_silent_execution_is_running_not_lost(h: &dyn Harness) {
+    let a = attempt(16, Duration::from_secs(30), 1);
+    h.prepare(&a, Behaviour::Silent { seconds: 3.0 }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let printed = read_logs(h, &handle, None, crate::MAX_LOG_PAGE).await.lines.len();
+    for _ in 0..6 {
+        let info = h.executor().status(&handle).await.expect("status");
+        assert_eq!(info.status, ExecutionStatus::Running, "a silent execution is alive");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let quiet = read_logs(h, &handle, None, crate::MAX_LOG_PAGE).await.lines.len();
+    assert_eq!(quiet, printed, "the task printed nothing meanwhile");
+    assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+}
+
+/// Confirmed cancel before retry: once the executor reports an execution cancelled, its tasks are
+/// stopped (they print and write nothing more), so a retry started then never runs beside it.
+pub async fn a_cancelled_execution_is_stopped_when_reported(h: &dyn Harness) {
+    let a = attempt(17, Duration::from_secs(60), 2);
+    h.prepare(&a, Behaviour::Sleep { seconds: 30.0, checkpoint: true }).await;
+    let handle = h.executor().submit(&a).await.expect("submit");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    h.executor().cancel(&handle).await.expect("cancel");
+    assert!(matches!(wait_done(h, &handle).await.status, ExecutionStatus::Cancelled { .. }));
+    let lines = read_logs(h, &handle, None, crate::MAX_LOG_PAGE).await.lines.len();
+    let written = h.written(&a).await;
+    // While they ran, the tasks printed progress every half second and a checkpoint event for
+    // each checkpoint they wrote, every 0.2 s.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(read_logs(h, &handle, None, crate::MAX_LOG_PAGE).await.lines.len(), lines, "printed after");
+    assert_eq!(h.written(&a).await, written, "wrote after the cancel was confirmed");
+    assert!(matches!(
+        h.executor().status(&handle).await.expect("status").status,
+        ExecutionStatus::Cancelled { .. }
+    ));
+}
+
+/// 429 back-off: where the executor's API throttles, a submit answered 429 waits and tries the
+/// same attempt again, making exactly one execution; past its limit it answers `Throttled` having
+/// made nothing, and the next submit makes the one execution. Where no API throttles, a burst of
+/// submits is never answered `Throttled` and makes one execution each.
+pub async fn throttled_submits_back_off_and_make_one_execution(h: &dyn Harness) {
+    let since = h.now();
+    match h.throttling() {
+        Throttling::Injectable { max_429_retries } => {
+            assert!(max_429_retries >= 1, "the harness allows at least one retry");
+            let a = attempt(18, Duration::from_secs(30), 1);
+            h.prepare(&a, Behaviour::Succeed).await;
+            let before = h.executor().submit_health().throttled_last_hour;
+            h.throttle_next(max_429_retries).await;
+            let handle = h.executor().submit(&a).await.expect("a submit retried past its 429s");
+            let health = h.executor().submit_health();
+            assert_eq!(health.throttled_last_hour, before + u64::from(max_429_retries), "every 429 counted");
+            let found = adopt(h.executor(), &a.nonce, since).await.expect("adopt").expect("made");
+            assert_eq!(found.handle, handle, "one execution");
+            assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+
+            let b = attempt(19, Duration::from_secs(30), 1);
+            h.prepare(&b, Behaviour::Succeed).await;
+            h.throttle_next(max_429_retries + 1).await;
+            match h.executor().submit(&b).await {
+                Err(crate::SubmitError::Throttled { retry_after }) => {
+                    assert!(retry_after.is_some(), "a throttled submit says when to come back")
+                }
+                other => panic!("past its limit a submit answers Throttled, got {other:?}"),
+            }
+            assert!(adopt(h.executor(), &b.nonce, since).await.expect("adopt").is_none(), "nothing made");
+            let handle = h.executor().submit(&b).await.expect("the next submit");
+            assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+        }
+        Throttling::NeverThrottles => {
+            let burst: Vec<_> = (0..6).map(|i| attempt(20 + i, Duration::from_secs(30), 1)).collect();
+            for a in &burst {
+                h.prepare(a, Behaviour::Succeed).await;
+            }
+            let submits = burst.iter().map(|a| h.executor().submit(a));
+            let handles = futures::future::join_all(submits).await;
+            for (a, handle) in burst.iter().zip(handles) {
+                let handle = handle.unwrap_or_else(|e| panic!("a local submit is never refused: {e:?}"));
+                let found = adopt(h.executor(), &a.nonce, since).await.expect("adopt").expect("made");
+                assert_eq!(found.handle, handle, "one execution per submit");
+                assert_eq!(wait_done(h, &handle).await.status, ExecutionStatus::Succeeded);
+            }
+        }
+        Throttling::CannotInject => panic!(
+            "429s cannot be made to come from this executor's API here: the case runs against a fake of it \
+             (the executor conformance tests), and is not passed without running"
+        ),
+    }
 }
 
 pub async fn unknown_executions_are_not_found(h: &dyn Harness) {
@@ -330,6 +480,10 @@ pub async fn run_all(h: &dyn Harness, now: impl Fn() -> Timestamp) -> crate::evi
         fan_out_runs_every_task,
         the_bootstrap_is_taken_once,
         a_checkpoint_is_resumed_from,
+        outputs_are_reported_at_the_generation_written,
+        a_silent_execution_is_running_not_lost,
+        a_cancelled_execution_is_stopped_when_reported,
+        throttled_submits_back_off_and_make_one_execution,
         unknown_executions_are_not_found,
         logs_page_through_what_the_tasks_printed,
         forgetting_removes_a_finished_execution,
@@ -351,7 +505,10 @@ macro_rules! executor_conformance_suite {
             adoption_finds_the_execution_by_nonce, duplicate_submits_are_reduced_to_the_oldest,
             cancel_stops_a_running_execution, cancel_after_a_checkpoint_reports_exit_16, timeout_is_enforced,
             memory_limit_kills_with_137, fan_out_runs_every_task, the_bootstrap_is_taken_once,
-            a_checkpoint_is_resumed_from, unknown_executions_are_not_found, logs_page_through_what_the_tasks_printed,
+            a_checkpoint_is_resumed_from, outputs_are_reported_at_the_generation_written,
+            a_silent_execution_is_running_not_lost, a_cancelled_execution_is_stopped_when_reported,
+            throttled_submits_back_off_and_make_one_execution, unknown_executions_are_not_found,
+            logs_page_through_what_the_tasks_printed,
             forgetting_removes_a_finished_execution, forgetting_keeps_a_running_execution);
     };
     (@cases $make:expr; $($case:ident),+) => {

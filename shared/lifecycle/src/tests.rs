@@ -663,7 +663,7 @@ fn finalize_applies_the_outcome_table() {
         }
         let progress = progress(&run, events);
         let name = format!("{status:?}");
-        let decided = verdict(&run, &row, Some(&progress), &status, at(13), RULES).expect(&name);
+        let decided = verdict(&run, &row, Some(&progress), None, &status, at(13), RULES).expect(&name);
         let version = commands::succeeds(&run, &row, &decided).then(|| version_of(&run));
         let execution = info(status);
         let ended = Ended {
@@ -710,6 +710,66 @@ fn finalize_applies_the_outcome_table() {
     }
 }
 
+/// An output as listed: name, generation, size.
+type Listed = (&'static str, i64, u64);
+
+/// The outputs stored under the attempt's directory, as the meter lists them.
+fn stored(run: &RunDoc, outputs: &[Listed]) -> Vec<mapi_objects::ObjectMeta> {
+    let dir = mapi_schema::layout::task_dir(run.tenant(), run.project(), run.id(), run.attempt(), 0, 1);
+    outputs
+        .iter()
+        .map(|(name, generation, size)| mapi_objects::ObjectMeta {
+            key: mapi_objects::ObjectKey::parse(&mapi_schema::layout::output(&dir, name)).expect("key"),
+            generation: mapi_objects::Generation(*generation),
+            size: *size,
+            content_type: "application/json".to_owned(),
+            created: at(11),
+        })
+        .collect()
+}
+
+/// Generation verification: a succeeded attempt succeeds only when what is stored is exactly
+/// what its tasks wrote; otherwise it is retried as an infrastructure failure, naming the
+/// difference.
+#[test]
+fn a_success_whose_outputs_were_replaced_is_retried() {
+    let (run, row) = running();
+    let status = ExecutionStatus::Succeeded;
+    let wrote = |name: &str, size, generation| EventBody::Output { name: name.into(), size, generation };
+    let events = [wrote("model.json", 10, Some(5)), wrote("result.json", 3, None), EventBody::Complete];
+    let progress = progress(&run, &events);
+    let same = stored(&run, &[("model.json", 5, 10), ("result.json", 8, 3)]);
+    let decided = verdict(&run, &row, Some(&progress), Some(&same), &status, at(13), RULES).expect("verdict");
+    assert!(commands::succeeds(&run, &row, &decided), "{decided:?}");
+    let cases: [(&[Listed], &str); 4] = [
+        (
+            &[("model.json", 6, 10), ("result.json", 8, 3)],
+            "`model.json` is generation 6, its task wrote generation 5",
+        ),
+        (&[("model.json", 5, 10), ("result.json", 8, 4)], "`result.json` holds 4 bytes, its task wrote 3"),
+        (&[("model.json", 5, 10)], "`result.json` its task wrote is missing"),
+        (
+            &[("model.json", 5, 10), ("result.json", 8, 3), ("extra.bin", 1, 1)],
+            "`extra.bin` is stored but no task reported writing it",
+        ),
+    ];
+    for (listing, why) in cases {
+        let listing = stored(&run, listing);
+        let decided =
+            verdict(&run, &row, Some(&progress), Some(&listing), &status, at(13), RULES).expect(why);
+        assert_eq!(
+            decided.verdict(),
+            &Verdict::Retry { class: ResourceClass::S, reason: Reason::InfrastructureFailure, infra: true },
+            "{why}"
+        );
+        let dir = mapi_schema::layout::attempt_dir(run.tenant(), run.project(), run.id(), run.attempt());
+        let found = super::outputs_mismatch(&dir, &listing, &progress.progress.written()).expect(why);
+        assert_eq!(found, why);
+    }
+    assert!(super::needs_outputs(&run, &row, Some(&progress), &status));
+    assert!(!super::needs_outputs(&run, &row, Some(&progress), &ExecutionStatus::Running));
+}
+
 /// A method that fits no model succeeds without a version: the caller
 /// passes none, and the step writes none.
 #[test]
@@ -717,7 +777,7 @@ fn a_success_without_a_version_writes_none() {
     let (run, row) = running();
     let status = ExecutionStatus::Succeeded;
     let progress = progress(&run, &[EventBody::Complete]);
-    let decided = verdict(&run, &row, Some(&progress), &status, at(13), RULES).expect("a verdict");
+    let decided = verdict(&run, &row, Some(&progress), None, &status, at(13), RULES).expect("a verdict");
     assert!(commands::succeeds(&run, &row, &decided));
     let execution = info(status);
     let ended = Ended {
@@ -759,14 +819,15 @@ fn version_of(run: &RunDoc) -> mapi_schema::ModelVersionDoc {
 #[test]
 fn no_verdict_while_the_execution_runs_or_its_complete_event_may_still_come() {
     let (run, row) = running();
-    assert_eq!(verdict(&run, &row, None, &ExecutionStatus::Running, at(99), RULES), None);
+    assert_eq!(verdict(&run, &row, None, None, &ExecutionStatus::Running, at(99), RULES), None);
     let seen = AttemptDoc { finished_seen_at: Some(at(12)), ..row };
     assert_eq!(
-        verdict(&run, &seen, None, &ExecutionStatus::Succeeded, at(71), RULES),
+        verdict(&run, &seen, None, None, &ExecutionStatus::Succeeded, at(71), RULES),
         None,
         "within the grace"
     );
-    let late = verdict(&run, &seen, None, &ExecutionStatus::Succeeded, at(72), RULES).expect("grace over");
+    let late =
+        verdict(&run, &seen, None, None, &ExecutionStatus::Succeeded, at(72), RULES).expect("grace over");
     assert!(matches!(late.verdict(), Verdict::Finalize { state: RunState::Failed, .. }));
 }
 
@@ -777,7 +838,7 @@ fn retries_run_out_and_oom_retries_once() {
     let mut row = row;
     for n in 1..=3u32 {
         let status = ExecutionStatus::NotFound;
-        let decided = verdict(&run, &row, None, &status, at(13), RULES).expect("decided");
+        let decided = verdict(&run, &row, None, None, &status, at(13), RULES).expect("decided");
         let execution = info(status);
         let ended = Ended {
             run,
@@ -811,7 +872,7 @@ fn retries_run_out_and_oom_retries_once() {
 fn a_retry_above_the_largest_class_or_past_a_limit_fails_instead() {
     let (run, row) = running();
     let oom = failed(Some(137), None);
-    let decided = verdict(&run, &row, None, &oom, at(13), RULES).expect("decided");
+    let decided = verdict(&run, &row, None, None, &oom, at(13), RULES).expect("decided");
     let capped = commands::admit_retry(decided.clone(), row.class, Some(ResourceClass::S), None);
     assert!(matches!(
         capped.verdict(),
@@ -832,7 +893,7 @@ fn an_attempt_the_run_moved_past_is_charged_once_and_changes_nothing_else() {
     let cancelled =
         commands::request_cancel(run, Some(&row), at(3)).expect("cancel").run().cloned().expect("run");
     let status = ExecutionStatus::Cancelled { exit_code: None };
-    let decided = verdict(&cancelled, &row, None, &status, at(13), RULES).expect("decided");
+    let decided = verdict(&cancelled, &row, None, None, &status, at(13), RULES).expect("decided");
     let execution = info(status);
     let first = commands::finalize(Ended {
         run: cancelled,

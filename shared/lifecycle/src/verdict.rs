@@ -4,10 +4,13 @@
 //! besides the report. The reconcile tick asks it to know whether to
 //! finalize; the meter asks it again, inside the finalizing transaction.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use mapi_domain::{AttemptFacts, ExecutionStatus, RetryPolicy, Timestamp, Verdict, classify, decide};
-use mapi_schema::{AttemptDoc, ProgressDoc};
+use mapi_events::progress::Written;
+use mapi_objects::ObjectMeta;
+use mapi_schema::{AttemptDoc, ProgressDoc, layout};
 
 use crate::RunDoc;
 
@@ -30,17 +33,22 @@ impl Decided {
 }
 
 /// What the outcome table needs besides the executor's report: from the
-/// run, the intent row and the merged events. The complete event is
+/// run, the intent row, the merged events and, once listed, the outputs
+/// stored under the attempt's directory (`stored`). The complete event is
 /// overdue once `grace` has passed since the execution was first seen
 /// finished.
 pub fn facts(
     run: &RunDoc,
     row: &AttemptDoc,
     progress: Option<&ProgressDoc>,
+    stored: Option<&[ObjectMeta]>,
     now: Timestamp,
     grace: Duration,
 ) -> AttemptFacts {
+    let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), row.attempt);
+    let written = progress.map(|p| p.progress.written()).unwrap_or_default();
     AttemptFacts {
+        outputs_mismatch: stored.and_then(|stored| outputs_mismatch(&dir, stored, &written)),
         class: row.class,
         oom_retried: run.oom_retried(),
         infra_retries: run.infra_retries(),
@@ -51,20 +59,78 @@ pub fn facts(
     }
 }
 
+/// Generation verification: how the outputs stored under `attempt_dir`
+/// differ from what the attempt's tasks reported writing (`written`, by the
+/// name a run's view shows), if they do. An output must be stored at
+/// exactly the generation and size its task's write was answered with (the
+/// size alone where the task found it written by an earlier try); an
+/// output stored but never reported, or reported but not stored, differs
+/// too. At most three differences are named.
+pub fn outputs_mismatch(
+    attempt_dir: &str,
+    stored: &[ObjectMeta],
+    written: &BTreeMap<String, Written>,
+) -> Option<String> {
+    let mut found = Vec::new();
+    let mut seen = BTreeSet::new();
+    for meta in stored {
+        let Some(name) = layout::output_name(attempt_dir, meta.key.as_str()) else { continue };
+        let (generation, size) = (meta.generation.0, meta.size);
+        match written.get(&name) {
+            None => found.push(format!("`{name}` is stored but no task reported writing it")),
+            Some(w) if w.generation.is_some_and(|g| g != generation) => found.push(format!(
+                "`{name}` is generation {generation}, its task wrote generation {}",
+                w.generation.unwrap_or_default()
+            )),
+            Some(w) if w.size != size => {
+                found.push(format!("`{name}` holds {size} bytes, its task wrote {}", w.size))
+            }
+            Some(_) => {}
+        }
+        seen.insert(name);
+    }
+    found.extend(
+        written.keys().filter(|n| !seen.contains(*n)).map(|n| format!("`{n}` its task wrote is missing")),
+    );
+    let more = found.len().saturating_sub(3);
+    found.truncate(3);
+    if more > 0 {
+        found.push(format!("and {more} more"));
+    }
+    (!found.is_empty()).then(|| found.join("; "))
+}
+
 /// The run's next step after the execution reported `status`; `None`
 /// while there is nothing to decide yet (the execution runs, or its
-/// complete event is still within its grace).
+/// complete event is still within its grace). `stored` is the listing of
+/// the attempt's outputs, which a succeeded attempt is checked against
+/// ([`needs_outputs`] says when it must be given).
 pub fn verdict(
     run: &RunDoc,
     row: &AttemptDoc,
     progress: Option<&ProgressDoc>,
+    stored: Option<&[ObjectMeta]>,
     status: &ExecutionStatus,
     now: Timestamp,
     rules: Rules,
 ) -> Option<Decided> {
     let outcome = classify(status)?;
-    match decide(&outcome, &facts(run, row, progress, now, rules.event_grace), rules.retry) {
+    match decide(&outcome, &facts(run, row, progress, stored, now, rules.event_grace), rules.retry) {
         Verdict::Wait => None,
         v => Some(Decided(v)),
     }
+}
+
+/// Whether the verdict on `row` needs the listing of its outputs: the
+/// execution succeeded, every task completed, and the attempt is the run's
+/// current one (only then can the run succeed with them).
+pub fn needs_outputs(
+    run: &RunDoc,
+    row: &AttemptDoc,
+    progress: Option<&ProgressDoc>,
+    status: &ExecutionStatus,
+) -> bool {
+    *status == ExecutionStatus::Succeeded
+        && progress.is_some_and(|p| p.progress.complete())
+        && run.is_current(row.attempt)
 }

@@ -195,11 +195,15 @@ pub fn end(world: &mut World, handle: &str) {
             let size = bytes.len() as u64;
             let put = world
                 .drive(async move { data.put(&key, bytes, "application/json", IfGeneration::ABSENT).await });
-            match put {
-                Ok(Ok(_) | Err(ObjectError::PreconditionFailed(_))) => {}
-                other => world.note(format!("exec {handle}: upload of {name} failed: {other:?}")),
-            }
-            emit(world, &e, &mut end.seq, EventBody::Output { name, size }, now);
+            let generation = match put {
+                Ok(Ok(meta)) => Some(meta.generation.0),
+                Ok(Err(ObjectError::PreconditionFailed(_))) => None,
+                other => {
+                    world.note(format!("exec {handle}: upload of {name} failed: {other:?}"));
+                    None
+                }
+            };
+            emit(world, &e, &mut end.seq, EventBody::Output { name, size, generation }, now);
         }
         emit(world, &e, &mut end.seq, EventBody::Complete, now);
     }

@@ -20,7 +20,7 @@ use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, ProjectId, RunId, TenantId, Time
 use mapi_objects::{IfGeneration, ObjectKey, ObjectStore, SignedMethod};
 use serde_json::{Value, json};
 
-use super::{Behaviour, Harness};
+use super::{Behaviour, Harness, Stored, Throttling};
 use crate::{AttemptSubmit, Executor};
 
 /// Where the suites' objects live.
@@ -90,6 +90,9 @@ impl PortsHarness {
                 ("diag.sleep", json!({"seconds": seconds, "checkpoint_every_s": 0.2}))
             }
             Behaviour::Sleep { seconds, .. } => ("diag.sleep", json!({"seconds": seconds})),
+            Behaviour::Silent { seconds } => {
+                ("diag.sleep", json!({"seconds": seconds, "progress_every_s": 3600}))
+            }
             Behaviour::Allocate { mib } => ("diag.alloc", json!({"mib": mib, "hold_s": 5})),
             Behaviour::Resume { seconds, .. } => ("diag.sleep", json!({"seconds": seconds})),
             Behaviour::Probe(plan) => {
@@ -187,9 +190,24 @@ impl Harness for PortsHarness {
         self.data.list(&prefix, None, 1000).await.map(|p| p.objects.len()).unwrap_or(0)
     }
 
-    async fn output(&self, a: &AttemptSubmit, task: u32, name: &str) -> Option<Vec<u8>> {
+    async fn output(&self, a: &AttemptSubmit, task: u32, name: &str) -> Option<Stored> {
         let k = key(&format!("{}/outputs/{name}", Self::task_dir(a, task)));
-        self.data.get(&k, None).await.ok().map(|(_, bytes)| bytes.to_vec())
+        let (meta, bytes) = self.data.get(&k, None).await.ok()?;
+        Some(Stored { generation: meta.generation.0, bytes: bytes.to_vec() })
+    }
+
+    /// The platform's own executor: 429s come only from a real API here, which cannot be made to
+    /// answer them; a local executor has no API to throttle it.
+    fn throttling(&self) -> Throttling {
+        if self.executor.capabilities().remote_control_api {
+            Throttling::CannotInject
+        } else {
+            Throttling::NeverThrottles
+        }
+    }
+
+    async fn throttle_next(&self, answers: u32) {
+        panic!("{answers} 429s cannot be injected into the platform's own executor");
     }
 
     fn now(&self) -> Timestamp {

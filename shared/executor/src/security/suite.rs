@@ -143,7 +143,7 @@ pub async fn run(h: &dyn Harness, targets: &Targets) -> SecurityReport {
     let handle = h.executor().submit(&a).await.expect("submit the probes");
     let info = wait_done(h, &handle).await;
     let seen: Observed = match h.output(&a, 0, REPORT).await {
-        Some(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+        Some(stored) => serde_json::from_slice(&stored.bytes).unwrap_or_default(),
         None => {
             tracing::warn!(status = ?info.status, "the probes wrote no report: none of them counts as run");
             Observed::new()
