@@ -123,6 +123,7 @@ pub mod firestore_emulator;
 pub mod gcs_front;
 pub mod google;
 pub mod google_sign_in;
+pub mod held;
 pub mod model_fixture;
 pub mod python_tools;
 pub mod scripted;

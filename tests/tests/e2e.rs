@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use mapi_schema::layout;
 use mapi_tests::backend::{Backend, start};
 use mapi_tests::{Options, path, retried_once, transitions, with_start};
 use serde_json::{Value, json};
@@ -98,6 +99,39 @@ async fn a_silent_run_is_stalled_not_lost(b: Backend) {
     let run = p.wait_final(&id).await;
     assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
     assert_eq!(run["attempts"].as_array().map(Vec::len), Some(1), "never retried");
+}
+
+/// Generation verification, run level: an output replaced after its task wrote it (here between
+/// the run's last event and its finalization, which the test holds back) is detected by the
+/// generation the task reported; the attempt is retried as an infrastructure failure and the run
+/// succeeds on fresh outputs.
+async fn an_output_replaced_after_it_was_written_is_detected(b: Backend) {
+    let (queue, hold) = mapi_tests::held::hold(mapi_schema::FINALIZE_QUEUE);
+    let p = start(b, &[], Options { queue: Some(queue), ..Options::default() }).await;
+    let ds = p.upload(LONGLEY).await;
+    let id = p.submit(json!({"method": "describe", "dataset": ds})).await;
+    let done = p.wait_run(&id, Duration::from_secs(30), |r| r["progress"]["complete"] == true).await;
+    assert_eq!(done["state"], "running", "held before its finalization: {done:#}");
+    let run = mapi_domain::RunId::parse(&id).expect("run id");
+    let c = &p.platform.platform.credentials;
+    let dir = layout::task_dir(&c.tenant, &c.project, &run, mapi_domain::AttemptNo(1), 0, 1);
+    let key = mapi_objects::ObjectKey::parse(&layout::output(&dir, "summary.json")).expect("key");
+    let objects = &p.platform.platform.state.objects;
+    let written = objects.head(&key).await.expect("the task wrote its output");
+    let replaced = objects
+        .put(&key, bytes::Bytes::from_static(b"{}"), "application/json", mapi_objects::IfGeneration::Any)
+        .await
+        .expect("replace");
+    assert_ne!(replaced.generation, written.generation);
+    hold.set(false);
+    let run = p.wait_final(&id).await;
+    assert_eq!(
+        transitions(&run),
+        retried_once("infrastructure_failure", ("running", "succeeded", "completed"))
+    );
+    let summary =
+        p.output(run["outputs"][0]["url"].as_str().expect("url")).await.bytes().await.expect("body");
+    assert_ne!(&summary[..], b"{}", "the run's output is the retry's own");
 }
 
 async fn a_queued_run_is_cancelled_at_once(b: Backend) {
@@ -293,7 +327,7 @@ macro_rules! on_backend {
 
 macro_rules! run_conformance {
     ($backend:expr) => {
-        on_backend!($backend; a_linear_fit_succeeds_with_outputs_and_cost, a_method_error_fails_the_run_with_its_message, cancel_while_running_is_confirmed_before_cancelled, a_silent_run_is_stalled_not_lost, a_queued_run_is_cancelled_at_once, a_run_past_its_timeout_fails_with_timeout, a_timeout_after_a_checkpoint_ends_partial, sigterm_with_a_checkpoint_ends_partial, out_of_memory_retries_once_on_the_next_class, a_second_out_of_memory_fails_the_run, a_fan_out_runs_every_task_in_one_execution, a_cancel_stops_every_task_of_a_fan_out, a_runs_logs_are_read_page_by_page);
+        on_backend!($backend; a_linear_fit_succeeds_with_outputs_and_cost, a_method_error_fails_the_run_with_its_message, cancel_while_running_is_confirmed_before_cancelled, a_silent_run_is_stalled_not_lost, an_output_replaced_after_it_was_written_is_detected, a_queued_run_is_cancelled_at_once, a_run_past_its_timeout_fails_with_timeout, a_timeout_after_a_checkpoint_ends_partial, sigterm_with_a_checkpoint_ends_partial, out_of_memory_retries_once_on_the_next_class, a_second_out_of_memory_fails_the_run, a_fan_out_runs_every_task_in_one_execution, a_cancel_stops_every_task_of_a_fan_out, a_runs_logs_are_read_page_by_page);
     };
 }
 
