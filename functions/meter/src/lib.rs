@@ -321,9 +321,10 @@ async fn finalize(
                 Json(FinalizeAnswer { outcome: "already finalized", state: None, amount_micros: None }),
             ))
         }
-        Done::Waiting => {
-            Err(ApiError::unavailable("the attempt has no verdict yet (waiting for its complete event)", 10))
-        }
+        Done::Waiting => Err(ApiError::unavailable(
+            "the attempt has no verdict yet (waiting for its events: the complete event, or the report of an output found stored)",
+            10,
+        )),
         Done::Superseded => Ok((
             StatusCode::OK,
             Json(FinalizeAnswer { outcome: "superseded", state: None, amount_micros: None }),

@@ -25,8 +25,8 @@ pub use ids::{
     UserId, WebhookId,
 };
 pub use outcome::{
-    AttemptFacts, AttemptOutcome, ExecutionHandle, ExecutionStatus, RetryPolicy, Verdict, classify, decide,
-    exit,
+    AttemptFacts, AttemptOutcome, ExecutionHandle, ExecutionStatus, OutputsCompared, RetryPolicy, Verdict,
+    classify, decide, exit,
 };
 pub use run::{ErrorCode, ItemErrorKind, Reason, RunError, RunState, Transition, TransitionError};
 pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};

@@ -6,7 +6,8 @@
 //!   merged (`failed` if it never arrives), unless a stored output is not
 //!   the generation and size its task reported writing: then the outputs
 //!   cannot be trusted and the attempt is retried as an infrastructure
-//!   failure;
+//!   failure (an output no report names yet only once the event grace is
+//!   over: its report may be late);
 //! - exit 16 (the supervisor flushed checkpoints), failed or cancelled: `partial`;
 //! - exit 137, signal 9 or a "memory limit" message: one new attempt on the
 //!   next larger class, else `failed` with `RESOURCE_EXHAUSTED`;
@@ -127,10 +128,22 @@ pub struct AttemptFacts {
     pub event_grace_over: bool,
     /// The message of the attempt's `error` event, if one arrived.
     pub error_message: Option<String>,
-    /// How the stored outputs differ from what the tasks reported writing
-    /// (another generation, another size, missing, or never reported), if
-    /// they were checked and differ.
-    pub outputs_mismatch: Option<String>,
+    /// How the stored outputs compare with what the tasks reported writing.
+    pub outputs: OutputsCompared,
+}
+
+/// How an attempt's stored outputs compare with what its tasks reported
+/// writing (generation verification).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum OutputsCompared {
+    /// Not compared (the attempt did not succeed), or exactly as reported.
+    #[default]
+    Same,
+    /// Only outputs stored that no report names yet: events arrive late and
+    /// out of order, so this is a difference once the event grace is over.
+    Unreported(String),
+    /// Another generation or size than reported, or a reported output missing.
+    Differ(String),
 }
 
 /// The run's next step after an attempt ended.
@@ -168,9 +181,12 @@ pub fn decide(outcome: &AttemptOutcome, facts: &AttemptFacts, policy: RetryPolic
         }
     };
     match outcome {
-        AttemptOutcome::Succeeded if facts.complete_seen => match &facts.outputs_mismatch {
-            None => Verdict::Finalize { state: RunState::Succeeded, reason: Reason::Completed, error: None },
-            Some(how) => {
+        AttemptOutcome::Succeeded if facts.complete_seen => match &facts.outputs {
+            OutputsCompared::Same => {
+                Verdict::Finalize { state: RunState::Succeeded, reason: Reason::Completed, error: None }
+            }
+            OutputsCompared::Unreported(_) if !facts.event_grace_over => Verdict::Wait,
+            OutputsCompared::Unreported(how) | OutputsCompared::Differ(how) => {
                 infra_retry(format!("the execution succeeded but its outputs are not what it wrote: {how}"))
             }
         },
@@ -224,7 +240,7 @@ mod tests {
             complete_seen: true,
             event_grace_over: false,
             error_message: None,
-            outputs_mismatch: None,
+            outputs: OutputsCompared::Same,
         }
     }
 
@@ -325,8 +341,22 @@ mod tests {
 
     #[test]
     fn outputs_that_are_not_what_was_written_retry_as_infrastructure_failures() {
-        let replaced =
-            AttemptFacts { outputs_mismatch: Some("`model.json` is generation 9".into()), ..facts() };
+        let late =
+            AttemptFacts { outputs: OutputsCompared::Unreported("`a.json` is stored".into()), ..facts() };
+        assert_eq!(
+            decide(&AttemptOutcome::Succeeded, &late, POLICY),
+            Verdict::Wait,
+            "its report may be late"
+        );
+        let over = AttemptFacts { event_grace_over: true, ..late };
+        assert!(matches!(
+            decide(&AttemptOutcome::Succeeded, &over, POLICY),
+            Verdict::Retry { infra: true, .. }
+        ));
+        let replaced = AttemptFacts {
+            outputs: OutputsCompared::Differ("`model.json` is generation 9".into()),
+            ..facts()
+        };
         assert_eq!(
             decide(&AttemptOutcome::Succeeded, &replaced, POLICY),
             Verdict::Retry { class: ResourceClass::S, reason: Reason::InfrastructureFailure, infra: true }

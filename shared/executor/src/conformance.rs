@@ -242,7 +242,7 @@ pub async fn a_checkpoint_is_resumed_from(h: &dyn Harness) {
 
 /// Generation verification, the executor's half: every output a task writes is reported in its
 /// events with the generation and size it is stored at, which the finalization then checks and
-/// pins (`mapi_lifecycle::outputs_mismatch`, the bundle's manifest).
+/// pins (`mapi_lifecycle::compare_outputs`, the bundle's manifest).
 pub async fn outputs_are_reported_at_the_generation_written(h: &dyn Harness) {
     let a = attempt(15, Duration::from_secs(30), 2);
     h.prepare(&a, Behaviour::Succeed).await;

@@ -30,7 +30,7 @@ mod tests;
 
 pub use commands::{FollowUp, Step};
 pub use run::{NewRun, RunDoc, Waiting};
-pub use verdict::{Decided, Rules, needs_outputs, outputs_mismatch, verdict};
+pub use verdict::{Decided, Rules, compare_outputs, needs_outputs, verdict};
 
 use mapi_api::views::RunSummary;
 use mapi_executor::Executor;

@@ -741,31 +741,35 @@ fn a_success_whose_outputs_were_replaced_is_retried() {
     let same = stored(&run, &[("model.json", 5, 10), ("result.json", 8, 3)]);
     let decided = verdict(&run, &row, Some(&progress), Some(&same), &status, at(13), RULES).expect("verdict");
     assert!(commands::succeeds(&run, &row, &decided), "{decided:?}");
-    let cases: [(&[Listed], &str); 4] = [
+    let cases: [(&[Listed], &str); 3] = [
         (
             &[("model.json", 6, 10), ("result.json", 8, 3)],
             "`model.json` is generation 6, its task wrote generation 5",
         ),
         (&[("model.json", 5, 10), ("result.json", 8, 4)], "`result.json` holds 4 bytes, its task wrote 3"),
         (&[("model.json", 5, 10)], "`result.json` its task wrote is missing"),
-        (
-            &[("model.json", 5, 10), ("result.json", 8, 3), ("extra.bin", 1, 1)],
-            "`extra.bin` is stored but no task reported writing it",
-        ),
     ];
+    let dir = mapi_schema::layout::attempt_dir(run.tenant(), run.project(), run.id(), run.attempt());
+    let retry =
+        Verdict::Retry { class: ResourceClass::S, reason: Reason::InfrastructureFailure, infra: true };
     for (listing, why) in cases {
         let listing = stored(&run, listing);
         let decided =
             verdict(&run, &row, Some(&progress), Some(&listing), &status, at(13), RULES).expect(why);
-        assert_eq!(
-            decided.verdict(),
-            &Verdict::Retry { class: ResourceClass::S, reason: Reason::InfrastructureFailure, infra: true },
-            "{why}"
-        );
-        let dir = mapi_schema::layout::attempt_dir(run.tenant(), run.project(), run.id(), run.attempt());
-        let found = super::outputs_mismatch(&dir, &listing, &progress.progress.written()).expect(why);
-        assert_eq!(found, why);
+        assert_eq!(decided.verdict(), &retry, "{why}");
+        let found = super::compare_outputs(&dir, &listing, &progress.progress.written());
+        assert_eq!(found, mapi_domain::OutputsCompared::Differ(why.to_owned()));
     }
+    // An output no report names yet may have a late report: it differs only after the grace.
+    let extra = stored(&run, &[("model.json", 5, 10), ("result.json", 8, 3), ("extra.bin", 1, 1)]);
+    let why = "`extra.bin` is stored but no task reported writing it";
+    let found = super::compare_outputs(&dir, &extra, &progress.progress.written());
+    assert_eq!(found, mapi_domain::OutputsCompared::Unreported(why.to_owned()));
+    let seen = AttemptDoc { finished_seen_at: Some(at(12)), ..row.clone() };
+    assert_eq!(verdict(&run, &seen, Some(&progress), Some(&extra), &status, at(13), RULES), None);
+    let late =
+        verdict(&run, &seen, Some(&progress), Some(&extra), &status, at(73), RULES).expect("grace over");
+    assert_eq!(late.verdict(), &retry);
     assert!(super::needs_outputs(&run, &row, Some(&progress), &status));
     assert!(!super::needs_outputs(&run, &row, Some(&progress), &ExecutionStatus::Running));
 }

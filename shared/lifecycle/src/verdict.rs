@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use mapi_domain::{AttemptFacts, ExecutionStatus, RetryPolicy, Timestamp, Verdict, classify, decide};
+use mapi_domain::{
+    AttemptFacts, ExecutionStatus, OutputsCompared, RetryPolicy, Timestamp, Verdict, classify, decide,
+};
 use mapi_events::progress::Written;
 use mapi_objects::ObjectMeta;
 use mapi_schema::{AttemptDoc, ProgressDoc, layout};
@@ -48,7 +50,7 @@ pub fn facts(
     let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), row.attempt);
     let written = progress.map(|p| p.progress.written()).unwrap_or_default();
     AttemptFacts {
-        outputs_mismatch: stored.and_then(|stored| outputs_mismatch(&dir, stored, &written)),
+        outputs: stored.map_or(OutputsCompared::Same, |stored| compare_outputs(&dir, stored, &written)),
         class: row.class,
         oom_retried: run.oom_retried(),
         infra_retries: run.infra_retries(),
@@ -60,24 +62,26 @@ pub fn facts(
 }
 
 /// Generation verification: how the outputs stored under `attempt_dir`
-/// differ from what the attempt's tasks reported writing (`written`, by the
-/// name a run's view shows), if they do. An output must be stored at
-/// exactly the generation and size its task's write was answered with (the
-/// size alone where the task found it written by an earlier try); an
-/// output stored but never reported, or reported but not stored, differs
-/// too. At most three differences are named.
-pub fn outputs_mismatch(
+/// compare with what the attempt's tasks reported writing (`written`, by
+/// the name a run's view shows). An output must be stored at exactly the
+/// generation and size its task's write was answered with (the size alone
+/// where the task found it written by an earlier try); a reported output
+/// that is not stored differs too. An output stored that no report names
+/// is [`OutputsCompared::Unreported`] when nothing else differs: its report
+/// may still be on its way. At most three differences are named.
+pub fn compare_outputs(
     attempt_dir: &str,
     stored: &[ObjectMeta],
     written: &BTreeMap<String, Written>,
-) -> Option<String> {
+) -> OutputsCompared {
     let mut found = Vec::new();
+    let mut unreported = Vec::new();
     let mut seen = BTreeSet::new();
     for meta in stored {
         let Some(name) = layout::output_name(attempt_dir, meta.key.as_str()) else { continue };
         let (generation, size) = (meta.generation.0, meta.size);
         match written.get(&name) {
-            None => found.push(format!("`{name}` is stored but no task reported writing it")),
+            None => unreported.push(format!("`{name}` is stored but no task reported writing it")),
             Some(w) if w.generation.is_some_and(|g| g != generation) => found.push(format!(
                 "`{name}` is generation {generation}, its task wrote generation {}",
                 w.generation.unwrap_or_default()
@@ -92,12 +96,18 @@ pub fn outputs_mismatch(
     found.extend(
         written.keys().filter(|n| !seen.contains(*n)).map(|n| format!("`{n}` its task wrote is missing")),
     );
+    let late = found.is_empty();
+    found.extend(unreported);
     let more = found.len().saturating_sub(3);
     found.truncate(3);
     if more > 0 {
         found.push(format!("and {more} more"));
     }
-    (!found.is_empty()).then(|| found.join("; "))
+    match (found.is_empty(), late) {
+        (true, _) => OutputsCompared::Same,
+        (false, true) => OutputsCompared::Unreported(found.join("; ")),
+        (false, false) => OutputsCompared::Differ(found.join("; ")),
+    }
 }
 
 /// The run's next step after the execution reported `status`; `None`
