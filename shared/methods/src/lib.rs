@@ -17,8 +17,8 @@ pub mod table;
 
 pub use items::{ItemContext, ItemError, run_item};
 pub use registry::{
-    Input, MethodSpec, ModelSpec, OutputSpec, ParamError, ParamKind, ParamSpec, Params, all, check_columns,
-    find, produces_model, registry_version, validate,
+    Input, MethodSpec, ModelSpec, OutputSpec, ParamError, ParamKind, ParamSchema, ParamSpec, Params, all,
+    check_columns, check_columns_with, find, produces_model, registry_version, validate, validate_with,
 };
 pub use table::{Limits, Shape, Table, TableError};
 

@@ -35,7 +35,7 @@ pub enum Input {
 }
 
 /// The JSON shape a parameter takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ParamKind {
     /// One column name (a JSON string).
@@ -384,58 +384,101 @@ impl Params {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ParamError {
     #[error("unknown parameter `{name}` for method `{method}`: known parameters are {known}")]
-    Unknown { method: &'static str, name: String, known: String },
+    Unknown { method: String, name: String, known: String },
     #[error("parameter `{name}` is required by method `{method}`")]
-    Missing { method: &'static str, name: &'static str },
+    Missing { method: String, name: String },
     #[error("parameter `{name}` must be {expected}, not {got}")]
-    WrongType { name: &'static str, expected: &'static str, got: String },
+    WrongType { name: String, expected: &'static str, got: String },
     #[error("parameter `{name}` is {value} but must be {allowed}")]
-    OutOfRange { name: &'static str, value: f64, allowed: String },
+    OutOfRange { name: String, value: f64, allowed: String },
     #[error("parameter `{name}` must name at least one column")]
-    NoColumns { name: &'static str },
+    NoColumns { name: String },
     #[error("parameter `{name}` names column `{column}` twice: list each column once")]
-    RepeatedColumn { name: &'static str, column: String },
+    RepeatedColumn { name: String, column: String },
     #[error(
         "column `{column}` (parameter `{name}`) is not in the dataset: available columns are {available}"
     )]
-    UnknownColumn { name: &'static str, column: String, available: String },
+    UnknownColumn { name: String, column: String, available: String },
     #[error(
         "column `{column}` (parameter `{name}`) is not numeric: every non-missing cell must be a number \
          (missing cells may be empty, NA, NaN or null)"
     )]
-    TextColumn { name: &'static str, column: String },
+    TextColumn { name: String, column: String },
+}
+
+/// A method's parameter as validation sees it: the registry's [`ParamSpec`]
+/// and a plugin manifest's parameter alike.
+pub trait ParamSchema {
+    fn name(&self) -> &str;
+    fn kind(&self) -> ParamKind;
+    fn required(&self) -> bool;
+    /// The value used when the parameter is absent (or null).
+    fn default_value(&self) -> Option<Value>;
+    /// Inclusive bounds for `Number` and `Integer`.
+    fn min(&self) -> Option<f64>;
+    fn max(&self) -> Option<f64>;
+}
+
+impl ParamSchema for ParamSpec {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn kind(&self) -> ParamKind {
+        self.kind
+    }
+    fn required(&self) -> bool {
+        self.required
+    }
+    fn default_value(&self) -> Option<Value> {
+        self.default.map(|literal| {
+            serde_json::from_str(literal)
+                .expect("registry defaults are JSON literals (checked by the registry tests)")
+        })
+    }
+    fn min(&self) -> Option<f64> {
+        self.min
+    }
+    fn max(&self) -> Option<f64> {
+        self.max
+    }
 }
 
 /// Checks `params` against `spec` and fills in defaults. A JSON `null` counts
 /// as absent. Integers given as `3.0` are stored as `3`.
 pub fn validate(spec: &MethodSpec, params: &BTreeMap<String, Value>) -> Result<Params, ParamError> {
-    if let Some(name) = params.keys().find(|k| spec.param(k).is_none()) {
-        let known = if spec.params.is_empty() {
-            "none".to_string()
-        } else {
-            quoted_list(spec.params.iter().map(|p| p.name))
-        };
-        return Err(ParamError::Unknown { method: spec.name, name: name.clone(), known });
+    validate_with(spec.name, spec.params, params)
+}
+
+/// [`validate`] against any parameters' schema (`method` names the method in messages).
+pub fn validate_with<P: ParamSchema>(
+    method: &str,
+    schema: &[P],
+    params: &BTreeMap<String, Value>,
+) -> Result<Params, ParamError> {
+    if let Some(name) = params.keys().find(|k| !schema.iter().any(|p| p.name() == k.as_str())) {
+        let known =
+            if schema.is_empty() { "none".to_string() } else { quoted_list(schema.iter().map(|p| p.name())) };
+        return Err(ParamError::Unknown { method: method.to_owned(), name: name.clone(), known });
     }
     let mut out = BTreeMap::new();
-    for p in spec.params {
-        let value = match (params.get(p.name).filter(|v| !v.is_null()), p.default) {
+    for p in schema {
+        let value = match (params.get(p.name()).filter(|v| !v.is_null()), p.default_value()) {
             (Some(v), _) => v.clone(),
-            (None, Some(literal)) => serde_json::from_str(literal)
-                .expect("registry defaults are JSON literals (checked by the registry tests)"),
-            (None, None) if p.required => {
-                return Err(ParamError::Missing { method: spec.name, name: p.name });
+            (None, Some(default)) => default,
+            (None, None) if p.required() => {
+                return Err(ParamError::Missing { method: method.to_owned(), name: p.name().to_owned() });
             }
             (None, None) => continue,
         };
-        out.insert(p.name.to_string(), check_value(p, value)?);
+        out.insert(p.name().to_string(), check_value(p, value)?);
     }
     Ok(Params(out))
 }
 
-fn check_value(p: &ParamSpec, value: Value) -> Result<Value, ParamError> {
-    let wrong = |got: String| ParamError::WrongType { name: p.name, expected: p.kind.expected(), got };
-    match p.kind {
+fn check_value(p: &impl ParamSchema, value: Value) -> Result<Value, ParamError> {
+    let name = || p.name().to_owned();
+    let wrong = |got: String| ParamError::WrongType { name: name(), expected: p.kind().expected(), got };
+    match p.kind() {
         ParamKind::Column | ParamKind::Text => match value {
             Value::String(_) => Ok(value),
             other => Err(wrong(json_type(&other))),
@@ -447,7 +490,7 @@ fn check_value(p: &ParamSpec, value: Value) -> Result<Value, ParamError> {
         ParamKind::Columns => {
             let Value::Array(items) = &value else { return Err(wrong(json_type(&value))) };
             if items.is_empty() {
-                return Err(ParamError::NoColumns { name: p.name });
+                return Err(ParamError::NoColumns { name: name() });
             }
             let mut seen = BTreeSet::new();
             for item in items {
@@ -455,7 +498,7 @@ fn check_value(p: &ParamSpec, value: Value) -> Result<Value, ParamError> {
                     return Err(wrong(format!("an array holding {}", json_type(item))));
                 };
                 if !seen.insert(column) {
-                    return Err(ParamError::RepeatedColumn { name: p.name, column: column.clone() });
+                    return Err(ParamError::RepeatedColumn { name: name(), column: column.clone() });
                 }
             }
             Ok(value)
@@ -485,15 +528,16 @@ fn check_value(p: &ParamSpec, value: Value) -> Result<Value, ParamError> {
     }
 }
 
-fn check_range(p: &ParamSpec, x: f64) -> Result<(), ParamError> {
-    let allowed = match (p.min, p.max) {
+fn check_range(p: &impl ParamSchema, x: f64) -> Result<(), ParamError> {
+    let (min, max) = (p.min(), p.max());
+    let allowed = match (min, max) {
         (Some(min), Some(max)) => format!("between {min} and {max}"),
         (Some(min), None) => format!("at least {min}"),
         (None, Some(max)) => format!("at most {max}"),
         (None, None) => return Ok(()),
     };
-    if p.min.is_some_and(|min| x < min) || p.max.is_some_and(|max| x > max) {
-        return Err(ParamError::OutOfRange { name: p.name, value: x, allowed });
+    if min.is_some_and(|min| x < min) || max.is_some_and(|max| x > max) {
+        return Err(ParamError::OutOfRange { name: p.name().to_owned(), value: x, allowed });
     }
     Ok(())
 }
@@ -529,10 +573,20 @@ pub fn check_columns(
     table_columns: &[String],
     numeric: &dyn Fn(&str) -> bool,
 ) -> Result<(), ParamError> {
-    for p in spec.params {
-        let named = match p.kind {
-            ParamKind::Column => params.get_str(p.name).map(|c| vec![c.to_string()]),
-            ParamKind::Columns => params.get_columns(p.name),
+    check_columns_with(spec.params, params, table_columns, numeric)
+}
+
+/// [`check_columns`] against any parameters' schema.
+pub fn check_columns_with<P: ParamSchema>(
+    schema: &[P],
+    params: &Params,
+    table_columns: &[String],
+    numeric: &dyn Fn(&str) -> bool,
+) -> Result<(), ParamError> {
+    for p in schema {
+        let named = match p.kind() {
+            ParamKind::Column => params.get_str(p.name()).map(|c| vec![c.to_string()]),
+            ParamKind::Columns => params.get_columns(p.name()),
             _ => None,
         };
         for column in named.unwrap_or_default() {
@@ -542,10 +596,10 @@ pub fn check_columns(
                 } else {
                     quoted_list(table_columns.iter().map(String::as_str))
                 };
-                return Err(ParamError::UnknownColumn { name: p.name, column, available });
+                return Err(ParamError::UnknownColumn { name: p.name().to_owned(), column, available });
             }
             if !numeric(&column) {
-                return Err(ParamError::TextColumn { name: p.name, column });
+                return Err(ParamError::TextColumn { name: p.name().to_owned(), column });
             }
         }
     }
@@ -657,10 +711,10 @@ mod tests {
             "unknown parameter `intercpt` for method `tabular.linear`: known parameters are `y`, `x`, `intercept`"
         );
         let err = check(LINEAR, json!({"x": ["a"]})).expect_err("missing");
-        assert_eq!(err, ParamError::Missing { method: LINEAR, name: "y" });
+        assert_eq!(err, ParamError::Missing { method: LINEAR.into(), name: "y".into() });
         assert_eq!(err.to_string(), "parameter `y` is required by method `tabular.linear`");
         let err = check(DIAG_SLEEP, json!({"seconds": null})).expect_err("null is absent");
-        assert!(matches!(err, ParamError::Missing { name: "seconds", .. }));
+        assert!(matches!(&err, ParamError::Missing { name, .. } if name == "seconds"));
     }
 
     #[test]
@@ -706,10 +760,10 @@ mod tests {
         let err = check(DIAG_SLEEP, json!({"seconds": 86400.5})).expect_err("too long");
         assert_eq!(err.to_string(), "parameter `seconds` is 86400.5 but must be between 0 and 86400");
         let err = check(DIAG_SLEEP, json!({"seconds": -1})).expect_err("negative");
-        assert!(matches!(err, ParamError::OutOfRange { name: "seconds", .. }));
+        assert!(matches!(&err, ParamError::OutOfRange { name, .. } if name == "seconds"));
         let err =
             check(DIAG_SLEEP, json!({"seconds": 1, "checkpoint_every_s": 0})).expect_err("zero interval");
-        assert!(matches!(err, ParamError::OutOfRange { name: "checkpoint_every_s", .. }));
+        assert!(matches!(&err, ParamError::OutOfRange { name, .. } if name == "checkpoint_every_s"));
         let err = check(DIAG_ALLOC, json!({"mib": 0})).expect_err("zero");
         assert_eq!(err.to_string(), "parameter `mib` is 0 but must be between 1 and 65536");
         assert!(check(DIAG_ALLOC, json!({"mib": 65537})).is_err());
@@ -732,7 +786,7 @@ mod tests {
         );
         let text = check(LINEAR, json!({"y": "name"})).expect("valid");
         let err = check_columns(linear, &text, &columns, &numeric).expect_err("text column");
-        assert_eq!(err, ParamError::TextColumn { name: "y", column: "name".into() });
+        assert_eq!(err, ParamError::TextColumn { name: "y".into(), column: "name".into() });
         assert!(err.to_string().starts_with("column `name` (parameter `y`) is not numeric"));
         let many: Vec<String> = (0..25).map(|i| format!("c{i}")).collect();
         let err = check_columns(linear, &ok, &many, &numeric).expect_err("no column a");
