@@ -160,8 +160,15 @@ impl TestPlatform {
             .expect("the attempt was dispatched");
         let key = AttemptKey::from_hex(&a.event_key).expect("event key");
         let now = self.platform.state.clock.now();
-        let event =
-            Event { v: 1, run: run.clone(), attempt, task: 0, seq: 1, at: now, body: EventBody::Complete };
+        let event = Event {
+            v: 1,
+            run: run.clone(),
+            attempt,
+            task: 0,
+            seq: 1,
+            at: now,
+            body: EventBody::Complete { outputs: None },
+        };
         let signed = serde_json::to_value(mapi_events::sign(event, &key)).expect("json");
         let handle = a.handle.expect("the attempt has an execution").0;
         let entry = pubsub::log_entry(

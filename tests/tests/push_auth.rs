@@ -240,7 +240,7 @@ async fn genuine_pushes_are_applied_and_a_reused_token_is_verified_once() {
     // ...so a fresh token under the withdrawn key no longer verifies...
     w.clock.advance(SECOND);
     let fresh_old = w.google.push_token(w.now());
-    let e = a.event(0, 5, EventBody::Complete);
+    let e = a.event(0, 5, EventBody::Complete { outputs: None });
     let (s, b) = w.push(&fresh_old, &a.push(&e, 0)).await;
     assert_eq!((s, b["code"].as_str()), (401, Some("UNAUTHENTICATED")), "{b}");
     // ...but the token verified at the first push is not verified again until it expires.
@@ -538,7 +538,7 @@ async fn a_flood_of_unknown_key_ids_fetches_the_key_set_at_most_once_per_30_s() 
     let m = w.metrics().await;
     assert_eq!(refused(&m, "unknown_key"), 2000);
     // Google's own key kept working throughout.
-    let e = a.event(0, 1, EventBody::Complete);
+    let e = a.event(0, 1, EventBody::Complete { outputs: None });
     assert_eq!(w.deliver(&w.google.push_token(w.now()), &a.push(&e, 0)).await, "applied");
 }
 
@@ -553,7 +553,7 @@ async fn cached_keys_outlive_a_key_set_outage_and_without_them_pushes_are_retrie
     );
     w.google.keys.set_failing(true);
     w.clock.advance(Duration::from_secs(3601)); // past the key set's max-age
-    let e = a.event(0, 1, EventBody::Complete);
+    let e = a.event(0, 1, EventBody::Complete { outputs: None });
     assert_eq!(w.deliver(&w.google.push_token(w.now()), &a.push(&e, 0)).await, "applied");
     assert_eq!(w.google.keys.hits(), 2, "the stale key set was refreshed, which failed");
 
@@ -619,7 +619,7 @@ async fn forged_replayed_and_late_events_are_acknowledged_and_change_nothing() {
     }
     let before = (w.progress(&current).await, w.progress(&other).await, w.progress(&ended).await);
 
-    let finish = |a: &Attempt| a.event(0, 9, EventBody::Complete);
+    let finish = |a: &Attempt| a.event(0, 9, EventBody::Complete { outputs: None });
     let mut forged = finish(&current);
     forged["sig"] = json!(hex_of(&[7u8; 32]));
     let mut tampered = finish(&current);
@@ -725,7 +725,7 @@ fn task_events(a: &Attempt, task: u32, rng: &mut Rng) -> Vec<Value> {
     if rng.chance(10) {
         emit(EventBody::Error { message: format!("task {task} failed") });
     } else {
-        emit(EventBody::Complete);
+        emit(EventBody::Complete { outputs: None });
     }
     out
 }

@@ -426,6 +426,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
     };
     match result {
         Ok(outputs) => {
+            let count = u32::try_from(outputs.len()).unwrap_or(u32::MAX);
             for out in outputs {
                 let Some(url) = boot.outputs.get(out.name) else {
                     log("ERROR", &format!("no upload URL for output {}", out.name));
@@ -441,7 +442,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
                 };
                 ctx.events.emit(EventBody::Output { name: out.name.to_owned(), size, generation });
             }
-            ctx.events.emit(EventBody::Complete);
+            ctx.events.emit(EventBody::Complete { outputs: Some(count) });
             exit::SUCCESS
         }
         Err(MethodError::Input(message)) => {
@@ -485,6 +486,6 @@ async fn probes(http: &reqwest::Client, boot: &Bootstrap, mut events: Events) ->
         }
     };
     events.emit(EventBody::Output { name: REPORT.to_owned(), size, generation });
-    events.emit(EventBody::Complete);
+    events.emit(EventBody::Complete { outputs: Some(1) });
     exit::SUCCESS
 }

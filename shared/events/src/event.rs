@@ -38,8 +38,15 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         generation: Option<i64>,
     },
-    /// The method finished successfully (all outputs written).
-    Complete,
+    /// The method finished successfully, all outputs written: `outputs` of
+    /// them, each reported by its own `output` event (absent from workers
+    /// that do not count them). The task counts as complete only once that
+    /// many of its outputs are merged, so the verdict never sees a
+    /// completion ahead of an output whose event is late.
+    Complete {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outputs: Option<u32>,
+    },
     /// The method failed.
     Error { message: String },
 }
@@ -195,7 +202,8 @@ mod tests {
                 EventBody::Output { name: "model.bin".into(), size: 42, generation: None },
                 json!({"kind": "output", "name": "model.bin", "size": 42}),
             ),
-            (EventBody::Complete, json!({"kind": "complete"})),
+            (EventBody::Complete { outputs: None }, json!({"kind": "complete"})),
+            (EventBody::Complete { outputs: Some(2) }, json!({"kind": "complete", "outputs": 2})),
             (EventBody::Error { message: "boom".into() }, json!({"kind": "error", "message": "boom"})),
         ];
         for (body, expected_body) in bodies {
@@ -228,7 +236,7 @@ mod tests {
         in_progress["size"] = json!(3);
         assert_eq!(read(in_progress), Err(EventError::Malformed("unknown field `size`".into())));
 
-        let mut signed = raw(EventBody::Complete);
+        let mut signed = raw(EventBody::Complete { outputs: None });
         signed["sig"] = json!("00");
         assert!(serde_json::from_value::<Event>(signed).is_err(), "an Event has no sig");
     }
@@ -236,7 +244,7 @@ mod tests {
     #[test]
     fn missing_or_mistyped_fields_are_malformed() {
         for field in ["v", "run", "attempt", "task", "seq", "at", "kind"] {
-            let mut v = raw(EventBody::Complete);
+            let mut v = raw(EventBody::Complete { outputs: None });
             v.as_object_mut().expect("object").remove(field);
             assert!(matches!(read(v), Err(EventError::Malformed(_))), "without {field}");
         }
@@ -244,7 +252,7 @@ mod tests {
         v.as_object_mut().expect("object").remove("message");
         assert!(matches!(read(v), Err(EventError::Malformed(_))));
         for (field, bad) in [("run", json!("run_x")), ("seq", json!(-1)), ("kind", json!("dance"))] {
-            let mut v = raw(EventBody::Complete);
+            let mut v = raw(EventBody::Complete { outputs: None });
             v[field] = bad;
             assert!(matches!(read(v), Err(EventError::Malformed(_))), "bad {field}");
         }
@@ -253,7 +261,7 @@ mod tests {
 
     #[test]
     fn other_versions_are_refused() {
-        let mut v = raw(EventBody::Complete);
+        let mut v = raw(EventBody::Complete { outputs: None });
         v["v"] = json!(2);
         assert_eq!(read(v), Err(EventError::UnsupportedVersion(2)));
         assert_eq!(Event { v: 0, ..fixtures::event() }.validate(), Err(EventError::UnsupportedVersion(0)));

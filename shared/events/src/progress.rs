@@ -34,6 +34,9 @@ struct TaskProgress {
     fraction: f64,
     /// The task sent `Complete`.
     complete: bool,
+    /// How many outputs its `Complete` said it wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    outputs: Option<u32>,
 }
 
 /// The merged progress of one run attempt; stored as a document.
@@ -129,9 +132,10 @@ impl Progress {
                     }
                 }
             }
-            EventBody::Complete => {
+            EventBody::Complete { outputs } => {
                 if let Some(t) = task {
                     t.complete = true;
+                    t.outputs = t.outputs.max(*outputs);
                 }
             }
             EventBody::Error { message } => {
@@ -152,7 +156,8 @@ impl Progress {
         if self.tasks.is_empty() {
             return 0.0;
         }
-        let sum: f64 = self.tasks.iter().map(|t| if t.complete { 1.0 } else { t.fraction }).sum();
+        let done = self.tasks_complete();
+        let sum: f64 = self.tasks.iter().zip(done).map(|(t, done)| if done { 1.0 } else { t.fraction }).sum();
         sum / self.tasks.len() as f64
     }
 
@@ -166,9 +171,28 @@ impl Progress {
         self.started
     }
 
-    /// Every task `0..task_count` sent `Complete`.
+    /// Every task `0..task_count` sent `Complete`, and the output events of
+    /// as many outputs as it said it wrote are merged.
     pub fn complete(&self) -> bool {
-        !self.tasks.is_empty() && self.tasks.iter().all(|t| t.complete)
+        !self.tasks.is_empty() && self.tasks_complete().iter().all(|c| *c)
+    }
+
+    /// Per task: it sent `Complete` and as many of its outputs are merged as it counted.
+    fn tasks_complete(&self) -> Vec<bool> {
+        let mut merged = vec![0u32; self.tasks.len()];
+        if self.tasks.iter().any(|t| t.outputs.is_some_and(|n| n > 0)) {
+            for key in self.written.keys() {
+                let task = match key.split_once('/') {
+                    _ if self.tasks.len() == 1 => Some(0),
+                    Some((t, _)) => t.parse::<usize>().ok(),
+                    None => None,
+                };
+                if let Some(n) = task.and_then(|t| merged.get_mut(t)) {
+                    *n = n.saturating_add(1);
+                }
+            }
+        }
+        self.tasks.iter().zip(merged).map(|(t, m)| t.complete && t.outputs.is_none_or(|n| m >= n)).collect()
     }
 
     /// The message of the error event with the highest seq.
@@ -315,7 +339,7 @@ mod tests {
             if with_error && task == 1 {
                 push(EventBody::Error { message: format!("task {task} failed") });
             } else {
-                push(EventBody::Complete);
+                push(EventBody::Complete { outputs: None });
             }
         }
         events
@@ -372,7 +396,7 @@ mod tests {
     #[test]
     fn complete_before_progress_is_still_complete() {
         let mut p = Progress::new(1);
-        p.apply(&ev(0, 5, EventBody::Complete));
+        p.apply(&ev(0, 5, EventBody::Complete { outputs: None }));
         p.apply(&progress(0, 2, 0.4));
         assert!(p.complete());
         assert_eq!(p.fraction(), 1.0);
@@ -392,13 +416,13 @@ mod tests {
     fn fraction_is_the_mean_over_tasks_with_completed_tasks_as_one() {
         let mut p = Progress::new(4);
         p.apply(&progress(0, 0, 0.3));
-        p.apply(&ev(0, 1, EventBody::Complete));
-        p.apply(&ev(1, 0, EventBody::Complete));
+        p.apply(&ev(0, 1, EventBody::Complete { outputs: None }));
+        p.apply(&ev(1, 0, EventBody::Complete { outputs: None }));
         p.apply(&progress(2, 0, 0.5));
         assert_eq!(p.fraction(), 0.625);
         assert!(!p.complete());
-        p.apply(&ev(3, 0, EventBody::Complete));
-        p.apply(&ev(2, 1, EventBody::Complete));
+        p.apply(&ev(3, 0, EventBody::Complete { outputs: None }));
+        p.apply(&ev(2, 1, EventBody::Complete { outputs: None }));
         assert!(p.complete());
         assert_eq!(p.fraction(), 1.0);
     }
@@ -465,6 +489,20 @@ mod tests {
     }
 
     #[test]
+    fn a_completion_waits_for_the_outputs_it_counts() {
+        let out = |name: &str| EventBody::Output { name: name.into(), size: 1, generation: Some(1) };
+        let mut p = Progress::new(2);
+        p.apply(&ev(0, 3, EventBody::Complete { outputs: Some(2) }));
+        p.apply(&ev(1, 1, EventBody::Complete { outputs: Some(0) }));
+        p.apply(&ev(0, 1, out("a.json")));
+        assert!(!p.complete(), "one of task 0's two outputs is still on its way");
+        assert!(p.fraction() < 1.0);
+        p.apply(&ev(0, 2, out("b.json")));
+        assert!(p.complete());
+        assert_eq!(p.fraction(), 1.0);
+    }
+
+    #[test]
     fn equal_seqs_still_commute() {
         let a = ev(0, 1, EventBody::Error { message: "a".into() });
         let b = ev(0, 1, EventBody::Error { message: "b".into() });
@@ -474,7 +512,7 @@ mod tests {
     #[test]
     fn out_of_range_tasks_do_not_count() {
         let mut p = Progress::new(1);
-        p.apply(&ev(5, 0, EventBody::Complete));
+        p.apply(&ev(5, 0, EventBody::Complete { outputs: None }));
         assert!(!p.complete());
         assert_eq!(p.fraction(), 0.0);
         assert_eq!(Progress::new(0).task_count(), 1);

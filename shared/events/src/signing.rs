@@ -139,7 +139,7 @@ mod tests {
             EventBody::Metric { name: "loss".into(), value: 0.125 },
             EventBody::Checkpoint { generation: 1_700_000_000_000_001 },
             EventBody::Output { name: "out/model.bin".into(), size: u64::MAX, generation: Some(i64::MAX) },
-            EventBody::Complete,
+            EventBody::Complete { outputs: None },
             EventBody::Error { message: "line 1\nline \"2\"\u{1}".into() },
         ] {
             let event = Event { body, ..fixtures::event() };

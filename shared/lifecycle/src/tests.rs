@@ -592,7 +592,7 @@ fn failed(exit_code: Option<i32>, signal: Option<i32>) -> ExecutionStatus {
 
 #[test]
 fn finalize_applies_the_outcome_table() {
-    let complete = [EventBody::Complete];
+    let complete = [EventBody::Complete { outputs: None }];
     let error = [EventBody::Error { message: "column y is constant".into() }];
     // (status, events, cancel first) → state, reason, next attempt's class.
     type Case<'a> = (ExecutionStatus, &'a [EventBody], bool, RunState, Reason, Option<ResourceClass>);
@@ -736,7 +736,11 @@ fn a_success_whose_outputs_were_replaced_is_retried() {
     let (run, row) = running();
     let status = ExecutionStatus::Succeeded;
     let wrote = |name: &str, size, generation| EventBody::Output { name: name.into(), size, generation };
-    let events = [wrote("model.json", 10, Some(5)), wrote("result.json", 3, None), EventBody::Complete];
+    let events = [
+        wrote("model.json", 10, Some(5)),
+        wrote("result.json", 3, None),
+        EventBody::Complete { outputs: Some(2) },
+    ];
     let progress = progress(&run, &events);
     let same = stored(&run, &[("model.json", 5, 10), ("result.json", 8, 3)]);
     let decided = verdict(&run, &row, Some(&progress), Some(&same), &status, at(13), RULES).expect("verdict");
@@ -780,7 +784,7 @@ fn a_success_whose_outputs_were_replaced_is_retried() {
 fn a_success_without_a_version_writes_none() {
     let (run, row) = running();
     let status = ExecutionStatus::Succeeded;
-    let progress = progress(&run, &[EventBody::Complete]);
+    let progress = progress(&run, &[EventBody::Complete { outputs: None }]);
     let decided = verdict(&run, &row, Some(&progress), None, &status, at(13), RULES).expect("a verdict");
     assert!(commands::succeeds(&run, &row, &decided));
     let execution = info(status);

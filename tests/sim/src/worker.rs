@@ -190,6 +190,7 @@ pub fn end(world: &mut World, handle: &str) {
             emit(world, &e, &mut end.seq, EventBody::Error { message }, now);
             continue;
         }
+        let outputs = u32::try_from(end.outputs.len()).ok();
         for (key, bytes, name) in end.outputs.drain(..) {
             let data = world.data.inner.clone();
             let size = bytes.len() as u64;
@@ -205,7 +206,7 @@ pub fn end(world: &mut World, handle: &str) {
             };
             emit(world, &e, &mut end.seq, EventBody::Output { name, size, generation }, now);
         }
-        emit(world, &e, &mut end.seq, EventBody::Complete, now);
+        emit(world, &e, &mut end.seq, EventBody::Complete { outputs }, now);
     }
     world.note(format!("exec {handle} ends: {status:?}"));
 }
