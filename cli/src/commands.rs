@@ -121,6 +121,9 @@ enum Command {
     /// Webhooks: be told when runs start and end (project admins).
     #[command(subcommand)]
     Webhooks(crate::webhooks::WebhooksCmd),
+    /// Plugins: your own methods, published from a directory (project admins).
+    #[command(subcommand)]
+    Plugins(crate::plugins::PluginsCmd),
     /// Print a shell completion script: `mapi completions bash > ~/.local/share/bash-completion/completions/mapi`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -304,6 +307,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Experiments(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::experiments::experiments(&ctx.client, scope, cmd, ctx.json).await
+        }
+        Command::Plugins(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::plugins::run(&ctx.client, scope, cmd, ctx.json).await
         }
     }
 }

@@ -32,6 +32,7 @@ mod models;
 mod output;
 #[cfg(feature = "platform")]
 mod platform;
+mod plugins;
 mod runs;
 mod session;
 mod webhooks;

@@ -45,7 +45,8 @@ use utoipa::OpenApi;
         api::webhooks::delete, api::webhooks::rotate, api::webhooks::deliveries, api::webhooks::replay,
         api::experiments::create, api::experiments::list, api::experiments::get_experiment,
         api::experiments::update, api::experiments::delete,
-        api::run_views::save, api::run_views::list, api::run_views::get_view, api::run_views::delete
+        api::run_views::save, api::run_views::list, api::run_views::get_view, api::run_views::delete,
+        api::plugins::publish, api::plugins::list, api::plugins::get_plugin, api::plugins::delete
     ),
     components(schemas(
         mapi_problem::Problem,
@@ -88,6 +89,9 @@ use utoipa::OpenApi;
         api::experiments::NewExperiment,
         api::experiments::ExperimentChange,
         api::experiments::ExperimentPage,
+        api::plugins::PluginView,
+        api::plugins::PluginMethodView,
+        api::plugins::PluginPage,
         api::run_views::SaveRunView,
         api::run_views::RunViewPage,
         mapi_api::views::ArtifactView,
@@ -117,7 +121,8 @@ use utoipa::OpenApi;
         (name = "datasets", description = "Upload datasets"),
         (name = "model-versions", description = "Succeeded fits' outputs as signed bundles, verified before every download"),
         (name = "jobs", description = "Item jobs: a method on every item of a list"),
-        (name = "methods", description = "The method registry: parameters, outputs, examples, which methods fit a model")
+        (name = "methods", description = "The method registry: parameters, outputs, examples, which methods fit a model"),
+        (name = "plugins", description = "Tenants' own methods: plugin packages published per project")
     )
 )]
 pub struct ApiDoc;

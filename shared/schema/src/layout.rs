@@ -18,6 +18,11 @@ pub fn dataset(tenant: &TenantId, project: &ProjectId, id: &DatasetId) -> String
     format!("t/{tenant}/p/{project}/datasets/{id}.csv")
 }
 
+/// A plugin's package, content-addressed by its SHA-256.
+pub fn plugin(tenant: &TenantId, project: &ProjectId, name: &str, sha256: &str) -> String {
+    format!("t/{tenant}/p/{project}/plugins/{name}/{sha256}.tar")
+}
+
 /// The directory of one task of an attempt (`tasks/{i}/` only when there are several).
 pub fn task_dir(
     tenant: &TenantId,

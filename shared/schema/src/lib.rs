@@ -22,6 +22,7 @@ pub mod audit;
 pub mod experiments;
 pub mod layout;
 pub mod ops;
+pub mod plugins;
 pub mod runs;
 pub mod tasks;
 pub mod tenancy;
@@ -33,6 +34,7 @@ pub use audit::*;
 pub use experiments::*;
 pub use mapi_store::typed::{Doc, decode, get, key, put, tx_create, tx_get, tx_put};
 pub use ops::*;
+pub use plugins::*;
 pub use runs::*;
 pub use tenancy::*;
 pub use tenant_life::*;
@@ -206,6 +208,11 @@ pub const INDEXES: &[Index] = &[
     },
     Index {
         collection: RunViewDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("name", Direction::Asc)],
+    },
+    // A project's plugin versions, by plugin name (and one plugin's).
+    Index {
+        collection: PluginDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("name", Direction::Asc)],
     },
     // Webhook messages by age, of every tenant and of one (the housekeeper deletes those past

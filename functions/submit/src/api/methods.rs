@@ -19,7 +19,7 @@ fn literal(what: &str, text: &str) -> Result<Value, ApiError> {
     serde_json::from_str(text).map_err(|e| ApiError::internal_from(format!("the registry's {what}"), e))
 }
 
-fn kind(k: mapi_methods::ParamKind) -> ParamKind {
+pub(crate) fn kind(k: mapi_methods::ParamKind) -> ParamKind {
     match k {
         mapi_methods::ParamKind::Column => ParamKind::Column,
         mapi_methods::ParamKind::Columns => ParamKind::Columns,

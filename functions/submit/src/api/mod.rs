@@ -18,6 +18,7 @@ pub mod methods;
 mod metric_scan;
 pub mod model_versions;
 pub mod outputs;
+pub mod plugins;
 mod run_filters;
 pub mod run_views;
 pub mod runs;
@@ -28,13 +29,15 @@ pub mod webhooks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use mapi_platform::AppState;
 
 /// The tenant API's routes, with the body limits of uploads and job submits.
 pub fn router(state: &AppState) -> Router<AppState> {
     let dataset_limit = state.config.max_dataset_bytes;
     let job_limit = state.config.jobs.max_body_bytes;
+    // A package past the limit is refused by the package's own check, naming it.
+    let plugin_limit = mapi_plugins::package::MAX_BYTES + 1;
     Router::new()
         .route(
             "/v1/tenants/{tenant}/projects/{project}/datasets",
@@ -54,6 +57,12 @@ pub fn router(state: &AppState) -> Router<AppState> {
             "/v1/tenants/{tenant}/projects/{project}/experiments/{name}",
             get(experiments::get_experiment).patch(experiments::update).delete(experiments::delete),
         )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/plugins",
+            post(plugins::publish).layer(DefaultBodyLimit::max(plugin_limit)).get(plugins::list),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/plugins/{name}", get(plugins::get_plugin))
+        .route("/v1/tenants/{tenant}/projects/{project}/plugins/{name}/{version}", delete(plugins::delete))
         .route("/v1/tenants/{tenant}/projects/{project}/run-views", get(run_views::list))
         .route(
             "/v1/tenants/{tenant}/projects/{project}/run-views/{name}",
