@@ -113,6 +113,8 @@ async fn a_plugin_version_is_published_once_read_by_all_and_deleted_by_admins() 
     assert_eq!(s, 204);
     let (s, b) = p.call(&admin, Method::DELETE, &one, None).await;
     assert_eq!(s, 404, "{b}");
+    let (s, b) = p.call(&admin, Method::DELETE, &format!("{BASE}/plugins/%C3%B0/0.1.0"), None).await;
+    assert_eq!(s, 404, "a name no manifest can have names nothing: {b}");
 
     // A token with plugins:publish publishes; one without may not.
     let token_body = json!({"name": "ci", "scopes": ["plugins:publish"]});

@@ -322,6 +322,16 @@ impl mapi_methods::ParamSchema for PluginParam {
     }
 }
 
+/// Whether `s` can be a plugin's name.
+pub fn is_plugin_name(s: &str) -> bool {
+    name_rule(s, 32, true).is_ok()
+}
+
+/// Whether `s` can be a plugin's version (`MAJOR.MINOR.PATCH`).
+pub fn is_version(s: &str) -> bool {
+    version_rule(s).is_ok()
+}
+
 /// Lowercase ASCII letters, digits and `_` (and `-` in a plugin's name),
 /// starting with a letter, at most `max` long.
 fn name_rule(s: &str, max: usize, dash: bool) -> Result<(), String> {

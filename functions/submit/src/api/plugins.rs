@@ -288,6 +288,13 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let granted =
         require_project(&state, &caller, &tenant, &project, Resource::Plugin, Action::Delete).await?;
+    let shown = |s: &str| s.chars().take(64).collect::<String>();
+    let missing =
+        format!("version {} of plugin {} not found in {tenant}/{project}", shown(&version), shown(&name));
+    // Only a name and version a manifest can have name a document.
+    if !mapi_plugins::manifest::is_plugin_name(&name) || !mapi_plugins::manifest::is_version(&version) {
+        return Err(ApiError::not_found(missing));
+    }
     let now = state.clock.now();
     let id = PluginDoc::id_of(&tenant, &project, &name, &version);
     let record = Audit::by(&caller, "plugin.delete", format!("plugins/{name}/{version}"))
@@ -297,7 +304,6 @@ pub async fn delete(
         .into_doc(now, &*state.entropy);
     let key = mapi_schema::key::<PluginDoc>(&id)?;
     let (id, record, key) = (&id, &record, &key);
-    let missing = format!("version {version} of plugin {name} not found in {tenant}/{project}");
     let missing = &missing;
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         if tx_get::<PluginDoc>(&mut tx, id).await?.is_none() {
