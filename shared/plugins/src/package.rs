@@ -136,7 +136,8 @@ fn visit(
         let path = path.to_str().map(str::to_owned).filter(|p| plain && !p.is_empty());
         let kind = entry.header().entry_type();
         if kind.is_dir() {
-            if path.is_none() && !shown.trim_start_matches("./").trim_end_matches('/').is_empty() {
+            // A directory writes nothing; `.` (what `tar -cf x.tar .` starts with) is the root.
+            if !plain {
                 return Err(PackageError::BadPath(shown));
             }
             continue;
@@ -276,6 +277,11 @@ mod tests {
         }
         assert_eq!(std::fs::read_dir(out.path()).expect("ls").count(), 0, "nothing was written");
         assert!(matches!(read(b"not a tar"), Err(PackageError::NotTar(_) | PackageError::NoManifest)));
+        let root = raw_entry(".", tar::EntryType::Directory, None);
+        assert!(
+            matches!(read(&root), Err(PackageError::NoManifest)),
+            "the root directory entry is no problem"
+        );
         assert!(matches!(read(&vec![0u8; MAX_BYTES + 1]), Err(PackageError::TooLarge(_))));
     }
 }
