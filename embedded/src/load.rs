@@ -69,6 +69,7 @@ pub async fn copy_dispatched_run(
             nonce: a.nonce.clone(),
             class: a.class,
             method: template.method().to_owned(),
+            base: template.plugin().map(|p| p.base.clone()),
             timeout: std::time::Duration::from_secs(u64::from(template.timeout_s())),
             task_count: template.task_count(),
             env: BTreeMap::new(),

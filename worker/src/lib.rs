@@ -11,6 +11,7 @@
 
 pub mod bootstrap;
 pub mod bridge;
+pub mod plugin;
 pub mod probe;
 pub mod serve;
 pub mod supervisor;

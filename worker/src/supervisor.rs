@@ -173,13 +173,13 @@ async fn delete_pinned(http: &reqwest::Client, source: &Source, generation: &str
 }
 
 /// Prints signed events, one line each.
-struct Events {
+pub(crate) struct Events {
     seq: EventSequencer,
     clock: SystemClock,
 }
 
 impl Events {
-    fn emit(&mut self, body: EventBody) {
+    pub(crate) fn emit(&mut self, body: EventBody) {
         use std::io::Write;
         let signed = self.seq.next(self.clock.now(), body);
         let mut out = std::io::stdout().lock();
@@ -236,7 +236,7 @@ impl Context for TaskContext {
 
 /// Reads a signed URL (`None`: 404), retrying transient failures (the
 /// platform may be restarting) for about a quarter of a minute.
-async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<Bytes>, String> {
+pub(crate) async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<Bytes>, String> {
     let mut last = String::new();
     for attempt in 0..6u32 {
         back_off(attempt, TRANSFER_FIRST_WAIT).await;
@@ -260,17 +260,22 @@ async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Result<Option<B
     Err(last)
 }
 
-/// Uploads an output, retrying transient failures (the platform may be
-/// restarting) for about half a minute.
 /// The object generation a write was answered with (`x-goog-generation`).
 fn generation_of(r: &reqwest::Response) -> Option<i64> {
     r.headers().get("x-goog-generation")?.to_str().ok()?.parse().ok()
 }
 
-/// Writes an output through its create-only URL and returns the generation
-/// the store answered with, or `None` when an earlier try of this task had
-/// written it (412: the URL belongs to this attempt's task alone).
-async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<Option<i64>, String> {
+/// Writes an output through its create-only URL, retrying transient
+/// failures (the platform may be restarting) for about half a minute, and
+/// returns the generation the store answered with, or `None` when an
+/// earlier try of this task had written it (412: the URL belongs to this
+/// attempt's task alone).
+pub(crate) async fn upload(
+    http: &reqwest::Client,
+    url: &str,
+    bytes: Vec<u8>,
+    content_type: &str,
+) -> Result<Option<i64>, String> {
     let mut last = String::new();
     for attempt in 0..6u32 {
         back_off(attempt, TRANSFER_FIRST_WAIT).await;
@@ -278,7 +283,7 @@ async fn upload(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Result<Opt
         // refuses the upload without it.
         let sent = http
             .put(url)
-            .header("content-type", "application/json")
+            .header("content-type", content_type)
             .header("x-goog-if-generation-match", "0")
             .body(bytes.clone())
             .send()
@@ -390,6 +395,10 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
             }
         },
     };
+    if let Some(plugin) = &boot.plugin {
+        let task = crate::plugin::Task { http: &http, boot: &boot, plugin, dataset, stop, get };
+        return crate::plugin::run(task, &mut events).await;
+    }
     let spec = mapi_methods::find(&boot.method);
     let params = match spec.map(|s| mapi_methods::validate(s, &boot.params)) {
         Some(Ok(p)) => p,
@@ -433,7 +442,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
                     return EXIT_SETUP;
                 };
                 let size = out.bytes.len() as u64;
-                let generation = match upload(&http, url, out.bytes).await {
+                let generation = match upload(&http, url, out.bytes, "application/json").await {
                     Ok(g) => g,
                     Err(e) => {
                         log("ERROR", &e);
@@ -478,7 +487,7 @@ async fn probes(http: &reqwest::Client, boot: &Bootstrap, mut events: Events) ->
         return EXIT_SETUP;
     };
     let size = bytes.len() as u64;
-    let generation = match upload(http, url, bytes).await {
+    let generation = match upload(http, url, bytes, "application/json").await {
         Ok(g) => g,
         Err(e) => {
             log("ERROR", &e);

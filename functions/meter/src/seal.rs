@@ -25,11 +25,15 @@ use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{ModelVersionDoc, layout};
 
-/// Whether `run` is sealed when it succeeds: its method fits a model. It is
-/// read from the registry at finalization; a method the registry no longer
-/// holds fits none.
+/// Whether `run` is sealed when it succeeds: its method fits a model. For a
+/// built-in it is read from the registry at finalization (a method the
+/// registry no longer holds fits none); a plugin method fits one when its
+/// manifest named a model output, as recorded with the run.
 pub fn needed(run: &RunDoc) -> bool {
-    mapi_methods::produces_model(run.method())
+    match run.plugin() {
+        Some(code) => code.model.is_some(),
+        None => mapi_methods::produces_model(run.method()),
+    }
 }
 
 /// Every output object stored under an attempt's directory (all its

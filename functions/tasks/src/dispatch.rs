@@ -21,7 +21,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use bytes::Bytes;
-use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, Nonce, Reason, RunState};
+use mapi_domain::{BOOTSTRAP_VERSION, Bootstrap, Nonce, PluginBoot, Reason, RunState};
 use mapi_events::AttemptKey;
 use mapi_executor::{AttemptSubmit, ExecutionHandle, SubmitError};
 use mapi_identity::InternalCaller;
@@ -100,7 +100,7 @@ pub async fn handle(
 
     if let Some(run) = mapi_schema::get::<RunDoc>(&*state.store, task.run.as_str()).await?
         && run.state() == RunState::Queued
-        && let Some((wait, why)) = mapi_admission::held(&state, run.tenant()).await?
+        && let Some((wait, why)) = mapi_admission::held(&state, run.tenant(), run.plugin().is_some()).await?
     {
         tracing::info!(run = %run.id(), "{why}");
         note_wait(&state, &run, &why).await?;
@@ -176,6 +176,7 @@ pub async fn handle(
         nonce: attempt.nonce.clone(),
         class: attempt.class,
         method: run.method().to_owned(),
+        base: run.plugin().map(|p| p.base.clone()),
         timeout: Duration::from_secs(u64::from(run.timeout_s())),
         task_count: attempt.task_count,
         env,
@@ -365,8 +366,20 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
         + Duration::from_secs(3600);
     let dataset_url =
         state.objects.signed_url(SignedMethod::Get, &ObjectKey::parse(&dataset.object)?, ttl).await?;
-    let spec = mapi_methods::find(run.method())
-        .ok_or_else(|| ApiError::internal("method vanished from the registry"))?;
+    let (outputs_of, plugin) = match run.plugin() {
+        Some(code) => {
+            let url =
+                state.objects.signed_url(SignedMethod::Get, &ObjectKey::parse(&code.object)?, ttl).await?;
+            let boot =
+                PluginBoot { package_url: url, sha256: code.sha256.clone(), method: code.method.clone() };
+            (code.outputs.clone(), Some(boot))
+        }
+        None => {
+            let spec = mapi_methods::find(run.method())
+                .ok_or_else(|| ApiError::internal("method vanished from the registry"))?;
+            (spec.outputs.iter().map(|o| o.name.to_owned()).collect(), None)
+        }
+    };
     for task in 0..attempt.task_count {
         let dir = layout::task_dir(
             run.tenant(),
@@ -377,10 +390,10 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
             attempt.task_count,
         );
         let mut outputs = BTreeMap::new();
-        for out in spec.outputs {
-            let key = ObjectKey::parse(&layout::output(&dir, out.name))?;
+        for name in &outputs_of {
+            let key = ObjectKey::parse(&layout::output(&dir, name))?;
             outputs.insert(
-                out.name.to_owned(),
+                name.clone(),
                 state.objects.signed_url(SignedMethod::PutCreateOnly, &key, ttl).await?,
             );
         }
@@ -405,6 +418,7 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
             checkpoint_url,
             resume_url,
             event_key: attempt.event_key.clone(),
+            plugin: plugin.clone(),
         };
         let bytes = Bytes::from(serde_json::to_vec(&boot)?);
         let key = ObjectKey::parse(attempt.nonce.for_task(task).as_str())?;

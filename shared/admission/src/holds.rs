@@ -10,13 +10,40 @@ use mapi_schema::{KillSwitchDoc, TenantDoc};
 
 /// Why a run of `tenant` may not start now, and how many seconds until the
 /// queue offers it again: the spend cap (until its period ends, at most an
-/// hour), the executor switched off by an operator, or the shared-tier gate
-/// for `verified` and `public` tenants.
-pub async fn held(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
+/// hour), for a run of tenant code (`plugin`) the uploaded-code switch or an
+/// executor that does not isolate it, the executor switched off by an
+/// operator, or the shared-tier gate for `verified` and `public` tenants.
+pub async fn held(
+    state: &AppState,
+    tenant: &TenantId,
+    plugin: bool,
+) -> Result<Option<(u64, String)>, ApiError> {
     if let Some((wait, why)) = compute_stopped(state, tenant).await? {
         return Ok(Some((wait.min(3600), why)));
     }
+    if plugin && let Some(why) = untrusted_code_held(state).await? {
+        return Ok(Some((HOLD_RETRY_S, why)));
+    }
     gate(state, tenant).await
+}
+
+/// Why a queued run of plugin code may not be leased now: an operator
+/// turned uploaded code off (runs already started finish), or the executor
+/// does not isolate tenant code.
+async fn untrusted_code_held(state: &AppState) -> Result<Option<String>, ApiError> {
+    let switches = mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?;
+    if switches.is_some_and(|k| !k.switches.untrusted_execution_enabled) {
+        return Ok(Some(
+            "uploaded code is switched off by an operator (kill switch untrusted_execution): \
+             the run waits in the queue until it is switched on again"
+                .to_owned(),
+        ));
+    }
+    Ok(state
+        .executor
+        .capabilities()
+        .untrusted_code_refusal()
+        .map(|why| format!("{why}; the run waits in the queue")))
 }
 
 /// How long a run held back by the executor's switch or the shared-tier

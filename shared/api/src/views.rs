@@ -71,6 +71,9 @@ pub struct RunView {
     /// The ended run this one retries (`POST /v1/runs/{id}/retry`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<RunId>,
+    /// For a run of a plugin method: the plugin version it runs (fixed at submit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<mapi_domain::PluginCode>,
     pub error: Option<RunError>,
     pub stalled: bool,
     /// Why a queued run is not placed yet (the executor switched off, the

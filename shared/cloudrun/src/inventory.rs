@@ -71,7 +71,12 @@ impl Inventory {
     /// The Job an attempt of `class` running `method` goes to, or the
     /// sentence it is refused with.
     pub fn place(&self, class: ResourceClass, method: &str) -> Result<&JobRef, String> {
-        let base = self.base_of(method);
+        self.place_on(class, self.base_of(method))
+    }
+
+    /// The Job an attempt of `class` on image `base` goes to, or the
+    /// sentence it is refused with.
+    pub fn place_on(&self, class: ResourceClass, base: &str) -> Result<&JobRef, String> {
         match class {
             ResourceClass::XL => {
                 return Err("XL runs are for the GKE executor: cloudrun-jobs does not take them".to_owned());

@@ -379,7 +379,8 @@ impl Executor for CloudRunJobsExecutor {
 
     async fn submit(&self, a: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError> {
         let inner = &self.inner;
-        let job = inner.inventory.place(a.class, &a.method).map_err(SubmitError::Refused)?;
+        let base = a.base.as_deref().unwrap_or_else(|| inner.inventory.base_of(&a.method));
+        let job = inner.inventory.place_on(a.class, base).map_err(SubmitError::Refused)?;
         let began = inner.clock.now();
         let mut throttled = 0u32;
         loop {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AttemptNo, ProjectId, RunId, TenantId};
+use crate::{AttemptNo, PluginBoot, ProjectId, RunId, TenantId};
 
 /// The format version this build writes and reads.
 pub const BOOTSTRAP_VERSION: u32 = 1;
@@ -37,4 +37,8 @@ pub struct Bootstrap {
     pub resume_url: Option<String>,
     /// The attempt's event-signing key, 64 hex characters.
     pub event_key: String,
+    /// The tenant code to run in place of a built-in method, for a run of a
+    /// plugin method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<PluginBoot>,
 }

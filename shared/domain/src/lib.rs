@@ -10,6 +10,7 @@ pub mod class;
 pub mod endpoint;
 pub mod ids;
 pub mod outcome;
+pub mod plugin;
 pub mod run;
 pub mod schema;
 pub mod spec;
@@ -28,6 +29,7 @@ pub use outcome::{
     AttemptFacts, AttemptOutcome, ExecutionHandle, ExecutionStatus, OutputsCompared, RetryPolicy, Verdict,
     classify, decide, exit,
 };
+pub use plugin::{PluginBoot, PluginCode};
 pub use run::{ErrorCode, ItemErrorKind, Reason, RunError, RunState, Transition, TransitionError};
 pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};
 pub use tenant::{Residency, TenantStatus, Tier};

@@ -91,6 +91,7 @@ pub fn attempt(n: u8, timeout: Duration, task_count: u32) -> AttemptSubmit {
         nonce,
         class: ResourceClass::S,
         method: "diag.sleep".to_owned(),
+        base: None,
         timeout,
         task_count,
         env,

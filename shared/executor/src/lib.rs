@@ -67,6 +67,9 @@ pub struct AttemptSubmit {
     pub class: ResourceClass,
     /// The method, whose namespace selects the base image.
     pub method: String,
+    /// The base image a plugin's manifest names, in place of the method's
+    /// namespace.
+    pub base: Option<String>,
     /// The run's timeout; the executor's own backstop adds its margin.
     pub timeout: Duration,
     pub task_count: u32,
@@ -122,6 +125,28 @@ pub struct Capabilities {
 pub const EVERY_AREA: [&str; 3] = ["europe-west1", "us-central1", "asia-northeast1"];
 
 impl Capabilities {
+    /// Why this executor may not run code a tenant uploaded (a plugin), if
+    /// it may not: such code runs only with gVisor isolation or stronger and
+    /// egress enforced, whatever the tenant's tier (the tier decides which
+    /// isolated executor, never whether isolation is needed).
+    pub fn untrusted_code_refusal(&self) -> Option<String> {
+        let weak = self.isolation < Isolation::Gvisor;
+        if !weak && self.egress_enforced {
+            return None;
+        }
+        let lacks = match (weak, self.egress_enforced) {
+            (true, false) => format!("its isolation is {:?} and its egress is not enforced", self.isolation),
+            (true, true) => format!("its isolation is {:?}", self.isolation),
+            _ => "its egress is not enforced".to_owned(),
+        };
+        Some(format!(
+            "plugin code runs only on an executor with gVisor isolation or stronger and enforced egress; executor {} \
+             does not qualify ({}): an operator can run the gvisor executor (MAPI_EXECUTOR=gvisor)",
+            self.executor,
+            lacks.to_lowercase()
+        ))
+    }
+
     /// Why this executor may not run the work of a tenant with `residency`,
     /// if it may not: none of its regions is one the residency admits.
     pub fn residency_refusal(&self, residency: &mapi_domain::Residency) -> Option<String> {

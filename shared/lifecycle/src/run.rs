@@ -40,6 +40,8 @@ pub struct NewRun {
     /// The tenant's data residency when the run was asked (a later change
     /// applies to new runs only).
     pub residency: mapi_domain::Residency,
+    /// The plugin version a run of a plugin method runs.
+    pub plugin: Option<mapi_domain::PluginCode>,
 }
 
 /// A run: what was asked, where it is, and how it got there.
@@ -105,6 +107,9 @@ pub struct RunDoc {
     /// When the run housekeeper had every execution of the run forgotten (their logs with them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     leftovers_forgotten_at: Option<Timestamp>,
+    /// The plugin version a run of a plugin method runs (fixed at submit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    plugin: Option<mapi_domain::PluginCode>,
 }
 
 /// What holds a queued run back, and since when.
@@ -183,6 +188,7 @@ impl RunDoc {
             residency: Some(new.residency),
             leftovers_since: None,
             leftovers_forgotten_at: None,
+            plugin: new.plugin,
         }
     }
 
@@ -249,6 +255,11 @@ impl RunDoc {
     pub(crate) fn forget_leftovers(&mut self, at: Timestamp) {
         self.leftovers_since = None;
         self.leftovers_forgotten_at = Some(at);
+    }
+
+    /// The plugin version the run runs, for a run of a plugin method.
+    pub fn plugin(&self) -> Option<&mapi_domain::PluginCode> {
+        self.plugin.as_ref()
     }
 
     /// The data residency the run was asked under, where one is recorded.

@@ -54,6 +54,7 @@ fn new_run() -> NewRun {
         labels: Default::default(),
         retry_of: None,
         residency: mapi_domain::Residency::parse("eu").expect("eu"),
+        plugin: None,
     }
 }
 

@@ -316,3 +316,59 @@ pub async fn delete(
     .await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// The plugin version and method a run of `method` (`p.{plugin}.{method}`)
+/// runs: version `pin` where one is given (a retry runs what the run it
+/// retries ran), else the newest published. Refusals say what to publish or
+/// which methods there are.
+pub async fn resolve(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    method: &str,
+    pin: Option<&str>,
+) -> Result<(PluginDoc, mapi_plugins::PluginMethod), ApiError> {
+    let shown: String = method.chars().take(96).collect();
+    let Some((plugin, short)) = mapi_plugins::split_method(method) else {
+        return Err(ApiError::invalid(format!(
+            "`{shown}` is not a plugin method's name: plugin methods are named p.PLUGIN.METHOD"
+        )));
+    };
+    let all = versions(state, tenant, project, plugin).await?;
+    let doc = match pin {
+        Some(v) => all.into_iter().find(|d| d.version == v).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "version {v} of plugin {plugin} is no longer published in {tenant}/{project}: submit the method anew to run the newest version"
+            ))
+        })?,
+        None => all.into_iter().next().ok_or_else(|| {
+            ApiError::invalid(format!(
+                "unknown method `{shown}`: no plugin {plugin} is published in {tenant}/{project} (mapi plugins publish DIR)"
+            ))
+        })?,
+    };
+    let Some(found) = doc.manifest.method(short).cloned() else {
+        let known: Vec<String> =
+            doc.manifest.methods.iter().map(|m| mapi_plugins::method_name(plugin, &m.name)).collect();
+        return Err(ApiError::invalid(format!(
+            "plugin {plugin} {} has no method {short}: use one of {}",
+            doc.version,
+            known.join(", ")
+        )));
+    };
+    Ok((doc, found))
+}
+
+/// What a run of `method` of the plugin version `doc` records: the version it runs.
+pub fn code(doc: &PluginDoc, method: &mapi_plugins::PluginMethod) -> mapi_domain::PluginCode {
+    mapi_domain::PluginCode {
+        name: doc.name.clone(),
+        version: doc.version.clone(),
+        method: method.name.clone(),
+        sha256: doc.sha256.clone(),
+        object: doc.object.clone(),
+        base: doc.manifest.base.clone(),
+        outputs: method.outputs.clone(),
+        model: method.model.clone(),
+    }
+}

@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
 use mapi_api::views::{RunPage, RunSummary, RunView};
-use mapi_domain::{ProjectId, ResourceClass, RunId, RunSpecInput, RunState, TenantId, Timestamp, UserId};
+use mapi_domain::{
+    PluginCode, ProjectId, ResourceClass, RunId, RunSpecInput, RunState, TenantId, Timestamp, UserId,
+};
 use mapi_identity::{Audit, Caller, Granted, Target, authorize};
 use mapi_lifecycle::{NewRun, RunDoc};
 use mapi_platform::AppState;
@@ -22,29 +24,24 @@ use mapi_admission::quota;
 
 /// The checks a spec passes before a run is written, in order: the timeout,
 /// the method and its parameters, the class on this executor, the dataset
-/// and its columns.
+/// and its columns. Answers the dataset and, for a plugin method, the
+/// plugin version the run runs (`pin`: the version a retry keeps).
 async fn validate(
     state: &AppState,
-    tenant: &TenantId,
-    project: &ProjectId,
+    (tenant, project): (&TenantId, &ProjectId),
     spec: &RunSpecInput,
-) -> Result<DatasetDoc, ApiError> {
+    pin: Option<&str>,
+) -> Result<(DatasetDoc, Option<PluginCode>), ApiError> {
     spec.check().map_err(|e| ApiError::invalid(e.to_string()))?;
-    let dataset_method = mapi_methods::find(&spec.method).filter(|m| m.input == mapi_methods::Input::Dataset);
-    let Some(method) = dataset_method else {
-        let known: Vec<&str> = mapi_methods::all()
-            .iter()
-            .filter(|m| m.input == mapi_methods::Input::Dataset)
-            .map(|m| m.name)
-            .collect();
-        return Err(ApiError::invalid(format!(
-            "unknown method `{}`: use one of {}",
-            spec.method.chars().take(64).collect::<String>(),
-            known.join(", ")
-        )));
+    let invalid = |e: mapi_methods::ParamError| ApiError::invalid(e.to_string());
+    let (params, plugin) = if spec.method.starts_with(mapi_plugins::PREFIX) {
+        let (doc, method) = super::plugins::resolve(state, tenant, project, &spec.method, pin).await?;
+        let params =
+            mapi_methods::validate_with(&spec.method, &method.params, &spec.params).map_err(invalid)?;
+        (params, Some((super::plugins::code(&doc, &method), method)))
+    } else {
+        (mapi_methods::validate(builtin(&spec.method)?, &spec.params).map_err(invalid)?, None)
     };
-    let params =
-        mapi_methods::validate(method, &spec.params).map_err(|e| ApiError::invalid(e.to_string()))?;
     state.executor.check_placement(spec.class, &spec.method).map_err(ApiError::invalid)?;
     let max_tasks = state.executor.capabilities().max_task_count;
     if spec.tasks > max_tasks {
@@ -63,9 +60,31 @@ async fn validate(
         }
     };
     let numeric = |c: &str| dataset.numeric_columns.iter().any(|n| n == c);
-    mapi_methods::check_columns(method, &params, &dataset.columns, &numeric)
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
-    Ok(dataset)
+    match &plugin {
+        Some((_, method)) => {
+            mapi_methods::check_columns_with(&method.params, &params, &dataset.columns, &numeric)
+        }
+        None => mapi_methods::check_columns(builtin(&spec.method)?, &params, &dataset.columns, &numeric),
+    }
+    .map_err(invalid)?;
+    Ok((dataset, plugin.map(|(code, _)| code)))
+}
+
+/// The built-in dataset method `name`, or a refusal listing them.
+fn builtin(name: &str) -> Result<&'static mapi_methods::MethodSpec, ApiError> {
+    let dataset_method = mapi_methods::find(name).filter(|m| m.input == mapi_methods::Input::Dataset);
+    dataset_method.ok_or_else(|| {
+        let known: Vec<&str> = mapi_methods::all()
+            .iter()
+            .filter(|m| m.input == mapi_methods::Input::Dataset)
+            .map(|m| m.name)
+            .collect();
+        ApiError::invalid(format!(
+            "unknown method `{}`: use one of {} (or a plugin's p.PLUGIN.METHOD)",
+            name.chars().take(64).collect::<String>(),
+            known.join(", ")
+        ))
+    })
 }
 
 enum Submitted {
@@ -150,6 +169,8 @@ pub async fn submit(
 struct Origin {
     labels: mapi_api::labels::RunLabels,
     retry_of: Option<RunId>,
+    /// The plugin version the retried run ran: a retry runs the same code.
+    plugin_version: Option<String>,
 }
 
 /// A run asked for: where, what, and from what.
@@ -183,7 +204,8 @@ async fn admit(
     {
         return replayed(state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
     }
-    validate(state, tenant, project, spec).await?;
+    let pin = origin.plugin_version.as_deref();
+    let (_, plugin) = validate(state, (tenant, project), spec, pin).await?;
     if let Some(why) = state.executor.capabilities().residency_refusal(&granted.tenant.residency) {
         return Err(ApiError::precondition(why));
     }
@@ -209,13 +231,14 @@ async fn admit(
         labels: origin.labels,
         retry_of: origin.retry_of,
         residency: granted.tenant.residency.clone(),
+        plugin,
     };
     let run = &new;
     let ask = mapi_quota::Ask::Run {
         class: run.class,
         task_count: run.task_count,
         vcpu_ms: quota::reserve_ms(run.class, run.task_count, run.timeout_s),
-        plugin: false,
+        plugin: run.plugin.is_some(),
     };
     let idem_doc =
         key.map(|k| IdempotencyDoc { run: Some(run.id.clone()), ..k.record(state, tenant, project, now) });
@@ -226,7 +249,7 @@ async fn admit(
         .into_doc(now, &*state.entropy);
     if dry {
         let plan = quota::plan(state, now, tenant, tier, caller.token(), &ask, run.id.as_str()).await?;
-        let held = mapi_admission::held(state, tenant).await?.map(|(_, why)| why);
+        let held = mapi_admission::held(state, tenant, run.plugin.is_some()).await?.map(|(_, why)| why);
         return Ok(Json(dry_run(run, plan.err(), held)).into_response());
     }
     let request = quota::Request {
@@ -304,7 +327,11 @@ pub async fn retry(
     let (tenant, project) = (run.tenant(), run.project());
     let retried = format!("retry of {}", run.id());
     let key = Key::of(&headers, idempotency::Route::Runs, tenant, project, retried.as_bytes())?;
-    let origin = Origin { labels: run.labels().clone(), retry_of: Some(run.id().clone()) };
+    let origin = Origin {
+        labels: run.labels().clone(),
+        retry_of: Some(run.id().clone()),
+        plugin_version: run.plugin().map(|p| p.version.clone()),
+    };
     let asked = Asked { tenant, project, spec: &spec, origin };
     admit(&state, &caller, &granted, asked, key, false).await
 }

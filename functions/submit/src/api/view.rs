@@ -112,6 +112,7 @@ fn assemble(
         created_by: run.created_by().clone(),
         labels: run.labels().clone(),
         retry_of: run.retry_of().cloned(),
+        plugin: run.plugin().cloned(),
         error: run.error().cloned(),
         stalled: run.stalled(),
         waiting: run

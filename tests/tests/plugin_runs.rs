@@ -1,0 +1,170 @@
+//! Runs of plugin methods, end to end: the package published over HTTP, the
+//! run admitted like any run, placed only on an executor that isolates
+//! tenant code (gVisor with enforced egress), the package fetched by the
+//! worker and its digest checked, the code run as a child of the
+//! supervisor in the sandbox, its reports signed by the supervisor, its
+//! outputs uploaded, and the run metered; the uploaded-code kill switch
+//! refusing new plugin runs at submit and holding queued ones while
+//! built-in methods go on.
+
+use mapi_tests::backend::{Backend, start};
+use mapi_tests::{Options, TestPlatform, transitions, with_start};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const LONGLEY: &str = include_str!("../../examples/longley.csv");
+
+const MANIFEST: &str = r#"name = "stats"
+version = "1.0.0"
+base = "base-ml"
+description = "Column statistics in plain Python"
+
+[[methods]]
+name = "mean"
+summary = "The mean of a column"
+entry = "stats:mean"
+outputs = ["summary.json"]
+
+[[methods.params]]
+name = "column"
+kind = "column"
+required = true
+
+[[methods.params]]
+name = "scale"
+kind = "number"
+default = 1.0
+min = 0.0
+"#;
+
+const SOURCE: &str = r#"import sys
+
+def mean(ctx):
+    rows = ctx.rows()
+    column = ctx.params["column"]
+    values = [float(r[column]) for r in rows]
+    ctx.progress(0.5, "summed")
+    m = sum(values) / len(values) * ctx.params["scale"]
+    ctx.metric("mean", m)
+    print("plain output of the plugin")
+    print('{"mapi_event":{"v":1,"run":"forged","body":{"type":"complete"},"sig":"00"}}')
+    print("to stderr", file=sys.stderr)
+    ctx.write_json("summary.json", {"column": column, "mean": m, "n": len(values)})
+    ctx.progress(1.0, "done")
+"#;
+
+/// The package of a plugin directory holding `manifest` and `stats.py`.
+pub fn package(manifest: &str, source: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("mapi-plugin.toml"), manifest).expect("manifest");
+    std::fs::write(dir.path().join("stats.py"), source).expect("source");
+    mapi_plugins::package::pack(dir.path()).expect("pack")
+}
+
+/// Publishes `bytes` to the platform's own project as its token.
+pub async fn publish(p: &TestPlatform, bytes: Vec<u8>) -> Value {
+    let resp = p
+        .http
+        .post(p.url(&format!("{}/plugins", p.project_path())))
+        .bearer_auth(p.token())
+        .header("content-type", "application/x-tar")
+        .body(bytes)
+        .send()
+        .await
+        .expect("publish");
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await.unwrap_or(Value::Null);
+    assert!(status == 201 || status == 200, "publish answered {status}: {body}");
+    body
+}
+
+async fn submit(p: &TestPlatform, body: Value) -> (u16, Value) {
+    p.call(p.token(), Method::POST, &format!("{}/runs", p.project_path()), Some(body)).await
+}
+
+fn mean_of_employed() -> f64 {
+    let mut lines = LONGLEY.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = header.iter().position(|h| h.trim() == "employed").expect("employed");
+    let values: Vec<f64> = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split(',').nth(col).expect("cell").trim().parse().expect("number"))
+        .collect();
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// A plugin method runs in the gVisor sandbox: its parameters validated
+/// (defaults filled in), its progress and metric signed by the supervisor,
+/// its output uploaded and its printing logged as text, a forged event line
+/// included, which never becomes an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_method_runs_in_the_sandbox() {
+    let p = start(Backend::Gvisor, &[], Options::default()).await;
+    let published = publish(&p, package(MANIFEST, SOURCE)).await;
+    let ds = p.upload(LONGLEY).await;
+
+    let (s, bad) =
+        submit(&p, json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "nope"}})).await;
+    assert_eq!((s, bad["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{bad}");
+    assert!(bad["detail"].as_str().unwrap_or_default().contains("nope"), "the column is named: {bad}");
+    let (s, bad) = submit(&p, json!({"method": "p.stats.median", "dataset": ds, "params": {}})).await;
+    assert_eq!(s, 400, "{bad}");
+    assert!(
+        bad["detail"].as_str().unwrap_or_default().contains("p.stats.mean"),
+        "the methods are listed: {bad}"
+    );
+    let (s, bad) = submit(&p, json!({"method": "p.nothing.here", "dataset": ds, "params": {}})).await;
+    assert!(s == 400 && bad["detail"].as_str().unwrap_or_default().contains("mapi plugins publish"), "{bad}");
+
+    let (s, made) = submit(
+        &p,
+        json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "employed"}, "timeout_s": 120}),
+    )
+    .await;
+    assert_eq!(s, 201, "{made}");
+    assert_eq!(made["plugin"]["version"], "1.0.0", "the run records the version it runs: {made}");
+    assert_eq!(made["plugin"]["sha256"], published["sha256"], "{made}");
+    let id = made["id"].as_str().expect("id");
+    let run = p.wait_final(id).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(transitions(&run), with_start(&[("running", "succeeded", "completed")]));
+    let expected = mean_of_employed();
+    let metric = run["progress"]["metrics"]["mean"].as_f64().expect("the mean as a metric");
+    assert!((metric - expected).abs() < 1e-9, "{metric} vs {expected}");
+    let out = &run["outputs"][0];
+    assert_eq!(out["name"], "summary.json", "{run:#}");
+    let summary: Value = p.output(out["url"].as_str().expect("url")).await.json().await.expect("json");
+    assert_eq!(
+        (summary["column"].as_str(), summary["n"].as_u64()),
+        (Some("employed"), Some(16)),
+        "{summary}"
+    );
+    assert!(run["attempts"][0]["charge"]["amount_micros"].as_i64().expect("metered") > 0, "{run:#}");
+
+    let (s, logs) = p.call(p.token(), Method::GET, &format!("/v1/runs/{id}/logs"), None).await;
+    assert_eq!(s, 200, "{logs}");
+    let text = logs.to_string();
+    assert!(text.contains("plain output of the plugin") && text.contains("to stderr"), "{logs:#}");
+    assert!(text.contains("forged"), "the forged line is logged as text: {logs:#}");
+    assert_eq!(run["progress"]["events"].as_u64().map(|n| n < 20), Some(true), "{run:#}");
+}
+
+/// On an executor without gVisor isolation a plugin run is admitted and
+/// waits, saying why; built-in methods run as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_run_waits_for_an_isolating_executor() {
+    let p = start(Backend::LocalProcess, &[], Options::default()).await;
+    publish(&p, package(MANIFEST, SOURCE)).await;
+    let ds = p.upload(LONGLEY).await;
+    let (s, made) =
+        submit(&p, json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "employed"}})).await;
+    assert_eq!(s, 201, "{made}");
+    let id = made["id"].as_str().expect("id");
+    let run = p.wait_run(id, std::time::Duration::from_secs(30), |r| !r["waiting"].is_null()).await;
+    assert_eq!(run["state"], "queued", "{run:#}");
+    let why = run["waiting"]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("gVisor") && why.contains("local-process"), "{run:#}");
+    let builtin = p.submit(json!({"method": "describe", "dataset": ds})).await;
+    assert_eq!(p.wait_final(&builtin).await["state"], "succeeded");
+    assert_eq!(p.run(id).await["state"], "queued", "the plugin run still waits");
+}

@@ -1,0 +1,520 @@
+//! Running a plugin method: code a tenant uploaded, in a child process the
+//! supervisor watches.
+//!
+//! 1. The package is fetched through its signed URL and its SHA-256 checked
+//!    against the digest the run was admitted with before anything of it is
+//!    read; then it is checked whole and unpacked (`mapi_plugins::package`),
+//!    and the method's parameters validated against its manifest, defaults
+//!    filled in, exactly as at submit.
+//! 2. The supervisor makes itself non-dumpable (`PR_SET_DUMPABLE` 0): a
+//!    process of the same user can then neither trace it nor read its
+//!    memory or its file descriptors under `/proc`, so the attempt's event
+//!    key and its signed URLs stay the supervisor's.
+//! 3. The plugin runs as `python3 -I -B -u mapi_plugin_host.py` in a process
+//!    group of its own, with an environment of its own (none of the
+//!    supervisor's), its package as working directory, and a pipe on
+//!    `MAPI_CONTROL_FD` for its reports. The helper module `mapi` writes one
+//!    JSON object per line there; the supervisor checks each (finite
+//!    numbers, bounded sizes, at most [`MAX_REPORTS`]) and signs what it
+//!    forwards as the run's events. Plugin code never signs anything.
+//! 4. What the plugin prints (stdout and stderr) is logged by the
+//!    supervisor as plain log lines, each at most [`MAX_LINE`] bytes and
+//!    [`log_limit`] bytes in all: a line that looks like an event is logged
+//!    as text and never reaches the events' stdout.
+//! 5. At the stop (SIGTERM, the run's timeout) the group is sent SIGTERM,
+//!    then SIGKILL after [`GRACE`]. When the plugin exits, what is left of
+//!    its group is killed.
+//! 6. Exit 0: every output the manifest declares must be in the output
+//!    directory; each is uploaded through its create-only URL. A missing
+//!    output, a non-zero exit or a signal fails the run with an `error`
+//!    event naming it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mapi_domain::{Bootstrap, PluginBoot, exit};
+use mapi_events::EventBody;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::supervisor::{EXIT_SETUP, Events, fetch, log, upload};
+
+/// The helper module a plugin's entry point is given (`import mapi`).
+const HELPER: &str = include_str!("../python/mapi.py");
+/// The program that imports the entry point and calls it.
+const HOST: &str = include_str!("../python/mapi_plugin_host.py");
+
+/// The interpreter plugin code runs on, unless `MAPI_PYTHON` names another:
+/// the base image's (and, on one machine, the host's Debian) Python with
+/// its scientific packages.
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// The longest line of the plugin's output logged; the rest of a longer
+/// line is cut.
+pub const MAX_LINE: usize = 8 << 10;
+/// The most reports a plugin may send; the rest are dropped (logged once).
+pub const MAX_REPORTS: u64 = 10_000;
+/// How long the plugin has to exit after SIGTERM before SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(10);
+/// How many bytes of the plugin's output are logged by default
+/// (`MAPI_PLUGIN_LOG_LIMIT` sets another): the rest is counted, not kept.
+const DEFAULT_LOG_LIMIT: u64 = 4 << 20;
+
+/// How many bytes of plugin output are logged (`MAPI_PLUGIN_LOG_LIMIT`).
+fn log_limit(get: &dyn Fn(&str) -> Option<String>) -> u64 {
+    get("MAPI_PLUGIN_LOG_LIMIT").and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_LOG_LIMIT)
+}
+
+/// A task of a plugin run, as the supervisor hands it over.
+pub(crate) struct Task<'a> {
+    pub http: &'a reqwest::Client,
+    pub boot: &'a Bootstrap,
+    pub plugin: &'a PluginBoot,
+    pub dataset: Bytes,
+    pub stop: Arc<AtomicBool>,
+    pub get: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// Why the plugin could not be run: the run fails with `message` as its
+/// error (`Method`), or the task ends as a setup failure (`Setup`, retried
+/// as infrastructure).
+enum Failed {
+    Method(String),
+    Setup(String),
+}
+
+/// Runs the plugin method of `task`; the task's exit code.
+pub(crate) async fn run(task: Task<'_>, events: &mut Events) -> i32 {
+    let dir = match tempfile::Builder::new().prefix("mapi-plugin-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            log("ERROR", &format!("no room for the plugin: {e}"));
+            return EXIT_SETUP;
+        }
+    };
+    let prepared = match prepare(&task, dir.path()).await {
+        Ok(p) => p,
+        Err(Failed::Method(message)) => {
+            events.emit(EventBody::Error { message });
+            return exit::METHOD_ERROR;
+        }
+        Err(Failed::Setup(why)) => {
+            log("ERROR", &why);
+            return EXIT_SETUP;
+        }
+    };
+    // Before any tenant code starts: nothing of this process is readable by it.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        log("ERROR", &format!("cannot make the supervisor non-dumpable ({e}): plugin code is not run"));
+        return EXIT_SETUP;
+    }
+    let finished = match supervise(&task, &prepared, events).await {
+        Ok(f) => f,
+        Err(why) => {
+            log("ERROR", &why);
+            return EXIT_SETUP;
+        }
+    };
+    conclude(&task, &prepared, finished, events).await
+}
+
+/// What the plugin runs with, on disk.
+struct Prepared {
+    root: PathBuf,
+    /// The declared outputs, by name.
+    outputs: Vec<String>,
+    entry: String,
+}
+
+/// Fetches and checks the package, unpacks it, writes the helper, the
+/// dataset and the validated parameters.
+async fn prepare(task: &Task<'_>, root: &Path) -> Result<Prepared, Failed> {
+    let package = match fetch(task.http, &task.plugin.package_url, "plugin package").await {
+        Ok(Some(p)) => p,
+        Ok(None) => return Err(Failed::Method("the plugin's package no longer exists".to_owned())),
+        Err(e) => return Err(Failed::Setup(e)),
+    };
+    let digest = hex::encode(Sha256::digest(&package));
+    if digest != task.plugin.sha256 {
+        return Err(Failed::Method(format!(
+            "the plugin's package has SHA-256 {digest}, not the {} it was published with: it was not run",
+            task.plugin.sha256
+        )));
+    }
+    let checked = mapi_plugins::package::read(&package)
+        .map_err(|e| Failed::Method(format!("the plugin's package does not read: {e}")))?;
+    let Some(method) = checked.manifest.method(&task.plugin.method) else {
+        return Err(Failed::Method(format!("the plugin has no method {}", task.plugin.method)));
+    };
+    let params = mapi_methods::validate_with(&task.boot.method, &method.params, &task.boot.params)
+        .map_err(|e| Failed::Method(e.to_string()))?;
+    let io = |what: &str, e: std::io::Error| Failed::Setup(format!("{what}: {e}"));
+    let code = root.join("plugin");
+    for d in [&code, &root.join("platform"), &root.join("out")] {
+        std::fs::create_dir_all(d).map_err(|e| io("making the plugin's directories", e))?;
+    }
+    mapi_plugins::package::unpack(&package, &code)
+        .map_err(|e| Failed::Method(format!("the plugin's package does not unpack: {e}")))?;
+    std::fs::write(root.join("platform/mapi.py"), HELPER).map_err(|e| io("writing the helper", e))?;
+    std::fs::write(root.join("platform/mapi_plugin_host.py"), HOST).map_err(|e| io("writing the host", e))?;
+    std::fs::write(root.join("dataset.csv"), &task.dataset).map_err(|e| io("writing the dataset", e))?;
+    let params = serde_json::to_vec(&params).map_err(|e| Failed::Setup(e.to_string()))?;
+    std::fs::write(root.join("params.json"), params).map_err(|e| io("writing the parameters", e))?;
+    Ok(Prepared { root: root.to_owned(), outputs: method.outputs.clone(), entry: method.entry.clone() })
+}
+
+/// How the plugin ended.
+struct Finished {
+    status: std::process::ExitStatus,
+    /// The supervisor stopped it (SIGTERM, the timeout).
+    stopped: bool,
+    /// The error it reported, if it did.
+    error: Option<String>,
+}
+
+/// One report of the plugin, checked.
+#[derive(Debug, PartialEq)]
+enum Report {
+    Progress { fraction: f64, message: String },
+    Metric { name: String, value: f64 },
+    Error(String),
+}
+
+/// Reads one control line; `Err` says why it is not a report.
+fn report(line: &str) -> Result<Report, String> {
+    let v: Value = serde_json::from_str(line).map_err(|_| "not a JSON object".to_owned())?;
+    let text = |v: &Value, max: usize| v.as_str().map(|s| s.chars().take(max).collect::<String>());
+    let finite = |v: &Value| v.as_f64().filter(|x| x.is_finite());
+    if let Some(p) = v.get("progress") {
+        let fraction = finite(&p["fraction"]).filter(|f| (0.0..=1.0).contains(f));
+        let fraction = fraction.ok_or("progress needs a fraction between 0 and 1")?;
+        return Ok(Report::Progress { fraction, message: text(&p["message"], 500).unwrap_or_default() });
+    }
+    if let Some(m) = v.get("metric") {
+        let name = text(&m["name"], 200).filter(|n| !n.is_empty()).ok_or("a metric needs a name")?;
+        let value = finite(&m["value"]).ok_or("a metric needs a finite value")?;
+        return Ok(Report::Metric { name, value });
+    }
+    if let Some(e) = v.get("error") {
+        return Ok(Report::Error(
+            text(&e["message"], 2000).unwrap_or_else(|| "the plugin failed".to_owned()),
+        ));
+    }
+    Err("neither progress, metric nor error".to_owned())
+}
+
+/// Starts the plugin and relays its reports until it exits.
+async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result<Finished, String> {
+    let (control_read, control_write) = nix::unistd::pipe().map_err(|e| format!("control pipe: {e}"))?;
+    // The read end stays the supervisor's alone.
+    nix::fcntl::fcntl(&control_read, nix::fcntl::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
+        .map_err(|e| format!("control pipe: {e}"))?;
+    let python = (task.get)("MAPI_PYTHON").filter(|v| !v.is_empty()).unwrap_or_else(|| PYTHON.to_owned());
+    let root = &p.root;
+    let mut child = Command::new(&python)
+        .args(["-I", "-B", "-u"])
+        .arg(root.join("platform/mapi_plugin_host.py"))
+        .current_dir(root.join("plugin"))
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", root)
+        .env("LANG", "C.UTF-8")
+        .env("MAPI_ENTRY", &p.entry)
+        .env("MAPI_PARAMS", root.join("params.json"))
+        .env("MAPI_DATASET", root.join("dataset.csv"))
+        .env("MAPI_OUTPUT_DIR", root.join("out"))
+        .env("MAPI_OUTPUTS", p.outputs.join(","))
+        .env("MAPI_CONTROL_FD", control_write.as_raw_fd().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {python}: {e}"))?;
+    drop(control_write);
+    let group = Pid::from_raw(i32::try_from(child.id()).map_err(|e| e.to_string())?);
+    let logged = Arc::new(AtomicU64::new(0));
+    let limit = log_limit(task.get);
+    let readers: Vec<_> = [
+        child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
+        child.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|out| {
+        let logged = logged.clone();
+        std::thread::spawn(move || relay_output(out, &logged, limit))
+    })
+    .collect();
+    let (tx, mut rx) = mpsc::channel::<String>(64);
+    std::thread::spawn(move || read_control(control_read, &tx));
+    let (done_tx, mut done) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(child.wait());
+    });
+
+    let (mut error, mut reports, mut last_progress) = (None, 0u64, None::<Instant>);
+    let mut stopping: Option<Instant> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let status = loop {
+        tokio::select! {
+            status = &mut done => break status.map_err(|_| "lost the plugin's process".to_owned())?.map_err(|e| format!("waiting for the plugin: {e}"))?,
+            Some(line) = rx.recv() => {
+                reports += 1;
+                if reports > MAX_REPORTS {
+                    if reports == MAX_REPORTS + 1 {
+                        log("WARNING", &format!("the plugin sent more than {MAX_REPORTS} reports: the rest are dropped"));
+                    }
+                    continue;
+                }
+                match report(&line) {
+                    Ok(Report::Progress { fraction, message }) => {
+                        // At most five progress events a second; the last word (1.0) always.
+                        let due = last_progress.is_none_or(|t| t.elapsed() >= Duration::from_millis(200));
+                        if due || fraction >= 1.0 {
+                            last_progress = Some(Instant::now());
+                            events.emit(EventBody::Progress { fraction, message });
+                        }
+                    }
+                    Ok(Report::Metric { name, value }) => events.emit(EventBody::Metric { name, value }),
+                    Ok(Report::Error(message)) => error = Some(message),
+                    Err(why) => log("WARNING", &format!("a report of the plugin was ignored: {why}")),
+                }
+            }
+            _ = tick.tick() => {
+                if task.stop.load(Ordering::SeqCst) {
+                    match stopping {
+                        None => {
+                            stopping = Some(Instant::now());
+                            let _ = killpg(group, Signal::SIGTERM);
+                        }
+                        Some(at) if at.elapsed() >= GRACE => {
+                            let _ = killpg(group, Signal::SIGKILL);
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+    };
+    // Whatever the plugin left running in its group ends with it.
+    let _ = killpg(group, Signal::SIGKILL);
+    // Reports still in the pipe (written just before the exit).
+    while let Ok(line) = rx.try_recv() {
+        if let Ok(Report::Error(message)) = report(&line) {
+            error = Some(message);
+        }
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    let dropped = logged.load(Ordering::SeqCst).saturating_sub(limit);
+    if dropped > 0 {
+        log(
+            "WARNING",
+            &format!("the plugin printed {dropped} bytes past the log limit of {limit}: they were dropped"),
+        );
+    }
+    Ok(Finished { status, stopped: stopping.is_some(), error })
+}
+
+/// Logs what the plugin prints, line by line, as plain log lines: each cut
+/// at [`MAX_LINE`] bytes, and none past `limit` bytes in all (the rest is
+/// only counted in `logged`).
+fn relay_output(out: Box<dyn Read + Send>, logged: &AtomicU64, limit: u64) {
+    let mut reader = BufReader::new(out);
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        // Read at most MAX_LINE bytes of one line; the rest of it is skipped.
+        let n = match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let cut = line.last() != Some(&b'\n');
+        let mut skipped = 0u64;
+        if cut {
+            skipped = skip_line(&mut reader);
+        }
+        let before = logged.fetch_add(n as u64 + skipped, Ordering::SeqCst);
+        if before >= limit {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        let message = if cut { format!("{text} [line cut at {MAX_LINE} bytes]") } else { text.to_owned() };
+        let line = serde_json::json!({ "severity": "INFO", "message": message, "component": "plugin" });
+        eprintln!("{line}");
+    }
+}
+
+/// Skips to the end of the current line; the bytes skipped.
+fn skip_line(reader: &mut impl BufRead) -> u64 {
+    let mut skipped = 0u64;
+    loop {
+        let (found, used) = match reader.fill_buf() {
+            Ok([]) | Err(_) => return skipped,
+            Ok(buf) => match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (true, i + 1),
+                None => (false, buf.len()),
+            },
+        };
+        reader.consume(used);
+        skipped += used as u64;
+        if found {
+            return skipped;
+        }
+    }
+}
+
+/// Passes the plugin's control lines on, each at most [`MAX_LINE`] bytes
+/// (a longer one is not a report).
+fn read_control(fd: OwnedFd, tx: &mpsc::Sender<String>) {
+    let mut reader = BufReader::new(std::fs::File::from(fd));
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) if line.last() != Some(&b'\n') => {
+                skip_line(&mut reader);
+                log("WARNING", &format!("a report of the plugin was longer than {MAX_LINE} bytes: ignored"));
+            }
+            Ok(_) => {
+                if tx.blocking_send(String::from_utf8_lossy(&line).into_owned()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The task's end: the outputs uploaded and `complete`, or the error.
+async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Events) -> i32 {
+    if f.stopped {
+        return exit::SIGTERM;
+    }
+    if !f.status.success() {
+        let how = match (f.status.code(), f.status.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(sig)) => format!("was killed by signal {sig}"),
+            (None, None) => "ended".to_owned(),
+        };
+        let message = match f.error {
+            Some(e) => format!("the plugin failed: {e}"),
+            None => format!("the plugin {how} without reporting an error (its log says more)"),
+        };
+        events.emit(EventBody::Error { message });
+        return exit::METHOD_ERROR;
+    }
+    let out = p.root.join("out");
+    let mut written = Vec::new();
+    for name in &p.outputs {
+        match std::fs::read(out.join(name)) {
+            Ok(bytes) => written.push((name, bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let message = format!(
+                    "the plugin exited without writing its output `{name}` (write it to ctx.output_path({name:?}))"
+                );
+                events.emit(EventBody::Error { message });
+                return exit::METHOD_ERROR;
+            }
+            Err(e) => {
+                events.emit(EventBody::Error {
+                    message: format!("the plugin's output `{name}` does not read: {e}"),
+                });
+                return exit::METHOD_ERROR;
+            }
+        }
+    }
+    let count = u32::try_from(written.len()).unwrap_or(u32::MAX);
+    for (name, bytes) in written {
+        let Some(url) = task.boot.outputs.get(name.as_str()) else {
+            log("ERROR", &format!("no upload URL for output {name}"));
+            return EXIT_SETUP;
+        };
+        let size = bytes.len() as u64;
+        let generation = match upload(task.http, url, bytes, content_type(name)).await {
+            Ok(g) => g,
+            Err(e) => {
+                log("ERROR", &e);
+                return EXIT_SETUP;
+            }
+        };
+        events.emit(EventBody::Output { name: name.clone(), size, generation });
+    }
+    events.emit(EventBody::Complete { outputs: Some(count) });
+    exit::SUCCESS
+}
+
+/// The content type an output is stored with, by its extension.
+fn content_type(name: &str) -> &'static str {
+    match name.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase()).as_deref() {
+        Some("json") => "application/json",
+        Some("csv") => "text/csv",
+        Some("txt" | "log" | "md") => "text/plain; charset=utf-8",
+        Some("png") => "image/png",
+        Some("svg") => "image/svg+xml",
+        Some("html") => "text/html; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_checked_before_they_are_signed() {
+        assert_eq!(
+            report(r#"{"progress":{"fraction":0.5,"message":"half"}}"#),
+            Ok(Report::Progress { fraction: 0.5, message: "half".into() })
+        );
+        assert_eq!(
+            report(r#"{"metric":{"name":"auc","value":0.9}}"#),
+            Ok(Report::Metric { name: "auc".into(), value: 0.9 })
+        );
+        assert_eq!(report(r#"{"error":{"message":"bad"}}"#), Ok(Report::Error("bad".into())));
+        for bad in [
+            r#"{"progress":{"fraction":2}}"#,
+            r#"{"progress":{"fraction":"x"}}"#,
+            r#"{"metric":{"name":"","value":1}}"#,
+            r#"{"metric":{"name":"x","value":null}}"#,
+            r#"{"mapi_event":{"v":1}}"#,
+            "not json",
+        ] {
+            assert!(report(bad).is_err(), "{bad}");
+        }
+        let long = format!(r#"{{"metric":{{"name":"{}","value":1}}}}"#, "n".repeat(1000));
+        assert!(matches!(report(&long), Ok(Report::Metric { name, .. }) if name.len() == 200));
+    }
+
+    #[test]
+    fn output_lines_are_cut_and_counted() {
+        let text = format!("short\n{}\nafter\n", "x".repeat(MAX_LINE * 2));
+        let logged = AtomicU64::new(0);
+        relay_output(Box::new(std::io::Cursor::new(text.clone().into_bytes())), &logged, 10);
+        assert_eq!(logged.load(Ordering::SeqCst), text.len() as u64, "every byte is counted");
+        let mut r = BufReader::new(std::io::Cursor::new(b"abc\ndef".to_vec()));
+        assert_eq!(skip_line(&mut r), 4);
+        assert_eq!(skip_line(&mut r), 3);
+    }
+
+    #[test]
+    fn outputs_keep_a_content_type_by_extension() {
+        assert_eq!(content_type("model.json"), "application/json");
+        assert_eq!(content_type("plot.PNG"), "image/png");
+        assert_eq!(content_type("model.pkl"), "application/octet-stream");
+        assert_eq!(content_type("noext"), "application/octet-stream");
+    }
+}
