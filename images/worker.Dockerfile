@@ -8,15 +8,30 @@
 #   values of MAPI_CLOUDRUN_PLUGIN_BASES and MAPI_CLOUDRUN_DEFAULT_BASE):
 #   base-bayes, base-ml, base-forecast, base-dl. Job mapi-{env}-{base}-{class}
 #   runs image worker-{base}.
-# - Every method is compiled into mapi-worker, so today the bases differ only
-#   in their name: a base whose methods need a runtime of their own gets it in
-#   the runtime stage, selected by BASE. The GPU Job's drivers come from Cloud
-#   Run, not from the image.
+# - Every built-in method is compiled into mapi-worker; the bases differ in
+#   their runtime stage, runtime-${BASE}, which the final stage starts from:
+#   - base-ml, base-forecast and base-bayes: Debian 12 (bookworm) slim with
+#     Debian's python3 and its scientific packages (numpy, pandas,
+#     scikit-learn, scipy, statsmodels), which plugin code runs on: the
+#     worker starts /usr/bin/python3 -I -B -u (docs/python-runtime.md).
+#     Each package is pinned to its bookworm version: when Debian's archive
+#     moves past one (a point release, a security update), the build fails
+#     at apt-get and the pin is raised here and in docs/python-runtime.md.
+#     The interpreter itself (python3.11) comes as python3's dependency.
+#   - base-dl: distroless `cc`, no Python yet (its CUDA runtime, and so its
+#     Python, is another issue's). The GPU Job's drivers come from Cloud Run,
+#     not from the image.
 # - At run time the worker needs glibc, libgcc_s and the CA certificates (it
-#   reads its bootstrap from Cloud Storage over TLS), all in distroless `cc`;
-#   it handles SIGTERM itself (exit 143 or 16), so no init process.
-# - The chef and planner stages are mapi.Dockerfile's (see there); BASE is
-#   declared after the build, so the four bases share every build layer.
+#   reads its bootstrap from Cloud Storage over TLS): in distroless `cc`, and
+#   installed (ca-certificates) in the Debian stage. It handles SIGTERM itself
+#   (exit 143 or 16), so no init process. Every image runs as 65532, the
+#   distroless `nonroot`; the Debian stage adds that user and group.
+# - The chef and planner stages are mapi.Dockerfile's (see there). BASE is
+#   declared before the first FROM only to name the runtime stage; the build
+#   stages declare it after the build, so the four bases share every build
+#   layer. BuildKit builds only the runtime stage BASE names.
+
+ARG BASE
 
 FROM rust:1.95.0-bookworm AS chef
 RUN cargo install cargo-chef --locked --version 0.1.78
@@ -43,7 +58,32 @@ RUN case "$BASE" in \
       *) echo "BASE='$BASE' is not a base of the Job inventory: base-bayes, base-ml, base-forecast or base-dl" >&2; exit 1 ;; \
     esac
 
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot AS runtime-base-dl
+
+FROM debian:12.11-slim AS runtime-python
+# Debian's own builds, pinned to bookworm's versions (see Rules); no
+# recommends, no package lists left behind.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      ca-certificates=20250419~deb12u2 \
+      python3=3.11.2-1+b1 \
+      python3-numpy=1:1.24.2-1+deb12u1 \
+      python3-pandas=1.5.3+dfsg-2 \
+      python3-sklearn=1.2.1+dfsg-1 \
+      python3-scipy=1.10.1-2 \
+      python3-statsmodels=0.13.5+dfsg-7 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 nonroot \
+ && useradd --no-log-init --uid 65532 --gid 65532 --home-dir /home/nonroot --no-create-home \
+      --shell /usr/sbin/nologin nonroot
+
+FROM runtime-python AS runtime-base-ml
+FROM runtime-python AS runtime-base-forecast
+FROM runtime-python AS runtime-base-bayes
+
+# One of the runtime stages above (hadolint cannot tell, hence DL3006).
+# hadolint ignore=DL3006
+FROM runtime-${BASE}
 ARG BASE
 LABEL dev.mapi.base="${BASE}"
 COPY --from=builder /src/target/release/mapi-worker /usr/local/bin/mapi-worker

@@ -7,6 +7,8 @@
 //! refusing new plugin runs at submit and holding queued ones while
 //! built-in methods go on.
 
+use std::time::Duration;
+
 use mapi_tests::backend::{Backend, start};
 use mapi_tests::{Options, TestPlatform, transitions, with_start};
 use reqwest::Method;
@@ -35,6 +37,17 @@ name = "scale"
 kind = "number"
 default = 1.0
 min = 0.0
+
+[[methods]]
+name = "nap"
+summary = "Sleeps, then writes its summary"
+entry = "stats:nap"
+outputs = ["summary.json"]
+
+[[methods.params]]
+name = "seconds"
+kind = "number"
+default = 3.0
 "#;
 
 const SOURCE: &str = r#"import sys
@@ -51,6 +64,13 @@ def mean(ctx):
     print("to stderr", file=sys.stderr)
     ctx.write_json("summary.json", {"column": column, "mean": m, "n": len(values)})
     ctx.progress(1.0, "done")
+
+
+def nap(ctx):
+    import time
+    ctx.progress(0.1, "napping")
+    time.sleep(ctx.params["seconds"])
+    ctx.write_json("summary.json", {"slept": ctx.params["seconds"]})
 "#;
 
 /// The package of a plugin directory holding `manifest` and `stats.py`.
@@ -160,11 +180,57 @@ async fn a_plugin_run_waits_for_an_isolating_executor() {
         submit(&p, json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "employed"}})).await;
     assert_eq!(s, 201, "{made}");
     let id = made["id"].as_str().expect("id");
-    let run = p.wait_run(id, std::time::Duration::from_secs(30), |r| !r["waiting"].is_null()).await;
+    let run = p.wait_run(id, Duration::from_secs(30), |r| !r["waiting"].is_null()).await;
     assert_eq!(run["state"], "queued", "{run:#}");
     let why = run["waiting"]["reason"].as_str().unwrap_or_default();
     assert!(why.contains("gVisor") && why.contains("local-process"), "{run:#}");
     let builtin = p.submit(json!({"method": "describe", "dataset": ds})).await;
     assert_eq!(p.wait_final(&builtin).await["state"], "succeeded");
     assert_eq!(p.run(id).await["state"], "queued", "the plugin run still waits");
+}
+
+/// The uploaded-code kill switch, off: a new plugin run is refused at
+/// submit (403 naming the switch), a queued one is never leased and waits
+/// saying why, a running one finishes, and built-in methods keep running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uploaded_code_switch_stops_new_plugin_work_and_spares_built_ins() {
+    let (queue, hold) = mapi_tests::held::hold(mapi_schema::DISPATCH_QUEUE);
+    hold.set(false);
+    let extra = [("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local"), ("MAPI_DISPATCH_LEASE_S", "5")];
+    let p = start(Backend::Gvisor, &extra, Options { queue: Some(queue), ..Options::default() }).await;
+    let operator = p.login("admin@dev.local").await;
+    publish(&p, package(MANIFEST, SOURCE)).await;
+    let ds = p.upload(LONGLEY).await;
+    let (s, napping) = submit(&p, json!({"method": "p.stats.nap", "dataset": ds, "params": {}})).await;
+    assert_eq!(s, 201, "{napping}");
+    let napping = napping["id"].as_str().expect("id").to_owned();
+    p.wait_run(&napping, Duration::from_secs(30), |r| r["progress"]["started"] == true).await;
+    // Admitted while the switch is on, not yet dispatched.
+    hold.set(true);
+    let (s, queued) =
+        submit(&p, json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "employed"}})).await;
+    assert_eq!(s, 201, "{queued}");
+    let queued = queued["id"].as_str().expect("id").to_owned();
+
+    let off = json!({"untrusted_execution_enabled": false, "reason": "a plugin misbehaves"});
+    let (s, v) = p.call(&operator, Method::PUT, "/v1/admin/kill-switches", Some(off)).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, refused) =
+        submit(&p, json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "employed"}})).await;
+    assert_eq!((s, refused["code"].as_str()), (403, Some("FORBIDDEN")), "{refused}");
+    assert!(refused["detail"].as_str().unwrap_or_default().contains("untrusted_execution"), "{refused}");
+    hold.set(false);
+
+    let run = p.wait_final(&napping).await;
+    assert_eq!(run["state"], "succeeded", "a plugin run already running finishes: {run:#}");
+    let held = p
+        .wait_run(&queued, Duration::from_secs(60), |r| {
+            r["waiting"]["reason"].as_str().is_some_and(|w| w.contains("untrusted_execution"))
+        })
+        .await;
+    assert_eq!(held["state"], "queued", "{held:#}");
+    assert!(held["attempts"].as_array().is_none_or(Vec::is_empty), "never leased: {held:#}");
+    let builtin = p.submit(json!({"method": "describe", "dataset": ds})).await;
+    assert_eq!(p.wait_final(&builtin).await["state"], "succeeded", "built-in methods keep running");
+    assert_eq!(p.run(&queued).await["state"], "queued");
 }

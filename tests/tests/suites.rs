@@ -41,6 +41,7 @@ mod memory;
 mod methods;
 mod model_versions;
 mod objects_gcs;
+mod plugin_hostile;
 mod plugin_runs;
 mod plugins;
 mod provider_schema;

@@ -8,8 +8,10 @@
 //!    filled in, exactly as at submit.
 //! 2. The supervisor makes itself non-dumpable (`PR_SET_DUMPABLE` 0): a
 //!    process of the same user can then neither trace it nor read its
-//!    memory or its file descriptors under `/proc`, so the attempt's event
-//!    key and its signed URLs stay the supervisor's.
+//!    memory, so the attempt's event key and its signed URLs stay the
+//!    supervisor's. (gVisor still lets such a process read the supervisor's
+//!    environment, which holds no secret, and open its stdout: what it
+//!    writes there is unsigned, and ingestion refuses it.)
 //! 3. The plugin runs as `python3 -I -B -u mapi_plugin_host.py` in a process
 //!    group of its own, with an environment of its own (none of the
 //!    supervisor's), its package as working directory, and a pipe on
@@ -19,7 +21,7 @@
 //!    forwards as the run's events. Plugin code never signs anything.
 //! 4. What the plugin prints (stdout and stderr) is logged by the
 //!    supervisor as plain log lines, each at most [`MAX_LINE`] bytes and
-//!    [`log_limit`] bytes in all: a line that looks like an event is logged
+//!    `log_limit_bytes` (the platform's `MAPI_PLUGIN_LOG_LIMIT_BYTES`) in all: a line that looks like an event is logged
 //!    as text and never reaches the events' stdout.
 //! 5. At the stop (SIGTERM, the run's timeout) the group is sent SIGTERM,
 //!    then SIGKILL after [`GRACE`]. When the plugin exits, what is left of
@@ -66,14 +68,6 @@ pub const MAX_LINE: usize = 8 << 10;
 pub const MAX_REPORTS: u64 = 10_000;
 /// How long the plugin has to exit after SIGTERM before SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(10);
-/// How many bytes of the plugin's output are logged by default
-/// (`MAPI_PLUGIN_LOG_LIMIT` sets another): the rest is counted, not kept.
-const DEFAULT_LOG_LIMIT: u64 = 4 << 20;
-
-/// How many bytes of plugin output are logged (`MAPI_PLUGIN_LOG_LIMIT`).
-fn log_limit(get: &dyn Fn(&str) -> Option<String>) -> u64 {
-    get("MAPI_PLUGIN_LOG_LIMIT").and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_LOG_LIMIT)
-}
 
 /// A task of a plugin run, as the supervisor hands it over.
 pub(crate) struct Task<'a> {
@@ -244,7 +238,7 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
     drop(control_write);
     let group = Pid::from_raw(i32::try_from(child.id()).map_err(|e| e.to_string())?);
     let logged = Arc::new(AtomicU64::new(0));
-    let limit = log_limit(task.get);
+    let limit = task.plugin.log_limit_bytes;
     let readers: Vec<_> = [
         child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
         child.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>),

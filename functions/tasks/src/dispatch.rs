@@ -370,8 +370,12 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
         Some(code) => {
             let url =
                 state.objects.signed_url(SignedMethod::Get, &ObjectKey::parse(&code.object)?, ttl).await?;
-            let boot =
-                PluginBoot { package_url: url, sha256: code.sha256.clone(), method: code.method.clone() };
+            let boot = PluginBoot {
+                package_url: url,
+                sha256: code.sha256.clone(),
+                method: code.method.clone(),
+                log_limit_bytes: state.config.plugin_log_limit,
+            };
             (code.outputs.clone(), Some(boot))
         }
         None => {

@@ -39,4 +39,7 @@ pub struct PluginBoot {
     /// `p.churn.logit`): the worker reads its entry point, parameters and
     /// outputs from the manifest it verified.
     pub method: String,
+    /// Bytes of what the plugin prints that the task logs; the rest is
+    /// counted and dropped.
+    pub log_limit_bytes: u64,
 }

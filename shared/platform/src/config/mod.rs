@@ -163,6 +163,8 @@ pub struct Config {
     pub event_grace: Duration,
     /// How long a dispatcher holds an attempt before the reconciler may take it.
     pub dispatch_lease: Duration,
+    /// Bytes of what a plugin prints kept in its task's log.
+    pub plugin_log_limit: u64,
     pub idempotency_ttl: Duration,
     /// A running attempt without events for this long is marked stalled.
     pub stall_after: Duration,
@@ -861,6 +863,7 @@ impl Config {
             max_infra_retries: v::MAX_INFRA_RETRIES.parse(life)?,
             event_grace: v::EVENT_GRACE_S.seconds(life)?,
             dispatch_lease: v::DISPATCH_LEASE_S.seconds(life)?,
+            plugin_log_limit: v::PLUGIN_LOG_LIMIT_BYTES.parse(life)?,
             stall_after: v::STALL_AFTER_S.seconds(life)?,
             endpoints_step: v::ENDPOINTS_STEP_S.seconds(life)?,
             endpoints_step_requests: v::ENDPOINTS_STEP_REQUESTS.parse(life)?,

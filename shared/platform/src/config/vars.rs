@@ -90,6 +90,11 @@ pub const DISPATCH_LEASE_S: Var = Var::new(
     "60",
     "How long a dispatcher holds an attempt before the reconciler adopts it",
 );
+pub const PLUGIN_LOG_LIMIT_BYTES: Var = Var::new(
+    "MAPI_PLUGIN_LOG_LIMIT_BYTES",
+    "4194304",
+    "Bytes of what a plugin prints kept in its task's log; the rest is counted and dropped",
+);
 pub const STALL_AFTER_S: Var =
     Var::new("MAPI_STALL_AFTER_S", "300", "A running attempt without events for this long is marked stalled");
 pub const TICK_MAX_RUNS: Var = Var::new(
@@ -360,6 +365,7 @@ pub const VARIABLES: &[Var] = &[
     MAX_INFRA_RETRIES,
     EVENT_GRACE_S,
     DISPATCH_LEASE_S,
+    PLUGIN_LOG_LIMIT_BYTES,
     IDEMPOTENCY_TTL_S,
     STALL_AFTER_S,
     TICK_INTERVAL_S,
