@@ -291,7 +291,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::jobs::run(&ctx.client, scope, parse_params, cmd, ctx.json).await
         }
-        Command::Methods(cmd) => crate::methods::run(&ctx.client, cmd, ctx.json).await,
+        Command::Methods(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::methods::run(&ctx.client, scope, cmd, ctx.json).await
+        }
         Command::Models(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::models::run(&ctx.client, scope, cmd, ctx.json).await

@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::client::{Client, segment};
 use crate::output::Table;
 use crate::output::print;
+use crate::webhooks::Where;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -25,26 +26,44 @@ const SHOW_EXAMPLES: &str = "Examples:
 #[derive(Debug, Subcommand)]
 #[command(after_help = format!("{LS_EXAMPLES}\n{}", SHOW_EXAMPLES.trim_start_matches("Examples:")))]
 pub enum MethodsCmd {
-    /// List every method: what it runs on, whether its runs become model versions, what it does.
+    /// List every method: what it runs on, whether its runs become model versions, what it does
+    /// (with a project chosen, its plugins' methods too).
     #[command(after_help = LS_EXAMPLES)]
-    Ls,
+    Ls {
+        #[command(flatten)]
+        at: Where,
+    },
     /// Show a method: its parameters, its outputs, and an example to run as printed.
     #[command(after_help = SHOW_EXAMPLES)]
     Show {
-        /// The method's name, e.g. tabular.linear (`mapi methods ls` lists them).
+        /// The method's name, e.g. tabular.linear or a plugin's p.PLUGIN.METHOD (`mapi methods ls`
+        /// lists them).
         name: String,
+        #[command(flatten)]
+        at: Where,
     },
 }
 
-/// Runs `cmd` against `client`; `--json` prints the API's JSON as it came.
-pub async fn run(client: &Client, cmd: MethodsCmd, json: bool) -> Result<ExitCode> {
+/// Runs `cmd` against `client`; `--json` prints the API's JSON as it came. With a project chosen
+/// (`scope` answers one), the project's methods: the built-ins and its plugins'; else the
+/// platform's registry.
+pub async fn run(
+    client: &Client,
+    scope: impl Fn(Option<String>, Option<String>) -> Result<(String, String)>,
+    cmd: MethodsCmd,
+    json: bool,
+) -> Result<ExitCode> {
+    let base = |at: Where| match scope(at.tenant, at.project) {
+        Ok((t, p)) => format!("/v1/tenants/{t}/projects/{p}/methods"),
+        Err(_) => "/v1/methods".to_owned(),
+    };
     match cmd {
-        MethodsCmd::Ls => {
-            let list: MethodList = client.get("/v1/methods").await?;
+        MethodsCmd::Ls { at } => {
+            let list: MethodList = client.get(&base(at)).await?;
             print(json, &list, || table(&list))?;
         }
-        MethodsCmd::Show { name } => {
-            let m: MethodView = client.get(&format!("/v1/methods/{}", segment(&name))).await?;
+        MethodsCmd::Show { name, at } => {
+            let m: MethodView = client.get(&format!("{}/{}", base(at), segment(&name))).await?;
             print(json, &m, || describe(&m))?;
         }
     }
@@ -88,6 +107,12 @@ fn describe(m: &MethodView) -> String {
         _ => "no: a succeeded run has its outputs only".to_owned(),
     };
     let mut out = format!("{}  ({how})\n{}\nmodel  {model}\n", m.name, m.summary);
+    if let Some(p) = &m.plugin {
+        out.push_str(&format!(
+            "plugin {} {} (sha256 {}): runs only in a sandbox\n",
+            p.name, p.version, p.sha256
+        ));
+    }
     out.push_str(&parameters(&m.params));
     out.push_str("outputs\n");
     if m.outputs.is_empty() {

@@ -176,6 +176,23 @@ async fn a_plugin_run_waits_for_an_isolating_executor() {
     let p = start(Backend::LocalProcess, &[], Options::default()).await;
     publish(&p, package(MANIFEST, SOURCE)).await;
     let ds = p.upload(LONGLEY).await;
+    let (s, methods) = p.call(p.token(), Method::GET, &format!("{}/methods", p.project_path()), None).await;
+    let names: Vec<&str> =
+        methods["methods"].as_array().expect("methods").iter().filter_map(|m| m["name"].as_str()).collect();
+    assert!(s == 200 && names.contains(&"p.stats.mean") && names.contains(&"describe"), "{methods}");
+    let (_, global) = p.call(p.token(), Method::GET, "/v1/methods", None).await;
+    assert!(!global.to_string().contains("p.stats.mean"), "the platform's registry holds no tenant's plugin");
+    let (s, one) =
+        p.call(p.token(), Method::GET, &format!("{}/methods/p.stats.mean", p.project_path()), None).await;
+    assert_eq!(
+        (s, &one["plugin"]["version"], &one["example"]["params"]["scale"]),
+        (200, &json!("1.0.0"), &json!(1.0)),
+        "{one}"
+    );
+    let (s, _) =
+        p.call(p.token(), Method::GET, &format!("{}/methods/p.stats.nope", p.project_path()), None).await;
+    assert_eq!(s, 404);
+
     let (s, made) =
         submit(&p, json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "employed"}})).await;
     assert_eq!(s, 201, "{made}");

@@ -181,6 +181,13 @@ async fn the_cli_publishes_a_directory_and_names_a_manifests_mistake_by_its_line
     );
     let out = mapi(vec!["plugins", "show", "churn"]).await.expect("mapi");
     assert!(text(&out.stdout).contains("y (column)"), "{}", text(&out.stdout));
+    // The project's methods: the built-ins and its plugins'.
+    let out = mapi(vec!["methods", "ls"]).await.expect("mapi");
+    let listed = text(&out.stdout);
+    assert!(listed.contains("p.churn.logit") && listed.contains("tabular.linear"), "{listed}");
+    let out = mapi(vec!["methods", "show", "p.churn.logit"]).await.expect("mapi");
+    let shown = text(&out.stdout);
+    assert!(shown.contains("plugin churn 1.0.0") && shown.contains("--param y=COLUMN"), "{shown}");
     let out = mapi(vec!["plugins", "rm", "churn", "1.0.0"]).await.expect("mapi");
     assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "deleted churn 1.0.0\n".to_owned()));
     let out = mapi(vec!["plugins", "ls"]).await.expect("mapi");

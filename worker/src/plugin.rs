@@ -438,7 +438,7 @@ async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Event
             return EXIT_SETUP;
         };
         let size = bytes.len() as u64;
-        let generation = match upload(task.http, url, bytes, content_type(name)).await {
+        let generation = match upload(task.http, url, bytes, mapi_plugins::media_type(name)).await {
             Ok(g) => g,
             Err(e) => {
                 log("ERROR", &e);
@@ -449,19 +449,6 @@ async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Event
     }
     events.emit(EventBody::Complete { outputs: Some(count) });
     exit::SUCCESS
-}
-
-/// The content type an output is stored with, by its extension.
-fn content_type(name: &str) -> &'static str {
-    match name.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase()).as_deref() {
-        Some("json") => "application/json",
-        Some("csv") => "text/csv",
-        Some("txt" | "log" | "md") => "text/plain; charset=utf-8",
-        Some("png") => "image/png",
-        Some("svg") => "image/svg+xml",
-        Some("html") => "text/html; charset=utf-8",
-        _ => "application/octet-stream",
-    }
 }
 
 #[cfg(test)]
@@ -502,13 +489,5 @@ mod tests {
         let mut r = BufReader::new(std::io::Cursor::new(b"abc\ndef".to_vec()));
         assert_eq!(skip_line(&mut r), 4);
         assert_eq!(skip_line(&mut r), 3);
-    }
-
-    #[test]
-    fn outputs_keep_a_content_type_by_extension() {
-        assert_eq!(content_type("model.json"), "application/json");
-        assert_eq!(content_type("plot.PNG"), "image/png");
-        assert_eq!(content_type("model.pkl"), "application/octet-stream");
-        assert_eq!(content_type("noext"), "application/octet-stream");
     }
 }

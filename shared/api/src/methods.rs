@@ -85,6 +85,18 @@ pub struct MethodView {
     pub params: Vec<ParamView>,
     pub outputs: Vec<MethodOutput>,
     pub example: MethodExample,
+    /// For a plugin's method: the plugin version a run of it runs now (its newest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<MethodPlugin>,
+}
+
+/// The plugin version that adds a method.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MethodPlugin {
+    pub name: String,
+    pub version: String,
+    /// Lowercase hex SHA-256 of its package.
+    pub sha256: String,
 }
 
 /// Every method, as `GET /v1/methods` lists them.

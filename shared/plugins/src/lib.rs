@@ -30,6 +30,20 @@ pub fn split_method(full: &str) -> Option<(&str, &str)> {
     (!plugin.is_empty() && !method.is_empty() && !method.contains('.')).then_some((plugin, method))
 }
 
+/// The media type an output named `name` is stored and served with, by its
+/// extension.
+pub fn media_type(name: &str) -> &'static str {
+    match name.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase()).as_deref() {
+        Some("json") => "application/json",
+        Some("csv") => "text/csv",
+        Some("txt" | "log" | "md") => "text/plain; charset=utf-8",
+        Some("png") => "image/png",
+        Some("svg") => "image/svg+xml",
+        Some("html") => "text/html; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +58,13 @@ mod tests {
         }
         assert_eq!(split_method("p.churn"), None);
         assert_eq!(split_method("p.churn.a.b"), None);
+    }
+
+    #[test]
+    fn outputs_have_a_media_type_by_extension() {
+        assert_eq!(media_type("model.json"), "application/json");
+        assert_eq!(media_type("plot.PNG"), "image/png");
+        assert_eq!(media_type("model.pkl"), "application/octet-stream");
+        assert_eq!(media_type("noext"), "application/octet-stream");
     }
 }

@@ -113,4 +113,6 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/usage", get(docs::usage))
         .route("/v1/methods", get(methods::list))
         .route("/v1/methods/{name}", get(methods::get_method))
+        .route("/v1/tenants/{tenant}/projects/{project}/methods", get(methods::project_list))
+        .route("/v1/tenants/{tenant}/projects/{project}/methods/{name}", get(methods::project_get))
 }

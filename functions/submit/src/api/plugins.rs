@@ -76,19 +76,7 @@ fn view(d: &PluginDoc) -> PluginView {
             name: mapi_plugins::method_name(&m.name, &pm.name),
             summary: pm.summary.clone(),
             entry: pm.entry.clone(),
-            params: pm
-                .params
-                .iter()
-                .map(|p| ParamView {
-                    name: p.name.clone(),
-                    kind: super::methods::kind(p.kind),
-                    required: p.required,
-                    default: p.default.clone(),
-                    min: p.min,
-                    max: p.max,
-                    description: p.doc.clone(),
-                })
-                .collect(),
+            params: pm.params.iter().map(param_view).collect(),
             outputs: pm.outputs.clone(),
             model: pm.model.clone(),
         })
@@ -104,6 +92,41 @@ fn view(d: &PluginDoc) -> PluginView {
         created_by: d.created_by.clone(),
         created_at: d.created_at,
     }
+}
+
+/// The API's view of a plugin method's parameter.
+pub fn param_view(p: &mapi_plugins::PluginParam) -> ParamView {
+    ParamView {
+        name: p.name.clone(),
+        kind: super::methods::kind(p.kind),
+        required: p.required,
+        default: p.default.clone(),
+        min: p.min,
+        max: p.max,
+        description: p.doc.clone(),
+    }
+}
+
+/// The newest version of each plugin published in the project, by name.
+pub async fn newest(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+) -> Result<Vec<PluginDoc>, ApiError> {
+    let q = mapi_store::Query::new(PluginDoc::COLLECTION)
+        .filter("tenant", Op::Eq, tenant.as_str())
+        .filter("project", Op::Eq, project.as_str())
+        .limit(1000);
+    let mut docs: Vec<PluginDoc> = state
+        .store
+        .query(&q, None)
+        .await?
+        .iter()
+        .map(|d| d.decode::<PluginDoc>())
+        .collect::<Result<_, _>>()?;
+    docs.sort_by(|a, b| a.name.cmp(&b.name).then(version_key(&b.version).cmp(&version_key(&a.version))));
+    docs.dedup_by(|later, first| later.name == first.name);
+    Ok(docs)
 }
 
 /// A package that does not read: 413 past the size limit, else 400 saying what to fix.
