@@ -251,3 +251,70 @@ async fn the_uploaded_code_switch_stops_new_plugin_work_and_spares_built_ins() {
     assert_eq!(p.wait_final(&builtin).await["state"], "succeeded", "built-in methods keep running");
     assert_eq!(p.run(&queued).await["state"], "queued");
 }
+
+/// The README's plugin (`examples/plugins/churn`: a scikit-learn logistic
+/// regression) fits in the sandbox exactly what scikit-learn fits called
+/// directly on the same table, reports its metrics, and its run becomes a
+/// model version (which an endpoint does not serve yet, and says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_plugin_fits_what_scikit_learn_fits() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples");
+    let p = start(Backend::Gvisor, &[], Options::default()).await;
+    let dir = std::path::Path::new(examples).join("plugins/churn");
+    publish(&p, mapi_plugins::package::pack(&dir).expect("pack")).await;
+    let csv = std::fs::read_to_string(format!("{examples}/churn.csv")).expect("churn.csv");
+    let ds = p.upload(&csv).await;
+    let body =
+        json!({"method": "p.churn.logit", "dataset": ds, "params": {"y": "churned"}, "timeout_s": 300});
+    let (s, made) = submit(&p, body).await;
+    assert_eq!(s, 201, "{made}");
+    let run = p.wait_final(made["id"].as_str().expect("id")).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let metrics = &run["progress"]["metrics"];
+    let auc = metrics["roc_auc"].as_f64().expect("roc_auc");
+    assert!(auc > 0.7 && metrics["accuracy"].as_f64().is_some(), "{metrics}");
+    let fitted: Value =
+        p.output(run["outputs"][0]["url"].as_str().expect("url")).await.json().await.expect("json");
+
+    // The same fit, scikit-learn called directly with the host's Python.
+    let direct = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", DIRECT_FIT, &format!("{examples}/churn.csv")])
+        .output()
+        .expect("python3");
+    assert!(direct.status.success(), "{}", String::from_utf8_lossy(&direct.stderr));
+    let direct: Value = serde_json::from_slice(&direct.stdout).expect("json");
+    for (name, want) in direct["coefficients"].as_object().expect("coefficients") {
+        let got = fitted["coefficients"][name].as_f64().expect(name);
+        assert!((got - want.as_f64().expect("number")).abs() < 1e-9, "{name}: {got} vs {want}");
+    }
+    assert!((auc - direct["roc_auc"].as_f64().expect("auc")).abs() < 1e-12);
+
+    let version = run["model_version"].as_str().expect("a model version");
+    let (s, refused) = p
+        .call(
+            p.token(),
+            Method::POST,
+            &format!("{}/endpoints", p.project_path()),
+            Some(json!({"alias": "churn", "model_version": version})),
+        )
+        .await;
+    assert_eq!((s, refused["code"].as_str()), (409, Some("FAILED_PRECONDITION")), "{refused}");
+    assert!(
+        refused["detail"].as_str().unwrap_or_default().contains("not served by endpoints yet"),
+        "{refused}"
+    );
+}
+
+/// What `examples/plugins/churn/model.py` fits, written out with scikit-learn alone.
+const DIRECT_FIT: &str = r#"
+import json, sys
+import pandas as pd
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import train_test_split
+t = pd.read_csv(sys.argv[1])
+y, x = t["churned"], t.drop(columns=["churned"])
+a, b, ya, yb = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
+m = LogisticRegression(max_iter=1000).fit(a, ya)
+print(json.dumps({"coefficients": dict(zip(x.columns, m.coef_[0].tolist())), "roc_auc": roc_auc_score(yb, m.predict_proba(b)[:, 1])}))
+"#;

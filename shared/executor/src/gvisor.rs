@@ -51,7 +51,10 @@ pub const NOBODY: u32 = 65_534;
 
 /// The host's directories a process needs to run programs (the dynamic
 /// loader, libraries, interpreters), bound read-only where they exist.
-pub const SYSTEM_DIRS: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbin"];
+/// `/etc/alternatives` holds only Debian's links choosing one of several
+/// installed libraries (the BLAS and LAPACK numpy loads go through it), and
+/// nothing else of `/etc` is bound.
+pub const SYSTEM_DIRS: &[&str] = &["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives"];
 
 /// One sandboxed process: what it runs and what it may see.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -57,6 +57,13 @@ async fn model_of(
         return Err(missing());
     }
     let version = super::model_versions::kept(version)?;
+    if version.method.starts_with(mapi_plugins::PREFIX) {
+        return Err(ApiError::precondition(format!(
+            "model version {id} is of plugin method {}: a plugin's model is not served by endpoints yet \
+             (its outputs download with mapi runs output); serve a tabular.linear fit",
+            version.method
+        )));
+    }
     let prefix = ObjectKey::parse(&version.bundle)
         .map_err(|e| ApiError::internal_from(format!("bundle prefix of {id}"), e))?;
     let files = mapi_bundles::read_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)

@@ -105,8 +105,12 @@ fn runsc_confines_a_process_to_its_work_dir_with_no_network() {
     let got: Value = serde_json::from_str(line).expect("json");
 
     assert_eq!(got["uid"], NOBODY);
-    let mut expected: Vec<&str> =
-        SYSTEM_DIRS.iter().filter(|d| Path::new(d).exists()).map(|d| &d[1..]).collect();
+    let mut expected: Vec<&str> = SYSTEM_DIRS
+        .iter()
+        .filter(|d| Path::new(d).exists())
+        .filter_map(|d| d[1..].split('/').next())
+        .collect();
+    expected.dedup();
     expected.extend(["dev", "proc", "tmp", "work"]);
     expected.sort_unstable();
     let root: Vec<&str> = got["root"].as_array().expect("root").iter().filter_map(Value::as_str).collect();
