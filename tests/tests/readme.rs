@@ -10,6 +10,7 @@
 //! succeed.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Command;
 
 use mapi_tests::{TestPlatform, binary};
@@ -67,8 +68,10 @@ fn steps(readme: &str, sections: &[&str]) -> Vec<Step> {
         }
         let command = format!("{pending}{text}");
         pending.clear();
-        // The alias and the platform itself are what this test provides.
-        if command.starts_with("alias mapi=") || command.starts_with("cargo run") {
+        // The alias and the platform itself (`cargo run`, after any VAR=value) are what this
+        // test provides.
+        let program = command.split_whitespace().find(|w| !w.contains('='));
+        if command.starts_with("alias mapi=") || program == Some("cargo") {
             continue;
         }
         out.push(Step { section: section.clone(), command, shown: Vec::new() });
@@ -137,10 +140,35 @@ fn shows(output: &str, shown: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_runs_as_printed() {
     let p = TestPlatform::start(&[]).await;
+    run_sections(&p, SECTIONS, 25);
+}
+
+/// The plugins' section, on the gvisor executor it asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_plugin_section_runs_as_printed_on_gvisor() {
+    let p = TestPlatform::start(&[("MAPI_EXECUTOR", "gvisor")]).await;
+    run_sections(&p, &["Plugins: your own Python methods"], 6);
+}
+
+/// Copies what a reader's checkout holds under `examples/` into `into`.
+fn copy_examples(from: &Path, into: &Path) {
+    std::fs::create_dir_all(into).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("examples") {
+        let entry = entry.expect("entry");
+        let to = into.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_examples(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).expect("copy");
+        }
+    }
+}
+
+/// Runs every shell step of `sections` (at least `min_steps`) against `p` as a reader would.
+fn run_sections(p: &TestPlatform, sections: &[&str], min_steps: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir(dir.path().join("examples")).expect("mkdir");
-    std::fs::write(dir.path().join("examples/longley.csv"), include_str!("../../examples/longley.csv"))
-        .expect("write");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    copy_examples(&examples, &dir.path().join("examples"));
     // What `mapi dev` leaves in its home for the CLI.
     let home = dir.path().join("dev-home");
     std::fs::create_dir(&home).expect("mkdir");
@@ -150,8 +178,8 @@ async fn the_readme_runs_as_printed() {
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
 
     let readme = include_str!("../../README.md");
-    let steps = steps(readme, SECTIONS);
-    assert!(steps.len() > 25, "the walkthrough's commands were found: {steps:#?}");
+    let steps = steps(readme, sections);
+    assert!(steps.len() >= min_steps, "the walkthrough's commands were found: {steps:#?}");
     let mut seen = BTreeMap::new();
     for step in &steps {
         let command = with_ids(&step.command, &seen);
@@ -219,4 +247,16 @@ fn placeholders_and_shown_lines_are_matched_as_a_reader_reads_them() {
         (s[0].command.as_str(), s[0].shown.as_slice()),
         ("mapi one   --two", &["shown …".to_owned()][..])
     );
+}
+
+/// The plugin the README shows is the one it publishes, `examples/plugins/churn`, word for word.
+#[test]
+fn the_readme_shows_the_example_plugin_as_it_is() {
+    let readme = include_str!("../../README.md");
+    for (fence, file) in [
+        ("```toml\n", include_str!("../../examples/plugins/churn/mapi-plugin.toml")),
+        ("```python\n", include_str!("../../examples/plugins/churn/model.py")),
+    ] {
+        assert!(readme.contains(&format!("{fence}{file}```")), "the README shows another {fence}");
+    }
 }
