@@ -37,7 +37,7 @@ use utoipa::OpenApi;
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::datasets::delete_dataset, api::datasets::download_url, api::runs::submit, api::runs::list, api::runs::get_run, api::labels::update,
         api::runs::cancel, api::runs::retry, api::tracking::log, api::tracking::read, api::tracking::put_image, api::tracking::image_url, api::logs::run_logs, api::outputs::download, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
-        api::methods::list, api::methods::get_method, api::methods::project_list, api::methods::project_get,
+        api::methods::list, api::methods::get_method, api::project_methods::project_list, api::project_methods::project_get,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,
         api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
         api::endpoints::act,

@@ -19,6 +19,7 @@ mod metric_scan;
 pub mod model_versions;
 pub mod outputs;
 pub mod plugins;
+pub mod project_methods;
 mod run_filters;
 pub mod run_views;
 pub mod runs;
@@ -113,6 +114,6 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/usage", get(docs::usage))
         .route("/v1/methods", get(methods::list))
         .route("/v1/methods/{name}", get(methods::get_method))
-        .route("/v1/tenants/{tenant}/projects/{project}/methods", get(methods::project_list))
-        .route("/v1/tenants/{tenant}/projects/{project}/methods/{name}", get(methods::project_get))
+        .route("/v1/tenants/{tenant}/projects/{project}/methods", get(project_methods::project_list))
+        .route("/v1/tenants/{tenant}/projects/{project}/methods/{name}", get(project_methods::project_get))
 }
