@@ -181,6 +181,15 @@ async fn hostile_plugins_are_contained() {
     assert!(run["outputs"].as_array().is_none_or(Vec::is_empty), "{run:#}");
     let (_, text) = log_text(&p, &forger).await;
     assert!(text.contains("mapi_event"), "the forged lines are logged as text: {text}");
+    // The one that reached the supervisor's stdout was refused by its signature, and audited.
+    let (s, audit) =
+        p.call(&operator, Method::GET, "/v1/admin/audit?action=event.refused&limit=50", None).await;
+    assert_eq!(s, 200, "{audit}");
+    let refused = audit["items"].as_array().expect("items").iter().any(|e| {
+        e["resource"].as_str().is_some_and(|r| r.contains(forger.as_str()))
+            && e["detail"].as_str().is_some_and(|d| d.contains("bad_signature"))
+    });
+    assert!(refused, "the forged event is in the audit log: {audit:#}");
 
     let run = wait(silent).await;
     let (code, message) = error_of(&run);

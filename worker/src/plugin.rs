@@ -66,6 +66,8 @@ pub const PYTHON: &str = "/usr/bin/python3";
 pub const MAX_LINE: usize = 8 << 10;
 /// The most reports a plugin may send; the rest are dropped (logged once).
 pub const MAX_REPORTS: u64 = 10_000;
+/// How long the supervisor reads what is left in the plugin's pipes after it exited.
+const DRAIN: Duration = Duration::from_secs(2);
 /// How long the plugin has to exit after SIGTERM before SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(10);
 
@@ -257,61 +259,28 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
         let _ = done_tx.send(child.wait());
     });
 
-    let (mut error, mut reports, mut last_progress) = (None, 0u64, None::<Instant>);
+    let mut relay = Relay::default();
     let mut stopping: Option<Instant> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let status = loop {
         tokio::select! {
-            status = &mut done => break status.map_err(|_| "lost the plugin's process".to_owned())?.map_err(|e| format!("waiting for the plugin: {e}"))?,
-            Some(line) = rx.recv() => {
-                reports += 1;
-                if reports > MAX_REPORTS {
-                    if reports == MAX_REPORTS + 1 {
-                        log("WARNING", &format!("the plugin sent more than {MAX_REPORTS} reports: the rest are dropped"));
-                    }
-                    continue;
-                }
-                match report(&line) {
-                    Ok(Report::Progress { fraction, message }) => {
-                        // At most five progress events a second; the last word (1.0) always.
-                        let due = last_progress.is_none_or(|t| t.elapsed() >= Duration::from_millis(200));
-                        if due || fraction >= 1.0 {
-                            last_progress = Some(Instant::now());
-                            events.emit(EventBody::Progress { fraction, message });
-                        }
-                    }
-                    Ok(Report::Metric { name, value }) => events.emit(EventBody::Metric { name, value }),
-                    Ok(Report::Error(message)) => error = Some(message),
-                    Err(why) => log("WARNING", &format!("a report of the plugin was ignored: {why}")),
-                }
-            }
-            _ = tick.tick() => {
-                if task.stop.load(Ordering::SeqCst) {
-                    match stopping {
-                        None => {
-                            stopping = Some(Instant::now());
-                            let _ = killpg(group, Signal::SIGTERM);
-                        }
-                        Some(at) if at.elapsed() >= GRACE => {
-                            let _ = killpg(group, Signal::SIGKILL);
-                        }
-                        Some(_) => {}
-                    }
-                }
-            }
+            status = &mut done => break status,
+            Some(line) = rx.recv() => relay.take(&line, events),
+            _ = tick.tick() => stop_if_asked(task, group, &mut stopping),
         }
     };
+    let status = status.map_err(|_| "lost the plugin's process".to_owned())?;
+    let status = status.map_err(|e| format!("waiting for the plugin: {e}"))?;
     // Whatever the plugin left running in its group ends with it.
     let _ = killpg(group, Signal::SIGKILL);
-    // Reports still in the pipe (written just before the exit).
-    while let Ok(line) = rx.try_recv() {
-        if let Ok(Report::Error(message)) = report(&line) {
-            error = Some(message);
-        }
+    // Reports and lines still in the pipes (written just before the exit): read to their end,
+    // unless a process that left the group holds them open.
+    let until = tokio::time::Instant::now() + DRAIN;
+    while let Ok(Some(line)) = tokio::time::timeout_at(until, rx.recv()).await {
+        relay.take(&line, events);
     }
-    for r in readers {
-        let _ = r.join();
-    }
+    let joined = tokio::task::spawn_blocking(move || readers.into_iter().for_each(|r| drop(r.join())));
+    let _ = tokio::time::timeout_at(until, joined).await;
     let dropped = logged.load(Ordering::SeqCst).saturating_sub(limit);
     if dropped > 0 {
         log(
@@ -319,7 +288,61 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
             &format!("the plugin printed {dropped} bytes past the log limit of {limit}: they were dropped"),
         );
     }
-    Ok(Finished { status, stopped: stopping.is_some(), error })
+    Ok(Finished { status, stopped: stopping.is_some(), error: relay.error })
+}
+
+/// The plugin's reports so far, relayed as events.
+#[derive(Default)]
+struct Relay {
+    error: Option<String>,
+    reports: u64,
+    last_progress: Option<Instant>,
+}
+
+impl Relay {
+    /// Checks one control line and signs what it reports, at most [`MAX_REPORTS`] in all.
+    fn take(&mut self, line: &str, events: &mut Events) {
+        self.reports += 1;
+        if self.reports > MAX_REPORTS {
+            if self.reports == MAX_REPORTS + 1 {
+                log(
+                    "WARNING",
+                    &format!("the plugin sent more than {MAX_REPORTS} reports: the rest are dropped"),
+                );
+            }
+            return;
+        }
+        match report(line) {
+            Ok(Report::Progress { fraction, message }) => {
+                // At most five progress events a second; the last word (1.0) always.
+                let due = self.last_progress.is_none_or(|t| t.elapsed() >= Duration::from_millis(200));
+                if due || fraction >= 1.0 {
+                    self.last_progress = Some(Instant::now());
+                    events.emit(EventBody::Progress { fraction, message });
+                }
+            }
+            Ok(Report::Metric { name, value }) => events.emit(EventBody::Metric { name, value }),
+            Ok(Report::Error(message)) => self.error = Some(message),
+            Err(why) => log("WARNING", &format!("a report of the plugin was ignored: {why}")),
+        }
+    }
+}
+
+/// At the stop (SIGTERM, the timeout): SIGTERM to the plugin's group, then SIGKILL after [`GRACE`].
+fn stop_if_asked(task: &Task<'_>, group: Pid, stopping: &mut Option<Instant>) {
+    if !task.stop.load(Ordering::SeqCst) {
+        return;
+    }
+    match stopping {
+        None => {
+            *stopping = Some(Instant::now());
+            let _ = killpg(group, Signal::SIGTERM);
+        }
+        Some(at) if at.elapsed() >= GRACE => {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+        Some(_) => {}
+    }
 }
 
 /// Logs what the plugin prints, line by line, as plain log lines: each cut
