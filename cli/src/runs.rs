@@ -509,6 +509,10 @@ pub fn describe_run(r: &RunView) -> String {
         "method    {} on {} (class {}, timeout {} s)\n",
         r.method, r.dataset, r.class, r.timeout_s
     ));
+    if let Some(code) = &r.plugin {
+        let sha = code.sha256.get(..12).unwrap_or(&code.sha256);
+        out.push_str(&format!("plugin    {} {} (sha256 {sha}…, in a sandbox)\n", code.name, code.version));
+    }
     if let Some(p) = &r.progress {
         out.push_str(&format!(
             "progress  {:.0}% {}\n",
