@@ -318,3 +318,23 @@ a, b, ya, yb = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y
 m = LogisticRegression(max_iter=1000).fit(a, ya)
 print(json.dumps({"coefficients": dict(zip(x.columns, m.coef_[0].tolist())), "roc_auc": roc_auc_score(yb, m.predict_proba(b)[:, 1])}))
 "#;
+
+/// On cloudrun-jobs (over the fake), a plugin run goes to the Job of the base
+/// its manifest names, whatever its method's namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_run_goes_to_the_job_of_its_base() {
+    let p = start(Backend::CloudRunJobs, &[], Options::default()).await;
+    publish(&p, package(MANIFEST, SOURCE)).await;
+    let ds = p.upload(LONGLEY).await;
+    let body =
+        json!({"method": "p.stats.mean", "dataset": ds, "params": {"column": "employed"}, "timeout_s": 120});
+    let (s, made) = submit(&p, body).await;
+    assert_eq!(s, 201, "{made}");
+    let id = made["id"].as_str().expect("id");
+    let run = p.wait_final(id).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let executions: Vec<String> =
+        p.fake().executions().into_iter().filter(|(_, _, run)| run == id).map(|(name, _, _)| name).collect();
+    assert_eq!(executions.len(), 1, "{executions:?}");
+    assert!(executions[0].contains("/jobs/mapi-test-base-ml-s/"), "{executions:?}");
+}
