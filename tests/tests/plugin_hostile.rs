@@ -119,6 +119,7 @@ async fn hostile_plugins_are_contained() {
     let chatty = submit(&p, "chatty", &ds, json!({}), 60).await;
     let forger = submit(&p, "forger", &ds, json!({}), 60).await;
     let silent = submit(&p, "silent", &ds, json!({}), 60).await;
+    let linker = submit(&p, "linker", &ds, json!({}), 60).await;
     let body = json!({"method": "tabular.linear", "dataset": other_ds, "params": {"y": "employed"}});
     let (s, honest) =
         p.call(&other, Method::POST, "/v1/tenants/other/projects/default/runs", Some(body)).await;
@@ -207,6 +208,13 @@ async fn hostile_plugins_are_contained() {
             && e["detail"].as_str().is_some_and(|d| d.contains("bad_signature"))
     });
     assert!(refused, "the forged event is in the audit log: {audit:#}");
+
+    let run = wait(linker).await;
+    let (code, message) = error_of(&run);
+    assert!(
+        code == "METHOD_ERROR" && message.contains("is a link, not a file"),
+        "an output is never a link: {run:#}"
+    );
 
     let run = wait(silent).await;
     let (code, message) = error_of(&run);

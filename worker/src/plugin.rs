@@ -416,6 +416,29 @@ fn read_control(fd: OwnedFd, tx: &mpsc::Sender<String>) {
     }
 }
 
+/// An output's bytes: a regular file in the output directory itself, never
+/// what a link there points to (the supervisor may read what plugin code may
+/// not, such as its own open files).
+fn read_output(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(code) if code == nix::errno::Errno::ELOOP as i32 => {
+                std::io::Error::other("it is a link, not a file: write the file itself")
+            }
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// The task's end: the outputs uploaded and `complete`, or the error.
 async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Events) -> i32 {
     if f.stopped {
@@ -437,7 +460,7 @@ async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Event
     let out = p.root.join("out");
     let mut written = Vec::new();
     for name in &p.outputs {
-        match std::fs::read(out.join(name)) {
+        match read_output(&out.join(name)) {
             Ok(bytes) => written.push((name, bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let message = format!(
@@ -501,6 +524,20 @@ mod tests {
         }
         let long = format!(r#"{{"metric":{{"name":"{}","value":1}}}}"#, "n".repeat(1000));
         assert!(matches!(report(&long), Ok(Report::Metric { name, .. }) if name.len() == 200));
+    }
+
+    #[test]
+    fn an_output_is_a_regular_file_never_a_link() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(dir.path().join("real.json"), b"{}").expect("write");
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("link.json")).expect("link");
+        std::fs::create_dir(dir.path().join("dir.json")).expect("dir");
+        assert_eq!(read_output(&dir.path().join("real.json")).expect("a file"), b"{}");
+        let link = read_output(&dir.path().join("link.json")).expect_err("a link");
+        assert!(link.to_string().contains("a link"), "{link}");
+        assert!(read_output(&dir.path().join("dir.json")).is_err(), "a directory");
+        let missing = read_output(&dir.path().join("none.json")).expect_err("missing");
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]
