@@ -113,18 +113,7 @@ pub async fn newest(
     tenant: &TenantId,
     project: &ProjectId,
 ) -> Result<Vec<PluginDoc>, ApiError> {
-    let q = mapi_store::Query::new(PluginDoc::COLLECTION)
-        .filter("tenant", Op::Eq, tenant.as_str())
-        .filter("project", Op::Eq, project.as_str())
-        .limit(1000);
-    let mut docs: Vec<PluginDoc> = state
-        .store
-        .query(&q, None)
-        .await?
-        .iter()
-        .map(|d| d.decode::<PluginDoc>())
-        .collect::<Result<_, _>>()?;
-    docs.sort_by(|a, b| a.name.cmp(&b.name).then(version_key(&b.version).cmp(&version_key(&a.version))));
+    let mut docs = published(state, tenant, project, None).await?;
     docs.dedup_by(|later, first| later.name == first.name);
     Ok(docs)
 }
@@ -260,19 +249,26 @@ pub async fn versions(
     project: &ProjectId,
     name: &str,
 ) -> Result<Vec<PluginDoc>, ApiError> {
-    let q = mapi_store::Query::new(PluginDoc::COLLECTION)
+    published(state, tenant, project, Some(name)).await
+}
+
+/// The project's published versions (of plugin `name` only, when given), by
+/// name, newest version first.
+async fn published(
+    state: &AppState,
+    tenant: &TenantId,
+    project: &ProjectId,
+    name: Option<&str>,
+) -> Result<Vec<PluginDoc>, ApiError> {
+    let mut q = mapi_store::Query::new(PluginDoc::COLLECTION)
         .filter("tenant", Op::Eq, tenant.as_str())
-        .filter("project", Op::Eq, project.as_str())
-        .filter("name", Op::Eq, name)
-        .limit(1000);
-    let mut docs: Vec<PluginDoc> = state
-        .store
-        .query(&q, None)
-        .await?
-        .iter()
-        .map(|d| d.decode::<PluginDoc>())
-        .collect::<Result<_, _>>()?;
-    docs.sort_by_key(|d| std::cmp::Reverse(version_key(&d.version)));
+        .filter("project", Op::Eq, project.as_str());
+    if let Some(name) = name {
+        q = q.filter("name", Op::Eq, name);
+    }
+    let found = state.store.query(&q.limit(1000), None).await?;
+    let mut docs: Vec<PluginDoc> = found.iter().map(|d| d.decode::<PluginDoc>()).collect::<Result<_, _>>()?;
+    docs.sort_by(|a, b| a.name.cmp(&b.name).then(version_key(&b.version).cmp(&version_key(&a.version))));
     Ok(docs)
 }
 
