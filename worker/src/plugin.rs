@@ -3,7 +3,8 @@
 //!
 //! 1. The package is fetched through its signed URL and its SHA-256 checked
 //!    against the digest the run was admitted with before anything of it is
-//!    read; then it is checked whole and unpacked (`mapi_plugins::package`),
+//!    read; then it is checked whole and only then unpacked
+//!    (`mapi_plugins::package::unpack`),
 //!    and the method's parameters validated against its manifest, defaults
 //!    filled in, exactly as at submit.
 //! 2. The supervisor makes itself non-dumpable (`PR_SET_DUMPABLE` 0): a
@@ -147,20 +148,18 @@ async fn prepare(task: &Task<'_>, root: &Path) -> Result<Prepared, Failed> {
             task.plugin.sha256
         )));
     }
-    let checked = mapi_plugins::package::read(&package)
-        .map_err(|e| Failed::Method(format!("the plugin's package does not read: {e}")))?;
-    let Some(method) = checked.manifest.method(&task.plugin.method) else {
-        return Err(Failed::Method(format!("the plugin has no method {}", task.plugin.method)));
-    };
-    let params = mapi_methods::validate_with(&task.boot.method, &method.params, &task.boot.params)
-        .map_err(|e| Failed::Method(e.to_string()))?;
     let io = |what: &str, e: std::io::Error| Failed::Setup(format!("{what}: {e}"));
     let code = root.join("plugin");
     for d in [&code, &root.join("platform"), &root.join("out")] {
         std::fs::create_dir_all(d).map_err(|e| io("making the plugin's directories", e))?;
     }
-    mapi_plugins::package::unpack(&package, &code)
+    let checked = mapi_plugins::package::unpack(&package, &code)
         .map_err(|e| Failed::Method(format!("the plugin's package does not unpack: {e}")))?;
+    let Some(method) = checked.manifest.method(&task.plugin.method) else {
+        return Err(Failed::Method(format!("the plugin has no method {}", task.plugin.method)));
+    };
+    let params = mapi_methods::validate_with(&task.boot.method, &method.params, &task.boot.params)
+        .map_err(|e| Failed::Method(e.to_string()))?;
     std::fs::write(root.join("platform/mapi.py"), HELPER).map_err(|e| io("writing the helper", e))?;
     std::fs::write(root.join("platform/mapi_plugin_host.py"), HOST).map_err(|e| io("writing the host", e))?;
     std::fs::write(root.join("dataset.csv"), &task.dataset).map_err(|e| io("writing the dataset", e))?;

@@ -5,7 +5,7 @@
 use mapi_domain::{TenantId, Tier, Timestamp};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
-use mapi_quota::{Period, counters};
+use mapi_quota::{KillSwitches, Period, counters};
 use mapi_schema::{KillSwitchDoc, TenantDoc};
 
 /// Why a run of `tenant` may not start now, and how many seconds until the
@@ -18,10 +18,12 @@ pub async fn held(
     tenant: &TenantId,
     plugin: bool,
 ) -> Result<Option<(u64, String)>, ApiError> {
-    if let Some((wait, why)) = compute_stopped(state, tenant).await? {
+    // One read of the switches serves the spend cap and the uploaded-code switch.
+    let switches = switches(state).await?;
+    if let Some((wait, why)) = stopped_by(state, tenant, switches.as_ref()).await? {
         return Ok(Some((wait.min(3600), why)));
     }
-    if plugin && let Some(why) = untrusted_code_held(state).await? {
+    if plugin && let Some(why) = untrusted_code_held(state, switches.as_ref()) {
         return Ok(Some((HOLD_RETRY_S, why)));
     }
     gate(state, tenant).await
@@ -30,20 +32,21 @@ pub async fn held(
 /// Why a queued run of plugin code may not be leased now: an operator
 /// turned uploaded code off (runs already started finish), or the executor
 /// does not isolate tenant code.
-async fn untrusted_code_held(state: &AppState) -> Result<Option<String>, ApiError> {
-    let switches = mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?;
-    if switches.is_some_and(|k| !k.switches.untrusted_execution_enabled) {
-        return Ok(Some(
+fn untrusted_code_held(state: &AppState, switches: Option<&KillSwitches>) -> Option<String> {
+    if switches.is_some_and(|s| !s.untrusted_execution_enabled) {
+        return Some(
             "uploaded code is switched off by an operator (kill switch untrusted_execution): \
              the run waits in the queue until it is switched on again"
                 .to_owned(),
-        ));
+        );
     }
-    Ok(state
-        .executor
-        .capabilities()
-        .untrusted_code_refusal()
-        .map(|why| format!("{why}; the run waits in the queue")))
+    let refusal = state.executor.capabilities().untrusted_code_refusal();
+    refusal.map(|why| format!("{why}; the run waits in the queue"))
+}
+
+/// The platform's kill switches, when an operator set any.
+async fn switches(state: &AppState) -> Result<Option<KillSwitches>, ApiError> {
+    Ok(mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?.map(|k| k.switches))
 }
 
 /// How long a run held back by the executor's switch or the shared-tier
@@ -110,11 +113,15 @@ impl SpendStanding {
 
 /// The platform's spend against its cap, when an operator set one.
 pub async fn spend_standing(state: &AppState) -> Result<Option<SpendStanding>, ApiError> {
-    let Some(switches) =
-        mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?.map(|k| k.switches)
-    else {
-        return Ok(None);
-    };
+    standing_of(state, switches(state).await?.as_ref()).await
+}
+
+/// The spend against the cap `switches` set, if they set one.
+async fn standing_of(
+    state: &AppState,
+    switches: Option<&KillSwitches>,
+) -> Result<Option<SpendStanding>, ApiError> {
+    let Some(switches) = switches else { return Ok(None) };
     let Some(cap_micros) = switches.spend_cap_micros else { return Ok(None) };
     let (now, period) = (state.clock.now(), switches.spend_cap_period);
     let spend = counters::read(&*state.store, &counters::platform_period(period, now)).await?.spend_micros;
@@ -131,7 +138,16 @@ pub async fn spend_standing(state: &AppState) -> Result<Option<SpendStanding>, A
 /// internal tenants: runs admitted earlier stay queued. `Some((seconds to
 /// the cap's period end, why))` when the run must wait.
 pub async fn compute_stopped(state: &AppState, tenant: &TenantId) -> Result<Option<(u64, String)>, ApiError> {
-    let Some(standing) = spend_standing(state).await? else { return Ok(None) };
+    stopped_by(state, tenant, switches(state).await?.as_ref()).await
+}
+
+/// [`compute_stopped`] under the switches already read.
+async fn stopped_by(
+    state: &AppState,
+    tenant: &TenantId,
+    switches: Option<&KillSwitches>,
+) -> Result<Option<(u64, String)>, ApiError> {
+    let Some(standing) = standing_of(state, switches).await? else { return Ok(None) };
     if !standing.reached(100) {
         return Ok(None);
     }

@@ -91,9 +91,10 @@ pub fn read(bytes: &[u8]) -> Result<Package, PackageError> {
     Ok(Package { manifest, sha256: hex::encode(Sha256::digest(bytes)), files })
 }
 
-/// Writes a package's files under `into` (which must exist), after the same
-/// checks as [`read`].
-pub fn unpack(bytes: &[u8], into: &Path) -> Result<(), PackageError> {
+/// Checks a package as [`read`] does and, only if it passes, writes its
+/// files under `into` (which must exist); the package that read.
+pub fn unpack(bytes: &[u8], into: &Path) -> Result<Package, PackageError> {
+    let package = read(bytes)?;
     let io = |path: &Path, e: std::io::Error| PackageError::Io {
         path: path.display().to_string(),
         message: e.to_string(),
@@ -111,7 +112,8 @@ pub fn unpack(bytes: &[u8], into: &Path) -> Result<(), PackageError> {
             Ok(())
         },
         &mut files,
-    )
+    )?;
+    Ok(package)
 }
 
 /// Calls `each` with every regular file of the archive (its checked path),

@@ -34,14 +34,18 @@ async fn validate(
 ) -> Result<(DatasetDoc, Option<PluginCode>), ApiError> {
     spec.check().map_err(|e| ApiError::invalid(e.to_string()))?;
     let invalid = |e: mapi_methods::ParamError| ApiError::invalid(e.to_string());
-    let (params, plugin) = if spec.method.starts_with(mapi_plugins::PREFIX) {
+    let (method, plugin) = if spec.method.starts_with(mapi_plugins::PREFIX) {
         let (doc, method) = super::plugins::resolve(state, tenant, project, &spec.method, pin).await?;
-        let params =
-            mapi_methods::validate_with(&spec.method, &method.params, &spec.params).map_err(invalid)?;
-        (params, Some((super::plugins::code(&doc, &method), method)))
+        let code = super::plugins::code(&doc, &method);
+        (Schema::Plugin(method), Some(code))
     } else {
-        (mapi_methods::validate(builtin(&spec.method)?, &spec.params).map_err(invalid)?, None)
+        (Schema::Builtin(builtin(&spec.method)?), None)
     };
+    let params = match &method {
+        Schema::Builtin(m) => mapi_methods::validate(m, &spec.params),
+        Schema::Plugin(m) => mapi_methods::validate_with(&spec.method, &m.params, &spec.params),
+    }
+    .map_err(invalid)?;
     state.executor.check_placement(spec.class, &spec.method).map_err(ApiError::invalid)?;
     let max_tasks = state.executor.capabilities().max_task_count;
     if spec.tasks > max_tasks {
@@ -60,14 +64,18 @@ async fn validate(
         }
     };
     let numeric = |c: &str| dataset.numeric_columns.iter().any(|n| n == c);
-    match &plugin {
-        Some((_, method)) => {
-            mapi_methods::check_columns_with(&method.params, &params, &dataset.columns, &numeric)
-        }
-        None => mapi_methods::check_columns(builtin(&spec.method)?, &params, &dataset.columns, &numeric),
+    match &method {
+        Schema::Builtin(m) => mapi_methods::check_columns(m, &params, &dataset.columns, &numeric),
+        Schema::Plugin(m) => mapi_methods::check_columns_with(&m.params, &params, &dataset.columns, &numeric),
     }
     .map_err(invalid)?;
-    Ok((dataset, plugin.map(|(code, _)| code)))
+    Ok((dataset, plugin))
+}
+
+/// The parameters' schema of the method a spec names.
+enum Schema {
+    Builtin(&'static mapi_methods::MethodSpec),
+    Plugin(mapi_plugins::PluginMethod),
 }
 
 /// The built-in dataset method `name`, or a refusal listing them.
