@@ -246,10 +246,11 @@ pub async fn run(
             let mut out = String::new();
             let revision = answer["revision"].as_str().unwrap_or("?");
             for (i, p) in answer["predictions"].as_array().into_iter().flatten().enumerate() {
-                let value = p["value"].as_f64().unwrap_or(f64::NAN);
+                // A plugin's model may answer any JSON value: it is shown as JSON.
+                let value = p["value"].as_f64().map_or_else(|| p["value"].to_string(), |v| format!("{v:.6}"));
                 match p["std_error"].as_f64() {
-                    Some(se) => out.push_str(&format!("{i:>4}  {value:.6}  ± {se:.6}\n")),
-                    None => out.push_str(&format!("{i:>4}  {value:.6}\n")),
+                    Some(se) => out.push_str(&format!("{i:>4}  {value}  ± {se:.6}\n")),
+                    None => out.push_str(&format!("{i:>4}  {value}\n")),
                 }
             }
             out.push_str(&format!("(revision {revision})\n"));

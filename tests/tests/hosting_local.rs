@@ -15,7 +15,7 @@ use mapi_hosting::{
 use mapi_tests::model_fixture::{self, Bundles};
 
 fn server() -> ServerCommand {
-    ServerCommand { program: mapi_tests::binary("mapi-worker"), args: vec!["serve".into()] }
+    ServerCommand { program: mapi_tests::binary("mapi-worker"), args: vec!["serve".into()], sandbox: None }
 }
 
 async fn fixture(dir: &std::path::Path) -> Fixture {

@@ -255,11 +255,15 @@ async fn the_uploaded_code_switch_stops_new_plugin_work_and_spares_built_ins() {
 /// The README's plugin (`examples/plugins/churn`: a scikit-learn logistic
 /// regression) fits in the sandbox exactly what scikit-learn fits called
 /// directly on the same table, reports its metrics, and its run becomes a
-/// model version (which an endpoint does not serve yet, and says so).
+/// model version that an endpoint serves with the plugin's own `predict`
+/// (in a sandbox): its scores are scikit-learn's probabilities, a row it
+/// cannot read is a 400 with the plugin's words, and while uploaded code is
+/// switched off its scores are refused and no plugin model is deployed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_example_plugin_fits_what_scikit_learn_fits() {
+async fn the_example_plugin_fits_what_scikit_learn_fits_and_its_model_serves() {
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples");
-    let p = start(Backend::Gvisor, &[], Options::default()).await;
+    let extra = [("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local")];
+    let p = start(Backend::Gvisor, &extra, Options::default()).await;
     let dir = std::path::Path::new(examples).join("plugins/churn");
     publish(&p, mapi_plugins::package::pack(&dir).expect("pack")).await;
     let csv = std::fs::read_to_string(format!("{examples}/churn.csv")).expect("churn.csv");
@@ -290,22 +294,85 @@ async fn the_example_plugin_fits_what_scikit_learn_fits() {
     assert!((auc - direct["roc_auc"].as_f64().expect("auc")).abs() < 1e-12);
 
     let version = run["model_version"].as_str().expect("a model version");
-    let (s, refused) = p
-        .call(
-            p.token(),
-            Method::POST,
-            &format!("{}/endpoints", p.project_path()),
-            Some(json!({"alias": "churn", "model_version": version})),
-        )
-        .await;
-    assert_eq!((s, refused["code"].as_str()), (409, Some("FAILED_PRECONDITION")), "{refused}");
-    assert!(
-        refused["detail"].as_str().unwrap_or_default().contains("not served by endpoints yet"),
-        "{refused}"
-    );
+    let endpoints = format!("{}/endpoints", p.project_path());
+    let create = json!({"alias": "churn", "model_version": version});
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(create.clone())).await;
+    assert_eq!((s, e["status"].as_str()), (202, Some("deploying")), "{e}");
+    let e = wait_ready(&p, "churn").await;
+    assert_eq!(e["status"], "ready", "{e:#}");
+
+    // Its scores are what scikit-learn's predict_proba says for the same rows.
+    let rows = first_rows(&csv, 5);
+    let (s, scored) = score(&p, "churn", json!({"rows": rows})).await;
+    assert_eq!(s, 200, "{scored}");
+    let want = direct["probabilities"].as_array().expect("probabilities");
+    let got = scored["predictions"].as_array().expect("predictions");
+    assert_eq!(got.len(), want.len(), "{scored}");
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (g["value"].as_f64().expect("value"), w.as_f64().expect("number"));
+        assert!((g - w).abs() < 1e-9, "{g} vs scikit-learn's {w}");
+    }
+    let (s, bad) = score(&p, "churn", json!({"rows": [{"tenure_months": 3}]})).await;
+    assert_eq!((s, bad["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{bad}");
+    assert!(bad["detail"].as_str().unwrap_or_default().contains("monthly_charges"), "{bad}");
+
+    // Uploaded code off: the plugin's model stops scoring and is not deployed again.
+    let operator = p.login("admin@dev.local").await;
+    let switch = |on: bool| json!({"untrusted_execution_enabled": on, "reason": "a plugin misbehaves"});
+    let (s, v) = p.call(&operator, Method::PUT, "/v1/admin/kill-switches", Some(switch(false))).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, refused) = score(&p, "churn", json!({"rows": rows})).await;
+    assert_eq!((s, refused["code"].as_str()), (403, Some("FORBIDDEN")), "{refused}");
+    assert!(refused["detail"].as_str().unwrap_or_default().contains("untrusted_execution"), "{refused}");
+    let again = json!({"alias": "churn-2", "model_version": version});
+    let (s, refused) = p.call(p.token(), Method::POST, &endpoints, Some(again)).await;
+    assert_eq!((s, refused["code"].as_str()), (403, Some("FORBIDDEN")), "{refused}");
+    let (s, v) = p.call(&operator, Method::PUT, "/v1/admin/kill-switches", Some(switch(true))).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, scored) = score(&p, "churn", json!({"rows": rows})).await;
+    assert_eq!(s, 200, "switched on again: {scored}");
 }
 
-/// What `examples/plugins/churn/model.py` fits, written out with scikit-learn alone.
+/// Polls the endpoint until it is no longer deploying (a bounded wait).
+async fn wait_ready(p: &TestPlatform, alias: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let path = format!("{}/endpoints/{alias}", p.project_path());
+        let (s, e) = p.call(p.token(), Method::GET, &path, None).await;
+        assert_eq!(s, 200, "{e}");
+        if e["status"] != "deploying" {
+            return e;
+        }
+        assert!(std::time::Instant::now() < deadline, "the endpoint did not get ready: {e:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn score(p: &TestPlatform, alias: &str, body: Value) -> (u16, Value) {
+    let path = format!("{}/endpoints/{alias}:score", p.project_path());
+    p.call(p.token(), Method::POST, &path, Some(body)).await
+}
+
+/// The first `n` rows of a CSV of numbers, as score rows, without its `churned` column.
+fn first_rows(csv: &str, n: usize) -> Vec<Value> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    lines
+        .take(n)
+        .map(|l| {
+            let row: serde_json::Map<String, Value> = header
+                .iter()
+                .zip(l.split(','))
+                .filter(|(h, _)| **h != "churned")
+                .map(|(h, v)| ((*h).to_owned(), json!(v.parse::<f64>().expect("number"))))
+                .collect();
+            Value::Object(row)
+        })
+        .collect()
+}
+
+/// What `examples/plugins/churn/model.py` fits, written out with scikit-learn
+/// alone, and its probabilities for the first five rows.
 const DIRECT_FIT: &str = r#"
 import json, sys
 import pandas as pd
@@ -316,8 +383,99 @@ t = pd.read_csv(sys.argv[1])
 y, x = t["churned"], t.drop(columns=["churned"])
 a, b, ya, yb = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
 m = LogisticRegression(max_iter=1000).fit(a, ya)
-print(json.dumps({"coefficients": dict(zip(x.columns, m.coef_[0].tolist())), "roc_auc": roc_auc_score(yb, m.predict_proba(b)[:, 1])}))
+print(json.dumps({"coefficients": dict(zip(x.columns, m.coef_[0].tolist())), "roc_auc": roc_auc_score(yb, m.predict_proba(b)[:, 1]), "probabilities": m.predict_proba(x.head(5))[:, 1].tolist()}))
 "#;
+
+const PROBE_MANIFEST: &str = r#"name = "probe"
+version = "1.0.0"
+base = "base-ml"
+
+[[methods]]
+name = "fit"
+entry = "stats:fit"
+outputs = ["model.json"]
+model = "model.json"
+predict = "stats:predict"
+
+[[methods.params]]
+name = "platform"
+kind = "text"
+required = true
+
+[[methods.params]]
+name = "home"
+kind = "text"
+required = true
+"#;
+
+/// A model whose `predict` reports what it can reach from the model server's sandbox.
+const PROBE_SOURCE: &str = r#"import os, socket
+
+def fit(ctx):
+    ctx.write_json("model.json", {"platform": ctx.params["platform"], "home": ctx.params["home"]})
+
+def attempt(f):
+    try:
+        f()
+        return "done"
+    except Exception as e:
+        return "refused: " + type(e).__name__
+
+def predict(model, rows):
+    host, port = model["platform"].rsplit(":", 1)
+    found = {
+        "platform": attempt(lambda: socket.create_connection((host, int(port)), timeout=3)),
+        "internet": attempt(lambda: socket.create_connection(("1.1.1.1", 53), timeout=3)),
+        "metadata": attempt(lambda: socket.create_connection(("169.254.169.254", 80), timeout=3)),
+        "home": attempt(lambda: os.listdir(model["home"])),
+        "own code": attempt(lambda: open(os.path.join(os.getcwd(), "stats.py"), "a").close()),
+        "environment": sorted(os.environ),
+        "uid": os.getuid(),
+    }
+    print("probed", found)
+    return [found for _ in rows]
+"#;
+
+/// A plugin's `predict` serves in a sandbox of its own: no network (the
+/// platform's address, the internet, the metadata server), none of the
+/// platform's files, its code read-only, an unprivileged user, and an
+/// environment that names nothing of the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_predict_serves_in_a_sandbox() {
+    let p = start(Backend::Gvisor, &[], Options::default()).await;
+    publish(&p, package(PROBE_MANIFEST, PROBE_SOURCE)).await;
+    let ds = p.upload(LONGLEY).await;
+    let platform = p.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let home = p._home.path().display().to_string();
+    let params = json!({"platform": platform, "home": home});
+    let (s, made) = submit(&p, json!({"method": "p.probe.fit", "dataset": ds, "params": params})).await;
+    assert_eq!(s, 201, "{made}");
+    let run = p.wait_final(made["id"].as_str().expect("id")).await;
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let create = json!({"alias": "probe", "model_version": run["model_version"]});
+    let (s, e) =
+        p.call(p.token(), Method::POST, &format!("{}/endpoints", p.project_path()), Some(create)).await;
+    assert_eq!(s, 202, "{e}");
+    assert_eq!(wait_ready(&p, "probe").await["status"], "ready");
+    let (s, scored) = score(&p, "probe", json!({"rows": [{"x": 1}]})).await;
+    assert_eq!(s, 200, "{scored}");
+    let found = &scored["predictions"][0]["value"];
+    for reach in ["platform", "internet", "metadata", "home", "own code"] {
+        let said = found[reach].as_str().unwrap_or_default();
+        assert!(said.starts_with("refused"), "{reach}: {said} ({found})");
+    }
+    assert_eq!(found["uid"], 65_534, "{found}");
+    let names: Vec<&str> =
+        found["environment"].as_array().expect("env").iter().filter_map(Value::as_str).collect();
+    for name in &names {
+        assert!(
+            !name.starts_with("MAPI_SERVE") && !name.contains("KEY") && !name.contains("TOKEN"),
+            "{names:?}"
+        );
+    }
+    let (s, health) = p.call(p.token(), Method::GET, "/health", None).await;
+    assert_eq!(s, 200, "the platform stays healthy: {health}");
+}
 
 /// On cloudrun-jobs (over the fake), a plugin run goes to the Job of the base
 /// its manifest names, whatever its method's namespace.

@@ -147,7 +147,7 @@ async fn the_readme_runs_as_printed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_plugin_section_runs_as_printed_on_gvisor() {
     let p = TestPlatform::start(&[("MAPI_EXECUTOR", "gvisor")]).await;
-    run_sections(&p, &["Plugins: your own Python methods"], 6);
+    run_sections(&p, &["Plugins: your own Python methods"], 9);
 }
 
 /// Copies what a reader's checkout holds under `examples/` into `into`.

@@ -14,6 +14,7 @@ pub mod bridge;
 pub mod plugin;
 pub mod probe;
 pub mod serve;
+pub mod serve_plugin;
 pub mod supervisor;
 
 use std::path::PathBuf;

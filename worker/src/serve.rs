@@ -13,6 +13,11 @@
 //!   `{"predictions": [{"value": …, "std_error": …}], "revision": …}`; a row
 //!   with a missing, extra or non-numeric column is a 400 problem naming it.
 //!
+//! A plugin's model version (its bundle holds a serving descriptor,
+//! `mapi_plugins::serving`) is served by the plugin's own `predict` in a
+//! sandbox ([`crate::serve_plugin`]): the same routes, values as the code
+//! returns them, no standard errors.
+//!
 //! SIGTERM (or SIGINT) stops accepting, finishes the requests in flight and exits 0.
 
 use std::path::{Path, PathBuf};
@@ -43,9 +48,37 @@ pub const REFUSED: i32 = 78;
 /// What the server serves, verified.
 #[derive(Debug)]
 pub struct Loaded {
-    pub model: Model,
+    pub model: Served,
     pub revision: String,
     pub manifest_sha256: String,
+}
+
+/// A built-in method's model, or a plugin's.
+#[derive(Debug)]
+pub enum Served {
+    Builtin(Model),
+    /// Verified and unpacked; its sandbox starts once the runtime runs.
+    Plugin(crate::serve_plugin::Prepared),
+    Running(Box<crate::serve_plugin::PluginModel>),
+}
+
+impl Served {
+    fn describe(&self) -> Value {
+        match self {
+            Served::Builtin(m) => {
+                json!({"method": m.method(), "predicts": m.response(), "inputs": m.inputs()})
+            }
+            Served::Plugin(prepared) => Self::plugin(&prepared.serving),
+            Served::Running(running) => Self::plugin(&running.serving),
+        }
+    }
+
+    fn plugin(s: &mapi_plugins::serving::Serving) -> Value {
+        json!({
+            "method": mapi_plugins::method_name(&s.plugin, &s.method),
+            "plugin": {"name": s.plugin, "version": s.version, "sha256": s.package_sha256},
+        })
+    }
 }
 
 /// Where to find the bundle and what it must be.
@@ -56,6 +89,8 @@ pub struct Source {
     pub manifest_sha256: String,
     pub trusted_keys: String,
     pub revision: String,
+    /// The `runsc` a plugin's model runs under (`MAPI_SERVE_RUNSC`); without one a plugin's model is refused.
+    pub runsc: Option<PathBuf>,
 }
 
 impl Source {
@@ -68,6 +103,7 @@ impl Source {
             manifest_sha256: var(env::MANIFEST_SHA256)?,
             trusted_keys: var(env::TRUSTED_KEYS)?,
             revision: std::env::var(env::REVISION).unwrap_or_else(|_| "unnamed".into()),
+            runsc: std::env::var_os(env::RUNSC).filter(|v| !v.is_empty()).map(PathBuf::from),
         })
     }
 }
@@ -95,12 +131,38 @@ pub fn load(source: &Source) -> Result<Loaded, String> {
             read(k)
         })
         .map_err(|e| e.to_string())?;
-    let (_, model) = artifacts
-        .iter()
-        .find(|(a, _)| a.key.as_str().ends_with("/model.json"))
-        .ok_or_else(|| format!("bundle {prefix} has no model.json: its method makes no servable model"))?;
-    let model = Model::load(model).map_err(|e| e.to_string())?;
+    let descriptor = mapi_plugins::serving::key(prefix.as_str(), mapi_plugins::serving::DESCRIPTOR);
+    let model = match artifacts.iter().find(|(a, _)| a.key.as_str() == descriptor) {
+        Some((_, bytes)) => plugin_model(source, &prefix, bytes, &artifacts)?,
+        None => {
+            let (_, model) =
+                artifacts.iter().find(|(a, _)| a.key.as_str().ends_with("/model.json")).ok_or_else(|| {
+                    format!("bundle {prefix} has no model.json: its method makes no servable model")
+                })?;
+            Served::Builtin(Model::load(model).map_err(|e| e.to_string())?)
+        }
+    };
     Ok(Loaded { model, revision: source.revision.clone(), manifest_sha256: source.manifest_sha256.clone() })
+}
+
+/// A plugin's model from its verified bundle, refused without a sandbox.
+fn plugin_model(
+    source: &Source,
+    prefix: &ObjectKey,
+    descriptor: &[u8],
+    artifacts: &[(mapi_bundles::Artifact, Vec<u8>)],
+) -> Result<Served, String> {
+    let serving = mapi_plugins::serving::Serving::from_bytes(descriptor)?;
+    if source.runsc.is_none() {
+        return Err(format!(
+            "{} is a plugin's model, which runs only in a gVisor sandbox, and {} is not set",
+            prefix,
+            env::RUNSC
+        ));
+    }
+    let files = artifacts.iter().map(|(a, b)| (a.key.to_string(), b.clone())).collect();
+    let package = mapi_plugins::serving::key(prefix.as_str(), mapi_plugins::serving::PACKAGE);
+    Ok(Served::Plugin(crate::serve_plugin::prepare(serving, &files, &package)?))
 }
 
 /// The server's routes over a loaded model.
@@ -115,15 +177,11 @@ pub fn router(loaded: Arc<Loaded>) -> Router {
 }
 
 async fn health(State(m): State<Arc<Loaded>>) -> Response {
-    axum::Json(json!({
-        "status": "ok",
-        "revision": m.revision,
-        "method": m.model.method(),
-        "predicts": m.model.response(),
-        "inputs": m.model.inputs(),
-        "manifest_sha256": m.manifest_sha256,
-    }))
-    .into_response()
+    let mut body = json!({"status": "ok", "revision": m.revision, "manifest_sha256": m.manifest_sha256});
+    if let (Some(b), Value::Object(about)) = (body.as_object_mut(), m.model.describe()) {
+        b.extend(about);
+    }
+    axum::Json(body).into_response()
 }
 
 #[derive(Deserialize)]
@@ -157,7 +215,12 @@ async fn predict(State(m): State<Arc<Loaded>>, headers: HeaderMap, body: Bytes) 
             format!("send 1 to {MAX_ROWS} rows, not {}", req.rows.len()),
         );
     }
-    match m.model.predict(&req.rows, req.std_errors) {
+    let model = match &m.model {
+        Served::Builtin(model) => model,
+        Served::Running(plugin) => return plugin_predict(&m, plugin, &req).await,
+        Served::Plugin(_) => return problem(ProblemCode::Unavailable, "the model is still loading"),
+    };
+    match model.predict(&req.rows, req.std_errors) {
         Ok(predictions) => {
             let predictions: Vec<Value> = predictions
                 .iter()
@@ -174,6 +237,37 @@ async fn predict(State(m): State<Arc<Loaded>>, headers: HeaderMap, body: Bytes) 
     }
 }
 
+/// A plugin model's answer; a broken child stops the server (the host starts a fresh one).
+async fn plugin_predict(
+    m: &Loaded,
+    plugin: &crate::serve_plugin::PluginModel,
+    req: &PredictBody,
+) -> Response {
+    use crate::serve_plugin::Refused;
+    if req.std_errors {
+        return problem(
+            ProblemCode::InvalidArgument,
+            "a plugin's model gives values only: leave out std_errors",
+        );
+    }
+    match plugin.predict(&req.rows).await {
+        Ok(values) => {
+            let predictions: Vec<Value> = values.into_iter().map(|v| json!({"value": v})).collect();
+            axum::Json(json!({"predictions": predictions, "revision": m.revision})).into_response()
+        }
+        Err(Refused::Invalid(detail)) => problem(ProblemCode::InvalidArgument, detail),
+        Err(Refused::Failed(detail)) => problem(ProblemCode::Internal, detail),
+        Err(Refused::Broken(detail)) => {
+            say("ERROR", &format!("stopping: {detail}"));
+            BROKEN.notify_one();
+            problem(ProblemCode::Unavailable, format!("{detail}; retry"))
+        }
+    }
+}
+
+/// Told when a plugin model's process broke: the server stops.
+static BROKEN: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 fn problem(code: ProblemCode, detail: impl Into<String>) -> Response {
     let body = serde_json::to_vec(&Problem::new(code, detail)).unwrap_or_default();
     let status = StatusCode::from_u16(code.status().as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -187,8 +281,9 @@ fn say(level: &str, message: &str) {
 
 /// `mapi-worker serve`: verify, then serve until SIGTERM. Returns the exit code.
 pub fn main() -> i32 {
-    let loaded = match Source::from_env().and_then(|s| load(&s)) {
-        Ok(l) => Arc::new(l),
+    let source = Source::from_env();
+    let loaded = match source.clone().and_then(|s| load(&s)) {
+        Ok(l) => l,
         Err(reason) => {
             say("ERROR", &format!("refusing to serve: {reason}"));
             return REFUSED;
@@ -209,6 +304,13 @@ pub fn main() -> i32 {
         }
     };
     runtime.block_on(async move {
+        let loaded = match start(loaded, source.ok().and_then(|s| s.runsc)).await {
+            Ok(l) => Arc::new(l),
+            Err(reason) => {
+                say("ERROR", &format!("refusing to serve: {reason}"));
+                return REFUSED;
+            }
+        };
         let host = std::env::var(env::LISTEN).unwrap_or_else(|_| "0.0.0.0".into());
         let listener = match tokio::net::TcpListener::bind((host.as_str(), port)).await {
             Ok(l) => l,
@@ -219,14 +321,12 @@ pub fn main() -> i32 {
         };
         say(
             "INFO",
-            &format!(
-                "serving {} (revision {}, inputs {}) on port {port}",
-                loaded.model.method(),
-                loaded.revision,
-                loaded.model.inputs().join(",")
-            ),
+            &format!("serving {} (revision {}) on port {port}", loaded.model.describe(), loaded.revision),
         );
-        let served = axum::serve(listener, router(loaded)).with_graceful_shutdown(stopped()).await;
+        let served = axum::serve(listener, router(loaded.clone())).with_graceful_shutdown(stopped()).await;
+        if let Served::Running(plugin) = &loaded.model {
+            plugin.stop();
+        }
         match served {
             Ok(()) => 0,
             Err(e) => {
@@ -237,6 +337,19 @@ pub fn main() -> i32 {
     })
 }
 
+/// Starts a plugin model's sandbox; a built-in model is ready as loaded.
+async fn start(loaded: Loaded, runsc: Option<PathBuf>) -> Result<Loaded, String> {
+    let Loaded { model, revision, manifest_sha256 } = loaded;
+    let model = match (model, runsc) {
+        (Served::Plugin(prepared), Some(runsc)) => {
+            Served::Running(Box::new(crate::serve_plugin::PluginModel::start(prepared, &runsc).await?))
+        }
+        (Served::Plugin(_), None) => return Err(format!("{} is not set", env::RUNSC)),
+        (other, _) => other,
+    };
+    Ok(Loaded { model, revision, manifest_sha256 })
+}
+
 async fn stopped() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
@@ -244,8 +357,8 @@ async fn stopped() {
         return std::future::pending().await;
     };
     tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = term.recv() => say("INFO", "stopping: finishing the requests in flight"),
+        _ = int.recv() => say("INFO", "stopping: finishing the requests in flight"),
+        () = BROKEN.notified() => {}
     }
-    say("INFO", "stopping: finishing the requests in flight");
 }

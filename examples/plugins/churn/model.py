@@ -1,3 +1,4 @@
+import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, roc_auc_score
 from sklearn.model_selection import train_test_split
@@ -19,3 +20,9 @@ def fit(ctx):
         "coefficients": dict(zip(x.columns, model.coef_[0].tolist())),
         "intercept": float(model.intercept_[0]),
     })
+
+
+def predict(model, rows):
+    x = np.array([[row[c] for c in model["inputs"]] for row in rows], dtype=float)
+    w = np.array([model["coefficients"][c] for c in model["inputs"]])
+    return 1 / (1 + np.exp(-(x @ w + model["intercept"])))

@@ -16,6 +16,10 @@
 //! reconciler re-pushes it, and the next seal completes the bundle the last
 //! one left (every write is create-only and the version id is derived from
 //! the run's).
+//!
+//! A plugin's model version also seals a copy of the plugin's package and
+//! a serving descriptor (`mapi_plugins::serving`), so an endpoint can run
+//! its `predict` from the bundle alone, verified like every artifact.
 
 use mapi_bundles::BundleError;
 use mapi_domain::{AttemptNo, ModelVersionId, Timestamp};
@@ -24,6 +28,7 @@ use mapi_objects::{ObjectKey, ObjectMeta};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
 use mapi_schema::{ModelVersionDoc, layout};
+use sha2::Digest as _;
 
 /// Whether `run` is sealed when it succeeds: its method fits a model. For a
 /// built-in it is read from the registry at finalization (a method the
@@ -69,10 +74,16 @@ pub async fn seal(
     stored: &[ObjectMeta],
     now: Timestamp,
 ) -> Result<ModelVersionDoc, ApiError> {
-    let artifacts: Vec<_> = stored.iter().map(|m| (m.key.clone(), m.generation)).collect();
+    let mut artifacts: Vec<_> = stored.iter().map(|m| (m.key.clone(), m.generation)).collect();
     let prefix = ObjectKey::parse(&layout::bundle(run.tenant(), run.project(), run.id()))
         .map_err(|e| ApiError::internal_from(format!("bundle prefix of {}", run.id()), e))?;
-    let sealed = match mapi_bundles::seal(&*state.objects, &*state.signer, &prefix, &artifacts).await {
+    let sealing = async {
+        if let Some(code) = run.plugin() {
+            artifacts.extend(serving_files(state, run, attempt, code, &prefix, stored).await?);
+        }
+        mapi_bundles::seal(&*state.objects, &*state.signer, &prefix, &artifacts).await
+    };
+    let sealed = match sealing.await {
         Ok(s) => s,
         Err(e) => {
             if matches!(e, BundleError::Integrity { .. }) {
@@ -100,4 +111,53 @@ pub async fn seal(
         bytes_since: Some(now),
         created_at: now,
     })
+}
+
+/// Writes a plugin model version's package copy and serving descriptor
+/// under the bundle's prefix (create-only, so a retried seal keeps what the
+/// last one wrote) and returns them as artifacts to seal. A package whose
+/// bytes are not the digest the run recorded is an integrity failure.
+async fn serving_files(
+    state: &AppState,
+    run: &RunDoc,
+    attempt: AttemptNo,
+    code: &mapi_domain::PluginCode,
+    prefix: &ObjectKey,
+    stored: &[ObjectMeta],
+) -> Result<Vec<(ObjectKey, mapi_objects::Generation)>, BundleError> {
+    use mapi_plugins::serving::{self, Serving};
+    let integrity = |detail: String| BundleError::Integrity { bundle: prefix.to_string(), detail };
+    let name = code.model.clone().unwrap_or_default();
+    let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), attempt);
+    let model = stored
+        .iter()
+        .find(|m| {
+            layout::output_name(&dir, m.key.as_str())
+                .is_some_and(|n| n == name || n.ends_with(&format!("/{name}")))
+        })
+        .ok_or_else(|| integrity(format!("the model output {name} is not among the run's outputs")))?;
+    let package = ObjectKey::parse(&code.object).map_err(BundleError::Objects)?;
+    let (_, bytes) = state.objects.get(&package, None).await?;
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    if digest != code.sha256 {
+        return Err(integrity(format!("package {} has SHA-256 {digest}, not {}", code.object, code.sha256)));
+    }
+    let descriptor = Serving {
+        plugin: code.name.clone(),
+        version: code.version.clone(),
+        method: code.method.clone(),
+        package_sha256: code.sha256.clone(),
+        model: model.key.to_string(),
+        model_name: name,
+    };
+    let mut files = Vec::with_capacity(2);
+    for (file, bytes, media) in [
+        (serving::PACKAGE, bytes, "application/x-tar"),
+        (serving::DESCRIPTOR, bytes::Bytes::from(descriptor.to_bytes()), "application/json"),
+    ] {
+        let key = ObjectKey::parse(&serving::key(prefix.as_str(), file)).map_err(BundleError::Objects)?;
+        let generation = mapi_bundles::put_once(&*state.objects, &key, bytes, media).await?;
+        files.push((key, generation));
+    }
+    Ok(files)
 }

@@ -44,6 +44,21 @@ fn untrusted_code_held(state: &AppState, switches: Option<&KillSwitches>) -> Opt
     refusal.map(|why| format!("{why}; the run waits in the queue"))
 }
 
+/// Why a plugin's model may not be deployed to an endpoint now, if it may
+/// not: an operator turned uploaded code off (403), or the host does not
+/// run tenant code in a sandbox (409). Scores of plugins' models already
+/// deployed are refused by admission while the switch is off.
+pub async fn plugin_serving_refused(state: &AppState) -> Result<Option<ApiError>, ApiError> {
+    if switches(state).await?.is_some_and(|s| !s.untrusted_execution_enabled) {
+        return Ok(Some(ApiError::new(
+            mapi_problem::ProblemCode::Forbidden,
+            "uploaded code is switched off by an operator (kill switch untrusted_execution): a plugin's model \
+             is not deployed; built-in models keep serving",
+        )));
+    }
+    Ok(state.hosting.uploaded_code_refusal().map(ApiError::precondition))
+}
+
 /// The platform's kill switches, when an operator set any.
 async fn switches(state: &AppState) -> Result<Option<KillSwitches>, ApiError> {
     Ok(mapi_schema::get::<KillSwitchDoc>(&*state.store, KillSwitchDoc::ID).await?.map(|k| k.switches))

@@ -21,5 +21,5 @@ pub mod holds;
 pub mod items;
 pub mod quota;
 
-pub use holds::{SpendStanding, compute_stopped, held, spend_standing};
+pub use holds::{SpendStanding, compute_stopped, held, plugin_serving_refused, spend_standing};
 pub use quota::{Plan, Request, admission, admit_and_commit, commit_admitted};

@@ -156,6 +156,30 @@ pub async fn seal(
     }
 }
 
+/// Writes `bytes` at `key` create-only and returns the generation that
+/// holds them: a retry after a crash or a lost answer finds its own write
+/// (the same bytes) and keeps it; other bytes there are an integrity
+/// failure, never overwritten.
+pub async fn put_once(
+    objects: &dyn ObjectStore,
+    key: &ObjectKey,
+    bytes: Bytes,
+    content_type: &str,
+) -> Result<Generation, BundleError> {
+    match objects.put(key, bytes.clone(), content_type, IfGeneration::ABSENT).await {
+        Ok(meta) => Ok(meta.generation),
+        Err(ObjectError::PreconditionFailed(_)) => {
+            let (meta, stored) = objects.get(key, None).await?;
+            if stored == bytes {
+                Ok(meta.generation)
+            } else {
+                Err(integrity(key, "another object is already where this one goes"))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Reads and verifies a bundle's manifest. A missing manifest or signature
 /// is an integrity failure: a sealed bundle has both.
 pub async fn open(
@@ -375,6 +399,20 @@ mod tests {
         let other = open_pinned(&e.objects, &e.signer, &key(PREFIX), &"0".repeat(64)).await;
         assert!(matches!(other, Err(BundleError::Integrity { .. })), "another manifest than recorded");
         assert_eq!(sealed(&e).await, m, "a retried seal returns the sealed bundle");
+    }
+
+    #[tokio::test]
+    async fn a_file_put_once_is_kept_by_a_retry_and_never_overwritten() {
+        let e = env().await;
+        let k = key("t/a/runs/r1/bundle/plugin/serving.json");
+        let first =
+            put_once(&e.objects, &k, Bytes::from_static(b"{}"), "application/json").await.expect("put");
+        let again =
+            put_once(&e.objects, &k, Bytes::from_static(b"{}"), "application/json").await.expect("retry");
+        assert_eq!(again, first, "a retry keeps the object it wrote");
+        let other = put_once(&e.objects, &k, Bytes::from_static(b"[]"), "application/json").await;
+        assert!(matches!(other, Err(BundleError::Integrity { .. })), "{other:?}");
+        assert_eq!(e.objects.get(&k, None).await.expect("get").1, Bytes::from_static(b"{}"));
     }
 
     #[tokio::test]

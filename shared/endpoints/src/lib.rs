@@ -51,6 +51,18 @@ pub struct Revision {
     pub created_at: Timestamp,
     /// One row of the fit's data and the fit's own prediction for it (the smoke test).
     pub example: Option<(Map<String, Value>, f64)>,
+    /// The plugin whose `predict` serves it: its scores run tenant code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<ServedPlugin>,
+}
+
+/// The plugin code a revision runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedPlugin {
+    pub name: String,
+    pub version: String,
+    /// Lowercase hex SHA-256 of its package.
+    pub sha256: String,
 }
 
 /// A promotion under way: the canary revision and its gate.

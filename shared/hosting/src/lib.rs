@@ -178,6 +178,13 @@ pub trait Hosting: Send + Sync + Debug {
     /// The adapter's name (`local`, `cloud-run`).
     fn name(&self) -> &'static str;
 
+    /// Why this host does not serve a model whose `predict` is tenant code
+    /// (a plugin's), if it does not: such code runs only in a sandbox with no
+    /// network and none of the platform's credentials.
+    fn uploaded_code_refusal(&self) -> Option<String> {
+        Some(format!("endpoints on {} do not run uploaded code in a sandbox", self.name()))
+    }
+
     /// Creates `spec` serving `first` at 100 %.
     async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError>;
 

@@ -46,6 +46,9 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct ServerCommand {
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// The `runsc` a plugin's model runs under (given to the server as
+    /// `MAPI_SERVE_RUNSC`); `None`: plugins' models are refused.
+    pub sandbox: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -222,6 +225,7 @@ impl Inner {
             .env(server_env::MANIFEST_SHA256, &revision.manifest_sha256)
             .env(server_env::TRUSTED_KEYS, &revision.trusted_keys)
             .env(server_env::REVISION, &revision.tag)
+            .env(server_env::RUNSC, self.server.sandbox.as_deref().unwrap_or(Path::new("")))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -456,6 +460,14 @@ fn stored_revision(r: &RevisionSpec) -> StoredRevision {
 impl Hosting for LocalHosting {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn uploaded_code_refusal(&self) -> Option<String> {
+        self.inner.server.sandbox.is_none().then(|| {
+            "local endpoints serve a plugin's model only in a gVisor sandbox, and this platform runs none: \
+             start it with MAPI_EXECUTOR=gvisor"
+                .to_owned()
+        })
     }
 
     async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError> {

@@ -21,6 +21,9 @@ pub const TRUSTED_KEYS: &str = "MAPI_SERVE_TRUSTED_KEYS";
 /// The revision's tag, reported by `/health` and in every answer's `x-mapi-revision`.
 pub const REVISION: &str = "MAPI_SERVE_REVISION";
 
+/// The `runsc` program a plugin's model runs under; without it a server refuses one.
+pub const RUNSC: &str = "MAPI_SERVE_RUNSC";
+
 /// The path of the startup probe and of the health check.
 pub const HEALTH_PATH: &str = "/health";
 /// The scoring path.

@@ -429,7 +429,8 @@ fn local_executor(
 }
 
 /// Local endpoints under `$MAPI_HOME/endpoints/`, each revision served by
-/// `{worker} serve`.
+/// `{worker} serve`; a plugin's model under the gvisor executor's `runsc`
+/// (with another executor, local endpoints refuse plugins' models).
 fn local_hosting(
     config: &Config,
     clock: &Arc<dyn Clock>,
@@ -437,7 +438,8 @@ fn local_hosting(
 ) -> Result<LocalHosting, StartError> {
     let mut args = worker.args.clone();
     args.push("serve".into());
-    let server = ServerCommand { program: worker.program.clone(), args };
+    let server =
+        ServerCommand { program: worker.program.clone(), args, sandbox: config.gvisor_runsc.clone() };
     Ok(LocalHosting::open(&home(config)?.join("endpoints"), server, config.endpoints_idle, clock.clone())?)
 }
 

@@ -10,6 +10,7 @@
 
 pub mod manifest;
 pub mod package;
+pub mod serving;
 
 pub use manifest::{Manifest, ManifestError, PluginMethod, PluginParam};
 pub use package::{Package, PackageError};

@@ -12,6 +12,7 @@
 //! entry = "model:fit"          # module:function, called with a mapi.Context
 //! outputs = ["model.json"]
 //! model = "model.json"         # optional: the output a model version serves
+//! predict = "model:predict"    # optional, with `model`: how endpoints score it
 //!
 //! [[methods.params]]
 //! name = "y"
@@ -68,6 +69,11 @@ pub struct PluginMethod {
     /// The output holding the fitted model, when a succeeded run is a model version.
     #[serde(default)]
     pub model: Option<String>,
+    /// `module:function`: called by an endpoint's model server with the
+    /// model (the `model` output, parsed when it is JSON) and a list of rows;
+    /// a method without one makes versions that endpoints cannot serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predict: Option<String>,
 }
 
 /// One parameter of a plugin method, with the built-in registry's schema.
@@ -97,8 +103,17 @@ impl Manifest {
 impl PluginMethod {
     /// The module the entry point is in (`model` for `model:fit`).
     pub fn module(&self) -> &str {
-        self.entry.split_once(':').map_or(self.entry.as_str(), |(m, _)| m)
+        module_of(&self.entry)
     }
+
+    /// The modules the package must hold: the entry's, and `predict`'s when it has one.
+    pub fn modules(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.module()).chain(self.predict.as_deref().map(module_of))
+    }
+}
+
+fn module_of(entry: &str) -> &str {
+    entry.split_once(':').map_or(entry, |(m, _)| m)
 }
 
 /// A manifest that does not read or validate: the line (1-based) at fault,
@@ -135,6 +150,8 @@ struct RawMethod {
     outputs: Spanned<Vec<String>>,
     #[serde(default)]
     model: Option<Spanned<String>>,
+    #[serde(default)]
+    predict: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -198,19 +215,22 @@ type Fail<'a> = dyn Fn(std::ops::Range<usize>, String) -> ManifestError + 'a;
 fn method(m: RawMethod, fail: &Fail<'_>) -> Result<PluginMethod, ManifestError> {
     let name = m.name.get_ref().clone();
     name_rule(&name, 32, false).map_err(|why| fail(m.name.span(), format!("method name {why}")))?;
-    let entry = m.entry.get_ref();
-    let valid_entry = entry.split_once(':').is_some_and(|(module, function)| {
-        !module.is_empty()
-            && module.split('.').all(identifier)
-            && identifier(function)
-            && !module.starts_with("mapi")
-    });
-    if !valid_entry {
+    for (key, entry) in std::iter::once(("entry", &m.entry)).chain(m.predict.iter().map(|p| ("predict", p))) {
+        if !entry_rule(entry.get_ref()) {
+            let why = format!(
+                "{key} `{}` of method `{name}` is not `module:function` (Python identifiers; a module may \
+                 not be named mapi…, which is the platform's helper)",
+                entry.get_ref()
+            );
+            return Err(fail(entry.span(), why));
+        }
+    }
+    if let (Some(predict), None) = (&m.predict, &m.model) {
         let why = format!(
-            "entry `{entry}` of method `{name}` is not `module:function` (Python identifiers; a module may \
-             not be named mapi…, which is the platform's helper)"
+            "method `{name}` has a predict entry but no model output: add `model = \"…\"` naming the output \
+             predict reads"
         );
-        return Err(fail(m.entry.span(), why));
+        return Err(fail(predict.span(), why));
     }
     let outputs = m.outputs.get_ref().clone();
     if outputs.is_empty() || outputs.len() > MAX_PARAMS {
@@ -254,6 +274,18 @@ fn method(m: RawMethod, fail: &Fail<'_>) -> Result<PluginMethod, ManifestError> 
         params,
         outputs,
         model: m.model.map(Spanned::into_inner),
+        predict: m.predict.map(Spanned::into_inner),
+    })
+}
+
+/// Whether `entry` is `module:function` of Python identifiers, in a module
+/// not named like the platform's helper (`mapi…`).
+fn entry_rule(entry: &str) -> bool {
+    entry.split_once(':').is_some_and(|(module, function)| {
+        !module.is_empty()
+            && module.split('.').all(identifier)
+            && identifier(function)
+            && !module.starts_with("mapi")
     })
 }
 
@@ -397,6 +429,7 @@ name = "logit"
 entry = "model:fit"
 outputs = ["model.json", "coef.csv"]
 model = "model.json"
+predict = "serving:predict"
 
 [[methods.params]]
 name = "y"
@@ -417,6 +450,7 @@ min = 0.0001
         let logit = m.method("logit").expect("logit");
         assert_eq!(logit.module(), "model");
         assert_eq!(logit.model.as_deref(), Some("model.json"));
+        assert_eq!(logit.modules().collect::<Vec<_>>(), ["model", "serving"]);
         assert_eq!(logit.params[1].default, Some(serde_json::json!(1.0)));
     }
 
@@ -426,15 +460,17 @@ min = 0.0001
 
     #[test]
     fn each_problem_names_its_line() {
-        let cases: [(&str, &str, usize, &str); 8] = [
+        let cases: [(&str, &str, usize, &str); 10] = [
             ("name = \"churn\"", "name = \"Churn\"", 1, "lowercase"),
             ("version = \"1.2.0\"", "version = \"1.2\"", 2, "MAJOR.MINOR.PATCH"),
             ("base = \"base-ml\"", "base = \"ubuntu\"", 3, "not a base image"),
             ("entry = \"model:fit\"", "entry = \"mapi:fit\"", 7, "not `module:function`"),
             ("model = \"model.json\"", "model = \"other.json\"", 9, "not one of its outputs"),
-            ("kind = \"column\"", "kind = \"matrix\"", 13, "unknown variant"),
-            ("default = 1.0", "default = \"high\"", 19, "must be a number"),
-            ("min = 0.0001", "min = 0.0001\ncolour = 3", 21, "unknown field `colour`"),
+            ("predict = \"serving:predict\"", "predict = \"serving\"", 10, "predict `serving` of method"),
+            ("model = \"model.json\"\n", "", 9, "no model output"),
+            ("kind = \"column\"", "kind = \"matrix\"", 14, "unknown variant"),
+            ("default = 1.0", "default = \"high\"", 20, "must be a number"),
+            ("min = 0.0001", "min = 0.0001\ncolour = 3", 22, "unknown field `colour`"),
         ];
         for (from, to, line, says) in cases {
             let e = error(&GOOD.replacen(from, to, 1));

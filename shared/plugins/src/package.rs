@@ -51,7 +51,7 @@ pub enum PackageError {
     #[error("{} is not UTF-8 text", manifest::FILE)]
     ManifestNotText,
     #[error(
-        "method `{method}`'s entry module `{module}` is not in the package (as {path}.py or {path}/__init__.py)"
+        "method `{method}`'s module `{module}` is not in the package (as {path}.py or {path}/__init__.py)"
     )]
     MissingModule { method: String, module: String, path: String },
     #[error("unpacking into {path}: {message}")]
@@ -76,14 +76,14 @@ pub fn read(bytes: &[u8]) -> Result<Package, PackageError> {
     )?;
     let text = manifest_text.ok_or(PackageError::NoManifest)?;
     let manifest = manifest::parse(&text)?;
-    for m in &manifest.methods {
-        let path = m.module().replace('.', "/");
+    for (m, module) in manifest.methods.iter().flat_map(|m| m.modules().map(move |module| (m, module))) {
+        let path = module.replace('.', "/");
         let found =
             files.iter().any(|(f, _)| *f == format!("{path}.py") || *f == format!("{path}/__init__.py"));
         if !found {
             return Err(PackageError::MissingModule {
                 method: m.name.clone(),
-                module: m.module().to_owned(),
+                module: module.to_owned(),
                 path,
             });
         }
@@ -244,6 +244,11 @@ mod tests {
         let dir = dir_with(&[(manifest::FILE, MANIFEST), ("main.py", "")]);
         let e = read(&pack(dir.path()).expect("pack")).expect_err("refused");
         assert!(matches!(&e, PackageError::MissingModule { module, .. } if module == "pkg.main"), "{e}");
+        let serving =
+            MANIFEST.replace("outputs", "model = \"out.json\"\npredict = \"serve:predict\"\noutputs");
+        let dir = dir_with(&[(manifest::FILE, &serving), ("pkg/main.py", "")]);
+        let e = read(&pack(dir.path()).expect("pack")).expect_err("refused");
+        assert!(matches!(&e, PackageError::MissingModule { module, .. } if module == "serve"), "{e}");
     }
 
     /// An archive entry of `kind` at `path`, written without the builder's own path checks.

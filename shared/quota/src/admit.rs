@@ -52,7 +52,9 @@ pub enum Ask {
     /// A score of a model endpoint. Its compute is metered when it has
     /// been answered, so, as a job, it reserves nothing and a vCPU limit
     /// refuses it once the limit is spent; so does its response's egress.
-    Score,
+    /// `plugin`: the revision it goes to runs a plugin's `predict`
+    /// (tenant-uploaded code).
+    Score { plugin: bool },
     /// Data leaving the platform: a download link or an export of this
     /// many bytes, counted against the tenant's egress of the month.
     Egress { bytes: u64 },
@@ -170,7 +172,7 @@ fn vcpu_ask(ask: &Ask) -> Option<(u64, String)> {
             Some((*vcpu_ms, format!("this run would reserve {} more", vcpu_s(*vcpu_ms))))
         }
         Ask::Job { .. } => Some((1, "this job needs compute and none is left".to_owned())),
-        Ask::Score => Some((1, "this score needs compute and none is left".to_owned())),
+        Ask::Score { .. } => Some((1, "this score needs compute and none is left".to_owned())),
         Ask::Upload { .. } | Ask::Egress { .. } => None,
     }
 }
@@ -257,7 +259,7 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             }
             check_vcpu(now, tenant, usage, ask)?;
         }
-        Ask::Score => {
+        Ask::Score { .. } => {
             check_vcpu(now, tenant, usage, ask)?;
             check_egress(now, tenant, usage, 1, "this score's answer would leave more")?;
         }
@@ -350,8 +352,8 @@ fn check_platform(
         ));
     }
     let plugin = match ask {
-        Ask::Run { plugin, .. } => *plugin,
-        Ask::Job { .. } | Ask::Score => false,
+        Ask::Run { plugin, .. } | Ask::Score { plugin } => *plugin,
+        Ask::Job { .. } => false,
         Ask::Upload { .. } | Ask::Egress { .. } => return Ok(()),
     };
     if plugin && !switches.untrusted_execution_enabled {
@@ -359,8 +361,8 @@ fn check_platform(
             Level::Platform,
             "untrusted_execution",
             RefusalCode::Forbidden,
-            "is off: the platform does not accept runs of plugin code that a tenant uploaded; built-in \
-             methods keep working"
+            "is off: the platform does not run plugin code that a tenant uploaded (runs of plugin methods, \
+             scores of plugins' models); built-in methods and models keep working"
                 .to_owned(),
             Reset::Never("an operator switches it back on"),
         ));
@@ -655,9 +657,9 @@ mod tests {
         assert!(r.detail.contains(&format!("is {limit} bytes; {} bytes left", limit - 100)), "{}", r.detail);
         assert!(r.detail.contains("resets at 2026-12-01T00:00:00.000000Z"), "{}", r.detail);
         // A score is refused once the month's egress is spent, not before.
-        assert_eq!(c.admit(&Ask::Score), Ok(()));
+        assert_eq!(c.admit(&Ask::Score { plugin: false }), Ok(()));
         c.usage.tenant_egress_bytes_month = limit;
-        assert_eq!(shape(&c.refusal(&Ask::Score)).1, "egress_bytes_per_month");
+        assert_eq!(shape(&c.refusal(&Ask::Score { plugin: false })).1, "egress_bytes_per_month");
         // Uploads and runs bring data in: egress does not refuse them.
         assert_eq!(c.admit(&Ask::Upload { bytes: 1 }), Ok(()));
         assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()));
@@ -686,8 +688,15 @@ mod tests {
         c.switches.untrusted_execution_enabled = false;
         let r = c.refusal(&plugin);
         assert_eq!(shape(&r), (Platform, "untrusted_execution", Forbidden, None));
-        assert!(r.detail.contains("built-in methods keep working"), "{}", r.detail);
+        assert!(r.detail.contains("built-in methods and models keep working"), "{}", r.detail);
         assert_eq!(c.admit(&run(ResourceClass::S, 1)), Ok(()), "built-in methods keep working");
+        let score = c.refusal(&Ask::Score { plugin: true });
+        assert_eq!(
+            shape(&score),
+            (Platform, "untrusted_execution", Forbidden, None),
+            "a plugin's model stops"
+        );
+        assert_eq!(c.admit(&Ask::Score { plugin: false }), Ok(()), "built-in models keep serving");
         assert_eq!(
             Case { switches: c.switches.clone(), ..Case::new(MID).tier(Tier::Internal) }
                 .refusal(&plugin)
@@ -845,29 +854,32 @@ mod tests {
     #[test]
     fn a_score_is_refused_by_the_request_rate_spent_compute_and_the_spend_cap_only() {
         let mut c = Case::new(MID).tier(Tier::Public);
-        assert_eq!(c.admit(&Ask::Score), Ok(()));
+        assert_eq!(c.admit(&Ask::Score { plugin: false }), Ok(()));
         c.usage.tenant_requests_this_minute = 60;
-        assert_eq!(shape(&c.refusal(&Ask::Score)), (Tenant, "requests_per_minute", RateLimited, Some(25)));
+        assert_eq!(
+            shape(&c.refusal(&Ask::Score { plugin: false })),
+            (Tenant, "requests_per_minute", RateLimited, Some(25))
+        );
         c.usage.tenant_requests_this_minute = 0;
         c.usage.tenant_vcpu_ms_day = 3_599_999;
-        assert_eq!(c.admit(&Ask::Score), Ok(()), "a millisecond is left today");
+        assert_eq!(c.admit(&Ask::Score { plugin: false }), Ok(()), "a millisecond is left today");
         c.usage.tenant_vcpu_ms_day = 3_600_000;
-        let r = c.refusal(&Ask::Score);
+        let r = c.refusal(&Ask::Score { plugin: false });
         assert_eq!((r.level, r.limit, r.code), (Tenant, "vcpu_seconds_per_day", QuotaExceeded));
         assert!(r.detail.contains("this score needs compute and none is left"), "{}", r.detail);
         c.usage.tenant_vcpu_ms_day = 0;
         c.token = Some(TokenBudget { vcpu_seconds: 10, period: Period::Month });
         c.usage.token_vcpu_ms = 10_000;
-        assert_eq!(c.refusal(&Ask::Score).limit, "budget_vcpu_seconds");
+        assert_eq!(c.refusal(&Ask::Score { plugin: false }).limit, "budget_vcpu_seconds");
         c.token = None;
         c.switches.spend_cap_micros = Some(100);
         c.usage.platform_spend_micros = 100;
-        assert_eq!(c.refusal(&Ask::Score).limit, "spend_cap");
+        assert_eq!(c.refusal(&Ask::Score { plugin: false }).limit, "spend_cap");
         c.switches.spend_cap_micros = None;
         // Not a run: no slots, no class, no uploaded code.
         c.switches.untrusted_execution_enabled = false;
         (c.usage.platform_active_runs, c.usage.tenant_active_runs) = (700, 2);
-        assert_eq!(c.admit(&Ask::Score), Ok(()));
+        assert_eq!(c.admit(&Ask::Score { plugin: false }), Ok(()));
     }
 
     #[test]

@@ -231,7 +231,7 @@ pub fn plan(read: &Read<'_>, asked: &Asked<'_>) -> Result<Result<Plan, Refusal>,
                 holds,
             })
         }
-        Ask::Job { .. } | Ask::Score => {
+        Ask::Job { .. } | Ask::Score { .. } => {
             // A job's compute is reserved item by item as the fan-out
             // enqueues them, a score's charged once it is answered;
             // admission takes only the request.

@@ -41,14 +41,39 @@ async fn load(
     Ok(load_granted(state, caller, key, action).await?.0)
 }
 
+/// One row of a fit's data and the fit's own prediction for it (the smoke test's).
+type Example = (serde_json::Map<String, serde_json::Value>, f64);
+
+/// A model version that can be served, verified: what its revision records
+/// and what the host is given.
+struct Servable {
+    version: ModelVersionDoc,
+    model: ModelRef,
+    example: Option<Example>,
+    plugin: Option<mapi_endpoints::ServedPlugin>,
+}
+
+impl Servable {
+    fn revision(&self, tag: String, now: mapi_domain::Timestamp) -> Revision {
+        Revision {
+            tag,
+            model_version: self.version.id.clone(),
+            bundle: self.version.bundle.clone(),
+            manifest_sha256: self.version.manifest_sha256.clone(),
+            created_at: now,
+            example: self.example.clone(),
+            plugin: self.plugin.clone(),
+        }
+    }
+}
+
 /// The model a revision serves, read from its bundle (which verified).
 async fn model_of(
     state: &AppState,
     tenant: &TenantId,
     project: &ProjectId,
     id: &ModelVersionId,
-) -> Result<(ModelVersionDoc, ModelRef, Option<(serde_json::Map<String, serde_json::Value>, f64)>), ApiError>
-{
+) -> Result<Servable, ApiError> {
     let missing =
         || ApiError::not_found(format!("model version {id} not found in project {tenant}/{project}"));
     let version =
@@ -57,12 +82,9 @@ async fn model_of(
         return Err(missing());
     }
     let version = super::model_versions::kept(version)?;
-    if version.method.starts_with(mapi_plugins::PREFIX) {
-        return Err(ApiError::precondition(format!(
-            "model version {id} is of plugin method {}: a plugin's model is not served by endpoints yet \
-             (its outputs download with mapi runs output); serve a tabular.linear fit",
-            version.method
-        )));
+    let is_plugin = version.method.starts_with(mapi_plugins::PREFIX);
+    if is_plugin && let Some(refused) = mapi_admission::plugin_serving_refused(state).await? {
+        return Err(refused);
     }
     let prefix = ObjectKey::parse(&version.bundle)
         .map_err(|e| ApiError::internal_from(format!("bundle prefix of {id}"), e))?;
@@ -76,6 +98,27 @@ async fn model_of(
             mapi_bundles::BundleError::Objects(e) => e.into(),
             mapi_bundles::BundleError::Sign(e) => ApiError::internal_from("bundle signer", e),
         })?;
+    let (example, plugin) = if is_plugin {
+        (None, Some(plugin_servable(&version, &files)?))
+    } else {
+        (builtin_example(&version, &files)?, None)
+    };
+    let trusted_keys = serde_json::to_string(&state.signer.trusted_keys().export())?;
+    let model = ModelRef {
+        bundle: version.bundle.clone(),
+        manifest_sha256: version.manifest_sha256.clone(),
+        trusted_keys,
+        files: files.into_iter().map(|(k, b)| BundleFile { key: k.to_string(), bytes: b.to_vec() }).collect(),
+    };
+    Ok(Servable { version, model, example, plugin })
+}
+
+/// A built-in fit's model checks as the server will load it; its example is the smoke test's.
+fn builtin_example(
+    version: &ModelVersionDoc,
+    files: &[(ObjectKey, bytes::Bytes)],
+) -> Result<Option<Example>, ApiError> {
+    let id = &version.id;
     let model = files.iter().find(|(k, _)| k.as_str().ends_with("/model.json")).ok_or_else(|| {
         ApiError::precondition(format!(
             "model version {id} is of method {}, which makes no servable model: serve a tabular.linear fit",
@@ -84,15 +127,43 @@ async fn model_of(
     })?;
     mapi_methods::predict::Model::load(&model.1)
         .map_err(|e| ApiError::precondition(format!("model version {id}: {e}")))?;
-    let example = mapi_endpoints::example_of(&model.1);
-    let trusted_keys = serde_json::to_string(&state.signer.trusted_keys().export())?;
-    let model = ModelRef {
-        bundle: version.bundle.clone(),
-        manifest_sha256: version.manifest_sha256.clone(),
-        trusted_keys,
-        files: files.into_iter().map(|(k, b)| BundleFile { key: k.to_string(), bytes: b.to_vec() }).collect(),
+    Ok(mapi_endpoints::example_of(&model.1))
+}
+
+/// A plugin's model version serves when its bundle holds the serving
+/// descriptor and the package's method has a `predict` entry.
+fn plugin_servable(
+    version: &ModelVersionDoc,
+    files: &[(ObjectKey, bytes::Bytes)],
+) -> Result<mapi_endpoints::ServedPlugin, ApiError> {
+    use mapi_plugins::serving::{self, Serving};
+    let id = &version.id;
+    let file = |name: &str| {
+        let key = serving::key(&version.bundle, name);
+        files.iter().find(|(k, _)| k.as_str() == key).map(|(_, b)| b)
     };
-    Ok((version, model, example))
+    let unservable = || {
+        ApiError::precondition(format!(
+            "model version {id} was sealed without its plugin's package, so it cannot be served: run {} again",
+            version.method
+        ))
+    };
+    let descriptor = file(serving::DESCRIPTOR).ok_or_else(unservable)?;
+    let s = Serving::from_bytes(descriptor)
+        .map_err(|e| ApiError::internal(format!("model version {id}: {e}")))?;
+    let package = mapi_plugins::package::read(file(serving::PACKAGE).ok_or_else(unservable)?)
+        .map_err(|e| ApiError::internal(format!("model version {id}: its package: {e}")))?;
+    if package.manifest.method(&s.method).and_then(|m| m.predict.as_ref()).is_none() {
+        return Err(ApiError::precondition(format!(
+            "method {} of plugin {} {} has no predict entry, so its models cannot be served: add \
+             `predict = \"module:function\"` to it in {}, publish a new version and fit again",
+            version.method,
+            s.plugin,
+            s.version,
+            mapi_plugins::manifest::FILE
+        )));
+    }
+    Ok(mapi_endpoints::ServedPlugin { name: s.plugin, version: s.version, sha256: s.package_sha256 })
 }
 
 async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiError> {
@@ -131,8 +202,9 @@ fn checked(body: &CreateEndpoint) -> Result<(String, Scaling), ApiError> {
     responses(
         (status = 202, body = EndpointView, description = "Deploying: poll until `status` is `ready` or `failed`"),
         (status = 400, body = mapi_problem::Problem),
+        (status = 403, body = mapi_problem::Problem, description = "FORBIDDEN: the role or scope is missing, or the version is a plugin's and uploaded code is switched off"),
         (status = 404, body = mapi_problem::Problem),
-        (status = 409, body = mapi_problem::Problem, description = "ALREADY_EXISTS: the alias is taken; FAILED_PRECONDITION: the version makes no servable model"),
+        (status = 409, body = mapi_problem::Problem, description = "ALREADY_EXISTS: the alias is taken; FAILED_PRECONDITION: the version makes no servable model (or a plugin's, which this host does not sandbox)"),
         (status = 410, body = mapi_problem::Problem, description = "GONE: the version's bytes expired"),
     ),
     security(("session" = []), ("token" = []))
@@ -145,7 +217,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<EndpointView>), ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Create).await?;
     let (region, scaling) = checked(&body)?;
-    let (version, model, example) = model_of(&state, &tenant, &project, &body.model_version).await?;
+    let servable = model_of(&state, &tenant, &project, &body.model_version).await?;
     let now = state.clock.now();
     let tag = "r1".to_owned();
     let mut doc = EndpointDoc {
@@ -162,14 +234,7 @@ pub async fn create(
         status: EndpointStatus::Deploying,
         message: None,
         url: None,
-        revisions: vec![Revision {
-            tag: tag.clone(),
-            model_version: version.id.clone(),
-            bundle: version.bundle.clone(),
-            manifest_sha256: version.manifest_sha256.clone(),
-            created_at: now,
-            example,
-        }],
+        revisions: vec![servable.revision(tag.clone(), now)],
         stable: tag.clone(),
         previous: None,
         traffic: vec![Traffic { tag: tag.clone(), percent: 100 }],
@@ -181,11 +246,11 @@ pub async fn create(
         updated_at: now,
         rollout_started_at: now,
     };
-    doc.event(now, "created", format!("{} on {} in {region}", version.id, body.accelerator));
+    doc.event(now, "created", format!("{} on {} in {region}", servable.version.id, body.accelerator));
     let record = Audit::by(&caller, "endpoint.create", format!("endpoints/{}", doc.id))
         .tenant(&tenant)
         .project(&project)
-        .detail(format!("{} serving {}", body.alias, version.id))
+        .detail(format!("{} serving {}", body.alias, servable.version.id))
         .into_doc(now, &*state.entropy);
     let (d, r) = (&doc, &record);
     transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
@@ -211,7 +276,7 @@ pub async fn create(
         access: doc.access,
         labels: mapi_endpoints::labels(&tenant, &project, &doc.alias),
     };
-    match state.hosting.create(&spec, &RevisionSpec { tag, model }).await {
+    match state.hosting.create(&spec, &RevisionSpec { tag, model: servable.model }).await {
         Ok(()) | Err(HostingError::AlreadyExists(_)) => {}
         // Retryable: the document stands and the tick fails it if the host never has it.
         Err(e) if e.is_retryable() => {
@@ -424,32 +489,26 @@ async fn promote(
             doc.alias
         )));
     }
-    let (version, model, example) = model_of(state, &doc.tenant, &doc.project, version).await?;
+    let servable = model_of(state, &doc.tenant, &doc.project, version).await?;
     let tag = doc.next_tag();
-    let (t, v) = (&tag, &version);
+    let (t, v) = (&tag, &servable);
     let doc = change(state, caller, &doc.id, "endpoint.promote", |d, now| {
         if d.promotion.is_some() || d.status != EndpointStatus::Ready {
             return Err(ApiError::precondition("the endpoint changed meanwhile: look at it and try again"));
         }
-        d.revisions.push(Revision {
-            tag: t.clone(),
-            model_version: v.id.clone(),
-            bundle: v.bundle.clone(),
-            manifest_sha256: v.manifest_sha256.clone(),
-            created_at: now,
-            example: example.clone(),
-        });
+        d.revisions.push(v.revision(t.clone(), now));
         d.promotion = Some(Promotion {
             tag: t.clone(),
-            model_version: v.id.clone(),
+            model_version: v.version.id.clone(),
             started_at: now,
             gate: mapi_rollout::Gate::start(now),
             smoke: None,
         });
-        d.event(now, "promotion_started", format!("{} as revision {t} at 0 %", v.id));
+        d.event(now, "promotion_started", format!("{} as revision {t} at 0 %", v.version.id));
         Ok(())
     })
     .await?;
+    let model = servable.model;
     state.hosting.add_revision(&doc.service, &RevisionSpec { tag, model }).await.map_err(hosting_error)?;
     Ok(doc)
 }

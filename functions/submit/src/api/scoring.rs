@@ -60,16 +60,18 @@ pub async fn score(
     }
     let [draw, shard, seed @ ..] = mapi_entropy::bytes::<10>(&*state.entropy)?;
     let seed: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    // The revision is chosen first: a plugin's model runs tenant code, which the kill switch stops.
+    let tag = doc.choose(u32::from(draw) * 100 / 256).to_owned();
+    let plugin = doc.revision(&tag).is_some_and(|r| r.plugin.is_some());
     let request = quota::Request {
         caller,
         tenant: &doc.tenant,
         tier: tenant.tier,
-        ask: Ask::Score,
+        ask: Ask::Score { plugin },
         seed: &seed,
         what: format!("projects/{}/{}/endpoints/{}:score", doc.tenant, doc.project, doc.alias),
     };
     let plan = quota::admission(state, &request).await?;
-    let tag = doc.choose(u32::from(draw) * 100 / 256).to_owned();
     let answer = forward(state, &doc, &tag, body).await?;
     let scored = Scored {
         sent: answer.bytes.as_ref().map_or(0, |b| b.len() as u64),

@@ -296,6 +296,17 @@ impl Hosting for CloudRunHosting {
         NAME
     }
 
+    fn uploaded_code_refusal(&self) -> Option<String> {
+        // A revision's account reads the tenant's bundles and its metadata
+        // server answers any process of the container: tenant code there would
+        // hold the account's token. Serving it needs an account per tenant.
+        Some(
+            "Cloud Run endpoints do not serve a plugin's model yet: a model server's identity would be \
+             within reach of the plugin's code"
+                .to_owned(),
+        )
+    }
+
     async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError> {
         body::check_name("service name", &spec.name, MAX_NAME)?;
         body::check_name("revision tag", &first.tag, MAX_TAG)?;
