@@ -8,16 +8,19 @@
 #   values of MAPI_CLOUDRUN_PLUGIN_BASES and MAPI_CLOUDRUN_DEFAULT_BASE):
 #   base-bayes, base-ml, base-forecast, base-dl. Job mapi-{env}-{base}-{class}
 #   runs image worker-{base}.
-# - Every built-in method is compiled into mapi-worker; the bases differ in
-#   their runtime stage, runtime-${BASE}, which the final stage starts from:
-#   - base-ml, base-forecast and base-bayes: Debian 12 (bookworm) slim with
-#     Debian's python3 and its scientific packages (numpy, pandas,
-#     scikit-learn, scipy, statsmodels), which plugin code runs on: the
-#     worker starts /usr/bin/python3 -I -B -u (docs/python-runtime.md).
-#     Each package is pinned to its bookworm version: when Debian's archive
-#     moves past one (a point release, a security update), the build fails
-#     at apt-get and the pin is raised here and in docs/python-runtime.md.
-#     The interpreter itself (python3.11) comes as python3's dependency.
+# - Every built-in method is compiled into mapi-worker (the Python methods'
+#   code too); the bases differ in their runtime stage, runtime-${BASE},
+#   which the final stage starts from, by the Python packages their methods
+#   import (the registry's `needs`) and plugins may import:
+#   - base-bayes (mmm.*, sci.*, tabular.*): Debian 12 (bookworm) slim with
+#     Debian's python3, numpy, pandas, scipy and matplotlib;
+#   - base-ml (sklearn.*): those and scikit-learn;
+#   - base-forecast (ts.*, causal.*): those and statsmodels.
+#   The worker starts /usr/bin/python3 -I -B -u (docs/python-runtime.md).
+#   Each package is pinned to its bookworm version: when Debian's archive
+#   moves past one (a point release, a security update), the build fails at
+#   apt-get and the pin is raised here and in docs/python-runtime.md. The
+#   interpreter itself (python3.11) comes as python3's dependency.
 #   - base-dl: distroless `cc`, no Python yet (its CUDA runtime, and so its
 #     Python, is another issue's). The GPU Job's drivers come from Cloud Run,
 #     not from the image.
@@ -69,17 +72,24 @@ RUN apt-get update \
       python3=3.11.2-1+b1 \
       python3-numpy=1:1.24.2-1+deb12u1 \
       python3-pandas=1.5.3+dfsg-2 \
-      python3-sklearn=1.2.1+dfsg-1 \
       python3-scipy=1.10.1-2 \
-      python3-statsmodels=0.13.5+dfsg-7 \
+      python3-matplotlib=3.6.3-1+b1 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 nonroot \
  && useradd --no-log-init --uid 65532 --gid 65532 --home-dir /home/nonroot --no-create-home \
       --shell /usr/sbin/nologin nonroot
 
-FROM runtime-python AS runtime-base-ml
-FROM runtime-python AS runtime-base-forecast
 FROM runtime-python AS runtime-base-bayes
+
+FROM runtime-python AS runtime-base-ml
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-sklearn=1.2.1+dfsg-1 \
+ && rm -rf /var/lib/apt/lists/*
+
+FROM runtime-python AS runtime-base-forecast
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-statsmodels=0.13.5+dfsg-7 \
+ && rm -rf /var/lib/apt/lists/*
 
 # One of the runtime stages above (hadolint cannot tell, hence DL3006).
 # hadolint ignore=DL3006

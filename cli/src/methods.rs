@@ -88,7 +88,10 @@ fn table(list: &MethodList) -> String {
             m.name.as_str().into(),
             input(m.input).into(),
             yes_no(m.produces_model).into(),
-            m.summary.as_str().into(),
+            match &m.unavailable {
+                Some(_) => format!("(unavailable here: mapi methods show {}) {}", m.name, m.summary).into(),
+                None => m.summary.as_str().into(),
+            },
         ]);
     }
     crate::output::listing(&table, "the platform has no methods registered")
@@ -107,6 +110,9 @@ fn describe(m: &MethodView) -> String {
         _ => "no: a succeeded run has its outputs only".to_owned(),
     };
     let mut out = format!("{}  ({how})\n{}\nmodel  {model}\n", m.name, m.summary);
+    if let Some(why) = &m.unavailable {
+        out.push_str(&format!("unavailable  {why}\n"));
+    }
     if let Some(p) = &m.plugin {
         out.push_str(&format!(
             "plugin {} {} (sha256 {}): runs only in a sandbox\n",
@@ -136,6 +142,7 @@ fn describe(m: &MethodView) -> String {
 fn kind(k: ParamKind) -> &'static str {
     match k {
         ParamKind::Column => "column",
+        ParamKind::AnyColumn => "any_column",
         ParamKind::Columns => "columns",
         ParamKind::Number => "number",
         ParamKind::Integer => "integer",

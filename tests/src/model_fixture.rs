@@ -94,6 +94,7 @@ impl Bundles {
                 .into_iter()
                 .map(|(k, b)| BundleFile { key: k.to_string(), bytes: b.to_vec() })
                 .collect(),
+            base: None,
         }
     }
 }

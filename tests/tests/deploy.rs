@@ -633,6 +633,44 @@ fn instruction(text: &str, start: &str) -> String {
     out
 }
 
+/// The stage of `dockerfile` that starts `FROM … AS {name}`, to the next `FROM`.
+fn stage<'a>(dockerfile: &'a str, name: &str) -> &'a str {
+    let head = format!(" AS {name}\n");
+    let start = dockerfile.find(&head).unwrap_or_else(|| panic!("no stage {name}"));
+    let rest = &dockerfile[start + head.len()..];
+    &rest[..rest.find("\nFROM ").unwrap_or(rest.len())]
+}
+
+/// Each Python method's image (the base the registry names, which is its
+/// namespace's in the inventory) installs every Debian package the method
+/// imports, pinned; and the bases differ.
+#[test]
+fn each_python_method_s_base_image_installs_what_it_imports() {
+    let worker = read("images/worker.Dockerfile");
+    let settings = mapi_cloudrun::settings::Settings::new("p");
+    let inventory = mapi_cloudrun::inventory::Inventory::new(&settings);
+    let python = stage(&worker, "runtime-python");
+    let mut contents = BTreeSet::new();
+    for m in mapi_methods::all() {
+        let Some(code) = m.python else { continue };
+        let base = code.base;
+        assert_eq!(inventory.base_of(m.name), base, "{}: the inventory places it on its base", m.name);
+        let image = format!("{python}{}", stage(&worker, &format!("runtime-{base}")));
+        for package in code.needs {
+            assert!(
+                image.contains(&format!(" {}=", package.debian)),
+                "{} on {base} needs {}",
+                m.name,
+                package.debian
+            );
+        }
+    }
+    for base in ["base-ml", "base-forecast", "base-bayes"] {
+        contents.insert(stage(&worker, &format!("runtime-{base}")).to_owned());
+    }
+    assert_eq!(contents.len(), 3, "the Python bases differ by what they contain");
+}
+
 #[test]
 fn the_images_build_every_function_and_the_inventory_s_bases() {
     let mapi = read("images/mapi.Dockerfile");

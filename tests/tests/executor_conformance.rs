@@ -94,6 +94,7 @@ async fn on(runsc: Option<std::path::PathBuf>) -> Local {
             memory_mib: BTreeMap::from([(mapi_domain::ResourceClass::S, S_MIB)]),
             regions: vec!["europe-west1".to_owned()],
             runsc,
+            unavailable: BTreeMap::new(),
         },
         clock.clone(),
     )

@@ -118,6 +118,7 @@ impl World {
             manifest_sha256: digest.as_ref().iter().map(|b| format!("{b:02x}")).collect(),
             trusted_keys: "[]".into(),
             files: vec![],
+            base: None,
         }
     }
 

@@ -22,6 +22,7 @@ const NOT_SECRET: &[&str] = &[
     "PATH",
     "SSL_CERT_FILE",
     "MAPI_RUN_ID",
+    "MAPI_PYTHON",
     "MAPI_NONCE",
     "MAPI_BOOTSTRAP_URL",
     "MAPI_WORKER_PROXY_SOCKET",

@@ -150,6 +150,13 @@ async fn the_readme_plugin_section_runs_as_printed_on_gvisor() {
     run_sections(&p, &["Plugins: your own Python methods"], 9);
 }
 
+/// The Python methods' section: a forecast, and a logistic regression served by an endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_python_methods_section_runs_as_printed() {
+    let p = TestPlatform::start(&[]).await;
+    run_sections(&p, &["Methods on scikit-learn, statsmodels and scipy"], 7);
+}
+
 /// Copies what a reader's checkout holds under `examples/` into `into`.
 fn copy_examples(from: &Path, into: &Path) {
     std::fs::create_dir_all(into).expect("mkdir");

@@ -1208,6 +1208,7 @@ fn sample(name: &str) -> String {
         "MAPI_KMS_KEY_VERSION" => "projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1".into(),
         "MAPI_KMS_TRUSTED_KEY_VERSIONS" => String::new(),
         "MAPI_CLOUDRUN_GPU_JOBS" => "false".into(),
+        "MAPI_ENDPOINTS_BASE_IMAGES" => r#"{"base-ml": "worker-base-ml@sha256:ab"}"#.into(),
         n if n.ends_with("_DAYS") => "30".into(),
         n if n.ends_with("_S") => "3600".into(),
         n if n.ends_with("_EMAILS") => String::new(),

@@ -18,12 +18,15 @@ __all__ = ["Context"]
 class Context:
     """What an entry point `def fit(ctx)` receives."""
 
-    def __init__(self, control, params, dataset_path, output_dir, outputs):
+    def __init__(self, control, params, dataset_path, output_dir, outputs, task_index=0, task_count=1):
         self._control = control
         self.params = params
         self.dataset_path = dataset_path
         self.output_dir = output_dir
         self._outputs = outputs
+        #: This task's index in its execution, and how many tasks it has (0 and 1 for most runs).
+        self.task_index = task_index
+        self.task_count = task_count
 
     def rows(self):
         """The dataset as a list of dicts (column name to cell text)."""

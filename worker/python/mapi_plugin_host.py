@@ -4,7 +4,8 @@ manifest names from the unpacked plugin and calls it with a `mapi.Context`.
 The supervisor starts it with the plugin directory as the working
 directory and these variables: MAPI_ENTRY (`module:function`),
 MAPI_PARAMS (a JSON file), MAPI_DATASET, MAPI_OUTPUT_DIR, MAPI_OUTPUTS
-(the declared output names, comma separated) and MAPI_CONTROL_FD. An
+(the declared output names, comma separated), MAPI_CONTROL_FD, and
+MAPI_TASK_INDEX and MAPI_TASK_COUNT when the run has several tasks. An
 exception becomes an error report and exit status 1; a return is exit 0.
 """
 
@@ -26,7 +27,10 @@ def main():
         with open(os.environ["MAPI_PARAMS"], encoding="utf-8") as f:
             params = json.load(f)
         outputs = [n for n in os.environ.get("MAPI_OUTPUTS", "").split(",") if n]
-        ctx = mapi.Context(control, params, os.environ["MAPI_DATASET"], os.environ["MAPI_OUTPUT_DIR"], outputs)
+        tasks = (int(os.environ.get("MAPI_TASK_INDEX", "0")), int(os.environ.get("MAPI_TASK_COUNT", "1")))
+        ctx = mapi.Context(
+            control, params, os.environ["MAPI_DATASET"], os.environ["MAPI_OUTPUT_DIR"], outputs, *tasks
+        )
         module, _, function = os.environ["MAPI_ENTRY"].partition(":")
         entry = getattr(importlib.import_module(module), function)
         entry(ctx)

@@ -13,6 +13,7 @@ pub mod bootstrap;
 pub mod bridge;
 pub mod plugin;
 pub mod probe;
+pub mod python;
 pub mod serve;
 pub mod serve_plugin;
 pub mod supervisor;

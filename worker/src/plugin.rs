@@ -1,5 +1,7 @@
-//! Running a plugin method: code a tenant uploaded, in a child process the
-//! supervisor watches.
+//! Running a Python method in a child process the supervisor watches: a
+//! plugin's (code a tenant uploaded) or one of the platform's own Python
+//! methods (the registry's `PythonCode`, carried by the worker: step 1 is
+//! then writing them out, and their parameters are the registry's).
 //!
 //! 1. The package is fetched through its signed URL and its SHA-256 checked
 //!    against the digest the run was admitted with before anything of it is
@@ -52,15 +54,11 @@ use tokio::sync::mpsc;
 
 use crate::supervisor::{EXIT_SETUP, Events, fetch, log, upload};
 
-/// The helper module a plugin's entry point is given (`import mapi`).
-const HELPER: &str = include_str!("../python/mapi.py");
-/// The program that imports the entry point and calls it.
-const HOST: &str = include_str!("../python/mapi_plugin_host.py");
+use crate::python::{HELPER, HOST, PYTHON};
 
-/// The interpreter plugin code runs on, unless `MAPI_PYTHON` names another:
-/// the base image's (and, on one machine, the host's Debian) Python with
-/// its scientific packages.
-pub const PYTHON: &str = "/usr/bin/python3";
+/// How much a platform method's printing is logged in all (a plugin's limit is the platform's
+/// `MAPI_PLUGIN_LOG_LIMIT_BYTES`).
+const BUILTIN_LOG_LIMIT: u64 = 4 << 20;
 
 /// The longest line of the plugin's output logged; the rest of a longer
 /// line is cut.
@@ -72,14 +70,39 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// How long the plugin has to exit after SIGTERM before SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(10);
 
-/// A task of a plugin run, as the supervisor hands it over.
+/// A task of a Python method's run, as the supervisor hands it over.
 pub(crate) struct Task<'a> {
     pub http: &'a reqwest::Client,
     pub boot: &'a Bootstrap,
-    pub plugin: &'a PluginBoot,
+    pub code: Code<'a>,
     pub dataset: Bytes,
     pub stop: Arc<AtomicBool>,
     pub get: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// Whose Python a task runs.
+pub(crate) enum Code<'a> {
+    /// A plugin's method, from its package.
+    Plugin(&'a PluginBoot),
+    /// One of the platform's own Python methods.
+    Builtin(&'static mapi_methods::MethodSpec, mapi_methods::PythonCode),
+}
+
+impl Code<'_> {
+    /// What the run's error calls the code.
+    fn who(&self) -> &'static str {
+        match self {
+            Code::Plugin(_) => "the plugin",
+            Code::Builtin(..) => "the method",
+        }
+    }
+
+    fn log_limit(&self) -> u64 {
+        match self {
+            Code::Plugin(p) => p.log_limit_bytes,
+            Code::Builtin(..) => BUILTIN_LOG_LIMIT,
+        }
+    }
 }
 
 /// Why the plugin could not be run: the run fails with `message` as its
@@ -136,36 +159,57 @@ struct Prepared {
 /// Fetches and checks the package, unpacks it, writes the helper, the
 /// dataset and the validated parameters.
 async fn prepare(task: &Task<'_>, root: &Path) -> Result<Prepared, Failed> {
-    let package = match fetch(task.http, &task.plugin.package_url, "plugin package").await {
-        Ok(Some(p)) => p,
-        Ok(None) => return Err(Failed::Method("the plugin's package no longer exists".to_owned())),
-        Err(e) => return Err(Failed::Setup(e)),
-    };
-    let digest = hex::encode(Sha256::digest(&package));
-    if digest != task.plugin.sha256 {
-        return Err(Failed::Method(format!(
-            "the plugin's package has SHA-256 {digest}, not the {} it was published with: it was not run",
-            task.plugin.sha256
-        )));
-    }
     let io = |what: &str, e: std::io::Error| Failed::Setup(format!("{what}: {e}"));
     let code = root.join("plugin");
-    for d in [&code, &root.join("platform"), &root.join("out")] {
-        std::fs::create_dir_all(d).map_err(|e| io("making the plugin's directories", e))?;
+    for d in [&code, &root.join("platform"), &root.join("out"), &root.join("config")] {
+        std::fs::create_dir_all(d).map_err(|e| io("making the method's directories", e))?;
     }
-    let checked = mapi_plugins::package::unpack(&package, &code)
-        .map_err(|e| Failed::Method(format!("the plugin's package does not unpack: {e}")))?;
-    let Some(method) = checked.manifest.method(&task.plugin.method) else {
-        return Err(Failed::Method(format!("the plugin has no method {}", task.plugin.method)));
+    let (params, outputs, entry) = match task.code {
+        Code::Plugin(plugin) => unpack_plugin(task, plugin, &code).await?,
+        Code::Builtin(spec, python) => {
+            crate::python::write_methods(&code).map_err(|e| io("writing the methods", e))?;
+            let params = mapi_methods::validate(spec, &task.boot.params)
+                .map_err(|e| Failed::Method(e.to_string()))?
+                .into_map();
+            let outputs = spec.outputs.iter().map(|o| o.name.to_owned()).collect();
+            (params, outputs, python.entry.to_owned())
+        }
     };
-    let params = mapi_methods::validate_with(&task.boot.method, &method.params, &task.boot.params)
-        .map_err(|e| Failed::Method(e.to_string()))?;
     std::fs::write(root.join("platform/mapi.py"), HELPER).map_err(|e| io("writing the helper", e))?;
     std::fs::write(root.join("platform/mapi_plugin_host.py"), HOST).map_err(|e| io("writing the host", e))?;
     std::fs::write(root.join("dataset.csv"), &task.dataset).map_err(|e| io("writing the dataset", e))?;
     let params = serde_json::to_vec(&params).map_err(|e| Failed::Setup(e.to_string()))?;
     std::fs::write(root.join("params.json"), params).map_err(|e| io("writing the parameters", e))?;
-    Ok(Prepared { root: root.to_owned(), outputs: method.outputs.clone(), entry: method.entry.clone() })
+    Ok(Prepared { root: root.to_owned(), outputs, entry })
+}
+
+/// Fetches the plugin's package, checks its digest and the package, unpacks
+/// it into `code`: the method's validated parameters, its outputs and entry point.
+async fn unpack_plugin(
+    task: &Task<'_>,
+    plugin: &PluginBoot,
+    code: &Path,
+) -> Result<(std::collections::BTreeMap<String, Value>, Vec<String>, String), Failed> {
+    let package = match fetch(task.http, &plugin.package_url, "plugin package").await {
+        Ok(Some(p)) => p,
+        Ok(None) => return Err(Failed::Method("the plugin's package no longer exists".to_owned())),
+        Err(e) => return Err(Failed::Setup(e)),
+    };
+    let digest = hex::encode(Sha256::digest(&package));
+    if digest != plugin.sha256 {
+        return Err(Failed::Method(format!(
+            "the plugin's package has SHA-256 {digest}, not the {} it was published with: it was not run",
+            plugin.sha256
+        )));
+    }
+    let checked = mapi_plugins::package::unpack(&package, code)
+        .map_err(|e| Failed::Method(format!("the plugin's package does not unpack: {e}")))?;
+    let Some(method) = checked.manifest.method(&plugin.method) else {
+        return Err(Failed::Method(format!("the plugin has no method {}", plugin.method)));
+    };
+    let params = mapi_methods::validate_with(&task.boot.method, &method.params, &task.boot.params)
+        .map_err(|e| Failed::Method(e.to_string()))?;
+    Ok((params.into_map(), method.outputs.clone(), method.entry.clone()))
 }
 
 /// How the plugin ended.
@@ -229,6 +273,9 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
         .env("MAPI_DATASET", root.join("dataset.csv"))
         .env("MAPI_OUTPUT_DIR", root.join("out"))
         .env("MAPI_OUTPUTS", p.outputs.join(","))
+        .env("MAPI_TASK_INDEX", (task.get)("CLOUD_RUN_TASK_INDEX").unwrap_or_else(|| "0".to_owned()))
+        .env("MAPI_TASK_COUNT", (task.get)("CLOUD_RUN_TASK_COUNT").unwrap_or_else(|| "1".to_owned()))
+        .env("MPLCONFIGDIR", root.join("config"))
         .env("MAPI_CONTROL_FD", control_write.as_raw_fd().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -239,7 +286,7 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
     drop(control_write);
     let group = Pid::from_raw(i32::try_from(child.id()).map_err(|e| e.to_string())?);
     let logged = Arc::new(AtomicU64::new(0));
-    let limit = task.plugin.log_limit_bytes;
+    let limit = task.code.log_limit();
     let readers: Vec<_> = [
         child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
         child.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>),
@@ -449,9 +496,12 @@ async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Event
             (None, Some(sig)) => format!("was killed by signal {sig}"),
             (None, None) => "ended".to_owned(),
         };
-        let message = match f.error {
-            Some(e) => format!("the plugin failed: {e}"),
-            None => format!("the plugin {how} without reporting an error (its log says more)"),
+        let who = task.code.who();
+        let message = match (f.error, &task.code) {
+            // The platform's methods raise ValueError for what the person can fix: its words alone.
+            (Some(e), Code::Builtin(..)) => e.strip_prefix("ValueError: ").map_or(e.clone(), str::to_owned),
+            (Some(e), Code::Plugin(_)) => format!("the plugin failed: {e}"),
+            (None, _) => format!("{who} {how} without reporting an error (its log says more)"),
         };
         events.emit(EventBody::Error { message });
         return exit::METHOD_ERROR;
@@ -463,14 +513,15 @@ async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Event
             Ok(bytes) => written.push((name, bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let message = format!(
-                    "the plugin exited without writing its output `{name}` (write it to ctx.output_path({name:?}))"
+                    "{} exited without writing its output `{name}` (write it to ctx.output_path({name:?}))",
+                    task.code.who()
                 );
                 events.emit(EventBody::Error { message });
                 return exit::METHOD_ERROR;
             }
             Err(e) => {
                 events.emit(EventBody::Error {
-                    message: format!("the plugin's output `{name}` does not read: {e}"),
+                    message: format!("{}'s output `{name}` does not read: {e}", task.code.who()),
                 });
                 return exit::METHOD_ERROR;
             }

@@ -13,9 +13,10 @@
 //!   `{"predictions": [{"value": …, "std_error": …}], "revision": …}`; a row
 //!   with a missing, extra or non-numeric column is a 400 problem naming it.
 //!
-//! A plugin's model version (its bundle holds a serving descriptor,
-//! `mapi_plugins::serving`) is served by the plugin's own `predict` in a
-//! sandbox ([`crate::serve_plugin`]): the same routes, values as the code
+//! A model version served by Python (its bundle holds a serving descriptor,
+//! `mapi_bundles::serving`: a plugin's, or one of the platform's Python
+//! methods') is served by the code's own `predict` ([`crate::serve_plugin`];
+//! a plugin's only in a sandbox): the same routes, values as the code
 //! returns them, no standard errors.
 //!
 //! SIGTERM (or SIGINT) stops accepting, finishes the requests in flight and exits 0.
@@ -57,7 +58,7 @@ pub struct Loaded {
 #[derive(Debug)]
 pub enum Served {
     Builtin(Model),
-    /// Verified and unpacked; its sandbox starts once the runtime runs.
+    /// Served by Python: verified and written out; its child starts once the runtime runs.
     Plugin(crate::serve_plugin::Prepared),
     Running(Box<crate::serve_plugin::PluginModel>),
 }
@@ -73,11 +74,14 @@ impl Served {
         }
     }
 
-    fn plugin(s: &mapi_plugins::serving::Serving) -> Value {
-        json!({
-            "method": mapi_plugins::method_name(&s.plugin, &s.method),
-            "plugin": {"name": s.plugin, "version": s.version, "sha256": s.package_sha256},
-        })
+    fn plugin(s: &mapi_bundles::serving::Serving) -> Value {
+        match &s.code {
+            mapi_bundles::serving::ServedCode::Plugin { plugin, version, package_sha256, .. } => json!({
+                "method": s.method_name(),
+                "plugin": {"name": plugin, "version": version, "sha256": package_sha256},
+            }),
+            mapi_bundles::serving::ServedCode::Builtin { .. } => json!({"method": s.method_name()}),
+        }
     }
 }
 
@@ -131,9 +135,9 @@ pub fn load(source: &Source) -> Result<Loaded, String> {
             read(k)
         })
         .map_err(|e| e.to_string())?;
-    let descriptor = mapi_plugins::serving::key(prefix.as_str(), mapi_plugins::serving::DESCRIPTOR);
+    let descriptor = mapi_bundles::serving::key(prefix.as_str(), mapi_bundles::serving::DESCRIPTOR);
     let model = match artifacts.iter().find(|(a, _)| a.key.as_str() == descriptor) {
-        Some((_, bytes)) => plugin_model(source, &prefix, bytes, &artifacts)?,
+        Some((_, bytes)) => python_model(source, &prefix, bytes, &artifacts)?,
         None => {
             let (_, model) =
                 artifacts.iter().find(|(a, _)| a.key.as_str().ends_with("/model.json")).ok_or_else(|| {
@@ -145,24 +149,23 @@ pub fn load(source: &Source) -> Result<Loaded, String> {
     Ok(Loaded { model, revision: source.revision.clone(), manifest_sha256: source.manifest_sha256.clone() })
 }
 
-/// A plugin's model from its verified bundle, refused without a sandbox.
-fn plugin_model(
+/// A model served by Python from its verified bundle; a plugin's is refused without a sandbox.
+fn python_model(
     source: &Source,
     prefix: &ObjectKey,
     descriptor: &[u8],
     artifacts: &[(mapi_bundles::Artifact, Vec<u8>)],
 ) -> Result<Served, String> {
-    let serving = mapi_plugins::serving::Serving::from_bytes(descriptor)?;
-    if source.runsc.is_none() {
+    let serving = mapi_bundles::serving::Serving::from_bytes(descriptor)?;
+    let files = artifacts.iter().map(|(a, b)| (a.key.to_string(), b.clone())).collect();
+    let prepared = crate::serve_plugin::prepare(serving, &files, prefix.as_str())?;
+    if prepared.is_tenant_code() && source.runsc.is_none() {
         return Err(format!(
-            "{} is a plugin's model, which runs only in a gVisor sandbox, and {} is not set",
-            prefix,
+            "{prefix} is a plugin's model, which runs only in a gVisor sandbox, and {} is not set",
             env::RUNSC
         ));
     }
-    let files = artifacts.iter().map(|(a, b)| (a.key.to_string(), b.clone())).collect();
-    let package = mapi_plugins::serving::key(prefix.as_str(), mapi_plugins::serving::PACKAGE);
-    Ok(Served::Plugin(crate::serve_plugin::prepare(serving, &files, &package)?))
+    Ok(Served::Plugin(prepared))
 }
 
 /// The server's routes over a loaded model.
@@ -341,10 +344,14 @@ pub fn main() -> i32 {
 async fn start(loaded: Loaded, runsc: Option<PathBuf>) -> Result<Loaded, String> {
     let Loaded { model, revision, manifest_sha256 } = loaded;
     let model = match (model, runsc) {
-        (Served::Plugin(prepared), Some(runsc)) => {
-            Served::Running(Box::new(crate::serve_plugin::PluginModel::start(prepared, &runsc).await?))
+        (Served::Plugin(prepared), runsc) => {
+            if prepared.is_tenant_code() && runsc.is_none() {
+                return Err(format!("{} is not set", env::RUNSC));
+            }
+            Served::Running(Box::new(
+                crate::serve_plugin::PluginModel::start(prepared, runsc.as_deref()).await?,
+            ))
         }
-        (Served::Plugin(_), None) => return Err(format!("{} is not set", env::RUNSC)),
         (other, _) => other,
     };
     Ok(Loaded { model, revision, manifest_sha256 })

@@ -1,10 +1,13 @@
-//! Serving a plugin's model: the tenant's `predict`, run in a gVisor
-//! sandbox the model server talks to over pipes.
+//! Serving a model with Python: a plugin's `predict` (tenant code), run in a
+//! gVisor sandbox the model server talks to over pipes, or one of the
+//! platform's own Python methods' (in the same sandbox when the server has
+//! one, else as a child process: it is the platform's code).
 //!
 //! The server has verified the bundle (its signed manifest pins the
-//! package's copy, the serving descriptor and the model file); from those
-//! bytes alone it unpacks the package (checked whole by
-//! `mapi_plugins::package::unpack`) into a directory of its own and starts
+//! serving descriptor, the model file and a plugin's package copy); from
+//! those bytes alone it unpacks the package (checked whole by
+//! `mapi_plugins::package::unpack`), or writes the platform's methods, into
+//! a directory of its own and starts
 //! `python3 -I -B -u mapi_plugin_serve.py` under `runsc` with no network,
 //! an empty read-only root with the system directories, the package, the
 //! model file and the serving program bound read-only, its own `/work` and
@@ -27,15 +30,14 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use mapi_bundles::serving::{self, ServedCode, Serving};
 use mapi_executor::gvisor::{Sandbox, run_command, task::MAX_PROCESSES};
-use mapi_plugins::serving::Serving;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Mutex;
 
-/// The program that imports `predict` and answers the server.
-const SERVE: &str = include_str!("../python/mapi_plugin_serve.py");
+use crate::python::{PYTHON, SERVE};
 /// Where the package, the model and the serving program are in the sandbox.
 const CODE: &str = "/opt/plugin/code";
 const MODEL_DIR: &str = "/opt/plugin/model";
@@ -52,29 +54,31 @@ const MAX_LINE: usize = 8 << 10;
 /// How much of the plugin's output is logged in all.
 const LOG_LIMIT: usize = 4 << 20;
 
-/// A plugin model's files, verified, before its child starts.
+/// A Python model's files, verified, before its child starts.
 #[derive(Debug)]
 pub struct Prepared {
     pub serving: Serving,
-    /// The method's `predict` entry.
+    /// The `predict` entry (`module:function`).
     pub predict: String,
     dir: tempfile::TempDir,
 }
 
-/// Unpacks the package and writes the model file and the serving program
-/// under a directory of the server's own. `files` are the bundle's verified
+impl Prepared {
+    /// Whether the code is a tenant's: it then runs only in a sandbox.
+    pub fn is_tenant_code(&self) -> bool {
+        matches!(self.serving.code, ServedCode::Plugin { .. })
+    }
+}
+
+/// Writes the code (a plugin's package, unpacked after its checks, or the
+/// platform's methods), the model file and the serving program under a
+/// directory of the server's own. `files` are the bundle's verified
 /// artifacts by key; the error is the reason to refuse.
 pub fn prepare(
     serving: Serving,
     files: &BTreeMap<String, Vec<u8>>,
-    package_key: &str,
+    bundle: &str,
 ) -> Result<Prepared, String> {
-    let package =
-        files.get(package_key).ok_or_else(|| format!("the bundle has no package copy ({package_key})"))?;
-    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(package));
-    if digest != serving.package_sha256 {
-        return Err(format!("the package copy has SHA-256 {digest}, not {}", serving.package_sha256));
-    }
     let model =
         files.get(&serving.model).ok_or_else(|| format!("the bundle has no model file {}", serving.model))?;
     let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
@@ -82,24 +86,41 @@ pub fn prepare(
     let (code, model_dir, platform) =
         (dir.path().join("code"), dir.path().join("model"), dir.path().join("platform"));
     for d in [&code, &model_dir, &platform] {
-        std::fs::create_dir_all(d).map_err(|e| io("making the plugin's directories", e))?;
+        std::fs::create_dir_all(d).map_err(|e| io("making the model's directories", e))?;
     }
-    let checked =
-        mapi_plugins::package::unpack(package, &code).map_err(|e| format!("the plugin's package: {e}"))?;
-    let method = checked
-        .manifest
-        .method(&serving.method)
-        .ok_or_else(|| format!("the plugin has no method {}", serving.method))?;
-    let predict = method.predict.clone().ok_or_else(|| {
-        format!(
-            "method {} of plugin {} {} has no predict entry",
-            serving.method, serving.plugin, serving.version
-        )
-    })?;
+    let predict = match &serving.code {
+        ServedCode::Plugin { plugin, version, method, package_sha256 } => {
+            let key = serving::key(bundle, serving::PACKAGE);
+            let package = files.get(&key).ok_or_else(|| format!("the bundle has no package copy ({key})"))?;
+            let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(package));
+            if &digest != package_sha256 {
+                return Err(format!("the package copy has SHA-256 {digest}, not {package_sha256}"));
+            }
+            let checked = mapi_plugins::package::unpack(package, &code)
+                .map_err(|e| format!("the plugin's package: {e}"))?;
+            let found = checked
+                .manifest
+                .method(method)
+                .ok_or_else(|| format!("the plugin has no method {method}"))?;
+            found
+                .predict
+                .clone()
+                .ok_or_else(|| format!("method {method} of plugin {plugin} {version} has no predict entry"))?
+        }
+        ServedCode::Builtin { method } => {
+            let predict = mapi_methods::find(method).and_then(|m| m.python).and_then(|p| p.predict);
+            crate::python::write_methods(&code).map_err(|e| io("writing the methods", e))?;
+            predict
+                .ok_or_else(|| {
+                    format!("method {method} is not a Python method with a predict in this server")
+                })?
+                .to_owned()
+        }
+    };
     std::fs::write(model_dir.join(model_file(&serving)), model).map_err(|e| io("writing the model", e))?;
     std::fs::write(platform.join("mapi_plugin_serve.py"), SERVE).map_err(|e| io("writing the server", e))?;
     // The sandbox's user (nobody) reads what is bound into it.
-    readable(dir.path()).map_err(|e| io("opening the plugin's directory to the sandbox", e))?;
+    readable(dir.path()).map_err(|e| io("opening the model's directory to the sandbox", e))?;
     Ok(Prepared { serving, predict, dir })
 }
 
@@ -135,7 +156,8 @@ struct Running {
 pub struct PluginModel {
     pub serving: Serving,
     child: Mutex<Option<Running>>,
-    runsc: PathBuf,
+    /// `None`: the child is a process (killed when dropped), not a sandbox.
+    runsc: Option<PathBuf>,
     container: String,
     prepared: Prepared,
 }
@@ -152,44 +174,65 @@ pub enum Refused {
 }
 
 impl PluginModel {
-    /// Starts the child in its sandbox and waits until the model loaded;
-    /// the error is the reason to refuse to serve.
-    pub async fn start(prepared: Prepared, runsc: &Path) -> Result<PluginModel, String> {
+    /// Starts the child (in a sandbox under `runsc`, else as a process) and
+    /// waits until the model loaded; the error is the reason to refuse to serve.
+    pub async fn start(prepared: Prepared, runsc: Option<&Path>) -> Result<PluginModel, String> {
         let root = prepared.dir.path();
-        let env: BTreeMap<String, String> = [
-            ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            ("HOME", mapi_executor::gvisor::WORK),
-            ("MAPI_PLUGIN_DIR", CODE),
-            ("MAPI_PREDICT", prepared.predict.as_str()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .chain([("MAPI_MODEL".to_owned(), format!("{MODEL_DIR}/{}", model_file(&prepared.serving)))])
-        .collect();
-        let sandbox = Sandbox {
-            args: ["/usr/bin/python3", "-I", "-B", "-u", PROGRAM].map(str::to_owned).to_vec(),
-            env,
-            work: None,
-            read_only: vec![
-                (root.join("code"), PathBuf::from(CODE)),
-                (root.join("model"), PathBuf::from(MODEL_DIR)),
-                (root.join("platform"), PathBuf::from("/opt/plugin/platform")),
-            ],
-            max_processes: MAX_PROCESSES,
-        };
+        let model = format!("{}/{}", MODEL_DIR, model_file(&prepared.serving));
         let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
-        sandbox.write_bundle(&root.join("bundle")).map_err(|e| io("writing the sandbox's bundle", e))?;
-        let state = root.join("runsc");
-        std::fs::create_dir_all(&state).map_err(|e| io("runsc's state", e))?;
         let container = format!("mapi-serve-{}", std::process::id());
-        let cmd = run_command(runsc, &state, &root.join("bundle"), &container);
-        let mut cmd = tokio::process::Command::from(cmd);
+        let mut cmd = match runsc {
+            Some(runsc) => {
+                let env: BTreeMap<String, String> = [
+                    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+                    ("HOME", mapi_executor::gvisor::WORK),
+                    ("MPLCONFIGDIR", "/tmp"),
+                    ("MAPI_PLUGIN_DIR", CODE),
+                    ("MAPI_PREDICT", prepared.predict.as_str()),
+                    ("MAPI_MODEL", model.as_str()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+                let sandbox = Sandbox {
+                    args: [PYTHON, "-I", "-B", "-u", PROGRAM].map(str::to_owned).to_vec(),
+                    env,
+                    work: None,
+                    read_only: vec![
+                        (root.join("code"), PathBuf::from(CODE)),
+                        (root.join("model"), PathBuf::from(MODEL_DIR)),
+                        (root.join("platform"), PathBuf::from("/opt/plugin/platform")),
+                    ],
+                    max_processes: MAX_PROCESSES,
+                };
+                sandbox
+                    .write_bundle(&root.join("bundle"))
+                    .map_err(|e| io("writing the sandbox's bundle", e))?;
+                let state = root.join("runsc");
+                std::fs::create_dir_all(&state).map_err(|e| io("runsc's state", e))?;
+                tokio::process::Command::from(run_command(runsc, &state, &root.join("bundle"), &container))
+            }
+            None => {
+                let mut cmd = tokio::process::Command::new(PYTHON);
+                cmd.args(["-I", "-B", "-u"])
+                    .arg(root.join("platform/mapi_plugin_serve.py"))
+                    .env_clear()
+                    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                    .env("HOME", root)
+                    .env("MPLCONFIGDIR", root)
+                    .env("MAPI_PLUGIN_DIR", root.join("code"))
+                    .env("MAPI_PREDICT", &prepared.predict)
+                    .env("MAPI_MODEL", root.join("model").join(model_file(&prepared.serving)));
+                cmd
+            }
+        };
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| io(&format!("starting {}", runsc.display()), e))?;
+        let program = runsc.map_or(Path::new(PYTHON), |r| r);
+        let mut child = cmd.spawn().map_err(|e| io(&format!("starting {}", program.display()), e))?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err("the sandbox's pipes did not open".to_owned());
+            return Err("the model process's pipes did not open".to_owned());
         };
         tokio::spawn(relay(stderr));
         let mut running = Running { stdin, stdout: BufReader::new(stdout), _child: child };
@@ -197,7 +240,7 @@ impl PluginModel {
         let model = PluginModel {
             serving: prepared.serving.clone(),
             child: Mutex::new(Some(running)),
-            runsc: runsc.to_owned(),
+            runsc: runsc.map(Path::to_owned),
             container,
             prepared,
         };
@@ -245,14 +288,15 @@ impl PluginModel {
         Refused::Broken(why)
     }
 
-    /// Stops the sandbox (best effort: it may have exited).
+    /// Stops the sandbox (best effort: it may have exited); a process child ends when dropped.
     pub fn stop(&self) {
+        let Some(runsc) = &self.runsc else { return };
         let state = self.prepared.dir.path().join("runsc");
         for args in [
             vec!["kill", "--all", self.container.as_str(), "KILL"],
             vec!["delete", "--force", self.container.as_str()],
         ] {
-            let _ = mapi_executor::gvisor::runsc_command(&self.runsc, &state)
+            let _ = mapi_executor::gvisor::runsc_command(runsc, &state)
                 .args(args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -349,10 +393,7 @@ mod tests {
     #[test]
     fn the_model_file_keeps_its_own_name_only() {
         let mut s = Serving {
-            plugin: "p".into(),
-            version: "1.0.0".into(),
-            method: "m".into(),
-            package_sha256: String::new(),
+            code: ServedCode::Builtin { method: "m".into() },
             model: "k".into(),
             model_name: "model.json".into(),
         };

@@ -395,11 +395,16 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
             }
         },
     };
-    if let Some(plugin) = &boot.plugin {
-        let task = crate::plugin::Task { http: &http, boot: &boot, plugin, dataset, stop, get };
+    let spec = mapi_methods::find(&boot.method);
+    let python = match (&boot.plugin, spec.and_then(|s| s.python.map(|p| (s, p)))) {
+        (Some(plugin), _) => Some(crate::plugin::Code::Plugin(plugin)),
+        (None, Some((s, p))) => Some(crate::plugin::Code::Builtin(s, p)),
+        (None, None) => None,
+    };
+    if let Some(code) = python {
+        let task = crate::plugin::Task { http: &http, boot: &boot, code, dataset, stop, get };
         return crate::plugin::run(task, &mut events).await;
     }
-    let spec = mapi_methods::find(&boot.method);
     let params = match spec.map(|s| mapi_methods::validate(s, &boot.params)) {
         Some(Ok(p)) => p,
         Some(Err(e)) => {

@@ -17,9 +17,11 @@
 //! one left (every write is create-only and the version id is derived from
 //! the run's).
 //!
-//! A plugin's model version also seals a copy of the plugin's package and
-//! a serving descriptor (`mapi_plugins::serving`), so an endpoint can run
-//! its `predict` from the bundle alone, verified like every artifact.
+//! A model version served by Python (a plugin's, or one of the platform's
+//! own Python methods) also seals a serving descriptor
+//! (`mapi_bundles::serving`), and a plugin's a copy of its package, so an
+//! endpoint runs its `predict` from the bundle alone, verified like every
+//! artifact.
 
 use mapi_bundles::BundleError;
 use mapi_domain::{AttemptNo, ModelVersionId, Timestamp};
@@ -78,9 +80,7 @@ pub async fn seal(
     let prefix = ObjectKey::parse(&layout::bundle(run.tenant(), run.project(), run.id()))
         .map_err(|e| ApiError::internal_from(format!("bundle prefix of {}", run.id()), e))?;
     let sealing = async {
-        if let Some(code) = run.plugin() {
-            artifacts.extend(serving_files(state, run, attempt, code, &prefix, stored).await?);
-        }
+        artifacts.extend(serving_files(state, run, attempt, &prefix, stored).await?);
         mapi_bundles::seal(&*state.objects, &*state.signer, &prefix, &artifacts).await
     };
     let sealed = match sealing.await {
@@ -113,21 +113,46 @@ pub async fn seal(
     })
 }
 
-/// Writes a plugin model version's package copy and serving descriptor
-/// under the bundle's prefix (create-only, so a retried seal keeps what the
-/// last one wrote) and returns them as artifacts to seal. A package whose
+/// Writes the serving descriptor of a model version served by Python (and
+/// a plugin's package copy) under the bundle's prefix, create-only so a
+/// retried seal keeps what the last one wrote, and returns them as artifacts
+/// to seal; none for a model served by the Rust server. A package whose
 /// bytes are not the digest the run recorded is an integrity failure.
 async fn serving_files(
     state: &AppState,
     run: &RunDoc,
     attempt: AttemptNo,
-    code: &mapi_domain::PluginCode,
     prefix: &ObjectKey,
     stored: &[ObjectMeta],
 ) -> Result<Vec<(ObjectKey, mapi_objects::Generation)>, BundleError> {
-    use mapi_plugins::serving::{self, Serving};
+    use mapi_bundles::serving::{self, ServedCode, Serving};
     let integrity = |detail: String| BundleError::Integrity { bundle: prefix.to_string(), detail };
-    let name = code.model.clone().unwrap_or_default();
+    let builtin = mapi_methods::find(run.method()).filter(|m| m.python.is_some());
+    let (code, name, package) = match (run.plugin(), builtin) {
+        (Some(code), _) => {
+            let package = ObjectKey::parse(&code.object).map_err(BundleError::Objects)?;
+            let (_, bytes) = state.objects.get(&package, None).await?;
+            let digest = hex::encode(sha2::Sha256::digest(&bytes));
+            if digest != code.sha256 {
+                return Err(integrity(format!(
+                    "package {} has SHA-256 {digest}, not {}",
+                    code.object, code.sha256
+                )));
+            }
+            let served = ServedCode::Plugin {
+                plugin: code.name.clone(),
+                version: code.version.clone(),
+                method: code.method.clone(),
+                package_sha256: code.sha256.clone(),
+            };
+            (served, code.model.clone().unwrap_or_default(), Some(bytes))
+        }
+        (None, Some(m)) => {
+            let name = m.model.map(|s| s.file.to_owned()).unwrap_or_default();
+            (ServedCode::Builtin { method: m.name.to_owned() }, name, None)
+        }
+        (None, None) => return Ok(Vec::new()),
+    };
     let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), attempt);
     let model = stored
         .iter()
@@ -136,28 +161,15 @@ async fn serving_files(
                 .is_some_and(|n| n == name || n.ends_with(&format!("/{name}")))
         })
         .ok_or_else(|| integrity(format!("the model output {name} is not among the run's outputs")))?;
-    let package = ObjectKey::parse(&code.object).map_err(BundleError::Objects)?;
-    let (_, bytes) = state.objects.get(&package, None).await?;
-    let digest = hex::encode(sha2::Sha256::digest(&bytes));
-    if digest != code.sha256 {
-        return Err(integrity(format!("package {} has SHA-256 {digest}, not {}", code.object, code.sha256)));
-    }
-    let descriptor = Serving {
-        plugin: code.name.clone(),
-        version: code.version.clone(),
-        method: code.method.clone(),
-        package_sha256: code.sha256.clone(),
-        model: model.key.to_string(),
-        model_name: name,
-    };
-    let mut files = Vec::with_capacity(2);
-    for (file, bytes, media) in [
-        (serving::PACKAGE, bytes, "application/x-tar"),
-        (serving::DESCRIPTOR, bytes::Bytes::from(descriptor.to_bytes()), "application/json"),
-    ] {
+    let descriptor = Serving { code, model: model.key.to_string(), model_name: name };
+    let mut files =
+        vec![(serving::DESCRIPTOR, bytes::Bytes::from(descriptor.to_bytes()), "application/json")];
+    files.extend(package.map(|bytes| (serving::PACKAGE, bytes, "application/x-tar")));
+    let mut sealed = Vec::with_capacity(files.len());
+    for (file, bytes, media) in files {
         let key = ObjectKey::parse(&serving::key(prefix.as_str(), file)).map_err(BundleError::Objects)?;
         let generation = mapi_bundles::put_once(&*state.objects, &key, bytes, media).await?;
-        files.push((key, generation));
+        sealed.push((key, generation));
     }
-    Ok(files)
+    Ok(sealed)
 }

@@ -22,8 +22,10 @@ pub enum MethodInput {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ParamKind {
-    /// One column name (a string).
+    /// One column name (a string) of a numeric column.
     Column,
+    /// One column name whose cells may be text (class labels, dates, ids).
+    AnyColumn,
     /// A non-empty array of distinct column names.
     Columns,
     /// A finite number.
@@ -88,6 +90,10 @@ pub struct MethodView {
     /// For a plugin's method: the plugin version a run of it runs now (its newest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<MethodPlugin>,
+    /// Why this platform's executor cannot run the method (a Python package
+    /// its interpreter lacks, and what to install); absent when it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// The plugin version that adds a method.

@@ -13,6 +13,8 @@
 //! Architecture invariant: no URL to an artifact is minted from a manifest
 //! that has not verified in the same call.
 
+pub mod serving;
+
 use std::time::Duration;
 
 use bytes::Bytes;

@@ -278,6 +278,12 @@ pub trait Executor: Send + Sync + Debug {
     /// run's error will carry.
     fn check_placement(&self, class: ResourceClass, method: &str) -> Result<(), String>;
 
+    /// Why `method` cannot run on this executor at all (a Python package its
+    /// interpreter lacks), if it cannot; the catalog shows it and placement refuses it.
+    fn unavailable(&self, _method: &str) -> Option<String> {
+        None
+    }
+
     /// Starts one execution of `attempt`. Every call that reaches the backend makes a new
     /// execution: neither adapter deduplicates by nonce.
     ///

@@ -77,6 +77,9 @@ pub struct ModelRef {
     /// The manifest, its signature and the artifacts, verified by the caller.
     /// An adapter whose servers read the object store itself ignores them.
     pub files: Vec<BundleFile>,
+    /// The base image whose Python the model's `predict` needs (`base-ml`,
+    /// …); `None`: any model server serves it (a model the Rust server loads).
+    pub base: Option<String>,
 }
 
 /// A revision to add: its tag (lowercase letters, digits, `-`, unique in

@@ -7,6 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::Value;
 
+mod python;
+pub use python::{Package, PythonCode, packages as python_packages, unavailable as python_unavailable};
+
 /// `describe`: summary statistics of numeric columns.
 pub const DESCRIBE: &str = "describe";
 /// `tabular.linear`: ordinary least squares.
@@ -38,8 +41,10 @@ pub enum Input {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ParamKind {
-    /// One column name (a JSON string).
+    /// One column name (a JSON string) of a numeric column.
     Column,
+    /// One column name whose cells may be text (class labels, dates, ids).
+    AnyColumn,
     /// A non-empty array of distinct column names.
     Columns,
     /// A finite JSON number.
@@ -56,7 +61,7 @@ impl ParamKind {
     /// What a value of this kind looks like, as used in error messages.
     pub fn expected(self) -> &'static str {
         match self {
-            ParamKind::Column => "a column name (a string)",
+            ParamKind::Column | ParamKind::AnyColumn => "a column name (a string)",
             ParamKind::Columns => "an array of column names",
             ParamKind::Number => "a number",
             ParamKind::Integer => "an integer",
@@ -114,6 +119,8 @@ pub struct MethodSpec {
     pub input: Input,
     /// For item methods: an example item, as JSON.
     pub example_item: Option<&'static str>,
+    /// `Some`: the method is Python on the base image's libraries; `None`: Rust, in the worker.
+    pub python: Option<PythonCode>,
 }
 
 impl MethodSpec {
@@ -134,7 +141,7 @@ const fn param(name: &'static str, kind: ParamKind, doc: &'static str) -> ParamS
     ParamSpec { name, kind, required: false, default: None, min: None, max: None, doc }
 }
 
-static METHODS: [MethodSpec; 8] = [
+static METHODS: [MethodSpec; 17] = [
     MethodSpec {
         name: DESCRIBE,
         summary: "Summary statistics (count, missing, mean, standard deviation, quartiles) of numeric columns.",
@@ -154,6 +161,7 @@ static METHODS: [MethodSpec; 8] = [
         example: r#"{"columns": ["gnp", "population"]}"#,
         input: Input::Dataset,
         example_item: None,
+        python: None,
     },
     MethodSpec {
         name: LINEAR,
@@ -181,6 +189,7 @@ static METHODS: [MethodSpec; 8] = [
         example: r#"{"y": "employed", "x": ["gnp", "population"], "intercept": true}"#,
         input: Input::Dataset,
         example_item: None,
+        python: None,
     },
     MethodSpec {
         name: DIAG_SLEEP,
@@ -223,6 +232,7 @@ static METHODS: [MethodSpec; 8] = [
         example: r#"{"seconds": 5, "checkpoint_every_s": 1}"#,
         input: Input::Dataset,
         example_item: None,
+        python: None,
     },
     MethodSpec {
         name: DIAG_FAIL,
@@ -236,6 +246,7 @@ static METHODS: [MethodSpec; 8] = [
         example: r#"{"message": "expected failure"}"#,
         input: Input::Dataset,
         example_item: None,
+        python: None,
     },
     MethodSpec {
         name: DIAG_ALLOC,
@@ -263,6 +274,7 @@ static METHODS: [MethodSpec; 8] = [
         example: r#"{"mib": 64, "hold_s": 2}"#,
         input: Input::Dataset,
         example_item: None,
+        python: None,
     },
     MethodSpec {
         name: ITEM_ECHO,
@@ -273,6 +285,7 @@ static METHODS: [MethodSpec; 8] = [
         example: "{}",
         input: Input::Item,
         example_item: Some(r#"{"id": 1, "text": "hello"}"#),
+        python: None,
     },
     MethodSpec {
         name: TEXT_STATS,
@@ -291,6 +304,7 @@ static METHODS: [MethodSpec; 8] = [
         example: r#"{"field": "text"}"#,
         input: Input::Item,
         example_item: Some(r#"{"text": "two words\nand a line"}"#),
+        python: None,
     },
     MethodSpec {
         name: DIAG_ITEM,
@@ -306,7 +320,17 @@ static METHODS: [MethodSpec; 8] = [
         example: "{}",
         input: Input::Item,
         example_item: Some(r#"{"fail_rounds": 1, "flaky": 1, "sleep_ms": 10}"#),
+        python: None,
     },
+    python::LOGISTIC,
+    python::RANDOM_FOREST,
+    python::GRADIENT_BOOSTING,
+    python::ETS,
+    python::ARIMA,
+    python::DID,
+    python::ITS,
+    python::MMM,
+    python::CURVE_FIT,
 ];
 
 /// Every registered method.
@@ -479,7 +503,7 @@ fn check_value(p: &impl ParamSchema, value: Value) -> Result<Value, ParamError> 
     let name = || p.name().to_owned();
     let wrong = |got: String| ParamError::WrongType { name: name(), expected: p.kind().expected(), got };
     match p.kind() {
-        ParamKind::Column | ParamKind::Text => match value {
+        ParamKind::Column | ParamKind::AnyColumn | ParamKind::Text => match value {
             Value::String(_) => Ok(value),
             other => Err(wrong(json_type(&other))),
         },
@@ -585,10 +609,11 @@ pub fn check_columns_with<P: ParamSchema>(
 ) -> Result<(), ParamError> {
     for p in schema {
         let named = match p.kind() {
-            ParamKind::Column => params.get_str(p.name()).map(|c| vec![c.to_string()]),
+            ParamKind::Column | ParamKind::AnyColumn => params.get_str(p.name()).map(|c| vec![c.to_string()]),
             ParamKind::Columns => params.get_columns(p.name()),
             _ => None,
         };
+        let any = p.kind() == ParamKind::AnyColumn;
         for column in named.unwrap_or_default() {
             if !table_columns.contains(&column) {
                 let available = if table_columns.is_empty() {
@@ -598,7 +623,7 @@ pub fn check_columns_with<P: ParamSchema>(
                 };
                 return Err(ParamError::UnknownColumn { name: p.name().to_owned(), column, available });
             }
-            if !numeric(&column) {
+            if !any && !numeric(&column) {
                 return Err(ParamError::TextColumn { name: p.name().to_owned(), column });
             }
         }
@@ -626,16 +651,18 @@ mod tests {
 
     #[test]
     fn registry_is_well_formed() {
-        let names: Vec<_> = all().iter().map(|m| m.name).collect();
+        let names: Vec<_> = all().iter().filter(|m| m.python.is_none()).map(|m| m.name).collect();
         assert_eq!(
             names,
-            [DESCRIBE, LINEAR, DIAG_SLEEP, DIAG_FAIL, DIAG_ALLOC, ITEM_ECHO, TEXT_STATS, DIAG_ITEM]
+            [DESCRIBE, LINEAR, DIAG_SLEEP, DIAG_FAIL, DIAG_ALLOC, ITEM_ECHO, TEXT_STATS, DIAG_ITEM],
+            "the methods in Rust"
         );
         let items: Vec<_> = all().iter().filter(|m| m.input == Input::Item).map(|m| m.name).collect();
         assert_eq!(items, [ITEM_ECHO, TEXT_STATS, DIAG_ITEM]);
         assert!(all().iter().all(|m| m.example_item.is_some() == (m.input == Input::Item)));
-        let models: Vec<_> = all().iter().filter(|m| m.produces_model()).map(|m| m.name).collect();
-        assert_eq!(models, [LINEAR], "the methods whose runs become model versions");
+        let models: Vec<_> =
+            all().iter().filter(|m| m.produces_model() && m.python.is_none()).map(|m| m.name).collect();
+        assert_eq!(models, [LINEAR], "the Rust methods whose runs become model versions");
         assert!(produces_model(LINEAR) && !produces_model(DESCRIBE) && !produces_model("tabular.nope"));
         assert!(registry_version().starts_with('r') && registry_version().len() == 17);
         for m in all() {
@@ -654,7 +681,8 @@ mod tests {
             }
             for p in m.params {
                 let ctx = format!("{}.{}", m.name, p.name);
-                assert!(p.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{ctx}");
+                // Letters and `_` (capitals where the library's own name has them: `C`, `P`, `D`, `Q`).
+                assert!(p.name.bytes().all(|b| b.is_ascii_alphabetic() || b == b'_'), "{ctx}");
                 assert!(!p.doc.is_empty(), "{ctx}");
                 assert!(!(p.required && p.default.is_some()), "{ctx}: required with a default");
                 if let (Some(min), Some(max)) = (p.min, p.max) {

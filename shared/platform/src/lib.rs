@@ -404,6 +404,7 @@ fn local_executor(
     worker: Command,
 ) -> Result<LocalProcessExecutor, StartError> {
     let mut static_env = std::collections::BTreeMap::new();
+    static_env.insert("MAPI_PYTHON".to_owned(), config.python.clone());
     static_env.insert(
         "MAPI_BOOTSTRAP_URL".to_owned(),
         config.objects_backend.bootstrap_url_template(&config.public_url),
@@ -424,8 +425,32 @@ fn local_executor(
         memory_mib: config.local_memory_mib.clone(),
         regions: config.local_regions.clone(),
         runsc: config.gvisor_runsc.clone(),
+        unavailable: python_unavailable(&config.python),
     };
     Ok(LocalProcessExecutor::new(local, clock.clone())?)
+}
+
+/// The Python methods the local executors' interpreter (`MAPI_PYTHON`) cannot
+/// run, asked once at start: which of the packages they import it finds
+/// (without importing them).
+fn python_unavailable(interpreter: &str) -> std::collections::BTreeMap<String, String> {
+    let modules: Vec<&str> = mapi_methods::python_packages().iter().map(|p| p.module).collect();
+    let probe = "import importlib.util, sys\nfor m in sys.argv[1:]:\n    if importlib.util.find_spec(m):\n        print(m)";
+    let found = std::process::Command::new(interpreter)
+        .args(["-I", "-c", probe])
+        .args(&modules)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let unavailable = mapi_methods::python_unavailable(&found, interpreter);
+    if !unavailable.is_empty() {
+        tracing::warn!(interpreter, methods = ?unavailable.keys().collect::<Vec<_>>(), "Python methods unavailable on this machine");
+    }
+    unavailable
 }
 
 /// Local endpoints under `$MAPI_HOME/endpoints/`, each revision served by

@@ -10,7 +10,6 @@
 
 pub mod manifest;
 pub mod package;
-pub mod serving;
 
 pub use manifest::{Manifest, ManifestError, PluginMethod, PluginParam};
 pub use package::{Package, PackageError};

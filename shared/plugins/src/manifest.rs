@@ -16,7 +16,7 @@
 //!
 //! [[methods.params]]
 //! name = "y"
-//! kind = "column"              # column, columns, number, integer, boolean, text
+//! kind = "column"              # column (numeric), any_column, columns, number, integer, boolean, text
 //! required = true
 //! doc = "The 0/1 column to predict"
 //! ```

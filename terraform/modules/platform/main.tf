@@ -83,11 +83,15 @@ locals {
     MAPI_CLOUDRUN_GPU_JOBS = tostring(var.gpu_jobs)
   }
   # Endpoints are Cloud Run services in the exec project, served by the
-  # worker image (`mapi-worker serve`).
+  # worker image (`mapi-worker serve`); a model whose predict is Python by
+  # the worker image of its base.
   endpoints_env = {
     MAPI_HOSTING                   = "cloud-run"
     MAPI_ENDPOINTS_PROJECT         = var.exec_project_id
     MAPI_ENDPOINTS_SERVER_IMAGE    = var.image_digests["worker-base-ml"]
+    MAPI_ENDPOINTS_BASE_IMAGES = jsonencode({
+      for base in ["base-bayes", "base-ml", "base-forecast"] : base => var.image_digests["worker-${base}"]
+    })
     MAPI_ENDPOINTS_SERVICE_ACCOUNT = module.endpoints.server_email
     MAPI_ENDPOINTS_BUCKET          = module.data.data_bucket
   }

@@ -98,10 +98,14 @@ async fn model_of(
             mapi_bundles::BundleError::Objects(e) => e.into(),
             mapi_bundles::BundleError::Sign(e) => ApiError::internal_from("bundle signer", e),
         })?;
-    let (example, plugin) = if is_plugin {
-        (None, Some(plugin_servable(&version, &files)?))
-    } else {
-        (builtin_example(&version, &files)?, None)
+    let python = mapi_methods::find(&version.method).and_then(|m| m.python);
+    let (example, plugin) = match (is_plugin, python) {
+        (true, _) => (None, Some(plugin_servable(&version, &files)?)),
+        (false, Some(_)) => {
+            descriptor(&version, &files)?;
+            (None, None)
+        }
+        (false, None) => (builtin_example(&version, &files)?, None),
     };
     let trusted_keys = serde_json::to_string(&state.signer.trusted_keys().export())?;
     let model = ModelRef {
@@ -109,6 +113,7 @@ async fn model_of(
         manifest_sha256: version.manifest_sha256.clone(),
         trusted_keys,
         files: files.into_iter().map(|(k, b)| BundleFile { key: k.to_string(), bytes: b.to_vec() }).collect(),
+        base: python.map(|p| p.base.to_owned()),
     };
     Ok(Servable { version, model, example, plugin })
 }
@@ -130,40 +135,59 @@ fn builtin_example(
     Ok(mapi_endpoints::example_of(&model.1))
 }
 
+/// The file `name` of a version's bundle, among its verified `files`.
+fn bundle_file<'a>(
+    version: &ModelVersionDoc,
+    files: &'a [(ObjectKey, bytes::Bytes)],
+    name: &str,
+) -> Option<&'a bytes::Bytes> {
+    let key = mapi_bundles::serving::key(&version.bundle, name);
+    files.iter().find(|(k, _)| k.as_str() == key).map(|(_, b)| b)
+}
+
+/// The serving descriptor of a version served by Python; a version sealed
+/// without one (before its method could be served) says to fit again.
+fn descriptor(
+    version: &ModelVersionDoc,
+    files: &[(ObjectKey, bytes::Bytes)],
+) -> Result<mapi_bundles::serving::Serving, ApiError> {
+    let id = &version.id;
+    let bytes = bundle_file(version, files, mapi_bundles::serving::DESCRIPTOR).ok_or_else(|| {
+        ApiError::precondition(format!(
+            "model version {id} was sealed without what serves it, so it cannot be served: run {} again",
+            version.method
+        ))
+    })?;
+    mapi_bundles::serving::Serving::from_bytes(bytes)
+        .map_err(|e| ApiError::internal(format!("model version {id}: {e}")))
+}
+
 /// A plugin's model version serves when its bundle holds the serving
-/// descriptor and the package's method has a `predict` entry.
+/// descriptor and the package, and the package's method has a `predict` entry.
 fn plugin_servable(
     version: &ModelVersionDoc,
     files: &[(ObjectKey, bytes::Bytes)],
 ) -> Result<mapi_endpoints::ServedPlugin, ApiError> {
-    use mapi_plugins::serving::{self, Serving};
+    use mapi_bundles::serving::{PACKAGE, ServedCode};
     let id = &version.id;
-    let file = |name: &str| {
-        let key = serving::key(&version.bundle, name);
-        files.iter().find(|(k, _)| k.as_str() == key).map(|(_, b)| b)
+    let ServedCode::Plugin { plugin, version: plugin_version, method, package_sha256 } =
+        descriptor(version, files)?.code
+    else {
+        return Err(ApiError::internal(format!("model version {id} of a plugin is sealed as a built-in's")));
     };
-    let unservable = || {
-        ApiError::precondition(format!(
-            "model version {id} was sealed without its plugin's package, so it cannot be served: run {} again",
-            version.method
-        ))
-    };
-    let descriptor = file(serving::DESCRIPTOR).ok_or_else(unservable)?;
-    let s = Serving::from_bytes(descriptor)
-        .map_err(|e| ApiError::internal(format!("model version {id}: {e}")))?;
-    let package = mapi_plugins::package::read(file(serving::PACKAGE).ok_or_else(unservable)?)
+    let package = bundle_file(version, files, PACKAGE)
+        .ok_or_else(|| ApiError::internal(format!("model version {id} has no package copy")))?;
+    let package = mapi_plugins::package::read(package)
         .map_err(|e| ApiError::internal(format!("model version {id}: its package: {e}")))?;
-    if package.manifest.method(&s.method).and_then(|m| m.predict.as_ref()).is_none() {
+    if package.manifest.method(&method).and_then(|m| m.predict.as_ref()).is_none() {
         return Err(ApiError::precondition(format!(
-            "method {} of plugin {} {} has no predict entry, so its models cannot be served: add \
+            "method {} of plugin {plugin} {plugin_version} has no predict entry, so its models cannot be served: add \
              `predict = \"module:function\"` to it in {}, publish a new version and fit again",
             version.method,
-            s.plugin,
-            s.version,
             mapi_plugins::manifest::FILE
         )));
     }
-    Ok(mapi_endpoints::ServedPlugin { name: s.plugin, version: s.version, sha256: s.package_sha256 })
+    Ok(mapi_endpoints::ServedPlugin { name: plugin, version: plugin_version, sha256: package_sha256 })
 }
 
 async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiError> {

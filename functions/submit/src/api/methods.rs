@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 
+use axum::extract::State;
 use mapi_access::{Action, Resource, scope_allows};
 use mapi_api::methods::{
     MethodExample, MethodInput, MethodList, MethodOutput, MethodView, ParamKind, ParamView,
 };
 use mapi_identity::Caller;
 use mapi_methods::{Input, MethodSpec, ParamSpec};
+use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path};
 use serde_json::Value;
 
@@ -22,6 +24,7 @@ fn literal(what: &str, text: &str) -> Result<Value, ApiError> {
 pub(crate) fn kind(k: mapi_methods::ParamKind) -> ParamKind {
     match k {
         mapi_methods::ParamKind::Column => ParamKind::Column,
+        mapi_methods::ParamKind::AnyColumn => ParamKind::AnyColumn,
         mapi_methods::ParamKind::Columns => ParamKind::Columns,
         mapi_methods::ParamKind::Number => ParamKind::Number,
         mapi_methods::ParamKind::Integer => ParamKind::Integer,
@@ -51,8 +54,8 @@ fn example(m: &MethodSpec) -> Result<MethodExample, ApiError> {
     Ok(MethodExample { params, item })
 }
 
-/// The API's view of one registered method.
-pub fn view(m: &MethodSpec) -> Result<MethodView, ApiError> {
+/// The API's view of one registered method, saying whether `state`'s executor can run it.
+pub fn view(state: &AppState, m: &MethodSpec) -> Result<MethodView, ApiError> {
     let outputs = m.outputs.iter().map(|o| MethodOutput {
         name: o.name.to_owned(),
         media_type: o.media_type.to_owned(),
@@ -71,6 +74,7 @@ pub fn view(m: &MethodSpec) -> Result<MethodView, ApiError> {
         outputs: outputs.collect(),
         example: example(m)?,
         plugin: None,
+        unavailable: state.executor.unavailable(m.name),
     })
 }
 
@@ -82,9 +86,9 @@ pub fn view(m: &MethodSpec) -> Result<MethodView, ApiError> {
     responses((status = 200, body = MethodList), (status = 401, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = []))
 )]
-pub async fn list(caller: Caller) -> Result<Json<MethodList>, ApiError> {
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<MethodList>, ApiError> {
     may_read_catalog(&caller)?;
-    let methods = mapi_methods::all().iter().map(view).collect::<Result<_, _>>()?;
+    let methods = mapi_methods::all().iter().map(|m| view(&state, m)).collect::<Result<_, _>>()?;
     Ok(Json(MethodList { registry_version: mapi_methods::registry_version(), methods }))
 }
 
@@ -100,10 +104,14 @@ pub async fn list(caller: Caller) -> Result<Json<MethodList>, ApiError> {
     ),
     security(("session" = []), ("token" = []))
 )]
-pub async fn get_method(caller: Caller, Path(name): Path<String>) -> Result<Json<MethodView>, ApiError> {
+pub async fn get_method(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<MethodView>, ApiError> {
     may_read_catalog(&caller)?;
     match mapi_methods::find(&name) {
-        Some(m) => Ok(Json(view(m)?)),
+        Some(m) => Ok(Json(view(&state, m)?)),
         None => Err(unknown(&name)),
     }
 }

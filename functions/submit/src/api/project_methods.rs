@@ -50,6 +50,7 @@ fn plugin_view(doc: &PluginDoc, m: &mapi_plugins::PluginMethod) -> MethodView {
             version: doc.version.clone(),
             sha256: doc.sha256.clone(),
         }),
+        unavailable: None,
     }
 }
 
@@ -60,7 +61,7 @@ fn placeholder(p: &ParamView) -> Option<Value> {
         return None;
     }
     Some(match p.kind {
-        ParamKind::Column => Value::from("COLUMN"),
+        ParamKind::Column | ParamKind::AnyColumn => Value::from("COLUMN"),
         ParamKind::Columns => Value::from(vec!["COLUMN"]),
         ParamKind::Text => Value::from("TEXT"),
         ParamKind::Number => Value::from(p.min.unwrap_or(0.0)),
@@ -86,7 +87,8 @@ pub async fn project_list(
 ) -> Result<Json<MethodList>, ApiError> {
     may_read_catalog(&caller)?;
     require_project(&state, &caller, &tenant, &project, Resource::Catalog, Action::Read).await?;
-    let mut methods: Vec<MethodView> = mapi_methods::all().iter().map(view).collect::<Result<_, _>>()?;
+    let mut methods: Vec<MethodView> =
+        mapi_methods::all().iter().map(|m| view(&state, m)).collect::<Result<_, _>>()?;
     for doc in super::plugins::newest(&state, &tenant, &project).await? {
         methods.extend(doc.manifest.methods.iter().map(|m| plugin_view(&doc, m)));
     }
@@ -111,7 +113,7 @@ pub async fn project_get(
     may_read_catalog(&caller)?;
     require_project(&state, &caller, &tenant, &project, Resource::Catalog, Action::Read).await?;
     if !name.starts_with(mapi_plugins::PREFIX) {
-        return mapi_methods::find(&name).map_or_else(|| Err(unknown(&name)), |m| Ok(Json(view(m)?)));
+        return mapi_methods::find(&name).map_or_else(|| Err(unknown(&name)), |m| Ok(Json(view(&state, m)?)));
     }
     match super::plugins::resolve(&state, &tenant, &project, &name, None).await {
         Ok((doc, m)) => Ok(Json(plugin_view(&doc, &m))),

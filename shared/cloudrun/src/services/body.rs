@@ -118,8 +118,17 @@ pub fn template(
         .set_timeout_seconds(PROBE_TIMEOUT_S)
         .set_failure_threshold(PROBE_FAILURES);
     let mount = format!("{OBJECTS_DIR}/t/{tenant}");
+    // A model whose predict is Python is served from the worker image of its base.
+    let image = match &model.base {
+        None => settings.server_image.clone(),
+        Some(base) => settings.base_images.get(base).cloned().ok_or_else(|| {
+            HostingError::Invalid(format!(
+                "no model server image for base {base}: set it in MAPI_ENDPOINTS_BASE_IMAGES"
+            ))
+        })?,
+    };
     let container = model::Container::new()
-        .set_image(settings.server_image.clone())
+        .set_image(image)
         .set_args(["serve"])
         .set_env([
             env(server_env::OBJECTS, OBJECTS_DIR),
@@ -259,6 +268,7 @@ mod tests {
                 manifest_sha256: "00".into(),
                 trusted_keys: "[]".into(),
                 files: vec![],
+                base: None,
             },
         };
         for accelerator in [Accelerator::Cpu, Accelerator::L4] {
@@ -267,6 +277,29 @@ mod tests {
             assert_eq!(Shape::of(&t), shape);
             assert_eq!(t.revision, "svc-r1");
         }
+    }
+
+    #[test]
+    fn a_python_model_is_served_from_its_base_s_image() {
+        let mut s = ServicesSettings::new("p", "img", "b");
+        let mut r = RevisionSpec {
+            tag: "r1".into(),
+            model: mapi_hosting::ModelRef {
+                bundle: "t/acme/x/bundle".into(),
+                manifest_sha256: "00".into(),
+                trusted_keys: "[]".into(),
+                files: vec![],
+                base: Some("base-forecast".into()),
+            },
+        };
+        let shape = Shape { accelerator: Accelerator::Cpu, scaling: Scaling { min: 0, max: 1 } };
+        let refused = template(&s, "svc", shape, &r).expect_err("no image for the base");
+        assert!(refused.to_string().contains("MAPI_ENDPOINTS_BASE_IMAGES"), "{refused}");
+        s.base_images.insert("base-forecast".into(), "forecast-img".into());
+        let t = template(&s, "svc", shape, &r).expect("template");
+        assert_eq!(t.containers[0].image, "forecast-img");
+        r.model.base = None;
+        assert_eq!(template(&s, "svc", shape, &r).expect("template").containers[0].image, "img");
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub const SERVER_IMAGE: Var = Var::required(
     "none (necessary for cloud-run endpoints)",
     "cloud-run endpoints: the model server's image (the worker image; revisions run `serve`)",
 );
+/// `MAPI_ENDPOINTS_BASE_IMAGES`.
+pub const BASE_IMAGES: Var = Var::new(
+    "MAPI_ENDPOINTS_BASE_IMAGES",
+    "{}",
+    "cloud-run endpoints: base to worker image (JSON object), for models whose predict is Python on that base",
+);
 /// `MAPI_ENDPOINTS_SERVICE_ACCOUNT`.
 pub const SERVICE_ACCOUNT: Var = Var::derived(
     "MAPI_ENDPOINTS_SERVICE_ACCOUNT",
@@ -69,6 +75,7 @@ pub const VARIABLES: &[Var] = &[
     GPU_REGIONS,
     REGIONS,
     SERVER_IMAGE,
+    BASE_IMAGES,
     SERVICE_ACCOUNT,
     BUCKET,
     API_ENDPOINT,
@@ -90,6 +97,8 @@ pub struct ServicesSettings {
     pub regions: Vec<String>,
     /// `MAPI_ENDPOINTS_SERVER_IMAGE`.
     pub server_image: String,
+    /// `MAPI_ENDPOINTS_BASE_IMAGES`: the image a Python model of each base is served from.
+    pub base_images: std::collections::BTreeMap<String, String>,
     /// `MAPI_ENDPOINTS_SERVICE_ACCOUNT`: `None` runs revisions as Cloud Run's default account.
     pub service_account: Option<String>,
     /// `MAPI_ENDPOINTS_BUCKET`.
@@ -145,6 +154,12 @@ impl ServicesSettings {
             gpu_regions,
             regions: unique,
             server_image: SERVER_IMAGE.require(env, FOR).map_err(|e| e.0)?,
+            base_images: serde_json::from_str(&text(&BASE_IMAGES)).map_err(|_| {
+                format!(
+                    "{} is not a JSON object of base to image, e.g. {{\"base-ml\": \"…\"}}",
+                    BASE_IMAGES.name
+                )
+            })?,
             service_account: SERVICE_ACCOUNT.get(env),
             bucket: BUCKET.require(env, FOR).map_err(|e| e.0)?,
             endpoint: API_ENDPOINT.get(env),

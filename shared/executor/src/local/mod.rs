@@ -62,6 +62,9 @@ pub struct LocalConfig {
     /// `runsc`, to run each task in a gVisor sandbox (the gvisor executor); `None`: tasks
     /// are host processes.
     pub runsc: Option<PathBuf>,
+    /// The methods this machine's Python cannot run, with why (see
+    /// `mapi_methods::python_unavailable`): refused at placement.
+    pub unavailable: BTreeMap<String, String>,
 }
 
 /// The local-process adapter of the Executor port.
@@ -236,7 +239,14 @@ impl Executor for LocalProcessExecutor {
         }
     }
 
-    fn check_placement(&self, class: ResourceClass, _method: &str) -> Result<(), String> {
+    fn unavailable(&self, method: &str) -> Option<String> {
+        self.config.unavailable.get(method).cloned()
+    }
+
+    fn check_placement(&self, class: ResourceClass, method: &str) -> Result<(), String> {
+        if let Some(why) = self.unavailable(method) {
+            return Err(why);
+        }
         if CLASSES.contains(&class) {
             Ok(())
         } else {

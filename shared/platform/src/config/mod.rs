@@ -198,6 +198,8 @@ pub struct Config {
     pub worker_bin: Option<PathBuf>,
     pub local_timeout_margin: Duration,
     pub local_grace: Duration,
+    /// `MAPI_PYTHON`: the interpreter local executors run Python methods and plugins on.
+    pub python: String,
     /// The regions the local executor reports.
     pub local_regions: Vec<String>,
     /// Which webhook targets are allowed.
@@ -903,6 +905,7 @@ impl Config {
             worker_bin: v::WORKER_BIN.get(exec).map(PathBuf::from),
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,
+            python: v::PYTHON.raw(exec).unwrap_or_default(),
             local_regions: v::LOCAL_REGIONS.list(exec),
             webhooks: webhooks_policy(hooks, profile)?,
             webhook_receiver_per_second: at_least_one(&v::WEBHOOK_RECEIVER_PER_SECOND, hooks)?,

@@ -217,6 +217,11 @@ pub const GVISOR_RUNSC: Var = Var::new(
     "runsc",
     "The gvisor executor's `runsc` program: a path, or a name looked up on `PATH`",
 );
+pub const PYTHON: Var = Var::new(
+    "MAPI_PYTHON",
+    "/usr/bin/python3",
+    "Local executors: the Python that Python methods and plugins run on (with Debian's numpy, pandas, scikit-learn, scipy, statsmodels, matplotlib)",
+);
 pub const WORKER_BIN: Var = Var::derived(
     "MAPI_WORKER_BIN",
     "beside the running binary",
@@ -385,6 +390,7 @@ pub const VARIABLES: &[Var] = &[
     LOCAL_GRACE_S,
     LOCAL_REGIONS,
     GVISOR_RUNSC,
+    PYTHON,
     WEBHOOKS_ALLOW_LOOPBACK,
     WEBHOOK_RECEIVER_PER_SECOND,
     ENDPOINTS_IDLE_S,
