@@ -109,6 +109,16 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 20)]
         samples: usize,
     },
+    /// What the platform adds to a run beside the method's own time: `diag.sleep` of each of
+    /// `seconds`, and a Python method (`sklearn.logistic_regression`) beside the same fit in Python alone.
+    Overhead {
+        /// Runs of each kind, one after another.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// `diag.sleep`'s seconds, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,60")]
+        seconds: Vec<f64>,
+    },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
         /// A function binary, e.g. target/release/mapi-submit.
@@ -316,6 +326,9 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         }
         BenchCmd::Start { samples } => {
             serde_json::to_value(crate::bench::start(dir.path(), samples.max(1)).await?)?
+        }
+        BenchCmd::Overhead { runs, seconds } => {
+            serde_json::to_value(crate::bench::overhead(dir.path(), runs.max(1), &seconds).await?)?
         }
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?

@@ -268,3 +268,28 @@ fn python_unit_tests() {
         .unwrap_or(0);
     assert!(ran >= 90, "the Python tests ran ({ran}): {said}");
 }
+
+/// `mapi bench overhead` itself, briefly (one run of each kind, a 0.2 s
+/// sleep): the instrument works and its figures add up; BENCHMARKS.md holds
+/// the figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_overhead_reports_each_kind_of_run() {
+    let out = tokio::process::Command::new(mapi_tests::binary("mapi"))
+        .args(["--json", "bench", "overhead", "--runs", "1", "--seconds", "0.2"])
+        .output()
+        .await
+        .expect("mapi bench overhead");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_str(&stdout).expect("the report");
+    let rows = r["rows"].as_array().expect("rows");
+    let methods: Vec<&str> = rows.iter().filter_map(|row| row["method"].as_str()).collect();
+    assert_eq!(methods, ["diag.sleep", "sklearn.logistic_regression"], "{r}");
+    let sleep = &rows[0];
+    let total = sleep["total_p50_ms"].as_f64().expect("total");
+    assert!(total >= 200.0, "a 0.2 s sleep takes at least 0.2 s: {sleep}");
+    let added = sleep["overhead_p50_ms"].as_f64().expect("overhead");
+    assert!((total - 200.0 - added).abs() < 1e-6, "{sleep}");
+    assert!(sleep["dispatch_p50_ms"].as_f64().is_some_and(|d| d >= 0.0 && d <= total), "{sleep}");
+    assert!(r["python_alone_p50_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{r}");
+}

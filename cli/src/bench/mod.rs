@@ -31,12 +31,14 @@
 //!   sample a minute, with their slopes (see [`soak`]).
 
 mod console;
+mod overhead;
 mod score;
 mod soak;
 mod start;
 mod tick;
 
 pub use console::{ConsoleReport, console};
+pub use overhead::{OverheadReport, overhead};
 pub use score::{ScoreReport, score};
 pub use soak::{SoakPlan, SoakReport, soak};
 pub use start::{StartReport, start};
