@@ -628,6 +628,25 @@ async fn bench_platform(
     Ok(DevPlatform::start_with(config, listener, worker, options).await?)
 }
 
+/// Uploads `csv` as a dataset of the platform's own project (`base` is the project's API path); its id.
+async fn upload_dataset(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    csv: &'static str,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let ds: serde_json::Value = http
+        .post(format!("{base}/datasets"))
+        .bearer_auth(token)
+        .header("content-type", "text/csv")
+        .body(csv)
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(ds["id"].clone())
+}
+
 fn job_body(items: usize) -> Vec<u8> {
     let items: Vec<serde_json::Value> = (0..items).map(|i| serde_json::json!({"i": i})).collect();
     serde_json::to_vec(&serde_json::json!({"method": "item.echo", "items": items})).unwrap_or_default()

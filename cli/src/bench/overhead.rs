@@ -22,7 +22,7 @@ use mapi_domain::run::RunState;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{bench_platform, percentile};
+use super::{bench_platform, percentile, upload_dataset};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -129,16 +129,8 @@ pub async fn overhead(dir: &Path, runs: usize, seconds: &[f64]) -> Result<Overhe
     let platform = bench_platform(&dir.join("overhead"), "full", true, &[], None).await?;
     let (c, http) = (platform.credentials.clone(), reqwest::Client::new());
     let base = format!("{}/v1/tenants/{}/projects/{}", platform.url, c.tenant, c.project);
-    let ds: Value = http
-        .post(format!("{base}/datasets"))
-        .bearer_auth(&c.token)
-        .header("content-type", "text/csv")
-        .body(CHURN)
-        .send()
-        .await?
-        .json()
-        .await?;
-    let dataset = &ds["id"];
+    let ds = upload_dataset(&http, &base, &c.token, CHURN).await?;
+    let dataset = &ds;
     let mut rows = Vec::new();
     for s in seconds {
         let params = json!({"seconds": s});

@@ -12,7 +12,7 @@ use mapi_store::sqlite::Durability;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::{bench_platform, percentile, sync_name};
+use super::{bench_platform, percentile, sync_name, upload_dataset};
 
 const LONGLEY: &str = include_str!("../../../examples/longley.csv");
 
@@ -73,16 +73,9 @@ pub async fn score(dir: &Path, scores: usize, durability: Durability) -> Result<
     let platform = bench_platform(&dir.join("score"), sync_name(durability), true, &[], None).await?;
     let (c, http) = (platform.credentials.clone(), reqwest::Client::new());
     let base = format!("{}/v1/tenants/{}/projects/{}", platform.url, c.tenant, c.project);
-    let ds: Value = http
-        .post(format!("{base}/datasets"))
-        .bearer_auth(&c.token)
-        .header("content-type", "text/csv")
-        .body(LONGLEY)
-        .send()
-        .await?
-        .json()
-        .await?;
-    let body = json!({"method": "tabular.linear", "dataset": ds["id"], "params": {"y": "employed"}, "timeout_s": 120});
+    let ds = upload_dataset(&http, &base, &c.token, LONGLEY).await?;
+    let body =
+        json!({"method": "tabular.linear", "dataset": ds, "params": {"y": "employed"}, "timeout_s": 120});
     let run: Value =
         http.post(format!("{base}/runs")).bearer_auth(&c.token).json(&body).send().await?.json().await?;
     let run_url = format!("{}/v1/runs/{}", platform.url, run["id"].as_str().unwrap_or_default());
