@@ -59,7 +59,7 @@ pub struct Loaded {
 pub enum Served {
     Builtin(Model),
     /// Served by Python: verified and written out; its child starts once the runtime runs.
-    Plugin(crate::serve_plugin::Prepared),
+    Python(crate::serve_plugin::Prepared),
     Running(Box<crate::serve_plugin::PluginModel>),
 }
 
@@ -69,12 +69,12 @@ impl Served {
             Served::Builtin(m) => {
                 json!({"method": m.method(), "predicts": m.response(), "inputs": m.inputs()})
             }
-            Served::Plugin(prepared) => Self::plugin(&prepared.serving),
-            Served::Running(running) => Self::plugin(&running.serving),
+            Served::Python(prepared) => Self::python(&prepared.serving),
+            Served::Running(running) => Self::python(&running.serving),
         }
     }
 
-    fn plugin(s: &mapi_bundles::serving::Serving) -> Value {
+    fn python(s: &mapi_bundles::serving::Serving) -> Value {
         match &s.code {
             mapi_bundles::serving::ServedCode::Plugin { plugin, version, package_sha256, .. } => json!({
                 "method": s.method_name(),
@@ -137,7 +137,7 @@ pub fn load(source: &Source) -> Result<Loaded, String> {
         .map_err(|e| e.to_string())?;
     let descriptor = mapi_bundles::serving::key(prefix.as_str(), mapi_bundles::serving::DESCRIPTOR);
     let model = match artifacts.iter().find(|(a, _)| a.key.as_str() == descriptor) {
-        Some((_, bytes)) => python_model(source, &prefix, bytes, &artifacts)?,
+        Some((_, bytes)) => python_model(&prefix, bytes, &artifacts)?,
         None => {
             let (_, model) =
                 artifacts.iter().find(|(a, _)| a.key.as_str().ends_with("/model.json")).ok_or_else(|| {
@@ -149,23 +149,16 @@ pub fn load(source: &Source) -> Result<Loaded, String> {
     Ok(Loaded { model, revision: source.revision.clone(), manifest_sha256: source.manifest_sha256.clone() })
 }
 
-/// A model served by Python from its verified bundle; a plugin's is refused without a sandbox.
+/// A model served by Python from its verified bundle (a plugin's starts only in a sandbox:
+/// `PluginModel::start`).
 fn python_model(
-    source: &Source,
     prefix: &ObjectKey,
     descriptor: &[u8],
     artifacts: &[(mapi_bundles::Artifact, Vec<u8>)],
 ) -> Result<Served, String> {
     let serving = mapi_bundles::serving::Serving::from_bytes(descriptor)?;
     let files = artifacts.iter().map(|(a, b)| (a.key.to_string(), b.clone())).collect();
-    let prepared = crate::serve_plugin::prepare(serving, &files, prefix.as_str())?;
-    if prepared.is_tenant_code() && source.runsc.is_none() {
-        return Err(format!(
-            "{prefix} is a plugin's model, which runs only in a gVisor sandbox, and {} is not set",
-            env::RUNSC
-        ));
-    }
-    Ok(Served::Plugin(prepared))
+    Ok(Served::Python(crate::serve_plugin::prepare(serving, &files, prefix.as_str())?))
 }
 
 /// The server's routes over a loaded model.
@@ -221,7 +214,7 @@ async fn predict(State(m): State<Arc<Loaded>>, headers: HeaderMap, body: Bytes) 
     let model = match &m.model {
         Served::Builtin(model) => model,
         Served::Running(plugin) => return plugin_predict(&m, plugin, &req).await,
-        Served::Plugin(_) => return problem(ProblemCode::Unavailable, "the model is still loading"),
+        Served::Python(_) => return problem(ProblemCode::Unavailable, "the model is still loading"),
     };
     match model.predict(&req.rows, req.std_errors) {
         Ok(predictions) => {
@@ -340,19 +333,14 @@ pub fn main() -> i32 {
     })
 }
 
-/// Starts a plugin model's sandbox; a built-in model is ready as loaded.
+/// Starts a Python model's child; a Rust-served model is ready as loaded.
 async fn start(loaded: Loaded, runsc: Option<PathBuf>) -> Result<Loaded, String> {
     let Loaded { model, revision, manifest_sha256 } = loaded;
-    let model = match (model, runsc) {
-        (Served::Plugin(prepared), runsc) => {
-            if prepared.is_tenant_code() && runsc.is_none() {
-                return Err(format!("{} is not set", env::RUNSC));
-            }
-            Served::Running(Box::new(
-                crate::serve_plugin::PluginModel::start(prepared, runsc.as_deref()).await?,
-            ))
-        }
-        (other, _) => other,
+    let model = match model {
+        Served::Python(prepared) => Served::Running(Box::new(
+            crate::serve_plugin::PluginModel::start(prepared, runsc.as_deref()).await?,
+        )),
+        other => other,
     };
     Ok(Loaded { model, revision, manifest_sha256 })
 }

@@ -174,9 +174,17 @@ pub enum Refused {
 }
 
 impl PluginModel {
-    /// Starts the child (in a sandbox under `runsc`, else as a process) and
-    /// waits until the model loaded; the error is the reason to refuse to serve.
+    /// Starts the child (in a sandbox under `runsc`, else as a process: the
+    /// platform's code only, a plugin's is refused) and waits until the model
+    /// loaded; the error is the reason to refuse to serve.
     pub async fn start(prepared: Prepared, runsc: Option<&Path>) -> Result<PluginModel, String> {
+        if prepared.is_tenant_code() && runsc.is_none() {
+            return Err(format!(
+                "{} is a plugin's model, which runs only in a gVisor sandbox, and {} is not set",
+                prepared.serving.method_name(),
+                mapi_hosting::server_env::RUNSC
+            ));
+        }
         let root = prepared.dir.path();
         let model = format!("{}/{}", MODEL_DIR, model_file(&prepared.serving));
         let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
@@ -388,6 +396,39 @@ mod tests {
             matches!(judge(json!({"predictions": [1]}), 2), Err(Refused::Failed(m)) if m.contains("one per row"))
         );
         assert!(matches!(judge(json!({"ready": true}), 1), Err(Refused::Broken(_))));
+    }
+
+    #[tokio::test]
+    async fn a_plugins_model_never_starts_outside_a_sandbox() {
+        let dir = tempfile::tempdir().expect("dir");
+        let manifest = "name = \"p\"\nversion = \"1.0.0\"\nbase = \"base-ml\"\n\n[[methods]]\nname = \"m\"\n\
+                        entry = \"code:fit\"\noutputs = [\"model.json\"]\nmodel = \"model.json\"\npredict = \"code:predict\"\n";
+        std::fs::write(dir.path().join(mapi_plugins::manifest::FILE), manifest).expect("manifest");
+        std::fs::write(
+            dir.path().join("code.py"),
+            "def fit(ctx):\n    pass\n\ndef predict(m, rows):\n    return rows\n",
+        )
+        .expect("code");
+        let package = mapi_plugins::package::pack(dir.path()).expect("pack");
+        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&package));
+        let serving = Serving {
+            code: ServedCode::Plugin {
+                plugin: "p".into(),
+                version: "1.0.0".into(),
+                method: "m".into(),
+                package_sha256: sha,
+            },
+            model: "t/a/model.json".into(),
+            model_name: "model.json".into(),
+        };
+        let files = BTreeMap::from([
+            ("t/a/model.json".to_owned(), b"{}".to_vec()),
+            (serving::key("t/a/bundle", serving::PACKAGE), package),
+        ]);
+        let prepared = prepare(serving, &files, "t/a/bundle").expect("prepared");
+        assert!(prepared.is_tenant_code());
+        let refused = PluginModel::start(prepared, None).await.expect_err("no sandbox, no start");
+        assert!(refused.contains("runs only in a gVisor sandbox") && refused.contains("p.p.m"), "{refused}");
     }
 
     #[test]
