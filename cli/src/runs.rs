@@ -545,6 +545,15 @@ pub fn describe_run(r: &RunView) -> String {
             out.push_str(&format!("  {}  class {}  {}  {}\n", a.attempt, a.class, exec, charge));
         }
     }
+    if let Some(a) = &r.aggregate {
+        out.push_str("aggregate\n");
+        for (name, value) in &a.metrics {
+            out.push_str(&format!("  {name} = {value}\n"));
+        }
+    }
+    if !r.children.is_empty() {
+        out.push_str(&children_line(r));
+    }
     if !r.outputs.is_empty() {
         out.push_str("outputs\n");
         for o in &r.outputs {
@@ -556,6 +565,22 @@ pub fn describe_run(r: &RunView) -> String {
         out.push_str(&format!("model     {v}: mapi models versions get {v}\n"));
     }
     out
+}
+
+/// A fan-out parent's children in one line: how many are in each state.
+fn children_line(r: &RunView) -> String {
+    let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for c in &r.children {
+        let state = serde_json::to_value(c.state).ok().and_then(|v| v.as_str().map(str::to_owned));
+        *counts.entry(state.unwrap_or_default()).or_default() += 1;
+    }
+    let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    format!(
+        "children  {} ({}): mapi api GET /v1/runs/{}/children/INDEX\n",
+        r.children.len(),
+        parts.join(", "),
+        r.id
+    )
 }
 
 /// Follows run `id` until it ends; Ctrl-C stops following (the run goes on) and says how to

@@ -31,6 +31,7 @@ mod e2e;
 mod endpoints;
 mod executor_conformance;
 mod experiments;
+mod fan_out;
 mod history;
 mod hostile;
 mod hosting_cloudrun;

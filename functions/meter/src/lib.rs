@@ -31,6 +31,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
+use mapi_api::views::Aggregate;
 use mapi_domain::{RunState, Tier, Timestamp, Verdict};
 use mapi_executor::ExecutionInfo;
 use mapi_identity::InternalCaller;
@@ -49,6 +50,7 @@ use mapi_schema::{
 use mapi_store::{StoreError, transact};
 use serde::Serialize;
 
+pub mod fold;
 pub mod seal;
 pub mod usage;
 
@@ -125,6 +127,10 @@ enum Done {
     /// and the outputs are not sealed yet: nothing was written; seal, then
     /// run the transaction again.
     NeedsSeal(Box<RunDoc>),
+    /// The verdict is `succeeded` for a fan-out parent's run and its
+    /// children are not folded yet: nothing was written; fold, then run the
+    /// transaction again.
+    NeedsFold(Box<RunDoc>),
     /// The attempt succeeded and its outputs are not listed yet: nothing was
     /// written; list them, then run the transaction again (the verdict
     /// checks them against what the tasks reported writing).
@@ -145,6 +151,8 @@ struct Given<'a> {
     listed: Option<&'a [ExecutionInfo]>,
     /// After a success: the outputs stored under the attempt's directory.
     stored: Option<&'a [ObjectMeta]>,
+    /// A fan-out parent's fold: what it stored, or why it could not.
+    folded: Option<&'a Result<Aggregate, String>>,
 }
 
 /// The settings one finalization runs under.
@@ -165,7 +173,7 @@ async fn finalize_in(
     given: Given<'_>,
 ) -> Result<Done, TxError> {
     let Setting { rules, backstop, now } = setting;
-    let Given { refused, sealed, gone, listed, stored } = given;
+    let Given { refused, sealed, gone, listed, stored, folded } = given;
     let id = AttemptDoc::id_of(&task.run, task.attempt);
     let run =
         tx_get::<RunDoc>(tx, task.run.as_str()).await?.ok_or_else(|| ApiError::not_found("no such run"))?;
@@ -217,6 +225,16 @@ async fn finalize_in(
         }
         _ => decided,
     };
+    // A fan-out parent's run succeeds only with its children folded into its
+    // own outputs (stored before this commit); results that cannot be folded
+    // fail it.
+    let (decided, aggregate) = match (commands::succeeds(&run, &row, &decided) && fold::needed(&run), folded)
+    {
+        (false, _) => (decided, None),
+        (true, None) => return Ok(Done::NeedsFold(Box::new(run))),
+        (true, Some(Ok(a))) => (decided, Some(a)),
+        (true, Some(Err(why))) => (commands::fold_failed(why), None),
+    };
     // A run of a model-producing method succeeds only with its model
     // version, sealed before this commit (signing is I/O: never inside the
     // transaction); a run of any other method succeeds without one.
@@ -235,7 +253,8 @@ async fn finalize_in(
     } else {
         counters::Sharded::decode_all(&names, &tx.get_all(&counters::keys(&names)?).await?)?
     };
-    let ended = Ended { run, row, execution, verdict: decided, ledger_seen, version, budgets, now };
+    let ended =
+        Ended { run, row, execution, verdict: decided, ledger_seen, version, budgets, aggregate, now };
     let finalized = commands::finalize(ended)?;
     finalized.step.write(tx)?;
     Ok(Done::Applied(Box::new(finalized)))
@@ -264,6 +283,7 @@ async fn finalize(
     let mut gone: Option<u32> = None;
     let mut listed: Option<Vec<ExecutionInfo>> = None;
     let mut stored: Option<Vec<ObjectMeta>> = None;
+    let mut folded: Option<Result<Aggregate, String>> = None;
     let done = loop {
         let given = Given {
             refused: refused_retry.as_deref(),
@@ -271,6 +291,7 @@ async fn finalize(
             gone,
             listed: listed.as_deref(),
             stored: stored.as_deref(),
+            folded: folded.as_ref(),
         };
         let done = transact::<_, TxError, _, _>(&*state.store, |mut tx| async move {
             let done = finalize_in(&mut tx, task, setting, given).await?;
@@ -280,6 +301,9 @@ async fn finalize(
         match done {
             Ok(Done::NeedsOutputs(run)) if stored.is_none() => {
                 stored = Some(seal::stored_outputs(&state, &run, task.attempt).await?);
+            }
+            Ok(Done::NeedsFold(run)) if folded.is_none() => {
+                folded = Some(fold::fold(&state, &run, task.attempt).await?);
             }
             Ok(Done::NeedsSeal(run)) if sealed.is_none() => {
                 let outputs = stored.as_deref().unwrap_or_default();
@@ -349,6 +373,7 @@ async fn finalize(
             Json(FinalizeAnswer { outcome: "repointed", state: None, amount_micros: None }),
         )),
         Done::NeedsSeal(_) => Err(ApiError::internal("the finalization asked for a seal it was given")),
+        Done::NeedsFold(_) => Err(ApiError::internal("the finalization asked for a fold it was given")),
         Done::NeedsOutputs(_) => {
             Err(ApiError::internal("the finalization asked for the outputs it was given"))
         }

@@ -35,7 +35,7 @@ use utoipa::OpenApi;
 #[openapi(
     paths(
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::datasets::delete_dataset, api::datasets::download_url, api::runs::submit, api::runs::list, api::runs::get_run, api::labels::update,
-        api::runs::cancel, api::runs::retry, api::tracking::log, api::tracking::read, api::tracking::put_image, api::tracking::image_url, api::logs::run_logs, api::outputs::download, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
+        api::runs::cancel, api::runs::retry, api::tracking::log, api::tracking::read, api::tracking::put_image, api::tracking::image_url, api::logs::run_logs, api::outputs::download, api::runs::get_child, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
         api::methods::list, api::methods::get_method, api::project_methods::project_list, api::project_methods::project_get,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,
@@ -52,6 +52,9 @@ use utoipa::OpenApi;
         mapi_problem::Problem,
         mapi_domain::RunSpecInput,
         mapi_api::views::RunView,
+        mapi_api::views::ChildView,
+        mapi_api::views::ChildState,
+        mapi_api::views::Aggregate,
         mapi_api::views::RunLogs,
         mapi_api::views::LogLineView,
         mapi_api::views::RunPage,

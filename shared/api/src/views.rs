@@ -97,6 +97,52 @@ pub struct RunView {
     /// diagnostics), whose runs have outputs only.
     pub model_version: Option<ModelVersionId>,
     pub cost: CostView,
+    /// For a run of a fan-out parent (`ts.backtest`, `sbc`): its children,
+    /// the tasks of its execution, with their states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildView>,
+    /// For a fan-out parent's run that succeeded: what it folded from its
+    /// children (its own outputs are listed in `outputs` beside theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<Aggregate>,
+}
+
+/// What a fan-out parent's run folded from its children: its metrics, and
+/// the names of the outputs it wrote.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Aggregate {
+    pub metrics: BTreeMap<String, f64>,
+    pub outputs: Vec<String>,
+}
+
+/// Where a child of a fan-out parent's run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildState {
+    /// Its task has not reported yet.
+    Pending,
+    Running,
+    Succeeded,
+    /// Its run ended (failed, or timed out) before it completed.
+    Failed,
+    Cancelled,
+}
+
+/// One child of a fan-out parent's run (`GET /v1/runs/{id}/children/{index}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ChildView {
+    /// The parent run.
+    pub parent: RunId,
+    /// Its index, which is its task's index in every attempt.
+    pub index: u32,
+    pub state: ChildState,
+    /// How far it got in the current attempt, 0 to 1.
+    pub fraction: f64,
+    /// Its share of the run's charges: each attempt's charge split evenly
+    /// over its tasks. The children's shares sum to the run's charge.
+    pub charged_micros: i64,
+    /// Its outputs, as the parent's view names them (`{index}/{name}`).
+    pub outputs: Vec<String>,
 }
 
 /// A page of what one attempt's execution printed (`GET /v1/runs/{id}/logs`).

@@ -146,6 +146,11 @@ impl Progress {
         }
     }
 
+    /// Each task's highest fraction reported and whether it sent `Complete`, by index.
+    pub fn tasks(&self) -> impl Iterator<Item = (f64, bool)> + '_ {
+        self.tasks.iter().map(|t| (t.fraction, t.complete))
+    }
+
     pub fn task_count(&self) -> u32 {
         u32::try_from(self.tasks.len()).unwrap_or(u32::MAX)
     }

@@ -555,6 +555,19 @@ pub fn admit_retry(
     })
 }
 
+/// A fan-out parent's attempt whose children all succeeded but whose
+/// results cannot be folded: the run fails, saying why.
+pub fn fold_failed(why: &str) -> Decided {
+    Decided(Verdict::Finalize {
+        state: RunState::Failed,
+        reason: Reason::MethodError,
+        error: Some(RunError {
+            code: ErrorCode::MethodError,
+            message: format!("the children's results could not be folded: {why}"),
+        }),
+    })
+}
+
 /// Whether applying `verdict` makes the run `succeeded`: a run of a
 /// model-producing method then needs its model version, sealed before the
 /// commit (the caller knows the registry; this crate does not).
@@ -588,6 +601,9 @@ pub struct Ended<'a> {
     pub version: Option<&'a ModelVersionDoc>,
     /// The counters of [`renewal_reads`], as read.
     pub budgets: Vec<Sharded>,
+    /// What a fan-out parent's run folded from its children (stored before
+    /// the commit), recorded with a `succeeded` transition.
+    pub aggregate: Option<&'a mapi_api::views::Aggregate>,
     pub now: Timestamp,
 }
 
@@ -762,7 +778,7 @@ pub struct Finalized {
 /// `Err(LimitReached)` when the retry's renewal would pass a limit: the
 /// caller finalizes again with the retry refused ([`admit_retry`]).
 pub fn finalize(ended: Ended<'_>) -> Result<Finalized, StoreError> {
-    let Ended { mut run, mut row, execution, verdict, ledger_seen, version, budgets, now } = ended;
+    let Ended { mut run, mut row, execution, verdict, ledger_seen, version, budgets, aggregate, now } = ended;
     let mut step = Step::default();
     let wall = match (execution.started, execution.finished) {
         (Some(s), Some(f)) => f.since(s),
@@ -786,7 +802,8 @@ pub fn finalize(ended: Ended<'_>) -> Result<Finalized, StoreError> {
     step.follow_ups.push(FollowUp::retire(&row));
     step.put_attempt(row.clone());
     let applied = if run.is_current(row.attempt) {
-        apply_verdict(&mut run, verdict.verdict(), version, &budgets, &charged, now, &mut step)?
+        let made = Made { version, aggregate };
+        apply_verdict(&mut run, verdict.verdict(), made, &budgets, &charged, now, &mut step)?
     } else {
         Applied::MovedPast
     };
@@ -800,10 +817,16 @@ pub fn finalize(ended: Ended<'_>) -> Result<Finalized, StoreError> {
     Ok(Finalized { step, applied, amount_micros: amount, state })
 }
 
+/// What a `succeeded` transition records: the model version, a fan-out parent's aggregate.
+struct Made<'a> {
+    version: Option<&'a ModelVersionDoc>,
+    aggregate: Option<&'a mapi_api::views::Aggregate>,
+}
+
 fn apply_verdict(
     run: &mut RunDoc,
     verdict: &Verdict,
-    version: Option<&ModelVersionDoc>,
+    made: Made<'_>,
     budgets: &[Sharded],
     charged: &Bumps,
     now: Timestamp,
@@ -814,8 +837,11 @@ fn apply_verdict(
             let t = run.transition(*to, *reason, now);
             if t.is_ok() {
                 run.set_error(error.clone());
-                if let Some(v) = version {
+                if let Some(v) = made.version {
                     step.writes.push(Write::CreateVersion(Box::new(v.clone())));
+                }
+                if let (RunState::Succeeded, Some(a)) = (to, made.aggregate) {
+                    run.set_aggregate(a.clone());
                 }
             }
             t

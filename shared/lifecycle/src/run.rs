@@ -110,6 +110,9 @@ pub struct RunDoc {
     /// The plugin version a run of a plugin method runs (fixed at submit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     plugin: Option<mapi_domain::PluginCode>,
+    /// For a fan-out parent's run that succeeded: what it folded from its children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    aggregate: Option<mapi_api::views::Aggregate>,
 }
 
 /// What holds a queued run back, and since when.
@@ -189,6 +192,7 @@ impl RunDoc {
             leftovers_since: None,
             leftovers_forgotten_at: None,
             plugin: new.plugin,
+            aggregate: None,
         }
     }
 
@@ -260,6 +264,15 @@ impl RunDoc {
     /// The plugin version the run runs, for a run of a plugin method.
     pub fn plugin(&self) -> Option<&mapi_domain::PluginCode> {
         self.plugin.as_ref()
+    }
+
+    /// What a fan-out parent's run folded from its children, once it succeeded.
+    pub fn aggregate(&self) -> Option<&mapi_api::views::Aggregate> {
+        self.aggregate.as_ref()
+    }
+
+    pub(crate) fn set_aggregate(&mut self, aggregate: mapi_api::views::Aggregate) {
+        self.aggregate = Some(aggregate);
     }
 
     /// The data residency the run was asked under, where one is recorded.

@@ -675,6 +675,7 @@ fn finalize_applies_the_outcome_table() {
             ledger_seen: false,
             version: version.as_ref(),
             budgets: Vec::new(),
+            aggregate: None,
             now: at(13),
         };
         let f = commands::finalize(ended).expect(&name);
@@ -797,6 +798,7 @@ fn a_success_without_a_version_writes_none() {
         ledger_seen: false,
         version: None,
         budgets: Vec::new(),
+        aggregate: None,
         now: at(13),
     };
     let f = commands::finalize(ended).expect("finalized");
@@ -857,6 +859,7 @@ fn retries_run_out_and_oom_retries_once() {
             ledger_seen: false,
             version: None,
             budgets: Vec::new(),
+            aggregate: None,
             now: at(13),
         };
         let f = commands::finalize(ended).expect("finalize");
@@ -912,6 +915,7 @@ fn an_attempt_the_run_moved_past_is_charged_once_and_changes_nothing_else() {
         ledger_seen: false,
         version: None,
         budgets: Vec::new(),
+        aggregate: None,
         now: at(13),
     })
     .expect("finalize");
@@ -925,6 +929,7 @@ fn an_attempt_the_run_moved_past_is_charged_once_and_changes_nothing_else() {
         ledger_seen: true,
         version: None,
         budgets: Vec::new(),
+        aggregate: None,
         now: at(14),
     })
     .expect("finalize");

@@ -8,6 +8,7 @@
 
 mod describe;
 mod diag;
+pub mod fold;
 pub mod items;
 mod linear;
 mod numerics;
@@ -17,9 +18,9 @@ pub mod table;
 
 pub use items::{ItemContext, ItemError, run_item};
 pub use registry::{
-    Input, MethodSpec, ModelSpec, OutputSpec, Package, ParamError, ParamKind, ParamSchema, ParamSpec, Params,
-    PythonCode, all, check_columns, check_columns_with, find, produces_model, python_packages,
-    python_unavailable, registry_version, validate, validate_with,
+    FanOut, Fold, Input, MethodSpec, ModelSpec, OutputSpec, Package, ParamError, ParamKind, ParamSchema,
+    ParamSpec, Params, PythonCode, all, check_columns, check_columns_with, fan_out, find, produces_model,
+    python_packages, python_unavailable, registry_version, validate, validate_with,
 };
 pub use table::{Limits, Shape, Table, TableError};
 

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::Value;
 
+mod parents;
 mod python;
+pub use parents::{FanOut, Fold};
 pub use python::{Package, PythonCode, packages as python_packages, unavailable as python_unavailable};
 
 /// `describe`: summary statistics of numeric columns.
@@ -119,6 +121,8 @@ pub struct MethodSpec {
     pub input: Input,
     /// For item methods: an example item, as JSON.
     pub example_item: Option<&'static str>,
+    /// `Some`: the method is a fan-out parent (its run's tasks are its children).
+    pub fan_out: Option<FanOut>,
     /// `Some`: the method is Python on the base image's libraries; `None`: Rust, in the worker.
     pub python: Option<PythonCode>,
 }
@@ -127,6 +131,13 @@ impl MethodSpec {
     /// The parameter called `name`, if the method has one.
     pub fn param(&self, name: &str) -> Option<&'static ParamSpec> {
         self.params.iter().find(|p| p.name == name)
+    }
+
+    /// How many children a run of this fan-out parent has with `params`
+    /// (validated), `None` for any other method.
+    pub fn children(&self, params: &Params) -> Option<u32> {
+        let fan = self.fan_out?;
+        params.get_i64(fan.children).and_then(|n| u32::try_from(n).ok())
     }
 
     /// Whether a succeeded run of the method becomes a model version.
@@ -141,7 +152,7 @@ const fn param(name: &'static str, kind: ParamKind, doc: &'static str) -> ParamS
     ParamSpec { name, kind, required: false, default: None, min: None, max: None, doc }
 }
 
-static METHODS: [MethodSpec; 17] = [
+static METHODS: [MethodSpec; 19] = [
     MethodSpec {
         name: DESCRIBE,
         summary: "Summary statistics (count, missing, mean, standard deviation, quartiles) of numeric columns.",
@@ -161,6 +172,7 @@ static METHODS: [MethodSpec; 17] = [
         example: r#"{"columns": ["gnp", "population"]}"#,
         input: Input::Dataset,
         example_item: None,
+        fan_out: None,
         python: None,
     },
     MethodSpec {
@@ -189,6 +201,7 @@ static METHODS: [MethodSpec; 17] = [
         example: r#"{"y": "employed", "x": ["gnp", "population"], "intercept": true}"#,
         input: Input::Dataset,
         example_item: None,
+        fan_out: None,
         python: None,
     },
     MethodSpec {
@@ -232,6 +245,7 @@ static METHODS: [MethodSpec; 17] = [
         example: r#"{"seconds": 5, "checkpoint_every_s": 1}"#,
         input: Input::Dataset,
         example_item: None,
+        fan_out: None,
         python: None,
     },
     MethodSpec {
@@ -246,6 +260,7 @@ static METHODS: [MethodSpec; 17] = [
         example: r#"{"message": "expected failure"}"#,
         input: Input::Dataset,
         example_item: None,
+        fan_out: None,
         python: None,
     },
     MethodSpec {
@@ -274,6 +289,7 @@ static METHODS: [MethodSpec; 17] = [
         example: r#"{"mib": 64, "hold_s": 2}"#,
         input: Input::Dataset,
         example_item: None,
+        fan_out: None,
         python: None,
     },
     MethodSpec {
@@ -285,6 +301,7 @@ static METHODS: [MethodSpec; 17] = [
         example: "{}",
         input: Input::Item,
         example_item: Some(r#"{"id": 1, "text": "hello"}"#),
+        fan_out: None,
         python: None,
     },
     MethodSpec {
@@ -304,6 +321,7 @@ static METHODS: [MethodSpec; 17] = [
         example: r#"{"field": "text"}"#,
         input: Input::Item,
         example_item: Some(r#"{"text": "two words\nand a line"}"#),
+        fan_out: None,
         python: None,
     },
     MethodSpec {
@@ -320,6 +338,7 @@ static METHODS: [MethodSpec; 17] = [
         example: "{}",
         input: Input::Item,
         example_item: Some(r#"{"fail_rounds": 1, "flaky": 1, "sleep_ms": 10}"#),
+        fan_out: None,
         python: None,
     },
     python::LOGISTIC,
@@ -331,6 +350,8 @@ static METHODS: [MethodSpec; 17] = [
     python::ITS,
     python::MMM,
     python::CURVE_FIT,
+    parents::BACKTEST,
+    parents::SBC,
 ];
 
 /// Every registered method.
@@ -341,6 +362,12 @@ pub fn all() -> &'static [MethodSpec] {
 /// The method called `name`.
 pub fn find(name: &str) -> Option<&'static MethodSpec> {
     METHODS.iter().find(|m| m.name == name)
+}
+
+/// How a run of the method called `name` fans out, when it is a fan-out
+/// parent (plugin methods never are).
+pub fn fan_out(name: &str) -> Option<FanOut> {
+    find(name).and_then(|m| m.fan_out)
 }
 
 /// Whether a succeeded run of the method called `name` becomes a model

@@ -10,6 +10,7 @@
 //! t/{tenant}/p/{project}/runs/{run}/bundle/manifest.json     (the model version)
 //! t/{tenant}/p/{project}/runs/{run}/bundle/manifest.sig.json
 //! t/{tenant}/p/{project}/runs/{run}/images/{name}             (images logged to the run)
+//! t/{tenant}/p/{project}/runs/{run}/aggregate/{name}          (a fan-out parent's own outputs)
 //! ```
 
 use mapi_domain::{AttemptNo, DatasetId, ProjectId, RunId, TenantId};
@@ -53,6 +54,12 @@ pub fn bundle(tenant: &TenantId, project: &ProjectId, run: &RunId) -> String {
 /// output listing sees it).
 pub fn image(tenant: &TenantId, project: &ProjectId, run: &RunId, name: &str) -> String {
     format!("t/{tenant}/p/{project}/runs/{run}/images/{name}")
+}
+
+/// An output a fan-out parent's run folded from its children (outside every
+/// attempt's directory, so no attempt's output listing sees it).
+pub fn aggregate(tenant: &TenantId, project: &ProjectId, run: &RunId, name: &str) -> String {
+    format!("t/{tenant}/p/{project}/runs/{run}/aggregate/{name}")
 }
 
 /// The prefix of every object of an attempt (all its tasks).

@@ -820,7 +820,6 @@ def backtest_task(ctx):
     if not 0 <= i < K:
         raise ValueError(f"task index {i} is outside 0..{K - 1} (parameter 'origins' = {K})")
     series = load_series(ctx.read_csv(), params)
-    _check_positive(series, spec, method)
     n0 = backtest_origin(series.n, h, K, s, 0)
     need = _min_obs_ets(spec) if method == "ets" else _min_obs_arima(spec)
     if n0 < need:
@@ -831,6 +830,12 @@ def backtest_task(ctx):
         )
     ni = backtest_origin(series.n, h, K, s, i)
     train = series.head(ni)
+    # Only what an origin fits on must suit the model: a later value that does
+    # not fails the origins that fit on it, not the ones before it.
+    try:
+        _check_positive(train, spec, method)
+    except ValueError as e:
+        raise ValueError(f"origin {i + 1} of {K} (fitted on the first {ni} observations): {e}") from None
     ctx.progress(0.1, f"origin {i + 1} of {K}: fitting on {ni} observations")
     mean, _, _, _ = _fit_forecast(method, spec, train, h)
     actual = series.y[ni : ni + h]

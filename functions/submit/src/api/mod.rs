@@ -3,6 +3,7 @@
 //! item jobs, webhooks and the method registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
 
 mod admitted;
+pub mod children;
 pub mod datasets;
 pub mod docs;
 mod egress;
@@ -80,6 +81,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/runs/{id}/images/{name}/url", post(tracking::image_url))
         .route("/v1/runs/{id}/logs", get(logs::run_logs))
         .route("/v1/runs/{id}/outputs/{*name}", get(outputs::download))
+        .route("/v1/runs/{id}/children/{index}", get(runs::get_child))
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
         .route("/v1/model-versions/{id}", get(model_versions::get_version))
         .route("/v1/model-versions/{id}/urls", post(model_versions::urls))

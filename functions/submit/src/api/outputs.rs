@@ -29,6 +29,12 @@ fn object_of(run: &RunDoc, name: &str) -> Option<ObjectKey> {
     if !matches!(run.state(), RunState::Succeeded | RunState::Partial) {
         return None;
     }
+    // A fan-out parent's own outputs (no `/` in their names) are its aggregate's.
+    if let Some(aggregate) = run.aggregate()
+        && aggregate.outputs.iter().any(|o| o == name)
+    {
+        return ObjectKey::parse(&layout::aggregate(run.tenant(), run.project(), run.id(), name)).ok();
+    }
     let (task, file) = match run.task_count() {
         1 => (0, name),
         n => name.split_once('/').and_then(|(t, f)| Some((t.parse::<u32>().ok().filter(|t| *t < n)?, f)))?,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use mapi_access::{Action, Resource};
-use mapi_api::views::{RunPage, RunSummary, RunView};
+use mapi_api::views::{ChildView, RunPage, RunSummary, RunView};
 use mapi_domain::{
     PluginCode, ProjectId, ResourceClass, RunId, RunSpecInput, RunState, TenantId, Timestamp, UserId,
 };
@@ -31,7 +31,7 @@ async fn validate(
     (tenant, project): (&TenantId, &ProjectId),
     spec: &RunSpecInput,
     pin: Option<&str>,
-) -> Result<(DatasetDoc, Option<PluginCode>), ApiError> {
+) -> Result<(DatasetDoc, Option<PluginCode>, u32), ApiError> {
     spec.check().map_err(|e| ApiError::invalid(e.to_string()))?;
     let invalid = |e: mapi_methods::ParamError| ApiError::invalid(e.to_string());
     let (method, plugin) = if spec.method.starts_with(mapi_plugins::PREFIX) {
@@ -47,11 +47,11 @@ async fn validate(
     }
     .map_err(invalid)?;
     state.executor.check_placement(spec.class, &spec.method).map_err(ApiError::invalid)?;
+    let tasks = task_count(&method, &params, spec.tasks)?;
     let max_tasks = state.executor.capabilities().max_task_count;
-    if spec.tasks > max_tasks {
+    if tasks > max_tasks {
         return Err(ApiError::invalid(format!(
-            "tasks {} is more than this executor runs in one execution ({max_tasks})",
-            spec.tasks
+            "tasks {tasks} is more than this executor runs in one execution ({max_tasks})"
         )));
     }
     let dataset = match mapi_schema::get::<DatasetDoc>(&*state.store, spec.dataset.as_str()).await? {
@@ -69,7 +69,23 @@ async fn validate(
         Schema::Plugin(m) => mapi_methods::check_columns_with(&m.params, &params, &dataset.columns, &numeric),
     }
     .map_err(invalid)?;
-    Ok((dataset, plugin))
+    Ok((dataset, plugin, tasks))
+}
+
+/// How many tasks a run's execution has: a fan-out parent's children (the
+/// parameter that counts them; `tasks` must be left at 1 or agree), else
+/// `tasks` as asked.
+fn task_count(method: &Schema, params: &mapi_methods::Params, asked: u32) -> Result<u32, ApiError> {
+    let Schema::Builtin(m) = method else { return Ok(asked) };
+    let (Some(fan), Some(children)) = (m.fan_out, m.children(params)) else { return Ok(asked) };
+    if asked != 1 && asked != children {
+        return Err(ApiError::invalid(format!(
+            "tasks {asked}: a run of {} has one task per child, as parameter `{}` says ({children}); \
+             leave tasks out",
+            m.name, fan.children
+        )));
+    }
+    Ok(children)
 }
 
 /// The parameters' schema of the method a spec names.
@@ -213,12 +229,12 @@ async fn admit(
         return replayed(state, made_run(idempotency::same_request(seen, &key.request_hash)?)?).await;
     }
     let pin = origin.plugin_version.as_deref();
-    let (_, plugin) = validate(state, (tenant, project), spec, pin).await?;
+    let (_, plugin, tasks) = validate(state, (tenant, project), spec, pin).await?;
     if let Some(why) = state.executor.capabilities().residency_refusal(&granted.tenant.residency) {
         return Err(ApiError::precondition(why));
     }
     let estimate =
-        mapi_cost::CURRENT.estimate(spec.class, spec.tasks, Duration::from_secs(u64::from(spec.timeout_s)));
+        mapi_cost::CURRENT.estimate(spec.class, tasks, Duration::from_secs(u64::from(spec.timeout_s)));
     let detail = match &origin.retry_of {
         None => format!("{} on {} (class {})", spec.method, spec.dataset, spec.class),
         Some(of) => format!("{} on {} (class {}), a retry of {of}", spec.method, spec.dataset, spec.class),
@@ -232,7 +248,7 @@ async fn admit(
         dataset: spec.dataset.clone(),
         class: spec.class,
         timeout_s: spec.timeout_s,
-        task_count: spec.tasks,
+        task_count: tasks,
         created_by: caller.user().clone(),
         estimate,
         token: caller.token().map(|t| t.public_id().to_owned()),
@@ -561,6 +577,33 @@ pub async fn get_run(
 ) -> Result<Json<RunView>, ApiError> {
     let (run, _) = load_for(&state, &caller, &id, Action::Read).await?;
     Ok(Json(view::build(&state, &run).await?))
+}
+
+/// One child of a fan-out parent's run, naming its parent.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{id}/children/{index}",
+    tag = "runs",
+    params(("id" = mapi_domain::RunId, Path), ("index" = u32, Path)),
+    responses((status = 200, body = ChildView), (status = 404, body = mapi_problem::Problem)),
+    security(("session" = []), ("token" = []))
+)]
+pub async fn get_child(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, index)): Path<(String, u32)>,
+) -> Result<Json<ChildView>, ApiError> {
+    let (run, _) = load_for(&state, &caller, &id, Action::Read).await?;
+    let view = view::build(&state, &run).await?;
+    let count = view.children.len();
+    view.children.into_iter().nth(index as usize).map(Json).ok_or_else(|| {
+        ApiError::not_found(match count {
+            0 => {
+                format!("run {} has no children: its method {} is no fan-out parent", run.id(), run.method())
+            }
+            n => format!("run {} has {n} children, numbered 0 to {}", run.id(), n - 1),
+        })
+    })
 }
 
 /// Cancel a run. A queued run is cancelled at once; a started one is asked

@@ -51,6 +51,19 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
             }
         }
     }
+    // A fan-out parent's own outputs, folded from its children's.
+    if let Some(aggregate) = run.aggregate() {
+        for name in &aggregate.outputs {
+            let key = mapi_objects::ObjectKey::parse(&layout::aggregate(
+                run.tenant(),
+                run.project(),
+                run.id(),
+                name,
+            ))?;
+            let size = state.objects.head(&key).await?.size;
+            outputs.push(OutputView { name: name.clone(), size, url: link(state, run, name) });
+        }
+    }
     // Created in the commit that made the run succeed, for a method that
     // fits a model; a run of any other method has none.
     let model_version = if run.state() == RunState::Succeeded {
@@ -60,7 +73,10 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
         None
     };
     let logged = mapi_schema::get::<mapi_schema::RunLogDoc>(&*state.store, run.id().as_str()).await?;
+    let children =
+        super::children::of(run, progress.as_ref().map(|p| &p.progress), &attempts, &ledger, &outputs);
     let mut view = assemble(run, &attempts, &ledger, summary, outputs, model_version);
+    view.children = children;
     if let Some(d) = logged {
         view.logged_metrics = d.log.latest();
         view.logged_params = d.log.params;
@@ -132,6 +148,8 @@ fn assemble(
             price_table: run.estimate().price_table.clone(),
             note: "estimates at list prices".to_owned(),
         },
+        children: Vec::new(),
+        aggregate: run.aggregate().cloned(),
     }
 }
 

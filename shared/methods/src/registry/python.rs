@@ -26,26 +26,31 @@ pub struct Package {
     pub debian: &'static str,
 }
 
-const NUMPY: Package = Package { module: "numpy", debian: "python3-numpy" };
-const PANDAS: Package = Package { module: "pandas", debian: "python3-pandas" };
+pub(super) const NUMPY: Package = Package { module: "numpy", debian: "python3-numpy" };
+pub(super) const PANDAS: Package = Package { module: "pandas", debian: "python3-pandas" };
 const SKLEARN: Package = Package { module: "sklearn", debian: "python3-sklearn" };
-const SCIPY: Package = Package { module: "scipy", debian: "python3-scipy" };
+pub(super) const SCIPY: Package = Package { module: "scipy", debian: "python3-scipy" };
 const STATSMODELS: Package = Package { module: "statsmodels", debian: "python3-statsmodels" };
-const MATPLOTLIB: Package = Package { module: "matplotlib", debian: "python3-matplotlib" };
+pub(super) const MATPLOTLIB: Package = Package { module: "matplotlib", debian: "python3-matplotlib" };
 
-const CSV: &str = "text/csv";
-const PNG: &str = "image/png";
+pub(super) const CSV: &str = "text/csv";
+pub(super) const PNG: &str = "image/png";
 const PICKLE: &str = "application/octet-stream";
 
-const fn out(name: &'static str, media_type: &'static str, doc: &'static str) -> OutputSpec {
+pub(super) const fn out(name: &'static str, media_type: &'static str, doc: &'static str) -> OutputSpec {
     OutputSpec { name, media_type, doc }
 }
 
-const fn bounded(p: ParamSpec, default: &'static str, min: Option<f64>, max: Option<f64>) -> ParamSpec {
+pub(super) const fn bounded(
+    p: ParamSpec,
+    default: &'static str,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> ParamSpec {
     ParamSpec { default: Some(default), min, max, ..p }
 }
 
-const fn required(p: ParamSpec) -> ParamSpec {
+pub(super) const fn required(p: ParamSpec) -> ParamSpec {
     ParamSpec { required: true, ..p }
 }
 
@@ -148,6 +153,7 @@ pub(super) const LOGISTIC: MethodSpec = MethodSpec {
     example: r#"{"y": "churned", "test_size": 0.25, "cv_folds": 5}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "sk:logistic_regression",
         predict: Some("sk:predict"),
@@ -190,6 +196,7 @@ pub(super) const RANDOM_FOREST: MethodSpec = MethodSpec {
     example: r#"{"y": "churned", "n_estimators": 200}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "sk:random_forest",
         predict: Some("sk:predict"),
@@ -238,6 +245,7 @@ pub(super) const GRADIENT_BOOSTING: MethodSpec = MethodSpec {
     example: r#"{"y": "churned", "learning_rate": 0.05}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "sk:gradient_boosting",
         predict: Some("sk:predict"),
@@ -297,6 +305,7 @@ pub(super) const MMM: MethodSpec = MethodSpec {
     example: r#"{"y": "sales", "channels": ["tv", "radio", "online"], "time": "week"}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "mmm:adstock_saturation",
         predict: Some("mmm:predict"),
@@ -333,6 +342,7 @@ pub(super) const CURVE_FIT: MethodSpec = MethodSpec {
     example: r#"{"x": "x", "y": "y", "family": "exponential_association"}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "sci:curve_fit",
         predict: Some("sci:predict"),
@@ -341,17 +351,18 @@ pub(super) const CURVE_FIT: MethodSpec = MethodSpec {
     }),
 };
 
-const FORECAST: &[Package] = &[NUMPY, PANDAS, SCIPY, STATSMODELS, MATPLOTLIB];
+pub(super) const FORECAST: &[Package] = &[NUMPY, PANDAS, SCIPY, STATSMODELS, MATPLOTLIB];
 
-const SERIES: ParamSpec = required(param("y", ParamKind::Column, "The series (numbers, no empty cells)."));
-const TIME: ParamSpec = param(
+pub(super) const SERIES: ParamSpec =
+    required(param("y", ParamKind::Column, "The series (numbers, no empty cells)."));
+pub(super) const TIME: ParamSpec = param(
     "time",
     ParamKind::AnyColumn,
     "Orders the rows and labels the forecast (evenly spaced integers or dates). Default: the file's order.",
 );
-const HORIZON: ParamSpec =
+pub(super) const HORIZON: ParamSpec =
     bounded(param("horizon", ParamKind::Integer, "Steps ahead to forecast."), "12", Some(1.0), Some(1000.0));
-const SEASON: ParamSpec = bounded(
+pub(super) const SEASON: ParamSpec = bounded(
     param("seasonal_periods", ParamKind::Integer, "Observations per season (12 for monthly data); 0: none."),
     "0",
     Some(0.0),
@@ -367,28 +378,27 @@ const FORECAST_MODEL: OutputSpec = out(
     "The fitted parameters and the forecast path with its interval, which endpoints serve by step.",
 );
 
+pub(super) const TREND: ParamSpec =
+    bounded(param("trend", ParamKind::Text, "`none` or `add`."), "\"add\"", None, None);
+pub(super) const SEASONAL: ParamSpec = bounded(
+    param("seasonal", ParamKind::Text, "`none`, `add` or `mul` (with seasonal_periods ≥ 2)."),
+    "\"add\"",
+    None,
+    None,
+);
+pub(super) const DAMPED: ParamSpec =
+    bounded(param("damped", ParamKind::Boolean, "Damp the trend."), "false", None, None);
+
 pub(super) const ETS: MethodSpec = MethodSpec {
     name: "ts.ets",
     summary: "Exponential smoothing (ETS, additive errors, maximum likelihood; statsmodels) with trend and seasonality.",
-    params: &[
-        SERIES,
-        TIME,
-        HORIZON,
-        SEASON,
-        bounded(param("trend", ParamKind::Text, "`none` or `add`."), "\"add\"", None, None),
-        bounded(
-            param("seasonal", ParamKind::Text, "`none`, `add` or `mul` (with seasonal_periods ≥ 2)."),
-            "\"add\"",
-            None,
-            None,
-        ),
-        bounded(param("damped", ParamKind::Boolean, "Damp the trend."), "false", None, None),
-    ],
+    params: &[SERIES, TIME, HORIZON, SEASON, TREND, SEASONAL, DAMPED],
     outputs: &[FORECAST_MODEL, FORECAST_CSV, FORECAST_PLOT],
     model: Some(ModelSpec { file: "model.json" }),
     example: r#"{"y": "passengers", "time": "month", "seasonal_periods": 12, "seasonal": "mul", "horizon": 24}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "forecast:ets",
         predict: Some("forecast:predict"),
@@ -397,30 +407,36 @@ pub(super) const ETS: MethodSpec = MethodSpec {
     }),
 };
 
-const fn order(name: &'static str, default: &'static str, max: f64, doc: &'static str) -> ParamSpec {
+pub(super) const fn order(
+    name: &'static str,
+    default: &'static str,
+    max: f64,
+    doc: &'static str,
+) -> ParamSpec {
     bounded(param(name, ParamKind::Integer, doc), default, Some(0.0), Some(max))
 }
+
+/// ARIMA's orders: p, d, q, then the seasonal P, D, Q.
+pub(super) const ORDERS: [ParamSpec; 6] = [
+    order("p", "1", 5.0, "Autoregressive order."),
+    order("d", "1", 2.0, "Differences."),
+    order("q", "1", 5.0, "Moving-average order."),
+    order("P", "0", 5.0, "Seasonal autoregressive order."),
+    order("D", "0", 2.0, "Seasonal differences."),
+    order("Q", "0", 5.0, "Seasonal moving-average order."),
+];
+pub(super) const LOG: ParamSpec = bounded(
+    param("log", ParamKind::Boolean, "Fit the log of the series (which must be positive)."),
+    "false",
+    None,
+    None,
+);
 
 pub(super) const ARIMA: MethodSpec = MethodSpec {
     name: "ts.arima",
     summary: "Seasonal ARIMA by exact maximum likelihood (statsmodels SARIMAX), with forecasts and intervals.",
     params: &[
-        SERIES,
-        TIME,
-        HORIZON,
-        order("p", "1", 5.0, "Autoregressive order."),
-        order("d", "1", 2.0, "Differences."),
-        order("q", "1", 5.0, "Moving-average order."),
-        order("P", "0", 5.0, "Seasonal autoregressive order."),
-        order("D", "0", 2.0, "Seasonal differences."),
-        order("Q", "0", 5.0, "Seasonal moving-average order."),
-        SEASON,
-        bounded(
-            param("log", ParamKind::Boolean, "Fit the log of the series (which must be positive)."),
-            "false",
-            None,
-            None,
-        ),
+        SERIES, TIME, HORIZON, ORDERS[0], ORDERS[1], ORDERS[2], ORDERS[3], ORDERS[4], ORDERS[5], SEASON, LOG,
     ],
     outputs: &[
         FORECAST_MODEL,
@@ -432,6 +448,7 @@ pub(super) const ARIMA: MethodSpec = MethodSpec {
     example: r#"{"y": "passengers", "time": "month", "p": 0, "d": 1, "q": 1, "P": 0, "D": 1, "Q": 1, "seasonal_periods": 12, "log": true}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "forecast:arima",
         predict: Some("forecast:predict"),
@@ -476,6 +493,7 @@ pub(super) const DID: MethodSpec = MethodSpec {
     example: r#"{"y": "outcome", "treated": "treated", "post": "post", "cluster": "unit"}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode { entry: "causal:did", predict: None, needs: FORECAST, base: "base-forecast" }),
 };
 
@@ -506,6 +524,7 @@ pub(super) const ITS: MethodSpec = MethodSpec {
     example: r#"{"y": "visits", "time": "month", "intervention": "2024-01"}"#,
     input: Input::Dataset,
     example_item: None,
+    fan_out: None,
     python: Some(PythonCode {
         entry: "causal:interrupted_time_series",
         predict: None,
