@@ -152,7 +152,8 @@ async fn sbc_passes_an_exact_posterior_and_flags_an_overconfident_one() {
 
 /// A backtest whose later origins fit on a value the model cannot take
 /// (a zero under a log transform) fails: the earlier children succeeded,
-/// the later ones did not, and the error names the origin.
+/// the later ones did not, and the error names the origin. Its retry does
+/// not refit the child that succeeded: it takes the results it wrote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backtest_with_a_bad_origin_fails_naming_it() {
     let p = start(Backend::LocalProcess, &[], mapi_tests::Options::default()).await;
@@ -173,4 +174,55 @@ async fn a_backtest_with_a_bad_origin_fails_naming_it() {
     assert!(states[1..].iter().all(|s| *s == "failed"), "{states:?}");
     let error = done["error"]["message"].as_str().unwrap_or_default();
     assert!(error.contains("origin") && error.contains("log"), "{done:#}");
+    assert!(done["children"].as_array().expect("children").iter().all(|c| c["reused"] == false));
+
+    let id = done["id"].as_str().expect("id");
+    let (s, retry) = p.call(p.token(), Method::POST, &format!("/v1/runs/{id}/retry"), None).await;
+    assert_eq!(s, 201, "{retry}");
+    let again = p.wait_final(retry["id"].as_str().expect("id")).await;
+    assert_eq!(again["state"], "failed", "{again:#}");
+    let first = &again["children"][0];
+    assert_eq!(
+        (first["state"].as_str(), first["reused"].as_bool()),
+        (Some("succeeded"), Some(true)),
+        "{again:#}"
+    );
+    assert!(again["children"].as_array().expect("children")[1..].iter().all(|c| c["reused"] == false));
+    // What the retry's child 0 holds is, byte for byte, what the first run's wrote.
+    let (s, before) = p.call(p.token(), Method::GET, &format!("/v1/runs/{id}/children/0"), None).await;
+    assert_eq!((s, before["state"].as_str()), (200, Some("succeeded")));
+    let (a, b) = (
+        attempt_output(&p, &done, 0, "errors.json").await,
+        attempt_output(&p, &again, 0, "errors.json").await,
+    );
+    assert_eq!(a, b, "the reused result differs");
+    // Its task said where its results came from, and fitted nothing.
+    let retried = again["id"].as_str().expect("id");
+    let (s, logs) = p.call(p.token(), Method::GET, &format!("/v1/runs/{retried}/logs"), None).await;
+    assert_eq!(s, 200, "{logs}");
+    let task0: Vec<&str> = logs["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter(|l| l["task"] == 0)
+        .filter_map(|l| l["text"].as_str())
+        .collect();
+    let took = format!("took the results of run {id} attempt 1");
+    assert!(task0.iter().any(|t| t.contains(&took)), "{task0:#?}");
+    assert!(!task0.iter().any(|t| t.contains("fitting on")), "child 0 fitted again: {task0:#?}");
+}
+
+/// An output of a failed run's child, read from the platform's object
+/// store (a failed run's view lists no outputs).
+async fn attempt_output(p: &TestPlatform, run: &Value, child: u32, name: &str) -> Vec<u8> {
+    let field = |k: &str| run[k].as_str().unwrap_or_else(|| panic!("{k}: {run:#}")).to_owned();
+    let attempt = run["attempt"].as_u64().expect("attempt");
+    let key = format!(
+        "t/{}/p/{}/runs/{}/a{attempt}/tasks/{child}/outputs/{name}",
+        field("tenant"),
+        field("project"),
+        field("id")
+    );
+    let key = mapi_objects::ObjectKey::parse(&key).expect("key");
+    p.platform.state.objects.get(&key, None).await.unwrap_or_else(|e| panic!("{key}: {e}")).1.to_vec()
 }

@@ -149,6 +149,7 @@ impl World {
             finished: None,
             status: None,
             finalized,
+            reused: Vec::new(),
         };
         let store = &*self.p.platform.state.store;
         let key_of = mapi_schema::key::<AttemptDoc>(&AttemptDoc::id_of(run, AttemptNo(n))).expect("key");

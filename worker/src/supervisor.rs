@@ -374,6 +374,16 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
     if boot.method == crate::probe::PROBE_METHOD {
         return probes(&http, &boot, events).await;
     }
+    if let Some(reuse) = &boot.reuse {
+        match reuse_results(&http, &boot, reuse, &mut events).await {
+            Ok(true) => return exit::SUCCESS,
+            Ok(false) => log("INFO", &format!("the results of {} are gone: running the method", reuse.from)),
+            Err(e) => {
+                log("ERROR", &e);
+                return EXIT_SETUP;
+            }
+        }
+    }
     let dataset = match fetch(&http, &boot.dataset_url, "dataset").await {
         Ok(Some(d)) => d,
         Ok(None) => {
@@ -466,6 +476,39 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
         Err(MethodError::Stopped { checkpointed: true }) => exit::CHECKPOINTED,
         Err(MethodError::Stopped { checkpointed: false }) => exit::SIGTERM,
     }
+}
+
+/// A child of a fan-out parent that completed in an earlier attempt: the
+/// results it wrote then are written again as this task's outputs, and the
+/// task completes without running the method. `Ok(false)`: an earlier
+/// result is gone (nothing was written; the method runs instead).
+async fn reuse_results(
+    http: &reqwest::Client,
+    boot: &Bootstrap,
+    reuse: &mapi_domain::Reuse,
+    events: &mut Events,
+) -> Result<bool, String> {
+    let mut fetched = Vec::new();
+    for (name, from) in &reuse.outputs {
+        let Some(to) = boot.outputs.get(name) else { continue };
+        match fetch(http, from, name).await? {
+            Some(bytes) => fetched.push((name, to, bytes)),
+            None => return Ok(false),
+        }
+    }
+    let declared = mapi_methods::find(&boot.method).map(|m| m.outputs).unwrap_or_default();
+    let count = u32::try_from(fetched.len()).unwrap_or(u32::MAX);
+    for (name, to, bytes) in fetched {
+        let media =
+            declared.iter().find(|o| o.name == name).map_or("application/octet-stream", |o| o.media_type);
+        let size = bytes.len() as u64;
+        let generation = upload(http, to, bytes.to_vec(), media).await?;
+        events.emit(EventBody::Output { name: name.clone(), size, generation });
+    }
+    let message = format!("took the results of {} (this child succeeded there)", reuse.from);
+    events.emit(EventBody::Progress { fraction: 1.0, message });
+    events.emit(EventBody::Complete { outputs: Some(count) });
+    Ok(true)
 }
 
 /// The security suite's probes in place of a method (see [`crate::probe`]): their report is

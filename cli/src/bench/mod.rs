@@ -464,6 +464,7 @@ pub async fn events(
             finished: None,
             status: None,
             finalized: false,
+            reused: Vec::new(),
         };
         mapi_schema::put(&*platform.state.store, &attempt).await?;
         sequencers.push(EventSequencer::new(run, AttemptNo(1), 0, key));

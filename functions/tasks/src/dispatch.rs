@@ -163,9 +163,9 @@ pub async fn handle(
     // does not list (yet), and a new copy would let a second one do the
     // same work. The execution it makes then finds nothing and does nothing.
     if attempt.bootstrapped_at.is_none() {
-        write_bootstraps(&state, &run, &attempt).await?;
+        let reused = write_bootstraps(&state, &run, &attempt).await?;
         let now = state.clock.now();
-        apply(&state, &attempt, |_, row| Ok(commands::bootstrapped(row, now))).await?;
+        apply(&state, &attempt, |_, row| Ok(commands::bootstrapped(row, now, reused.clone()))).await?;
     }
     let mut env = BTreeMap::new();
     env.insert("MAPI_RUN_ID".to_owned(), run.id().to_string());
@@ -355,7 +355,13 @@ async fn refuse(state: &AppState, attempt: &AttemptDoc, why: String) -> Result<(
 
 /// Writes each task's bootstrap object (create-only: one left by an earlier
 /// delivery of this attempt is the same attempt's and is kept).
-async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) -> Result<(), ApiError> {
+/// Writes every task's bootstrap of `attempt`; answers the children of a
+/// fan-out parent that are handed an earlier attempt's results.
+async fn write_bootstraps(
+    state: &AppState,
+    run: &RunDoc,
+    attempt: &AttemptDoc,
+) -> Result<Vec<u32>, ApiError> {
     let dataset =
         mapi_schema::get::<DatasetDoc>(&*state.store, run.dataset().as_str()).await?.ok_or_else(|| {
             ApiError::internal(format!("dataset {} of run {} vanished", run.dataset(), run.id()))
@@ -384,7 +390,16 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
             (spec.outputs.iter().map(|o| o.name.to_owned()).collect(), None)
         }
     };
+    let earlier = crate::reuse::earlier(state, run, attempt.attempt).await?;
+    let mut reused = Vec::new();
     for task in 0..attempt.task_count {
+        let reuse = match &earlier {
+            Some(e) => crate::reuse::results(state, e, task, ttl).await?,
+            None => None,
+        };
+        if reuse.is_some() {
+            reused.push(task);
+        }
         let dir = layout::task_dir(
             run.tenant(),
             run.project(),
@@ -423,6 +438,7 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
             resume_url,
             event_key: attempt.event_key.clone(),
             plugin: plugin.clone(),
+            reuse,
         };
         let bytes = Bytes::from(serde_json::to_vec(&boot)?);
         let key = ObjectKey::parse(attempt.nonce.for_task(task).as_str())?;
@@ -431,7 +447,7 @@ async fn write_bootstraps(state: &AppState, run: &RunDoc, attempt: &AttemptDoc) 
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(reused)
 }
 
 /// A signed GET of the checkpoint the previous attempt flushed, if it did.

@@ -23,6 +23,7 @@ pub mod item;
 pub mod purge;
 pub mod removal;
 pub mod retention;
+pub mod reuse;
 pub mod tenant_data;
 pub mod webhook;
 

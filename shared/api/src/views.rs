@@ -138,6 +138,9 @@ pub struct ChildView {
     pub state: ChildState,
     /// How far it got in the current attempt, 0 to 1.
     pub fraction: f64,
+    /// It did not run its method in the current attempt: it took the results
+    /// it wrote in an earlier attempt (or in the run this one retries).
+    pub reused: bool,
     /// Its share of the run's charges: each attempt's charge split evenly
     /// over its tasks. The children's shares sum to the run's charge.
     pub charged_micros: i64,

@@ -41,4 +41,19 @@ pub struct Bootstrap {
     /// plugin method.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<PluginBoot>,
+    /// For a child of a fan-out parent that succeeded before: the results
+    /// it wrote then, which the task writes again as its outputs instead of
+    /// running the method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<Reuse>,
+}
+
+/// An earlier attempt's results of one child of a fan-out parent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reuse {
+    /// Where they come from, in words (`run r-… attempt 1`).
+    pub from: String,
+    /// Output file name → signed GET of what the child wrote.
+    pub outputs: BTreeMap<String, String>,
 }

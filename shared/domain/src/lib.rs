@@ -18,7 +18,7 @@ pub mod tenant;
 pub mod timestamp;
 pub mod unique;
 
-pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap};
+pub use bootstrap::{BOOTSTRAP_VERSION, Bootstrap, Reuse};
 pub use cause::Cause;
 pub use class::ResourceClass;
 pub use ids::{

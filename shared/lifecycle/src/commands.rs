@@ -248,6 +248,7 @@ fn new_row(run: &RunDoc, intent: &Intent, now: Timestamp) -> AttemptDoc {
         finished: None,
         status: None,
         finalized: false,
+        reused: Vec::new(),
     }
 }
 
@@ -262,11 +263,13 @@ pub fn extend_lease(mut row: AttemptDoc, until: Timestamp) -> Step {
 }
 
 /// Every task's bootstrap of `row` is written: from now on none is written
-/// again (one that is missing was taken).
-pub fn bootstrapped(mut row: AttemptDoc, now: Timestamp) -> Step {
+/// again (one that is missing was taken). `reused`: the children whose
+/// bootstraps hand them an earlier attempt's results.
+pub fn bootstrapped(mut row: AttemptDoc, now: Timestamp, reused: Vec<u32>) -> Step {
     let mut step = Step::default();
     if row.bootstrapped_at.is_none() && !row.finalized {
         row.bootstrapped_at = Some(now);
+        row.reused = reused;
         step.put_attempt(row);
     }
     step

@@ -231,13 +231,17 @@ fn a_second_execution_of_an_attempt_is_stopped() {
 #[test]
 fn bootstraps_are_marked_written_once() {
     let (_, row) = claimed();
-    let step = commands::bootstrapped(row.clone(), at(2));
+    let step = commands::bootstrapped(row.clone(), at(2), vec![1]);
     assert_eq!(step.attempt().and_then(|a| a.bootstrapped_at), Some(at(2)));
+    assert_eq!(step.attempt().map(|a| a.reused.clone()), Some(vec![1]), "the reused children are kept");
     let marked = step.attempt().cloned().expect("row");
-    assert!(commands::bootstrapped(marked, at(5)).is_empty(), "the first time is kept");
+    assert!(commands::bootstrapped(marked, at(5), Vec::new()).is_empty(), "the first time is kept");
     let mut done = row;
     done.finalized = true;
-    assert!(commands::bootstrapped(done, at(5)).is_empty(), "a finalized attempt is left as it is");
+    assert!(
+        commands::bootstrapped(done, at(5), Vec::new()).is_empty(),
+        "a finalized attempt is left as it is"
+    );
 }
 
 /// A submit whose answer comes after its attempt was finalized (a cancel

@@ -83,6 +83,11 @@ pub struct AttemptDoc {
     pub status: Option<ExecutionStatus>,
     /// The meter has written this attempt's ledger entry and applied its verdict.
     pub finalized: bool,
+    /// For a fan-out parent: the children whose tasks took the results they
+    /// wrote in an earlier attempt (or in the run this one retries) instead
+    /// of running the method again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reused: Vec<u32>,
 }
 
 /// The meter's wait for the execution that took an attempt's work.

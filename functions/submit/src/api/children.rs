@@ -29,6 +29,7 @@ pub fn of(
         return Vec::new();
     }
     let tasks: Vec<(f64, bool)> = progress.map(|p| p.tasks().collect()).unwrap_or_default();
+    let reused: &[u32] = attempts.iter().find(|a| a.attempt == run.attempt()).map_or(&[], |a| &a.reused);
     (0..run.task_count())
         .map(|index| {
             let (fraction, complete) = tasks.get(index as usize).copied().unwrap_or((0.0, false));
@@ -57,6 +58,7 @@ pub fn of(
                 index,
                 state,
                 fraction: if complete { 1.0 } else { fraction },
+                reused: reused.contains(&index),
                 charged_micros,
                 outputs,
             }

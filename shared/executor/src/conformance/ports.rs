@@ -168,6 +168,7 @@ impl Harness for PortsHarness {
                 resume_url,
                 event_key: mapi_events::AttemptKey::from_bytes([7; 32]).to_hex(),
                 plugin: None,
+                reuse: None,
             };
             let name = key(a.nonce.for_task(task).as_str());
             let bytes = Bytes::from(serde_json::to_vec(&boot).unwrap_or_else(|e| panic!("bootstrap: {e}")));
