@@ -110,7 +110,8 @@ pub enum BenchCmd {
         samples: usize,
     },
     /// What the platform adds to a run beside the method's own time: `diag.sleep` of each of
-    /// `seconds`, and a Python method (`sklearn.logistic_regression`) beside the same fit in Python alone.
+    /// `seconds`, a Python method (`sklearn.logistic_regression`) beside the same fit in Python
+    /// alone, and a fan-out backtest beside its fits one after another in Python alone.
     Overhead {
         /// Runs of each kind, one after another.
         #[arg(long, default_value_t = 5)]
@@ -118,6 +119,9 @@ pub enum BenchCmd {
         /// `diag.sleep`'s seconds, comma separated.
         #[arg(long, value_delimiter = ',', default_value = "1,60")]
         seconds: Vec<f64>,
+        /// Origins (children) of the `ts.backtest` run of the airline model; 0: none.
+        #[arg(long, default_value_t = 50)]
+        backtest_origins: u32,
     },
     /// Process start to first 200 from /health, binary size, idle memory.
     ColdStart {
@@ -327,8 +331,9 @@ pub async fn bench(cmd: BenchCmd, json: bool) -> Result<ExitCode> {
         BenchCmd::Start { samples } => {
             serde_json::to_value(crate::bench::start(dir.path(), samples.max(1)).await?)?
         }
-        BenchCmd::Overhead { runs, seconds } => {
-            serde_json::to_value(crate::bench::overhead(dir.path(), runs.max(1), &seconds).await?)?
+        BenchCmd::Overhead { runs, seconds, backtest_origins } => {
+            let asked = crate::bench::OverheadAsk { runs: runs.max(1), seconds: &seconds, backtest_origins };
+            serde_json::to_value(crate::bench::overhead(dir.path(), asked).await?)?
         }
         BenchCmd::ColdStart { binary, samples } => {
             serde_json::to_value(crate::bench::cold_start(dir.path(), &binary, samples.max(1)).await?)?

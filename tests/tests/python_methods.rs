@@ -270,12 +270,12 @@ fn python_unit_tests() {
 }
 
 /// `mapi bench overhead` itself, briefly (one run of each kind, a 0.2 s
-/// sleep): the instrument works and its figures add up; BENCHMARKS.md holds
-/// the figures.
+/// sleep, a 3-origin backtest): the instrument works and its figures add up;
+/// BENCHMARKS.md holds the figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_overhead_reports_each_kind_of_run() {
     let out = tokio::process::Command::new(mapi_tests::binary("mapi"))
-        .args(["--json", "bench", "overhead", "--runs", "1", "--seconds", "0.2"])
+        .args(["--json", "bench", "overhead", "--runs", "1", "--seconds", "0.2", "--backtest-origins", "3"])
         .output()
         .await
         .expect("mapi bench overhead");
@@ -284,7 +284,8 @@ async fn bench_overhead_reports_each_kind_of_run() {
     let r: Value = serde_json::from_str(&stdout).expect("the report");
     let rows = r["rows"].as_array().expect("rows");
     let methods: Vec<&str> = rows.iter().filter_map(|row| row["method"].as_str()).collect();
-    assert_eq!(methods, ["diag.sleep", "sklearn.logistic_regression"], "{r}");
+    assert_eq!(methods, ["diag.sleep", "sklearn.logistic_regression", "ts.backtest (3 origins)"], "{r}");
+    assert!(r["backtest_python_alone_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{r}");
     let sleep = &rows[0];
     let total = sleep["total_p50_ms"].as_f64().expect("total");
     assert!(total >= 200.0, "a 0.2 s sleep takes at least 0.2 s: {sleep}");

@@ -154,7 +154,7 @@ async fn the_readme_plugin_section_runs_as_printed_on_gvisor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_python_methods_section_runs_as_printed() {
     let p = TestPlatform::start(&[]).await;
-    run_sections(&p, &["Methods on scikit-learn, statsmodels and scipy"], 7);
+    run_sections(&p, &["Methods on scikit-learn, statsmodels and scipy"], 9);
 }
 
 /// Copies what a reader's checkout holds under `examples/` into `into`.

@@ -38,7 +38,7 @@ mod start;
 mod tick;
 
 pub use console::{ConsoleReport, console};
-pub use overhead::{OverheadReport, overhead};
+pub use overhead::{OverheadAsk, OverheadReport, overhead};
 pub use score::{ScoreReport, score};
 pub use soak::{SoakPlan, SoakReport, soak};
 pub use start::{StartReport, start};

@@ -12,7 +12,11 @@
 //! - a Python method (`sklearn.logistic_regression` on `examples/churn.csv`):
 //!   its whole time, and the same fit timed by the interpreter itself in a
 //!   fresh process (start, imports, fit), so what the platform adds to a
-//!   Python method shows beside what Python costs.
+//!   Python method shows beside what Python costs;
+//! - a fan-out parent: `ts.backtest` of the airline model (SARIMA
+//!   (0,1,1)(0,1,1)12 on the log, 12 steps ahead) at `backtest_origins`
+//!   origins, its children run side by side, beside the same fits one after
+//!   another in one Python process.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,6 +31,18 @@ use super::{bench_platform, percentile, upload_dataset};
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const CHURN: &str = include_str!("../../../examples/churn.csv");
+const AIRLINE: &str = include_str!("../../../examples/airline_passengers.csv");
+
+/// What `mapi bench overhead` measures.
+#[derive(Debug, Clone, Copy)]
+pub struct OverheadAsk<'a> {
+    /// Runs of each kind, one after another.
+    pub runs: usize,
+    /// `diag.sleep`'s seconds.
+    pub seconds: &'a [f64],
+    /// Origins of the backtest (one run); 0: none.
+    pub backtest_origins: u32,
+}
 
 /// One kind of run measured.
 #[derive(Debug, Serialize)]
@@ -51,6 +67,8 @@ pub struct OverheadReport {
     pub rows: Vec<OverheadRow>,
     /// The Python method's fit timed by `/usr/bin/python3` in a fresh process (start, imports, fit), p50.
     pub python_alone_p50_ms: f64,
+    /// The backtest's fits, one after another in one fresh `/usr/bin/python3` (start, imports, fits).
+    pub backtest_python_alone_ms: Option<f64>,
 }
 
 /// When `run` last went to `to`, in milliseconds of the platform's clock.
@@ -125,7 +143,8 @@ fn row(
 /// # Errors
 ///
 /// A platform that does not start, a refused submit or a run that does not succeed.
-pub async fn overhead(dir: &Path, runs: usize, seconds: &[f64]) -> Result<OverheadReport> {
+pub async fn overhead(dir: &Path, ask: OverheadAsk<'_>) -> Result<OverheadReport> {
+    let OverheadAsk { runs, seconds, backtest_origins } = ask;
     let platform = bench_platform(&dir.join("overhead"), "full", true, &[], None).await?;
     let (c, http) = (platform.credentials.clone(), reqwest::Client::new());
     let base = format!("{}/v1/tenants/{}/projects/{}", platform.url, c.tenant, c.project);
@@ -142,7 +161,41 @@ pub async fn overhead(dir: &Path, runs: usize, seconds: &[f64]) -> Result<Overhe
     let method = "sklearn.logistic_regression";
     let sampled = sample(&http, (&base, &platform.url), &c.token, (method, &params, dataset), runs).await?;
     rows.push(row(method, None, sampled));
-    Ok(OverheadReport { rows, python_alone_p50_ms: python_alone(dir, runs)? })
+    let mut backtest_python_alone_ms = None;
+    if backtest_origins > 0 {
+        let airline = upload_dataset(&http, &base, &c.token, AIRLINE).await?;
+        let params = json!({"y": "passengers", "time": "month", "method": "arima", "p": 0, "d": 1, "q": 1,
+                            "P": 0, "D": 1, "Q": 1, "seasonal_periods": 12, "log": true, "horizon": 12,
+                            "origins": backtest_origins});
+        let method = "ts.backtest";
+        let sampled = sample(&http, (&base, &platform.url), &c.token, (method, &params, &airline), 1).await?;
+        rows.push(row(&format!("{method} ({backtest_origins} origins)"), None, sampled));
+        backtest_python_alone_ms = Some(backtest_alone(dir, backtest_origins)?);
+    }
+    Ok(OverheadReport { rows, python_alone_p50_ms: python_alone(dir, runs)?, backtest_python_alone_ms })
+}
+
+/// The backtest's fits (origin i fitted on the first 144 − 12 − (K − 1 − i)
+/// months) one after another in one fresh `/usr/bin/python3`.
+fn backtest_alone(dir: &Path, origins: u32) -> Result<f64> {
+    let csv = dir.join("airline.csv");
+    std::fs::write(&csv, AIRLINE)?;
+    let fits = "import sys\nimport numpy as np, pandas as pd\n\
+                from statsmodels.tsa.statespace.sarimax import SARIMAX\n\
+                y = np.log(pd.read_csv(sys.argv[1])['passengers'].to_numpy(float))\n\
+                K, h, n = int(sys.argv[2]), 12, len(y)\n\
+                for i in range(K):\n    ni = n - h - (K - 1 - i)\n    \
+                SARIMAX(y[:ni], order=(0, 1, 1), seasonal_order=(0, 1, 1, 12)).fit(disp=False).get_forecast(h)\n";
+    let t = Instant::now();
+    let out = std::process::Command::new("/usr/bin/python3")
+        .args(["-I", "-c", fits])
+        .arg(&csv)
+        .arg(origins.to_string())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("/usr/bin/python3: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    Ok(t.elapsed().as_secs_f64() * 1000.0)
 }
 
 /// The same fit as the Python method's, timed around a fresh `/usr/bin/python3` process.
