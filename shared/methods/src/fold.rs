@@ -212,8 +212,9 @@ fn sbc(docs: &[Value]) -> Result<Folded, FoldError> {
     }
     let hists: Vec<(&str, Histogram)> = ranks.iter().map(|(n, r)| (*n, histogram(r, draws, bins))).collect();
     let mut csv = format!("simulation,{}\n", names.join(","));
+    let columns: Vec<&Vec<u64>> = names.iter().filter_map(|n| ranks.get(n.as_str())).collect();
     for i in 0..docs.len() {
-        let row: Vec<String> = names.iter().map(|n| ranks[n.as_str()][i].to_string()).collect();
+        let row: Vec<String> = columns.iter().map(|c| c[i].to_string()).collect();
         let _ = writeln!(csv, "{i},{}", row.join(","));
     }
     let parameters: serde_json::Map<String, Value> = hists
