@@ -2,8 +2,11 @@
 //! one whose children partly succeeded (an out-of-memory or infrastructure
 //! retry of the same run), or is the first of a run asked as the retry of an
 //! ended one with the same method, params, dataset and children, each child
-//! that completed there is handed the results it wrote (signed GETs) in its
-//! bootstrap. Its task writes them again as its outputs and completes
+//! that stored every output there is handed them (signed GETs) in its
+//! bootstrap. What is stored decides, not the child's `complete` event: a
+//! child writes its outputs create-only before it completes, and an attempt
+//! that failed is finalized without waiting for its other children's last
+//! events. Its task writes them again as its outputs and completes
 //! without running the method, so the attempt's directory holds every
 //! child's results, verified and folded as usual.
 
@@ -15,7 +18,7 @@ use mapi_lifecycle::RunDoc;
 use mapi_objects::{ObjectKey, SignedMethod};
 use mapi_platform::AppState;
 use mapi_problem::ApiError;
-use mapi_schema::{AttemptDoc, ProgressDoc, layout};
+use mapi_schema::{AttemptDoc, layout};
 
 /// The attempt whose completed children a new attempt takes over.
 #[derive(Debug)]
@@ -23,12 +26,10 @@ pub struct Earlier {
     run: RunDoc,
     attempt: AttemptNo,
     tasks: u32,
-    /// Whether each child completed there, by index.
-    complete: Vec<bool>,
 }
 
 /// The attempt before `attempt` of `run` (or the last of the run it
-/// retries), when `run` is a fan-out parent and that attempt was heard from.
+/// retries), when `run` is a fan-out parent and that attempt was made.
 pub async fn earlier(
     state: &AppState,
     run: &RunDoc,
@@ -55,21 +56,21 @@ pub async fn earlier(
     };
     let id = AttemptDoc::id_of(source.id(), at);
     let Some(row) = mapi_schema::get::<AttemptDoc>(&*state.store, &id).await? else { return Ok(None) };
-    let Some(progress) = mapi_schema::get::<ProgressDoc>(&*state.store, &id).await? else { return Ok(None) };
-    let complete = progress.progress.tasks().map(|(_, done)| done).collect();
-    Ok(Some(Earlier { run: source, attempt: at, tasks: row.task_count, complete }))
+    Ok(Some(Earlier { run: source, attempt: at, tasks: row.task_count }))
 }
 
-/// What child `task` wrote in `earlier`, when it completed there and its
-/// result is stored: each output with a signed GET valid for `ttl`.
+/// What child `task` wrote in `earlier`, when every output of its method is
+/// stored there: each with a signed GET valid for `ttl`.
 pub async fn results(
     state: &AppState,
     earlier: &Earlier,
     task: u32,
     ttl: Duration,
 ) -> Result<Option<Reuse>, ApiError> {
-    let Some(fan) = mapi_methods::fan_out(earlier.run.method()) else { return Ok(None) };
-    if !earlier.complete.get(task as usize).copied().unwrap_or(false) {
+    let Some(spec) = mapi_methods::find(earlier.run.method()).filter(|m| m.fan_out.is_some()) else {
+        return Ok(None);
+    };
+    if task >= earlier.tasks {
         return Ok(None);
     }
     let run = &earlier.run;
@@ -82,7 +83,7 @@ pub async fn results(
         let key = ObjectKey::parse(meta.key.as_str())?;
         outputs.insert(name.to_owned(), state.objects.signed_url(SignedMethod::Get, &key, ttl).await?);
     }
-    if !outputs.contains_key(fan.result) {
+    if !spec.outputs.iter().all(|o| outputs.contains_key(o.name)) {
         return Ok(None);
     }
     Ok(Some(Reuse { from: format!("run {} attempt {}", run.id(), earlier.attempt), outputs }))

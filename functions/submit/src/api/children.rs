@@ -17,10 +17,14 @@ pub fn share(amount: i64, tasks: u32, index: u32) -> i64 {
 }
 
 /// The children of `run`, from its current attempt's progress (each task's
-/// fraction and completion), its attempts' charges and the outputs its view lists.
+/// fraction and completion), the children whose results are stored
+/// (`stored`: a child writes them before it completes, and a failed attempt
+/// is finalized without waiting for the others' last events), its attempts'
+/// charges and the outputs its view lists.
 pub fn of(
     run: &RunDoc,
     progress: Option<&mapi_events::progress::Progress>,
+    stored: &std::collections::BTreeSet<u32>,
     attempts: &[AttemptDoc],
     ledger: &[LedgerEntry],
     outputs: &[OutputView],
@@ -33,6 +37,7 @@ pub fn of(
     (0..run.task_count())
         .map(|index| {
             let (fraction, complete) = tasks.get(index as usize).copied().unwrap_or((0.0, false));
+            let complete = complete || stored.contains(&index);
             let state = match run.state() {
                 _ if complete => ChildState::Succeeded,
                 RunState::Cancelled => ChildState::Cancelled,

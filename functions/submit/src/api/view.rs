@@ -73,8 +73,9 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
         None
     };
     let logged = mapi_schema::get::<mapi_schema::RunLogDoc>(&*state.store, run.id().as_str()).await?;
-    let children =
-        super::children::of(run, progress.as_ref().map(|p| &p.progress), &attempts, &ledger, &outputs);
+    let stored = stored_results(state, run).await?;
+    let progress = progress.as_ref().map(|p| &p.progress);
+    let children = super::children::of(run, progress, &stored, &attempts, &ledger, &outputs);
     let mut view = assemble(run, &attempts, &ledger, summary, outputs, model_version);
     view.children = children;
     if let Some(d) = logged {
@@ -82,6 +83,32 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
         view.logged_params = d.log.params;
     }
     Ok(view)
+}
+
+/// The children of a fan-out parent's run whose result is stored in its
+/// current attempt (one listing of the attempt's directory); none for any
+/// other run.
+async fn stored_results(state: &AppState, run: &RunDoc) -> Result<std::collections::BTreeSet<u32>, ApiError> {
+    let mut found = std::collections::BTreeSet::new();
+    let Some(fan) = mapi_methods::fan_out(run.method()) else { return Ok(found) };
+    let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), run.attempt());
+    let prefix = format!("{dir}/");
+    let mut token: Option<String> = None;
+    loop {
+        let page = state.objects.list(&prefix, token.as_deref(), 1000).await?;
+        for meta in page.objects {
+            let name = layout::output_name(&dir, meta.key.as_str()).unwrap_or_default();
+            let child =
+                name.split_once('/').filter(|(_, file)| *file == fan.result).map(|(i, _)| i.parse::<u32>());
+            if let Some(Ok(i)) = child {
+                found.insert(i);
+            }
+        }
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => return Ok(found),
+        }
+    }
 }
 
 /// The view of a run that was just accepted: nothing has happened to it yet.
