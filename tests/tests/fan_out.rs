@@ -226,3 +226,31 @@ async fn attempt_output(p: &TestPlatform, run: &Value, child: u32, name: &str) -
     let key = mapi_objects::ObjectKey::parse(&key).expect("key");
     p.platform.state.objects.get(&key, None).await.unwrap_or_else(|e| panic!("{key}: {e}")).1.to_vec()
 }
+
+/// Cancelling a fan-out parent cancels its children: its execution stops,
+/// the children that had completed stay succeeded, every other is
+/// cancelled, and their cost shares still sum to the run's charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_backtest_cancels_its_children() {
+    let p = start(Backend::LocalProcess, &[], mapi_tests::Options::default()).await;
+    let ds = p.upload(&example("airline_passengers.csv")).await;
+    let params = json!({"y": "passengers", "time": "month", "method": "ets", "seasonal_periods": 12,
+                        "origins": 30, "horizon": 12});
+    let body = json!({"method": "ts.backtest", "dataset": ds, "params": params, "timeout_s": 300});
+    let (s, made) = p.call(p.token(), Method::POST, &format!("{}/runs", p.project_path()), Some(body)).await;
+    assert_eq!(s, 201, "{made}");
+    let id = made["id"].as_str().expect("id");
+    p.wait_run(id, std::time::Duration::from_secs(60), |r| r["state"] == "running").await;
+    let (s, asked) = p.cancel(p.token(), id).await;
+    assert!(s == 200 || s == 202, "{s}: {asked}");
+    let done = p.wait_final(id).await;
+    assert_eq!(done["state"], "cancelled", "{done:#}");
+    let children = done["children"].as_array().expect("children");
+    assert_eq!(children.len(), 30);
+    let cancelled = children.iter().filter(|c| c["state"] == "cancelled").count();
+    let succeeded = children.iter().filter(|c| c["state"] == "succeeded").count();
+    assert_eq!(cancelled + succeeded, 30, "none is left pending or running: {done:#}");
+    assert!(cancelled > 0, "30 children on this machine outlast the cancel: {done:#}");
+    let sum: i64 = children.iter().filter_map(|c| c["charged_micros"].as_i64()).sum();
+    assert_eq!(sum, done["cost"]["charged_micros"].as_i64().expect("charged"), "{done:#}");
+}
