@@ -111,8 +111,8 @@ def test_a_viewer_may_not_delete_a_dataset(viewer, dataset):
 
 def test_submitting_a_fit_and_watching_it_finish(dev, dataset):
     dev.goto(f"{PROJECT_URL}/runs/new")
-    dev.get_by_label("Dataset").select_option(dataset)
-    dev.get_by_label("Method").select_option("tabular.linear")
+    dev.get_by_label(re.compile(r"^Dataset")).select_option(dataset)
+    dev.get_by_label(re.compile(r"^Method")).select_option("tabular.linear")
     dev.get_by_label(re.compile("Parameters")).fill('{"y": "employed"}')
     shot(dev, "new-run")
     dev.get_by_role("button", name="Submit the run").click()
@@ -244,7 +244,7 @@ def test_retrying_the_failed_items(dev, failed_job):
 
 def test_submitting_an_item_job_from_the_jobs_page(dev):
     dev.goto(f"{PROJECT_URL}/jobs")
-    dev.get_by_label("Method").select_option("item.echo")
+    dev.get_by_label(re.compile(r"^Method")).select_option("item.echo")
     dev.get_by_label(re.compile("Items")).fill('[{"id": 1}, {"id": 2}]')
     dev.get_by_role("button", name="Submit the job").click()
     expect(dev).to_have_url(re.compile(r".*/console/jobs/job_"))
