@@ -178,7 +178,7 @@ fn histogram(ranks: &[u64], draws: u64, bins: u64) -> Histogram {
     let expected = ranks.len() as f64 / bins as f64;
     let chi2 = counts.iter().map(|c| (*c as f64 - expected).powi(2) / expected).sum::<f64>();
     let df = (bins - 1) as u32;
-    Histogram { counts, chi2, df, p_value: chi2_upper(chi2, df) }
+    Histogram { counts, chi2, df, p_value: crate::numerics::chi2_upper(chi2, df) }
 }
 
 /// Simulation-based calibration: each child's ranks.json holds the ranks of
@@ -304,120 +304,12 @@ fn rank_plot(hists: &[(&str, Histogram)], n: u64) -> String {
     svg
 }
 
-/// P(X > x) for X chi-square with `df` degrees of freedom: the regularized
-/// upper incomplete gamma function Q(df/2, x/2).
-pub fn chi2_upper(x: f64, df: u32) -> f64 {
-    if x <= 0.0 {
-        return 1.0;
-    }
-    gamma_q(f64::from(df) / 2.0, x / 2.0)
-}
-
-/// ln Γ(z) for z > 0, by Lanczos' approximation (g = 7, nine terms; relative
-/// error about 1e-15).
-fn ln_gamma(z: f64) -> f64 {
-    const G: f64 = 7.0;
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if z < 0.5 {
-        // Reflection: Γ(z)Γ(1 − z) = π / sin(πz).
-        return (std::f64::consts::PI / (std::f64::consts::PI * z).sin()).ln() - ln_gamma(1.0 - z);
-    }
-    let z = z - 1.0;
-    let t = z + G + 0.5;
-    let sum = C[0] + C.iter().enumerate().skip(1).map(|(i, c)| c / (z + i as f64)).sum::<f64>();
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (z + 0.5) * t.ln() - t + sum.ln()
-}
-
-/// Q(a, x) = Γ(a, x)/Γ(a): by its power series (as 1 − P) below x = a + 1,
-/// by its continued fraction (modified Lentz) above.
-fn gamma_q(a: f64, x: f64) -> f64 {
-    let front = (a * x.ln() - x - ln_gamma(a)).exp();
-    if x < a + 1.0 {
-        let (mut term, mut sum, mut n) = (1.0 / a, 1.0 / a, a);
-        for _ in 0..1000 {
-            n += 1.0;
-            term *= x / n;
-            sum += term;
-            if term.abs() < sum.abs() * 1e-16 {
-                break;
-            }
-        }
-        return (1.0 - sum * front).clamp(0.0, 1.0);
-    }
-    let tiny = 1e-300;
-    let mut b = x + 1.0 - a;
-    let mut c = 1.0 / tiny;
-    let mut d = 1.0 / b;
-    let mut h = d;
-    for i in 1..1000 {
-        let an = -(i as f64) * (i as f64 - a);
-        b += 2.0;
-        d = an * d + b;
-        if d.abs() < tiny {
-            d = tiny;
-        }
-        c = b + an / c;
-        if c.abs() < tiny {
-            c = tiny;
-        }
-        d = 1.0 / d;
-        let delta = d * c;
-        h *= delta;
-        if (delta - 1.0).abs() < 1e-16 {
-            break;
-        }
-    }
-    (front * h).clamp(0.0, 1.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn close(a: f64, b: f64, rel: f64) -> bool {
         (a - b).abs() <= rel * b.abs().max(1e-300)
-    }
-
-    #[test]
-    fn the_chi_square_tail_matches_published_critical_values() {
-        // Critical values at 5 % and 1 % (e.g. NIST/SEMATECH e-Handbook, table 1.3.6.7.4).
-        for (x, df, p) in [
-            (3.841, 1, 0.05),
-            (6.635, 1, 0.01),
-            (16.919, 9, 0.05),
-            (21.666, 9, 0.01),
-            (30.144, 19, 0.05),
-            (124.342, 100, 0.05),
-        ] {
-            let got = chi2_upper(x, df);
-            assert!(close(got, p, 2e-3), "chi2 {x} df {df}: {got}, want {p}");
-        }
-        // Closed forms: df 2 is exp(−x/2); df 4 is (1 + x/2)exp(−x/2).
-        for x in [0.1, 1.0, 5.0, 40.0] {
-            assert!(close(chi2_upper(x, 2), (-x / 2.0).exp(), 1e-12), "{x}");
-            assert!(close(chi2_upper(x, 4), (1.0 + x / 2.0) * (-x / 2.0).exp(), 1e-12), "{x}");
-        }
-        assert_eq!(chi2_upper(0.0, 9), 1.0);
-    }
-
-    #[test]
-    fn ln_gamma_is_exact_on_factorials_and_half_integers() {
-        let mut fact = 1.0f64;
-        for n in 1..20 {
-            assert!(close(ln_gamma(f64::from(n)), fact.ln(), 1e-13) || fact == 1.0, "{n}");
-            fact *= f64::from(n);
-        }
-        assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-14);
     }
 
     fn fan(name: &str) -> FanOut {
