@@ -85,11 +85,16 @@ pub async fn build(state: &AppState, run: &RunDoc) -> Result<RunView, ApiError> 
     Ok(view)
 }
 
-/// The children of a fan-out parent's run whose result is stored in its
-/// current attempt (one listing of the attempt's directory); none for any
-/// other run.
+/// The children of a fan-out parent's run that ended without succeeding
+/// whose result is stored in its current attempt (one listing of the
+/// attempt's directory): such an attempt is finalized without waiting for
+/// its children's last events. None for any other run: a running one's
+/// children report as they go, and a succeeded one's all completed.
 async fn stored_results(state: &AppState, run: &RunDoc) -> Result<std::collections::BTreeSet<u32>, ApiError> {
     let mut found = std::collections::BTreeSet::new();
+    if !run.state().is_terminal() || run.state() == RunState::Succeeded {
+        return Ok(found);
+    }
     let Some(fan) = mapi_methods::fan_out(run.method()) else { return Ok(found) };
     let dir = layout::attempt_dir(run.tenant(), run.project(), run.id(), run.attempt());
     let prefix = format!("{dir}/");
