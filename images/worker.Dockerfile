@@ -21,14 +21,21 @@
 #   moves past one (a point release, a security update), the build fails at
 #   apt-get and the pin is raised here and in docs/python-runtime.md. The
 #   interpreter itself (python3.11) comes as python3's dependency.
-#   - base-dl: distroless `cc`, no Python yet (its CUDA runtime, and so its
-#     Python, is another issue's). The GPU Job's drivers come from Cloud Run,
-#     not from the image.
+#   - base-dl (dl.*): those (no scikit-learn, no statsmodels) and PyTorch
+#     with its CUDA 12 runtime from PyPI's wheels (no NVIDIA base image):
+#     images/base-dl-requirements.txt pins torch and every wheel it pulls in
+#     (cuBLAS, cuDNN, NCCL, triton, …) by version and hash. pip runs in a
+#     stage of its own (dl-wheels), so the image carries no pip; the wheels
+#     land in /usr/local/lib/python3.11/dist-packages, which Debian's
+#     python3 searches even with -I. About 3 GB of wheels (BENCHMARKS.md).
+#     The GPU driver comes from Cloud Run's GPU host, not from the image:
+#     the CUDA 12.4 runtime needs a driver of the 12.x line (525 or later).
 # - At run time the worker needs glibc, libgcc_s and the CA certificates (it
-#   reads its bootstrap from Cloud Storage over TLS): in distroless `cc`, and
-#   installed (ca-certificates) in the Debian stage. It handles SIGTERM itself
-#   (exit 143 or 16), so no init process. Every image runs as 65532, the
-#   distroless `nonroot`; the Debian stage adds that user and group.
+#   reads its bootstrap from Cloud Storage over TLS): installed
+#   (ca-certificates) in the Debian stage every base starts from. It handles
+#   SIGTERM itself (exit 143 or 16), so no init process. Every image runs as
+#   65532 (distroless's `nonroot` number); the Debian stage adds that user
+#   and group.
 # - The chef and planner stages are mapi.Dockerfile's (see there). BASE is
 #   declared before the first FROM only to name the runtime stage; the build
 #   stages declare it after the build, so the four bases share every build
@@ -61,8 +68,6 @@ RUN case "$BASE" in \
       *) echo "BASE='$BASE' is not a base of the Job inventory: base-bayes, base-ml, base-forecast or base-dl" >&2; exit 1 ;; \
     esac
 
-FROM gcr.io/distroless/cc-debian12:nonroot AS runtime-base-dl
-
 FROM debian:12.11-slim AS runtime-python
 # Debian's own builds, pinned to bookworm's versions (see Rules); no
 # recommends, no package lists left behind.
@@ -90,6 +95,17 @@ FROM runtime-python AS runtime-base-forecast
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-statsmodels=0.13.5+dfsg-7 \
  && rm -rf /var/lib/apt/lists/*
+
+FROM runtime-python AS dl-wheels
+COPY images/base-dl-requirements.txt /tmp/base-dl-requirements.txt
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-pip=23.0.1+dfsg-1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && pip install --no-cache-dir --break-system-packages --root-user-action=ignore --no-deps \
+      --require-hashes -r /tmp/base-dl-requirements.txt
+
+FROM runtime-python AS runtime-base-dl
+COPY --from=dl-wheels /usr/local/lib/python3.11/dist-packages /usr/local/lib/python3.11/dist-packages
 
 # One of the runtime stages above (hadolint cannot tell, hence DL3006).
 # hadolint ignore=DL3006

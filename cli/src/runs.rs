@@ -523,6 +523,12 @@ pub fn describe_run(r: &RunView) -> String {
     if let Some(w) = &r.waiting {
         out.push_str(&format!("waiting   since {}: {}\n", w.since, w.reason));
     }
+    for w in &r.warnings {
+        out.push_str(&format!("warning   {}: {}\n", w.code, w.message));
+    }
+    if let Some(backend) = r.params.get("dl.backend").and_then(|v| v.as_str()) {
+        out.push_str(&format!("backend   {backend}\n"));
+    }
     if let Some(e) = &r.error {
         out.push_str(&format!("error     {}: {}\n", e.code, e.message));
     }
@@ -542,7 +548,8 @@ pub fn describe_run(r: &RunView) -> String {
         for a in &r.attempts {
             let charge = a.charge.as_ref().map_or("-".to_owned(), |c| money(c.amount_micros, &c.currency));
             let exec = a.execution.as_ref().map_or("-".to_owned(), |h| h.to_string());
-            out.push_str(&format!("  {}  class {}  {}  {}\n", a.attempt, a.class, exec, charge));
+            let gpus = if a.class.gpus() > 0 { format!(" ({} GPU)", a.gpus) } else { String::new() };
+            out.push_str(&format!("  {}  class {}{gpus}  {}  {}\n", a.attempt, a.class, exec, charge));
         }
     }
     if let Some(a) = &r.aggregate {

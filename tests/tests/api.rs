@@ -58,7 +58,7 @@ async fn bad_submits_get_problems_that_say_what_to_fix() {
             json!({"method": "describe", "dataset": ds, "class": "GPU"}).to_string(),
             400,
             "INVALID_ARGUMENT",
-            "does not offer class GPU",
+            "only dl models run on the GPU class",
         ),
         (
             json!({"method": "describe", "dataset": ds, "timeout_s": 0}).to_string(),

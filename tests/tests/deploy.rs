@@ -650,6 +650,7 @@ fn each_python_method_s_base_image_installs_what_it_imports() {
     let settings = mapi_cloudrun::settings::Settings::new("p");
     let inventory = mapi_cloudrun::inventory::Inventory::new(&settings);
     let python = stage(&worker, "runtime-python");
+    let wheels = format!("\n{}", read("images/base-dl-requirements.txt"));
     let mut contents = BTreeSet::new();
     for m in mapi_methods::all() {
         let Some(code) = m.python else { continue };
@@ -657,14 +658,22 @@ fn each_python_method_s_base_image_installs_what_it_imports() {
         assert_eq!(inventory.base_of(m.name), base, "{}: the inventory places it on its base", m.name);
         let image = format!("{python}{}", stage(&worker, &format!("runtime-{base}")));
         for package in code.needs {
-            assert!(
-                image.contains(&format!(" {}=", package.debian)),
-                "{} on {base} needs {}",
-                m.name,
-                package.debian
-            );
+            // base-dl takes its wheels from PyPI, pinned with their hashes; the rest Debian's builds.
+            let pinned = match package.wheel {
+                Some(wheel) if base == "base-dl" => wheels.contains(&format!("\n{wheel}==")),
+                _ => image.contains(&format!(" {}=", package.debian)),
+            };
+            assert!(pinned, "{} on {base} needs {} pinned", m.name, package.wheel.unwrap_or(package.debian));
         }
     }
+    // Every wheel is pinned with its hash, and the image installs them requiring hashes.
+    for line in wheels.lines().filter(|l| !l.starts_with('#') && !l.starts_with(' ') && !l.is_empty()) {
+        assert!(line.contains("==") && line.ends_with('\\'), "{line}");
+    }
+    assert!(
+        stage(&worker, "dl-wheels").contains("--require-hashes"),
+        "base-dl's wheels are installed by hash"
+    );
     for base in ["base-ml", "base-forecast", "base-bayes"] {
         contents.insert(stage(&worker, &format!("runtime-{base}")).to_owned());
     }

@@ -95,6 +95,7 @@ async fn on(runsc: Option<std::path::PathBuf>) -> Local {
             regions: vec!["europe-west1".to_owned()],
             runsc,
             unavailable: BTreeMap::new(),
+            gpus: 0,
         },
         clock.clone(),
     )

@@ -150,6 +150,7 @@ impl World {
             status: None,
             finalized,
             reused: Vec::new(),
+            gpus: None,
         };
         let store = &*self.p.platform.state.store;
         let key_of = mapi_schema::key::<AttemptDoc>(&AttemptDoc::id_of(run, AttemptNo(n))).expect("key");

@@ -157,6 +157,13 @@ async fn the_readme_python_methods_section_runs_as_printed() {
     run_sections(&p, &["Methods on scikit-learn, statsmodels and scipy"], 9);
 }
 
+/// The deep-learning section, on a machine without a GPU whatever this one has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_gpu_section_runs_as_printed() {
+    let p = TestPlatform::start(&[("MAPI_LOCAL_GPUS", "0")]).await;
+    run_sections(&p, &["Deep learning and the GPU class"], 3);
+}
+
 /// Copies what a reader's checkout holds under `examples/` into `into`.
 fn copy_examples(from: &Path, into: &Path) {
     std::fs::create_dir_all(into).expect("mkdir");

@@ -32,6 +32,7 @@ mod endpoints;
 mod executor_conformance;
 mod experiments;
 mod fan_out;
+mod gpu_class;
 mod history;
 mod hostile;
 mod hosting_cloudrun;

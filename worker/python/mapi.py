@@ -5,6 +5,16 @@ A plugin never signs anything and never sees the attempt's key: what it
 reports goes, one JSON line per report, to the execution's supervisor on
 the file descriptor named by MAPI_CONTROL_FD; the supervisor checks each
 report, signs it and prints it as the run's event.
+
+Stopping and checkpoints. The platform asks a method to stop (the run's
+timeout, a cancel, the machine going away) with SIGTERM. A method that never
+calls `ctx.stop_requested()` is interrupted where it is (`Stopped` is raised
+into it) and the attempt ends without a checkpoint. A method that polls
+`ctx.stop_requested()` handles the stop itself: it saves its state with
+`ctx.checkpoint(data)` and raises `Stopped`; the supervisor uploads the
+checkpoint, and the next attempt of the run finds it in `ctx.resume()`.
+`ctx.checkpoint(data)` may be called at any time (say each epoch): a crash
+then loses only the work since the last one.
 """
 
 import csv
@@ -12,14 +22,34 @@ import json
 import math
 import os
 
-__all__ = ["Context"]
+__all__ = ["Context", "Stopped"]
+
+
+class Stopped(Exception):
+    """Raised to end the method early because the platform asked it to stop."""
 
 
 class Context:
     """What an entry point `def fit(ctx)` receives."""
 
-    def __init__(self, control, params, dataset_path, output_dir, outputs, task_index=0, task_count=1):
+    def __init__(
+        self,
+        control,
+        params,
+        dataset_path,
+        output_dir,
+        outputs,
+        task_index=0,
+        task_count=1,
+        checkpoint_path=None,
+        resume_path=None,
+    ):
         self._control = control
+        self._checkpoint_path = checkpoint_path
+        self._resume_path = resume_path
+        self._stop = False
+        self._polls_stop = False
+        self._checkpoints = 0
         self.params = params
         self.dataset_path = dataset_path
         self.output_dir = output_dir
@@ -59,6 +89,40 @@ class Context:
     def metric(self, name, value):
         """Reports a named measurement."""
         self._send({"metric": {"name": str(name), "value": _finite(value, "value")}})
+
+    def stop_requested(self):
+        """Whether the platform asked the method to stop. A method that calls this
+        handles the stop itself: it checkpoints and raises `Stopped` when it is True."""
+        self._polls_stop = True
+        return self._stop
+
+    def checkpoint(self, data):
+        """Saves `data` (bytes) as the run's checkpoint, replacing the last one; the
+        supervisor uploads it, and a later attempt of the run reads it with `resume()`."""
+        if self._checkpoint_path is None:
+            raise RuntimeError("this context has nowhere to keep a checkpoint")
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError(f"a checkpoint is bytes, not {type(data).__name__}")
+        tmp = self._checkpoint_path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        # Whole or not at all: the supervisor may read the file at any time.
+        os.replace(tmp, self._checkpoint_path)
+        self._checkpoints += 1
+        self._send({"checkpoint": {"n": self._checkpoints}})
+
+    def resume(self):
+        """The checkpoint an earlier attempt of this run saved (bytes), or None."""
+        if self._resume_path is None or not os.path.isfile(self._resume_path):
+            return None
+        with open(self._resume_path, "rb") as f:
+            return f.read()
+
+    def _on_stop(self):
+        """The platform's stop (SIGTERM): noted for a method that polls for it, else raised into it."""
+        self._stop = True
+        if not self._polls_stop:
+            raise Stopped("the platform asked the method to stop")
 
     def _send(self, report):
         self._control.write(json.dumps(report) + "\n")

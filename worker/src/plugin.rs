@@ -29,7 +29,16 @@
 //! 5. At the stop (SIGTERM, the run's timeout) the group is sent SIGTERM,
 //!    then SIGKILL after [`GRACE`]. When the plugin exits, what is left of
 //!    its group is killed.
-//! 6. Exit 0: every output the manifest declares must be in the output
+//! 6. Checkpoints: the method writes its checkpoint to `MAPI_CHECKPOINT`
+//!    (whole, by rename) and reports `{"checkpoint": …}`; the supervisor
+//!    reads the file (a regular file, at most [`MAX_CHECKPOINT`] bytes) and
+//!    uploads it through the attempt's checkpoint URL while the method goes
+//!    on (reports that arrive meanwhile are folded into one next upload),
+//!    and signs a `checkpoint` event for each upload. The checkpoint an
+//!    earlier attempt left is at `MAPI_RESUME`. A method stopped at the
+//!    platform's request that exits 16 with every checkpoint it reported
+//!    uploaded ends the task with exit 16 (checkpoints flushed).
+//! 7. Exit 0: every output the manifest declares must be in the output
 //!    directory; each is uploaded through its create-only URL. A missing
 //!    output, a non-zero exit or a signal fails the run with an `error`
 //!    event naming it.
@@ -69,6 +78,10 @@ pub const MAX_REPORTS: u64 = 10_000;
 const DRAIN: Duration = Duration::from_secs(2);
 /// How long the plugin has to exit after SIGTERM before SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(10);
+/// The largest checkpoint uploaded; a larger one is logged and left out.
+pub const MAX_CHECKPOINT: u64 = 1 << 30;
+/// How long the supervisor waits, after the method exited, for its last checkpoint's upload.
+const LAST_UPLOAD: Duration = Duration::from_secs(60);
 
 /// A task of a Python method's run, as the supervisor hands it over.
 pub(crate) struct Task<'a> {
@@ -76,6 +89,8 @@ pub(crate) struct Task<'a> {
     pub boot: &'a Bootstrap,
     pub code: Code<'a>,
     pub dataset: Bytes,
+    /// The checkpoint an earlier attempt flushed.
+    pub resume: Option<Bytes>,
     pub stop: Arc<AtomicBool>,
     pub get: &'a dyn Fn(&str) -> Option<String>,
 }
@@ -161,7 +176,9 @@ struct Prepared {
 async fn prepare(task: &Task<'_>, root: &Path) -> Result<Prepared, Failed> {
     let io = |what: &str, e: std::io::Error| Failed::Setup(format!("{what}: {e}"));
     let code = root.join("plugin");
-    for d in [&code, &root.join("platform"), &root.join("out"), &root.join("config")] {
+    for d in
+        [&code, &root.join("platform"), &root.join("out"), &root.join("config"), &root.join("checkpoint")]
+    {
         std::fs::create_dir_all(d).map_err(|e| io("making the method's directories", e))?;
     }
     let (params, outputs, entry) = match task.code {
@@ -178,6 +195,9 @@ async fn prepare(task: &Task<'_>, root: &Path) -> Result<Prepared, Failed> {
     std::fs::write(root.join("platform/mapi.py"), HELPER).map_err(|e| io("writing the helper", e))?;
     std::fs::write(root.join("platform/mapi_plugin_host.py"), HOST).map_err(|e| io("writing the host", e))?;
     std::fs::write(root.join("dataset.csv"), &task.dataset).map_err(|e| io("writing the dataset", e))?;
+    if let Some(resume) = &task.resume {
+        std::fs::write(root.join("resume"), resume).map_err(|e| io("writing the checkpoint to resume", e))?;
+    }
     let params = serde_json::to_vec(&params).map_err(|e| Failed::Setup(e.to_string()))?;
     std::fs::write(root.join("params.json"), params).map_err(|e| io("writing the parameters", e))?;
     Ok(Prepared { root: root.to_owned(), outputs, entry })
@@ -219,13 +239,23 @@ struct Finished {
     stopped: bool,
     /// The error it reported, if it did.
     error: Option<String>,
+    /// It reported checkpoints and the last one reported was uploaded.
+    flushed: bool,
 }
 
 /// One report of the plugin, checked.
 #[derive(Debug, PartialEq)]
 enum Report {
-    Progress { fraction: f64, message: String },
-    Metric { name: String, value: f64 },
+    Progress {
+        fraction: f64,
+        message: String,
+    },
+    Metric {
+        name: String,
+        value: f64,
+    },
+    /// The checkpoint file is written (whole) and should be uploaded.
+    Checkpoint,
     Error(String),
 }
 
@@ -244,12 +274,15 @@ fn report(line: &str) -> Result<Report, String> {
         let value = finite(&m["value"]).ok_or("a metric needs a finite value")?;
         return Ok(Report::Metric { name, value });
     }
+    if v.get("checkpoint").is_some() {
+        return Ok(Report::Checkpoint);
+    }
     if let Some(e) = v.get("error") {
         return Ok(Report::Error(
             text(&e["message"], 2000).unwrap_or_else(|| "the plugin failed".to_owned()),
         ));
     }
-    Err("neither progress, metric nor error".to_owned())
+    Err("neither progress, metric, checkpoint nor error".to_owned())
 }
 
 /// Starts the plugin and relays its reports until it exits.
@@ -277,6 +310,8 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
         .env("MAPI_TASK_COUNT", (task.get)("CLOUD_RUN_TASK_COUNT").unwrap_or_else(|| "1".to_owned()))
         .env("MPLCONFIGDIR", root.join("config"))
         .env("MAPI_CONTROL_FD", control_write.as_raw_fd().to_string())
+        .env("MAPI_CHECKPOINT", root.join("checkpoint/state"))
+        .env("MAPI_RESUME", if task.resume.is_some() { root.join("resume") } else { PathBuf::new() })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -306,12 +341,15 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
     });
 
     let mut relay = Relay::default();
+    let mut uploads = Uploads::new(task, root);
     let mut stopping: Option<Instant> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let status = loop {
+        uploads.start(relay.checkpoints);
         tokio::select! {
             status = &mut done => break status,
             Some(line) = rx.recv() => relay.take(&line, events),
+            Some(done) = uploads.next() => uploads.finished(done, events),
             _ = tick.tick() => stop_if_asked(task, group, &mut stopping),
         }
     };
@@ -325,6 +363,7 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
     while let Ok(Some(line)) = tokio::time::timeout_at(until, rx.recv()).await {
         relay.take(&line, events);
     }
+    let flushed = uploads.flush(relay.checkpoints, events).await;
     let joined = tokio::task::spawn_blocking(move || readers.into_iter().for_each(|r| drop(r.join())));
     let _ = tokio::time::timeout_at(until, joined).await;
     let dropped = logged.load(Ordering::SeqCst).saturating_sub(limit);
@@ -334,7 +373,7 @@ async fn supervise(task: &Task<'_>, p: &Prepared, events: &mut Events) -> Result
             &format!("the plugin printed {dropped} bytes past the log limit of {limit}: they were dropped"),
         );
     }
-    Ok(Finished { status, stopped: stopping.is_some(), error: relay.error })
+    Ok(Finished { status, stopped: stopping.is_some(), error: relay.error, flushed })
 }
 
 /// The plugin's reports so far, relayed as events.
@@ -343,6 +382,8 @@ struct Relay {
     error: Option<String>,
     reports: u64,
     last_progress: Option<Instant>,
+    /// The checkpoints reported so far.
+    checkpoints: u64,
 }
 
 impl Relay {
@@ -368,9 +409,109 @@ impl Relay {
                 }
             }
             Ok(Report::Metric { name, value }) => events.emit(EventBody::Metric { name, value }),
+            Ok(Report::Checkpoint) => self.checkpoints += 1,
             Ok(Report::Error(message)) => self.error = Some(message),
             Err(why) => log("WARNING", &format!("a report of the plugin was ignored: {why}")),
         }
+    }
+}
+
+/// The checkpoint uploads of one task: one at a time, each of the file as it
+/// is when the upload starts (so reports that come meanwhile fold into the next).
+struct Uploads {
+    http: reqwest::Client,
+    url: String,
+    file: PathBuf,
+    /// The upload under way, with the count of reports it covers.
+    running: Option<(u64, tokio::task::JoinHandle<Result<i64, String>>)>,
+    /// The count of reports the last finished upload covered.
+    uploaded: u64,
+}
+
+impl Uploads {
+    fn new(task: &Task<'_>, root: &Path) -> Uploads {
+        Uploads {
+            http: task.http.clone(),
+            url: task.boot.checkpoint_url.clone(),
+            file: root.join("checkpoint/state"),
+            running: None,
+            uploaded: 0,
+        }
+    }
+
+    /// Starts an upload when reports are waiting and none is under way.
+    fn start(&mut self, reported: u64) {
+        if self.running.is_some() || reported <= self.uploaded {
+            return;
+        }
+        let bytes = match std::fs::metadata(&self.file) {
+            Ok(m) if m.len() > MAX_CHECKPOINT => {
+                log(
+                    "WARNING",
+                    &format!("the checkpoint is {} bytes, over {MAX_CHECKPOINT}: not uploaded", m.len()),
+                );
+                self.uploaded = reported;
+                return;
+            }
+            _ => read_output(&self.file),
+        };
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(e) => {
+                log("WARNING", &format!("the reported checkpoint does not read ({e}): not uploaded"));
+                self.uploaded = reported;
+                return;
+            }
+        };
+        let (http, url) = (self.http.clone(), self.url.clone());
+        let upload = async move {
+            crate::supervisor::put_checkpoint(&http, &url, bytes, "application/octet-stream").await
+        };
+        self.running = Some((reported, tokio::spawn(upload)));
+    }
+
+    /// The upload under way, when it ends; never, when there is none.
+    async fn next(&mut self) -> Option<(u64, Result<i64, String>)> {
+        let Some((covers, handle)) = self.running.as_mut() else { return std::future::pending().await };
+        let result = handle.await.unwrap_or_else(|e| Err(format!("the checkpoint upload panicked: {e}")));
+        let covers = *covers;
+        self.running = None;
+        Some((covers, result))
+    }
+
+    /// Signs the `checkpoint` event of an upload that ended well.
+    fn finished(&mut self, (covers, result): (u64, Result<i64, String>), events: &mut Events) {
+        match result {
+            Ok(generation) => {
+                self.uploaded = covers;
+                events.emit(EventBody::Checkpoint { generation });
+            }
+            Err(e) => {
+                // The next report tries again; a stop that finds it missing is not flushed.
+                log("WARNING", &e);
+            }
+        }
+    }
+
+    /// After the method exited: finishes the upload under way and uploads
+    /// what was reported since; whether every report is uploaded.
+    async fn flush(&mut self, reported: u64, events: &mut Events) -> bool {
+        let until = tokio::time::Instant::now() + LAST_UPLOAD;
+        for _ in 0..2 {
+            self.start(reported);
+            if self.running.is_none() {
+                break;
+            }
+            match tokio::time::timeout_at(until, self.next()).await {
+                Ok(Some(done)) => self.finished(done, events),
+                Ok(None) => {}
+                Err(_) => {
+                    log("WARNING", &format!("the last checkpoint did not upload within {LAST_UPLOAD:?}"));
+                    return false;
+                }
+            }
+        }
+        reported > 0 && self.uploaded >= reported
     }
 }
 
@@ -488,7 +629,9 @@ fn read_output(path: &Path) -> std::io::Result<Vec<u8>> {
 /// The task's end: the outputs uploaded and `complete`, or the error.
 async fn conclude(task: &Task<'_>, p: &Prepared, f: Finished, events: &mut Events) -> i32 {
     if f.stopped {
-        return exit::SIGTERM;
+        // Stopped when asked, with its state saved: the next attempt resumes from it.
+        let saved = f.status.code() == Some(exit::CHECKPOINTED) && f.flushed;
+        return if saved { exit::CHECKPOINTED } else { exit::SIGTERM };
     }
     if !f.status.success() {
         let how = match (f.status.code(), f.status.signal()) {
@@ -562,6 +705,7 @@ mod tests {
             Ok(Report::Metric { name: "auc".into(), value: 0.9 })
         );
         assert_eq!(report(r#"{"error":{"message":"bad"}}"#), Ok(Report::Error("bad".into())));
+        assert_eq!(report(r#"{"checkpoint":{"n":3}}"#), Ok(Report::Checkpoint));
         for bad in [
             r#"{"progress":{"fraction":2}}"#,
             r#"{"progress":{"fraction":"x"}}"#,

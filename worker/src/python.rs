@@ -14,13 +14,14 @@ pub const HOST: &str = include_str!("../python/mapi_plugin_host.py");
 pub const SERVE: &str = include_str!("../python/mapi_plugin_serve.py");
 
 /// The platform's Python methods, by module file.
-pub const METHODS: [(&str, &str); 6] = [
+pub const METHODS: [(&str, &str); 7] = [
     ("sk.py", include_str!("../python/methods/sk.py")),
     ("mmm.py", include_str!("../python/methods/mmm.py")),
     ("sci.py", include_str!("../python/methods/sci.py")),
     ("forecast.py", include_str!("../python/methods/forecast.py")),
     ("causal.py", include_str!("../python/methods/causal.py")),
     ("sbc.py", include_str!("../python/methods/sbc.py")),
+    ("dl.py", include_str!("../python/methods/dl.py")),
 ];
 
 /// Writes the platform's Python methods into `dir` (which must exist).

@@ -215,12 +215,8 @@ impl Context for TaskContext {
 
     fn checkpoint(&mut self, state: &serde_json::Value) -> Result<(), String> {
         let body = serde_json::to_vec(state).map_err(|e| e.to_string())?;
-        let req = self.http.put(&self.checkpoint_url).header("content-type", "application/json").body(body);
-        let resp = self.rt.block_on(req.send()).map_err(|e| format!("checkpoint upload failed: {e}"))?;
-        if !resp.status().is_success() {
-            return Err(format!("checkpoint upload answered {}", resp.status()));
-        }
-        let generation = generation_of(&resp).unwrap_or(0);
+        let put = put_checkpoint(&self.http, &self.checkpoint_url, body, "application/json");
+        let generation = self.rt.block_on(put)?;
         self.events.emit(EventBody::Checkpoint { generation });
         Ok(())
     }
@@ -263,6 +259,31 @@ pub(crate) async fn fetch(http: &reqwest::Client, url: &str, what: &str) -> Resu
 /// The object generation a write was answered with (`x-goog-generation`).
 fn generation_of(r: &reqwest::Response) -> Option<i64> {
     r.headers().get("x-goog-generation")?.to_str().ok()?.parse().ok()
+}
+
+/// Writes the attempt's checkpoint (replacing the last one) through its
+/// signed URL, retrying transient failures for a few seconds; the generation
+/// the store answered with (0 when it named none).
+pub(crate) async fn put_checkpoint(
+    http: &reqwest::Client,
+    url: &str,
+    bytes: Vec<u8>,
+    content_type: &str,
+) -> Result<i64, String> {
+    let mut last = String::new();
+    for attempt in 0..4u32 {
+        back_off(attempt, TRANSFER_FIRST_WAIT).await;
+        let sent = http.put(url).header("content-type", content_type).body(bytes.clone()).send().await;
+        match sent {
+            Ok(r) if r.status().is_success() => return Ok(generation_of(&r).unwrap_or(0)),
+            Ok(r) if r.status().is_server_error() => {
+                last = format!("checkpoint upload answered {}", r.status().as_u16());
+            }
+            Ok(r) => return Err(format!("checkpoint upload answered {}", r.status().as_u16())),
+            Err(e) => last = format!("checkpoint upload failed: {e}"),
+        }
+    }
+    Err(last)
 }
 
 /// Writes an output through its create-only URL, retrying transient
@@ -398,7 +419,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
     let resume = match &boot.resume_url {
         None => None,
         Some(url) => match fetch(&http, url, "checkpoint").await {
-            Ok(bytes) => bytes.and_then(|b| serde_json::from_slice(&b).ok()),
+            Ok(bytes) => bytes,
             Err(e) => {
                 log("WARNING", &format!("{e}; starting from the beginning"));
                 None
@@ -412,7 +433,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
         (None, None) => None,
     };
     if let Some(code) = python {
-        let task = crate::plugin::Task { http: &http, boot: &boot, code, dataset, stop, get };
+        let task = crate::plugin::Task { http: &http, boot: &boot, code, dataset, resume, stop, get };
         return crate::plugin::run(task, &mut events).await;
     }
     let params = match spec.map(|s| mapi_methods::validate(s, &boot.params)) {
@@ -431,7 +452,7 @@ pub async fn run(get: &dyn Fn(&str) -> Option<String>) -> i32 {
         http: http.clone(),
         rt: Handle::current(),
         checkpoint_url: boot.checkpoint_url.clone(),
-        resume,
+        resume: resume.and_then(|b| serde_json::from_slice(&b).ok()),
         stop,
         last_progress: None,
     };

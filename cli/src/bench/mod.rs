@@ -465,6 +465,7 @@ pub async fn events(
             status: None,
             finalized: false,
             reused: Vec::new(),
+            gpus: None,
         };
         mapi_schema::put(&*platform.state.store, &attempt).await?;
         sequencers.push(EventSequencer::new(run, AttemptNo(1), 0, key));

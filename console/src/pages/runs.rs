@@ -416,6 +416,8 @@ fn live_section(run: &RunView) -> Markup {
             h2 { "State: " (state_badge(run.state.as_str())) }
             @if let Some(w) = &run.waiting { p { "Waiting since " (when(w.since)) ": " (w.reason) } }
             @if let Some(e) = &run.error { div.problem { p { strong { (e.code.as_str()) } ": " (e.message) } } }
+            @for w in &run.warnings { div.warning role="note" { p { strong { (w.code.as_str()) } ": " (w.message) } } }
+            @if let Some(b) = run.params.get("dl.backend").and_then(|v| v.as_str()) { p { "Backend: " (b) } }
             label { "Progress " (percent) " %"
                 progress max="100" value=(percent) { (percent) " %" }
             }
@@ -428,11 +430,11 @@ fn live_section(run: &RunView) -> Markup {
             }
             table {
                 caption { "Attempts" }
-                thead { tr { th scope="col" { "Attempt" } th scope="col" { "Class" } th scope="col" { "Started" } th scope="col" { "Finished" } th scope="col" { "Execution" } th.num scope="col" { "Charge" } } }
+                thead { tr { th scope="col" { "Attempt" } th scope="col" { "Class" } th.num scope="col" { "GPUs" } th scope="col" { "Started" } th scope="col" { "Finished" } th scope="col" { "Execution" } th.num scope="col" { "Charge" } } }
                 tbody {
                     @for a in &run.attempts {
                         tr {
-                            td.num { (a.attempt) } td { (a.class.as_str()) }
+                            td.num { (a.attempt) } td { (a.class.as_str()) } td.num { (a.gpus) }
                             td { @if let Some(s) = a.started { (when(s)) } }
                             td { @if let Some(f) = a.finished { (when(f)) } }
                             td { @if let Some(s) = &a.status { (format!("{s:?}")) } }

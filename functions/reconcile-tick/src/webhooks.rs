@@ -386,6 +386,9 @@ fn run_data(run: &RunDoc, t: &Transition, public_url: &str) -> serde_json::Value
             "tags": run.labels().tags,
             "state": t.to,
             "attempt": t.attempt,
+            "class": run.class(),
+            // How the transition's attempt ran other than asked (e.g. GPU_UNAVAILABLE).
+            "warnings": run.warnings().iter().filter(|w| w.attempt == t.attempt).collect::<Vec<_>>(),
             "error": if t.to == mapi_domain::RunState::Failed { serde_json::to_value(run.error()).ok() } else { None },
             "url": format!("{public_url}/v1/runs/{}", run.id()),
         },

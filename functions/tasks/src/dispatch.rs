@@ -95,6 +95,7 @@ pub async fn handle(
         nonce: Nonce::from_bytes(nonce_bytes),
         event_key: AttemptKey::from_bytes(key_bytes).to_hex(),
         lease: state.config.dispatch_lease,
+        gpus: state.executor.capabilities().gpus,
     };
     let (task_ref, intent) = (&task, &intent);
 
@@ -420,7 +421,10 @@ async fn write_bootstraps(
             .objects
             .signed_url(SignedMethod::Put, &ObjectKey::parse(&layout::checkpoint(&dir))?, ttl)
             .await?;
-        let resume_url = previous_checkpoint(state, run, attempt, task, ttl).await?;
+        let resume_url = match &earlier {
+            Some(e) => previous_checkpoint(state, e, task, attempt.task_count, ttl).await?,
+            None => None,
+        };
         let boot = Bootstrap {
             v: BOOTSTRAP_VERSION,
             tenant: run.tenant().clone(),
@@ -450,24 +454,17 @@ async fn write_bootstraps(
     Ok(reused)
 }
 
-/// A signed GET of the checkpoint the previous attempt flushed, if it did.
+/// A signed GET of the checkpoint task `task` of the earlier attempt (this
+/// run's last, or the last of the run it retries) flushed, if it did.
 async fn previous_checkpoint(
     state: &AppState,
-    run: &RunDoc,
-    attempt: &AttemptDoc,
+    earlier: &crate::reuse::Earlier,
     task: u32,
+    tasks: u32,
     ttl: Duration,
 ) -> Result<Option<String>, ApiError> {
-    let Some(prev) = attempt.attempt.0.checked_sub(1).filter(|n| *n > 0) else { return Ok(None) };
-    let dir = layout::task_dir(
-        run.tenant(),
-        run.project(),
-        run.id(),
-        mapi_domain::AttemptNo(prev),
-        task,
-        attempt.task_count,
-    );
-    let key = ObjectKey::parse(&layout::checkpoint(&dir))?;
+    let Some(key) = earlier.checkpoint(task, tasks) else { return Ok(None) };
+    let key = ObjectKey::parse(&key)?;
     match state.objects.head(&key).await {
         Ok(_) => Ok(Some(state.objects.signed_url(SignedMethod::Get, &key, ttl).await?)),
         Err(ObjectError::NotFound(_)) => Ok(None),

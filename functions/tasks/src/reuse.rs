@@ -29,15 +29,14 @@ pub struct Earlier {
 }
 
 /// The attempt before `attempt` of `run` (or the last of the run it
-/// retries), when `run` is a fan-out parent and that attempt was made.
+/// retries, when it asked the same of the same data), when that attempt
+/// was made: a fan-out parent's children take what it stored, and every
+/// task resumes from the checkpoint it flushed.
 pub async fn earlier(
     state: &AppState,
     run: &RunDoc,
     attempt: AttemptNo,
 ) -> Result<Option<Earlier>, ApiError> {
-    if mapi_methods::fan_out(run.method()).is_none() {
-        return Ok(None);
-    }
     let (source, at) = if attempt.0 > 1 {
         (run.clone(), AttemptNo(attempt.0 - 1))
     } else if let Some(of) = run.retry_of() {
@@ -57,6 +56,16 @@ pub async fn earlier(
     let id = AttemptDoc::id_of(source.id(), at);
     let Some(row) = mapi_schema::get::<AttemptDoc>(&*state.store, &id).await? else { return Ok(None) };
     Ok(Some(Earlier { run: source, attempt: at, tasks: row.task_count }))
+}
+
+impl Earlier {
+    /// Where task `task` of the earlier attempt flushed its checkpoint, when
+    /// that attempt had the same tasks as `tasks`.
+    pub fn checkpoint(&self, task: u32, tasks: u32) -> Option<String> {
+        let run = &self.run;
+        let dir = layout::task_dir(run.tenant(), run.project(), run.id(), self.attempt, task, self.tasks);
+        (self.tasks == tasks).then(|| layout::checkpoint(&dir))
+    }
 }
 
 /// What child `task` wrote in `earlier`, when every output of its method is

@@ -21,6 +21,9 @@ pub struct AttemptView {
     pub started: Option<Timestamp>,
     pub finished: Option<Timestamp>,
     pub status: Option<ExecutionStatus>,
+    /// The GPUs each task got (0 for a GPU-class attempt placed where there is none).
+    #[serde(default)]
+    pub gpus: u32,
     /// The metered charge, once the attempt is finalized.
     pub charge: Option<Charge>,
 }
@@ -75,6 +78,10 @@ pub struct RunView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<mapi_domain::PluginCode>,
     pub error: Option<RunError>,
+    /// How the current attempt runs other than asked (`GPU_UNAVAILABLE`: a
+    /// GPU-class run on the CPU); empty when it runs as asked.
+    #[serde(default)]
+    pub warnings: Vec<mapi_domain::RunWarning>,
     pub stalled: bool,
     /// Why a queued run is not placed yet (the executor switched off, the
     /// shared-tier gate, the spend cap), and since when; absent otherwise.

@@ -9,7 +9,7 @@ use crate::settings::Settings;
 pub const GPU_BASE: &str = "base-dl";
 
 /// The sentence a GPU spec for a model of another namespace is refused with.
-pub const GPU_ONLY_DL: &str = "only dl models run on the GPU class";
+pub use mapi_domain::class::GPU_ONLY_DL;
 
 /// One Job of the inventory.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -357,6 +357,8 @@ impl Executor for CloudRunJobsExecutor {
             remote_control_api: true,
             max_task_count: 10_000,
             regions: vec![s.region.clone()],
+            // The GPU Job has one NVIDIA L4 per task.
+            gpus: u32::from(s.gpu_jobs),
         }
     }
 

@@ -61,7 +61,11 @@ pub struct Charge {
     pub vcpu_ms: u64,
     /// GiB-milliseconds.
     pub gib_ms: u64,
-    /// Accelerator-milliseconds.
+    /// The accelerators each task had: the class's, or fewer where the
+    /// executor had none to give (a GPU-class run on the CPU has 0).
+    #[serde(default)]
+    pub gpus: u32,
+    /// Accelerator-milliseconds: GPUs × tasks × wall time.
     pub accelerator_ms: u64,
     pub amount_micros: i64,
     pub currency: String,
@@ -69,12 +73,21 @@ pub struct Charge {
 }
 
 impl PriceTable {
-    /// The charge for `tasks` tasks of `class` running for `wall`.
+    /// The charge for `tasks` tasks of `class` running for `wall`, each with the class's accelerators.
     pub fn charge(&self, class: ResourceClass, tasks: u32, wall: Duration) -> Charge {
+        self.charge_used(class, class.gpus(), tasks, wall)
+    }
+
+    /// The charge for `tasks` tasks of `class` running for `wall`, each with
+    /// `gpus` accelerators (at most the class's): a class's vCPUs and memory
+    /// are charged whole, accelerators only as used, so a GPU-class run that
+    /// got no GPU pays the class's 8 vCPUs and 32 GiB and no accelerator-seconds.
+    pub fn charge_used(&self, class: ResourceClass, gpus: u32, tasks: u32, wall: Duration) -> Charge {
+        let gpus = gpus.min(class.gpus());
         let wall_ms = u64::try_from(wall.as_millis()).unwrap_or(u64::MAX);
         let per_task = |units: u32| u64::from(units).saturating_mul(u64::from(tasks)).saturating_mul(wall_ms);
         let (vcpu_ms, gib_ms, accelerator_ms) =
-            (per_task(class.vcpu()), per_task(class.memory_gib()), per_task(class.gpus()));
+            (per_task(class.vcpu()), per_task(class.memory_gib()), per_task(gpus));
         let nanos_x_ms = i128::from(vcpu_ms) * i128::from(self.rates.vcpu_second_nanos)
             + i128::from(gib_ms) * i128::from(self.rates.gib_second_nanos)
             + i128::from(accelerator_ms) * i128::from(self.rates.accelerator_second_nanos);
@@ -86,6 +99,7 @@ impl PriceTable {
             wall_ms,
             vcpu_ms,
             gib_ms,
+            gpus,
             accelerator_ms,
             amount_micros: i64::try_from(micros).unwrap_or(i64::MAX),
             currency: self.currency.to_owned(),
@@ -232,6 +246,19 @@ mod tests {
         let c = CURRENT.charge(ResourceClass::GPU, 1, Duration::from_secs(10));
         assert_eq!(c.amount_micros, 3_947);
         assert_eq!(c.accelerator_ms, 10_000);
+    }
+
+    #[test]
+    fn a_gpu_run_without_a_gpu_pays_the_class_cpu_and_memory_only() {
+        // 8 vCPU × 10 s × 18 µ$ + 32 GiB × 10 s × 2 µ$ = 1440 + 640; no accelerator-seconds.
+        let c = CURRENT.charge_used(ResourceClass::GPU, 0, 1, Duration::from_secs(10));
+        assert_eq!((c.amount_micros, c.gpus, c.accelerator_ms, c.vcpu_ms), (2_080, 0, 0, 80_000));
+        // Never more accelerators than the class has.
+        assert_eq!(CURRENT.charge_used(ResourceClass::S, 1, 1, Duration::from_secs(10)).accelerator_ms, 0);
+        assert_eq!(
+            CURRENT.charge_used(ResourceClass::GPU, 4, 1, Duration::from_secs(10)).accelerator_ms,
+            10_000
+        );
     }
 
     #[test]

@@ -72,6 +72,17 @@ impl ResourceClass {
     }
 }
 
+/// The sentence a GPU-class run of a method other than a deep-learning one
+/// is refused with.
+pub const GPU_ONLY_DL: &str = "only dl models run on the GPU class";
+
+/// Whether the GPU class may run `method`: only the deep-learning methods
+/// (`dl.*`) use an accelerator, so any other method of the GPU class would
+/// pay for one that stays idle.
+pub fn runs_on_gpu(method: &str) -> bool {
+    method.split('.').next() == Some("dl")
+}
+
 impl fmt::Display for ResourceClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

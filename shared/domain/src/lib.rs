@@ -30,7 +30,10 @@ pub use outcome::{
     classify, decide, exit,
 };
 pub use plugin::{PluginBoot, PluginCode};
-pub use run::{ErrorCode, ItemErrorKind, Reason, RunError, RunState, Transition, TransitionError};
+pub use run::{
+    ErrorCode, ItemErrorKind, Reason, RunError, RunState, RunWarning, Transition, TransitionError,
+    WarningCode,
+};
 pub use spec::{DEFAULT_TIMEOUT_S, RunSpecInput, SpecError, TIMEOUT_RANGE_S};
 pub use tenant::{Residency, TenantStatus, Tier};
 pub use timestamp::Timestamp;

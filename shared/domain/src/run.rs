@@ -144,6 +144,25 @@ pub struct RunError {
     pub message: String,
 }
 
+wire_enum!(
+    /// The stable code of a run's warning.
+    WarningCode {
+        /// The run's class has a GPU, its execution got none: it ran on the CPU.
+        GpuUnavailable => "GPU_UNAVAILABLE",
+    }
+);
+
+/// Something about how a run's attempt runs that did not stop it, and that
+/// its owner should know (for example, that it ran on the CPU).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunWarning {
+    pub code: WarningCode,
+    /// What happened and what to do about it.
+    pub message: String,
+    /// The attempt it concerns.
+    pub attempt: AttemptNo,
+}
+
 /// One entry of a run's history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Transition {

@@ -182,6 +182,7 @@ mod tests {
             remote_control_api: true,
             max_task_count: 10_000,
             regions: vec!["europe-west1".into()],
+            gpus: 0,
         }
     }
 

@@ -118,6 +118,10 @@ pub struct Capabilities {
     /// another region list does not count.
     #[serde(default)]
     pub regions: Vec<String>,
+    /// The GPUs each task of a GPU-class execution gets: 0 where the GPU
+    /// class runs on the CPU (see `mapi_methods::registry::dl`).
+    #[serde(default)]
+    pub gpus: u32,
 }
 
 /// One region in each residency area (`eu`, `us`, `asia`): the regions an

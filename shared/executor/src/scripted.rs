@@ -97,6 +97,7 @@ impl Executor for ScriptedExecutor {
                 Some(regions) => regions.clone(),
                 None => crate::EVERY_AREA.map(str::to_owned).to_vec(),
             },
+            gpus: 1,
         }
     }
 

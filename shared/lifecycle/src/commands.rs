@@ -173,6 +173,8 @@ pub struct Intent {
     pub event_key: String,
     /// How long the dispatcher holds the attempt.
     pub lease: Duration,
+    /// The GPUs the executor gives each task of a GPU-class execution.
+    pub gpus: u32,
 }
 
 /// What a dispatch delivery may do with its attempt.
@@ -216,7 +218,14 @@ pub fn claim(
             (a, false)
         }
         None if run.state() != RunState::Queued => return Ok(Claim::Nothing(Skip::NotQueued)),
-        None => (new_row(&run, intent, now), true),
+        None => {
+            let placed =
+                mapi_methods::registry::dl::place(run.method(), run.params(), run.class(), intent.gpus);
+            let mut row = new_row(&run, intent, now);
+            row.gpus = Some(placed.gpus);
+            run.placed(&placed, row.attempt);
+            (row, true)
+        }
     };
     if run.state() == RunState::Queued {
         step.transition = Some(run.transition(RunState::Dispatching, Reason::IntentWritten, now)?);
@@ -249,6 +258,7 @@ fn new_row(run: &RunDoc, intent: &Intent, now: Timestamp) -> AttemptDoc {
         status: None,
         finalized: false,
         reused: Vec::new(),
+        gpus: None,
     }
 }
 
@@ -790,7 +800,8 @@ pub fn finalize(ended: Ended<'_>) -> Result<Finalized, StoreError> {
     // The attempt is charged once, with its ledger entry.
     let payer = mapi_metering::Payer { tenant: run.tenant(), project: run.project(), token: run.token() };
     let charge = (!ledger_seen).then(|| {
-        mapi_metering::attempt(&payer, run.id(), row.attempt, (row.class, row.task_count), wall, now)
+        let shape = (row.class, row.gpus(), row.task_count);
+        mapi_metering::attempt(&payer, run.id(), row.attempt, shape, wall, now)
     });
     let amount = charge.as_ref().map_or(0, mapi_metering::Charge::amount_micros);
     let charged = charge.as_ref().map(|c| c.bumps().clone()).unwrap_or_default();

@@ -113,6 +113,18 @@ pub struct RunDoc {
     /// For a fan-out parent's run that succeeded: what it folded from its children.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     aggregate: Option<mapi_api::views::Aggregate>,
+    /// How the current attempt runs other than asked (e.g. `GPU_UNAVAILABLE`), set at its placement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<mapi_domain::RunWarning>,
+}
+
+/// What the runs list finds a run by: `name=value` of its scalar params.
+fn param_keys(params: &BTreeMap<String, serde_json::Value>) -> Vec<String> {
+    params
+        .iter()
+        .filter_map(|(name, value)| mapi_api::labels::param_key(name, value))
+        .take(mapi_api::labels::MAX_PARAM_KEYS)
+        .collect()
 }
 
 /// What holds a queued run back, and since when.
@@ -152,12 +164,7 @@ impl RunDoc {
             reason: Reason::Submitted,
             attempt: AttemptNo::FIRST,
         };
-        let param_keys = new
-            .params
-            .iter()
-            .filter_map(|(name, value)| mapi_api::labels::param_key(name, value))
-            .take(mapi_api::labels::MAX_PARAM_KEYS)
-            .collect();
+        let param_keys = param_keys(&new.params);
         RunDoc {
             param_keys,
             id: new.id,
@@ -193,6 +200,7 @@ impl RunDoc {
             leftovers_forgotten_at: None,
             plugin: new.plugin,
             aggregate: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -269,6 +277,44 @@ impl RunDoc {
     /// What a fan-out parent's run folded from its children, once it succeeded.
     pub fn aggregate(&self) -> Option<&mapi_api::views::Aggregate> {
         self.aggregate.as_ref()
+    }
+
+    /// How the current attempt runs other than asked.
+    pub fn warnings(&self) -> &[mapi_domain::RunWarning] {
+        &self.warnings
+    }
+
+    /// Records where attempt `attempt` runs: its warnings replace the last
+    /// attempt's, and a parameter that records the backend used (`dl.backend`)
+    /// is rewritten to it.
+    pub(crate) fn placed(
+        &mut self,
+        placed: &mapi_methods::registry::dl::Placed,
+        attempt: mapi_domain::AttemptNo,
+    ) {
+        use mapi_methods::registry::dl::PlacementWarning;
+        self.warnings = placed
+            .warning
+            .map(|w| match w {
+                PlacementWarning::GpuUnavailable => mapi_domain::RunWarning {
+                    code: mapi_domain::WarningCode::GpuUnavailable,
+                    message: format!(
+                        "class {} has a GPU, and this executor has none to give (no GPU on its machine, or a \
+                         sandbox without devices): attempt {attempt} runs on the CPU with the class's {} vCPUs \
+                         and {} GiB, and is charged no accelerator time",
+                        self.class,
+                        self.class.vcpu(),
+                        self.class.memory_gib()
+                    ),
+                    attempt,
+                },
+            })
+            .into_iter()
+            .collect();
+        if let Some((name, value)) = &placed.param {
+            self.params.insert((*name).to_owned(), value.clone());
+            self.param_keys = param_keys(&self.params);
+        }
     }
 
     pub(crate) fn set_aggregate(&mut self, aggregate: mapi_api::views::Aggregate) {

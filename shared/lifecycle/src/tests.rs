@@ -63,7 +63,7 @@ fn queued() -> RunDoc {
 }
 
 fn intent() -> Intent {
-    Intent { nonce: Nonce::from_bytes([7; 16]), event_key: "ab".repeat(32), lease: LEASE }
+    Intent { nonce: Nonce::from_bytes([7; 16]), event_key: "ab".repeat(32), lease: LEASE, gpus: 1 }
 }
 
 /// A run claimed at `at(1)`: dispatching, with its intent row.
@@ -990,4 +990,61 @@ fn the_stored_form_keeps_its_field_names() {
     assert_eq!(fields["history"][0]["reason"], "submitted");
     let back: RunDoc = serde_json::from_value(serde_json::Value::Object(fields)).expect("decode");
     assert_eq!(back, run);
+}
+
+#[test]
+fn a_gpu_run_placed_without_a_gpu_runs_on_the_cpu_warned_and_pays_no_accelerator_time() {
+    let gpu_run = |params: serde_json::Value| {
+        let mut new = new_run();
+        new.method = "dl.cnn_classifier".into();
+        new.class = ResourceClass::GPU;
+        new.params = params.as_object().map(|o| o.clone().into_iter().collect()).unwrap_or_default();
+        commands::admit(new, Some(reservation()), T0).run().cloned().expect("admitted")
+    };
+    let claim = |run: RunDoc, gpus: u32| {
+        let intent = Intent { gpus, ..intent() };
+        match commands::claim(Some(run), None, AttemptNo::FIRST, &intent, at(1)).expect("legal") {
+            Claim::Mine { run, attempt, .. } => (*run, *attempt),
+            other => panic!("not claimed: {other:?}"),
+        }
+    };
+    let (run, row) = claim(gpu_run(serde_json::json!({"y": "digit", "dl.backend": "auto"})), 0);
+    assert_eq!((row.gpus, row.gpus()), (Some(0), 0));
+    assert_eq!(run.params()["dl.backend"], "cpu", "the run records the backend it uses");
+    let keys = serde_json::to_value(&run).expect("json")["param_keys"].clone();
+    assert!(keys.as_array().is_some_and(|k| k.contains(&"dl.backend=cpu".into())), "{keys}");
+    let [warning] = run.warnings() else { panic!("one warning: {:?}", run.warnings()) };
+    assert_eq!((warning.code, warning.attempt), (mapi_domain::WarningCode::GpuUnavailable, AttemptNo::FIRST));
+    assert!(warning.message.contains("runs on the CPU"), "{}", warning.message);
+
+    // Charged the class's vCPUs and memory for its wall time, no accelerator-seconds.
+    let step =
+        commands::record_execution(run, row, &handle(), Reason::ExecutionCreated, at(2)).expect("legal");
+    let (run, row) = (step.run().cloned().expect("run"), step.attempt().cloned().expect("row"));
+    let run = commands::request_cancel(run, Some(&row), at(3)).expect("cancel").run().cloned().expect("run");
+    let status = ExecutionStatus::Cancelled { exit_code: None };
+    let decided = verdict(&run, &row, None, None, &status, at(13), RULES).expect("decided");
+    let execution = info(status);
+    let ended = Ended {
+        run,
+        row,
+        execution: &execution,
+        verdict: decided,
+        ledger_seen: false,
+        version: None,
+        budgets: Vec::new(),
+        aggregate: None,
+        now: at(13),
+    };
+    let f = commands::finalize(ended).expect("finalize");
+    let on_cpu = mapi_cost::CURRENT.charge_used(ResourceClass::GPU, 0, 1, Duration::from_secs(10));
+    assert_eq!((on_cpu.accelerator_ms, on_cpu.vcpu_ms), (0, 80_000));
+    assert_eq!(f.amount_micros, on_cpu.amount_micros);
+    let full = mapi_cost::CURRENT.charge(ResourceClass::GPU, 1, Duration::from_secs(10)).amount_micros;
+    assert!(f.amount_micros < full, "{} < {full}", f.amount_micros);
+
+    // With a GPU to give, the same run uses it and is warned of nothing.
+    let (run, row) = claim(gpu_run(serde_json::json!({"y": "digit"})), 1);
+    assert_eq!((row.gpus(), run.params()["dl.backend"].as_str()), (1, Some("gpu")));
+    assert!(run.warnings().is_empty());
 }

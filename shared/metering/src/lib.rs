@@ -150,17 +150,17 @@ fn charged(names: &[String], seed: &str, vcpu_ms: u64, micros: i64) -> Bumps {
     b
 }
 
-/// A run's attempt `attempt` of `tasks` tasks of `class` that ran for
-/// `wall`, ended at `now`.
+/// A run's attempt `attempt` of `tasks` tasks of `class`, each with `gpus`
+/// accelerators, that ran for `wall`, ended at `now`.
 pub fn attempt(
     payer: &Payer<'_>,
     run: &RunId,
     attempt: AttemptNo,
-    (class, tasks): (ResourceClass, u32),
+    (class, gpus, tasks): (ResourceClass, u32, u32),
     wall: Duration,
     now: Timestamp,
 ) -> Charge {
-    let charge = CURRENT.charge(class, tasks, wall);
+    let charge = CURRENT.charge_used(class, gpus, tasks, wall);
     let (amount_micros, vcpu_ms) = (charge.amount_micros, charge.vcpu_ms);
     let bumps = charged(&counters_of(payer, now), run.as_str(), vcpu_ms, amount_micros);
     let entry = LedgerEntry {

@@ -54,7 +54,7 @@ fn an_attempt_is_its_class_for_its_wall_time_on_every_counter_of_its_payer() {
     let run = RunId::parse("run_01arz3ndektsv4rrffq69g5fav").expect("run");
     let wall = Duration::from_millis(12_345);
     let payer = Payer { tenant: &t, project: &p, token: None };
-    let c = attempt(&payer, &run, AttemptNo::FIRST, (ResourceClass::M, 2), wall, NOW);
+    let c = attempt(&payer, &run, AttemptNo::FIRST, (ResourceClass::M, 0, 2), wall, NOW);
     let priced = CURRENT.charge(ResourceClass::M, 2, wall);
     assert_eq!((c.amount_micros(), c.vcpu_ms()), (priced.amount_micros, priced.vcpu_ms));
     assert_eq!(c.score_nanos(), None);
@@ -123,7 +123,7 @@ async fn every_kind_written_leaves_ledgers_rollups_and_counters_agreeing() {
     let run = RunId::parse("run_01arz3ndektsv4rrffq69g5fav").expect("run");
     let job = JobId::parse("job_01arz3ndektsv4rrffq69g5fav").expect("job");
     let run_charge =
-        attempt(&payer, &run, AttemptNo::FIRST, (ResourceClass::S, 1), Duration::from_secs(61), NOW);
+        attempt(&payer, &run, AttemptNo::FIRST, (ResourceClass::S, 0, 1), Duration::from_secs(61), NOW);
     write(&s, &run_charge).await.expect("attempt");
     assert!(
         matches!(write(&s, &run_charge).await, Err(StoreError::AlreadyExists(_))),

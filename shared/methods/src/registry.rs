@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::Value;
 
+pub mod dl;
 mod parents;
 mod python;
 pub use parents::{FanOut, Fold};
@@ -152,7 +153,7 @@ const fn param(name: &'static str, kind: ParamKind, doc: &'static str) -> ParamS
     ParamSpec { name, kind, required: false, default: None, min: None, max: None, doc }
 }
 
-static METHODS: [MethodSpec; 19] = [
+static METHODS: [MethodSpec; 21] = [
     MethodSpec {
         name: DESCRIBE,
         summary: "Summary statistics (count, missing, mean, standard deviation, quartiles) of numeric columns.",
@@ -350,6 +351,8 @@ static METHODS: [MethodSpec; 19] = [
     python::ITS,
     python::MMM,
     python::CURVE_FIT,
+    dl::MLP,
+    dl::CNN,
     parents::BACKTEST,
     parents::SBC,
 ];
@@ -455,6 +458,8 @@ pub enum ParamError {
          (missing cells may be empty, NA, NaN or null)"
     )]
     TextColumn { name: String, column: String },
+    #[error("parameter `{name}`: {why}")]
+    Invalid { name: String, why: String },
 }
 
 /// A method's parameter as validation sees it: the registry's [`ParamSpec`]

@@ -95,6 +95,7 @@ impl Executor for Absent {
             remote_control_api: false,
             max_task_count: 0,
             regions: Vec::new(),
+            gpus: 0,
         }
     }
 

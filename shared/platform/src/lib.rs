@@ -426,8 +426,38 @@ fn local_executor(
         regions: config.local_regions.clone(),
         runsc: config.gvisor_runsc.clone(),
         unavailable: python_unavailable(&config.python),
+        gpus: config.local_gpus.unwrap_or_else(|| usable_gpus(&config.python)),
     };
     Ok(LocalProcessExecutor::new(local, clock.clone())?)
+}
+
+/// The GPUs the local executors can give a GPU-class task: those
+/// `nvidia-smi` lists that the interpreter's PyTorch can use (Debian's
+/// `python3-torch` is built without CUDA: on such a machine GPU-class runs
+/// use the CPU, warned). PyTorch is asked only where a GPU is listed.
+fn usable_gpus(interpreter: &str) -> u32 {
+    let listed = mapi_executor::local::visible_gpus();
+    if listed == 0 {
+        return 0;
+    }
+    let probe = "import torch\nprint(torch.cuda.device_count() if torch.cuda.is_available() else 0)";
+    let usable = std::process::Command::new(interpreter)
+        .args(["-I", "-c", probe])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    if usable == 0 {
+        tracing::warn!(
+            interpreter,
+            listed,
+            "nvidia-smi lists GPUs, and this interpreter's PyTorch cannot use them: GPU-class runs use the CPU"
+        );
+    }
+    usable.min(listed)
 }
 
 /// The Python methods the local executors' interpreter (`MAPI_PYTHON`) cannot

@@ -88,6 +88,10 @@ pub struct AttemptDoc {
     /// of running the method again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reused: Vec<u32>,
+    /// The accelerators each task of the attempt gets, settled at placement
+    /// (`None` on rows written before it was recorded: the class's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 /// The meter's wait for the execution that took an attempt's work.
@@ -104,6 +108,11 @@ pub struct TakenUnheard {
 impl AttemptDoc {
     pub fn id_of(run: &RunId, attempt: AttemptNo) -> String {
         format!("{run}:{attempt}")
+    }
+
+    /// The accelerators each task gets: as placed, else the class's.
+    pub fn gpus(&self) -> u32 {
+        self.gpus.unwrap_or_else(|| self.class.gpus())
     }
 }
 

@@ -204,6 +204,7 @@ impl Executor for SimExecutor {
             remote_control_api: true,
             max_task_count: 100,
             regions: vec!["europe-west1".to_owned()],
+            gpus: 1,
         }
     }
 

@@ -38,9 +38,24 @@ class _Recorder:
 
 
 class FakeContext(mapi.Context):
-    """A `mapi.Context` over a CSV file or text, writing outputs to a temporary directory."""
+    """A `mapi.Context` over a CSV file or text, writing outputs to a temporary directory.
 
-    def __init__(self, params, csv_path=None, csv_text=None, outputs=(), task_index=0, task_count=1):
+    Checkpoints: `ctx.checkpoint(data)` keeps the bytes in the temporary directory (read the
+    last with `last_checkpoint()`, every one saved with `checkpoints`); `resume` (bytes) is what
+    `ctx.resume()` returns, as an earlier attempt's checkpoint. `stop_after=N` plays the
+    platform's stop (SIGTERM): `stop_requested()` answers False N times, then True."""
+
+    def __init__(
+        self,
+        params,
+        csv_path=None,
+        csv_text=None,
+        outputs=(),
+        task_index=0,
+        task_count=1,
+        resume=None,
+        stop_after=None,
+    ):
         self._tmp = tempfile.TemporaryDirectory()
         if csv_text is not None:
             csv_path = os.path.join(self._tmp.name, "dataset.csv")
@@ -48,10 +63,51 @@ class FakeContext(mapi.Context):
                 f.write(csv_text)
         out = os.path.join(self._tmp.name, "out")
         os.makedirs(out)
+        resume_path = None
+        if resume is not None:
+            resume_path = os.path.join(self._tmp.name, "resume.ckpt")
+            with open(resume_path, "wb") as f:
+                f.write(resume)
         self._recorder = _Recorder()
-        super().__init__(self._recorder, dict(params), csv_path, out, list(outputs))
+        super().__init__(
+            self._recorder,
+            dict(params),
+            csv_path,
+            out,
+            list(outputs),
+            checkpoint_path=os.path.join(self._tmp.name, "checkpoint.ckpt"),
+            resume_path=resume_path,
+        )
         self.task_index = task_index
         self.task_count = task_count
+        self._stop_after = stop_after
+        self.stop_polls = 0  # how many times the method asked stop_requested()
+        self.checkpoints = []  # the bytes of every checkpoint saved, in order
+
+    def stop_requested(self):
+        self.stop_polls += 1
+        if self._stop_after is not None and self.stop_polls > self._stop_after:
+            self._stop = True
+        return super().stop_requested()
+
+    def checkpoint(self, data):
+        super().checkpoint(data)
+        self.checkpoints.append(bytes(data))
+
+    def last_checkpoint(self):
+        """The bytes of the last checkpoint saved, or None."""
+        if not os.path.isfile(self._checkpoint_path):
+            return None
+        with open(self._checkpoint_path, "rb") as f:
+            return f.read()
+
+    def progress_messages(self):
+        """The progress messages reported, in order."""
+        return [r["progress"]["message"] for r in self._recorder.reports if "progress" in r]
+
+    def metric_values(self, name):
+        """Every value reported for the metric `name`, in order."""
+        return [r["metric"]["value"] for r in self._recorder.reports if "metric" in r and r["metric"]["name"] == name]
 
     def __del__(self):
         # Cleaned up here, so an unreferenced context leaves no ResourceWarning.

@@ -46,6 +46,9 @@ async fn validate(
         Schema::Plugin(m) => mapi_methods::validate_with(&spec.method, &m.params, &spec.params),
     }
     .map_err(invalid)?;
+    if let Schema::Builtin(m) = &method {
+        mapi_methods::registry::dl::requested(m, &params, spec.class).map_err(invalid)?;
+    }
     state.executor.check_placement(spec.class, &spec.method).map_err(ApiError::invalid)?;
     let tasks = task_count(&method, &params, spec.tasks)?;
     let max_tasks = state.executor.capabilities().max_task_count;

@@ -139,6 +139,7 @@ fn assemble(
             started: a.started,
             finished: a.finished,
             status: a.status.clone(),
+            gpus: a.gpus(),
             charge: ledger.iter().find(|l| l.attempt == a.attempt).map(|l| l.charge.clone()),
         })
         .collect();
@@ -162,6 +163,7 @@ fn assemble(
         retry_of: run.retry_of().cloned(),
         plugin: run.plugin().cloned(),
         error: run.error().cloned(),
+        warnings: run.warnings().to_vec(),
         stalled: run.stalled(),
         waiting: run
             .waiting()

@@ -65,6 +65,26 @@ pub struct LocalConfig {
     /// The methods this machine's Python cannot run, with why (see
     /// `mapi_methods::python_unavailable`): refused at placement.
     pub unavailable: BTreeMap<String, String>,
+    /// The GPUs a task of the GPU class gets: those `nvidia-smi` lists on
+    /// this machine (see [`visible_gpus`]), at most one; 0 runs the GPU class
+    /// on the CPU (its runs carry `GPU_UNAVAILABLE`).
+    pub gpus: u32,
+}
+
+/// The NVIDIA GPUs `nvidia-smi -L` lists on this machine (0 where it is
+/// missing or fails: no driver, no device).
+pub fn visible_gpus() -> u32 {
+    let listed = std::process::Command::new("nvidia-smi")
+        .arg("-L")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    listed.map_or(0, |o| {
+        let n = String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("GPU ")).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    })
 }
 
 /// The local-process adapter of the Executor port.
@@ -80,8 +100,6 @@ pub struct LocalProcessExecutor {
 pub const LOCAL_PROCESS: &str = "local-process";
 /// The executor's name with tasks in gVisor sandboxes.
 pub const GVISOR: &str = "gvisor";
-
-const CLASSES: [ResourceClass; 4] = [ResourceClass::S, ResourceClass::M, ResourceClass::L, ResourceClass::XL];
 
 fn internal(e: impl std::error::Error + Send + Sync + 'static) -> ExecutorError {
     ExecutorError::Internal(mapi_domain::Cause::of(e))
@@ -229,13 +247,16 @@ impl Executor for LocalProcessExecutor {
         Capabilities {
             executor: if sandboxed { GVISOR } else { LOCAL_PROCESS }.to_owned(),
             isolation: if sandboxed { Isolation::Gvisor } else { Isolation::Process },
-            classes: CLASSES.to_vec(),
+            // Every class: a GPU-class task uses the machine's GPU when it has one, else the CPU.
+            classes: ResourceClass::ALL.to_vec(),
             enforces_memory_limit: true,
             egress_enforced: sandboxed,
             dns_enforced: sandboxed,
             remote_control_api: false,
             max_task_count: 64,
             regions: self.config.regions.clone(),
+            // A gVisor sandbox is given no device: its GPU-class tasks use the CPU.
+            gpus: if sandboxed { 0 } else { self.config.gpus.min(1) },
         }
     }
 
@@ -247,14 +268,10 @@ impl Executor for LocalProcessExecutor {
         if let Some(why) = self.unavailable(method) {
             return Err(why);
         }
-        if CLASSES.contains(&class) {
-            Ok(())
-        } else {
-            Err(format!(
-                "the {} executor does not offer class {class}: use S, M, L or XL",
-                self.capabilities().executor
-            ))
+        if class == ResourceClass::GPU && !mapi_domain::class::runs_on_gpu(method) {
+            return Err(mapi_domain::class::GPU_ONLY_DL.to_owned());
         }
+        Ok(())
     }
 
     async fn submit(&self, a: &AttemptSubmit) -> Result<ExecutionHandle, SubmitError> {

@@ -19,19 +19,28 @@ pub struct PythonCode {
     pub base: &'static str,
 }
 
-/// A Python package a method imports: its import name and the Debian package that provides it.
+/// A Python package a method imports: its import name, the Debian package
+/// that provides it on one machine and in the Debian-based images, and the
+/// PyPI wheel a base image installs instead where Debian's build will not do
+/// (PyTorch: Debian's is CPU-only; base-dl takes the CUDA wheels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Package {
     pub module: &'static str,
     pub debian: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wheel: Option<&'static str>,
 }
 
-pub(super) const NUMPY: Package = Package { module: "numpy", debian: "python3-numpy" };
-pub(super) const PANDAS: Package = Package { module: "pandas", debian: "python3-pandas" };
-const SKLEARN: Package = Package { module: "sklearn", debian: "python3-sklearn" };
-pub(super) const SCIPY: Package = Package { module: "scipy", debian: "python3-scipy" };
-const STATSMODELS: Package = Package { module: "statsmodels", debian: "python3-statsmodels" };
-pub(super) const MATPLOTLIB: Package = Package { module: "matplotlib", debian: "python3-matplotlib" };
+const fn debian(module: &'static str, debian: &'static str) -> Package {
+    Package { module, debian, wheel: None }
+}
+
+pub(super) const NUMPY: Package = debian("numpy", "python3-numpy");
+pub(super) const PANDAS: Package = debian("pandas", "python3-pandas");
+const SKLEARN: Package = debian("sklearn", "python3-sklearn");
+pub(super) const SCIPY: Package = debian("scipy", "python3-scipy");
+const STATSMODELS: Package = debian("statsmodels", "python3-statsmodels");
+pub(super) const MATPLOTLIB: Package = debian("matplotlib", "python3-matplotlib");
 
 pub(super) const CSV: &str = "text/csv";
 pub(super) const PNG: &str = "image/png";

@@ -198,6 +198,8 @@ pub struct Config {
     pub worker_bin: Option<PathBuf>,
     pub local_timeout_margin: Duration,
     pub local_grace: Duration,
+    /// `MAPI_LOCAL_GPUS`: the GPUs a GPU-class task of the local executors gets; `None`: found at start.
+    pub local_gpus: Option<u32>,
     /// `MAPI_PYTHON`: the interpreter local executors run Python methods and plugins on.
     pub python: String,
     /// The regions the local executor reports.
@@ -905,6 +907,7 @@ impl Config {
             worker_bin: v::WORKER_BIN.get(exec).map(PathBuf::from),
             local_timeout_margin: v::LOCAL_TIMEOUT_MARGIN_S.seconds(exec)?,
             local_grace: v::LOCAL_GRACE_S.seconds(exec)?,
+            local_gpus: v::LOCAL_GPUS.parse_opt(exec)?,
             python: v::PYTHON.raw(exec).unwrap_or_default(),
             local_regions: v::LOCAL_REGIONS.list(exec),
             webhooks: webhooks_policy(hooks, profile)?,

@@ -230,6 +230,11 @@ pub const WORKER_BIN: Var = Var::derived(
 pub const LOCAL_TIMEOUT_MARGIN_S: Var =
     Var::new("MAPI_LOCAL_TIMEOUT_MARGIN_S", "5", "Local executor: the backstop after a run's timeout");
 pub const LOCAL_GRACE_S: Var = Var::new("MAPI_LOCAL_GRACE_S", "5", "Local executor: SIGTERM to SIGKILL");
+pub const LOCAL_GPUS: Var = Var::derived(
+    "MAPI_LOCAL_GPUS",
+    "the GPUs nvidia-smi lists that MAPI_PYTHON's PyTorch can use",
+    "Local executor: GPUs a GPU-class task gets (0: GPU-class runs use the CPU, warned GPU_UNAVAILABLE)",
+);
 pub const WEBHOOKS_ALLOW_LOOPBACK: Var = Var::new(
     "MAPI_WEBHOOKS_ALLOW_LOOPBACK",
     "false",
@@ -388,6 +393,7 @@ pub const VARIABLES: &[Var] = &[
     WORKER_BIN,
     LOCAL_TIMEOUT_MARGIN_S,
     LOCAL_GRACE_S,
+    LOCAL_GPUS,
     LOCAL_REGIONS,
     GVISOR_RUNSC,
     PYTHON,
