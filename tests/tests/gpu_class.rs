@@ -140,6 +140,19 @@ async fn a_gpu_run_without_a_gpu_runs_on_the_cpu_warned_charged_no_accelerator_a
         bad["detail"].as_str().is_some_and(|d| d.contains("dl.backend") && d.contains("class GPU")),
         "{bad}"
     );
+
+    // An L4 endpoint is the GPU class under the same limit: with this tenant's largest class
+    // set to L, serving the model on an L4 is refused naming the limit, and nothing is made.
+    let policy = json!({"max_resource_class": "L"});
+    let (s, set) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(policy)).await;
+    assert_eq!(s, 200, "{set}");
+    let l4 = json!({"alias": "digits-l4", "model_version": version, "accelerator": "l4"});
+    let (s, refused) = p.call(p.token(), Method::POST, &endpoints, Some(l4)).await;
+    assert_eq!((s, refused["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{refused}");
+    let detail = refused["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("max_resource_class is L and the endpoint's instances are GPU"), "{refused}");
+    let (s, none) = p.call(p.token(), Method::GET, &format!("{endpoints}/digits-l4"), None).await;
+    assert_eq!(s, 404, "nothing was made: {none}");
 }
 
 /// Cancelled mid-training, the method saves where it is and stops (exit 16:

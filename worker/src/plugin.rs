@@ -465,7 +465,8 @@ impl Uploads {
         };
         let (http, url) = (self.http.clone(), self.url.clone());
         let upload = async move {
-            crate::supervisor::put_checkpoint(&http, &url, bytes, "application/octet-stream").await
+            crate::supervisor::put_checkpoint(&http, &url, Bytes::from(bytes), "application/octet-stream")
+                .await
         };
         self.running = Some((reported, tokio::spawn(upload)));
     }

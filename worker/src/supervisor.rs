@@ -215,7 +215,7 @@ impl Context for TaskContext {
 
     fn checkpoint(&mut self, state: &serde_json::Value) -> Result<(), String> {
         let body = serde_json::to_vec(state).map_err(|e| e.to_string())?;
-        let put = put_checkpoint(&self.http, &self.checkpoint_url, body, "application/json");
+        let put = put_checkpoint(&self.http, &self.checkpoint_url, Bytes::from(body), "application/json");
         let generation = self.rt.block_on(put)?;
         self.events.emit(EventBody::Checkpoint { generation });
         Ok(())
@@ -267,7 +267,7 @@ fn generation_of(r: &reqwest::Response) -> Option<i64> {
 pub(crate) async fn put_checkpoint(
     http: &reqwest::Client,
     url: &str,
-    bytes: Vec<u8>,
+    bytes: Bytes,
     content_type: &str,
 ) -> Result<i64, String> {
     let mut last = String::new();

@@ -58,6 +58,11 @@ pub enum Ask {
     /// Data leaving the platform: a download link or an export of this
     /// many bytes, counted against the tenant's egress of the month.
     Egress { bytes: u64 },
+    /// An endpoint made (or its model changed) on instances of `class`
+    /// (`GPU` for an L4): the class limit gates it, and, as a job, a
+    /// spent vCPU limit or the spend cap refuses it; its instances and
+    /// scores are charged as they run.
+    Endpoint { class: ResourceClass },
 }
 
 /// The level whose limit refused a request.
@@ -173,6 +178,7 @@ fn vcpu_ask(ask: &Ask) -> Option<(u64, String)> {
         }
         Ask::Job { .. } => Some((1, "this job needs compute and none is left".to_owned())),
         Ask::Score { .. } => Some((1, "this score needs compute and none is left".to_owned())),
+        Ask::Endpoint { .. } => Some((1, "this endpoint needs compute and none is left".to_owned())),
         Ask::Upload { .. } | Ask::Egress { .. } => None,
     }
 }
@@ -212,17 +218,7 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
     }
     match ask {
         Ask::Run { class, task_count, .. } => {
-            if let Some(max) = tenant.max_resource_class
-                && *class > max
-            {
-                return Err(refuse(
-                    Level::Tenant,
-                    "max_resource_class",
-                    RefusalCode::OverLimit,
-                    format!("is {max} and the run asks for {class}"),
-                    Reset::Never("use a smaller class or ask an operator for a larger limit"),
-                ));
-            }
+            check_class(tenant, *class, "the run asks for")?;
             if let Some(max) = tenant.max_fanout_tasks
                 && *task_count > max
             {
@@ -263,6 +259,10 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             check_vcpu(now, tenant, usage, ask)?;
             check_egress(now, tenant, usage, 1, "this score's answer would leave more")?;
         }
+        Ask::Endpoint { class } => {
+            check_class(tenant, *class, "the endpoint's instances are")?;
+            check_vcpu(now, tenant, usage, ask)?;
+        }
         Ask::Egress { bytes } => {
             check_egress(now, tenant, usage, *bytes, &format!("this would send {bytes} more"))?;
         }
@@ -282,6 +282,20 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
         }
     }
     Ok(())
+}
+
+/// The tenant's largest class: `class` above it is refused (it never resets by itself).
+fn check_class(tenant: &Limits, class: ResourceClass, asks: &str) -> Result<(), Refusal> {
+    match tenant.max_resource_class {
+        Some(max) if class > max => Err(refuse(
+            Level::Tenant,
+            "max_resource_class",
+            RefusalCode::OverLimit,
+            format!("is {max} and {asks} {class}"),
+            Reset::Never("use a smaller class or ask an operator for a larger limit"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The tenant's egress of the month: `bytes` more would pass it.
@@ -353,7 +367,7 @@ fn check_platform(
     }
     let plugin = match ask {
         Ask::Run { plugin, .. } | Ask::Score { plugin } => *plugin,
-        Ask::Job { .. } => false,
+        Ask::Job { .. } | Ask::Endpoint { .. } => false,
         Ask::Upload { .. } | Ask::Egress { .. } => return Ok(()),
     };
     if plugin && !switches.untrusted_execution_enabled {
@@ -584,6 +598,17 @@ mod tests {
         assert_eq!(public.admit(&run(ResourceClass::S, 1)), Ok(()));
         assert_eq!(public.refusal(&run(ResourceClass::M, 1)).limit, "max_resource_class");
         assert_eq!(Case::new(MID).tier(Tier::Internal).admit(&run(ResourceClass::GPU, 1)), Ok(()));
+    }
+
+    #[test]
+    fn an_l4_endpoint_is_the_gpu_class_under_the_same_limit() {
+        let l4 = Ask::Endpoint { class: ResourceClass::GPU };
+        let public = Case::new(MID).tier(Tier::Public);
+        assert_eq!(public.admit(&Ask::Endpoint { class: ResourceClass::S }), Ok(()));
+        let r = public.refusal(&l4);
+        assert_eq!(shape(&r), (Tenant, "max_resource_class", OverLimit, None));
+        assert!(r.detail.contains("is S and the endpoint's instances are GPU"), "{}", r.detail);
+        assert_eq!(Case::new(MID).tier(Tier::Internal).admit(&l4), Ok(()));
     }
 
     #[test]

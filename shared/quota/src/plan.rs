@@ -231,10 +231,10 @@ pub fn plan(read: &Read<'_>, asked: &Asked<'_>) -> Result<Result<Plan, Refusal>,
                 holds,
             })
         }
-        Ask::Job { .. } | Ask::Score { .. } => {
+        Ask::Job { .. } | Ask::Score { .. } | Ask::Endpoint { .. } => {
             // A job's compute is reserved item by item as the fan-out
-            // enqueues them, a score's charged once it is answered;
-            // admission takes only the request.
+            // enqueues them, a score's charged once it is answered, an
+            // endpoint's as its instances run; admission takes only the request.
             bumps.take(field::REQUESTS, &requests);
             None
         }

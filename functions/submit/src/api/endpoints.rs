@@ -12,10 +12,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mapi_access::{Action, Resource};
+use mapi_admission::quota;
 use mapi_api::endpoints::{
     CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
 };
-use mapi_domain::endpoint::{EndpointStatus, check_alias, resolve_region};
+use mapi_domain::endpoint::{Accelerator, EndpointStatus, check_alias, resolve_region};
 use mapi_domain::{ModelVersionId, ProjectId, TenantId};
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
 use mapi_endpoints::{EndpointDoc, Promotion, Revision, endpoint_id, service_name};
@@ -24,6 +25,7 @@ use mapi_identity::{Audit, Caller};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, RawBody};
+use mapi_quota::Ask;
 use mapi_schema::{Doc, ModelVersionDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 
@@ -239,7 +241,8 @@ pub async fn create(
     Path((tenant, project)): Path<(TenantId, ProjectId)>,
     Json(body): Json<CreateEndpoint>,
 ) -> Result<(StatusCode, Json<EndpointView>), ApiError> {
-    require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Create).await?;
+    let granted =
+        require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Create).await?;
     let (region, scaling) = checked(&body)?;
     let servable = model_of(&state, &tenant, &project, &body.model_version).await?;
     let now = state.clock.now();
@@ -276,22 +279,7 @@ pub async fn create(
         .project(&project)
         .detail(format!("{} serving {}", body.alias, servable.version.id))
         .into_doc(now, &*state.entropy);
-    let (d, r) = (&doc, &record);
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
-        if tx_get::<EndpointDoc>(&mut tx, &d.id).await?.is_some() {
-            return Err(ApiError::new(
-                ProblemCode::AlreadyExists,
-                format!(
-                    "endpoint {} exists in {}/{}: promote a version to it, or pick another alias",
-                    d.alias, d.tenant, d.project
-                ),
-            ));
-        }
-        tx_create(&mut tx, d)?;
-        tx_create(&mut tx, r)?;
-        Ok(tx.finish(()))
-    })
-    .await?;
+    admit_and_create(&state, &caller, granted.tenant.tier, &doc, &record).await?;
     let spec = ServiceSpec {
         name: doc.service.clone(),
         region,
@@ -318,6 +306,50 @@ pub async fn create(
         state.ask_for_tick().await;
     }
     Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)))
+}
+
+/// Creates `doc` (with its audit `record`) once the one admission lets its
+/// instances run: an L4 endpoint is the GPU class under the tenant's
+/// `max_resource_class`, and a spent vCPU limit or the spend cap refuses any.
+async fn admit_and_create(
+    state: &AppState,
+    caller: &Caller,
+    tier: mapi_domain::Tier,
+    doc: &EndpointDoc,
+    record: &mapi_schema::AuditDoc,
+) -> Result<(), ApiError> {
+    let class = match doc.accelerator {
+        Accelerator::L4 => mapi_domain::ResourceClass::GPU,
+        Accelerator::Cpu => mapi_domain::ResourceClass::S,
+    };
+    let request = quota::Request {
+        caller,
+        tenant: &doc.tenant,
+        tier,
+        ask: Ask::Endpoint { class },
+        seed: &doc.id,
+        what: format!("projects/{}/{}/endpoints/{}", doc.tenant, doc.project, doc.alias),
+    };
+    quota::admit_and_commit(state, &request, |plan| async move {
+        let bumps = &plan.bumps;
+        transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+            if tx_get::<EndpointDoc>(&mut tx, &doc.id).await?.is_some() {
+                return Err(ApiError::new(
+                    ProblemCode::AlreadyExists,
+                    format!(
+                        "endpoint {} exists in {}/{}: promote a version to it, or pick another alias",
+                        doc.alias, doc.tenant, doc.project
+                    ),
+                ));
+            }
+            bumps.apply(&mut tx)?;
+            tx_create(&mut tx, doc)?;
+            tx_create(&mut tx, record)?;
+            Ok(tx.finish(()))
+        })
+        .await
+    })
+    .await
 }
 
 /// A project's endpoints.
