@@ -14,7 +14,8 @@ pub const HOST: &str = include_str!("../python/mapi_plugin_host.py");
 pub const SERVE: &str = include_str!("../python/mapi_plugin_serve.py");
 
 /// The platform's Python methods, by module file.
-pub const METHODS: [(&str, &str); 7] = [
+pub const METHODS: [(&str, &str); 8] = [
+    ("checks.py", include_str!("../python/methods/checks.py")),
     ("sk.py", include_str!("../python/methods/sk.py")),
     ("mmm.py", include_str!("../python/methods/mmm.py")),
     ("sci.py", include_str!("../python/methods/sci.py")),

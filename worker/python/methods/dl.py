@@ -66,6 +66,8 @@ import time
 
 import numpy as np
 
+from checks import integer as _integer, number as _number
+
 #: Least seconds between two end-of-epoch checkpoints of an attempt (a stop always saves one).
 CHECKPOINT_SECONDS = 30.0
 #: Version of the checkpoint layout; a checkpoint of another version is ignored.
@@ -103,29 +105,6 @@ def _params(ctx, defaults):
     if not isinstance(p["y"], str):
         raise ValueError(f"parameter y must be a column name, not {p['y']!r}")
     return p
-
-
-def _integer(p, name, lo, hi):
-    v = p[name]
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ValueError(f"parameter {name} must be an integer, not {v!r}")
-    v = int(v)
-    if not lo <= v <= hi:
-        raise ValueError(f"parameter {name} must be between {lo} and {hi}, not {v}")
-    return v
-
-
-def _number(p, name, lo, hi, lo_open=False):
-    v = p[name]
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-        raise ValueError(f"parameter {name} must be a finite number, not {v!r}")
-    v = float(v)
-    if (v <= lo if lo_open else v < lo) or v > hi:
-        low = f"greater than {lo}" if lo_open else f"at least {lo}"
-        raise ValueError(f"parameter {name} must be {low} and at most {hi}, not {v}")
-    return v
 
 
 def _boolean(p, name):

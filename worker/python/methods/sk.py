@@ -37,6 +37,8 @@ import warnings
 
 import numpy as np
 
+from checks import integer as _integer, number as _number
+
 AUTO_MAX_CLASSES = 10  # `task=auto`: integer y with at most this many distinct values -> classification
 MAX_CLASSES = 100  # more distinct labels than this is not a classification problem we fit
 
@@ -83,30 +85,6 @@ def _params(ctx, defaults):
     if "y" not in p or not p["y"]:
         raise ValueError("parameter y is required: name the column to predict")
     return p
-
-
-def _integer(p, name, lo, hi):
-    v = p[name]
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        else:
-            raise ValueError(f"parameter {name} must be an integer, not {v!r}")
-    v = int(v)
-    if not lo <= v <= hi:
-        raise ValueError(f"parameter {name} must be between {lo} and {hi}, not {v}")
-    return v
-
-
-def _number(p, name, lo, hi, lo_open=False):
-    v = p[name]
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-        raise ValueError(f"parameter {name} must be a finite number, not {v!r}")
-    v = float(v)
-    if (v <= lo if lo_open else v < lo) or v > hi:
-        low = f"greater than {lo}" if lo_open else f"at least {lo}"
-        raise ValueError(f"parameter {name} must be {low} and at most {hi}, not {v}")
-    return v
 
 
 def _cv_folds(p):

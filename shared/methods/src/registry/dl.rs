@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::python::{MATPLOTLIB, NUMPY, PANDAS, PNG, bounded, out, required};
+use super::python::{MATPLOTLIB, NUMPY, PANDAS, PNG, TEST_SIZE, bounded, out, required};
 use super::{
     Input, JSON, MethodSpec, ModelSpec, ParamError, ParamKind, ParamSpec, Params, PythonCode, param,
 };
@@ -126,16 +126,6 @@ const BATCH: ParamSpec =
     bounded(param("batch_size", ParamKind::Integer, "Rows per mini-batch."), "32", Some(1.0), Some(65_536.0));
 const RATE: ParamSpec =
     bounded(param("learning_rate", ParamKind::Number, "Adam's step size."), "0.001", Some(1e-9), Some(10.0));
-const HOLD_OUT: ParamSpec = bounded(
-    param(
-        "test_size",
-        ParamKind::Number,
-        "The share of rows held out to measure the fit (stratified by class); 0: none.",
-    ),
-    "0.25",
-    Some(0.0),
-    Some(0.9),
-);
 const SEED: ParamSpec = bounded(
     param("random_state", ParamKind::Integer, "Seeds the weights, the split and each epoch's shuffle."),
     "0",
@@ -205,7 +195,7 @@ pub(super) const MLP: MethodSpec = MethodSpec {
         epochs("30"),
         BATCH,
         RATE,
-        HOLD_OUT,
+        TEST_SIZE,
         SEED,
         BACKEND,
     ],
@@ -254,7 +244,7 @@ pub(super) const CNN: MethodSpec = MethodSpec {
         epochs("20"),
         BATCH,
         RATE,
-        HOLD_OUT,
+        TEST_SIZE,
         SEED,
         BACKEND,
     ],

@@ -72,7 +72,7 @@ const Y_CLASS: ParamSpec = required(param(
 ));
 const X: ParamSpec =
     param("x", ParamKind::Columns, "Numeric input columns. Default: every column other than `y`.");
-const TEST_SIZE: ParamSpec = bounded(
+pub(super) const TEST_SIZE: ParamSpec = bounded(
     param(
         "test_size",
         ParamKind::Number,
