@@ -378,6 +378,22 @@ impl TestPlatform {
         }
     }
 
+    /// Polls endpoint `alias` of the project until it is no longer deploying
+    /// (bounded: 120 s); its view.
+    pub async fn wait_endpoint(&self, alias: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let path = format!("{}/endpoints/{alias}", self.project_path());
+        loop {
+            let (s, e) = self.call(self.token(), reqwest::Method::GET, &path, None).await;
+            assert_eq!(s, 200, "{e}");
+            if e["status"] != "deploying" {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "endpoint {alias} did not get ready: {e:#}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Polls until the run is in a final state.
     pub async fn wait_final(&self, id: &str) -> serde_json::Value {
         self.wait_run(id, Duration::from_secs(90), |r| {

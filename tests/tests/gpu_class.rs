@@ -85,16 +85,8 @@ async fn a_gpu_run_without_a_gpu_runs_on_the_cpu_warned_charged_no_accelerator_a
         .call(p.token(), Method::POST, &endpoints, Some(json!({"alias": "digits", "model_version": version})))
         .await;
     assert_eq!(s, 202, "{e}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let (_, e) = p.call(p.token(), Method::GET, &format!("{endpoints}/digits"), None).await;
-        if e["status"] != "deploying" {
-            assert_eq!(e["status"], "ready", "{e:#}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{e:#}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let e = p.wait_endpoint("digits").await;
+    assert_eq!(e["status"], "ready", "{e:#}");
     let rows: Vec<Value> = DIGITS
         .lines()
         .skip(1)

@@ -298,7 +298,7 @@ async fn the_example_plugin_fits_what_scikit_learn_fits_and_its_model_serves() {
     let create = json!({"alias": "churn", "model_version": version});
     let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(create.clone())).await;
     assert_eq!((s, e["status"].as_str()), (202, Some("deploying")), "{e}");
-    let e = wait_ready(&p, "churn").await;
+    let e = p.wait_endpoint("churn").await;
     assert_eq!(e["status"], "ready", "{e:#}");
 
     // Its scores are what scikit-learn's predict_proba says for the same rows.
@@ -331,21 +331,6 @@ async fn the_example_plugin_fits_what_scikit_learn_fits_and_its_model_serves() {
     assert_eq!(s, 200, "{v}");
     let (s, scored) = score(&p, "churn", json!({"rows": rows})).await;
     assert_eq!(s, 200, "switched on again: {scored}");
-}
-
-/// Polls the endpoint until it is no longer deploying (a bounded wait).
-async fn wait_ready(p: &TestPlatform, alias: &str) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let path = format!("{}/endpoints/{alias}", p.project_path());
-        let (s, e) = p.call(p.token(), Method::GET, &path, None).await;
-        assert_eq!(s, 200, "{e}");
-        if e["status"] != "deploying" {
-            return e;
-        }
-        assert!(std::time::Instant::now() < deadline, "the endpoint did not get ready: {e:#}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn score(p: &TestPlatform, alias: &str, body: Value) -> (u16, Value) {
@@ -456,7 +441,7 @@ async fn a_plugins_predict_serves_in_a_sandbox() {
     let (s, e) =
         p.call(p.token(), Method::POST, &format!("{}/endpoints", p.project_path()), Some(create)).await;
     assert_eq!(s, 202, "{e}");
-    assert_eq!(wait_ready(&p, "probe").await["status"], "ready");
+    assert_eq!(p.wait_endpoint("probe").await["status"], "ready");
     let (s, scored) = score(&p, "probe", json!({"rows": [{"x": 1}]})).await;
     assert_eq!(s, 200, "{scored}");
     let found = &scored["predictions"][0]["value"];

@@ -7,8 +7,6 @@
 //! against the libraries called directly and published references by
 //! `worker/python/tests` (run by `python_unit_tests` here).
 
-use std::time::Duration;
-
 use mapi_tests::TestPlatform;
 use mapi_tests::backend::{Backend, start};
 use reqwest::Method;
@@ -77,16 +75,8 @@ async fn a_logistic_regression_fits_what_scikit_learn_fits_and_serves() {
         .call(p.token(), Method::POST, &endpoints, Some(json!({"alias": "churn", "model_version": version})))
         .await;
     assert_eq!(s, 202, "{e}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let (_, e) = p.call(p.token(), Method::GET, &format!("{endpoints}/churn"), None).await;
-        if e["status"] != "deploying" {
-            assert_eq!(e["status"], "ready", "{e:#}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{e:#}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let e = p.wait_endpoint("churn").await;
+    assert_eq!(e["status"], "ready", "{e:#}");
     let rows = json!([{"tenure_months": 3, "monthly_charges": 95.0, "support_calls": 6},
                       {"tenure_months": 60, "monthly_charges": 20.0, "support_calls": 0}]);
     let (s, scored) = p
