@@ -37,9 +37,14 @@ async fn metrics_json(p: &TestPlatform, run: &Value) -> Value {
 async fn a_gpu_run_without_a_gpu_runs_on_the_cpu_warned_charged_no_accelerator_and_serves() {
     let accounts = ("MAPI_DEV_ACCOUNTS", "admin@dev.local,dev@dev.local,owner@pub.test");
     // As on a machine without a GPU, whatever this one has.
-    let env = [accounts, ("MAPI_LOCAL_GPUS", "0")];
+    let env = [accounts, ("MAPI_LOCAL_GPUS", "0"), ("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true")];
     let p = start(Backend::LocalProcess, &env, mapi_tests::Options::default()).await;
     assert_eq!(p.platform.platform.state.executor.capabilities().gpus, 0);
+    // A webhook told of runs that succeed (its receiver is not there: the message is logged all the same).
+    let hook = json!({"url": "http://127.0.0.1:1/", "events": ["run.succeeded"]});
+    let (s, hook) =
+        p.call(p.token(), Method::POST, &format!("{}/webhooks", p.project_path()), Some(hook)).await;
+    assert_eq!(s, 201, "{hook}");
     let ds = p.upload(DIGITS).await;
     let params = json!({"y": "digit", "epochs": 3});
     let body = json!({"method": "dl.cnn_classifier", "dataset": ds, "class": "GPU", "params": params});
@@ -58,6 +63,38 @@ async fn a_gpu_run_without_a_gpu_runs_on_the_cpu_warned_charged_no_accelerator_a
         panic!("one warning: {run:#}")
     };
     assert_eq!((warning["code"].as_str(), warning["attempt"].as_u64()), (Some("GPU_UNAVAILABLE"), Some(1)));
+    // The webhook's data and the console's page say so too.
+    let deliveries = format!("{}/webhooks/{}/deliveries", p.project_path(), hook["id"].as_str().expect("id"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let message = loop {
+        let (_, page) = p.call(p.token(), Method::GET, &deliveries, None).await;
+        let found = page["deliveries"]
+            .as_array()
+            .and_then(|l| l.iter().find(|m| m["event"] == "run.succeeded").cloned());
+        if let Some(m) = found {
+            break m;
+        }
+        assert!(std::time::Instant::now() < deadline, "no run.succeeded message: {page:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let data = &message["payload"]["data"]["run"];
+    assert_eq!(
+        (data["class"].as_str(), data["warnings"][0]["code"].as_str()),
+        (Some("GPU"), Some("GPU_UNAVAILABLE")),
+        "{message:#}"
+    );
+    let cookie = format!("mapi_console={}", p.console_session("dev@dev.local").await);
+    let id = run["id"].as_str().expect("id");
+    let page = p
+        .http
+        .get(p.url(&format!("/console/runs/{id}")))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("page");
+    let html = page.text().await.expect("html");
+    assert!(html.contains("GPU_UNAVAILABLE") && html.contains("Backend: cpu"), "{html}");
+
     let metrics = metrics_json(&p, &run).await;
     assert_eq!(
         (metrics["backend"].as_str(), metrics["history"].as_array().map(Vec::len)),
