@@ -66,7 +66,7 @@ import time
 
 import numpy as np
 
-from checks import integer as _integer, number as _number
+from checks import integer as _integer, number as _number, table as _checked_table
 
 #: Least seconds between two end-of-epoch checkpoints of an attempt (a stop always saves one).
 CHECKPOINT_SECONDS = 30.0
@@ -148,48 +148,8 @@ def _device(backend):
 
 def _table(ctx, p):
     """(y column, x columns, X as float64, labels): inputs checked numeric and complete."""
-    import pandas as pd
-
-    df = ctx.read_csv()
-    ycol = p["y"]
-    if ycol not in df.columns:
-        raise ValueError(f"parameter y: column {ycol!r} is not in the dataset; its columns are {list(df.columns)}")
-    xcols = p.get("x")
-    if xcols is None or (isinstance(xcols, (list, tuple)) and len(xcols) == 0):
-        xcols = [c for c in df.columns if c != ycol]
-        if not xcols:
-            raise ValueError(f"the dataset has no column besides y ({ycol!r}) to use as an input")
-    else:
-        xcols = [xcols] if isinstance(xcols, str) else list(xcols)
-        for c in xcols:
-            if c not in df.columns:
-                raise ValueError(f"parameter x: column {c!r} is not in the dataset; its columns are {list(df.columns)}")
-        if ycol in xcols:
-            raise ValueError(f"parameter x must not contain the target column {ycol!r} (y)")
-        twice = sorted({c for c in xcols if xcols.count(c) > 1})
-        if twice:
-            raise ValueError(f"parameter x names column {twice[0]!r} more than once")
-    for c in xcols:
-        s = df[c]
-        if not pd.api.types.is_numeric_dtype(s):  # (true/false columns count as 1/0)
-            sample = next((v for v in s if isinstance(v, str)), s.iloc[0] if len(s) else None)
-            raise ValueError(
-                f"input column {c!r} is not numeric (it holds values such as {sample!r}): encode it as "
-                f"numbers or leave it out of x"
-            )
-        missing = int(s.isna().sum())
-        if missing:
-            raise ValueError(f"input column {c!r} has {missing} missing values: fill them or remove those rows")
-        if not np.isfinite(s.to_numpy(dtype=float)).all():
-            raise ValueError(f"input column {c!r} has infinite values: replace them or remove those rows")
-    missing = int(df[ycol].isna().sum())
-    if missing:
-        raise ValueError(f"target column {ycol!r} (y) has {missing} missing values: remove those rows")
-    if len(df) < 2:
-        raise ValueError(f"the dataset has {len(df)} rows: at least 2 are needed")
-    labels = _labels(df[ycol], ycol)
-    X = df[xcols].to_numpy(dtype=np.float64)
-    return ycol, [str(c) for c in xcols], X, labels
+    df, ycol, xcols, X = _checked_table(ctx, p)
+    return ycol, [str(c) for c in xcols], X, _labels(df[ycol], ycol)
 
 
 def _labels(y, ycol):

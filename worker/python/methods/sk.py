@@ -37,7 +37,7 @@ import warnings
 
 import numpy as np
 
-from checks import integer as _integer, number as _number
+from checks import integer as _integer, number as _number, table as _table
 
 AUTO_MAX_CLASSES = 10  # `task=auto`: integer y with at most this many distinct values -> classification
 MAX_CLASSES = 100  # more distinct labels than this is not a classification problem we fit
@@ -102,51 +102,6 @@ def _is_numeric(series):
     import pandas as pd
 
     return pd.api.types.is_numeric_dtype(series)
-
-
-def _table(ctx, p):
-    """(frame, y column, x columns, X as float array): x columns checked numeric and complete."""
-    df = ctx.read_csv()
-    ycol = p["y"]
-    if ycol not in df.columns:
-        raise ValueError(f"parameter y: column {ycol!r} is not in the dataset; its columns are {list(df.columns)}")
-    xcols = p.get("x")
-    if xcols is None or (isinstance(xcols, (list, tuple)) and len(xcols) == 0):
-        xcols = [c for c in df.columns if c != ycol]
-        if not xcols:
-            raise ValueError(f"the dataset has no column besides y ({ycol!r}) to use as an input")
-    else:
-        if isinstance(xcols, str):
-            xcols = [xcols]
-        xcols = list(xcols)
-        for c in xcols:
-            if c not in df.columns:
-                raise ValueError(f"parameter x: column {c!r} is not in the dataset; its columns are {list(df.columns)}")
-        if ycol in xcols:
-            raise ValueError(f"parameter x must not contain the target column {ycol!r} (y)")
-        dup = sorted({c for c in xcols if xcols.count(c) > 1})
-        if dup:
-            raise ValueError(f"parameter x names column {dup[0]!r} more than once")
-    for c in xcols:
-        s = df[c]
-        if not _is_numeric(s):
-            example = next((v for v in s if isinstance(v, str)), s.iloc[0] if len(s) else None)
-            raise ValueError(
-                f"input column {c!r} is not numeric (it holds values such as {example!r}): encode it as "
-                f"numbers (e.g. one 0/1 column per category) or leave it out of x"
-            )
-        missing = int(s.isna().sum())
-        if missing:
-            raise ValueError(f"input column {c!r} has {missing} missing values: fill them or remove those rows")
-        if not np.isfinite(s.to_numpy(dtype=float)).all():
-            raise ValueError(f"input column {c!r} has infinite values: replace them or remove those rows")
-    missing = int(df[ycol].isna().sum())
-    if missing:
-        raise ValueError(f"target column {ycol!r} (y) has {missing} missing values: remove those rows")
-    if len(df) < 2:
-        raise ValueError(f"the dataset has {len(df)} rows: at least 2 are needed")
-    X = df[xcols].to_numpy(dtype=float)
-    return df, ycol, xcols, X
 
 
 def _resolve_task(task, y, ycol):
