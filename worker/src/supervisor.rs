@@ -48,7 +48,11 @@ pub fn main() -> i32 {
             return EXIT_SETUP;
         }
     };
-    rt.block_on(run(&|k| std::env::var(k).ok()))
+    let code = rt.block_on(run(&|k| std::env::var(k).ok()));
+    // The outcome is printed: a blocking task still running (a method's thread
+    // that ignored the stop) must not hold the exit, as dropping the runtime would.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
 struct Env {

@@ -20,9 +20,17 @@ pub(crate) fn stat_field(stat: &str, n: usize) -> Option<u64> {
     rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
 }
 
-/// Whether `pid` is alive and is the process that started at `ticks`.
+/// Whether `pid` is alive and is the process that started at `ticks`. A
+/// zombie (exited, not yet reaped by its parent) is not alive: it will never
+/// write anything again.
 pub fn is_same_process(pid: i32, ticks: u64) -> bool {
-    start_ticks(pid) == Some(ticks)
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    !is_zombie(&stat) && stat_field(&stat, 22) == Some(ticks)
+}
+
+/// Whether a `/proc/<pid>/stat` line is a zombie's (state `Z`, field 3).
+fn is_zombie(stat: &str) -> bool {
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()) == Some("Z")
 }
 
 /// Resident set size in bytes of every process group, summed over its processes.
@@ -64,6 +72,23 @@ mod tests {
         assert_eq!(stat_field(line, 5), Some(1234));
         assert_eq!(stat_field(line, 22), Some(98765));
         assert_eq!(stat_field(line, 24), Some(250));
+        assert!(!is_zombie(line));
+        assert!(is_zombie(&line.replace(") S ", ") Z ")));
+    }
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let ticks = start_ticks(pid).expect("the child's stat");
+        // Exited but unreaped: its stat stays, in state Z, until `wait`.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| is_zombie(&s)) {
+            assert!(std::time::Instant::now() < deadline, "the child never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!is_same_process(pid, ticks));
+        child.wait().expect("reap");
     }
 
     #[test]
