@@ -32,9 +32,9 @@ pub enum EndpointsCmd {
         /// `cpu` or `l4`.
         #[arg(long, default_value = "cpu")]
         accelerator: String,
-        /// `us`, `eu` or a region's name.
-        #[arg(long, default_value = "us")]
-        region: String,
+        /// `us`, `eu` or a region's name, within the tenant's data residency (default: derived from it).
+        #[arg(long)]
+        region: Option<String>,
         #[arg(long, default_value_t = 0)]
         min_instances: u32,
         #[arg(long, default_value_t = 3)]

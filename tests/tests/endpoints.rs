@@ -120,6 +120,12 @@ async fn serve_promote_and_roll_back(p: &TestPlatform) {
     let header = LONGLEY.lines().next().expect("header");
     assert!(header.contains("employed") && header.contains("gnp_deflator"), "{header}");
 
+    // The dev tenant's data stays in the EU: a model of it is not served from the US.
+    let abroad = json!({"alias": "employment", "model_version": first, "region": "us"});
+    let (s, refused) = p.call(p.token(), Method::POST, &endpoints(p), Some(abroad)).await;
+    assert_eq!((s, refused["code"].as_str()), (409, Some("FAILED_PRECONDITION")), "{refused}");
+    let detail = refused["detail"].as_str().expect("detail");
+    assert!(detail.contains("us-central1") && detail.contains("residency eu"), "{detail}");
     let body = json!({"alias": "employment", "model_version": first});
     let (s, e) = p.call(p.token(), Method::POST, &endpoints(p), Some(body.clone())).await;
     assert_eq!((s, e["status"].as_str()), (202, Some("deploying")), "{e}");
@@ -129,7 +135,8 @@ async fn serve_promote_and_roll_back(p: &TestPlatform) {
     assert_eq!(e["status"], "ready", "{e:#}");
     assert_eq!(
         (e["accelerator"].as_str(), e["region"].as_str(), e["access"].as_str()),
-        (Some("cpu"), Some("us-central1"), Some("private"))
+        (Some("cpu"), Some("europe-west4"), Some("private")),
+        "an eu tenant's endpoint lands in the EU region with L4 GPUs"
     );
 
     let (s, answer) =
@@ -393,4 +400,119 @@ async fn scores_by_a_viewer_a_token_without_the_scope_or_another_tenant_are_refu
     assert!(detail.contains("is 0;") && detail.contains("this score needs compute"), "{b}");
     let e = wait_for(&p, "prod", |_| true).await;
     assert_eq!(e["usage"]["requests"], 2, "the refused scores reached no server: {e:#}");
+}
+
+/// The Open Inference Protocol v2, KServe v1 and MLflow's scoring formats
+/// reach an endpoint through the platform's route: the same predictions as
+/// its own `:score`, counted in the same statistics, and refused the same
+/// way without credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_protocols_score_through_the_platform() {
+    let p = TestPlatform::start(&QUICK_GATE).await;
+    let version = fit(&p, LONGLEY).await;
+    let body = json!({"alias": "employment", "model_version": version});
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body)).await;
+    assert_eq!(s, 202, "{e}");
+    wait_for(&p, "employment", |e| e["status"] == "ready").await;
+    let base = p.project_path();
+    let mut second = row();
+    second["year"] = json!(1960.0);
+    let (s, own) =
+        score(&p, p.token(), "employment", json!({"rows": [row(), second], "std_errors": true})).await;
+    assert_eq!(s, 200, "{own}");
+    let values: Vec<f64> = own["predictions"]
+        .as_array()
+        .expect("predictions")
+        .iter()
+        .map(|v| v["value"].as_f64().expect("value"))
+        .collect();
+    let errors: Vec<Value> =
+        own["predictions"].as_array().expect("predictions").iter().map(|v| v["std_error"].clone()).collect();
+
+    // v2: health, metadata, readiness, infer (a column per input, one nested by row).
+    for path in ["v2/health/ready", "v2/health/live", "v2/models/employment/ready"] {
+        let (s, b) = p.call(p.token(), Method::GET, &format!("{base}/{path}"), None).await;
+        assert_eq!(s, 200, "{path}: {b}");
+    }
+    let (s, meta) = p.call(p.token(), Method::GET, &format!("{base}/v2/models/employment"), None).await;
+    assert_eq!(
+        (s, meta["name"].as_str(), meta["versions"][0].as_str()),
+        (200, Some("employment"), Some(version.as_str())),
+        "{meta}"
+    );
+    let names: Vec<&str> =
+        meta["inputs"].as_array().expect("inputs").iter().filter_map(|i| i["name"].as_str()).collect();
+    assert!(names.contains(&"gnp") && names.contains(&"year") && names.len() == 6, "{meta}");
+    let columns = ["gnp_deflator", "gnp", "unemployed", "armed_forces", "population", "year"];
+    let inputs: Vec<Value> = columns
+        .iter()
+        .map(|c| json!({"name": c, "shape": [2, 1], "datatype": "FP64", "data": [[row()[c]], [second[c]]]}))
+        .collect();
+    let infer = json!({"id": "q1", "inputs": inputs, "outputs": [{"name": "value"}, {"name": "std_error"}]});
+    let (s, v2) = p
+        .call(p.token(), Method::POST, &format!("{base}/v2/models/employment/infer"), Some(infer.clone()))
+        .await;
+    assert_eq!(s, 200, "{v2}");
+    assert_eq!(
+        (v2["id"].as_str(), v2["model_name"].as_str(), v2["model_version"].as_str()),
+        (Some("q1"), Some("employment"), Some(version.as_str()))
+    );
+    assert_eq!(
+        v2["outputs"][0],
+        json!({"name": "value", "datatype": "FP64", "shape": [2], "data": values}),
+        "{v2}"
+    );
+    assert_eq!(v2["outputs"][1]["data"], json!(errors), "{v2}");
+    let mut ragged = infer.clone();
+    ragged["inputs"][0]["shape"] = json!([3]);
+    let (s, b) =
+        p.call(p.token(), Method::POST, &format!("{base}/v2/models/employment/infer"), Some(ragged)).await;
+    assert_eq!((s, b["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{b}");
+    assert!(b["detail"].as_str().expect("detail").contains("gnp_deflator"), "names the input: {b}");
+
+    // KServe v1 and MLflow: plain values.
+    let instances = json!({"instances": [row(), second]});
+    let (s, v1) = p
+        .call(
+            p.token(),
+            Method::POST,
+            &format!("{base}/v1/models/employment:predict"),
+            Some(instances.clone()),
+        )
+        .await;
+    assert_eq!((s, &v1["predictions"]), (200, &json!(values)), "{v1}");
+    let split = json!({"dataframe_split": {"columns": columns, "data": [columns.map(|c| row()[c].clone()), columns.map(|c| second[c].clone())]}});
+    for payload in [
+        split,
+        json!({"dataframe_records": [row(), second]}),
+        instances.clone(),
+        json!({"inputs": [row(), second]}),
+    ] {
+        let (s, m) = p
+            .call(
+                p.token(),
+                Method::POST,
+                &format!("{}/employment/invocations", endpoints(&p)),
+                Some(payload.clone()),
+            )
+            .await;
+        assert_eq!((s, &m["predictions"]), (200, &json!(values)), "{payload}: {m}");
+    }
+
+    // The same gate: no credentials, no score (and the server is not woken).
+    let anonymous = p
+        .http
+        .post(p.url(&format!("{base}/v2/models/employment/infer")))
+        .json(&infer)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(anonymous.status(), 401);
+    let (s, b) =
+        p.call(p.token(), Method::POST, &format!("{base}/v1/models/nope:predict"), Some(instances)).await;
+    assert_eq!((s, b["code"].as_str()), (404, Some("NOT_FOUND")), "{b}");
+
+    // Counted as scores of the endpoint: 1 own + 1 v2 + 1 v1 + 4 MLflow (the refused ones are not).
+    let e = wait_for(&p, "employment", |_| true).await;
+    assert_eq!(e["usage"]["requests"], 7, "{e:#}");
 }

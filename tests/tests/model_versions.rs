@@ -617,3 +617,144 @@ async fn a_download_that_is_not_the_pinned_bytes_is_not_kept() {
         }
     }
 }
+
+/// The file a local object store keeps `key`'s bytes of `generation` in, under the platform's home.
+fn blob_file(p: &TestPlatform, key: &str, generation: i64) -> std::path::PathBuf {
+    let name = format!("{}#{generation}", key.rsplit('/').next().expect("name"));
+    let mut stack = vec![p._home.path().to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n.to_string_lossy() == name)
+                && path.to_string_lossy().contains(key.rsplit_once('/').expect("dir").0)
+            {
+                return path;
+            }
+        }
+    }
+    panic!("no file holds {key} at generation {generation}");
+}
+
+/// Bytes changed on disk under the same generation (the metadata the store
+/// keeps still matches) are found by their content: no link is minted, and
+/// serving the version is refused too, each refusal audited and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_changed_in_place_are_refused_for_links_and_for_serving_audited_and_counted() {
+    let p = TestPlatform::start(&[]).await;
+    let operator = p.login("admin@dev.local").await;
+    let run = fit(&p).await;
+    let id = run["model_version"].as_str().expect("version").to_owned();
+    let (_, version) = p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}"), None).await;
+    let artifact = version["artifacts"]
+        .as_array()
+        .expect("artifacts")
+        .iter()
+        .find(|a| a["name"] == "model.json")
+        .expect("model.json")
+        .clone();
+    let key = artifact["key"].as_str().expect("key");
+    let file = blob_file(&p, key, artifact["generation"].as_i64().expect("generation"));
+    let bytes = std::fs::read(&file).expect("read");
+    // One digit changed: same size, same generation, other bytes.
+    let at = bytes.iter().position(u8::is_ascii_digit).expect("a digit");
+    let mut changed = bytes.clone();
+    changed[at] = if bytes[at] == b'9' { b'8' } else { bytes[at] + 1 };
+    std::fs::write(&file, &changed).expect("edit in place");
+
+    let (s, body) = p.call(p.token(), Method::POST, &format!("/v1/model-versions/{id}/urls"), None).await;
+    assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
+    assert_eq!(integrity_failures(&p).await, 1);
+
+    let endpoints = format!("{}/endpoints", p.project_path());
+    let serve = json!({"alias": "changed", "model_version": id});
+    let (s, body) = p.call(p.token(), Method::POST, &endpoints, Some(serve)).await;
+    assert_eq!((s, body["code"].as_str()), (409, Some("INTEGRITY_FAILURE")), "{body}");
+    assert_eq!(integrity_failures(&p).await, 2, "the endpoint's refusal is counted");
+    let entries = audited(&p, &operator, "endpoint.create&outcome=failed").await;
+    assert_eq!(entries.len(), 1, "and audited: {entries:#?}");
+    assert_eq!(entries[0]["problem"], "INTEGRITY_FAILURE");
+    assert!(entries[0]["detail"].as_str().expect("detail").contains(key), "{entries:#?}");
+    let (s, list) = p.call(p.token(), Method::GET, &endpoints, None).await;
+    assert_eq!((s, list["endpoints"].as_array().map(Vec::len)), (200, Some(0)), "nothing was made: {list}");
+
+    std::fs::write(&file, &bytes).expect("restore");
+    let (s, body) = p.call(p.token(), Method::POST, &format!("/v1/model-versions/{id}/urls"), None).await;
+    assert_eq!(s, 200, "the signed bytes are linked again: {body}");
+}
+
+/// A bundle verifies outside the platform: `examples/verify_bundle.py`
+/// (Python's `cryptography`, none of mapi's code) checks the signed manifest
+/// against the JSON Web Key Set the platform serves without credentials, and
+/// every downloaded artifact against the manifest; a key set pinned earlier
+/// that holds another key under the signer's id fails it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_verifies_in_python_against_the_published_keys() {
+    use base64::Engine;
+    let p = TestPlatform::start(&[]).await;
+    let run = fit(&p).await;
+    let id = run["model_version"].as_str().expect("version").to_owned();
+
+    let resp = p.http.get(p.url("/v1/signing-keys")).send().await.expect("keys");
+    assert_eq!(resp.status(), 200, "public keys need no credentials");
+    let keys: Value = resp.json().await.expect("json");
+    let active = keys["active"].as_str().expect("active").to_owned();
+    let key = keys["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .find(|k| k["kid"] == active.as_str())
+        .expect("active key");
+    assert_eq!(
+        (key["kty"].as_str(), key["crv"].as_str(), key["alg"].as_str()),
+        (Some("EC"), Some("P-256"), Some("ES256"))
+    );
+    assert!(
+        keys.to_string().find("PRIVATE").is_none() && key.get("d").is_none(),
+        "public parts only: {keys}"
+    );
+
+    let (s, signed) =
+        p.call(p.token(), Method::GET, &format!("/v1/model-versions/{id}/manifest"), None).await;
+    assert_eq!(s, 200, "{signed}");
+    assert_eq!(signed["signature"]["key_version"], active.as_str());
+    let sha = digest(&SHA256, signed["manifest"].as_str().expect("manifest").as_bytes());
+    let sha: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(signed["manifest_sha256"], sha.as_str(), "the exact signed bytes");
+
+    let verifier = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/verify_bundle.py");
+    let verify = |extra: &[&str]| {
+        std::process::Command::new("/usr/bin/python3")
+            .arg(&verifier)
+            .args(["--url", &p.platform.url, "--token", p.token()])
+            .args(extra)
+            .arg(&id)
+            .output()
+            .expect("python3")
+    };
+    // The platform serves this process's runtime: the verifier runs off it.
+    let out = tokio::task::block_in_place(|| verify(&[]));
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains(&format!("verified {id}")) && said.contains(&active), "{said}");
+
+    // Pinned earlier: another key under the same id. The signature must not verify.
+    let stranger = LocalSigner::from_pem(&LocalSigner::generate_pem().expect("pem"), &[]).expect("signer");
+    let mapi_signer::KeyMaterial::Ec { x, y } =
+        stranger.trusted_keys().export()[0].material().expect("material")
+    else {
+        panic!("a local key is EC")
+    };
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let mut other = key.clone();
+    (other["x"], other["y"]) = (json!(b64(&x)), json!(b64(&y)));
+    let pinned = json!({"keys": [other], "active": active});
+    let file = tempfile::NamedTempFile::new().expect("temp");
+    std::fs::write(file.path(), pinned.to_string()).expect("write");
+    let path = file.path().to_string_lossy().into_owned();
+    let out = tokio::task::block_in_place(|| verify(&["--keys", &path]));
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("signature does not verify"), "{said}");
+}

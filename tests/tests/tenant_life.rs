@@ -5,7 +5,8 @@
 //! purge after it (pushed by the tick in virtual time): afterwards no
 //! collection holds anything of the tenant but its tombstone, the
 //! certificate and the kept ledger and audit entries, with every e-mail
-//! gone from them; a purge killed after its first pages goes on where it
+//! gone from them, and its model servers are deleted (another tenant's
+//! stay); a purge killed after its first pages goes on where it
 //! stopped to the same certificate, and a further delivery changes nothing.
 
 use std::collections::BTreeMap;
@@ -88,8 +89,47 @@ async fn world() -> World {
     let dev_run = p
         .submit(json!({"method": "tabular.linear", "dataset": dev_dataset, "params": {"y": "y"}, "class": "M", "timeout_s": 900}))
         .await;
+    // A model server of each tenant, as their endpoints made them.
+    model_server(&p, "acme").await;
+    model_server(&p, "dev").await;
     let internal = p.platform.state.config.secrets.internal_token.clone();
     World { p, clock, operator, admin, runner, internal, dataset, run, dev_run }
+}
+
+/// A service on the platform's host with `tenant`'s labels (its bundle is
+/// no model: it never gets ready, and it exists, as a failed one does).
+async fn model_server(p: &TestPlatform, tenant: &str) {
+    use mapi_hosting::{Accelerator, Access, ModelRef, RevisionSpec, Scaling, ServiceSpec};
+    let (t, project) = (
+        TenantId::parse(tenant).expect("tenant"),
+        mapi_domain::ProjectId::parse("default").expect("project"),
+    );
+    let spec = ServiceSpec {
+        name: mapi_endpoints::service_name(&t, &project, "served"),
+        region: "europe-west4".into(),
+        accelerator: Accelerator::Cpu,
+        scaling: Scaling { min: 0, max: 1 },
+        access: Access::Private,
+        labels: mapi_endpoints::labels(&t, &project, "served"),
+    };
+    let model = ModelRef {
+        bundle: format!("t/{tenant}/default/runs/none/bundle"),
+        manifest_sha256: "0".repeat(64),
+        trusted_keys: "[]".into(),
+        files: Vec::new(),
+        base: None,
+    };
+    let revision = RevisionSpec { tag: "r1".into(), model };
+    p.platform.state.hosting.create(&spec, &revision).await.expect("a model server");
+}
+
+/// The tenants whose model servers the host has.
+async fn served(p: &TestPlatform) -> Vec<String> {
+    let services = p.platform.state.hosting.list().await.expect("the host's services");
+    let mut tenants: Vec<String> =
+        services.iter().filter_map(|s| s.labels.get(mapi_endpoints::TENANT_LABEL).cloned()).collect();
+    tenants.sort();
+    tenants
 }
 
 /// Every stored document: (collection, id, fields as text).
@@ -283,6 +323,7 @@ async fn assert_nothing_left(p: &TestPlatform) {
     assert_eq!((tombstone["status"].as_str(), &tombstone["admin_email"]), (Some("deleting"), &Value::Null));
     assert_eq!(objects_under(p, "t/acme/").await, Vec::<String>::new());
     assert_eq!(objects_under(p, "exports/acme/").await, Vec::<String>::new());
+    assert_eq!(served(p).await, ["dev"], "acme's model server is gone, the dev tenant's stays");
 }
 
 /// The certificate's counts are what was there before the purge.
@@ -294,12 +335,13 @@ fn assert_counts(cert: &Value, before: &BTreeMap<String, u64>, objects: usize, e
     }
     assert_eq!(cert["deleted"]["objects"].as_u64(), Some(objects as u64), "{cert:#}");
     assert_eq!(cert["deleted"]["export_objects"].as_u64(), Some(exported as u64), "{cert:#}");
+    assert_eq!(cert["deleted"]["model_servers"].as_u64(), Some(1), "acme's one model server: {cert:#}");
     let listed: u64 =
         cert["deleted"].as_object().expect("deleted").values().filter_map(Value::as_u64).sum::<u64>()
             + cert["kept"].as_object().expect("kept").values().filter_map(Value::as_u64).sum::<u64>();
     assert_eq!(
         listed,
-        before.values().sum::<u64>() + (objects + exported) as u64,
+        before.values().sum::<u64>() + (objects + exported + 1) as u64,
         "nothing else counted: {cert:#}"
     );
 }
@@ -448,6 +490,7 @@ async fn a_killed_purge_goes_on_where_it_stopped_to_the_same_certificate() {
     let ports = mapi_tasks::purge::Ports {
         store: &killed,
         objects: &*state.objects,
+        hosting: &*state.hosting,
         pepper: &state.pepper,
         now: state.clock.now(),
     };
@@ -478,4 +521,89 @@ async fn a_killed_purge_goes_on_where_it_stopped_to_the_same_certificate() {
     assert_eq!((s, &after), (200, &cert), "a delivery after the end changes nothing");
     let (s, b) = p.call(&w.operator, Method::POST, "/v1/tenants/acme/deletion/purge", None).await;
     assert_eq!((s, &b), (200, &cert), "a purged tenant answers its certificate");
+}
+
+/// A host that deletes the first service asked and then loses its answer,
+/// as a delivery killed while the host deleted.
+#[derive(Debug)]
+struct LostDeletion {
+    inner: Arc<dyn mapi_hosting::Hosting>,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl mapi_hosting::Hosting for LostDeletion {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    async fn create(
+        &self,
+        spec: &mapi_hosting::ServiceSpec,
+        first: &mapi_hosting::RevisionSpec,
+    ) -> Result<(), mapi_hosting::HostingError> {
+        self.inner.create(spec, first).await
+    }
+    async fn add_revision(
+        &self,
+        service: &str,
+        revision: &mapi_hosting::RevisionSpec,
+    ) -> Result<(), mapi_hosting::HostingError> {
+        self.inner.add_revision(service, revision).await
+    }
+    async fn set_traffic(
+        &self,
+        service: &str,
+        traffic: &[mapi_hosting::Traffic],
+    ) -> Result<(), mapi_hosting::HostingError> {
+        self.inner.set_traffic(service, traffic).await
+    }
+    async fn get(&self, service: &str) -> Result<mapi_hosting::ServiceState, mapi_hosting::HostingError> {
+        self.inner.get(service).await
+    }
+    async fn list(&self) -> Result<Vec<mapi_hosting::ServiceState>, mapi_hosting::HostingError> {
+        self.inner.list().await
+    }
+    async fn delete(&self, service: &str) -> Result<(), mapi_hosting::HostingError> {
+        self.inner.delete(service).await?;
+        if self.lost.swap(false, Ordering::SeqCst) {
+            let lost = mapi_domain::Cause::new("the answer", std::io::Error::other("connection reset"));
+            return Err(mapi_hosting::HostingError::Unavailable(lost));
+        }
+        Ok(())
+    }
+    async fn route(
+        &self,
+        service: &str,
+        tag: Option<&str>,
+    ) -> Result<mapi_hosting::Route, mapi_hosting::HostingError> {
+        self.inner.route(service, tag).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_server_deleted_by_a_delivery_that_lost_the_answer_is_counted_once() {
+    let w = world().await;
+    let p = &w.p;
+    let (s, d) =
+        p.call(&w.admin, Method::POST, "/v1/tenants/acme/deletion", Some(json!({"reason": "done"}))).await;
+    assert_eq!(s, 202, "{d}");
+    w.clock.advance(GRACE);
+    let state = &p.platform.state;
+    let host = LostDeletion { inner: state.hosting.clone(), lost: true.into() };
+    let ports = mapi_tasks::purge::Ports {
+        store: &*state.store,
+        objects: &*state.objects,
+        hosting: &host,
+        pepper: &state.pepper,
+        now: state.clock.now(),
+    };
+    let acme = TenantId::parse("acme").expect("tenant");
+    let stopped = mapi_tasks::purge::run(ports, &acme, 1000).await;
+    assert!(stopped.is_err(), "the delivery failed with the lost answer: {stopped:?}");
+    assert_eq!(served(p).await, ["dev"], "the host deleted acme's server all the same");
+    let purge = json!({"tenant": "acme"});
+    let (s, cert) = p.call(&w.internal, Method::POST, "/internal/tasks/tenants/purge", Some(purge)).await;
+    assert_eq!((s, cert["state"].as_str()), (200, Some("purged")), "{cert:#}");
+    assert_eq!(cert["deleted"]["model_servers"], 1, "deleted once, counted once: {cert:#}");
+    assert_nothing_left(p).await;
 }

@@ -83,7 +83,7 @@ async fn the_readme_walkthrough_works() {
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.starts_with("endpoint employment  ready\n"), "{out}");
     assert!(
-        out.contains(&format!("serves   {version} on cpu in us-central1 (0…3 instances, private)")),
+        out.contains(&format!("serves   {version} on cpu in europe-west4 (0…3 instances, private)")),
         "{out}"
     );
     let row = "gnp_deflator=100,gnp=400000,unemployed=3000,armed_forces=2500,population=117000,year=1955";

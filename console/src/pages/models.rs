@@ -102,7 +102,7 @@ fn deploy_form(viewer: &Viewer, action: &str, versions: &[ModelVersionSummary]) 
             label { "Alias (lowercase letters, digits and -, starting with a letter)" input name="alias" required pattern="[a-z][a-z0-9-]{0,31}" autocomplete="off"; }
             (version_select("model_version", "Model version", versions))
             label { "Accelerator" select name="accelerator" { option value="cpu" { "cpu" } option value="l4" { "l4 (GPU)" } } }
-            label { "Region (us, eu or a region by name)" input name="region" value="us"; }
+            label { "Region (us, eu or a region by name; empty: the tenant's data residency decides)" input name="region" value=""; }
             label { "Fewest instances (0 scales to zero)" input name="min_instances" type="number" min="0" max="100" value="0"; }
             label { "Most instances" input name="max_instances" type="number" min="1" max="100" value="3"; }
             button type="submit" { "Deploy" }
@@ -181,7 +181,7 @@ async fn deploy(State(console): State<Console>, at: ProjectPath, posted: Posted)
             "alias": posted.get("alias").unwrap_or_default(),
             "model_version": posted.get("model_version").unwrap_or_default(),
             "accelerator": posted.get("accelerator").unwrap_or("cpu"),
-            "region": posted.get("region").filter(|r| !r.is_empty()).unwrap_or("us"),
+            "region": posted.get("region").filter(|r| !r.is_empty()),
             "min_instances": min,
             "max_instances": count(&posted, "max_instances", 3)?,
         }))

@@ -10,7 +10,8 @@
 //!   `Idempotency-Key`), `GET` to list;
 //! - `GET /v1/runs/{id}`, `POST /v1/runs/{id}/cancel`, `POST /v1/runs/{id}/retry`;
 //! - model versions: `GET /v1/tenants/{tenant}/projects/{project}/model-versions`,
-//!   `GET /v1/model-versions/{id}`, `POST /v1/model-versions/{id}/urls`;
+//!   `GET /v1/model-versions/{id}`, `POST /v1/model-versions/{id}/urls`,
+//!   `GET /v1/model-versions/{id}/manifest`, `GET /v1/signing-keys` (public keys, no credentials);
 //! - item jobs: `POST /v1/tenants/{tenant}/projects/{project}/jobs` (with
 //!   `Idempotency-Key`),
 //!   `GET /v1/jobs/{id}`, `GET /v1/jobs/{id}/items`,
@@ -38,7 +39,8 @@ use utoipa::OpenApi;
         api::runs::cancel, api::runs::retry, api::tracking::log, api::tracking::read, api::tracking::put_image, api::tracking::image_url, api::logs::run_logs, api::outputs::download, api::runs::get_child, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
         api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
         api::methods::list, api::methods::get_method, api::project_methods::project_list, api::project_methods::project_get,
-        api::model_versions::list, api::model_versions::get_version, api::model_versions::urls,
+        api::model_versions::list, api::model_versions::get_version, api::model_versions::urls, api::model_versions::manifest, api::model_versions::signing_keys,
+        api::protocols::v2_infer, api::protocols::v2_model, api::protocols::v2_model_ready, api::protocols::v2_health, api::protocols::v2_live, api::protocols::kserve_predict, api::protocols::mlflow_invocations,
         api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
         api::endpoints::act,
         api::webhooks::create, api::webhooks::list, api::webhooks::get_webhook, api::webhooks::update,

@@ -1,5 +1,7 @@
 //! The purge of a deleted tenant (`POST /internal/tasks/tenants/purge`),
-//! once its grace period is over: every object under `t/{tenant}/` and the
+//! once its grace period is over: its model servers (every service the
+//! host lists with the tenant's label: they cost money and a public one
+//! would keep answering), every object under `t/{tenant}/` and the
 //! tenant's exports, every document of [`OWNED`] marked `Delete`, the usage
 //! counters and token minutes named after the tenant and its tokens; the
 //! ledger entries are kept as they are and the audit entries with every
@@ -12,15 +14,16 @@
 //! does nothing if its progress moved since it was read (another delivery
 //! did this page), and commits the page's deletions with the counts and the
 //! progress: a purge killed anywhere goes on where it stopped, counts each
-//! thing once, and a delivery after it finished changes nothing. Objects are
-//! not in the store's transactions, so their page is recorded first as
-//! pending, then deleted, then counted. A delivery does at most
+//! thing once, and a delivery after it finished changes nothing. Objects and
+//! model servers are not in the store's transactions, so their page is
+//! recorded first as pending, then deleted, then counted. A delivery does at most
 //! [`PAGES_PER_DELIVERY`] pages and pushes the next one.
 
 use std::collections::BTreeMap;
 
 use axum::extract::State;
 use mapi_domain::{TenantId, TenantStatus, Timestamp, UserId};
+use mapi_hosting::{Hosting, HostingError};
 use mapi_identity::{InternalCaller, Pepper};
 use mapi_jobs::JobCountsDoc;
 use mapi_objects::{IfGeneration, ObjectError, ObjectKey, ObjectStore};
@@ -45,6 +48,7 @@ pub const PAGES_PER_DELIVERY: u32 = 200;
 pub struct Ports<'a> {
     pub store: &'a dyn Store,
     pub objects: &'a dyn ObjectStore,
+    pub hosting: &'a dyn Hosting,
     pub pepper: &'a Pepper,
     pub now: Timestamp,
 }
@@ -60,6 +64,7 @@ impl<'a> Ports<'a> {
         Ports {
             store: &*state.store,
             objects: &*state.objects,
+            hosting: &*state.hosting,
             pepper: &state.pepper,
             now: state.clock.now(),
         }
@@ -166,6 +171,8 @@ async fn note_failure(store: &dyn Store, tenant: &TenantId, e: &ApiError) -> Res
 /// The purge's plan, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
+    /// The tenant's model servers: the services the host lists with its label.
+    ModelServers,
     /// Every object under `t/{tenant}/`.
     DataObjects,
     /// Every part of the tenant's exports.
@@ -183,13 +190,16 @@ pub enum Step {
 impl Step {
     pub fn at(i: u32) -> Option<Step> {
         let owned = OWNED.len() as u32;
+        // Steps are numbered in the deletion documents of purges under way:
+        // a new step goes before the tombstone, never between older ones.
         match i {
             0 => Some(Step::DataObjects),
             1 => Some(Step::ExportObjects),
             2 => Some(Step::TokenUsage),
             i if i < 3 + owned => OWNED.get((i - 3) as usize).map(Step::Collection),
             i if i == 3 + owned => Some(Step::TenantCounters),
-            i if i == 4 + owned => Some(Step::Tombstone),
+            i if i == 4 + owned => Some(Step::ModelServers),
+            i if i == 5 + owned => Some(Step::Tombstone),
             _ => None,
         }
     }
@@ -241,6 +251,7 @@ async fn page(ports: Ports<'_>, d: &DeletionDoc) -> Result<(), ApiError> {
         }
         Step::Collection(owned) => keep_documents(ports, d, owned).await,
         Step::TenantCounters => tenant_counters(ports.store, d).await,
+        Step::ModelServers => model_servers(ports, d).await,
         Step::Tombstone => tombstone(ports, d).await,
     }
 }
@@ -286,6 +297,48 @@ async fn objects(ports: Ports<'_>, d: &DeletionDoc, prefix: &str, what: &str) ->
     let n = d.progress.pending.len();
     record(ports.store, d, |next| {
         add(&mut next.deleted, what, n);
+        next.progress.pending.clear();
+    })
+    .await
+}
+
+/// The tenant's model servers: listed by its label and recorded as
+/// pending, then deleted (one already gone counts: a killed delivery
+/// deleted it) and counted as `model_servers`. A later listing that finds
+/// none ends the step.
+async fn model_servers(ports: Ports<'_>, d: &DeletionDoc) -> Result<(), ApiError> {
+    let failed = |e: HostingError| {
+        let retry = e.is_retryable().then_some(5);
+        match retry {
+            Some(after) => ApiError::unavailable(format!("the model servers' host: {e}"), after),
+            None => ApiError::internal(format!("deleting the model servers of tenant {}: {e}", d.tenant)),
+        }
+    };
+    if d.progress.pending.is_empty() {
+        let label = mapi_endpoints::TENANT_LABEL;
+        let names: Vec<String> = (ports.hosting.list().await.map_err(failed)?)
+            .into_iter()
+            .filter(|s| s.labels.get(label).is_some_and(|t| t == d.tenant.as_str()))
+            .map(|s| s.name)
+            .collect();
+        return record(ports.store, d, |next| {
+            if names.is_empty() {
+                advance(next);
+            } else {
+                next.progress.pending.clone_from(&names);
+            }
+        })
+        .await;
+    }
+    for name in &d.progress.pending {
+        match ports.hosting.delete(name).await {
+            Ok(()) | Err(HostingError::NotFound(_)) => {}
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    let n = d.progress.pending.len();
+    record(ports.store, d, |next| {
+        add(&mut next.deleted, "model_servers", n);
         next.progress.pending.clear();
     })
     .await

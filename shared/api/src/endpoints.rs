@@ -17,9 +17,11 @@ pub struct CreateEndpoint {
     /// `cpu` (default) or `l4`.
     #[serde(default = "cpu")]
     pub accelerator: Accelerator,
-    /// `us` (default), `eu`, or a region by name; `l4` only where Cloud Run has L4 GPUs.
-    #[serde(default = "us")]
-    pub region: String,
+    /// `us`, `eu`, or a region by name, within the tenant's data residency; `l4` only where
+    /// Cloud Run has L4 GPUs. Absent: derived from the residency (`eu` → europe-west4, `us` →
+    /// us-central1, `asia` → asia-southeast1, one region → that region).
+    #[serde(default)]
+    pub region: Option<String>,
     /// 0 (default) scales to zero when idle.
     #[serde(default)]
     pub min_instances: u32,
@@ -33,10 +35,6 @@ pub struct CreateEndpoint {
 
 fn cpu() -> Accelerator {
     Accelerator::Cpu
-}
-
-fn us() -> String {
-    "us".into()
 }
 
 fn three() -> u32 {

@@ -281,6 +281,10 @@ pub struct ModelVersionPage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ArtifactUrl {
     pub name: String,
+    /// The artifact's object key, as the signed manifest lists it (empty from a platform before it
+    /// was stated).
+    #[serde(default)]
+    pub key: String,
     pub size: u64,
     pub sha256: String,
     pub url: String,
@@ -294,6 +298,67 @@ pub struct ArtifactUrls {
     /// Seconds the URLs stay valid.
     pub expires_in_s: u64,
     pub artifacts: Vec<ArtifactUrl>,
+}
+
+/// A model version's manifest exactly as it was signed, with its
+/// signature: what a verifier outside the platform checks against
+/// `GET /v1/signing-keys` (the format is in docs/bundle-format.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SignedManifest {
+    pub model_version: ModelVersionId,
+    /// Hex SHA-256 of `manifest`'s UTF-8 bytes, as the version recorded it when sealed.
+    pub manifest_sha256: String,
+    /// The signed bytes (JSON text; verify these bytes, not a re-serialization).
+    pub manifest: String,
+    pub signature: ManifestSignature,
+}
+
+/// A signature over a manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ManifestSignature {
+    /// The signing key's version: the `kid` of its key in `GET /v1/signing-keys`.
+    pub key_version: String,
+    /// `EC_SIGN_P256_SHA256` (ECDSA, ASN.1 DER) or `RSA_SIGN_PSS_{2048,3072,4096}_SHA256`.
+    pub algorithm: String,
+    /// Base64 (standard alphabet) of the signature bytes.
+    pub value: String,
+}
+
+/// The public keys bundle signatures verify under: a JSON Web Key Set
+/// (RFC 7517) with the key new signatures are made with named.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SigningKeys {
+    /// The active key and every key still trusted (a rotation keeps the old one until its versions go).
+    pub keys: Vec<SigningKey>,
+    /// The `kid` new signatures are made with.
+    pub active: String,
+}
+
+/// One public key as a JSON Web Key (RFC 7517, 7518): EC P-256 (`x`, `y`)
+/// or RSA (`n`, `e`), numbers in unpadded base64url.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SigningKey {
+    /// The key version, as signatures name it.
+    pub kid: String,
+    /// `EC` or `RSA`.
+    pub kty: String,
+    /// `ES256` or `PS256`.
+    pub alg: String,
+    /// Always `sig`.
+    #[serde(rename = "use")]
+    pub use_: String,
+    /// The platform's name of the algorithm (as signatures name it).
+    pub algorithm: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crv: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e: Option<String>,
 }
 
 /// A dataset, as the API shows it.

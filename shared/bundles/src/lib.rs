@@ -5,8 +5,8 @@
 //! `{prefix}/manifest.sig.json`, both create-only.
 //!
 //! URLs to a bundle's artifacts are minted only after its manifest verifies
-//! (locally, with the keys loaded at start) and each artifact still has the
-//! generation and size the manifest names. Any mismatch is
+//! (locally, with the keys loaded at start) and each artifact's bytes at the
+//! generation the manifest names hash to the SHA-256 it names. Any mismatch is
 //! [`BundleError::Integrity`]: refused, logged as an `ALARM`, for the
 //! caller to audit.
 //!
@@ -189,6 +189,15 @@ pub async fn open(
     signer: &dyn Signer,
     prefix: &ObjectKey,
 ) -> Result<Sealed, BundleError> {
+    Ok(open_bytes(objects, signer, prefix).await?.0)
+}
+
+/// [`open`], also answering the manifest's exact signed bytes.
+async fn open_bytes(
+    objects: &dyn ObjectStore,
+    signer: &dyn Signer,
+    prefix: &ObjectKey,
+) -> Result<(Sealed, Bytes), BundleError> {
     let read = |key: ObjectKey| async move {
         match objects.get(&key, None).await {
             Ok((_, bytes)) => Ok(bytes),
@@ -198,7 +207,28 @@ pub async fn open(
     };
     let bytes = read(manifest_key(prefix)?).await?;
     let sig = read(signature_key(prefix)?).await?;
-    verify_manifest(prefix, &bytes, &sig, |m, s| signer.verify(m, s))
+    let sealed = verify_manifest(prefix, &bytes, &sig, |m, s| signer.verify(m, s))?;
+    Ok((sealed, bytes))
+}
+
+/// The manifest's exact signed bytes and its signature, verified and pinned
+/// by `sha256`: what a verifier outside the platform checks.
+pub async fn signed_manifest(
+    objects: &dyn ObjectStore,
+    signer: &dyn Signer,
+    prefix: &ObjectKey,
+    sha256: &str,
+) -> Result<(Bytes, Signature), BundleError> {
+    let (sealed, bytes) = open_bytes(objects, signer, prefix).await?;
+    pinned(prefix, &sealed, sha256)?;
+    Ok((bytes, sealed.signature))
+}
+
+fn pinned(prefix: &ObjectKey, sealed: &Sealed, sha256: &str) -> Result<(), BundleError> {
+    if sealed.sha256 != sha256 {
+        return Err(integrity(prefix, format!("the manifest is not the one recorded ({sha256})")));
+    }
+    Ok(())
 }
 
 /// Verifies a manifest's bytes and its signature's: the signature, that the
@@ -238,9 +268,7 @@ pub fn verify_copy(
     mut read: impl FnMut(&ObjectKey) -> Result<Vec<u8>, String>,
 ) -> Result<Vec<(Artifact, Vec<u8>)>, BundleError> {
     let sealed = verify_manifest(prefix, manifest, signature, |m, s| keys.verify(m, s))?;
-    if sealed.sha256 != sha256 {
-        return Err(integrity(prefix, format!("the manifest is not the one recorded ({sha256})")));
-    }
+    pinned(prefix, &sealed, sha256)?;
     let mut out = Vec::with_capacity(sealed.manifest.artifacts.len());
     for a in sealed.manifest.artifacts {
         let bytes = read(&a.key).map_err(|e| integrity(prefix, format!("{} cannot be read: {e}", a.key)))?;
@@ -264,9 +292,7 @@ pub async fn open_pinned(
     sha256: &str,
 ) -> Result<Sealed, BundleError> {
     let sealed = open(objects, signer, prefix).await?;
-    if sealed.sha256 != sha256 {
-        return Err(integrity(prefix, format!("the manifest is not the one recorded ({sha256})")));
-    }
+    pinned(prefix, &sealed, sha256)?;
     Ok(sealed)
 }
 
@@ -286,23 +312,39 @@ pub async fn read_pinned(
         files.push((key, bytes));
     }
     for a in &sealed.manifest.artifacts {
-        let bytes = match objects.get(&a.key, Some(a.generation)).await {
-            Ok((_, bytes)) => bytes,
-            Err(ObjectError::NotFound(_)) => return Err(integrity(prefix, format!("{} is missing", a.key))),
-            Err(e) => return Err(e.into()),
-        };
-        if hex::encode(Sha256::digest(&bytes)) != a.sha256 {
-            return Err(integrity(prefix, format!("{} is not the artifact the manifest pins", a.key)));
-        }
-        files.push((a.key.clone(), bytes));
+        files.push((a.key.clone(), read_artifact(objects, prefix, a).await?));
     }
     Ok(files)
 }
 
+/// An artifact's bytes at the generation pinned, checked against its size
+/// and SHA-256: content, not only metadata, since a store may keep a
+/// generation's metadata while its bytes changed (a file edited on disk).
+async fn read_artifact(
+    objects: &dyn ObjectStore,
+    prefix: &ObjectKey,
+    a: &Artifact,
+) -> Result<Bytes, BundleError> {
+    let bytes = match objects.get(&a.key, Some(a.generation)).await {
+        Ok((_, bytes)) => bytes,
+        Err(ObjectError::NotFound(_)) => {
+            return Err(integrity(prefix, format!("{} is not the generation the manifest pins", a.key)));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if bytes.len() as u64 != a.size || hex::encode(Sha256::digest(&bytes)) != a.sha256 {
+        return Err(integrity(
+            prefix,
+            format!("{} is not the artifact the manifest pins (SHA-256 differs)", a.key),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// GET URLs to every artifact of a bundle (with the artifact as the
-/// manifest pins it), minted only after its manifest
-/// verified (and, with `sha256`, is the one recorded) and each artifact
-/// still has the generation and size it pins.
+/// manifest pins it), minted only after its manifest verified (and, with
+/// `sha256`, is the one recorded) and each artifact's bytes at the pinned
+/// generation were read and hashed to the SHA-256 it pins.
 pub async fn artifact_urls(
     objects: &dyn ObjectStore,
     signer: &dyn Signer,
@@ -316,14 +358,7 @@ pub async fn artifact_urls(
     };
     let mut urls = Vec::with_capacity(manifest.artifacts.len());
     for a in &manifest.artifacts {
-        let meta = match objects.head(&a.key).await {
-            Ok(meta) => meta,
-            Err(ObjectError::NotFound(_)) => return Err(integrity(prefix, format!("{} is missing", a.key))),
-            Err(e) => return Err(e.into()),
-        };
-        if (meta.generation, meta.size) != (a.generation, a.size) {
-            return Err(integrity(prefix, format!("{} is not the generation the manifest pins", a.key)));
-        }
+        read_artifact(objects, prefix, a).await?;
         let url = objects.signed_url(SignedMethod::Get, &a.key, expires_in).await?;
         urls.push((a.clone(), url));
     }
@@ -471,6 +506,29 @@ mod tests {
             .await
             .expect("replace");
         assert!(matches!(urls().await, Err(BundleError::Integrity { .. })), "a replaced artifact");
+    }
+
+    /// A store may keep a generation's metadata while its bytes change (a
+    /// local file edited in place): links are minted only for bytes that
+    /// hash to what was signed.
+    #[tokio::test]
+    async fn no_url_to_bytes_changed_under_the_same_generation() {
+        let e = env().await;
+        let m = sealed(&e).await;
+        let p = key(PREFIX);
+        let a = m.manifest.artifacts.iter().find(|a| a.key.as_str() == ARTIFACTS[0]).expect("pinned");
+        let file = e._dir.path().join("data").join(format!("{}#{}", a.key, a.generation.0));
+        // Same length, other bytes: generation and size still match.
+        std::fs::write(&file, b"{\"w\":[9,9]}").expect("edit in place");
+        let head = e.objects.head(&a.key).await.expect("head");
+        assert_eq!((head.generation, head.size), (a.generation, a.size), "the metadata did not change");
+        let r = artifact_urls(&e.objects, &e.signer, &p, None, Duration::from_secs(60)).await;
+        assert!(
+            matches!(&r, Err(BundleError::Integrity { detail, .. }) if detail.contains("SHA-256 differs")),
+            "{r:?}"
+        );
+        let r = read_pinned(&e.objects, &e.signer, &p, &m.sha256).await;
+        assert!(matches!(r, Err(BundleError::Integrity { .. })), "nor served: {r:?}");
     }
 
     #[tokio::test]

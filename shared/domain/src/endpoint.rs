@@ -79,6 +79,20 @@ pub const GPU_REGIONS: &[&str] =
 pub const US_REGION: &str = "us-central1";
 /// The region `eu` stands for (it has L4 GPUs).
 pub const EU_REGION: &str = "europe-west4";
+/// The region an `asia` tenant's endpoints default to (it has L4 GPUs).
+pub const ASIA_REGION: &str = "asia-southeast1";
+
+/// The region an endpoint of a tenant with `residency` runs in when its
+/// creator names none: one with L4 GPUs in the residency's area (`eu`,
+/// `us`, `asia`), or the one region a residency names.
+pub fn default_region(residency: &crate::Residency) -> String {
+    match residency.as_str() {
+        "eu" => EU_REGION.to_owned(),
+        "us" => US_REGION.to_owned(),
+        "asia" => ASIA_REGION.to_owned(),
+        one => one.to_owned(),
+    }
+}
 
 /// The region an endpoint runs in: `us` and `eu` name regions with L4 GPUs,
 /// any other value must be a region's name; an `l4` endpoint only in a GPU region.

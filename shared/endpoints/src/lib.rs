@@ -290,10 +290,13 @@ pub fn example_of(model_json: &[u8]) -> Option<(Map<String, Value>, f64)> {
     Some((inputs, prediction))
 }
 
+/// The label naming the tenant whose endpoint a service is (a purge deletes by it).
+pub const TENANT_LABEL: &str = "mapi-tenant";
+
 /// Labels the host keeps on the service.
 pub fn labels(tenant: &TenantId, project: &ProjectId, alias: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        ("mapi-tenant".to_owned(), tenant.to_string()),
+        (TENANT_LABEL.to_owned(), tenant.to_string()),
         ("mapi-project".to_owned(), project.to_string()),
         ("mapi-alias".to_owned(), alias.to_owned()),
     ])

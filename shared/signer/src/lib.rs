@@ -194,6 +194,97 @@ pub struct PublicKey {
     pub public_key_pem: String,
 }
 
+/// A public key's numbers, as a JSON Web Key (RFC 7517/7518) states them:
+/// big-endian unsigned integers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyMaterial {
+    /// A P-256 point.
+    Ec { x: Vec<u8>, y: Vec<u8> },
+    /// An RSA modulus and public exponent.
+    Rsa { n: Vec<u8>, e: Vec<u8> },
+}
+
+impl Algorithm {
+    /// The algorithm's JOSE name (RFC 7518): `ES256` or `PS256`. A signature's
+    /// value is what the algorithm makes, but an ECDSA one is ASN.1 DER
+    /// (as Cloud KMS returns it), not JWS's fixed-width `r || s`.
+    pub fn jose(self) -> &'static str {
+        match self {
+            Algorithm::EcP256Sha256 => "ES256",
+            Algorithm::RsaPss2048Sha256 | Algorithm::RsaPss3072Sha256 | Algorithm::RsaPss4096Sha256 => {
+                "PS256"
+            }
+        }
+    }
+}
+
+impl PublicKey {
+    /// The key's numbers, read from its `PUBLIC KEY` PEM (a DER SubjectPublicKeyInfo).
+    ///
+    /// # Errors
+    ///
+    /// `Config` when the PEM is not a key of its algorithm.
+    pub fn material(&self) -> Result<KeyMaterial, SignError> {
+        let bad = |why: &str| SignError::Config(format!("the public key of `{}` {why}", self.key_version));
+        let der = pem_decode(&self.public_key_pem, "PUBLIC KEY").map_err(|e| bad(&e))?;
+        // SubjectPublicKeyInfo ::= SEQUENCE { algorithm SEQUENCE, subjectPublicKey BIT STRING }
+        let (spki, _) = der::element(&der, der::SEQUENCE).ok_or_else(|| bad("is not DER"))?;
+        let (_, rest) = der::element(spki, der::SEQUENCE).ok_or_else(|| bad("has no algorithm"))?;
+        let (bits, _) = der::element(rest, der::BIT_STRING).ok_or_else(|| bad("has no key"))?;
+        let key = bits.strip_prefix(&[0u8][..]).ok_or_else(|| bad("has unused bits"))?;
+        match self.algorithm {
+            Algorithm::EcP256Sha256 => match key {
+                [0x04, point @ ..] if point.len() == 64 => {
+                    Ok(KeyMaterial::Ec { x: point[..32].to_vec(), y: point[32..].to_vec() })
+                }
+                _ => Err(bad("is not an uncompressed P-256 point")),
+            },
+            _ => {
+                // RSAPublicKey ::= SEQUENCE { modulus INTEGER, publicExponent INTEGER }
+                let (seq, _) = der::element(key, der::SEQUENCE).ok_or_else(|| bad("is not an RSA key"))?;
+                let (n, rest) = der::element(seq, der::INTEGER).ok_or_else(|| bad("has no modulus"))?;
+                let (e, _) = der::element(rest, der::INTEGER).ok_or_else(|| bad("has no exponent"))?;
+                Ok(KeyMaterial::Rsa { n: der::unsigned(n).to_vec(), e: der::unsigned(e).to_vec() })
+            }
+        }
+    }
+}
+
+/// Just enough DER to read a public key's numbers.
+mod der {
+    pub const INTEGER: u8 = 0x02;
+    pub const BIT_STRING: u8 = 0x03;
+    pub const SEQUENCE: u8 = 0x30;
+
+    /// The contents of the element of `tag` at the start of `input`, and what follows it.
+    pub fn element(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+        let (&first, rest) = input.split_first()?;
+        if first != tag {
+            return None;
+        }
+        let (&len, rest) = rest.split_first()?;
+        let (len, rest) = if len < 0x80 {
+            (usize::from(len), rest)
+        } else {
+            let octets = usize::from(len & 0x7f);
+            if octets == 0 || octets > 4 || rest.len() < octets {
+                return None;
+            }
+            let (bytes, rest) = rest.split_at(octets);
+            (bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b)), rest)
+        };
+        (rest.len() >= len).then(|| rest.split_at(len))
+    }
+
+    /// An INTEGER's contents without the sign octet DER adds to a high first bit.
+    pub fn unsigned(int: &[u8]) -> &[u8] {
+        match int {
+            [0, rest @ ..] if !rest.is_empty() => rest,
+            _ => int,
+        }
+    }
+}
+
 impl Debug for TrustedKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_set().entries(self.keys.keys()).finish()
@@ -256,5 +347,42 @@ impl TrustedKeys {
             return Err(VerifyError::Invalid);
         }
         key.verify_sig(message, &signature.value).map_err(|_| VerifyError::Invalid)
+    }
+}
+
+#[cfg(test)]
+mod jwk_tests {
+    use aws_lc_rs::encoding::AsDer;
+    use aws_lc_rs::signature::KeyPair;
+
+    use super::*;
+
+    #[test]
+    fn an_ec_key_gives_its_point() {
+        let signer = local::LocalSigner::from_pem(&local::LocalSigner::generate_pem().expect("key"), &[])
+            .expect("signer");
+        let key = &signer.trusted_keys().export()[0];
+        let der = pem_decode(&key.public_key_pem, "PUBLIC KEY").expect("der");
+        let KeyMaterial::Ec { x, y } = key.material().expect("material") else { panic!("not EC") };
+        assert_eq!((x.len(), y.len()), (32, 32));
+        assert_eq!([&[4u8][..], &x, &y].concat(), der[der.len() - 65..], "the SPKI's uncompressed point");
+        assert_eq!(key.algorithm.jose(), "ES256");
+    }
+
+    #[test]
+    fn an_rsa_key_gives_its_modulus_and_exponent() {
+        let pair = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("generate");
+        let der = pair.public_key().as_der().expect("der");
+        let key = PublicKey {
+            key_version: "k/1".into(),
+            algorithm: Algorithm::RsaPss2048Sha256,
+            public_key_pem: pem_encode("PUBLIC KEY", der.as_ref()),
+        };
+        let KeyMaterial::Rsa { n, e } = key.material().expect("material") else { panic!("not RSA") };
+        assert_eq!(e, vec![1, 0, 1], "65537");
+        assert_eq!(n.len(), 256, "2048 bits without the sign octet");
+        assert!(n[0] & 0x80 != 0);
+        let garbled = PublicKey { public_key_pem: pem_encode("PUBLIC KEY", &der.as_ref()[..40]), ..key };
+        assert!(garbled.material().is_err(), "a cut key is refused, not read past its end");
     }
 }

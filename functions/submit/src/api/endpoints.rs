@@ -16,8 +16,8 @@ use mapi_admission::quota;
 use mapi_api::endpoints::{
     CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
 };
-use mapi_domain::endpoint::{Accelerator, EndpointStatus, check_alias, resolve_region};
-use mapi_domain::{ModelVersionId, ProjectId, TenantId};
+use mapi_domain::endpoint::{Accelerator, EndpointStatus, check_alias, default_region, resolve_region};
+use mapi_domain::{ModelVersionId, ProjectId, Residency, TenantId};
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
 use mapi_endpoints::{EndpointDoc, Promotion, Revision, endpoint_id, service_name};
 use mapi_hosting::{BundleFile, HostingError, ModelRef, RevisionSpec, Scaling, ServiceSpec, Traffic};
@@ -70,10 +70,11 @@ impl Servable {
 }
 
 /// The model a revision serves, read from its bundle (which verified).
+/// An integrity failure is refused, audited as `action` of `caller`, logged and counted.
 async fn model_of(
     state: &AppState,
-    tenant: &TenantId,
-    project: &ProjectId,
+    (caller, action): (&Caller, &str),
+    (tenant, project): (&TenantId, &ProjectId),
     id: &ModelVersionId,
 ) -> Result<Servable, ApiError> {
     let missing =
@@ -90,16 +91,12 @@ async fn model_of(
     }
     let prefix = ObjectKey::parse(&version.bundle)
         .map_err(|e| ApiError::internal_from(format!("bundle prefix of {id}"), e))?;
-    let files = mapi_bundles::read_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)
-        .await
-        .map_err(|e| match e {
-            mapi_bundles::BundleError::Integrity { detail, .. } => ApiError::new(
-                ProblemCode::IntegrityFailure,
-                format!("model version {id} failed its integrity check ({detail}): it cannot be served"),
-            ),
-            mapi_bundles::BundleError::Objects(e) => e.into(),
-            mapi_bundles::BundleError::Sign(e) => ApiError::internal_from("bundle signer", e),
-        })?;
+    let read =
+        mapi_bundles::read_pinned(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256).await;
+    let files = match read {
+        Ok(files) => files,
+        Err(e) => return Err(super::model_versions::refuse(state, caller, &version, action, e).await),
+    };
     let python = mapi_methods::find(&version.method).and_then(|m| m.python);
     let (example, plugin) = match (is_plugin, python) {
         (true, _) => (None, Some(plugin_servable(&version, &files)?)),
@@ -206,9 +203,21 @@ async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiEr
     Ok(doc.view(&mapi_endpoints::Usage::sum(&shards)))
 }
 
-fn checked(body: &CreateEndpoint) -> Result<(String, Scaling), ApiError> {
+/// The region and scaling of a new endpoint of a tenant with `residency`:
+/// the region named (which must lie within the residency), or the one the
+/// residency gives.
+fn checked(body: &CreateEndpoint, residency: &Residency) -> Result<(String, Scaling), ApiError> {
     check_alias(&body.alias).map_err(ApiError::invalid)?;
-    let region = resolve_region(&body.region, body.accelerator).map_err(ApiError::invalid)?;
+    let named = body.region.clone().unwrap_or_else(|| default_region(residency));
+    let region = resolve_region(&named, body.accelerator).map_err(ApiError::invalid)?;
+    if !residency.admits(&region) {
+        return Err(ApiError::precondition(format!(
+            "region {region} is outside the tenant's data residency {residency}, which needs {}: \
+             leave region out (it is then {}) or name a region there",
+            residency.requirement(),
+            default_region(residency)
+        )));
+    }
     if !(1..=100).contains(&body.max_instances) || body.min_instances > body.max_instances {
         return Err(ApiError::invalid(format!(
             "instances must satisfy 0 ≤ min_instances ≤ max_instances ≤ 100 and max_instances ≥ 1, not {}…{}",
@@ -243,8 +252,9 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<EndpointView>), ApiError> {
     let granted =
         require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Create).await?;
-    let (region, scaling) = checked(&body)?;
-    let servable = model_of(&state, &tenant, &project, &body.model_version).await?;
+    let (region, scaling) = checked(&body, &granted.tenant.residency)?;
+    let servable =
+        model_of(&state, (&caller, "endpoint.create"), (&tenant, &project), &body.model_version).await?;
     let now = state.clock.now();
     let tag = "r1".to_owned();
     let mut doc = EndpointDoc {
@@ -545,7 +555,8 @@ async fn promote(
             doc.alias
         )));
     }
-    let servable = model_of(state, &doc.tenant, &doc.project, version).await?;
+    let servable =
+        model_of(state, (caller, "endpoint.promote"), (&doc.tenant, &doc.project), version).await?;
     let tag = doc.next_tag();
     let (t, v) = (&tag, &servable);
     let doc = change(state, caller, &doc.id, "endpoint.promote", |d, now| {

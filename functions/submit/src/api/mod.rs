@@ -21,6 +21,7 @@ pub mod model_versions;
 pub mod outputs;
 pub mod plugins;
 pub mod project_methods;
+pub mod protocols;
 mod run_filters;
 pub mod run_views;
 pub mod runs;
@@ -85,6 +86,8 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/tenants/{tenant}/projects/{project}/model-versions", get(model_versions::list))
         .route("/v1/model-versions/{id}", get(model_versions::get_version))
         .route("/v1/model-versions/{id}/urls", post(model_versions::urls))
+        .route("/v1/model-versions/{id}/manifest", get(model_versions::manifest))
+        .route("/v1/signing-keys", get(model_versions::signing_keys))
         .route(
             "/v1/tenants/{tenant}/projects/{project}/jobs",
             post(jobs::submit).layer(DefaultBodyLimit::max(job_limit)).get(jobs::list),
@@ -102,6 +105,19 @@ pub fn router(state: &AppState) -> Router<AppState> {
             "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
             get(endpoints::get_endpoint).delete(endpoints::delete).post(endpoints::act),
         )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}/invocations",
+            post(protocols::mlflow_invocations),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/v1/models/{alias}", post(protocols::kserve_predict))
+        .route("/v1/tenants/{tenant}/projects/{project}/v2/health/ready", get(protocols::v2_health))
+        .route("/v1/tenants/{tenant}/projects/{project}/v2/health/live", get(protocols::v2_live))
+        .route("/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}", get(protocols::v2_model))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}/ready",
+            get(protocols::v2_model_ready),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}/infer", post(protocols::v2_infer))
         .route("/v1/tenants/{tenant}/projects/{project}/webhooks", post(webhooks::create).get(webhooks::list))
         .route(
             "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}",

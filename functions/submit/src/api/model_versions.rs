@@ -15,7 +15,8 @@ use std::time::Duration;
 use axum::extract::State;
 use mapi_access::{Action, Resource};
 use mapi_api::views::{
-    ArtifactUrl, ArtifactUrls, ArtifactView, ModelVersionPage, ModelVersionSummary, ModelVersionView,
+    ArtifactUrl, ArtifactUrls, ArtifactView, ManifestSignature, ModelVersionPage, ModelVersionSummary,
+    ModelVersionView, SignedManifest, SigningKey, SigningKeys,
 };
 use mapi_bundles::BundleError;
 use mapi_domain::{ModelVersionId, ProjectId, TenantId};
@@ -24,6 +25,7 @@ use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, Query};
 use mapi_schema::{Doc, ModelVersionDoc, Outcome, layout};
+use mapi_signer::KeyMaterial;
 
 use super::datasets::{PageQuery, newest_first, require_project};
 
@@ -73,7 +75,7 @@ fn prefix_of(version: &ModelVersionDoc) -> Result<ObjectKey, ApiError> {
 
 /// Turns a bundle's failure into the answer. An integrity failure is
 /// refused, audited, logged as an `ALARM` and counted.
-async fn refuse(
+pub(crate) async fn refuse(
     state: &AppState,
     caller: &Caller,
     version: &ModelVersionDoc,
@@ -240,10 +242,97 @@ pub async fn urls(
         .into_iter()
         .map(|(a, url)| ArtifactUrl {
             name: layout::output_name(&dir, a.key.as_str()).unwrap_or_else(|| a.key.to_string()),
+            key: a.key.to_string(),
             size: a.size,
             sha256: a.sha256,
             url,
         })
         .collect();
     Ok(Json(ArtifactUrls { model_version: version.id, expires_in_s: URL_TTL.as_secs(), artifacts }))
+}
+
+/// A model version's manifest exactly as it was signed, with its
+/// signature, after it verified here: for a verifier outside the platform
+/// (docs/bundle-format.md says how), with the keys of `GET /v1/signing-keys`.
+#[utoipa::path(
+    get,
+    path = "/v1/model-versions/{id}/manifest",
+    tag = "model-versions",
+    params(("id" = mapi_domain::ModelVersionId, Path)),
+    responses(
+        (status = 200, body = SignedManifest),
+        (status = 404, body = mapi_problem::Problem),
+        (status = 409, body = mapi_problem::Problem, description = "INTEGRITY_FAILURE: the manifest does not verify or is not the one recorded; the refusal is audited"),
+        (status = 410, body = mapi_problem::Problem, description = "GONE: its bytes expired"),
+    ),
+    security(("session" = []), ("token" = []))
+)]
+pub async fn manifest(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SignedManifest>, ApiError> {
+    use base64::Engine;
+    let version = kept(load_for(&state, &caller, &id).await?.0)?;
+    let prefix = prefix_of(&version)?;
+    let signed =
+        mapi_bundles::signed_manifest(&*state.objects, &*state.signer, &prefix, &version.manifest_sha256)
+            .await;
+    let (bytes, signature) = match signed {
+        Ok(s) => s,
+        Err(e) => return Err(refuse(&state, &caller, &version, "model_version.manifest", e).await),
+    };
+    let manifest = String::from_utf8(bytes.to_vec())
+        .map_err(|e| ApiError::internal_from(format!("manifest of {}", version.id), e))?;
+    Ok(Json(SignedManifest {
+        model_version: version.id,
+        manifest_sha256: version.manifest_sha256,
+        manifest,
+        signature: ManifestSignature {
+            key_version: signature.key_version,
+            algorithm: signature.algorithm.as_str().to_owned(),
+            value: base64::engine::general_purpose::STANDARD.encode(&signature.value),
+        },
+    }))
+}
+
+/// The public keys the platform's bundle signatures verify under (the
+/// active one and every one still trusted), as a JSON Web Key Set. Public
+/// keys only: anyone may read them, without credentials.
+#[utoipa::path(
+    get,
+    path = "/v1/signing-keys",
+    tag = "model-versions",
+    responses((status = 200, body = SigningKeys)),
+)]
+pub async fn signing_keys(State(state): State<AppState>) -> Result<Json<SigningKeys>, ApiError> {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let mut keys = Vec::new();
+    for k in state.signer.trusted_keys().export() {
+        let material = k.material().map_err(|e| ApiError::internal_from("a trusted public key", e))?;
+        let mut key = SigningKey {
+            kid: k.key_version.clone(),
+            kty: String::new(),
+            alg: k.algorithm.jose().to_owned(),
+            use_: "sig".to_owned(),
+            algorithm: k.algorithm.as_str().to_owned(),
+            crv: None,
+            x: None,
+            y: None,
+            n: None,
+            e: None,
+        };
+        match material {
+            KeyMaterial::Ec { x, y } => {
+                (key.kty, key.crv, key.x, key.y) =
+                    ("EC".into(), Some("P-256".into()), Some(b64(&x)), Some(b64(&y)));
+            }
+            KeyMaterial::Rsa { n, e } => {
+                (key.kty, key.n, key.e) = ("RSA".into(), Some(b64(&n)), Some(b64(&e)))
+            }
+        }
+        keys.push(key);
+    }
+    Ok(Json(SigningKeys { keys, active: state.signer.key_version().to_owned() }))
 }
