@@ -373,13 +373,7 @@ pub async fn kserve_predict(
         return Err(ApiError::not_found("no such route: use …/v1/models/{alias}:predict"));
     };
     let rows = kserve_rows(&json_body(&body)?).map_err(ApiError::invalid)?;
-    match scored(&state, &caller, (&tenant, &project, alias), rows, false).await? {
-        Ok((scored, headers)) => {
-            let predictions: Vec<f64> = scored.predictions.iter().map(|p| p.value).collect();
-            Ok(answer(json!({"predictions": predictions}), &headers))
-        }
-        Err(refused) => Ok(refused),
-    }
+    predictions(&state, &caller, (&tenant, &project, alias), rows).await
 }
 
 /// MLflow's scoring server: `…/endpoints/{alias}/invocations`.
@@ -406,10 +400,20 @@ pub async fn mlflow_invocations(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let rows = mlflow_rows(&json_body(&body)?).map_err(ApiError::invalid)?;
-    match scored(&state, &caller, (&tenant, &project, &alias), rows, false).await? {
+    predictions(&state, &caller, (&tenant, &project, &alias), rows).await
+}
+
+/// KServe v1's and MLflow's answer: `predictions`, one plain value per row.
+async fn predictions(
+    state: &AppState,
+    caller: &Caller,
+    key: (&TenantId, &ProjectId, &str),
+    rows: Vec<Row>,
+) -> Result<Response, ApiError> {
+    match scored(state, caller, key, rows, false).await? {
         Ok((scored, headers)) => {
-            let predictions: Vec<f64> = scored.predictions.iter().map(|p| p.value).collect();
-            Ok(answer(json!({"predictions": predictions}), &headers))
+            let values: Vec<f64> = scored.predictions.iter().map(|p| p.value).collect();
+            Ok(answer(json!({"predictions": values}), &headers))
         }
         Err(refused) => Ok(refused),
     }
