@@ -311,28 +311,24 @@ pub async fn signing_keys(State(state): State<AppState>) -> Result<Json<SigningK
     let mut keys = Vec::new();
     for k in state.signer.trusted_keys().export() {
         let material = k.material().map_err(|e| ApiError::internal_from("a trusted public key", e))?;
-        let mut key = SigningKey {
+        let (kty, crv, x, y, n, e) = match material {
+            KeyMaterial::Ec { x, y } => {
+                ("EC", Some("P-256".to_owned()), Some(b64(&x)), Some(b64(&y)), None, None)
+            }
+            KeyMaterial::Rsa { n, e } => ("RSA", None, None, None, Some(b64(&n)), Some(b64(&e))),
+        };
+        keys.push(SigningKey {
             kid: k.key_version.clone(),
-            kty: String::new(),
+            kty: kty.to_owned(),
             alg: k.algorithm.jose().to_owned(),
             use_: "sig".to_owned(),
             algorithm: k.algorithm.as_str().to_owned(),
-            crv: None,
-            x: None,
-            y: None,
-            n: None,
-            e: None,
-        };
-        match material {
-            KeyMaterial::Ec { x, y } => {
-                (key.kty, key.crv, key.x, key.y) =
-                    ("EC".into(), Some("P-256".into()), Some(b64(&x)), Some(b64(&y)));
-            }
-            KeyMaterial::Rsa { n, e } => {
-                (key.kty, key.n, key.e) = ("RSA".into(), Some(b64(&n)), Some(b64(&e)))
-            }
-        }
-        keys.push(key);
+            crv,
+            x,
+            y,
+            n,
+            e,
+        });
     }
     Ok(Json(SigningKeys { keys, active: state.signer.key_version().to_owned() }))
 }

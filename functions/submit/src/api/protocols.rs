@@ -224,10 +224,6 @@ fn answer(body: Value, headers: &HeaderMap) -> Response {
     resp
 }
 
-fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    mapi_problem::parse_json(body)
-}
-
 /// Open Inference Protocol v2: infer.
 #[utoipa::path(
     post,
@@ -251,7 +247,7 @@ pub async fn v2_infer(
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request = json_body(&body)?;
+    let request = mapi_problem::parse_json::<Value>(&body)?;
     let (rows, id) = v2_rows(&request).map_err(ApiError::invalid)?;
     let std_errors = request
         .get("outputs")
@@ -372,7 +368,7 @@ pub async fn kserve_predict(
     let Some(alias) = target.strip_suffix(":predict") else {
         return Err(ApiError::not_found("no such route: use …/v1/models/{alias}:predict"));
     };
-    let rows = kserve_rows(&json_body(&body)?).map_err(ApiError::invalid)?;
+    let rows = kserve_rows(&mapi_problem::parse_json::<Value>(&body)?).map_err(ApiError::invalid)?;
     predictions(&state, &caller, (&tenant, &project, alias), rows).await
 }
 
@@ -399,7 +395,7 @@ pub async fn mlflow_invocations(
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let rows = mlflow_rows(&json_body(&body)?).map_err(ApiError::invalid)?;
+    let rows = mlflow_rows(&mapi_problem::parse_json::<Value>(&body)?).map_err(ApiError::invalid)?;
     predictions(&state, &caller, (&tenant, &project, &alias), rows).await
 }
 
