@@ -155,3 +155,80 @@ pub struct ScoreResponse {
     pub predictions: Vec<PredictionView>,
     pub revision: String,
 }
+
+/// The bodies of the standard inference protocols, as the document
+/// describes them. The handlers read the JSON themselves, to name the input
+/// that is wrong; a test holds that every body they accept is one of these.
+pub mod protocol {
+    use serde::{Deserialize, Serialize};
+    use serde_json::{Map, Value};
+
+    /// An Open Inference Protocol v2 infer request.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+    pub struct InferRequest {
+        /// Echoed in the answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub id: Option<String>,
+        /// One tensor per input column, all with the same number of rows.
+        #[schema(min_items = 1)]
+        pub inputs: Vec<InferTensor>,
+        /// The outputs wanted: `value` always comes; name `std_error` to get standard errors too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub outputs: Option<Vec<RequestedOutput>>,
+    }
+
+    /// One input column as a tensor of shape `[N]` or `[N, 1]`.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+    pub struct InferTensor {
+        /// The column's name.
+        pub name: String,
+        /// `[N]` or `[N, 1]`.
+        #[schema(min_items = 1, max_items = 2)]
+        pub shape: Vec<u64>,
+        /// The tensor's type, as the client states it (`FP64`, `INT64`, `BYTES`, …).
+        pub datatype: String,
+        /// N values, flat or nested by row.
+        pub data: Vec<Value>,
+    }
+
+    /// An output asked for by name.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+    pub struct RequestedOutput {
+        /// `value` or `std_error`.
+        pub name: String,
+    }
+
+    /// A KServe v1 predict request.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+    pub struct PredictRequest {
+        /// One object per row, naming its columns.
+        #[schema(value_type = Vec<Object>, min_items = 1)]
+        pub instances: Vec<Map<String, Value>>,
+    }
+
+    /// An MLflow scoring request: exactly one of the four fields.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+    pub struct InvocationsRequest {
+        /// `{"columns": [...], "data": [[...], ...]}`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub dataframe_split: Option<Value>,
+        /// One object per row.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Vec<Object>>)]
+        pub dataframe_records: Option<Vec<Map<String, Value>>>,
+        /// One object per row.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Vec<Object>>)]
+        pub instances: Option<Vec<Map<String, Value>>>,
+        /// One object per row, or one list per column.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub inputs: Option<Value>,
+    }
+
+    /// The KServe v1 and MLflow answer: one value per row.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+    pub struct PredictResponse {
+        /// The predicted values, in the rows' order.
+        pub predictions: Vec<f64>,
+    }
+}

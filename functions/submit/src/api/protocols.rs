@@ -12,7 +12,7 @@
 //! differs. The translations are pure functions of the bodies.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use mapi_access::Action;
@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 use super::endpoint_access::load_granted;
 
 type Row = Map<String, Value>;
+type Loaded = (mapi_endpoints::EndpointDoc, mapi_schema::TenantDoc);
 
 /// An Open Inference Protocol v2 infer request's rows: each input is one
 /// column (shape `[N]` or `[N, 1]`, data flat or nested by row), all of the
@@ -187,19 +188,19 @@ pub fn v2_metadata(model: &str, version: &str, inputs: &[String]) -> Value {
     })
 }
 
-/// Scores `rows` through the platform's own route; the answer, or the
-/// refusal as it is.
+/// Scores `rows` on an endpoint already loaded and granted (so an endpoint
+/// the caller may not use is a 404 before its body is read); the answer,
+/// or the refusal as it is.
 async fn scored(
     state: &AppState,
     caller: &Caller,
-    key: (&TenantId, &ProjectId, &str),
+    loaded: Loaded,
     rows: Vec<Row>,
     std_errors: bool,
 ) -> Result<Result<(ScoreResponse, HeaderMap), Response>, ApiError> {
+    let n = rows.len();
     let body = serde_json::to_vec(&json!({"rows": rows, "std_errors": std_errors}))?;
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let resp = super::scoring::score(state, caller, key, &headers, Bytes::from(body)).await?;
+    let resp = super::scoring::score_loaded(state, caller, loaded, n, Bytes::from(body)).await?;
     if resp.status() != StatusCode::OK {
         return Ok(Err(resp));
     }
@@ -229,8 +230,8 @@ fn answer(body: Value, headers: &HeaderMap) -> Response {
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}/infer",
     tag = "endpoints",
-    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, description = "The endpoint's alias (the protocol's model name)")),
-    request_body(content = serde_json::Value, description = "An infer request: one input tensor per column (shape [N] or [N, 1]); ask for output `std_error` to get standard errors"),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "The endpoint's alias (the protocol's model name)")),
+    request_body(content = mapi_api::endpoints::protocol::InferRequest, description = "An infer request: one input tensor per column (shape [N] or [N, 1]); ask for output `std_error` to get standard errors"),
     responses(
         (status = 200, body = serde_json::Value, description = "Outputs `value` (and `std_error`), FP64 of shape [N], with `x-mapi-revision` and `x-mapi-model-version`"),
         (status = 400, body = mapi_problem::Problem),
@@ -247,13 +248,14 @@ pub async fn v2_infer(
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let loaded = load_granted(&state, &caller, (&tenant, &project, &alias), Action::Run).await?;
     let request = mapi_problem::parse_json::<Value>(&body)?;
     let (rows, id) = v2_rows(&request).map_err(ApiError::invalid)?;
     let std_errors = request
         .get("outputs")
         .and_then(Value::as_array)
         .is_some_and(|o| o.iter().any(|o| o.get("name").and_then(Value::as_str) == Some("std_error")));
-    match scored(&state, &caller, (&tenant, &project, &alias), rows, std_errors).await? {
+    match scored(&state, &caller, loaded, rows, std_errors).await? {
         Ok((scored, headers)) => {
             let version =
                 headers.get("x-mapi-model-version").and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -268,7 +270,7 @@ pub async fn v2_infer(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}",
     tag = "endpoints",
-    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, description = "The endpoint's alias (the protocol's model name)")),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "The endpoint's alias (the protocol's model name)")),
     responses((status = 200, body = serde_json::Value, description = "Name, versions, inputs and outputs"), (status = 404, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = []))
 )]
@@ -292,7 +294,7 @@ pub async fn v2_model(
     get,
     path = "/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}/ready",
     tag = "endpoints",
-    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, description = "The endpoint's alias (the protocol's model name)")),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "The endpoint's alias (the protocol's model name)")),
     responses((status = 200, description = "Ready"), (status = 400, description = "Not ready"), (status = 404, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = []))
 )]
@@ -348,9 +350,9 @@ pub async fn v2_live(
     path = "/v1/tenants/{tenant}/projects/{project}/v1/models/{alias}",
     tag = "endpoints",
     params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?:predict$", description = "`{alias}:predict`")),
-    request_body(content = serde_json::Value, description = "`instances`: one object per row, naming the columns"),
+    request_body(content = mapi_api::endpoints::protocol::PredictRequest, description = "`instances`: one object per row, naming the columns"),
     responses(
-        (status = 200, body = serde_json::Value, description = "`predictions`: one value per instance"),
+        (status = 200, body = mapi_api::endpoints::protocol::PredictResponse, description = "`predictions`: one value per instance"),
         (status = 400, body = mapi_problem::Problem),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "The endpoint is not ready"),
@@ -368,8 +370,9 @@ pub async fn kserve_predict(
     let Some(alias) = target.strip_suffix(":predict") else {
         return Err(ApiError::not_found("no such route: use …/v1/models/{alias}:predict"));
     };
+    let loaded = load_granted(&state, &caller, (&tenant, &project, alias), Action::Run).await?;
     let rows = kserve_rows(&mapi_problem::parse_json::<Value>(&body)?).map_err(ApiError::invalid)?;
-    predictions(&state, &caller, (&tenant, &project, alias), rows).await
+    predictions(&state, &caller, loaded, rows).await
 }
 
 /// MLflow's scoring server: `…/endpoints/{alias}/invocations`.
@@ -377,10 +380,10 @@ pub async fn kserve_predict(
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}/invocations",
     tag = "endpoints",
-    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, description = "The endpoint's alias (the protocol's model name)")),
-    request_body(content = serde_json::Value, description = "One of `dataframe_split`, `dataframe_records`, `instances` or `inputs`"),
+    params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "The endpoint's alias (the protocol's model name)")),
+    request_body(content = mapi_api::endpoints::protocol::InvocationsRequest, description = "One of `dataframe_split`, `dataframe_records`, `instances` or `inputs`"),
     responses(
-        (status = 200, body = serde_json::Value, description = "`predictions`: one value per row"),
+        (status = 200, body = mapi_api::endpoints::protocol::PredictResponse, description = "`predictions`: one value per row"),
         (status = 400, body = mapi_problem::Problem),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "The endpoint is not ready"),
@@ -395,18 +398,19 @@ pub async fn mlflow_invocations(
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let loaded = load_granted(&state, &caller, (&tenant, &project, &alias), Action::Run).await?;
     let rows = mlflow_rows(&mapi_problem::parse_json::<Value>(&body)?).map_err(ApiError::invalid)?;
-    predictions(&state, &caller, (&tenant, &project, &alias), rows).await
+    predictions(&state, &caller, loaded, rows).await
 }
 
 /// KServe v1's and MLflow's answer: `predictions`, one plain value per row.
 async fn predictions(
     state: &AppState,
     caller: &Caller,
-    key: (&TenantId, &ProjectId, &str),
+    loaded: Loaded,
     rows: Vec<Row>,
 ) -> Result<Response, ApiError> {
-    match scored(state, caller, key, rows, false).await? {
+    match scored(state, caller, loaded, rows, false).await? {
         Ok((scored, headers)) => {
             let values: Vec<f64> = scored.predictions.iter().map(|p| p.value).collect();
             Ok(answer(json!({"predictions": values}), &headers))
@@ -417,7 +421,7 @@ async fn predictions(
 
 #[cfg(test)]
 mod tests {
-    use mapi_api::endpoints::PredictionView;
+    use mapi_api::endpoints::{PredictionView, protocol};
 
     use super::*;
 
@@ -429,6 +433,8 @@ mod tests {
         ], "outputs": [{"name": "value"}]});
         let (rows, id) = v2_rows(&body).expect("rows");
         assert_eq!(rows.len(), 2);
+        // The document's schema describes what the handler accepts.
+        serde_json::from_value::<protocol::InferRequest>(body.clone()).expect("the documented body");
         assert_eq!((rows[1]["gnp"].clone(), rows[1]["year"].clone()), (json!(410.0), json!(1956)));
         assert_eq!(id, Some(json!("a1")));
         let scored = ScoreResponse {
@@ -477,15 +483,16 @@ mod tests {
             json!({"inputs": {"a": [1, 3], "b": [2, 4]}}),
         ] {
             assert_eq!(mlflow_rows(&body).expect("rows"), want, "{body}");
+            serde_json::from_value::<protocol::InvocationsRequest>(body.clone())
+                .expect("the documented body");
         }
         let both = mlflow_rows(&json!({"instances": [], "inputs": []})).expect_err("refused");
         assert!(both.contains("exactly one") && both.contains("instances and inputs"), "{both}");
         let ragged = mlflow_rows(&json!({"dataframe_split": {"columns": ["a"], "data": [[1, 2]]}}));
         assert!(ragged.expect_err("refused").contains("data[0] is not a list of 1 values"));
-        assert_eq!(
-            kserve_rows(&json!({"instances": [{"a": 1, "b": 2}, {"a": 3, "b": 4}]})).expect("rows"),
-            want
-        );
+        let kserve = json!({"instances": [{"a": 1, "b": 2}, {"a": 3, "b": 4}]});
+        assert_eq!(kserve_rows(&kserve).expect("rows"), want);
+        serde_json::from_value::<protocol::PredictRequest>(kserve).expect("the documented body");
         assert!(
             kserve_rows(&json!({"instances": [[1, 2]]}))
                 .expect_err("refused")

@@ -47,10 +47,23 @@ pub async fn score(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (doc, tenant) = load_granted(state, caller, key, Action::Run).await?;
+    let loaded = load_granted(state, caller, key, Action::Run).await?;
     let req: ScoreRequest = body_of(headers, &body)?;
-    if req.rows.is_empty() || req.rows.len() > MAX_ROWS {
-        return Err(ApiError::invalid(format!("send 1 to {MAX_ROWS} rows, not {}", req.rows.len())));
+    score_loaded(state, caller, loaded, req.rows.len(), body).await
+}
+
+/// Scores `body` (a valid score request of `rows` rows) on an endpoint
+/// already loaded and granted to the caller for `Run`: the one path of every
+/// wire format, so each is admitted, metered and counted alike.
+pub async fn score_loaded(
+    state: &AppState,
+    caller: &Caller,
+    (doc, tenant): (EndpointDoc, mapi_schema::TenantDoc),
+    rows: usize,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if rows == 0 || rows > MAX_ROWS {
+        return Err(ApiError::invalid(format!("send 1 to {MAX_ROWS} rows, not {rows}")));
     }
     if doc.status != EndpointStatus::Ready {
         return Err(ApiError::precondition(format!(
