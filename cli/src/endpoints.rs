@@ -77,6 +77,10 @@ pub enum EndpointsCmd {
         alias: String,
         #[arg(long)]
         model_version: String,
+        /// Wait until it is promoted or rolled back, printing each step (a step that needs
+        /// scores waits for them: send them from elsewhere).
+        #[arg(long)]
+        wait: bool,
         #[command(flatten)]
         at: Where,
     },
@@ -141,6 +145,33 @@ pub fn describe(e: &EndpointView) -> String {
         out.push_str(&format!("  {}  {:<17} {}\n", ev.at, ev.kind, ev.detail));
     }
     out
+}
+
+/// Follows the promotion `e` started until it ends (the endpoint then has
+/// no promotion, and its last event says how), printing each phase and step
+/// as it is reached (not with `--json`).
+async fn until_promotion_ends(
+    client: &Client,
+    url: &str,
+    mut e: EndpointView,
+    json: bool,
+) -> Result<EndpointView> {
+    let mut shown = None;
+    while let Some(p) = &e.promotion {
+        let now = (p.phase.clone(), p.canary_percent);
+        if !json && shown.as_ref() != Some(&now) {
+            println!("promotion {} ({}): {} at {} %", p.model_version, p.tag, p.phase, p.canary_percent);
+        }
+        shown = Some(now);
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        e = client.get(url).await?;
+    }
+    Ok(e)
+}
+
+/// Whether the endpoint's last event is a promotion that ended well.
+fn promoted(e: &EndpointView) -> bool {
+    e.events.last().is_some_and(|ev| ev.kind == "promoted")
 }
 
 /// `a=1.5,b=2` as a row.
@@ -256,14 +287,21 @@ pub async fn run(
             out.push_str(&format!("(revision {revision})\n"));
             print(json, &answer, || out)?;
         }
-        EndpointsCmd::Promote { alias, model_version, at } => {
+        EndpointsCmd::Promote { alias, model_version, wait, at } => {
             let body = PromoteEndpoint {
                 model_version: mapi_domain::ModelVersionId::parse(&model_version)
                     .map_err(|e| format!("--model-version: {e}"))?,
             };
-            let url = format!("{}/{alias}:promote", base(at)?);
-            let e: EndpointView = client.send(client.request(Method::POST, &url).json(&body)).await?;
+            let base = base(at)?;
+            let url = format!("{base}/{alias}:promote");
+            let mut e: EndpointView = client.send(client.request(Method::POST, &url).json(&body)).await?;
+            if wait {
+                e = until_promotion_ends(client, &format!("{base}/{alias}"), e, json).await?;
+            }
             print(json, &e, || describe(&e))?;
+            if wait && !promoted(&e) {
+                return Ok(ExitCode::FAILURE);
+            }
         }
         EndpointsCmd::Rollback { alias, at } => {
             let url = format!("{}/{alias}:rollback", base(at)?);

@@ -15,11 +15,12 @@ use std::process::Command;
 
 use mapi_tests::{TestPlatform, binary};
 
-/// The sections run, in the README's order. (Endpoints have their own test: a promotion moves
-/// only as scores arrive; deploying and the executors' evidence need things a reader brings.)
+/// The sections run, in the README's order. (Deploying and the executors' evidence need things
+/// a reader brings.)
 const SECTIONS: &[&str] = &[
     "Walkthrough: fit a linear model",
     "Model versions",
+    "Endpoints: serve a model version, score it, promote another",
     "Item jobs: one method on every item of a list",
     "Tenants, people and tokens",
     "A tenant's end: export and deletion",

@@ -16,7 +16,9 @@
 //!   `min_step_time` has passed, the canary answered at least `min_requests`
 //!   requests, its error rate over those requests is at most
 //!   `pass_error_rate_ppm` (half the rollback limit by default) and its p99
-//!   is known whenever the stable revision's is. Observed at 100 %,
+//!   is known whenever the stable revision's is (a policy that asks for no
+//!   requests, as one person trying `mapi dev` has, advances on its time
+//!   alone; errors and latency still roll back). Observed at 100 %,
 //!   the canary is [`Phase::Promoted`]: the last step is the promotion, it
 //!   does not last.
 //! - **Errors roll back at once**, at any observation of any step: when the
@@ -394,7 +396,7 @@ fn ready(policy: &Policy, elapsed: Duration, shown: Counts, obs: &Observation) -
     elapsed >= policy.min_step_time
         && shown.requests >= policy.min_requests
         && !over(shown, policy.pass_error_rate_ppm, shown.requests)
-        && (obs.stable.p99_ms.is_none() || obs.canary.p99_ms.is_some())
+        && (policy.min_requests == 0 || obs.stable.p99_ms.is_none() || obs.canary.p99_ms.is_some())
 }
 
 #[cfg(test)]

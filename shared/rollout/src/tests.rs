@@ -317,6 +317,22 @@ fn a_step_without_traffic_stalls_and_time_alone_never_advances_it() {
 }
 
 #[test]
+fn a_policy_that_asks_for_no_requests_advances_on_time_alone_and_still_rolls_back_on_errors() {
+    let p = Policy { min_requests: 0, min_step_time: Duration::from_secs(3), ..Policy::default() };
+    let g = at_first_step(&p, 0);
+    let mut idle = obs(3, Some(5), (0, 0, 0.0), 10.0);
+    idle.canary.p99_ms = None;
+    let (held, d) = g.observe(&p, &idle);
+    assert_eq!((d, held.desired_percent()), (Decision::Hold, 5), "2 s shown: not yet");
+    idle.now = t(4);
+    let (g, d) = g.observe(&p, &idle);
+    assert_eq!((d, g.desired_percent()), (Decision::SetCanary(25), 25), "3 s shown, no scores, no p99");
+    let (g, _) = g.observe(&p, &obs(5, Some(25), (0, 0, 10.0), 10.0));
+    let (g, d) = g.observe(&p, &obs(6, Some(25), (20, 20, 10.0), 10.0));
+    assert_eq!((d, g.phase_name()), (Decision::SetCanary(0), "rolled_back"), "20 errors in 20 scores");
+}
+
+#[test]
 fn a_policy_whose_steps_do_not_reach_100_rolls_back_with_that_reason() {
     for steps in [vec![], vec![5, 50], vec![0, 100], vec![50, 25, 100]] {
         let p = Policy { steps: steps.clone(), ..Policy::default() };

@@ -636,6 +636,21 @@ fn subscriptions(env: Env<'_>) -> Result<Vec<String>, ConfigError> {
         .collect()
 }
 
+/// The promotion gate's least time and scores per step, as set, else the
+/// profile's: a shared deployment waits a minute and 50 scores of the new
+/// revision at each step; one person trying `mapi dev` sees a promotion
+/// through in seconds, scored or not (the error and latency rollbacks still
+/// judge every score that comes).
+fn gate_step(env: Env<'_>, profile: Profile) -> Result<(Duration, u64), ConfigError> {
+    let (seconds, requests) = match profile {
+        Profile::Dev => (3, 0),
+        Profile::MultiTenant => (60, 50),
+    };
+    let seconds = v::ENDPOINTS_STEP_S.parse_opt::<u64>(env)?.unwrap_or(seconds);
+    let requests = v::ENDPOINTS_STEP_REQUESTS.parse_opt::<u64>(env)?.unwrap_or(requests);
+    Ok((Duration::from_secs(seconds), requests))
+}
+
 /// The secrets, from the environment or in the dev profile from
 /// `$MAPI_HOME`. The internal token and the token pepper every service
 /// reads (internal callers are checked, and refusals audited, under the
@@ -851,6 +866,7 @@ impl Config {
         };
         let objects_backend = objects_backend(objects)?;
         let local_objects = uses.has(Section::Objects) && matches!(objects_backend, ObjectsBackend::Local);
+        let gate = gate_step(life, profile)?;
         Ok(Config {
             uses,
             secrets: secrets(env, profile, &home, local_objects)?,
@@ -869,8 +885,8 @@ impl Config {
             dispatch_lease: v::DISPATCH_LEASE_S.seconds(life)?,
             plugin_log_limit: v::PLUGIN_LOG_LIMIT_BYTES.parse(life)?,
             stall_after: v::STALL_AFTER_S.seconds(life)?,
-            endpoints_step: v::ENDPOINTS_STEP_S.seconds(life)?,
-            endpoints_step_requests: v::ENDPOINTS_STEP_REQUESTS.parse(life)?,
+            endpoints_step: gate.0,
+            endpoints_step_requests: gate.1,
             endpoints_p99_slack: v::ENDPOINTS_P99_SLACK_MS.millis(life)?,
             tick_interval: v::TICK_INTERVAL_S.seconds(life)?,
             tick_follow_up: v::TICK_FOLLOW_UP_S.seconds(life)?,

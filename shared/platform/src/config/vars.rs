@@ -102,14 +102,14 @@ pub const TICK_MAX_RUNS: Var = Var::new(
     "20000",
     "Active runs one reconcile tick looks at; the next tick goes on from where it stopped",
 );
-pub const ENDPOINTS_STEP_S: Var = Var::new(
+pub const ENDPOINTS_STEP_S: Var = Var::derived(
     "MAPI_ENDPOINTS_STEP_S",
-    "60",
+    "60 (dev: 3)",
     "Promotion gate: the least time each traffic step (5, 25, 50 %) lasts",
 );
-pub const ENDPOINTS_STEP_REQUESTS: Var = Var::new(
+pub const ENDPOINTS_STEP_REQUESTS: Var = Var::derived(
     "MAPI_ENDPOINTS_STEP_REQUESTS",
-    "50",
+    "50 (dev: 0)",
     "Promotion gate: the fewest scores the new revision answers in each step",
 );
 pub const ENDPOINTS_P99_SLACK_MS: Var = Var::new(
