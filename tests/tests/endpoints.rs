@@ -511,8 +511,43 @@ async fn standard_protocols_score_through_the_platform() {
     let (s, b) =
         p.call(p.token(), Method::POST, &format!("{base}/v1/models/nope:predict"), Some(instances)).await;
     assert_eq!((s, b["code"].as_str()), (404, Some("NOT_FOUND")), "{b}");
+    // Refusals speak each protocol's error shape too: `error` (v1, v2), `error_code` and `message` (MLflow).
+    assert!(b["error"].as_str().is_some_and(|e| e.contains("nope")), "{b}");
+    let (s, b) = p
+        .call(p.token(), Method::POST, &format!("{}/employment/invocations", endpoints(&p)), Some(json!({})))
+        .await;
+    assert_eq!((s, b["error_code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{b}");
+    assert!(b["message"].as_str().is_some_and(|m| m.contains("exactly one of")), "{b}");
 
     // Counted as scores of the endpoint: 1 own + 1 v2 + 1 v1 + 4 MLflow (the refused ones are not).
     let e = wait_for(&p, "employment", |_| true).await;
     assert_eq!(e["usage"]["requests"], 7, "{e:#}");
+
+    // Triton's stock client, unchanged: JSON and binary tensors, and its way of reading a refusal.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("endpoints/triton_client.py");
+    let env = [
+        ("MAPI_URL", p.platform.url.clone()),
+        ("MAPI_TOKEN", p.token().to_owned()),
+        ("MAPI_BASE", base.clone()),
+        ("MAPI_ALIAS", "employment".to_owned()),
+        ("MAPI_ROWS", json!([row(), second]).to_string()),
+        ("MAPI_WANT", json!(values).to_string()),
+    ];
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(stock_clients()).arg(script).envs(env).output().expect("run python")
+    })
+    .await
+    .expect("joined");
+    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && printed.contains("PASS:"), "Triton's client:\n{printed}");
+    let e = wait_for(&p, "employment", |_| true).await;
+    assert_eq!(e["usage"]["requests"], 10, "three infers of Triton's client counted: {e:#}");
+}
+
+/// The Python of a venv holding the pinned stock inference clients.
+fn stock_clients() -> std::path::PathBuf {
+    const PINS: &str = include_str!("../endpoints/requirements.txt");
+    let dir = mapi_tests::python_tools::cache_dir("stock-clients", PINS);
+    mapi_tests::python_tools::venv(&dir, PINS, |_| Ok(()))
+        .unwrap_or_else(|e| panic!("installing the stock clients: {e}"))
 }

@@ -105,19 +105,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
             "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
             get(endpoints::get_endpoint).delete(endpoints::delete).post(endpoints::act),
         )
-        .route(
-            "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}/invocations",
-            post(protocols::mlflow_invocations),
-        )
-        .route("/v1/tenants/{tenant}/projects/{project}/v1/models/{alias}", post(protocols::kserve_predict))
-        .route("/v1/tenants/{tenant}/projects/{project}/v2/health/ready", get(protocols::v2_health))
-        .route("/v1/tenants/{tenant}/projects/{project}/v2/health/live", get(protocols::v2_live))
-        .route("/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}", get(protocols::v2_model))
-        .route(
-            "/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}/ready",
-            get(protocols::v2_model_ready),
-        )
-        .route("/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}/infer", post(protocols::v2_infer))
+        .merge(protocols::routes())
         .route("/v1/tenants/{tenant}/projects/{project}/webhooks", post(webhooks::create).get(webhooks::list))
         .route(
             "/v1/tenants/{tenant}/projects/{project}/webhooks/{id}",

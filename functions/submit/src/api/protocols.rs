@@ -11,9 +11,12 @@
 //! admission, metering, audit and canary statistics; only the wire format
 //! differs. The translations are pure functions of the bodies.
 
+use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use bytes::Bytes;
 use mapi_access::Action;
 use mapi_api::endpoints::ScoreResponse;
@@ -68,6 +71,79 @@ pub fn v2_rows(body: &Value) -> Result<(Vec<Row>, Option<Value>), String> {
         }
     }
     Ok((rows, body.get("id").cloned()))
+}
+
+/// The header naming the length of the JSON part of a request in the binary
+/// tensor data extension (KServe, Triton): the JSON, then each input's raw
+/// bytes whose `parameters.binary_data_size` it gives, in the inputs' order.
+pub const BINARY_HEADER: &str = "inference-header-content-length";
+
+/// An infer request in the binary tensor data extension, as its JSON part
+/// with each binary input's values written into its `data` (little-endian,
+/// row-major, as the extension sends them; `BYTES` as 4-byte-length-prefixed
+/// UTF-8 strings).
+pub fn v2_binary(body: &[u8], json_len: usize) -> Result<Value, String> {
+    let head = body
+        .get(..json_len)
+        .ok_or(format!("{BINARY_HEADER} is {json_len}, past the body's {} bytes", body.len()))?;
+    let mut request: Value = serde_json::from_slice(head)
+        .map_err(|e| format!("the request's JSON part (its first {json_len} bytes) is not JSON: {e}"))?;
+    let mut rest = &body[json_len..];
+    let inputs =
+        request.get_mut("inputs").and_then(Value::as_array_mut).ok_or("an infer request needs `inputs`")?;
+    for input in inputs {
+        let Some(size) = input.pointer("/parameters/binary_data_size").and_then(Value::as_u64) else {
+            continue;
+        };
+        let name = input.get("name").and_then(Value::as_str).unwrap_or("?").to_owned();
+        let size =
+            usize::try_from(size).map_err(|_| format!("input `{name}`: binary_data_size too large"))?;
+        let (raw, after) = (rest.get(..size), rest.get(size..));
+        let (Some(raw), Some(after)) = (raw, after) else {
+            return Err(format!("input `{name}` has binary_data_size {size}, past the body's end"));
+        };
+        rest = after;
+        let datatype = input.get("datatype").and_then(Value::as_str).unwrap_or_default();
+        input["data"] = Value::Array(decode(raw, datatype).map_err(|e| format!("input `{name}`: {e}"))?);
+    }
+    if !rest.is_empty() {
+        return Err(format!("{} bytes follow the last binary input", rest.len()));
+    }
+    Ok(request)
+}
+
+/// Raw little-endian tensor bytes of `datatype` as JSON values.
+fn decode(raw: &[u8], datatype: &str) -> Result<Vec<Value>, String> {
+    fn each<const N: usize>(raw: &[u8], f: impl Fn([u8; N]) -> Value) -> Result<Vec<Value>, String> {
+        if raw.len() % N != 0 {
+            return Err(format!("{} bytes are not whole {N}-byte values", raw.len()));
+        }
+        Ok(raw.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect())
+    }
+    match datatype {
+        "FP64" => each(raw, |b| json!(f64::from_le_bytes(b))),
+        "FP32" => each(raw, |b| json!(f32::from_le_bytes(b))),
+        "INT64" => each(raw, |b| json!(i64::from_le_bytes(b))),
+        "INT32" => each(raw, |b| json!(i32::from_le_bytes(b))),
+        "INT16" => each(raw, |b| json!(i16::from_le_bytes(b))),
+        "INT8" => each(raw, |b: [u8; 1]| json!(i8::from_le_bytes(b))),
+        "UINT64" => each(raw, |b| json!(u64::from_le_bytes(b))),
+        "UINT32" => each(raw, |b| json!(u32::from_le_bytes(b))),
+        "UINT16" => each(raw, |b| json!(u16::from_le_bytes(b))),
+        "UINT8" => each(raw, |b: [u8; 1]| json!(b[0])),
+        "BOOL" => each(raw, |b: [u8; 1]| json!(b[0] != 0)),
+        "BYTES" => {
+            let (mut out, mut rest) = (Vec::new(), raw);
+            while let Some((len, after)) = rest.split_first_chunk::<4>() {
+                let len = u32::from_le_bytes(*len) as usize;
+                let text = after.get(..len).ok_or("a BYTES element runs past its tensor")?;
+                out.push(json!(String::from_utf8_lossy(text)));
+                rest = &after[len..];
+            }
+            if rest.is_empty() { Ok(out) } else { Err("a BYTES element's length is cut short".into()) }
+        }
+        other => Err(format!("datatype `{other}` is not one the platform reads")),
+    }
 }
 
 /// A tensor's data, flattened row-major.
@@ -231,7 +307,7 @@ fn answer(body: Value, headers: &HeaderMap) -> Response {
     path = "/v1/tenants/{tenant}/projects/{project}/v2/models/{alias}/infer",
     tag = "endpoints",
     params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "The endpoint's alias (the protocol's model name)")),
-    request_body(content = mapi_api::endpoints::protocol::InferRequest, description = "An infer request: one input tensor per column (shape [N] or [N, 1]); ask for output `std_error` to get standard errors"),
+    request_body(content = mapi_api::endpoints::protocol::InferRequest, description = "An infer request: one input tensor per column (shape [N] or [N, 1]); ask for output `std_error` to get standard errors. Binary tensor data (the `Inference-Header-Content-Length` extension) is read too"),
     responses(
         (status = 200, body = serde_json::Value, description = "Outputs `value` (and `std_error`), FP64 of shape [N], with `x-mapi-revision` and `x-mapi-model-version`"),
         (status = 400, body = mapi_problem::Problem),
@@ -246,10 +322,19 @@ pub async fn v2_infer(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
+    request_headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let loaded = load_granted(&state, &caller, (&tenant, &project, &alias), Action::Run).await?;
-    let request = mapi_problem::parse_json::<Value>(&body)?;
+    let request = match request_headers.get(BINARY_HEADER) {
+        Some(len) => {
+            let len = len.to_str().ok().and_then(|l| l.trim().parse().ok()).ok_or_else(|| {
+                ApiError::invalid(format!("{BINARY_HEADER} must be the JSON part's length in bytes"))
+            })?;
+            v2_binary(&body, len).map_err(ApiError::invalid)?
+        }
+        None => mapi_problem::parse_json::<Value>(&body)?,
+    };
     let (rows, id) = v2_rows(&request).map_err(ApiError::invalid)?;
     let std_errors = request
         .get("outputs")
@@ -342,6 +427,65 @@ pub async fn v2_live(
     path: Path<(TenantId, ProjectId)>,
 ) -> Result<StatusCode, ApiError> {
     v2_health(state, caller, path).await
+}
+
+/// The protocols' routes, each answering refusals in its protocol's shape too.
+pub fn routes() -> Router<AppState> {
+    const AT: &str = "/v1/tenants/{tenant}/projects/{project}";
+    let v2 = Router::new()
+        .route(&format!("{AT}/v1/models/{{alias}}"), post(kserve_predict))
+        .route(&format!("{AT}/v2/health/ready"), get(v2_health))
+        .route(&format!("{AT}/v2/health/live"), get(v2_live))
+        .route(&format!("{AT}/v2/models/{{alias}}"), get(v2_model))
+        .route(&format!("{AT}/v2/models/{{alias}}/ready"), get(v2_model_ready))
+        .route(&format!("{AT}/v2/models/{{alias}}/infer"), post(v2_infer))
+        .route_layer(map_response(v2_errors));
+    let mlflow = Router::new()
+        .route(&format!("{AT}/endpoints/{{alias}}/invocations"), post(mlflow_invocations))
+        .route_layer(map_response(mlflow_errors));
+    v2.merge(mlflow)
+}
+
+/// A refusal of a v2 or KServe v1 route, with the protocol's `error` member
+/// beside the problem's own (stock clients, Triton's among them, read the
+/// message from there).
+pub async fn v2_errors(resp: Response) -> Response {
+    with_members(resp, |p| {
+        let detail = p.get("detail").cloned().unwrap_or_default();
+        p.insert("error".into(), detail);
+    })
+    .await
+}
+
+/// A refusal of the MLflow route, with MLflow's `error_code` and `message`
+/// beside the problem's own.
+pub async fn mlflow_errors(resp: Response) -> Response {
+    with_members(resp, |p| {
+        let (code, detail) = (p.get("code").cloned(), p.get("detail").cloned());
+        p.insert("error_code".into(), code.unwrap_or_default());
+        p.insert("message".into(), detail.unwrap_or_default());
+    })
+    .await
+}
+
+/// `resp` unchanged, unless it is a problem document: then with `add`'s members.
+async fn with_members(resp: Response, add: impl FnOnce(&mut Map<String, Value>)) -> Response {
+    let problem = resp.headers().get(header::CONTENT_TYPE).is_some_and(|t| t == "application/problem+json");
+    if resp.status().is_success() || !problem {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    // A problem document is small; one that is not is left as it came.
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let Ok(mut doc) = serde_json::from_slice::<Map<String, Value>>(&bytes) else {
+        return Response::from_parts(parts, axum::body::Body::from(bytes));
+    };
+    add(&mut doc);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = serde_json::to_vec(&doc).map_or_else(|_| bytes.to_vec(), |b| b);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// KServe v1: `…/v1/models/{alias}:predict`.
@@ -450,6 +594,40 @@ mod tests {
             json!({"name": "value", "datatype": "FP64", "shape": [2], "data": [1.5, 2.5]})
         );
         assert_eq!((a["id"].as_str(), a["outputs"].as_array().map(Vec::len)), (Some("a1"), Some(1)));
+    }
+
+    #[test]
+    fn binary_tensor_data_is_read_as_its_values() {
+        let head = json!({"inputs": [
+            {"name": "x", "shape": [2], "datatype": "FP64", "parameters": {"binary_data_size": 16}},
+            {"name": "n", "shape": [2, 1], "datatype": "INT32", "parameters": {"binary_data_size": 8}},
+            {"name": "s", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 6}},
+            {"name": "j", "shape": [1], "datatype": "FP64", "data": [0.5]},
+        ]})
+        .to_string();
+        let mut body = head.clone().into_bytes();
+        for v in [1.5f64, -2.25] {
+            body.extend(v.to_le_bytes());
+        }
+        for v in [7i32, -8] {
+            body.extend(v.to_le_bytes());
+        }
+        body.extend(2u32.to_le_bytes());
+        body.extend(b"ab");
+        let request = v2_binary(&body, head.len()).expect("read");
+        let rows = v2_rows(&request).expect_err("s has one row, x two");
+        assert!(rows.contains("input `s` has 1 rows, the first input 2"), "{rows}");
+        assert_eq!(request["inputs"][0]["data"], json!([1.5, -2.25]));
+        assert_eq!(request["inputs"][1]["data"], json!([7, -8]));
+        assert_eq!(request["inputs"][2]["data"], json!(["ab"]));
+        assert_eq!(request["inputs"][3]["data"], json!([0.5]));
+        let short = v2_binary(&body[..body.len() - 1], head.len()).expect_err("cut");
+        assert!(short.contains("input `s`"), "{short}");
+        let mut long = body.clone();
+        long.push(0);
+        assert!(v2_binary(&long, head.len()).expect_err("extra").contains("1 bytes follow"));
+        let odd = v2_binary(&body[..head.len() + 15], head.len()).expect_err("odd");
+        assert!(odd.contains("past the body's end"), "{odd}");
     }
 
     #[test]
