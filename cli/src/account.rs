@@ -213,6 +213,10 @@ pub struct QuotasSetArgs {
     /// Items one item job may hold.
     #[arg(long)]
     max_items_per_job: Option<u64>,
+    /// Model-server instances the tenant's endpoints may hold together (the sum of their
+    /// --max-instances).
+    #[arg(long)]
+    endpoint_instances: Option<u32>,
     /// Days a job's objects and documents are kept (at least 1; unset:
     /// the platform's MAPI_JOB_RETENTION_DAYS).
     #[arg(long)]
@@ -640,6 +644,7 @@ const POLICY_FIELDS: &[&str] = &[
     "egress_bytes_per_month",
     "requests_per_minute",
     "max_items_per_job",
+    "endpoint_instances",
     "job_retention_days",
     "run_retention_days",
     "audit_retention_days",
@@ -946,6 +951,7 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         egress_per_month,
         requests_per_minute,
         max_items_per_job,
+        endpoint_instances,
         job_retention_days,
         run_retention_days,
         audit_retention_days,
@@ -963,6 +969,7 @@ async fn quotas_set(client: &Client, json_out: bool, args: QuotasSetArgs) -> Res
         "max_resource_class": max_resource_class, "storage_bytes": storage.as_deref().map(bytes).transpose()?,
         "egress_bytes_per_month": egress_per_month.as_deref().map(bytes).transpose()?,
         "requests_per_minute": requests_per_minute, "max_items_per_job": max_items_per_job,
+        "endpoint_instances": endpoint_instances,
         "job_retention_days": job_retention_days, "run_retention_days": run_retention_days,
         "audit_retention_days": audit_retention_days, "delivery_retention_days": delivery_retention_days,
         "dataset_retention_days": dataset_retention_days,

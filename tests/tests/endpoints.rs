@@ -402,6 +402,57 @@ async fn scores_by_a_viewer_a_token_without_the_scope_or_another_tenant_are_refu
     assert_eq!(e["usage"]["requests"], 2, "the refused scores reached no server: {e:#}");
 }
 
+/// A tenant's endpoints live under its quotas and its state: the instances
+/// they may scale to together are limited (`endpoint_instances`; refused
+/// naming it, nothing made), and a suspended tenant's endpoints score
+/// nothing, in any protocol, until it is active again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_hold_instances_within_the_quota_and_a_suspended_tenant_scores_nothing() {
+    let p = TestPlatform::start(&QUICK_GATE).await;
+    let version = fit(&p, LONGLEY).await;
+    let operator = p.login("admin@dev.local").await;
+    let quota = json!({"endpoint_instances": 4});
+    let (s, set) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(quota)).await;
+    assert_eq!(s, 200, "{set}");
+    let make =
+        |alias: &str, max: u32| json!({"alias": alias, "model_version": version, "max_instances": max});
+    let (s, first) = p.call(p.token(), Method::POST, &endpoints(&p), Some(make("first", 3))).await;
+    assert_eq!(s, 202, "{first}");
+    let (s, refused) = p.call(p.token(), Method::POST, &endpoints(&p), Some(make("second", 2))).await;
+    assert_eq!((s, refused["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{refused}");
+    let detail = refused["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(
+            "endpoint_instances is 4: the tenant's endpoints hold 3 instances and this one asks for up to 2"
+        ),
+        "{refused}"
+    );
+    let (s, none) = p.call(p.token(), Method::GET, &format!("{}/second", endpoints(&p)), None).await;
+    assert_eq!(s, 404, "nothing was made: {none}");
+    let (s, second) = p.call(p.token(), Method::POST, &endpoints(&p), Some(make("second", 1))).await;
+    assert_eq!(s, 202, "within the limit: {second}");
+
+    wait_for(&p, "first", |e| e["status"] == "ready").await;
+    let (s, b) = score(&p, p.token(), "first", json!({"rows": [row()]})).await;
+    assert_eq!(s, 200, "{b}");
+    let suspend = json!({"status": "suspended", "reason": "unpaid invoice"});
+    let (s, b) = p.call(&operator, Method::PATCH, "/v1/admin/tenants/dev", Some(suspend)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = score(&p, p.token(), "first", json!({"rows": [row()]})).await;
+    assert_eq!((s, b["code"].as_str()), (403, Some("FORBIDDEN")), "{b}");
+    assert!(b["detail"].as_str().is_some_and(|d| d.contains("suspended")), "{b}");
+    let infer = format!("{}/v1/models/first:predict", p.project_path());
+    let (s, b) = p.call(p.token(), Method::POST, &infer, Some(json!({"instances": [row()]}))).await;
+    assert_eq!((s, b["code"].as_str()), (403, Some("FORBIDDEN")), "the protocols too: {b}");
+    let e = wait_for(&p, "first", |_| true).await;
+    assert_eq!(e["usage"]["requests"], 1, "a suspended tenant's scores reach no server: {e:#}");
+    let active = json!({"status": "active"});
+    let (s, b) = p.call(&operator, Method::PATCH, "/v1/admin/tenants/dev", Some(active)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = score(&p, p.token(), "first", json!({"rows": [row()]})).await;
+    assert_eq!(s, 200, "active again: {b}");
+}
+
 /// The Open Inference Protocol v2, KServe v1 and MLflow's scoring formats
 /// reach an endpoint through the platform's route: the same predictions as
 /// its own `:score`, counted in the same statistics, and refused the same

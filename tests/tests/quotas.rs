@@ -301,24 +301,29 @@ const GIB: u64 = 1 << 30;
 
 /// The tier table's default limits, typed by hand: vCPU-s a day and a
 /// month, concurrent runs, fan-out tasks, largest class, storage, egress a
-/// month, requests a minute (`null`: no limit at that level).
+/// month, requests a minute, items a job, endpoint instances (`null`: no
+/// limit at that level).
 fn tier_table(tier: &str) -> Value {
     match tier {
         "internal" => {
             json!({"vcpu_seconds_per_day": null, "vcpu_seconds_per_month": null, "concurrent_runs": 100,
             "max_fanout_tasks": 1000, "max_resource_class": null, "storage_bytes": null,
-            "egress_bytes_per_month": null, "requests_per_minute": 6000, "max_items_per_job": 100_000})
+            "egress_bytes_per_month": null, "requests_per_minute": 6000, "max_items_per_job": 100_000,
+            "endpoint_instances": 200})
         }
         "self-hosted-trusted" => json!({"vcpu_seconds_per_day": null, "vcpu_seconds_per_month": null,
             "concurrent_runs": null, "max_fanout_tasks": null, "max_resource_class": null, "storage_bytes": null,
-            "egress_bytes_per_month": null, "requests_per_minute": null, "max_items_per_job": null}),
+            "egress_bytes_per_month": null, "requests_per_minute": null, "max_items_per_job": null,
+            "endpoint_instances": null}),
         "verified" => json!({"vcpu_seconds_per_day": 86_400, "vcpu_seconds_per_month": 1_000_000,
             "concurrent_runs": 20, "max_fanout_tasks": 256, "max_resource_class": "L", "storage_bytes": 100 * GIB,
-            "egress_bytes_per_month": 100 * GIB, "requests_per_minute": 600, "max_items_per_job": 10_000}),
+            "egress_bytes_per_month": 100 * GIB, "requests_per_minute": 600, "max_items_per_job": 10_000,
+            "endpoint_instances": 20}),
         "public" => {
             json!({"vcpu_seconds_per_day": 3_600, "vcpu_seconds_per_month": 36_000, "concurrent_runs": 2,
             "max_fanout_tasks": 16, "max_resource_class": "S", "storage_bytes": 2 * GIB,
-            "egress_bytes_per_month": 5 * GIB, "requests_per_minute": 60, "max_items_per_job": 1_000})
+            "egress_bytes_per_month": 5 * GIB, "requests_per_minute": 60, "max_items_per_job": 1_000,
+            "endpoint_instances": 3})
         }
         other => panic!("no tier {other}"),
     }

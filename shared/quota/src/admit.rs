@@ -62,7 +62,9 @@ pub enum Ask {
     /// (`GPU` for an L4): the class limit gates it, and, as a job, a
     /// spent vCPU limit or the spend cap refuses it; its instances and
     /// scores are charged as they run.
-    Endpoint { class: ResourceClass },
+    /// `instances`: the endpoint's `max_instances`; `held`: those of the
+    /// tenant's other endpoints, which `endpoint_instances` limits with it.
+    Endpoint { class: ResourceClass, instances: u32, held: u32 },
 }
 
 /// The level whose limit refused a request.
@@ -259,8 +261,23 @@ fn check_tenant(now: Timestamp, tenant: &Limits, usage: &Usage, ask: &Ask) -> Re
             check_vcpu(now, tenant, usage, ask)?;
             check_egress(now, tenant, usage, 1, "this score's answer would leave more")?;
         }
-        Ask::Endpoint { class } => {
+        Ask::Endpoint { class, instances, held } => {
             check_class(tenant, *class, "the endpoint's instances are")?;
+            if let Some(limit) = tenant.endpoint_instances
+                && over(u64::from(*held), u64::from(*instances), u64::from(limit))
+            {
+                return Err(refuse(
+                    Level::Tenant,
+                    "endpoint_instances",
+                    RefusalCode::OverLimit,
+                    format!(
+                        "is {limit}: the tenant's endpoints hold {held} instances and this one asks for up to {instances}"
+                    ),
+                    Reset::Never(
+                        "lower --max-instances, delete an endpoint, or ask an operator for a larger limit",
+                    ),
+                ));
+            }
             check_vcpu(now, tenant, usage, ask)?;
         }
         Ask::Egress { bytes } => {
@@ -602,13 +619,30 @@ mod tests {
 
     #[test]
     fn an_l4_endpoint_is_the_gpu_class_under_the_same_limit() {
-        let l4 = Ask::Endpoint { class: ResourceClass::GPU };
+        let l4 = Ask::Endpoint { class: ResourceClass::GPU, instances: 1, held: 0 };
         let public = Case::new(MID).tier(Tier::Public);
-        assert_eq!(public.admit(&Ask::Endpoint { class: ResourceClass::S }), Ok(()));
+        assert_eq!(public.admit(&Ask::Endpoint { class: ResourceClass::S, instances: 1, held: 0 }), Ok(()));
         let r = public.refusal(&l4);
         assert_eq!(shape(&r), (Tenant, "max_resource_class", OverLimit, None));
         assert!(r.detail.contains("is S and the endpoint's instances are GPU"), "{}", r.detail);
         assert_eq!(Case::new(MID).tier(Tier::Internal).admit(&l4), Ok(()));
+    }
+
+    #[test]
+    fn endpoint_instances_counts_what_the_tenants_endpoints_may_scale_to() {
+        let ask = |instances, held| Ask::Endpoint { class: ResourceClass::S, instances, held };
+        let public = Case::new(MID).tier(Tier::Public);
+        assert_eq!(public.admit(&ask(3, 0)), Ok(()));
+        assert_eq!(public.admit(&ask(1, 2)), Ok(()));
+        let r = public.refusal(&ask(2, 2));
+        assert_eq!(shape(&r), (Tenant, "endpoint_instances", OverLimit, None));
+        assert!(
+            r.detail.contains("is 3: the tenant's endpoints hold 2 instances and this one asks for up to 2")
+        );
+        assert!(r.detail.contains("lower --max-instances"), "{}", r.detail);
+        assert_eq!(Case::new(MID).admit(&ask(20, 0)), Ok(()), "verified: 20");
+        assert_eq!(Case::new(MID).refusal(&ask(1, 20)).limit, "endpoint_instances");
+        assert_eq!(Case::new(MID).tier(Tier::SelfHostedTrusted).admit(&ask(1000, 1000)), Ok(()), "no limit");
     }
 
     #[test]

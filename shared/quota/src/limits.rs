@@ -28,6 +28,11 @@ pub struct Limits {
     /// Items one item job may hold.
     #[serde(default)]
     pub max_items_per_job: Option<u64>,
+    /// Model-server instances the tenant's endpoints may hold at once: the
+    /// sum of their `max_instances` (what they may scale to, so an
+    /// endpoint's own scaling never passes it).
+    #[serde(default)]
+    pub endpoint_instances: Option<u32>,
 }
 
 /// The defaults of a trust tier, exactly the spec's tier table.
@@ -38,6 +43,7 @@ pub fn tier_defaults(tier: Tier) -> Limits {
             max_fanout_tasks: Some(1_000),
             requests_per_minute: Some(6_000),
             max_items_per_job: Some(100_000),
+            endpoint_instances: Some(200),
             ..Limits::default()
         },
         Tier::SelfHostedTrusted => Limits::default(),
@@ -51,6 +57,7 @@ pub fn tier_defaults(tier: Tier) -> Limits {
             egress_bytes_per_month: Some(100 * GIB),
             requests_per_minute: Some(600),
             max_items_per_job: Some(10_000),
+            endpoint_instances: Some(20),
         },
         Tier::Public => Limits {
             vcpu_seconds_per_day: Some(3_600),
@@ -62,6 +69,7 @@ pub fn tier_defaults(tier: Tier) -> Limits {
             egress_bytes_per_month: Some(5 * GIB),
             requests_per_minute: Some(60),
             max_items_per_job: Some(1_000),
+            endpoint_instances: Some(3),
         },
     }
 }
@@ -87,6 +95,8 @@ pub struct Policy {
     pub requests_per_minute: Option<u32>,
     #[serde(default)]
     pub max_items_per_job: Option<u64>,
+    #[serde(default)]
+    pub endpoint_instances: Option<u32>,
     /// Days an item job is kept before the retention housekeeper deletes
     /// it; the platform's `MAPI_JOB_RETENTION_DAYS` when absent.
     #[serde(default)]
@@ -144,6 +154,7 @@ pub fn effective(tier: Tier, policy: Option<&Policy>) -> Limits {
         egress_bytes_per_month: p.egress_bytes_per_month.or(tier.egress_bytes_per_month),
         requests_per_minute: p.requests_per_minute.or(tier.requests_per_minute),
         max_items_per_job: p.max_items_per_job.or(tier.max_items_per_job),
+        endpoint_instances: p.endpoint_instances.or(tier.endpoint_instances),
     }
 }
 
@@ -178,13 +189,14 @@ mod tests {
 
     /// The spec's tier table, typed again by hand. Columns: tier, vCPU-s/day,
     /// vCPU-s/month, concurrent runs, fan-out tasks, largest class, storage,
-    /// egress/month, requests/min, items per item job. A dash means no limit
-    /// (the platform's `MAPI_JOB_MAX_ITEMS` still caps a job's items).
+    /// egress/month, requests/min, items per item job, endpoint instances. A
+    /// dash means no limit (the platform's `MAPI_JOB_MAX_ITEMS` still caps a
+    /// job's items). The last column is the platform's own, not the spec's.
     const TABLE: &str = "
-        | internal            | —      | —         | 100 | 1,000 | — | —       | —       | 6,000 | 100,000 |
-        | self-hosted-trusted | —      | —         | —   | —     | — | —       | —       | —     | —       |
-        | verified            | 86,400 | 1,000,000 | 20  | 256   | L | 100 GiB | 100 GiB | 600   | 10,000  |
-        | public              | 3,600  | 36,000    | 2   | 16    | S | 2 GiB   | 5 GiB   | 60    | 1,000   |
+        | internal            | —      | —         | 100 | 1,000 | — | —       | —       | 6,000 | 100,000 | 200 |
+        | self-hosted-trusted | —      | —         | —   | —     | — | —       | —       | —     | —       | —   |
+        | verified            | 86,400 | 1,000,000 | 20  | 256   | L | 100 GiB | 100 GiB | 600   | 10,000  | 20  |
+        | public              | 3,600  | 36,000    | 2   | 16    | S | 2 GiB   | 5 GiB   | 60    | 1,000   | 3   |
     ";
 
     fn number(cell: &str) -> Option<u64> {
@@ -207,7 +219,7 @@ mod tests {
         let mut seen = Vec::new();
         for row in TABLE.lines().map(str::trim).filter(|l| !l.is_empty()) {
             let c: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-            assert_eq!(c.len(), 10, "{row}");
+            assert_eq!(c.len(), 11, "{row}");
             let tier: Tier = c[0].parse().expect("a tier");
             let expected = Limits {
                 vcpu_seconds_per_day: number(c[1]),
@@ -219,6 +231,7 @@ mod tests {
                 egress_bytes_per_month: bytes(c[7]),
                 requests_per_minute: small(c[8]),
                 max_items_per_job: number(c[9]),
+                endpoint_instances: small(c[10]),
             };
             assert_eq!(tier_defaults(tier), expected, "{tier}");
             seen.push(tier);
@@ -260,6 +273,7 @@ mod tests {
             egress_bytes_per_month: Some(6),
             requests_per_minute: Some(7),
             max_items_per_job: Some(9),
+            endpoint_instances: Some(16),
             job_retention_days: Some(8),
             run_retention_days: Some(10),
             audit_retention_days: Some(11),
@@ -279,6 +293,7 @@ mod tests {
             egress_bytes_per_month: Some(6),
             requests_per_minute: Some(7),
             max_items_per_job: Some(9),
+            endpoint_instances: Some(16),
         };
         assert_eq!(effective(Tier::Verified, Some(&every)), expected);
         // A policy also limits a tier that has no defaults.

@@ -332,17 +332,26 @@ async fn admit_and_create(
         Accelerator::L4 => mapi_domain::ResourceClass::GPU,
         Accelerator::Cpu => mapi_domain::ResourceClass::S,
     };
+    let held = held_instances(&state.store.query(&tenant_endpoints(&doc.tenant), None).await?)?;
     let request = quota::Request {
         caller,
         tenant: &doc.tenant,
         tier,
-        ask: Ask::Endpoint { class },
+        ask: Ask::Endpoint { class, instances: doc.scaling.max, held },
         seed: &doc.id,
         what: format!("projects/{}/{}/endpoints/{}", doc.tenant, doc.project, doc.alias),
     };
     quota::admit_and_commit(state, &request, |plan| async move {
         let bumps = &plan.bumps;
         transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+            // Admitted on what the tenant's endpoints held a moment ago; read again here, so two
+            // endpoints created at once are never both admitted on the same room.
+            if held_instances(&tx.query(&tenant_endpoints(&doc.tenant)).await?)? > held {
+                return Err(ApiError::unavailable(
+                    "another endpoint of the tenant was created at the same moment: retry",
+                    1,
+                ));
+            }
             if tx_get::<EndpointDoc>(&mut tx, &doc.id).await?.is_some() {
                 return Err(ApiError::new(
                     ProblemCode::AlreadyExists,
@@ -360,6 +369,16 @@ async fn admit_and_create(
         .await
     })
     .await
+}
+
+/// Every endpoint of `tenant`, in all its projects.
+fn tenant_endpoints(tenant: &TenantId) -> Query {
+    Query::new(EndpointDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str())
+}
+
+/// The instances `docs` may scale to, together.
+fn held_instances(docs: &[mapi_store::Document]) -> Result<u32, ApiError> {
+    docs.iter().try_fold(0u32, |sum, d| Ok(sum.saturating_add(d.decode::<EndpointDoc>()?.scaling.max)))
 }
 
 /// A project's endpoints.
