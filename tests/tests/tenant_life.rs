@@ -89,7 +89,16 @@ async fn world() -> World {
     let dev_run = p
         .submit(json!({"method": "tabular.linear", "dataset": dev_dataset, "params": {"y": "y"}, "class": "M", "timeout_s": 900}))
         .await;
-    // A model server of each tenant, as their endpoints made them.
+    // An endpoint of acme (its document and a statistics shard, as creating and scoring one
+    // write them) and a model server of each tenant, as their endpoints made them.
+    for (collection, id) in
+        [("endpoints", "acme:default:served"), ("endpoint_stats", "acme:default:served:r1:0")]
+    {
+        let doc = json!({"tenant": "acme", "project": "default", "alias": "served"});
+        let key = mapi_store::DocKey::new(collection, id).expect("key");
+        let fields = doc.as_object().cloned().expect("object");
+        mapi_store::StoreExt::create(&*p.platform.state.store, &key, fields).await.expect("endpoint docs");
+    }
     model_server(&p, "acme").await;
     model_server(&p, "dev").await;
     let internal = p.platform.state.config.secrets.internal_token.clone();
@@ -262,6 +271,10 @@ async fn an_export_holds_the_tenants_documents_and_objects_and_no_one_elses() {
     );
     assert!(!find("runs", &w.dev_run), "the dev tenant's run is not acme's");
     assert!(find("run_logs", &w.run), "what was logged to the run is exported");
+    assert!(
+        find("endpoints", "acme:default:served") && find("endpoint_stats", "acme:default:served:r1:0"),
+        "the endpoint and its statistics are exported"
+    );
     let hook = docs.iter().find(|d| d["collection"] == "webhooks").expect("the webhook is exported");
     assert!(
         hook["fields"]["url"].is_string() && hook["fields"].get("secret").is_none(),
