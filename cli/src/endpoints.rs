@@ -39,9 +39,6 @@ pub enum EndpointsCmd {
         min_instances: u32,
         #[arg(long, default_value_t = 3)]
         max_instances: u32,
-        /// Let anyone call the service directly (scores through the platform are authorized either way).
-        #[arg(long)]
-        public: bool,
         /// Wait until it is ready (or failed).
         #[arg(long)]
         wait: bool,
@@ -219,7 +216,6 @@ pub async fn run(
             region,
             min_instances,
             max_instances,
-            public,
             wait,
             at,
         } => {
@@ -232,11 +228,7 @@ pub async fn run(
                 region,
                 min_instances,
                 max_instances,
-                access: if public {
-                    mapi_domain::endpoint::Access::Public
-                } else {
-                    mapi_domain::endpoint::Access::Private
-                },
+                access: mapi_domain::endpoint::Access::Private,
             };
             let mut e: EndpointView = client.send(client.request(Method::POST, &base).json(&body)).await?;
             while wait && e.status == mapi_domain::endpoint::EndpointStatus::Deploying {

@@ -431,6 +431,12 @@ async fn endpoints_hold_instances_within_the_quota_and_a_suspended_tenant_scores
     assert_eq!(s, 404, "nothing was made: {none}");
     let (s, second) = p.call(p.token(), Method::POST, &endpoints(&p), Some(make("second", 1))).await;
     assert_eq!(s, 202, "within the limit: {second}");
+    // No model server is open to anyone: every score goes through the platform.
+    let mut public = make("third", 0);
+    public["access"] = json!("public");
+    let (s, refused) = p.call(p.token(), Method::POST, &endpoints(&p), Some(public)).await;
+    assert_eq!((s, refused["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{refused}");
+    assert!(refused["detail"].as_str().is_some_and(|d| d.contains("score:<alias>")), "{refused}");
 
     wait_for(&p, "first", |e| e["status"] == "ready").await;
     let (s, b) = score(&p, p.token(), "first", json!({"rows": [row()]})).await;

@@ -28,7 +28,9 @@ pub struct CreateEndpoint {
     /// 1 to 100; 3 when absent.
     #[serde(default = "three")]
     pub max_instances: u32,
-    /// `private` (default): only the platform can call the service.
+    /// `private` (the default, and the only one offered): only the platform, with an ID token,
+    /// calls the model server, so every score is authorized, admitted, metered and audited.
+    /// `public` is refused.
     #[serde(default)]
     pub access: Access,
 }

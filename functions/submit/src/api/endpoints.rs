@@ -16,7 +16,9 @@ use mapi_admission::quota;
 use mapi_api::endpoints::{
     CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
 };
-use mapi_domain::endpoint::{Accelerator, EndpointStatus, check_alias, default_region, resolve_region};
+use mapi_domain::endpoint::{
+    Accelerator, Access, EndpointStatus, check_alias, default_region, resolve_region,
+};
 use mapi_domain::{ModelVersionId, ProjectId, Residency, TenantId};
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
 use mapi_endpoints::{EndpointDoc, Promotion, Revision, endpoint_id, service_name};
@@ -208,6 +210,15 @@ async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiEr
 /// residency gives.
 fn checked(body: &CreateEndpoint, residency: &Residency) -> Result<(String, Scaling), ApiError> {
     check_alias(&body.alias).map_err(ApiError::invalid)?;
+    if body.access == Access::Public {
+        // A model server open to anyone answers without authorization, admission, metering,
+        // audit or the canary's statistics: every score goes through the platform's route.
+        return Err(ApiError::invalid(
+            "access `public` is not offered: a model server open to anyone would answer unmetered and \
+             unaudited. Leave access out (private); callers score through the platform with an API \
+             token scoped `score:<alias>`",
+        ));
+    }
     let named = body.region.clone().unwrap_or_else(|| default_region(residency));
     let region = resolve_region(&named, body.accelerator).map_err(ApiError::invalid)?;
     if !residency.admits(&region) {
@@ -295,7 +306,9 @@ pub async fn create(
         region,
         accelerator: doc.accelerator,
         scaling,
-        access: doc.access,
+        // Private at the host whatever the document says: only the platform, with an ID token,
+        // calls a model server.
+        access: Access::Private,
         labels: mapi_endpoints::labels(&tenant, &project, &doc.alias),
     };
     match state.hosting.create(&spec, &RevisionSpec { tag, model: servable.model }).await {
