@@ -3,7 +3,8 @@
 //! each limit, JSON nested 10,000 deep, invalid UTF-8, numbers no field
 //! holds, unknown fields, traversal in ids and object paths, ragged CSV,
 //! wrong methods, forged credentials, reused idempotency keys, abusive
-//! heads, heads trickled a byte at a time. The answer: the status (a 4xx,
+//! heads, heads trickled a byte at a time, bodies of the standard inference
+//! protocols (JSON and binary tensors) that are no request. The answer: the status (a 4xx,
 //! never a 5xx), `application/problem+json`, the stable `code`, and a
 //! non-empty `detail` in our words rather than a parser's (where a limit
 //! is hit, naming its setting).
@@ -1803,7 +1804,125 @@ fn slow(c: &Ctx) -> Vec<Case> {
     ]
 }
 
+/// Bodies of the standard inference protocols that are no request, sent to
+/// a ready endpoint (`alias`), so each reaches the parsing it must fail.
+fn protocols(c: &Ctx, alias: &str) -> Vec<Case> {
+    let v2 = c.at(&format!("/v2/models/{alias}/infer"));
+    let v1 = c.at(&format!("/v1/models/{alias}:predict"));
+    let mlflow = c.at(&format!("/endpoints/{alias}/invocations"));
+    let binary = |len: &str, body: &[u8]| {
+        Req::new("POST", v2.clone())
+            .bearer(&c.token)
+            .header("inference-header-content-length", len)
+            .body("application/octet-stream", body.to_vec())
+    };
+    let tensor = |datatype: &str, size: usize| {
+        format!(
+            r#"{{"inputs":[{{"name":"x","shape":[1],"datatype":"{datatype}","parameters":{{"binary_data_size":{size}}}}}]}}"#
+        )
+    };
+    let with_bytes = |head: String, raw: &[u8]| {
+        let mut body = head.clone().into_bytes();
+        body.extend_from_slice(raw);
+        (head.len().to_string(), body)
+    };
+    let (short_len, short) = with_bytes(tensor("FP64", 8), &[0; 4]);
+    let (long_len, long) = with_bytes(tensor("FP64", 8), &[0; 12]);
+    let (odd_len, odd) = with_bytes(tensor("FP64", 3), &[0; 3]);
+    let (fp8_len, fp8) = with_bytes(tensor("FP8", 1), &[0]);
+    let (cut_len, cut) = with_bytes(tensor("BYTES", 6), &[9, 0, 0, 0, b'a', b'b']);
+    let rows = format!(
+        r#"{{"inputs":[{{"name":"x","shape":[10001],"datatype":"FP64","data":[{}]}}]}}"#,
+        vec!["0"; 10_001].join(",")
+    );
+    vec![
+        case("v2: no inputs", c.post(v2.clone(), "{}"), INVALID),
+        case("v2: empty inputs", c.post(v2.clone(), r#"{"inputs":[]}"#), INVALID),
+        case("v2: a body that is no JSON", c.post(v2.clone(), "inputs"), INVALID),
+        case("v2: invalid UTF-8", c.post(v2.clone(), b"{\"inputs\":\"\xff\"}".to_vec()), INVALID),
+        case("v2: nested 10,000 deep", c.post(v2.clone(), deep_array(10_000)), INVALID),
+        case(
+            "v2: a matrix input",
+            c.post(
+                v2.clone(),
+                r#"{"inputs":[{"name":"x","shape":[2,3],"datatype":"FP64","data":[1,2,3,4,5,6]}]}"#,
+            ),
+            INVALID,
+        ),
+        case(
+            "v2: data short of its shape",
+            c.post(v2.clone(), r#"{"inputs":[{"name":"x","shape":[3],"datatype":"FP64","data":[1,2]}]}"#),
+            INVALID,
+        ),
+        case(
+            "v2: no rows",
+            c.post(v2.clone(), r#"{"inputs":[{"name":"x","shape":[0],"datatype":"FP64","data":[]}]}"#),
+            INVALID,
+        ),
+        case("v2: 10,001 rows", c.post(v2.clone(), rows), INVALID),
+        case("v2 binary: a length that is no number", binary("abc", b"{}"), INVALID),
+        case("v2 binary: a negative length", binary("-1", b"{}"), INVALID),
+        case("v2 binary: a length past u64", binary("99999999999999999999999", b"{}"), INVALID),
+        case("v2 binary: a length past the body", binary("5", b"{}"), INVALID),
+        case("v2 binary: a JSON part that is no JSON", binary("2", b"{x\x00\x00"), INVALID),
+        case("v2 binary: a tensor cut short", binary(&short_len, &short), INVALID),
+        case("v2 binary: bytes after the last tensor", binary(&long_len, &long), INVALID),
+        case("v2 binary: FP64 of 3 bytes", binary(&odd_len, &odd), INVALID),
+        case("v2 binary: an unknown datatype", binary(&fp8_len, &fp8), INVALID),
+        case("v2 binary: a BYTES element past its tensor", binary(&cut_len, &cut), INVALID),
+        case("v1: instances that are arrays", c.post(v1.clone(), r#"{"instances":[[1,2]]}"#), INVALID),
+        case("v1: instances that are a string", c.post(v1.clone(), r#"{"instances":"x"}"#), INVALID),
+        case("v1: a body that is a list", c.post(v1.clone(), "[]"), INVALID),
+        case("v1: a column the model lacks", c.post(v1.clone(), r#"{"instances":[{"nope":1}]}"#), INVALID),
+        case("v1: no such verb", c.post(c.at(&format!("/v1/models/{alias}:explain")), "{}"), NOT_FOUND),
+        case("mlflow: two formats", c.post(mlflow.clone(), r#"{"instances":[],"inputs":[]}"#), INVALID),
+        case(
+            "mlflow: a ragged dataframe_split",
+            c.post(mlflow.clone(), r#"{"dataframe_split":{"columns":["a"],"data":[[1,2]]}}"#),
+            INVALID,
+        ),
+        case(
+            "mlflow: ragged input columns",
+            c.post(mlflow.clone(), r#"{"inputs":{"a":[1],"b":[1,2]}}"#),
+            INVALID,
+        ),
+        case("mlflow: records that are numbers", c.post(mlflow, r#"{"dataframe_records":[1]}"#), INVALID),
+    ]
+}
+
 // ------------------------------------------------------------------- tests
+
+/// The standard protocols' routes, on a ready endpoint of a fitted model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_bodies_that_are_no_request_are_refused() {
+    let p = TestPlatform::start(&[]).await;
+    let c = Ctx::new(&p).await;
+    let id = p.submit(json!({"method": "tabular.linear", "dataset": c.dataset, "params": {"y": "y"}})).await;
+    let fit = p.wait_final(&id).await;
+    let version = fit["model_version"].as_str().unwrap_or_else(|| panic!("a model version: {fit:#}"));
+    let body = json!({"alias": "hostile", "model_version": version});
+    let made = p.http.post(p.url(&c.at("/endpoints"))).bearer_auth(&c.token).json(&body).send().await;
+    assert_eq!(made.expect("create").status(), 202);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let e: Value = p
+            .http
+            .get(p.url(&c.at("/endpoints/hostile")))
+            .bearer_auth(&c.token)
+            .send()
+            .await
+            .expect("get")
+            .json()
+            .await
+            .expect("json");
+        if e["status"] == "ready" {
+            break;
+        }
+        assert!(e["status"] != "failed" && std::time::Instant::now() < deadline, "{e:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    verdict(&run(&p, "protocols", protocols(&c, "hostile"), 1).await);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_over_each_limit_and_csv_that_is_no_table_are_refused() {

@@ -78,17 +78,20 @@ pub fn v2_rows(body: &Value) -> Result<(Vec<Row>, Option<Value>), String> {
 /// bytes whose `parameters.binary_data_size` it gives, in the inputs' order.
 pub const BINARY_HEADER: &str = "inference-header-content-length";
 
-/// An infer request in the binary tensor data extension, as its JSON part
-/// with each binary input's values written into its `data` (little-endian,
+/// A body of the binary tensor data extension split into its JSON part
+/// (the first `json_len` bytes) and the binary inputs after it.
+pub fn split_binary(body: &[u8], json_len: usize) -> Result<(&[u8], &[u8]), String> {
+    if json_len > body.len() {
+        return Err(format!("{BINARY_HEADER} is {json_len}, past the body's {} bytes", body.len()));
+    }
+    Ok(body.split_at(json_len))
+}
+
+/// Writes each binary input's values (from `rest`, in the inputs' order,
+/// `parameters.binary_data_size` bytes each) into its `data`: little-endian,
 /// row-major, as the extension sends them; `BYTES` as 4-byte-length-prefixed
-/// UTF-8 strings).
-pub fn v2_binary(body: &[u8], json_len: usize) -> Result<Value, String> {
-    let head = body
-        .get(..json_len)
-        .ok_or(format!("{BINARY_HEADER} is {json_len}, past the body's {} bytes", body.len()))?;
-    let mut request: Value = serde_json::from_slice(head)
-        .map_err(|e| format!("the request's JSON part (its first {json_len} bytes) is not JSON: {e}"))?;
-    let mut rest = &body[json_len..];
+/// UTF-8 strings.
+pub fn fill_binary(request: &mut Value, mut rest: &[u8]) -> Result<(), String> {
     let inputs =
         request.get_mut("inputs").and_then(Value::as_array_mut).ok_or("an infer request needs `inputs`")?;
     for input in inputs {
@@ -96,10 +99,8 @@ pub fn v2_binary(body: &[u8], json_len: usize) -> Result<Value, String> {
             continue;
         };
         let name = input.get("name").and_then(Value::as_str).unwrap_or("?").to_owned();
-        let size =
-            usize::try_from(size).map_err(|_| format!("input `{name}`: binary_data_size too large"))?;
-        let (raw, after) = (rest.get(..size), rest.get(size..));
-        let (Some(raw), Some(after)) = (raw, after) else {
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        let (Some(raw), Some(after)) = (rest.get(..size), rest.get(size..)) else {
             return Err(format!("input `{name}` has binary_data_size {size}, past the body's end"));
         };
         rest = after;
@@ -109,7 +110,7 @@ pub fn v2_binary(body: &[u8], json_len: usize) -> Result<Value, String> {
     if !rest.is_empty() {
         return Err(format!("{} bytes follow the last binary input", rest.len()));
     }
-    Ok(request)
+    Ok(())
 }
 
 /// Raw little-endian tensor bytes of `datatype` as JSON values.
@@ -331,7 +332,10 @@ pub async fn v2_infer(
             let len = len.to_str().ok().and_then(|l| l.trim().parse().ok()).ok_or_else(|| {
                 ApiError::invalid(format!("{BINARY_HEADER} must be the JSON part's length in bytes"))
             })?;
-            v2_binary(&body, len).map_err(ApiError::invalid)?
+            let (head, rest) = split_binary(&body, len).map_err(ApiError::invalid)?;
+            let mut request = mapi_problem::parse_json::<Value>(head)?;
+            fill_binary(&mut request, rest).map_err(ApiError::invalid)?;
+            request
         }
         None => mapi_problem::parse_json::<Value>(&body)?,
     };
@@ -614,20 +618,26 @@ mod tests {
         }
         body.extend(2u32.to_le_bytes());
         body.extend(b"ab");
-        let request = v2_binary(&body, head.len()).expect("read");
+        let read = |body: &[u8]| -> Result<Value, String> {
+            let (json, rest) = split_binary(body, head.len())?;
+            let mut request: Value = serde_json::from_slice(json).expect("the JSON part");
+            fill_binary(&mut request, rest).map(|()| request)
+        };
+        let request = read(&body).expect("read");
         let rows = v2_rows(&request).expect_err("s has one row, x two");
         assert!(rows.contains("input `s` has 1 rows, the first input 2"), "{rows}");
         assert_eq!(request["inputs"][0]["data"], json!([1.5, -2.25]));
         assert_eq!(request["inputs"][1]["data"], json!([7, -8]));
         assert_eq!(request["inputs"][2]["data"], json!(["ab"]));
         assert_eq!(request["inputs"][3]["data"], json!([0.5]));
-        let short = v2_binary(&body[..body.len() - 1], head.len()).expect_err("cut");
+        let short = read(&body[..body.len() - 1]).expect_err("cut");
         assert!(short.contains("input `s`"), "{short}");
         let mut long = body.clone();
         long.push(0);
-        assert!(v2_binary(&long, head.len()).expect_err("extra").contains("1 bytes follow"));
-        let odd = v2_binary(&body[..head.len() + 15], head.len()).expect_err("odd");
+        assert!(read(&long).expect_err("extra").contains("1 bytes follow"));
+        let odd = read(&body[..head.len() + 15]).expect_err("odd");
         assert!(odd.contains("past the body's end"), "{odd}");
+        assert!(split_binary(b"{}", 3).expect_err("past").contains("past the body's 2 bytes"));
     }
 
     #[test]
