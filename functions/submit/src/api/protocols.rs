@@ -116,7 +116,7 @@ pub fn fill_binary(request: &mut Value, mut rest: &[u8]) -> Result<(), String> {
 /// Raw little-endian tensor bytes of `datatype` as JSON values.
 fn decode(raw: &[u8], datatype: &str) -> Result<Vec<Value>, String> {
     fn each<const N: usize>(raw: &[u8], f: impl Fn([u8; N]) -> Value) -> Result<Vec<Value>, String> {
-        if raw.len() % N != 0 {
+        if !raw.len().is_multiple_of(N) {
             return Err(format!("{} bytes are not whole {N}-byte values", raw.len()));
         }
         Ok(raw.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect())
@@ -488,7 +488,7 @@ async fn with_members(resp: Response, add: impl FnOnce(&mut Map<String, Value>))
     };
     add(&mut doc);
     parts.headers.remove(header::CONTENT_LENGTH);
-    let body = serde_json::to_vec(&doc).map_or_else(|_| bytes.to_vec(), |b| b);
+    let body = serde_json::to_vec(&doc).unwrap_or_else(|_| bytes.to_vec());
     Response::from_parts(parts, axum::body::Body::from(body))
 }
 
