@@ -518,9 +518,7 @@ pub async fn kserve_predict(
     let Some(alias) = target.strip_suffix(":predict") else {
         return Err(ApiError::not_found("no such route: use …/v1/models/{alias}:predict"));
     };
-    let loaded = load_granted(&state, &caller, (&tenant, &project, alias), Action::Run).await?;
-    let rows = kserve_rows(&mapi_problem::parse_json::<Value>(&body)?).map_err(ApiError::invalid)?;
-    predictions(&state, &caller, loaded, rows).await
+    predictions(&state, &caller, (&tenant, &project, alias), &body, kserve_rows).await
 }
 
 /// MLflow's scoring server: `…/endpoints/{alias}/invocations`.
@@ -546,18 +544,21 @@ pub async fn mlflow_invocations(
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let loaded = load_granted(&state, &caller, (&tenant, &project, &alias), Action::Run).await?;
-    let rows = mlflow_rows(&mapi_problem::parse_json::<Value>(&body)?).map_err(ApiError::invalid)?;
-    predictions(&state, &caller, loaded, rows).await
+    predictions(&state, &caller, (&tenant, &project, &alias), &body, mlflow_rows).await
 }
 
-/// KServe v1's and MLflow's answer: `predictions`, one plain value per row.
+/// KServe v1's and MLflow's scoring: the endpoint loaded and granted, the
+/// body read as JSON and its rows taken out by `rows_of` (the protocol's
+/// format), then `predictions`, one plain value per row.
 async fn predictions(
     state: &AppState,
     caller: &Caller,
-    loaded: Loaded,
-    rows: Vec<Row>,
+    key: (&TenantId, &ProjectId, &str),
+    body: &[u8],
+    rows_of: fn(&Value) -> Result<Vec<Row>, String>,
 ) -> Result<Response, ApiError> {
+    let loaded = load_granted(state, caller, key, Action::Run).await?;
+    let rows = rows_of(&mapi_problem::parse_json::<Value>(body)?).map_err(ApiError::invalid)?;
     match scored(state, caller, loaded, rows, false).await? {
         Ok((scored, headers)) => {
             let values: Vec<f64> = scored.predictions.iter().map(|p| p.value).collect();
