@@ -404,8 +404,9 @@ async fn scores_by_a_viewer_a_token_without_the_scope_or_another_tenant_are_refu
 
 /// A tenant's endpoints live under its quotas and its state: the instances
 /// they may scale to together are limited (`endpoint_instances`; refused
-/// naming it, nothing made), and a suspended tenant's endpoints score
-/// nothing, in any protocol, until it is active again.
+/// naming it, nothing made; a promotion is admitted on the limits of its
+/// day), and a suspended tenant's endpoints score nothing, in any protocol,
+/// until it is active again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_hold_instances_within_the_quota_and_a_suspended_tenant_scores_nothing() {
     let p = TestPlatform::start(&QUICK_GATE).await;
@@ -457,6 +458,26 @@ async fn endpoints_hold_instances_within_the_quota_and_a_suspended_tenant_scores
     assert_eq!(s, 200, "{b}");
     let (s, b) = score(&p, p.token(), "first", json!({"rows": [row()]})).await;
     assert_eq!(s, 200, "active again: {b}");
+
+    // A promotion is new compute, admitted on today's limits: under a lowered limit it is refused.
+    let newer = fit(&p, LONGLEY).await;
+    let promote = format!("{}/first:promote", endpoints(&p));
+    for (limit, want) in [(3, 400), (4, 202)] {
+        let quota = json!({"endpoint_instances": limit});
+        let (s, set) = p.call(&operator, Method::PUT, "/v1/admin/quotas/dev", Some(quota)).await;
+        assert_eq!(s, 200, "{set}");
+        let (s, b) = p.call(p.token(), Method::POST, &promote, Some(json!({"model_version": newer}))).await;
+        assert_eq!(s, want, "limit {limit}: {b}");
+        if s == 400 {
+            let detail = b["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.contains("endpoint_instances is 3: the tenant's endpoints hold 1 instances and this one asks for up to 3"),
+                "{b}"
+            );
+            let e = wait_for(&p, "first", |_| true).await;
+            assert!(e["promotion"].is_null() && e["revisions"].as_array().map(Vec::len) == Some(1), "{e:#}");
+        }
+    }
 }
 
 /// The Open Inference Protocol v2, KServe v1 and MLflow's scoring formats

@@ -28,6 +28,7 @@ use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, RawBody};
 use mapi_quota::Ask;
+use mapi_quota::counters::Bumps;
 use mapi_schema::{Doc, ModelVersionDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 
@@ -341,25 +342,14 @@ async fn admit_and_create(
     doc: &EndpointDoc,
     record: &mapi_schema::AuditDoc,
 ) -> Result<(), ApiError> {
-    let class = match doc.accelerator {
-        Accelerator::L4 => mapi_domain::ResourceClass::GPU,
-        Accelerator::Cpu => mapi_domain::ResourceClass::S,
-    };
-    let held = held_instances(&state.store.query(&tenant_endpoints(&doc.tenant), None).await?)?;
-    let request = quota::Request {
-        caller,
-        tenant: &doc.tenant,
-        tier,
-        ask: Ask::Endpoint { class, instances: doc.scaling.max, held },
-        seed: &doc.id,
-        what: format!("projects/{}/{}/endpoints/{}", doc.tenant, doc.project, doc.alias),
-    };
+    let held = held_instances(&state.store.query(&tenant_endpoints(&doc.tenant), None).await?, &doc.id)?;
+    let request = admission_of(caller, tier, doc, held);
     quota::admit_and_commit(state, &request, |plan| async move {
         let bumps = &plan.bumps;
         transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
             // Admitted on what the tenant's endpoints held a moment ago; read again here, so two
             // endpoints created at once are never both admitted on the same room.
-            if held_instances(&tx.query(&tenant_endpoints(&doc.tenant)).await?)? > held {
+            if held_instances(&tx.query(&tenant_endpoints(&doc.tenant)).await?, &doc.id)? > held {
                 return Err(ApiError::unavailable(
                     "another endpoint of the tenant was created at the same moment: retry",
                     1,
@@ -389,9 +379,36 @@ fn tenant_endpoints(tenant: &TenantId) -> Query {
     Query::new(EndpointDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str())
 }
 
-/// The instances `docs` may scale to, together.
-fn held_instances(docs: &[mapi_store::Document]) -> Result<u32, ApiError> {
-    docs.iter().try_fold(0u32, |sum, d| Ok(sum.saturating_add(d.decode::<EndpointDoc>()?.scaling.max)))
+/// The instances the endpoints of `docs` other than `except` may scale to, together.
+fn held_instances(docs: &[mapi_store::Document], except: &str) -> Result<u32, ApiError> {
+    docs.iter().try_fold(0u32, |sum, d| {
+        let e = d.decode::<EndpointDoc>()?;
+        Ok(if e.id == except { sum } else { sum.saturating_add(e.scaling.max) })
+    })
+}
+
+/// The admission of `doc`'s compute (its creation, or a new revision of
+/// it): its instances' class under `max_resource_class`, its
+/// `max_instances` with the `held` of the tenant's other endpoints under
+/// `endpoint_instances`, a spent vCPU limit and the spend cap.
+fn admission_of<'a>(
+    caller: &'a Caller,
+    tier: mapi_domain::Tier,
+    doc: &'a EndpointDoc,
+    held: u32,
+) -> quota::Request<'a> {
+    let class = match doc.accelerator {
+        Accelerator::L4 => mapi_domain::ResourceClass::GPU,
+        Accelerator::Cpu => mapi_domain::ResourceClass::S,
+    };
+    quota::Request {
+        caller,
+        tenant: &doc.tenant,
+        tier,
+        ask: Ask::Endpoint { class, instances: doc.scaling.max, held },
+        seed: &doc.id,
+        what: format!("projects/{}/{}/endpoints/{}", doc.tenant, doc.project, doc.alias),
+    }
 }
 
 /// A project's endpoints.
@@ -473,6 +490,17 @@ async fn change(
     action: &str,
     f: impl Fn(&mut EndpointDoc, mapi_domain::Timestamp) -> Result<(), ApiError>,
 ) -> Result<EndpointDoc, ApiError> {
+    change_admitted(state, (caller, None), id, action, f).await
+}
+
+/// [`change`], committing an admission's counter bumps with it.
+async fn change_admitted(
+    state: &AppState,
+    (caller, bumps): (&Caller, Option<&Bumps>),
+    id: &str,
+    action: &str,
+    f: impl Fn(&mut EndpointDoc, mapi_domain::Timestamp) -> Result<(), ApiError>,
+) -> Result<EndpointDoc, ApiError> {
     let now = state.clock.now();
     let record = Audit::by(caller, action, format!("endpoints/{id}")).into_doc(now, &*state.entropy);
     let (record, f) = (&record, &f);
@@ -481,6 +509,9 @@ async fn change(
             .await?
             .ok_or_else(|| ApiError::not_found(format!("endpoint {id} not found")))?;
         f(&mut doc, now)?;
+        if let Some(bumps) = bumps {
+            bumps.apply(&mut tx)?;
+        }
         doc.active = doc.needs_reconcile();
         let mut record = record.clone();
         record.tenant = Some(doc.tenant.clone());
@@ -511,10 +542,11 @@ async fn change(
     responses(
         (status = 200, body = ScoreResponse, description = "`:score`: the predictions, with `x-mapi-revision` and `x-mapi-model-version`"),
         (status = 202, body = EndpointView, description = "`:promote`, `:rollback`, `:override`"),
-        (status = 400, body = mapi_problem::Problem, description = "A row misses a column, has an extra one, or a value is not a number"),
+        (status = 400, body = mapi_problem::Problem, description = "A row misses a column, has an extra one, or a value is not a number; `:promote`: over `max_resource_class` or `endpoint_instances`"),
         (status = 403, body = mapi_problem::Problem),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "Not ready, or a promotion is (not) under way"),
+        (status = 429, body = mapi_problem::Problem, description = "`:score`, `:promote`: a quota or rate limit is reached (`Retry-After` when it resets at a known time)"),
         (status = 410, body = mapi_problem::Problem, description = "`:promote`: the version's bytes expired"),
         (status = 503, body = mapi_problem::Problem, description = "The model server did not answer; retry"),
     ),
@@ -536,9 +568,9 @@ pub async fn act(
     match action {
         "score" => super::scoring::score(&state, &caller, key, &headers, body).await,
         "promote" => {
-            let doc = load(&state, &caller, key, Action::Promote).await?;
+            let (doc, tenant) = load_granted(&state, &caller, key, Action::Promote).await?;
             let body: PromoteEndpoint = body_of(&headers, &body)?;
-            let doc = promote(&state, &caller, doc, &body.model_version).await?;
+            let doc = promote(&state, (&caller, tenant.tier), doc, &body.model_version).await?;
             Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
         }
         "rollback" => {
@@ -571,7 +603,7 @@ pub async fn act(
 /// Deploys `version` as a new revision at 0 % and starts its promotion.
 async fn promote(
     state: &AppState,
-    caller: &Caller,
+    (caller, tier): (&Caller, mapi_domain::Tier),
     doc: EndpointDoc,
     version: &ModelVersionId,
 ) -> Result<EndpointDoc, ApiError> {
@@ -591,20 +623,29 @@ async fn promote(
         model_of(state, (caller, "endpoint.promote"), (&doc.tenant, &doc.project), version).await?;
     let tag = doc.next_tag();
     let (t, v) = (&tag, &servable);
-    let doc = change(state, caller, &doc.id, "endpoint.promote", |d, now| {
-        if d.promotion.is_some() || d.status != EndpointStatus::Ready {
-            return Err(ApiError::precondition("the endpoint changed meanwhile: look at it and try again"));
-        }
-        d.revisions.push(v.revision(t.clone(), now));
-        d.promotion = Some(Promotion {
-            tag: t.clone(),
-            model_version: v.version.id.clone(),
-            started_at: now,
-            gate: mapi_rollout::Gate::start(now),
-            smoke: None,
-        });
-        d.event(now, "promotion_started", format!("{} as revision {t} at 0 %", v.version.id));
-        Ok(())
+    // A new revision is new compute: admitted as the endpoint's creation was, on today's limits.
+    let held = held_instances(&state.store.query(&tenant_endpoints(&doc.tenant), None).await?, &doc.id)?;
+    let request = admission_of(caller, tier, &doc, held);
+    let id = doc.id.as_str();
+    let doc = quota::admit_and_commit(state, &request, |plan| async move {
+        change_admitted(state, (caller, Some(&plan.bumps)), id, "endpoint.promote", |d, now| {
+            if d.promotion.is_some() || d.status != EndpointStatus::Ready {
+                return Err(ApiError::precondition(
+                    "the endpoint changed meanwhile: look at it and try again",
+                ));
+            }
+            d.revisions.push(v.revision(t.clone(), now));
+            d.promotion = Some(Promotion {
+                tag: t.clone(),
+                model_version: v.version.id.clone(),
+                started_at: now,
+                gate: mapi_rollout::Gate::start(now),
+                smoke: None,
+            });
+            d.event(now, "promotion_started", format!("{} as revision {t} at 0 %", v.version.id));
+            Ok(())
+        })
+        .await
     })
     .await?;
     let model = servable.model;
