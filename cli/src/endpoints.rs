@@ -4,7 +4,10 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use mapi_api::endpoints::{CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest};
+use mapi_api::endpoints::{
+    Container, ContainerExample, CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest,
+    served,
+};
 use reqwest::Method;
 use serde_json::{Map, Value};
 
@@ -21,14 +24,75 @@ pub struct Where {
     project: Option<String>,
 }
 
+/// What a revision serves: a model version, or your own model-server image.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = true)]
+pub struct ServeArgs {
+    /// The model version to serve (`mv_…`) on the platform's model server.
+    #[arg(long, conflicts_with = "image")]
+    model_version: Option<String>,
+    /// Your own model-server image: on Cloud Run a pullable reference, on one machine the path
+    /// of an OCI image layout (directory or tar), run in a gVisor sandbox without network.
+    #[arg(long)]
+    image: Option<String>,
+    /// The port the image's server listens on.
+    #[arg(long, default_value_t = 8080, requires = "image")]
+    port: u16,
+    /// The path the image's server answers with a 2xx once it can serve.
+    #[arg(long, default_value = "/health", requires = "image")]
+    health_path: String,
+    /// A variable set to one of your secrets: `NAME=SECRET` or `NAME=SECRET:VERSION` (repeatable).
+    #[arg(long = "secret", requires = "image", value_name = "NAME=SECRET")]
+    secrets: Vec<String>,
+    /// A path the smoke test requests after the health check (a 2xx passes).
+    #[arg(long, requires = "image")]
+    example_path: Option<String>,
+    /// The JSON body the smoke test POSTs to --example-path (absent: a GET).
+    #[arg(long, requires = "example_path")]
+    example_body: Option<String>,
+}
+
+impl ServeArgs {
+    /// The body's `model_version` and `container`.
+    fn body(self) -> Result<(Option<mapi_domain::ModelVersionId>, Option<Container>)> {
+        let version = match &self.model_version {
+            Some(v) => {
+                Some(mapi_domain::ModelVersionId::parse(v).map_err(|e| format!("--model-version: {e}"))?)
+            }
+            None => None,
+        };
+        let Some(image) = self.image else { return Ok((version, None)) };
+        let mut secrets = std::collections::BTreeMap::new();
+        for s in &self.secrets {
+            let (name, secret) =
+                s.split_once('=').ok_or_else(|| format!("--secret {s}: give NAME=SECRET"))?;
+            secrets.insert(name.to_owned(), secret.to_owned());
+        }
+        let example = match self.example_path {
+            None => None,
+            Some(path) => {
+                let body = match &self.example_body {
+                    Some(b) => Some(
+                        serde_json::from_str(b).map_err(|e| format!("--example-body is not JSON: {e}"))?,
+                    ),
+                    None => None,
+                };
+                Some(ContainerExample { path, body })
+            }
+        };
+        let container = Container { image, port: self.port, health_path: self.health_path, secrets, example };
+        Ok((None, Some(container)))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum EndpointsCmd {
-    /// Serve a model version as an endpoint (private, CPU, scaling to zero by default).
+    /// Serve a model version, or your own model-server image, as an endpoint (private, CPU,
+    /// scaling to zero by default).
     Create {
         alias: String,
-        /// The model version to serve (`mv_…`).
-        #[arg(long)]
-        model_version: String,
+        #[command(flatten)]
+        serve: ServeArgs,
         /// `cpu` or `l4`.
         #[arg(long, default_value = "cpu")]
         accelerator: String,
@@ -69,11 +133,11 @@ pub enum EndpointsCmd {
         #[command(flatten)]
         at: Where,
     },
-    /// Deploy another model version at 0 % and shift traffic to it through the gate.
+    /// Deploy another model version (or image) at 0 % and shift traffic to it through the gate.
     Promote {
         alias: String,
-        #[arg(long)]
-        model_version: String,
+        #[command(flatten)]
+        serve: ServeArgs,
         /// Wait until it is promoted or rolled back, printing each step (a step that needs
         /// scores waits for them: send them from elsewhere).
         #[arg(long)]
@@ -105,7 +169,7 @@ pub fn describe(e: &EndpointView) -> String {
         e.alias,
         e.status,
         e.message.as_ref().map(|m| format!(": {m}")).unwrap_or_default(),
-        e.model_version,
+        served(e.model_version.as_ref(), e.image.as_deref()),
         e.accelerator,
         e.region,
         e.min_instances,
@@ -119,7 +183,7 @@ pub fn describe(e: &EndpointView) -> String {
         out.push_str(&format!(
             "  {:<4} {:<30} {:>3} %  {}\n",
             r.tag,
-            r.model_version.to_string(),
+            served(r.model_version.as_ref(), r.image.as_deref()),
             r.traffic_percent,
             r.role
         ));
@@ -127,7 +191,10 @@ pub fn describe(e: &EndpointView) -> String {
     if let Some(p) = &e.promotion {
         out.push_str(&format!(
             "promotion {} ({}): {} at {} %\n",
-            p.model_version, p.tag, p.phase, p.canary_percent
+            served(p.model_version.as_ref(), p.image.as_deref()),
+            p.tag,
+            p.phase,
+            p.canary_percent
         ));
     }
     out.push_str(&format!(
@@ -157,7 +224,8 @@ async fn until_promotion_ends(
     while let Some(p) = &e.promotion {
         let now = (p.phase.clone(), p.canary_percent);
         if !json && shown.as_ref() != Some(&now) {
-            println!("promotion {} ({}): {} at {} %", p.model_version, p.tag, p.phase, p.canary_percent);
+            let what = served(p.model_version.as_ref(), p.image.as_deref());
+            println!("promotion {what} ({}): {} at {} %", p.tag, p.phase, p.canary_percent);
         }
         shown = Some(now);
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -211,7 +279,7 @@ pub async fn run(
     match cmd {
         EndpointsCmd::Create {
             alias,
-            model_version,
+            serve,
             accelerator,
             region,
             min_instances,
@@ -220,10 +288,11 @@ pub async fn run(
             at,
         } => {
             let base = base(at)?;
+            let (model_version, container) = serve.body()?;
             let body = CreateEndpoint {
                 alias: alias.clone(),
-                model_version: mapi_domain::ModelVersionId::parse(&model_version)
-                    .map_err(|e| format!("--model-version: {e}"))?,
+                model_version,
+                container,
                 accelerator: accelerator.parse().map_err(|e| format!("--accelerator: {e}"))?,
                 region,
                 min_instances,
@@ -249,7 +318,7 @@ pub async fn run(
                 table.row(vec![
                     e.alias.to_string().into(),
                     Cell::state(e.status.as_str()),
-                    e.model_version.to_string().into(),
+                    served(e.model_version.as_ref(), e.image.as_deref()).into(),
                     e.accelerator.as_str().into(),
                     e.region.as_str().into(),
                     e.usage.requests.to_string().into(),
@@ -279,11 +348,9 @@ pub async fn run(
             out.push_str(&format!("(revision {revision})\n"));
             print(json, &answer, || out)?;
         }
-        EndpointsCmd::Promote { alias, model_version, wait, at } => {
-            let body = PromoteEndpoint {
-                model_version: mapi_domain::ModelVersionId::parse(&model_version)
-                    .map_err(|e| format!("--model-version: {e}"))?,
-            };
+        EndpointsCmd::Promote { alias, serve, wait, at } => {
+            let (model_version, container) = serve.body()?;
+            let body = PromoteEndpoint { model_version, container };
             let base = base(at)?;
             let url = format!("{base}/{alias}:promote");
             let mut e: EndpointView = client.send(client.request(Method::POST, &url).json(&body)).await?;

@@ -125,6 +125,7 @@ pub mod google;
 pub mod google_sign_in;
 pub mod held;
 pub mod model_fixture;
+pub mod oci_image;
 pub mod python_tools;
 pub mod scripted;
 

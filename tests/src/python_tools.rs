@@ -64,3 +64,10 @@ pub fn venv(
     drop(lock);
     Ok(python)
 }
+
+/// The Python of a venv holding the pinned stock inference clients (`tests/endpoints/requirements.txt`).
+pub fn stock_clients() -> PathBuf {
+    const PINS: &str = include_str!("../endpoints/requirements.txt");
+    let dir = cache_dir("stock-clients", PINS);
+    venv(&dir, PINS, |_| Ok(())).unwrap_or_else(|e| panic!("installing the stock clients: {e}"))
+}

@@ -612,7 +612,11 @@ async fn standard_protocols_score_through_the_platform() {
         ("MAPI_WANT", json!(values).to_string()),
     ];
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(stock_clients()).arg(script).envs(env).output().expect("run python")
+        std::process::Command::new(mapi_tests::python_tools::stock_clients())
+            .arg(script)
+            .envs(env)
+            .output()
+            .expect("run python")
     })
     .await
     .expect("joined");
@@ -620,12 +624,4 @@ async fn standard_protocols_score_through_the_platform() {
     assert!(out.status.success() && printed.contains("PASS:"), "Triton's client:\n{printed}");
     let e = wait_for(&p, "employment", |_| true).await;
     assert_eq!(e["usage"]["requests"], 10, "three infers of Triton's client counted: {e:#}");
-}
-
-/// The Python of a venv holding the pinned stock inference clients.
-fn stock_clients() -> std::path::PathBuf {
-    const PINS: &str = include_str!("../endpoints/requirements.txt");
-    let dir = mapi_tests::python_tools::cache_dir("stock-clients", PINS);
-    mapi_tests::python_tools::venv(&dir, PINS, |_| Ok(()))
-        .unwrap_or_else(|e| panic!("installing the stock clients: {e}"))
 }

@@ -123,7 +123,11 @@ impl World {
     }
 
     fn revision(&self, tag: &str, value: f64) -> RevisionSpec {
-        RevisionSpec { tag: tag.into(), model: self.model(&format!("run-{tag}"), value) }
+        // A model version's revision (`model_of` reads its model back).
+        RevisionSpec {
+            tag: tag.into(),
+            serves: mapi_hosting::Serving::Model(self.model(&format!("run-{tag}"), value)),
+        }
     }
 
     async fn ready(&self, name: &str) -> Rollout {
@@ -217,7 +221,7 @@ async fn the_bodies_sent_are_the_seeds_for_cpu_and_l4_private_and_public() {
                 "containers": [{
                     "image": IMAGE,
                     "args": ["serve"],
-                    "env": env_of(&r1.model, "r1"),
+                    "env": env_of(model_of(&r1), "r1"),
                     "resources": {"limits": {"cpu": "1", "memory": "2Gi"}, "cpuIdle": true},
                     "ports": [{"containerPort": 8080}],
                     "volumeMounts": mount,
@@ -243,7 +247,7 @@ async fn the_bodies_sent_are_the_seeds_for_cpu_and_l4_private_and_public() {
                 "containers": [{
                     "image": IMAGE,
                     "args": ["serve"],
-                    "env": env_of(&q1.model, "q1"),
+                    "env": env_of(model_of(&q1), "q1"),
                     // cpuIdle false (instance billing, as a GPU needs) is the default, so it is not sent.
                     "resources": {"limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}},
                     "ports": [{"containerPort": 8080}],
@@ -393,7 +397,8 @@ async fn an_image_that_cannot_be_pulled_fails_the_rollout_with_cloud_runs_messag
 async fn a_server_that_exits_fails_its_rollout_with_its_last_line() {
     let w = world().await;
     let mut r1 = w.revision("r1", 1.0);
-    r1.model.manifest_sha256 = "0".repeat(64);
+    let mapi_hosting::Serving::Model(m) = &mut r1.serves else { panic!("a model revision") };
+    m.manifest_sha256 = "0".repeat(64);
     w.hosting.create(&spec("ep-exit", "us", Accelerator::Cpu, Access::Private), &r1).await.expect("accepted");
     let Rollout::Failed(message) = w.ready("ep-exit").await else {
         panic!("a server that exits is not ready")
@@ -491,7 +496,8 @@ async fn l4_outside_the_gpu_regions_and_bad_names_are_refused_before_any_call() 
         .await;
     assert!(matches!(e, Err(HostingError::Invalid(_))), "{e:?}");
     let mut outside = w.revision("r1", 1.0);
-    outside.model.bundle = "shared/bundle".into();
+    let mapi_hosting::Serving::Model(m) = &mut outside.serves else { panic!("a model revision") };
+    m.bundle = "shared/bundle".into();
     let e = w.hosting.create(&spec("ep-where", "us", Accelerator::Cpu, Access::Private), &outside).await;
     assert!(
         matches!(e, Err(HostingError::Invalid(m)) if m.contains("t/{tenant}")),
@@ -756,4 +762,10 @@ async fn the_cloud_run_adapter_conforms_with_real_model_servers() {
     let h = adapter(settings(&fake, PROJECT, IMAGE), tokens).await;
     conformance::run_all(&h, &SystemClock, &f).await;
     eventually("every server stops with its service", Duration::from_secs(10), || fake.running() == 0).await;
+}
+
+/// The model a revision of a model version serves.
+fn model_of(r: &RevisionSpec) -> &mapi_hosting::ModelRef {
+    let mapi_hosting::Serving::Model(m) = &r.serves else { panic!("a model revision") };
+    m
 }

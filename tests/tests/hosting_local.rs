@@ -15,7 +15,13 @@ use mapi_hosting::{
 use mapi_tests::model_fixture::{self, Bundles};
 
 fn server() -> ServerCommand {
-    ServerCommand { program: mapi_tests::binary("mapi-worker"), args: vec!["serve".into()], sandbox: None }
+    ServerCommand {
+        program: mapi_tests::binary("mapi-worker"),
+        args: vec!["serve".into()],
+        sandbox: None,
+        containers: None,
+        secrets: std::path::PathBuf::from("/nonexistent/secrets.json"),
+    }
 }
 
 async fn fixture(dir: &std::path::Path) -> Fixture {
@@ -63,7 +69,13 @@ async fn servers_restart_after_a_crash_scale_to_zero_and_wake_on_the_next_reques
         access: Access::Private,
         labels: Default::default(),
     };
-    hosting.create(&spec, &RevisionSpec { tag: "r1".into(), model: f.good.clone() }).await.expect("create");
+    hosting
+        .create(
+            &spec,
+            &RevisionSpec { tag: "r1".into(), serves: mapi_hosting::Serving::Model(f.good.clone()) },
+        )
+        .await
+        .expect("create");
     let ready = wait_ready(&hosting, &*clock, "ep-idle", Duration::from_millis(50), Duration::from_secs(60));
     assert_eq!(ready.await.expect("get"), Rollout::Ready);
     let health = |url: String| async move {

@@ -29,6 +29,7 @@ mod deploy;
 mod docs;
 mod e2e;
 mod endpoints;
+mod endpoints_byo;
 mod executor_conformance;
 mod experiments;
 mod fan_out;

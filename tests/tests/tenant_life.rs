@@ -128,7 +128,7 @@ async fn model_server(p: &TestPlatform, tenant: &str) {
         files: Vec::new(),
         base: None,
     };
-    let revision = RevisionSpec { tag: "r1".into(), model };
+    let revision = RevisionSpec { tag: "r1".into(), serves: mapi_hosting::Serving::Model(model) };
     p.platform.state.hosting.create(&spec, &revision).await.expect("a model server");
 }
 

@@ -5,12 +5,15 @@
 //! - `local-exec --dir <dir>`: the local execution host that the
 //!   local-process executor starts (Cloud Run's role on one machine).
 //! - `serve`: the model server of an endpoint's revision (see [`serve`]).
+//! - `forward --uds PATH --port N -- PROGRAM [ARGS...]`: runs a container
+//!   image's server, reached through a Unix socket (see [`forward`]).
 //!
 //! The `mapi` CLI embeds the same entry point as its `worker` subcommand,
 //! so `mapi dev` runs without a separately built worker.
 
 pub mod bootstrap;
 pub mod bridge;
+pub mod forward;
 pub mod plugin;
 pub mod probe;
 pub mod python;
@@ -39,6 +42,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
             _ => usage(),
         },
         Some("serve") if args.len() == 1 => serve::main(),
+        Some("forward") => forward::Forward::parse(&args[1..]).map_or_else(usage, forward::Forward::run),
         Some(_) => usage(),
     }
 }
@@ -57,7 +61,7 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 
 fn usage() -> i32 {
     eprintln!(
-        "usage: mapi-worker                      (run the task described by MAPI_RUN_ID, MAPI_NONCE, MAPI_BOOTSTRAP_URL)\n       mapi-worker local-exec --dir DIR   (host one local execution)\n       mapi-worker serve                  (serve the model version described by MAPI_SERVE_*, on PORT)"
+        "usage: mapi-worker                      (run the task described by MAPI_RUN_ID, MAPI_NONCE, MAPI_BOOTSTRAP_URL)\n       mapi-worker local-exec --dir DIR   (host one local execution)\n       mapi-worker serve                  (serve the model version described by MAPI_SERVE_*, on PORT)\n       mapi-worker forward --uds PATH --port N -- PROGRAM [ARGS...]   (run PROGRAM, reached on its TCP port N through the Unix socket PATH)"
     );
     2
 }

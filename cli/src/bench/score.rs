@@ -146,7 +146,9 @@ async fn server_start(platform: &mapi_embedded::DevPlatform, service: &str) -> R
     )
     .await?
     .ok_or("the endpoint's document")?;
-    let revision = doc.revision("r1").ok_or("revision r1")?;
+    let Some(mapi_endpoints::Serves::Model(revision)) = doc.revision("r1").map(|r| &r.serves) else {
+        return Err("revision r1 serving a model version".into());
+    };
     let keys = serde_json::to_string(&state.signer.trusted_keys().export())?;
     let objects = state.config.home.join("endpoints").join(service).join("r1").join("objects");
     let worker = mapi_platform::worker_command(None, true);

@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
-use mapi_api::endpoints::{EndpointPage, EndpointView, ScoreResponse};
+use mapi_api::endpoints::{EndpointPage, EndpointView, ScoreResponse, served};
 use mapi_api::views::{ModelVersionPage, ModelVersionSummary};
 use mapi_domain::{ProjectId, TenantId};
 use maud::{Markup, html};
@@ -121,16 +121,16 @@ fn endpoint_section(
         section aria-label={"Endpoint " (ep.alias)} {
             h3 { (ep.alias) " " (state_badge(&format!("{:?}", ep.status).to_lowercase())) }
             @if let Some(m) = &ep.message { div.problem { p { (m) } } }
-            p.meta { "Serves " code { (ep.model_version) } " on " (ep.hosting) " (" (ep.region) "), " (ep.min_instances) "–" (ep.max_instances) " instances. "
+            p.meta { "Serves " code { (served(ep.model_version.as_ref(), ep.image.as_deref())) } " on " (ep.hosting) " (" (ep.region) "), " (ep.min_instances) "–" (ep.max_instances) " instances. "
                 (ep.usage.requests) " scores, " (ep.usage.errors) " errors, " (money(i64::try_from(ep.usage.cost_micros).unwrap_or(i64::MAX), "USD")) "." }
             table {
                 caption { "Revisions and traffic" }
                 thead { tr { th scope="col" { "Tag" } th scope="col" { "Model version" } th scope="col" { "Role" } th.num scope="col" { "Traffic" } th scope="col" { "Created" } } }
                 tbody { @for r in &ep.revisions { tr {
-                    td { (r.tag) } td { code { (r.model_version) } } td { (r.role) } td.num { (r.traffic_percent) " %" } td { (when(r.created_at)) }
+                    td { (r.tag) } td { code { (served(r.model_version.as_ref(), r.image.as_deref())) } } td { (r.role) } td.num { (r.traffic_percent) " %" } td { (when(r.created_at)) }
                 } } }
             }
-            @if let Some(pr) = &ep.promotion { p { "Promotion of " code { (pr.model_version) } ": " (pr.phase) ", canary at " (pr.canary_percent) " %." } }
+            @if let Some(pr) = &ep.promotion { p { "Promotion of " code { (served(pr.model_version.as_ref(), pr.image.as_deref())) } ": " (pr.phase) ", canary at " (pr.canary_percent) " %." } }
             details {
                 summary { "History (" (ep.events.len()) " events)" }
                 ol.timeline { @for e in &ep.events { li { (when(e.at)) " " strong { (e.kind) } " " (e.detail) } } }

@@ -74,6 +74,8 @@ use utoipa::OpenApi;
         mapi_api::views::ModelVersionSummary,
         mapi_api::views::ModelVersionPage,
         mapi_api::endpoints::CreateEndpoint,
+        mapi_api::endpoints::Container,
+        mapi_api::endpoints::ContainerExample,
         mapi_api::endpoints::PromoteEndpoint,
         mapi_api::endpoints::EndpointView,
         mapi_api::endpoints::EndpointPage,

@@ -6,14 +6,20 @@ use mapi_domain::{ModelVersionId, ProjectId, TenantId, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// `POST …/endpoints`: serve a model version.
+/// `POST …/endpoints`: serve a model version, or a model-server container.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
     /// 1–32 lowercase letters, digits and `-`, starting with a letter; stable across versions.
     #[schema(pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")]
     pub alias: String,
-    pub model_version: ModelVersionId,
+    /// The model version the platform's model server serves. Exactly one of `model_version`
+    /// and `container`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<ModelVersionId>,
+    /// A model-server image of the tenant's own, run as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
     /// `cpu` (default) or `l4`.
     #[serde(default = "cpu")]
     pub accelerator: Accelerator,
@@ -43,18 +49,88 @@ fn three() -> u32 {
     3
 }
 
-/// `POST …/endpoints/{alias}:promote`.
+/// A model-server container: the tenant's own image, which listens on `port` and answers
+/// `health_path` with a 2xx once it can serve. Requests reach it unchanged through the
+/// platform's protocol routes (authorized, admitted, metered and audited there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Container {
+    /// On Cloud Run an image reference Cloud Run can pull (`REGION-docker.pkg.dev/…:tag` or
+    /// `…@sha256:…`); on one machine the path of an OCI image layout (a directory or its tar
+    /// archive), run in a gVisor sandbox without network.
+    #[schema(min_length = 1, max_length = 1024)]
+    pub image: String,
+    /// The TCP port the server listens on (its `PORT` variable says the same); 8080 when absent.
+    #[serde(default = "port_8080")]
+    #[schema(minimum = 1, maximum = 65535)]
+    pub port: u16,
+    /// The path answered with a 2xx once the server can serve (its startup probe and the
+    /// smoke test's first step); `/health` when absent.
+    #[serde(default = "health")]
+    #[schema(pattern = "^/[!-~]{0,255}$")]
+    pub health_path: String,
+    /// Environment variables whose values are secrets of the tenant, by variable name:
+    /// `SECRET` or `SECRET:VERSION` (version a number or `latest`, the default). On Cloud Run
+    /// each is a Secret Manager reference (never a plain value on the revision); on one
+    /// machine it is read from the secrets file.
+    #[serde(default)]
+    pub secrets: std::collections::BTreeMap<String, String>,
+    /// A request the smoke test sends after the health check; a 2xx passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example: Option<ContainerExample>,
+}
+
+/// A request a container's revision must answer with a 2xx before it takes traffic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerExample {
+    /// The path, e.g. `/v2/models/m/infer`.
+    #[schema(pattern = "^/[!-~]{0,1023}$")]
+    pub path: String,
+    /// A JSON body, sent with POST; absent: a GET.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+}
+
+fn port_8080() -> u16 {
+    8080
+}
+
+fn health() -> String {
+    "/health".to_owned()
+}
+
+/// What a revision serves, in words: its model version, or `image …`.
+pub fn served(version: Option<&ModelVersionId>, image: Option<&str>) -> String {
+    match (version, image) {
+        (Some(v), _) => v.to_string(),
+        (None, Some(image)) => format!("image {image}"),
+        (None, None) => "nothing".into(),
+    }
+}
+
+/// `POST …/endpoints/{alias}:promote`: a new revision serving a model version, or (on a
+/// container endpoint) another container.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromoteEndpoint {
-    pub model_version: ModelVersionId,
+    /// Exactly one of `model_version` and `container`, of the endpoint's kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<ModelVersionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
 }
 
 /// One revision of an endpoint.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RevisionView {
     pub tag: String,
-    pub model_version: ModelVersionId,
+    /// The model version it serves (absent for a container).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<ModelVersionId>,
+    /// The container image it runs (absent for a model version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Its share of the scores, in percent.
     pub traffic_percent: u32,
     /// `stable`, `canary`, `previous` or `retired`.
@@ -65,7 +141,10 @@ pub struct RevisionView {
 /// A promotion under way.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PromotionView {
-    pub model_version: ModelVersionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<ModelVersionId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     pub tag: String,
     /// `smoke`, `shifting`, `promoted` or `rolled_back`.
     pub phase: String,
@@ -98,8 +177,12 @@ pub struct EndpointView {
     pub alias: String,
     pub tenant: TenantId,
     pub project: ProjectId,
-    /// The version the stable revision serves.
-    pub model_version: ModelVersionId,
+    /// The version the stable revision serves (absent for a container).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<ModelVersionId>,
+    /// The image the stable revision runs (absent for a model version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     pub accelerator: Accelerator,
     pub region: String,
     pub min_instances: u32,

@@ -23,7 +23,9 @@ pub mod stats;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mapi_api::endpoints::{EndpointEventView, EndpointUsageView, EndpointView, PromotionView, RevisionView};
+use mapi_api::endpoints::{
+    Container, EndpointEventView, EndpointUsageView, EndpointView, PromotionView, RevisionView,
+};
 use mapi_domain::endpoint::{Accelerator, Access, EndpointStatus};
 use mapi_domain::{ModelVersionId, ProjectId, TenantId, Timestamp, UserId};
 use mapi_hosting::{Scaling, Traffic};
@@ -45,15 +47,72 @@ pub const MAX_EVENTS: usize = 50;
 pub struct Revision {
     /// `r1`, `r2`, … in order of creation.
     pub tag: String,
+    /// What it serves (its fields sit beside the tag in the document).
+    #[serde(flatten)]
+    pub serves: Serves,
+    pub created_at: Timestamp,
+}
+
+/// What a revision serves: a model version on the platform's model server,
+/// or the tenant's own model-server container.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Serves {
+    Model(ServedModel),
+    Container(ServedContainer),
+}
+
+/// A model version the platform's model server serves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServedModel {
     pub model_version: ModelVersionId,
     pub bundle: String,
     pub manifest_sha256: String,
-    pub created_at: Timestamp,
     /// One row of the fit's data and the fit's own prediction for it (the smoke test).
     pub example: Option<(Map<String, Value>, f64)>,
     /// The plugin whose `predict` serves it: its scores run tenant code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<ServedPlugin>,
+}
+
+/// A tenant's model-server container: requests are forwarded to it unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedContainer {
+    pub container: Container,
+}
+
+impl Revision {
+    /// The model version it serves, unless it runs a container.
+    pub fn model_version(&self) -> Option<&ModelVersionId> {
+        match &self.serves {
+            Serves::Model(m) => Some(&m.model_version),
+            Serves::Container(_) => None,
+        }
+    }
+
+    /// The container it runs, unless it serves a model version.
+    pub fn container(&self) -> Option<&Container> {
+        match &self.serves {
+            Serves::Model(_) => None,
+            Serves::Container(c) => Some(&c.container),
+        }
+    }
+
+    /// Whether its answers come from tenant code (a plugin's `predict`, or a container).
+    pub fn runs_tenant_code(&self) -> bool {
+        match &self.serves {
+            Serves::Model(m) => m.plugin.is_some(),
+            Serves::Container(_) => true,
+        }
+    }
+
+    /// What it serves, in words: the model version's id or the image.
+    pub fn served(&self) -> String {
+        match &self.serves {
+            Serves::Model(m) => m.model_version.to_string(),
+            Serves::Container(c) => format!("image {}", c.container.image),
+        }
+    }
 }
 
 /// The plugin code a revision runs.
@@ -69,7 +128,12 @@ pub struct ServedPlugin {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Promotion {
     pub tag: String,
-    pub model_version: ModelVersionId,
+    /// The version the canary serves (absent when it runs a container).
+    #[serde(default)]
+    pub model_version: Option<ModelVersionId>,
+    /// The image the canary runs (absent when it serves a model version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     pub started_at: Timestamp,
     pub gate: mapi_rollout::Gate,
     /// The smoke test's result once it ran.
@@ -169,13 +233,18 @@ impl EndpointDoc {
             .flatten()
             .chain(self.traffic.iter().map(|t| t.tag.as_str()));
         tags.filter_map(|t| self.revision(t))
-            .map(|r| &r.model_version)
-            .chain(self.promotion.iter().map(|p| &p.model_version))
+            .filter_map(Revision::model_version)
+            .chain(self.promotion.iter().filter_map(|p| p.model_version.as_ref()))
     }
 
-    /// The version the stable revision serves.
+    /// Whether the endpoint runs a tenant's container (all its revisions do, or none).
+    pub fn runs_container(&self) -> bool {
+        self.revisions.first().is_some_and(|r| r.container().is_some())
+    }
+
+    /// The version the stable revision serves (none when it runs a container).
     pub fn model_version(&self) -> Option<&ModelVersionId> {
-        self.revision(&self.stable).map(|r| &r.model_version)
+        self.revision(&self.stable).and_then(Revision::model_version)
     }
 
     /// Which revision serves a score, `draw` in `0..100` (uniform): by the split.
@@ -215,7 +284,8 @@ impl EndpointDoc {
             .iter()
             .map(|r| RevisionView {
                 tag: r.tag.clone(),
-                model_version: r.model_version.clone(),
+                model_version: r.model_version().cloned(),
+                image: r.container().map(|c| c.image.clone()),
                 traffic_percent: percent(&r.tag),
                 role: if r.tag == self.stable {
                     "stable"
@@ -232,21 +302,19 @@ impl EndpointDoc {
             .collect();
         let promotion = self.promotion.as_ref().map(|p| PromotionView {
             model_version: p.model_version.clone(),
+            image: p.image.clone(),
             tag: p.tag.clone(),
             phase: p.gate.phase_name().to_owned(),
             canary_percent: p.gate.desired_percent(),
             started_at: p.started_at,
         });
-        let model_version = self
-            .model_version()
-            .or_else(|| self.revisions.first().map(|r| &r.model_version))
-            .cloned()
-            .unwrap_or_else(unreachable_version);
+        let stable = self.revision(&self.stable).or_else(|| self.revisions.first());
         EndpointView {
             alias: self.alias.clone(),
             tenant: self.tenant.clone(),
             project: self.project.clone(),
-            model_version,
+            model_version: stable.and_then(Revision::model_version).cloned(),
+            image: stable.and_then(Revision::container).map(|c| c.image.clone()),
             accelerator: self.accelerator,
             region: self.region.clone(),
             min_instances: self.scaling.min,
@@ -276,12 +344,6 @@ impl EndpointDoc {
     }
 }
 
-/// Every endpoint has a revision from its creation on, so its version is
-/// always known; this is only the type's fallback.
-fn unreachable_version() -> ModelVersionId {
-    ModelVersionId::of_run(&mapi_domain::RunId::generate(Timestamp::EPOCH, [0; 10]))
-}
-
 /// The example a fit's `model.json` stores for the smoke test.
 pub fn example_of(model_json: &[u8]) -> Option<(Map<String, Value>, f64)> {
     let v: Value = serde_json::from_slice(model_json).ok()?;
@@ -300,4 +362,64 @@ pub fn labels(tenant: &TenantId, project: &ProjectId, alias: &str) -> BTreeMap<S
         ("mapi-project".to_owned(), project.to_string()),
         ("mapi-alias".to_owned(), alias.to_owned()),
     ])
+}
+
+/// Checks a container's fields and reads its secret references: each
+/// variable's name (`[A-Z_][A-Z0-9_]*`, none the host sets itself) and its
+/// `SECRET[:VERSION]` (a name of letters, digits, `-` and `_`; a version
+/// number or `latest`). The error says what to fix.
+pub fn check_container(c: &Container) -> Result<Vec<mapi_hosting::SecretEnv>, String> {
+    const MAX_SECRETS: usize = 32;
+    const RESERVED: [&str; 4] = ["PORT", "K_SERVICE", "K_REVISION", "K_CONFIGURATION"];
+    let printable = |s: &str| s.bytes().all(|b| (0x21..0x7f).contains(&b));
+    if c.image.is_empty() || c.image.len() > 1024 || !printable(&c.image) {
+        return Err("container.image must be 1 to 1,024 printable characters without spaces".into());
+    }
+    if c.port == 0 {
+        return Err("container.port must be a TCP port, 1 to 65535".into());
+    }
+    if !c.health_path.starts_with('/') || c.health_path.len() > 256 || !printable(&c.health_path) {
+        return Err(
+            "container.health_path must be a path starting with `/` (e.g. /health), at most 256 characters"
+                .into(),
+        );
+    }
+    if let Some(e) = &c.example
+        && (!e.path.starts_with('/') || e.path.len() > 1024 || !printable(&e.path))
+    {
+        return Err("container.example.path must be a path starting with `/`".into());
+    }
+    if c.secrets.len() > MAX_SECRETS {
+        return Err(format!("a container takes at most {MAX_SECRETS} secrets, not {}", c.secrets.len()));
+    }
+    c.secrets
+        .iter()
+        .map(|(env, reference)| {
+            let env_ok = !env.is_empty()
+                && env.len() <= 128
+                && env.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+                && !env.as_bytes()[0].is_ascii_digit();
+            if !env_ok {
+                return Err(format!(
+                    "secret variable `{}` is not a variable name: use capitals, digits and `_`",
+                    env.chars().take(40).collect::<String>()
+                ));
+            }
+            if RESERVED.contains(&env.as_str()) || env.starts_with("MAPI_") || env.starts_with("CLOUD_RUN_") {
+                return Err(format!("secret variable {env} is set by the host: name it otherwise"));
+            }
+            let (name, version) = reference.split_once(':').unwrap_or((reference, "latest"));
+            let name_ok = (1..=200).contains(&name.len())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            let version_ok =
+                version == "latest" || (!version.is_empty() && version.len() <= 10 && version.bytes().all(|b| b.is_ascii_digit()));
+            if !name_ok || !version_ok {
+                return Err(format!(
+                    "secret of {env} is `{}`: give SECRET or SECRET:VERSION (a secret name of letters, digits, `-` and `_`; a version number or `latest`)",
+                    reference.chars().take(60).collect::<String>()
+                ));
+            }
+            Ok(mapi_hosting::SecretEnv { env: env.clone(), name: name.to_owned(), version: version.to_owned() })
+        })
+        .collect()
 }

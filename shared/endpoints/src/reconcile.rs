@@ -16,7 +16,7 @@ use mapi_store::{Store, StoreError, transact};
 use serde_json::json;
 
 use crate::stats::{SHARDS, StatsDoc, Usage};
-use crate::{DEPLOY_TIMEOUT, EndpointDoc, Promotion};
+use crate::{DEPLOY_TIMEOUT, EndpointDoc, Promotion, Serves};
 
 /// What a reconciliation did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,7 +182,8 @@ async fn promote_step(
         doc.previous = Some(doc.stable.clone());
         doc.stable = p.tag.clone();
         doc.traffic = doc.split(&p.tag, 0);
-        doc.event(now, "promoted", format!("{} serves 100 % as revision {}", p.model_version, p.tag));
+        let served = doc.revision(&p.tag).map(crate::Revision::served).unwrap_or_default();
+        doc.event(now, "promoted", format!("{served} serves 100 % as revision {}", p.tag));
         doc.promotion = None;
     } else if let Some(reason) = p.gate.rolled_back_reason()
         && observed == Some(0)
@@ -196,7 +197,9 @@ async fn promote_step(
     Ok(())
 }
 
-/// The smoke test: health, then the stored example must score as the fit predicted it.
+/// The smoke test: the revision's health path, then its example. A model
+/// version's stored example must score as the fit predicted it; a
+/// container's example (when it has one) must answer a 2xx.
 async fn smoke(ports: Ports<'_>, doc: &EndpointDoc, tag: &str) -> Result<(), String> {
     let revision = doc.revision(tag).ok_or_else(|| format!("no revision {tag}"))?;
     let route = ports.hosting.route(&doc.service, Some(tag)).await.map_err(|e| e.to_string())?;
@@ -207,30 +210,47 @@ async fn smoke(ports: Ports<'_>, doc: &EndpointDoc, tag: &str) -> Result<(), Str
             None => req,
         }
     };
-    let health = send(ports.http.get(format!("{}{}", route.url, server_env::HEALTH_PATH)))
+    let health_path = revision.container().map_or(server_env::HEALTH_PATH, |c| c.health_path.as_str());
+    let health = send(ports.http.get(format!("{}{health_path}", route.url)))
         .send()
         .await
         .map_err(|e| format!("health check: {e}"))?;
     if !health.status().is_success() {
         return Err(format!("health check answered {}", health.status()));
     }
-    let Some((inputs, want)) = &revision.example else {
-        return Ok(());
-    };
-    let resp = send(ports.http.post(format!("{}{}", route.url, server_env::PREDICT_PATH)))
-        .json(&json!({"rows": [inputs]}))
-        .send()
-        .await
-        .map_err(|e| format!("scoring the example: {e}"))?;
-    if !resp.status().is_success() {
-        return Err(format!("scoring the example answered {}", resp.status()));
+    match &revision.serves {
+        Serves::Model(model) => {
+            let Some((inputs, want)) = &model.example else { return Ok(()) };
+            let resp = send(ports.http.post(format!("{}{}", route.url, server_env::PREDICT_PATH)))
+                .json(&json!({"rows": [inputs]}))
+                .send()
+                .await
+                .map_err(|e| format!("scoring the example: {e}"))?;
+            if !resp.status().is_success() {
+                return Err(format!("scoring the example answered {}", resp.status()));
+            }
+            let body: serde_json::Value =
+                resp.json().await.map_err(|e| format!("scoring the example: {e}"))?;
+            let got = body["predictions"][0]["value"].as_f64().ok_or("the answer has no prediction")?;
+            if (got - want).abs() > 1e-9 * want.abs().max(1.0) {
+                return Err(format!("the example scored {got}, the fit predicted {want}"));
+            }
+            Ok(())
+        }
+        Serves::Container(c) => {
+            let Some(example) = &c.container.example else { return Ok(()) };
+            let url = format!("{}{}", route.url, example.path);
+            let req = match &example.body {
+                Some(body) => ports.http.post(url).json(body),
+                None => ports.http.get(url),
+            };
+            let resp = send(req).send().await.map_err(|e| format!("the example request: {e}"))?;
+            if !resp.status().is_success() {
+                return Err(format!("the example request {} answered {}", example.path, resp.status()));
+            }
+            Ok(())
+        }
     }
-    let body: serde_json::Value = resp.json().await.map_err(|e| format!("scoring the example: {e}"))?;
-    let got = body["predictions"][0]["value"].as_f64().ok_or("the answer has no prediction")?;
-    if (got - want).abs() > 1e-9 * want.abs().max(1.0) {
-        return Err(format!("the example scored {got}, the fit predicted {want}"));
-    }
-    Ok(())
 }
 
 /// Deletes the service, then the document and its statistics.

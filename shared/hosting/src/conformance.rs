@@ -48,7 +48,7 @@ fn spec(f: &Fixture, name: &str) -> ServiceSpec {
 }
 
 fn revision(tag: &str, model: &ModelRef) -> RevisionSpec {
-    RevisionSpec { tag: tag.into(), model: model.clone() }
+    RevisionSpec { tag: tag.into(), serves: crate::Serving::Model(model.clone()) }
 }
 
 const POLL: Duration = Duration::from_millis(100);

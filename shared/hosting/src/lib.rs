@@ -23,6 +23,8 @@
 //! adapters set it and `mapi-worker serve` reads it.
 
 pub mod local;
+pub mod oci;
+pub mod sandboxed;
 pub mod server_env;
 
 #[cfg(any(test, feature = "conformance"))]
@@ -82,12 +84,46 @@ pub struct ModelRef {
     pub base: Option<String>,
 }
 
+/// A tenant's model-server image: run as it is, reached on `port`, ready
+/// once `health_path` answers a 2xx.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageRef {
+    /// A registry reference (Cloud Run), or the path of a local OCI image layout (local).
+    pub image: String,
+    pub port: u16,
+    pub health_path: String,
+    /// The tenant whose image it is: it runs as that tenant and reads only that tenant's secrets.
+    pub tenant: mapi_domain::TenantId,
+    /// Variables whose values are the tenant's secrets.
+    pub secrets: Vec<SecretEnv>,
+}
+
+/// One environment variable whose value is the tenant's secret `name`. Each
+/// adapter finds it in its own store (Secret Manager, or the local secrets
+/// file), among the tenant's own secrets only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretEnv {
+    pub env: String,
+    pub name: String,
+    /// A version number, or `latest`.
+    pub version: String,
+}
+
+/// What a revision serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// A sealed model bundle, on the platform's model server.
+    Model(ModelRef),
+    /// The tenant's own model-server image.
+    Image(ImageRef),
+}
+
 /// A revision to add: its tag (lowercase letters, digits, `-`, unique in
-/// the service) and its model.
+/// the service) and what it serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RevisionSpec {
     pub tag: String,
-    pub model: ModelRef,
+    pub serves: Serving,
 }
 
 /// One entry of a traffic split.
@@ -186,6 +222,11 @@ pub trait Hosting: Send + Sync + Debug {
     /// network and none of the platform's credentials.
     fn uploaded_code_refusal(&self) -> Option<String> {
         Some(format!("endpoints on {} do not run uploaded code in a sandbox", self.name()))
+    }
+
+    /// Why this host does not run a tenant's own container, if it does not.
+    fn container_refusal(&self) -> Option<String> {
+        Some(format!("endpoints on {} do not run a tenant's own container", self.name()))
     }
 
     /// Creates `spec` serving `first` at 100 %.

@@ -13,6 +13,12 @@
 //!   not asked for anything for the idle time is stopped when the service
 //!   scales to zero (`min = 0`), and started by the next `route`.
 //!
+//! - A container revision (the tenant's own image) runs under gVisor as
+//!   [`crate::sandboxed`] says: its image is unpacked at
+//!   `{dir}/{service}/{tag}/bundle/rootfs` when it rolls out, its secrets
+//!   are read from the secrets file each time it starts, and the platform
+//!   reaches it on a loopback port joined to the sandbox's socket.
+//!
 //! One process per revision: `scaling.max` is recorded, not enforced here.
 
 use std::collections::BTreeMap;
@@ -30,7 +36,7 @@ use tokio::process::Child;
 
 use crate::{
     Accelerator, Access, Hosting, HostingError, MANAGED_LABEL, RevisionSpec, RevisionState, Rollout, Route,
-    Scaling, ServiceSpec, ServiceState, Traffic, check_split, server_env,
+    Scaling, ServiceSpec, ServiceState, Serving, Traffic, check_split, server_env,
 };
 
 /// What a server that lost its port to another process says (the OS's words).
@@ -49,15 +55,52 @@ pub struct ServerCommand {
     /// The `runsc` a plugin's model runs under (given to the server as
     /// `MAPI_SERVE_RUNSC`); `None`: plugins' models are refused.
     pub sandbox: Option<PathBuf>,
+    /// What runs tenants' containers; `None`: container revisions are refused.
+    pub containers: Option<crate::sandboxed::ContainerRuntime>,
+    /// The local secrets file container revisions read their secrets from.
+    pub secrets: PathBuf,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct StoredRevision {
     tag: String,
-    bundle: String,
-    manifest_sha256: String,
-    trusted_keys: String,
+    #[serde(flatten)]
+    runs: Runs,
     rollout: Rollout,
+}
+
+/// What a revision's process is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Runs {
+    Model {
+        bundle: String,
+        manifest_sha256: String,
+        trusted_keys: String,
+    },
+    Image {
+        image: String,
+        port: u16,
+        health_path: String,
+        tenant: mapi_domain::TenantId,
+        secrets: Vec<StoredSecret>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StoredSecret {
+    env: String,
+    name: String,
+    version: String,
+}
+
+impl Runs {
+    fn health_path(&self) -> &str {
+        match self {
+            Runs::Model { .. } => server_env::HEALTH_PATH,
+            Runs::Image { health_path, .. } => health_path,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -79,6 +122,32 @@ struct Proc {
     last_used: Timestamp,
     /// The last line the server wrote to stderr.
     last_line: Arc<Mutex<String>>,
+    /// A container's sandbox and the task joining its port to the sandbox's socket.
+    sandbox: Option<Sandboxed>,
+}
+
+#[derive(Debug)]
+struct Sandboxed {
+    runtime: crate::sandboxed::ContainerRuntime,
+    state: PathBuf,
+    id: String,
+    joiner: tokio::task::JoinHandle<()>,
+}
+
+impl Proc {
+    /// Stops the server: SIGTERM, so it finishes what it serves (`kill_on_drop`
+    /// backs it up); a sandbox is then killed and removed.
+    fn stop(&mut self) {
+        terminate(&mut self.child);
+        if let Some(s) = self.sandbox.take() {
+            s.joiner.abort();
+            let Sandboxed { runtime, state, id, .. } = s;
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(2));
+                runtime.remove(&state, &id);
+            });
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -196,9 +265,17 @@ impl Inner {
         write_synced(&self.service_dir(&service.name).join("service.json"), &bytes)
     }
 
-    fn stage(&self, service: &str, revision: &RevisionSpec) -> Result<PathBuf, HostingError> {
+    fn stage(&self, service: &str, revision: &RevisionSpec) -> Result<(), HostingError> {
+        let model = match &revision.serves {
+            Serving::Model(model) => model,
+            Serving::Image(_) if self.server.containers.is_none() => {
+                return Err(HostingError::Invalid(CONTAINERS_REFUSED.to_owned()));
+            }
+            // Unpacked as it rolls out: an image may take a while.
+            Serving::Image(_) => return Ok(()),
+        };
         let root = self.service_dir(service).join(&revision.tag).join("objects");
-        for f in &revision.model.files {
+        for f in &model.files {
             if f.key.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
                 return Err(HostingError::Invalid(format!(
                     "bundle file key `{}` is not a plain path",
@@ -207,10 +284,48 @@ impl Inner {
             }
             write_synced(&root.join(&f.key), &f.bytes)?;
         }
-        Ok(root)
+        Ok(())
+    }
+
+    /// Unpacks a container revision's image into its bundle's `rootfs`, once.
+    async fn unpack(&self, service: &str, revision: &StoredRevision) -> Result<(), String> {
+        let Runs::Image { image, .. } = &revision.runs else { return Ok(()) };
+        let bundle = self.service_dir(service).join(&revision.tag).join("bundle");
+        let image = PathBuf::from(image);
+        if !image.exists() {
+            return Err(format!(
+                "{} does not exist on this machine: give the path of an OCI image layout (a directory, or \
+                 its tar archive), e.g. from `skopeo copy docker://IMAGE oci:DIR`",
+                image.display()
+            ));
+        }
+        tokio::task::spawn_blocking(move || {
+            let done = bundle.join("unpacked");
+            if done.is_file() {
+                return Ok(());
+            }
+            let rootfs = bundle.join("rootfs");
+            if rootfs.exists() {
+                std::fs::remove_dir_all(&rootfs).map_err(|e| e.to_string())?;
+            }
+            std::fs::create_dir_all(&rootfs).map_err(|e| e.to_string())?;
+            let config = crate::oci::unpack(&image, &rootfs).map_err(|e| e.to_string())?;
+            crate::sandboxed::prepare_rootfs(&rootfs).map_err(|e| e.to_string())?;
+            let config = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
+            write_synced(&bundle.join("image.json"), &config).map_err(|e| e.to_string())?;
+            write_synced(&done, b"").map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
     fn spawn(&self, service: &str, revision: &StoredRevision) -> Result<Proc, HostingError> {
+        let (bundle, manifest_sha256, trusted_keys) = match &revision.runs {
+            Runs::Model { bundle, manifest_sha256, trusted_keys } => (bundle, manifest_sha256, trusted_keys),
+            Runs::Image { port, tenant, secrets, .. } => {
+                return self.spawn_container(service, revision, (*port, tenant), secrets);
+            }
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| io("a loopback port", e))?
@@ -221,16 +336,86 @@ impl Inner {
             .env(server_env::PORT, port.to_string())
             .env(server_env::LISTEN, "127.0.0.1")
             .env(server_env::OBJECTS, &objects)
-            .env(server_env::BUNDLE, &revision.bundle)
-            .env(server_env::MANIFEST_SHA256, &revision.manifest_sha256)
-            .env(server_env::TRUSTED_KEYS, &revision.trusted_keys)
+            .env(server_env::BUNDLE, bundle)
+            .env(server_env::MANIFEST_SHA256, manifest_sha256)
+            .env(server_env::TRUSTED_KEYS, trusted_keys)
             .env(server_env::REVISION, &revision.tag)
             .env(server_env::RUNSC, self.server.sandbox.as_deref().unwrap_or(Path::new("")))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| io(&self.server.program.display().to_string(), e))?;
+        let program = self.server.program.display().to_string();
+        self.supervise(cmd, &program, port, None)
+    }
+
+    /// Starts a container revision's sandbox and joins a loopback port to its socket.
+    fn spawn_container(
+        &self,
+        service: &str,
+        revision: &StoredRevision,
+        (inner_port, tenant): (u16, &mapi_domain::TenantId),
+        secrets: &[StoredSecret],
+    ) -> Result<Proc, HostingError> {
+        let runtime =
+            self.server.containers.clone().ok_or_else(|| HostingError::Invalid(CONTAINERS_REFUSED.into()))?;
+        let dir = self.service_dir(service).join(&revision.tag);
+        let (bundle, state, run) = (dir.join("bundle"), dir.join("state"), dir.join("run"));
+        let image: crate::oci::ImageConfig = std::fs::read(bundle.join("image.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| {
+                HostingError::Invalid(format!("the image of {service}/{} is not unpacked", revision.tag))
+            })?;
+        let wanted: Vec<crate::SecretEnv> = secrets
+            .iter()
+            .map(|s| crate::SecretEnv {
+                env: s.env.clone(),
+                name: s.name.clone(),
+                version: s.version.clone(),
+            })
+            .collect();
+        let env = crate::sandboxed::read_secrets(&self.server.secrets, tenant, &wanted)
+            .map_err(HostingError::Invalid)?;
+        for d in [&state, &run] {
+            std::fs::create_dir_all(d).map_err(|e| io(&d.display().to_string(), e))?;
+        }
+        // `nobody` in the sandbox creates the socket here.
+        set_mode(&run, 0o777)?;
+        let socket = run.join(crate::sandboxed::SOCKET);
+        let _ = std::fs::remove_file(&socket);
+        let spec = runtime.runtime_spec(&image, inner_port, &env, &run);
+        let spec = serde_json::to_vec_pretty(&spec).map_err(|e| HostingError::Invalid(e.to_string()))?;
+        write_synced(&bundle.join("config.json"), &spec)?;
+        let id = format!("{service}-{}", revision.tag);
+        runtime.remove(&state, &id);
+        let mut cmd = tokio::process::Command::from(runtime.runsc(&state));
+        cmd.arg("run")
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg(&id)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| io("a loopback port", e))?;
+        let port = listener.local_addr().map_err(|e| io("a loopback port", e))?.port();
+        listener.set_nonblocking(true).map_err(|e| io("a loopback port", e))?;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| io("a loopback port", e))?;
+        let joiner = tokio::spawn(join_to_socket(listener, socket));
+        let sandbox = Sandboxed { runtime, state, id, joiner };
+        self.supervise(cmd, "runsc", port, Some(sandbox))
+    }
+
+    /// Starts `cmd`, keeping its last stderr line (a JSON line's `message`).
+    fn supervise(
+        &self,
+        mut cmd: tokio::process::Command,
+        program: &str,
+        port: u16,
+        sandbox: Option<Sandboxed>,
+    ) -> Result<Proc, HostingError> {
+        let mut child = cmd.spawn().map_err(|e| io(program, e))?;
         let last_line = Arc::new(Mutex::new(String::new()));
         if let Some(stderr) = child.stderr.take() {
             let last = last_line.clone();
@@ -247,12 +432,16 @@ impl Inner {
                 }
             });
         }
-        Ok(Proc { child, port, last_used: self.clock.now(), last_line })
+        Ok(Proc { child, port, last_used: self.clock.now(), last_line, sandbox })
     }
 
     /// Waits until the server answers its health check; the error is why it never will.
-    async fn await_health(&self, port: u16, proc_exit: impl Fn() -> Option<String>) -> Result<(), String> {
-        let url = format!("http://127.0.0.1:{port}{}", server_env::HEALTH_PATH);
+    async fn await_health(
+        &self,
+        (port, path): (u16, &str),
+        proc_exit: impl Fn() -> Option<String>,
+    ) -> Result<(), String> {
+        let url = format!("http://127.0.0.1:{port}{path}");
         let started = std::time::Instant::now();
         loop {
             if let Some(reason) = proc_exit() {
@@ -266,10 +455,7 @@ impl Inner {
                 return Ok(());
             }
             if started.elapsed() > START_TIMEOUT {
-                return Err(format!(
-                    "the model server did not answer {} within {START_TIMEOUT:?}",
-                    server_env::HEALTH_PATH
-                ));
+                return Err(format!("the model server did not answer {path} within {START_TIMEOUT:?}"));
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
@@ -291,7 +477,7 @@ impl Inner {
 
     async fn ensure_once(&self, service: &str, tag: &str) -> Result<u16, HostingError> {
         let key = (service.to_owned(), tag.to_owned());
-        let port = {
+        let (port, path) = {
             let mut s = self.services.lock().await;
             if let Some(p) = s.procs.get_mut(&key) {
                 if matches!(p.child.try_wait(), Ok(None)) {
@@ -299,7 +485,9 @@ impl Inner {
                     return Ok(p.port);
                 }
                 tracing::warn!(service, tag, "model server exited: starting it again");
-                s.procs.remove(&key);
+                if let Some(mut p) = s.procs.remove(&key) {
+                    p.stop();
+                }
             }
             let stored = s.stored.get(service).ok_or_else(|| HostingError::NotFound(service.to_owned()))?;
             let revision = stored
@@ -311,9 +499,9 @@ impl Inner {
             let proc = self.spawn(service, &revision)?;
             let port = proc.port;
             s.procs.insert(key.clone(), proc);
-            port
+            (port, revision.runs.health_path().to_owned())
         };
-        let outcome = self.await_health(port, || None).await;
+        let outcome = self.await_health((port, &path), || None).await;
         let mut s = self.services.lock().await;
         let exited = s.procs.get_mut(&key).map(|p| !matches!(p.child.try_wait(), Ok(None))).unwrap_or(true);
         match outcome {
@@ -322,7 +510,10 @@ impl Inner {
                 let reason = s
                     .procs
                     .remove(&key)
-                    .and_then(|p| p.last_line.lock().ok().map(|l| l.clone()))
+                    .and_then(|mut p| {
+                        p.stop();
+                        p.last_line.lock().ok().map(|l| l.clone())
+                    })
                     .unwrap_or_default();
                 Err(HostingError::Unavailable(
                     format!("the model server of {service}/{tag} did not start: {reason}").into(),
@@ -336,18 +527,26 @@ impl Inner {
         let mut attempt = 0;
         let outcome = loop {
             attempt += 1;
-            let spawned = {
-                let mut s = self.services.lock().await;
+            let revision = {
+                let s = self.services.lock().await;
                 let Some(stored) = s.stored.get(&service) else { return };
                 let Some(revision) = stored.revisions.iter().find(|r| r.tag == tag).cloned() else { return };
-                match self.spawn(&service, &revision) {
-                    Ok(proc) => {
-                        let last = proc.last_line.clone();
-                        let port = proc.port;
-                        s.procs.insert((service.clone(), tag.clone()), proc);
-                        Ok((port, last))
+                revision
+            };
+            let unpacked = self.unpack(&service, &revision).await;
+            let spawned = match unpacked {
+                Err(why) => Err(format!("the image cannot be run: {why}")),
+                Ok(()) => {
+                    let mut s = self.services.lock().await;
+                    match self.spawn(&service, &revision) {
+                        Ok(proc) => {
+                            let last = proc.last_line.clone();
+                            let port = proc.port;
+                            s.procs.insert((service.clone(), tag.clone()), proc);
+                            Ok((port, last))
+                        }
+                        Err(e) => Err(e.to_string()),
                     }
-                    Err(e) => Err(e.to_string()),
                 }
             };
             let outcome = match spawned {
@@ -368,7 +567,7 @@ impl Inner {
                             Err(e) => Some(e.to_string()),
                         }
                     };
-                    match self.await_health(port, exit).await {
+                    match self.await_health((port, revision.runs.health_path()), exit).await {
                         Ok(()) => Rollout::Ready,
                         Err(reason) => Rollout::Failed(reason),
                     }
@@ -377,7 +576,11 @@ impl Inner {
             match &outcome {
                 // Its port was taken between our pick and its bind: another port.
                 Rollout::Failed(why) if why.contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => {
-                    self.services.lock().await.procs.remove(&(service.clone(), tag.clone()));
+                    if let Some(mut p) =
+                        self.services.lock().await.procs.remove(&(service.clone(), tag.clone()))
+                    {
+                        p.stop();
+                    }
                 }
                 _ => break outcome,
             }
@@ -385,7 +588,9 @@ impl Inner {
         let mut s = self.services.lock().await;
         if let Rollout::Failed(reason) = &outcome {
             tracing::warn!(service, tag, %reason, "revision failed to start");
-            s.procs.remove(&(service.clone(), tag.clone()));
+            if let Some(mut p) = s.procs.remove(&(service.clone(), tag.clone())) {
+                p.stop();
+            }
         }
         let Some(stored) = s.stored.get_mut(&service) else { return };
         if let Some(r) = stored.revisions.iter_mut().find(|r| r.tag == tag) {
@@ -408,7 +613,9 @@ impl Inner {
             let exited = !matches!(p.child.try_wait(), Ok(None));
             if scales_to_zero && idle && !exited {
                 tracing::info!(service, tag, "model server idle: scaled to zero");
-                terminate(&mut p.child);
+                p.stop();
+            } else if exited {
+                p.stop();
             }
             !(exited || (scales_to_zero && idle))
         });
@@ -447,12 +654,56 @@ fn state_of(service: &StoredService) -> ServiceState {
 }
 
 fn stored_revision(r: &RevisionSpec) -> StoredRevision {
-    StoredRevision {
-        tag: r.tag.clone(),
-        bundle: r.model.bundle.clone(),
-        manifest_sha256: r.model.manifest_sha256.clone(),
-        trusted_keys: r.model.trusted_keys.clone(),
-        rollout: Rollout::Reconciling,
+    let runs = match &r.serves {
+        Serving::Model(m) => Runs::Model {
+            bundle: m.bundle.clone(),
+            manifest_sha256: m.manifest_sha256.clone(),
+            trusted_keys: m.trusted_keys.clone(),
+        },
+        Serving::Image(i) => Runs::Image {
+            image: i.image.clone(),
+            port: i.port,
+            health_path: i.health_path.clone(),
+            tenant: i.tenant.clone(),
+            secrets: i
+                .secrets
+                .iter()
+                .map(|s| StoredSecret {
+                    env: s.env.clone(),
+                    name: s.name.clone(),
+                    version: s.version.clone(),
+                })
+                .collect(),
+        },
+    };
+    StoredRevision { tag: r.tag.clone(), runs, rollout: Rollout::Reconciling }
+}
+
+/// Why this host runs no container revision.
+const CONTAINERS_REFUSED: &str = "local endpoints run a container only in a gVisor sandbox, and this \
+    platform has no runsc: install it (Debian: apt install runsc) or name it with MAPI_GVISOR_RUNSC, and \
+    run the platform as root";
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), HostingError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| io(&path.display().to_string(), e))
+}
+
+/// Joins each connection to `listener` to the sandbox's socket, until aborted.
+async fn join_to_socket(listener: tokio::net::TcpListener, socket: PathBuf) {
+    loop {
+        let Ok((mut tcp, _)) = listener.accept().await else { continue };
+        let socket = socket.clone();
+        tokio::spawn(async move {
+            match tokio::net::UnixStream::connect(&socket).await {
+                Ok(mut unix) => {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+                }
+                // Not listening yet (starting) or gone: the caller sees a closed connection.
+                Err(_) => drop(tcp),
+            }
+        });
     }
 }
 
@@ -468,6 +719,10 @@ impl Hosting for LocalHosting {
              start it with MAPI_EXECUTOR=gvisor"
                 .to_owned()
         })
+    }
+
+    fn container_refusal(&self) -> Option<String> {
+        self.inner.server.containers.is_none().then(|| CONTAINERS_REFUSED.to_owned())
     }
 
     async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError> {
@@ -563,7 +818,7 @@ impl Hosting for LocalHosting {
         let keys: Vec<_> = s.procs.keys().filter(|(name, _)| name == service).cloned().collect();
         for key in keys {
             if let Some(mut p) = s.procs.remove(&key) {
-                terminate(&mut p.child);
+                p.stop();
             }
         }
         let dir = self.inner.service_dir(service);

@@ -483,6 +483,11 @@ fn python_unavailable(interpreter: &str) -> std::collections::BTreeMap<String, S
     unavailable
 }
 
+/// The file (under `$MAPI_HOME`) local container endpoints read tenants'
+/// secrets from: a JSON object of tenants, each an object of secret names
+/// and values.
+pub const ENDPOINT_SECRETS: &str = "endpoint-secrets.json";
+
 /// Local endpoints under `$MAPI_HOME/endpoints/`, each revision served by
 /// `{worker} serve`; a plugin's model under the gvisor executor's `runsc`
 /// (with another executor, local endpoints refuse plugins' models).
@@ -493,9 +498,20 @@ fn local_hosting(
 ) -> Result<LocalHosting, StartError> {
     let mut args = worker.args.clone();
     args.push("serve".into());
-    let server =
-        ServerCommand { program: worker.program.clone(), args, sandbox: config.gvisor_runsc.clone() };
-    Ok(LocalHosting::open(&home(config)?.join("endpoints"), server, config.endpoints_idle, clock.clone())?)
+    // Tenants' containers run under gVisor: the gvisor executor's runsc, or one on PATH.
+    let runsc = config.gvisor_runsc.clone().or_else(|| mapi_executor::gvisor::find_program("runsc"));
+    let containers = runsc.and_then(|runsc| {
+        mapi_hosting::sandboxed::ContainerRuntime::new(runsc, worker.program.clone(), worker.args.clone())
+    });
+    let home = home(config)?;
+    let server = ServerCommand {
+        program: worker.program.clone(),
+        args,
+        sandbox: config.gvisor_runsc.clone(),
+        containers,
+        secrets: home.join(ENDPOINT_SECRETS),
+    };
+    Ok(LocalHosting::open(&home.join("endpoints"), server, config.endpoints_idle, clock.clone())?)
 }
 
 /// Endpoints as Cloud Run services. Private ones are scored with ID tokens

@@ -14,15 +14,19 @@ use axum::response::{IntoResponse, Response};
 use mapi_access::{Action, Resource};
 use mapi_admission::quota;
 use mapi_api::endpoints::{
-    CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
+    Container, CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
 };
 use mapi_domain::endpoint::{
     Accelerator, Access, EndpointStatus, check_alias, default_region, resolve_region,
 };
 use mapi_domain::{ModelVersionId, ProjectId, Residency, TenantId};
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
-use mapi_endpoints::{EndpointDoc, Promotion, Revision, endpoint_id, service_name};
-use mapi_hosting::{BundleFile, HostingError, ModelRef, RevisionSpec, Scaling, ServiceSpec, Traffic};
+use mapi_endpoints::{
+    EndpointDoc, Promotion, Revision, ServedContainer, ServedModel, Serves, endpoint_id, service_name,
+};
+use mapi_hosting::{
+    BundleFile, HostingError, ImageRef, ModelRef, RevisionSpec, Scaling, ServiceSpec, Serving, Traffic,
+};
 use mapi_identity::{Audit, Caller};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
@@ -58,17 +62,89 @@ struct Servable {
     plugin: Option<mapi_endpoints::ServedPlugin>,
 }
 
-impl Servable {
+/// What a new revision serves: a model version, verified, or the tenant's container.
+enum Serve {
+    Model(Box<Servable>),
+    Container(Box<OwnContainer>),
+}
+
+/// A tenant's container as asked for, and as the host is given it.
+struct OwnContainer {
+    container: Container,
+    image: ImageRef,
+}
+
+impl Serve {
+    /// What the endpoint's document records of revision `tag`.
     fn revision(&self, tag: String, now: mapi_domain::Timestamp) -> Revision {
-        Revision {
-            tag,
-            model_version: self.version.id.clone(),
-            bundle: self.version.bundle.clone(),
-            manifest_sha256: self.version.manifest_sha256.clone(),
-            created_at: now,
-            example: self.example.clone(),
-            plugin: self.plugin.clone(),
+        let serves = match self {
+            Serve::Model(m) => Serves::Model(ServedModel {
+                model_version: m.version.id.clone(),
+                bundle: m.version.bundle.clone(),
+                manifest_sha256: m.version.manifest_sha256.clone(),
+                example: m.example.clone(),
+                plugin: m.plugin.clone(),
+            }),
+            Serve::Container(c) => Serves::Container(ServedContainer { container: c.container.clone() }),
+        };
+        Revision { tag, serves, created_at: now }
+    }
+
+    /// What the host is given.
+    fn spec(self, tag: String) -> RevisionSpec {
+        let serves = match self {
+            Serve::Model(m) => Serving::Model(m.model),
+            Serve::Container(c) => Serving::Image(c.image),
+        };
+        RevisionSpec { tag, serves }
+    }
+
+    /// What it serves, in words.
+    fn described(&self) -> String {
+        match self {
+            Serve::Model(m) => m.version.id.to_string(),
+            Serve::Container(c) => format!("image {}", c.container.image),
         }
+    }
+
+    /// The version a promotion to it names, if it is one.
+    fn version(&self) -> Option<ModelVersionId> {
+        match self {
+            Serve::Model(m) => Some(m.version.id.clone()),
+            Serve::Container(_) => None,
+        }
+    }
+}
+
+/// What a create or promote body asks to serve: exactly one of a model version and a container.
+async fn serve_of(
+    state: &AppState,
+    (caller, action): (&Caller, &str),
+    (tenant, project): (&TenantId, &ProjectId),
+    (version, container): (Option<&ModelVersionId>, Option<&Container>),
+) -> Result<Serve, ApiError> {
+    match (version, container) {
+        (Some(id), None) => {
+            Ok(Serve::Model(Box::new(model_of(state, (caller, action), (tenant, project), id).await?)))
+        }
+        (None, Some(container)) => {
+            let secrets = mapi_endpoints::check_container(container).map_err(ApiError::invalid)?;
+            if let Some(why) = state.hosting.container_refusal() {
+                return Err(ApiError::precondition(why));
+            }
+            let image = ImageRef {
+                image: container.image.clone(),
+                port: container.port,
+                health_path: container.health_path.clone(),
+                tenant: tenant.clone(),
+                secrets,
+            };
+            Ok(Serve::Container(Box::new(OwnContainer { container: container.clone(), image })))
+        }
+        _ => Err(ApiError::invalid(
+            "give exactly one of model_version (a fit the platform's model server serves) and container \
+             (your own model-server image)",
+        )),
     }
 }
 
@@ -265,8 +341,8 @@ pub async fn create(
     let granted =
         require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Create).await?;
     let (region, scaling) = checked(&body, &granted.tenant.residency)?;
-    let servable =
-        model_of(&state, (&caller, "endpoint.create"), (&tenant, &project), &body.model_version).await?;
+    let asked = (body.model_version.as_ref(), body.container.as_ref());
+    let servable = serve_of(&state, (&caller, "endpoint.create"), (&tenant, &project), asked).await?;
     let now = state.clock.now();
     let tag = "r1".to_owned();
     let mut doc = EndpointDoc {
@@ -295,11 +371,11 @@ pub async fn create(
         updated_at: now,
         rollout_started_at: now,
     };
-    doc.event(now, "created", format!("{} on {} in {region}", servable.version.id, body.accelerator));
+    doc.event(now, "created", format!("{} on {} in {region}", servable.described(), body.accelerator));
     let record = Audit::by(&caller, "endpoint.create", format!("endpoints/{}", doc.id))
         .tenant(&tenant)
         .project(&project)
-        .detail(format!("{} serving {}", body.alias, servable.version.id))
+        .detail(format!("{} serving {}", body.alias, servable.described()))
         .into_doc(now, &*state.entropy);
     admit_and_create(&state, &caller, granted.tenant.tier, &doc, &record).await?;
     let spec = ServiceSpec {
@@ -312,7 +388,7 @@ pub async fn create(
         access: Access::Private,
         labels: mapi_endpoints::labels(&tenant, &project, &doc.alias),
     };
-    match state.hosting.create(&spec, &RevisionSpec { tag, model: servable.model }).await {
+    match state.hosting.create(&spec, &servable.spec(tag)).await {
         Ok(()) | Err(HostingError::AlreadyExists(_)) => {}
         // Retryable: the document stands and the tick fails it if the host never has it.
         Err(e) if e.is_retryable() => {
@@ -570,7 +646,7 @@ pub async fn act(
         "promote" => {
             let (doc, tenant) = load_granted(&state, &caller, key, Action::Promote).await?;
             let body: PromoteEndpoint = body_of(&headers, &body)?;
-            let doc = promote(&state, (&caller, tenant.tier), doc, &body.model_version).await?;
+            let doc = promote(&state, (&caller, tenant.tier), doc, &body).await?;
             Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
         }
         "rollback" => {
@@ -605,7 +681,7 @@ async fn promote(
     state: &AppState,
     (caller, tier): (&Caller, mapi_domain::Tier),
     doc: EndpointDoc,
-    version: &ModelVersionId,
+    body: &PromoteEndpoint,
 ) -> Result<EndpointDoc, ApiError> {
     if doc.status != EndpointStatus::Ready {
         return Err(ApiError::precondition(format!(
@@ -619,8 +695,16 @@ async fn promote(
             doc.alias
         )));
     }
-    let servable =
-        model_of(state, (caller, "endpoint.promote"), (&doc.tenant, &doc.project), version).await?;
+    if body.container.is_some() != doc.runs_container() {
+        return Err(ApiError::invalid(format!(
+            "endpoint {} serves {}: promote {} to it, or make another endpoint",
+            doc.alias,
+            if doc.runs_container() { "a container" } else { "model versions" },
+            if doc.runs_container() { "another container" } else { "a model version" },
+        )));
+    }
+    let asked = (body.model_version.as_ref(), body.container.as_ref());
+    let servable = serve_of(state, (caller, "endpoint.promote"), (&doc.tenant, &doc.project), asked).await?;
     let tag = doc.next_tag();
     let (t, v) = (&tag, &servable);
     // A new revision is new compute: admitted as the endpoint's creation was, on today's limits.
@@ -637,19 +721,22 @@ async fn promote(
             d.revisions.push(v.revision(t.clone(), now));
             d.promotion = Some(Promotion {
                 tag: t.clone(),
-                model_version: v.version.id.clone(),
+                model_version: v.version(),
+                image: match v {
+                    Serve::Container(c) => Some(c.container.image.clone()),
+                    Serve::Model(_) => None,
+                },
                 started_at: now,
                 gate: mapi_rollout::Gate::start(now),
                 smoke: None,
             });
-            d.event(now, "promotion_started", format!("{} as revision {t} at 0 %", v.version.id));
+            d.event(now, "promotion_started", format!("{} as revision {t} at 0 %", v.described()));
             Ok(())
         })
         .await
     })
     .await?;
-    let model = servable.model;
-    state.hosting.add_revision(&doc.service, &RevisionSpec { tag, model }).await.map_err(hosting_error)?;
+    state.hosting.add_revision(&doc.service, &servable.spec(tag)).await.map_err(hosting_error)?;
     Ok(doc)
 }
 

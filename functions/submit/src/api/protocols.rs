@@ -10,6 +10,12 @@
 //! and scored by [`super::scoring::score`]: the same authorization,
 //! admission, metering, audit and canary statistics; only the wire format
 //! differs. The translations are pure functions of the bodies.
+//!
+//! An endpoint that runs the tenant's own container gets the request
+//! unchanged (its path under the server's root: `/v2/models/{alias}/infer`,
+//! `/v1/models/{alias}:predict`, `/invocations`; its body and content
+//! headers), through the same admission and metering, and its answer goes
+//! back as it came.
 
 use axum::Router;
 use axum::extract::State;
@@ -28,6 +34,8 @@ use mapi_problem::{ApiError, Path};
 use serde_json::{Map, Value, json};
 
 use super::endpoint_access::load_granted;
+use super::scoring::Outbound;
+use reqwest::Method;
 
 type Row = Map<String, Value>;
 type Loaded = (mapi_endpoints::EndpointDoc, mapi_schema::TenantDoc);
@@ -327,6 +335,11 @@ pub async fn v2_infer(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let loaded = load_granted(&state, &caller, (&tenant, &project, &alias), Action::Run).await?;
+    if loaded.0.runs_container() {
+        let path = format!("/v2/models/{alias}/infer");
+        return pass(&state, &caller, loaded, Outbound::passed(Method::POST, path, &request_headers, body))
+            .await;
+    }
     let request = match request_headers.get(BINARY_HEADER) {
         Some(len) => {
             let len = len.to_str().ok().and_then(|l| l.trim().parse().ok()).ok_or_else(|| {
@@ -367,12 +380,24 @@ pub async fn v2_model(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (doc, _) = load_granted(&state, &caller, (&tenant, &project, &alias), Action::Read).await?;
+    let key = (&tenant, &project, alias.as_str());
+    let (doc, _) = load_granted(&state, &caller, key, Action::Read).await?;
+    if doc.runs_container() {
+        // The container's own metadata: a request to it, run as one (admitted and metered).
+        let loaded = load_granted(&state, &caller, key, Action::Run).await?;
+        let path = format!("/v2/models/{alias}");
+        return pass(&state, &caller, loaded, Outbound::passed(Method::GET, path, &headers, Bytes::new()))
+            .await;
+    }
     let stable = doc.revision(&doc.stable);
-    let version = stable.map(|r| r.model_version.to_string()).unwrap_or_default();
+    let version = stable.and_then(|r| r.model_version()).map(ToString::to_string).unwrap_or_default();
     let inputs: Vec<String> = stable
-        .and_then(|r| r.example.as_ref())
+        .and_then(|r| match &r.serves {
+            mapi_endpoints::Serves::Model(m) => m.example.as_ref(),
+            mapi_endpoints::Serves::Container(_) => None,
+        })
         .map(|(row, _)| row.keys().cloned().collect())
         .unwrap_or_default();
     Ok(axum::Json(v2_metadata(&alias, &version, &inputs)).into_response())
@@ -513,12 +538,14 @@ pub async fn kserve_predict(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project, target)): Path<(TenantId, ProjectId, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let Some(alias) = target.strip_suffix(":predict") else {
         return Err(ApiError::not_found("no such route: use …/v1/models/{alias}:predict"));
     };
-    predictions(&state, &caller, (&tenant, &project, alias), &body, kserve_rows).await
+    let request = Protocol { rows_of: kserve_rows, path: format!("/v1/models/{alias}:predict"), headers };
+    predictions(&state, &caller, (&tenant, &project, alias), body, request).await
 }
 
 /// MLflow's scoring server: `…/endpoints/{alias}/invocations`.
@@ -542,23 +569,48 @@ pub async fn mlflow_invocations(
     State(state): State<AppState>,
     caller: Caller,
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    predictions(&state, &caller, (&tenant, &project, &alias), &body, mlflow_rows).await
+    let request = Protocol { rows_of: mlflow_rows, path: "/invocations".into(), headers };
+    predictions(&state, &caller, (&tenant, &project, &alias), body, request).await
+}
+
+/// A predictions request in one protocol: how its rows are read, and where
+/// a container gets it.
+struct Protocol {
+    rows_of: fn(&Value) -> Result<Vec<Row>, String>,
+    path: String,
+    headers: HeaderMap,
+}
+
+/// A request passed to a container unchanged, and its answer as it came.
+async fn pass(
+    state: &AppState,
+    caller: &Caller,
+    loaded: Loaded,
+    outbound: Outbound,
+) -> Result<Response, ApiError> {
+    super::scoring::send_admitted(state, caller, loaded, outbound).await
 }
 
 /// KServe v1's and MLflow's scoring: the endpoint loaded and granted, the
-/// body read as JSON and its rows taken out by `rows_of` (the protocol's
-/// format), then `predictions`, one plain value per row.
+/// body read as JSON and its rows taken out by the protocol's `rows_of`,
+/// then `predictions`, one plain value per row; a container gets the body
+/// as it came.
 async fn predictions(
     state: &AppState,
     caller: &Caller,
     key: (&TenantId, &ProjectId, &str),
-    body: &[u8],
-    rows_of: fn(&Value) -> Result<Vec<Row>, String>,
+    body: Bytes,
+    protocol: Protocol,
 ) -> Result<Response, ApiError> {
     let loaded = load_granted(state, caller, key, Action::Run).await?;
-    let rows = rows_of(&mapi_problem::parse_json::<Value>(body)?).map_err(ApiError::invalid)?;
+    if loaded.0.runs_container() {
+        let outbound = Outbound::passed(Method::POST, protocol.path, &protocol.headers, body);
+        return pass(state, caller, loaded, outbound).await;
+    }
+    let rows = (protocol.rows_of)(&mapi_problem::parse_json::<Value>(&body)?).map_err(ApiError::invalid)?;
     match scored(state, caller, loaded, rows, false).await? {
         Ok((scored, headers)) => {
             let values: Vec<f64> = scored.predictions.iter().map(|p| p.value).collect();

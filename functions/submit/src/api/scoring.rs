@@ -48,8 +48,41 @@ pub async fn score(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let loaded = load_granted(state, caller, key, Action::Run).await?;
+    if loaded.0.runs_container() {
+        return Err(ApiError::precondition(format!(
+            "endpoint {alias} runs its own container, which speaks its own protocol: call it at \
+             …/v2/models/{alias}/infer, …/v1/models/{alias}:predict or …/endpoints/{alias}/invocations",
+            alias = loaded.0.alias
+        )));
+    }
     let req: ScoreRequest = body_of(headers, &body)?;
     score_loaded(state, caller, loaded, req.rows.len(), body).await
+}
+
+/// A request for the chosen revision: the platform's own score body for its
+/// model server, or a protocol request as the caller sent it for a container.
+#[derive(Debug)]
+pub struct Outbound {
+    pub method: reqwest::Method,
+    /// The path on the server (`/predict`, `/v2/models/m/infer`).
+    pub path: String,
+    pub body: Bytes,
+    /// The caller's headers the server needs (its content type, the binary extension's length).
+    pub headers: Vec<(header::HeaderName, HeaderValue)>,
+}
+
+/// The headers a protocol request and its answer keep when they pass through.
+pub const PASSED_HEADERS: [&str; 2] = ["content-type", "inference-header-content-length"];
+
+impl Outbound {
+    /// `request` to `path` of a container, with the caller's headers it needs.
+    pub fn passed(method: reqwest::Method, path: String, headers: &HeaderMap, body: Bytes) -> Outbound {
+        let headers = PASSED_HEADERS
+            .iter()
+            .filter_map(|n| Some((header::HeaderName::from_static(n), headers.get(*n)?.clone())))
+            .collect();
+        Outbound { method, path, body, headers }
+    }
 }
 
 /// Scores `body` (a valid score request of `rows` rows) on an endpoint
@@ -65,6 +98,25 @@ pub async fn score_loaded(
     if rows == 0 || rows > MAX_ROWS {
         return Err(ApiError::invalid(format!("send 1 to {MAX_ROWS} rows, not {rows}")));
     }
+    let json = vec![(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))];
+    let outbound = Outbound {
+        method: reqwest::Method::POST,
+        path: server_env::PREDICT_PATH.into(),
+        body,
+        headers: json,
+    };
+    send_admitted(state, caller, (doc, tenant), outbound).await
+}
+
+/// Admits a request on an endpoint already loaded and granted for `Run`,
+/// sends it to a revision chosen by the split, meters it and answers what
+/// the server answered.
+pub async fn send_admitted(
+    state: &AppState,
+    caller: &Caller,
+    (doc, tenant): (EndpointDoc, mapi_schema::TenantDoc),
+    outbound: Outbound,
+) -> Result<Response, ApiError> {
     if doc.status != EndpointStatus::Ready {
         return Err(ApiError::precondition(format!(
             "endpoint {} is {}: it scores once it is ready",
@@ -73,9 +125,10 @@ pub async fn score_loaded(
     }
     let [draw, shard, seed @ ..] = mapi_entropy::bytes::<10>(&*state.entropy)?;
     let seed: String = seed.iter().map(|b| format!("{b:02x}")).collect();
-    // The revision is chosen first: a plugin's model runs tenant code, which the kill switch stops.
+    // The revision is chosen first: a plugin's model or a container runs tenant code, which the
+    // kill switch stops.
     let tag = doc.choose(u32::from(draw) * 100 / 256).to_owned();
-    let plugin = doc.revision(&tag).is_some_and(|r| r.plugin.is_some());
+    let plugin = doc.revision(&tag).is_some_and(mapi_endpoints::Revision::runs_tenant_code);
     let request = quota::Request {
         caller,
         tenant: &doc.tenant,
@@ -85,7 +138,7 @@ pub async fn score_loaded(
         what: format!("projects/{}/{}/endpoints/{}:score", doc.tenant, doc.project, doc.alias),
     };
     let plan = quota::admission(state, &request).await?;
-    let answer = forward(state, &doc, &tag, body).await?;
+    let answer = forward(state, &doc, &tag, outbound).await?;
     let scored = Scored {
         sent: answer.bytes.as_ref().map_or(0, |b| b.len() as u64),
         doc: &doc,
@@ -105,39 +158,50 @@ struct Answer {
     status: u16,
     /// `None` when no answer came.
     bytes: Option<Bytes>,
-    content_type: Option<HeaderValue>,
+    /// Its headers the caller gets ([`PASSED_HEADERS`]).
+    headers: Vec<(header::HeaderName, HeaderValue)>,
     elapsed: Duration,
 }
 
-/// Sends the rows to revision `tag` (with its ID token when it is private).
-async fn forward(state: &AppState, doc: &EndpointDoc, tag: &str, body: Bytes) -> Result<Answer, ApiError> {
+/// Sends `outbound` to revision `tag` (with its ID token when it is private).
+async fn forward(
+    state: &AppState,
+    doc: &EndpointDoc,
+    tag: &str,
+    outbound: Outbound,
+) -> Result<Answer, ApiError> {
     let route = state.hosting.route(&doc.service, Some(tag)).await.map_err(hosting_error)?;
     // The score's time is read on the platform's clock, as every charged time is.
     let started = state.clock.now();
-    let mut request = state
-        .http
-        .post(format!("{}{}", route.url, server_env::PREDICT_PATH))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body);
+    let url = format!("{}{}", route.url, outbound.path);
+    let mut request = state.http.request(outbound.method, url).body(outbound.body);
+    for (name, value) in outbound.headers {
+        request = request.header(name, value);
+    }
     if let Some(a) = &route.authorization {
         request = request.header(header::AUTHORIZATION, a);
     }
-    let (status, bytes, content_type) = match request.send().await {
+    let (status, bytes, headers) = match request.send().await {
         Ok(r) => {
             let status = r.status().as_u16();
-            let ct = r.headers().get(header::CONTENT_TYPE).cloned();
-            (status, r.bytes().await.ok(), ct)
+            let headers = PASSED_HEADERS
+                .iter()
+                .filter_map(|n| Some((header::HeaderName::from_static(n), r.headers().get(*n)?.clone())))
+                .collect();
+            (status, r.bytes().await.ok(), headers)
         }
-        Err(_) => (503, None, None),
+        Err(_) => (503, None, Vec::new()),
     };
-    Ok(Answer { status, bytes, content_type, elapsed: state.clock.now().since(started) })
+    Ok(Answer { status, bytes, headers, elapsed: state.clock.now().since(started) })
 }
 
 /// The model server's answer, as the caller gets it: its status, body and
 /// type, and which revision and version answered; a server that did not
-/// answer is a 503 to retry.
+/// answer is a 503 to retry, and so is the platform's model server's 5xx (a
+/// container's own 5xx is its answer, in its protocol, and passes).
 fn respond(doc: &EndpointDoc, tag: &str, answer: Answer) -> Result<Response, ApiError> {
-    let Some(bytes) = answer.bytes.filter(|_| answer.status < 500) else {
+    let passes = doc.runs_container() || answer.status < 500;
+    let Some(bytes) = answer.bytes.filter(|_| passes) else {
         return Err(ApiError::unavailable(
             format!("the model server of {} did not answer: retry", doc.alias),
             1,
@@ -146,12 +210,12 @@ fn respond(doc: &EndpointDoc, tag: &str, answer: Answer) -> Result<Response, Api
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut resp = (status, bytes).into_response();
     let h = resp.headers_mut();
-    if let Some(ct) = answer.content_type {
-        h.insert(header::CONTENT_TYPE, ct);
+    for (name, value) in answer.headers {
+        h.insert(name, value);
     }
-    let version = doc.revision(tag).map(|r| r.model_version.to_string()).unwrap_or_default();
-    for (name, value) in [("x-mapi-revision", tag), ("x-mapi-model-version", version.as_str())] {
-        if let Ok(v) = HeaderValue::from_str(value) {
+    let version = doc.revision(tag).and_then(|r| r.model_version()).map(ToString::to_string);
+    for (name, value) in [("x-mapi-revision", Some(tag)), ("x-mapi-model-version", version.as_deref())] {
+        if let Some(Ok(v)) = value.map(HeaderValue::from_str) {
             h.insert(name, v);
         }
     }

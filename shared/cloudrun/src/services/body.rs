@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use google_cloud_run_v2::model;
 use google_cloud_run_v2::model::condition::State;
 use mapi_hosting::{
-    Accelerator, Access, HostingError, MANAGED_LABEL, RevisionSpec, RevisionState, Rollout, Scaling,
-    ServiceSpec, ServiceState, Traffic, server_env,
+    Accelerator, Access, HostingError, ImageRef, MANAGED_LABEL, ModelRef, RevisionSpec, RevisionState,
+    Rollout, Scaling, ServiceSpec, ServiceState, Serving, Traffic, server_env,
 };
 
 use super::ServicesSettings;
@@ -100,8 +100,6 @@ pub fn template(
     shape: Shape,
     revision: &RevisionSpec,
 ) -> Result<model::RevisionTemplate, HostingError> {
-    let tenant = tenant_of(&revision.model.bundle)?;
-    let model = &revision.model;
     let (cpus, mib) = shape.accelerator.resources();
     let mut limits = BTreeMap::from([("cpu", cpus.to_string()), ("memory", format!("{}Gi", mib / 1024))]);
     if shape.accelerator == Accelerator::L4 {
@@ -111,12 +109,53 @@ pub fn template(
         .set_limits(limits)
         // CPU revisions are request-billed; a GPU needs its CPU always allocated.
         .set_cpu_idle(shape.accelerator == Accelerator::Cpu);
-    let port = i32::from(server_env::CONTAINER_PORT);
-    let probe = model::Probe::new()
-        .set_http_get(model::HTTPGetAction::new().set_path(server_env::HEALTH_PATH).set_port(port))
+    let (container, volume, account) = match &revision.serves {
+        Serving::Model(model) => {
+            let (container, volume) = model_server(settings, &revision.tag, model)?;
+            (container, Some(volume), settings.service_account.clone())
+        }
+        Serving::Image(image) => {
+            let (container, account) = own_container(settings, image)?;
+            (container, None, Some(account))
+        }
+    };
+    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let mut t = model::RevisionTemplate::new()
+        .set_revision(revision_name(service, &revision.tag))
+        .set_scaling(
+            model::RevisionScaling::new()
+                .set_min_instance_count(count(shape.scaling.min))
+                .set_max_instance_count(count(shape.scaling.max)),
+        )
+        .set_containers([container.set_resources(resources)])
+        .set_volumes(volume);
+    if let Some(account) = account {
+        t = t.set_service_account(account);
+    }
+    if shape.accelerator == Accelerator::L4 {
+        t = t
+            .set_node_selector(model::NodeSelector::new().set_accelerator(L4_SELECTOR))
+            .set_gpu_zonal_redundancy_disabled(true);
+    }
+    Ok(t)
+}
+
+fn startup_probe(path: &str, port: i32) -> model::Probe {
+    model::Probe::new()
+        .set_http_get(model::HTTPGetAction::new().set_path(path).set_port(port))
         .set_period_seconds(PROBE_PERIOD_S)
         .set_timeout_seconds(PROBE_TIMEOUT_S)
-        .set_failure_threshold(PROBE_FAILURES);
+        .set_failure_threshold(PROBE_FAILURES)
+}
+
+/// The platform's model server serving `model`, and the tenant's part of the bucket it reads.
+fn model_server(
+    settings: &ServicesSettings,
+    tag: &str,
+    model: &ModelRef,
+) -> Result<(model::Container, model::Volume), HostingError> {
+    let tenant = tenant_of(&model.bundle)?;
+    let port = i32::from(server_env::CONTAINER_PORT);
     let mount = format!("{OBJECTS_DIR}/t/{tenant}");
     // A model whose predict is Python is served from the worker image of its base.
     let image = match &model.base {
@@ -135,11 +174,10 @@ pub fn template(
             env(server_env::BUNDLE, model.bundle.clone()),
             env(server_env::MANIFEST_SHA256, model.manifest_sha256.clone()),
             env(server_env::TRUSTED_KEYS, model.trusted_keys.clone()),
-            env(server_env::REVISION, revision.tag.clone()),
+            env(server_env::REVISION, tag),
         ])
         .set_ports([model::ContainerPort::new().set_container_port(port)])
-        .set_resources(resources)
-        .set_startup_probe(probe)
+        .set_startup_probe(startup_probe(server_env::HEALTH_PATH, port))
         .set_volume_mounts([model::VolumeMount::new().set_name(VOLUME).set_mount_path(mount)]);
     let volume = model::Volume::new().set_name(VOLUME).set_gcs(
         model::GCSVolumeSource::new()
@@ -147,25 +185,44 @@ pub fn template(
             .set_read_only(true)
             .set_mount_options([format!("only-dir=t/{tenant}")]),
     );
-    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-    let mut t = model::RevisionTemplate::new()
-        .set_revision(revision_name(service, &revision.tag))
-        .set_scaling(
-            model::RevisionScaling::new()
-                .set_min_instance_count(count(shape.scaling.min))
-                .set_max_instance_count(count(shape.scaling.max)),
+    Ok((container, volume))
+}
+
+/// A tenant's own image, as that tenant's own account: no volume, and each
+/// secret a Secret Manager reference to the tenant's `mapi-{tenant}-{name}`
+/// (Cloud Run reads it as the revision's account; it is never a plain value).
+fn own_container(
+    settings: &ServicesSettings,
+    image: &ImageRef,
+) -> Result<(model::Container, String), HostingError> {
+    let account = settings.container_service_account.as_ref().ok_or_else(|| {
+        HostingError::Invalid(
+            "this deployment runs no tenant's own container: its operator has not set \
+             MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT (the account each tenant's containers run as)"
+                .into(),
         )
-        .set_containers([container])
-        .set_volumes([volume]);
-    if let Some(account) = &settings.service_account {
-        t = t.set_service_account(account.clone());
-    }
-    if shape.accelerator == Accelerator::L4 {
-        t = t
-            .set_node_selector(model::NodeSelector::new().set_accelerator(L4_SELECTOR))
-            .set_gpu_zonal_redundancy_disabled(true);
-    }
-    Ok(t)
+    })?;
+    let port = i32::from(image.port);
+    let secrets = image.secrets.iter().map(|s| {
+        let source = model::SecretKeySelector::new()
+            .set_secret(secret_id(&image.tenant, &s.name))
+            .set_version(s.version.clone());
+        model::EnvVar::new()
+            .set_name(s.env.clone())
+            .set_value_source(model::EnvVarSource::new().set_secret_key_ref(source))
+    });
+    let container = model::Container::new()
+        .set_image(image.image.clone())
+        .set_env(secrets)
+        .set_ports([model::ContainerPort::new().set_container_port(port)])
+        .set_startup_probe(startup_probe(&image.health_path, port));
+    Ok((container, account.replace("{tenant}", image.tenant.as_str())))
+}
+
+/// The Secret Manager secret a tenant's secret `name` is: `mapi-{tenant}-{name}`, so a tenant
+/// names only its own.
+pub fn secret_id(tenant: &mapi_domain::TenantId, name: &str) -> String {
+    format!("mapi-{tenant}-{name}")
 }
 
 /// A traffic entry of a revision mapi made (percent 0 keeps its tag URL).
@@ -263,13 +320,13 @@ mod tests {
         let s = ServicesSettings::new("p", "img", "b");
         let r = RevisionSpec {
             tag: "r1".into(),
-            model: mapi_hosting::ModelRef {
+            serves: Serving::Model(ModelRef {
                 bundle: "t/acme/x/bundle".into(),
                 manifest_sha256: "00".into(),
                 trusted_keys: "[]".into(),
                 files: vec![],
                 base: None,
-            },
+            }),
         };
         for accelerator in [Accelerator::Cpu, Accelerator::L4] {
             let shape = Shape { accelerator, scaling: Scaling { min: 1, max: 3 } };
@@ -282,24 +339,60 @@ mod tests {
     #[test]
     fn a_python_model_is_served_from_its_base_s_image() {
         let mut s = ServicesSettings::new("p", "img", "b");
-        let mut r = RevisionSpec {
-            tag: "r1".into(),
-            model: mapi_hosting::ModelRef {
-                bundle: "t/acme/x/bundle".into(),
-                manifest_sha256: "00".into(),
-                trusted_keys: "[]".into(),
-                files: vec![],
-                base: Some("base-forecast".into()),
-            },
+        let mut model = ModelRef {
+            bundle: "t/acme/x/bundle".into(),
+            manifest_sha256: "00".into(),
+            trusted_keys: "[]".into(),
+            files: vec![],
+            base: Some("base-forecast".into()),
         };
+        let r = RevisionSpec { tag: "r1".into(), serves: Serving::Model(model.clone()) };
         let shape = Shape { accelerator: Accelerator::Cpu, scaling: Scaling { min: 0, max: 1 } };
         let refused = template(&s, "svc", shape, &r).expect_err("no image for the base");
         assert!(refused.to_string().contains("MAPI_ENDPOINTS_BASE_IMAGES"), "{refused}");
         s.base_images.insert("base-forecast".into(), "forecast-img".into());
         let t = template(&s, "svc", shape, &r).expect("template");
         assert_eq!(t.containers[0].image, "forecast-img");
-        r.model.base = None;
+        model.base = None;
+        let r = RevisionSpec { tag: "r1".into(), serves: Serving::Model(model) };
         assert_eq!(template(&s, "svc", shape, &r).expect("template").containers[0].image, "img");
+    }
+
+    #[test]
+    fn a_tenants_container_runs_as_the_tenants_account_with_secret_references_and_no_bucket() {
+        let mut s = ServicesSettings::new("p", "img", "b");
+        s.service_account = Some("servers@p.iam.gserviceaccount.com".into());
+        let image = ImageRef {
+            image: "us-docker.pkg.dev/acme/models/laya-serve:0.3.1".into(),
+            port: 8000,
+            health_path: "/ready".into(),
+            tenant: mapi_domain::TenantId::parse("acme").expect("tenant"),
+            secrets: vec![mapi_hosting::SecretEnv {
+                env: "HF_TOKEN".into(),
+                name: "hf".into(),
+                version: "3".into(),
+            }],
+        };
+        let r = RevisionSpec { tag: "r2".into(), serves: Serving::Image(image) };
+        let shape = Shape { accelerator: Accelerator::L4, scaling: Scaling { min: 0, max: 2 } };
+        let refused = template(&s, "svc", shape, &r).expect_err("no account for containers");
+        assert!(refused.to_string().contains("MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT"), "{refused}");
+        s.container_service_account = Some("ep-{tenant}@p.iam.gserviceaccount.com".into());
+        let t = template(&s, "svc", shape, &r).expect("template");
+        assert_eq!(t.service_account, "ep-acme@p.iam.gserviceaccount.com");
+        assert!(t.volumes.is_empty(), "a tenant's container mounts nothing of the platform's bucket");
+        let c = &t.containers[0];
+        assert_eq!(c.image, "us-docker.pkg.dev/acme/models/laya-serve:0.3.1");
+        assert_eq!(c.ports[0].container_port, 8000);
+        let probe = c.startup_probe.as_ref().and_then(|p| p.http_get()).expect("an HTTP startup probe");
+        assert_eq!((probe.path.as_str(), probe.port), ("/ready", 8000));
+        assert_eq!(c.env.len(), 1);
+        assert_eq!(c.env[0].name, "HF_TOKEN");
+        assert!(c.env[0].value().is_none(), "a secret is never a plain value on the revision");
+        let secret =
+            c.env[0].value_source().and_then(|v| v.secret_key_ref.as_ref()).expect("a secret reference");
+        assert_eq!((secret.secret.as_str(), secret.version.as_str()), ("mapi-acme-hf", "3"));
+        assert_eq!(Shape::of(&t), shape);
     }
 
     #[test]

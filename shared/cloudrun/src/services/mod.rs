@@ -296,6 +296,16 @@ impl Hosting for CloudRunHosting {
         NAME
     }
 
+    fn container_refusal(&self) -> Option<String> {
+        // A container's process reaches its revision's account through the metadata server:
+        // it runs only as an account of its tenant's own.
+        self.settings().container_service_account.is_none().then(|| {
+            "this deployment runs no tenant's own container: its operator has not set \
+             MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT (the account each tenant's containers run as)"
+                .to_owned()
+        })
+    }
+
     fn uploaded_code_refusal(&self) -> Option<String> {
         // A revision's account reads the tenant's bundles and its metadata
         // server answers any process of the container: tenant code there would

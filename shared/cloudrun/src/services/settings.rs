@@ -47,6 +47,14 @@ pub const SERVICE_ACCOUNT: Var = Var::derived(
     "Cloud Run's default",
     "cloud-run endpoints: the e-mail of the account model servers run as (reads the data bucket)",
 );
+/// `MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT`.
+pub const CONTAINER_SERVICE_ACCOUNT: Var = Var::derived(
+    "MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT",
+    "none: tenants' own containers are refused",
+    "cloud-run endpoints: the account a tenant's own container runs as, `{tenant}` standing for the tenant \
+     (e.g. `ep-{tenant}@PROJECT.iam.gserviceaccount.com`): one per tenant, with no role but Secret Manager \
+     accessor on that tenant's `mapi-{tenant}-*` secrets, so its code reaches no other tenant's data or secrets",
+);
 /// `MAPI_ENDPOINTS_BUCKET`.
 pub const BUCKET: Var = Var::required(
     "MAPI_ENDPOINTS_BUCKET",
@@ -77,6 +85,7 @@ pub const VARIABLES: &[Var] = &[
     SERVER_IMAGE,
     BASE_IMAGES,
     SERVICE_ACCOUNT,
+    CONTAINER_SERVICE_ACCOUNT,
     BUCKET,
     API_ENDPOINT,
     METADATA_URL,
@@ -101,6 +110,9 @@ pub struct ServicesSettings {
     pub base_images: std::collections::BTreeMap<String, String>,
     /// `MAPI_ENDPOINTS_SERVICE_ACCOUNT`: `None` runs revisions as Cloud Run's default account.
     pub service_account: Option<String>,
+    /// `MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT`: the account of a tenant's container, with
+    /// `{tenant}` for the tenant; `None` refuses tenants' containers.
+    pub container_service_account: Option<String>,
     /// `MAPI_ENDPOINTS_BUCKET`.
     pub bucket: String,
     /// `MAPI_ENDPOINTS_API_ENDPOINT`.
@@ -161,6 +173,7 @@ impl ServicesSettings {
                 )
             })?,
             service_account: SERVICE_ACCOUNT.get(env),
+            container_service_account: CONTAINER_SERVICE_ACCOUNT.get(env),
             bucket: BUCKET.require(env, FOR).map_err(|e| e.0)?,
             endpoint: API_ENDPOINT.get(env),
             metadata_url: METADATA_URL.get(env),
@@ -171,6 +184,14 @@ impl ServicesSettings {
 
     /// Refuses settings the adapter cannot honour.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(account) = &self.container_service_account
+            && (!account.contains("{tenant}") || !account.contains('@'))
+        {
+            return Err(format!(
+                "{} is `{account}`: it must be an e-mail with `{{tenant}}` in it, one account per tenant",
+                CONTAINER_SERVICE_ACCOUNT.name
+            ));
+        }
         for (var, r) in [(&US_REGION, &self.us_region), (&EU_REGION, &self.eu_region)]
             .into_iter()
             .chain(self.gpu_regions.iter().map(|r| (&GPU_REGIONS, r)))
