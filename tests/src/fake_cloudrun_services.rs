@@ -203,6 +203,13 @@ struct Svc {
     served: u64,
 }
 
+/// A registered image: its program and its config's variables.
+#[derive(Debug, Clone)]
+struct Image {
+    program: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
 #[derive(Default)]
 struct FakeState {
     services: BTreeMap<String, Svc>,
@@ -212,6 +219,10 @@ struct FakeState {
     faults: VecDeque<Fault>,
     buckets: BTreeMap<String, Bucket>,
     unpullable: BTreeSet<String>,
+    /// Images other than the platform's model server: what their containers run.
+    images: BTreeMap<String, Image>,
+    /// Secret Manager: secret id → its latest value.
+    secrets: BTreeMap<String, String>,
     check: Option<InvokerCheck>,
     calls: Vec<Call>,
     serial: u64,
@@ -338,6 +349,20 @@ impl FakeCloudRunServices {
     /// instance starts: a started instance sees no later object).
     pub fn with_bucket_store(self, store: Arc<dyn ObjectStore>) -> Self {
         self.shared.lock().buckets.insert(store.bucket().to_owned(), Bucket::Store(store));
+        self
+    }
+
+    /// Containers of `image` run `program` with the image's `env` (a tenant's own image); any
+    /// other image runs the platform's model server.
+    pub fn with_image(self, image: &str, program: &Path, env: &[(&str, &str)]) -> Self {
+        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        self.shared.lock().images.insert(image.to_owned(), Image { program: program.to_owned(), env });
+        self
+    }
+
+    /// Secret Manager holds secret `id` (in the fake's project) with `value` as its only version.
+    pub fn with_secret(self, id: &str, value: &str) -> Self {
+        self.shared.lock().secrets.insert(id.to_owned(), value.to_owned());
         self
     }
 
@@ -731,6 +756,35 @@ fn check_spec(
     Ok(())
 }
 
+/// A container's variables: plain values, and Secret Manager references
+/// resolved as Cloud Run does when an instance starts (a secret that does not
+/// exist fails the revision, naming it).
+fn env_of(
+    container: &Value,
+    project: &str,
+    secrets: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, e) in container["env"].as_array().into_iter().flatten().enumerate() {
+        let name = e["name"].as_str().unwrap_or_default().to_owned();
+        let reference = &e["valueSource"]["secretKeyRef"];
+        if reference.is_object() {
+            let secret = reference["secret"].as_str().unwrap_or_default();
+            let id = secret.rsplit('/').next().unwrap_or(secret);
+            let version = reference["version"].as_str().unwrap_or("latest");
+            let value = secrets.get(id).filter(|_| version == "latest" || version == "1").ok_or_else(|| {
+                format!(
+                    "spec.template.spec.containers[0].env[{i}].value_from.secret_key_ref.name: Secret projects/{project}/secrets/{id}/versions/{version} was not found"
+                )
+            })?;
+            out.push((name, value.clone()));
+        } else {
+            out.push((name, e["value"].as_str().unwrap_or_default().to_owned()));
+        }
+    }
+    Ok(out)
+}
+
 fn writable(body: &Value) -> Map<String, Value> {
     body.as_object()
         .map(|o| {
@@ -1050,16 +1104,26 @@ impl Shared {
     /// Starts a revision's process and waits for its startup probe: `Err`
     /// with Cloud Run's message when it exits first or the probe's budget runs out.
     async fn start_instance(self: &Arc<Self>, rev: &str) -> Result<(), String> {
-        let (template, id, service_id, last_line, buckets) = {
+        let (template, id, service_id, last_line, buckets, images, secrets) = {
             let mut s = self.lock();
-            let buckets = s.buckets.clone();
+            let (buckets, images, secrets) = (s.buckets.clone(), s.images.clone(), s.secrets.clone());
             let Some(r) = s.revisions.get_mut(rev) else { return Err("deleted".into()) };
             r.starts += 1;
-            (r.template.clone(), r.id.clone(), r.service_id.clone(), r.last_line.clone(), buckets)
+            (
+                r.template.clone(),
+                r.id.clone(),
+                r.service_id.clone(),
+                r.last_line.clone(),
+                buckets,
+                images,
+                secrets,
+            )
         };
         let container = &template["containers"][0];
         let container_port = container["ports"][0]["containerPort"].as_u64().unwrap_or(8080);
         let not_ready = format!("Revision '{id}' is not ready and cannot serve traffic.");
+        let image = images.get(container["image"].as_str().unwrap_or_default());
+        let env = env_of(container, &self.project, &secrets).map_err(|e| format!("{not_ready} {e}"))?;
         // The container's filesystem: mounts as links into the registered directories.
         let root = self.root.path().join(format!("{id}-{}", ROOTS.fetch_add(1, Ordering::Relaxed)));
         let mut mounts = Vec::new();
@@ -1113,17 +1177,21 @@ impl Shared {
         let (mut child, port) = 'start: loop {
             attempt += 1;
             let port = crate::free_port();
-            let mut cmd = tokio::process::Command::new(&self.server.program);
-            cmd.args(&self.server.args)
-                .args(container["args"].as_array().into_iter().flatten().filter_map(Value::as_str))
-                .env_clear()
+            let mut cmd = match image {
+                Some(image) => {
+                    let mut cmd = tokio::process::Command::new(&image.program);
+                    cmd.env_clear().envs(image.env.iter().cloned());
+                    cmd
+                }
+                None => {
+                    let mut cmd = tokio::process::Command::new(&self.server.program);
+                    cmd.args(&self.server.args).env_clear();
+                    cmd
+                }
+            };
+            cmd.args(container["args"].as_array().into_iter().flatten().filter_map(Value::as_str))
                 .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-                .envs(container["env"].as_array().into_iter().flatten().map(|e| {
-                    (
-                        e["name"].as_str().unwrap_or_default().to_owned(),
-                        in_root(e["value"].as_str().unwrap_or_default()),
-                    )
-                }))
+                .envs(env.iter().map(|(k, v)| (k.clone(), in_root(v))))
                 .env("PORT", port.to_string())
                 .env("K_SERVICE", &service_id)
                 .env("K_REVISION", &id)

@@ -36,7 +36,7 @@ fn toy_image(dir: &Path, name: &str, extra: &[(&str, &str)]) -> PathBuf {
     layout
 }
 
-fn container(image: &Path) -> Value {
+fn container(image: &str) -> Value {
     json!({
         "image": image,
         "port": 8000,
@@ -96,9 +96,78 @@ async fn a_container_is_served_sandboxed_scored_in_its_protocol_promoted_and_rol
     let tenant = &p.platform.credentials.tenant;
     let secrets = json!({tenant.to_string(): {"api-key": "s3cret"}, "other": {"api-key": "not-yours"}});
     std::fs::write(p._home.path().join("endpoint-secrets.json"), secrets.to_string()).expect("secrets file");
+    let [v1, v2, broken] = [v1, v2, broken].map(|i| i.to_string_lossy().into_owned());
+    let route = serve_promote_and_roll_back(&p, [&v1, &v2, &broken], true).await;
+    let gone = p.http.get(format!("{}/health", route.url)).send().await;
+    assert!(gone.is_err(), "the sandbox still answers after the endpoint was deleted");
+}
+
+/// In the sandbox: the tenant's secret is there, the network is not.
+async fn sandboxed(p: &TestPlatform, route: &mapi_hosting::Route) {
+    let secret = p.http.get(format!("{}/env/API_KEY", route.url)).send().await.expect("env");
+    assert_eq!(secret.text().await.expect("text"), "s3cret");
+    let own = p.platform.url.trim_start_matches("http://").to_owned();
+    for addr in ["1.1.1.1:53", own.as_str()] {
+        let net = p.http.get(format!("{}/net?addr={addr}", route.url)).send().await.expect("net");
+        let net = net.text().await.expect("text");
+        assert!(net.starts_with("refused"), "the sandbox reached {addr}: {net}");
+    }
+}
+
+/// The same flow with the endpoint on Cloud Run services (the Admin API
+/// fake running each registered image's program, its secrets resolved from
+/// Secret Manager references): the revision runs as the tenant's account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_container_flow_runs_on_cloud_run_services() {
+    use mapi_tests::fake_cloudrun_services::{FakeCloudRunServices, FakeIdTokens};
+    let tokens = FakeIdTokens::new(std::sync::Arc::new(mapi_clock::SystemClock), Duration::from_secs(3600));
+    let metadata = tokens.serve_metadata().await;
+    let toy = Path::new(env!("CARGO_BIN_EXE_toy_model_server"));
+    let [v1, v2, broken] =
+        ["v1", "v2", "broken"].map(|v| format!("europe-docker.pkg.dev/acme/models/toy:{v}"));
+    let fake = FakeCloudRunServices::start("mapi-endpoints", mapi_tests::worker())
+        .await
+        .accepting(&tokens)
+        .with_image(&v1, toy, &[("TOY_VERSION", "v1")])
+        .with_image(&v2, toy, &[("TOY_VERSION", "v2"), ("TOY_SCALE", "2")])
+        .with_image(&broken, toy, &[("TOY_VERSION", "broken"), ("TOY_FAIL_INFER", "1")]);
+    let mut settings = vec![
+        ("MAPI_HOSTING", "cloud-run"),
+        ("MAPI_ENDPOINTS_PROJECT", "mapi-endpoints"),
+        ("MAPI_ENDPOINTS_SERVER_IMAGE", "europe-docker.pkg.dev/mapi/mapi/worker:test"),
+        ("MAPI_ENDPOINTS_BUCKET", mapi_platform::DATA_BUCKET),
+        ("MAPI_ENDPOINTS_API_ENDPOINT", fake.url.as_str()),
+        ("MAPI_ENDPOINTS_METADATA_URL", metadata.as_str()),
+        ("MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT", "ep-{tenant}@mapi-endpoints.iam.gserviceaccount.com"),
+    ];
+    settings.extend(QUICK_GATE);
+    let p = TestPlatform::start(&settings).await;
+    let tenant = p.platform.credentials.tenant.to_string();
+    let fake = fake.with_secret(&format!("mapi-{tenant}-api-key"), "s3cret");
+    serve_promote_and_roll_back(&p, [&v1, &v2, &broken], false).await;
+    let created = fake.calls().into_iter().find(|c| c.method == "POST" && c.path.ends_with("/services"));
+    let body = created.map(|c| c.body.to_string()).unwrap_or_default();
+    assert!(
+        body.contains(&format!("ep-{tenant}@mapi-endpoints.iam.gserviceaccount.com"))
+            && body.contains(&format!("mapi-{tenant}-api-key"))
+            && !body.contains("s3cret"),
+        "the tenant's account, the secret by reference and never its value: {body}"
+    );
+    assert!(fake.services().is_empty(), "its service is deleted: {:?}", fake.services());
+}
+
+/// Serves image `v1`, scores it in its protocols (a stock client among the
+/// callers), promotes `v2` through the gate, has `broken` rolled back by its
+/// smoke test, rolls back to `v1` by hand and deletes the endpoint; with
+/// `in_sandbox`, checks from the host what revision r1 can reach. Answers r1's route.
+async fn serve_promote_and_roll_back(
+    p: &TestPlatform,
+    [v1, v2, broken]: [&str; 3],
+    in_sandbox: bool,
+) -> mapi_hosting::Route {
     let endpoints = format!("{}/endpoints", p.project_path());
 
-    let body = json!({"alias": "toy", "container": container(&v1)});
+    let body = json!({"alias": "toy", "container": container(v1)});
     let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(body)).await;
     assert_eq!(s, 202, "{e}");
     assert_eq!(e["image"], json!(v1), "{e}");
@@ -126,15 +195,9 @@ async fn a_container_is_served_sandboxed_scored_in_its_protocol_promoted_and_rol
     // In the sandbox: the tenant's secret is there, the network is not.
     let route = p.platform.state.hosting.route(e["service"].as_str().expect("service"), Some("r1")).await;
     let route = route.expect("a route to r1");
-    let secret = p.http.get(format!("{}/env/API_KEY", route.url)).send().await.expect("env");
-    assert_eq!(secret.text().await.expect("text"), "s3cret");
-    let net = p.http.get(format!("{}/net?addr=1.1.1.1:53", route.url)).send().await.expect("net");
-    let net = net.text().await.expect("text");
-    assert!(net.starts_with("refused"), "the sandbox reached the network: {net}");
-    let own = p.platform.url.trim_start_matches("http://").to_owned();
-    let net = p.http.get(format!("{}/net?addr={own}", route.url)).send().await.expect("net");
-    let net = net.text().await.expect("text");
-    assert!(net.starts_with("refused"), "the sandbox reached the platform: {net}");
+    if in_sandbox {
+        sandboxed(p, &route).await;
+    }
 
     // Triton's stock client scores it unchanged (JSON tensors).
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("endpoints/triton_container.py");
@@ -158,19 +221,19 @@ async fn a_container_is_served_sandboxed_scored_in_its_protocol_promoted_and_rol
 
     // Another image through the gate: it serves 100 % once promoted.
     let promote = format!("{endpoints}/toy:promote");
-    let (s, e) = p.call(p.token(), Method::POST, &promote, Some(json!({"container": container(&v2)}))).await;
+    let (s, e) = p.call(p.token(), Method::POST, &promote, Some(json!({"container": container(v2)}))).await;
     assert_eq!(s, 202, "{e}");
     let e = until(&p, "toy", |e| e["promotion"].is_null()).await;
     assert_eq!(
         (e["image"].as_str(), e["revisions"][1]["role"].as_str()),
-        (v2.to_str(), Some("stable")),
+        (Some(v2), Some("stable")),
         "{e:#}"
     );
     assert_eq!(sums(&p, "toy").await, json!([2.0, 4.0, 7.0]));
 
     // A revision whose example fails never takes traffic: its smoke test rolls it back.
     let (s, e) =
-        p.call(p.token(), Method::POST, &promote, Some(json!({"container": container(&broken)}))).await;
+        p.call(p.token(), Method::POST, &promote, Some(json!({"container": container(broken)}))).await;
     assert_eq!(s, 202, "{e}");
     let e = until(&p, "toy", |e| e["promotion"].is_null()).await;
     let kinds: Vec<&str> =
@@ -208,8 +271,7 @@ async fn a_container_is_served_sandboxed_scored_in_its_protocol_promoted_and_rol
         assert!(std::time::Instant::now() < deadline, "the endpoint was not deleted");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let gone = p.http.get(format!("{}/health", route.url)).send().await;
-    assert!(gone.is_err(), "the sandbox still answers after the endpoint was deleted");
+    route
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,7 +281,7 @@ async fn a_container_that_cannot_run_fails_with_the_reason_and_bad_fields_are_na
     let endpoints = format!("{}/endpoints", p.project_path());
     // No secrets file entry for the tenant: the revision fails, naming the secret.
     let v1 = toy_image(images.path(), "v1", &[]);
-    let body = json!({"alias": "nosecret", "container": container(&v1)});
+    let body = json!({"alias": "nosecret", "container": container(&v1.to_string_lossy())});
     let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(body)).await;
     assert_eq!(s, 202, "{e}");
     let e = until(&p, "nosecret", |e| e["status"] != "deploying").await;
