@@ -171,12 +171,12 @@ async fn serve_promote_and_roll_back(
     let (s, e) = p.call(p.token(), Method::POST, &endpoints, Some(body)).await;
     assert_eq!(s, 202, "{e}");
     assert_eq!(e["image"], json!(v1), "{e}");
-    let e = until(&p, "toy", |e| e["status"] != "deploying").await;
+    let e = until(p, "toy", |e| e["status"] != "deploying").await;
     assert_eq!(e["status"], "ready", "{e:#}");
-    assert_eq!(sums(&p, "toy").await, json!([1.0, 2.0, 3.5]));
+    assert_eq!(sums(p, "toy").await, json!([1.0, 2.0, 3.5]));
 
     // The request reached the container unchanged, and its answer came back as it was.
-    let (s, v1_answer) = infer(&p, "toy", &[4.0]).await;
+    let (s, v1_answer) = infer(p, "toy", &[4.0]).await;
     assert_eq!(
         (s, v1_answer["model_version"].as_str(), v1_answer["id"].as_str()),
         (200, Some("v1"), Some("q"))
@@ -223,30 +223,30 @@ async fn serve_promote_and_roll_back(
     let promote = format!("{endpoints}/toy:promote");
     let (s, e) = p.call(p.token(), Method::POST, &promote, Some(json!({"container": container(v2)}))).await;
     assert_eq!(s, 202, "{e}");
-    let e = until(&p, "toy", |e| e["promotion"].is_null()).await;
+    let e = until(p, "toy", |e| e["promotion"].is_null()).await;
     assert_eq!(
         (e["image"].as_str(), e["revisions"][1]["role"].as_str()),
         (Some(v2), Some("stable")),
         "{e:#}"
     );
-    assert_eq!(sums(&p, "toy").await, json!([2.0, 4.0, 7.0]));
+    assert_eq!(sums(p, "toy").await, json!([2.0, 4.0, 7.0]));
 
     // A revision whose example fails never takes traffic: its smoke test rolls it back.
     let (s, e) =
         p.call(p.token(), Method::POST, &promote, Some(json!({"container": container(broken)}))).await;
     assert_eq!(s, 202, "{e}");
-    let e = until(&p, "toy", |e| e["promotion"].is_null()).await;
+    let e = until(p, "toy", |e| e["promotion"].is_null()).await;
     let kinds: Vec<&str> =
         e["events"].as_array().expect("events").iter().filter_map(|v| v["kind"].as_str()).collect();
     assert!(kinds.contains(&"rolled_back"), "{e:#}");
     assert_eq!(e["image"], json!(v2), "{e:#}");
-    assert_eq!(sums(&p, "toy").await, json!([2.0, 4.0, 7.0]));
+    assert_eq!(sums(p, "toy").await, json!([2.0, 4.0, 7.0]));
 
     // By hand: back to the first image.
     let (s, e) = p.call(p.token(), Method::POST, &format!("{endpoints}/toy:rollback"), None).await;
     assert_eq!(s, 202, "{e}");
     assert_eq!(e["image"], json!(v1), "{e:#}");
-    assert_eq!(sums(&p, "toy").await, json!([1.0, 2.0, 3.5]));
+    assert_eq!(sums(p, "toy").await, json!([1.0, 2.0, 3.5]));
 
     // A promotion of a model version to a container endpoint is refused, naming why.
     let (s, b) = p
