@@ -62,6 +62,12 @@ impl ServeArgs {
             None => None,
         };
         let Some(image) = self.image else { return Ok((version, None)) };
+        // A path on this machine (an OCI image layout for local endpoints) is sent whole, so the
+        // platform finds it whatever its working directory; a registry reference is sent as is.
+        let image = match std::fs::canonicalize(&image) {
+            Ok(path) => path.to_string_lossy().into_owned(),
+            Err(_) => image,
+        };
         let mut secrets = std::collections::BTreeMap::new();
         for s in &self.secrets {
             let (name, secret) =

@@ -144,6 +144,19 @@ async fn the_readme_runs_as_printed() {
     run_sections(&p, SECTIONS, 25);
 }
 
+/// The containers' section, with the toy v2 server's image layout and its archive where it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_container_section_runs_as_printed() {
+    let p = TestPlatform::start(&[]).await;
+    run_sections_in(&p, &["Your own model server in a container"], 4, |dir| {
+        use mapi_tests::oci_image::{ImageSpec, archive, build_layout};
+        let toy = Path::new(env!("CARGO_BIN_EXE_toy_model_server"));
+        let spec = ImageSpec { entrypoint: vec!["/app/server".into()], ..ImageSpec::default() };
+        build_layout(&dir.join("toy-image"), toy, &spec, true).expect("an image layout");
+        archive(&dir.join("toy-image"), &dir.join("toy-image-2.tar")).expect("its archive");
+    });
+}
+
 /// The plugins' section, on the gvisor executor it asks for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_plugin_section_runs_as_printed_on_gvisor() {
@@ -181,7 +194,13 @@ fn copy_examples(from: &Path, into: &Path) {
 
 /// Runs every shell step of `sections` (at least `min_steps`) against `p` as a reader would.
 fn run_sections(p: &TestPlatform, sections: &[&str], min_steps: usize) {
+    run_sections_in(p, sections, min_steps, |_| {});
+}
+
+/// [`run_sections`], with `prepare` given the directory the commands run in first.
+fn run_sections_in(p: &TestPlatform, sections: &[&str], min_steps: usize, prepare: impl Fn(&Path)) {
     let dir = tempfile::tempdir().expect("tempdir");
+    prepare(dir.path());
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     copy_examples(&examples, &dir.path().join("examples"));
     // What `mapi dev` leaves in its home for the CLI.
