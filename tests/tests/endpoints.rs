@@ -625,3 +625,54 @@ async fn standard_protocols_score_through_the_platform() {
     let e = wait_for(&p, "employment", |_| true).await;
     assert_eq!(e["usage"]["requests"], 10, "three infers of Triton's client counted: {e:#}");
 }
+
+/// An L4 endpoint is instance-billed: the time its server is up and serving
+/// no score is charged by the tick, from the local host's process
+/// lifetimes, and shows in the project's usage as its own kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_l4_time_appears_in_usage() {
+    let p = TestPlatform::start(&[("MAPI_ENDPOINTS_CHARGE_S", "1")]).await;
+    let version = fit(&p, LONGLEY).await;
+    let body = json!({"alias": "gpu", "model_version": version, "accelerator": "l4", "min_instances": 1, "max_instances": 1});
+    let started = std::time::Instant::now();
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body)).await;
+    assert_eq!(s, 202, "{e}");
+    wait_for(&p, "gpu", |e| e["status"] == "ready").await;
+    let (s, a) = score(&p, p.token(), "gpu", json!({"rows": [row()]})).await;
+    assert_eq!(s, 200, "{a}");
+    let q = Query::new(<mapi_schema::InstanceLedgerEntry as mapi_schema::Doc>::COLLECTION);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let entries = loop {
+        let docs = p.platform.state.store.query(&q, None).await.expect("entries");
+        let entries: Vec<mapi_schema::InstanceLedgerEntry> =
+            docs.iter().map(|d| d.decode().expect("an entry")).collect();
+        if entries.iter().map(|e| e.idle_ms).sum::<u64>() >= 2_000 {
+            break entries;
+        }
+        assert!(std::time::Instant::now() < deadline, "no idle time charged: {entries:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Windows follow each other; each charges its instance time less its scores' time.
+    let mut windows: Vec<_> = entries.iter().map(|e| (e.from, e.to)).collect();
+    windows.sort();
+    assert!(
+        windows.windows(2).all(|w| w[0].1 == w[1].0),
+        "windows neither overlap nor leave gaps: {windows:?}"
+    );
+    let up: u64 = entries.iter().map(|e| e.instance_ms).sum();
+    assert!(
+        up <= u64::try_from(started.elapsed().as_millis()).expect("ms"),
+        "no more than the wall time: {up}"
+    );
+    for e in &entries {
+        assert_eq!(e.idle_ms, e.instance_ms.saturating_sub(e.busy_ms), "{e:?}");
+        assert_eq!(e.accelerator_ms, e.idle_ms, "{e:?}");
+    }
+    let (s, u) =
+        p.call(p.token(), Method::GET, &format!("{}/usage?group_by=kind", p.project_path()), None).await;
+    assert_eq!(s, 200, "{u}");
+    let idle = u["groups"].as_array().expect("groups").iter().find(|g| g["key"] == "instance").cloned();
+    let idle = idle.unwrap_or_else(|| panic!("an instance group: {u:#}"))["totals"].clone();
+    assert!(idle["accelerator_ms"].as_u64().is_some_and(|ms| ms >= 2_000), "{idle}");
+    assert!(idle["cost_micros"].as_i64().is_some_and(|c| c > 0), "{idle}");
+}

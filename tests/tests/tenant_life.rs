@@ -318,6 +318,7 @@ async fn assert_nothing_left(p: &TestPlatform) {
                     | "item_ledger"
                     | "item_ledger_minutes"
                     | "score_ledger"
+                    | "instance_ledger"
                     | "audit"
             ),
             "{c}/{id} is left: {f}"
@@ -341,7 +342,7 @@ async fn assert_nothing_left(p: &TestPlatform) {
 
 /// The certificate's counts are what was there before the purge.
 fn assert_counts(cert: &Value, before: &BTreeMap<String, u64>, objects: usize, exported: usize) {
-    let kept = ["ledger", "item_ledger", "item_ledger_minutes", "score_ledger", "audit"];
+    let kept = ["ledger", "item_ledger", "item_ledger_minutes", "score_ledger", "instance_ledger", "audit"];
     for (collection, n) in before {
         let side = if kept.contains(&collection.as_str()) { "kept" } else { "deleted" };
         assert_eq!(cert[side][collection].as_u64(), Some(*n), "{side} {collection}: {cert:#}");

@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
     ResourceClass,
-    /// `run` (run attempts), `item` (items of item jobs) or `score` (endpoints' scores).
+    /// `run` (run attempts), `item` (items of item jobs), `score` (endpoints' scores) or
+    /// `instance` (instance-billed endpoints' idle instance time).
     Kind,
     Token,
     Day,

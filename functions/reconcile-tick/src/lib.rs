@@ -104,6 +104,8 @@ pub struct TickReport {
     pub stalled: u32,
     /// Endpoints whose rollout, promotion or deletion moved.
     pub endpoints: u32,
+    /// Instance-billed endpoints whose idle instance time was charged.
+    pub instance_charges: u32,
     /// Webhook messages made from run transitions, and overdue ones re-pushed.
     pub webhook_messages: u32,
     pub webhook_repushes: u32,
@@ -171,6 +173,7 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     let (moved, failed, endpoints_active) = endpoints::sweep(&state).await?;
     report.endpoints += moved;
     report.errors += failed;
+    report.instance_charges = endpoints::charge_instances(&state).await?;
     // Before the webhooks' sweep, so a job closed now is a message now.
     let (closed, failed, jobs_open) = jobs::sweep(&state).await?;
     report.jobs_finished += closed;

@@ -57,6 +57,7 @@ pub const OWNED: &[Owned] = &[
     delete("job_item_history"),
     delete("endpoints"),
     delete("endpoint_stats"),
+    delete("instance_watermarks"),
     delete("webhook_deliveries"),
     Owned { collection: "webhooks", fate: Fate::Delete, secret_fields: &["secret", "previous_secret"] },
     delete("experiments"),
@@ -71,6 +72,7 @@ pub const OWNED: &[Owned] = &[
     keep("item_ledger", Fate::Keep),
     keep("item_ledger_minutes", Fate::Keep),
     keep("score_ledger", Fate::Keep),
+    keep("instance_ledger", Fate::Keep),
     keep("audit", Fate::Anonymize),
 ];
 
@@ -127,6 +129,7 @@ mod tests {
             mapi_jobs::JobItemHistoryDoc::COLLECTION,
             mapi_endpoints::EndpointDoc::COLLECTION,
             mapi_endpoints::stats::StatsDoc::COLLECTION,
+            mapi_schema::InstanceWatermark::COLLECTION,
             mapi_schema::DeliveryDoc::COLLECTION,
             mapi_schema::WebhookDoc::COLLECTION,
             mapi_schema::ExperimentDoc::COLLECTION,
@@ -141,12 +144,16 @@ mod tests {
             mapi_schema::ItemLedgerEntry::COLLECTION,
             mapi_schema::ItemLedgerMinute::COLLECTION,
             mapi_schema::ScoreLedgerEntry::COLLECTION,
+            mapi_schema::InstanceLedgerEntry::COLLECTION,
             mapi_schema::AuditDoc::COLLECTION,
         ];
         let listed: Vec<&str> = OWNED.iter().map(|o| o.collection).collect();
         assert_eq!(listed, tenant_docs, "the purge's order, by hand");
         let kept: Vec<&str> = OWNED.iter().filter(|o| o.fate != Fate::Delete).map(|o| o.collection).collect();
-        assert_eq!(kept, ["ledger", "item_ledger", "item_ledger_minutes", "score_ledger", "audit"]);
+        assert_eq!(
+            kept,
+            ["ledger", "item_ledger", "item_ledger_minutes", "score_ledger", "instance_ledger", "audit"]
+        );
         for platform in [
             mapi_schema::TenantDoc::COLLECTION,
             mapi_schema::DeletionDoc::COLLECTION,

@@ -247,6 +247,17 @@ pub trait Hosting: Send + Sync + Debug {
 
     async fn delete(&self, service: &str) -> Result<(), HostingError>;
 
+    /// The time `service`'s instances (of every revision) were up within
+    /// `[from, to)`, summed over instances: what an instance-billed service
+    /// is billed for. `None` where this host does not report it.
+    async fn instance_time(
+        &self,
+        _service: &str,
+        (_from, _to): (mapi_domain::Timestamp, mapi_domain::Timestamp),
+    ) -> Result<Option<Duration>, HostingError> {
+        Ok(None)
+    }
+
     /// Where to send a request: to revision `tag`, or to the service's split.
     async fn route(&self, service: &str, tag: Option<&str>) -> Result<Route, HostingError>;
 }

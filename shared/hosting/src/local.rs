@@ -124,6 +124,8 @@ struct Proc {
     last_line: Arc<Mutex<String>>,
     /// A container's sandbox and the task joining its port to the sandbox's socket.
     sandbox: Option<Sandboxed>,
+    /// When it was started (on the platform's clock).
+    started: Timestamp,
 }
 
 #[derive(Debug)]
@@ -154,6 +156,35 @@ impl Proc {
 struct Services {
     stored: BTreeMap<String, StoredService>,
     procs: BTreeMap<(String, String), Proc>,
+    /// The lifetimes of servers that stopped, by service: (started, stopped).
+    ended: BTreeMap<String, Vec<(Timestamp, Timestamp)>>,
+}
+
+/// How long the lifetimes of stopped servers are kept for [`Hosting::instance_time`].
+const LIFETIMES_KEPT: Duration = Duration::from_secs(2 * 24 * 3600);
+
+impl Services {
+    /// Removes revision `key`'s server (stopping it) and records its lifetime, ending `now`.
+    fn retire(&mut self, key: &(String, String), now: Timestamp) -> Option<Proc> {
+        let mut proc = self.procs.remove(key)?;
+        proc.stop();
+        let ended = self.ended.entry(key.0.clone()).or_default();
+        ended.retain(|(_, stop)| now.since(*stop) < LIFETIMES_KEPT);
+        ended.push((proc.started, now));
+        Some(proc)
+    }
+
+    /// The time `service`'s servers were up within `[from, to)` (those running count up to `now`).
+    fn instance_time(&self, service: &str, (from, to): (Timestamp, Timestamp), now: Timestamp) -> Duration {
+        let overlap = |(start, stop): (Timestamp, Timestamp)| {
+            let (a, b) = (start.max(from), stop.min(to));
+            if b > a { b.since(a) } else { Duration::ZERO }
+        };
+        let ended = self.ended.get(service).into_iter().flatten().map(|l| overlap(*l));
+        let running =
+            self.procs.iter().filter(|((s, _), _)| s == service).map(|(_, p)| overlap((p.started, now)));
+        ended.chain(running).sum()
+    }
 }
 
 /// The local hosting adapter.
@@ -218,7 +249,11 @@ impl LocalHosting {
             server,
             idle,
             clock,
-            services: tokio::sync::Mutex::new(Services { stored, procs: BTreeMap::new() }),
+            services: tokio::sync::Mutex::new(Services {
+                stored,
+                procs: BTreeMap::new(),
+                ended: BTreeMap::new(),
+            }),
             http,
             spread: AtomicU64::new(0),
             reaper: std::sync::Once::new(),
@@ -235,7 +270,15 @@ impl LocalHosting {
     /// How many servers run now.
     pub async fn running(&self) -> usize {
         let mut s = self.inner.services.lock().await;
-        s.procs.retain(|_, p| matches!(p.child.try_wait(), Ok(None)));
+        let now = self.inner.clock.now();
+        let exited: Vec<_> = s
+            .procs
+            .iter_mut()
+            .filter_map(|(k, p)| (!matches!(p.child.try_wait(), Ok(None))).then(|| k.clone()))
+            .collect();
+        for key in exited {
+            s.retire(&key, now);
+        }
         s.procs.len()
     }
 }
@@ -432,7 +475,8 @@ impl Inner {
                 }
             });
         }
-        Ok(Proc { child, port, last_used: self.clock.now(), last_line, sandbox })
+        let now = self.clock.now();
+        Ok(Proc { child, port, last_used: now, last_line, sandbox, started: now })
     }
 
     /// Waits until the server answers its health check; the error is why it never will.
@@ -485,9 +529,7 @@ impl Inner {
                     return Ok(p.port);
                 }
                 tracing::warn!(service, tag, "model server exited: starting it again");
-                if let Some(mut p) = s.procs.remove(&key) {
-                    p.stop();
-                }
+                s.retire(&key, self.clock.now());
             }
             let stored = s.stored.get(service).ok_or_else(|| HostingError::NotFound(service.to_owned()))?;
             let revision = stored
@@ -508,12 +550,8 @@ impl Inner {
             Ok(()) if !exited => Ok(port),
             _ => {
                 let reason = s
-                    .procs
-                    .remove(&key)
-                    .and_then(|mut p| {
-                        p.stop();
-                        p.last_line.lock().ok().map(|l| l.clone())
-                    })
+                    .retire(&key, self.clock.now())
+                    .and_then(|p| p.last_line.lock().ok().map(|l| l.clone()))
                     .unwrap_or_default();
                 Err(HostingError::Unavailable(
                     format!("the model server of {service}/{tag} did not start: {reason}").into(),
@@ -576,11 +614,7 @@ impl Inner {
             match &outcome {
                 // Its port was taken between our pick and its bind: another port.
                 Rollout::Failed(why) if why.contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => {
-                    if let Some(mut p) =
-                        self.services.lock().await.procs.remove(&(service.clone(), tag.clone()))
-                    {
-                        p.stop();
-                    }
+                    self.services.lock().await.retire(&(service.clone(), tag.clone()), self.clock.now());
                 }
                 _ => break outcome,
             }
@@ -588,9 +622,7 @@ impl Inner {
         let mut s = self.services.lock().await;
         if let Rollout::Failed(reason) = &outcome {
             tracing::warn!(service, tag, %reason, "revision failed to start");
-            if let Some(mut p) = s.procs.remove(&(service.clone(), tag.clone())) {
-                p.stop();
-            }
+            s.retire(&(service.clone(), tag.clone()), self.clock.now());
         }
         let Some(stored) = s.stored.get_mut(&service) else { return };
         if let Some(r) = stored.revisions.iter_mut().find(|r| r.tag == tag) {
@@ -606,19 +638,22 @@ impl Inner {
     async fn reap(&self) {
         let now = self.clock.now();
         let mut s = self.services.lock().await;
-        let Services { stored, procs } = &mut *s;
-        procs.retain(|(service, tag), p| {
+        let Services { stored, procs, .. } = &mut *s;
+        let mut done = Vec::new();
+        for ((service, tag), p) in procs.iter_mut() {
             let scales_to_zero = stored.get(service).is_none_or(|st| st.scaling.min == 0);
             let idle = now.since(p.last_used) >= self.idle;
             let exited = !matches!(p.child.try_wait(), Ok(None));
             if scales_to_zero && idle && !exited {
                 tracing::info!(service, tag, "model server idle: scaled to zero");
-                p.stop();
-            } else if exited {
-                p.stop();
             }
-            !(exited || (scales_to_zero && idle))
-        });
+            if exited || (scales_to_zero && idle) {
+                done.push((service.clone(), tag.clone()));
+            }
+        }
+        for key in done {
+            s.retire(&key, now);
+        }
     }
 }
 
@@ -816,13 +851,21 @@ impl Hosting for LocalHosting {
             return Err(HostingError::NotFound(service.to_owned()));
         }
         let keys: Vec<_> = s.procs.keys().filter(|(name, _)| name == service).cloned().collect();
+        let now = self.inner.clock.now();
         for key in keys {
-            if let Some(mut p) = s.procs.remove(&key) {
-                p.stop();
-            }
+            s.retire(&key, now);
         }
         let dir = self.inner.service_dir(service);
         std::fs::remove_dir_all(&dir).map_err(|e| io(&dir.display().to_string(), e))
+    }
+
+    async fn instance_time(
+        &self,
+        service: &str,
+        window: (Timestamp, Timestamp),
+    ) -> Result<Option<Duration>, HostingError> {
+        let s = self.inner.services.lock().await;
+        Ok(Some(s.instance_time(service, window, self.inner.clock.now())))
     }
 
     async fn route(&self, service: &str, tag: Option<&str>) -> Result<Route, HostingError> {
@@ -851,5 +894,25 @@ impl Hosting for LocalHosting {
         self.inner.start_reaper();
         let port = self.inner.ensure(service, &tag).await?;
         Ok(Route { url: format!("http://127.0.0.1:{port}"), authorization: None })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_secs(1_800_000_000 + s)
+    }
+
+    /// A service's instance time is its servers' lifetimes clipped to the window.
+    #[test]
+    fn instance_time_is_the_lifetimes_within_the_window() {
+        let mut s = Services::default();
+        s.ended.insert("svc".into(), vec![(at(0), at(100)), (at(150), at(200)), (at(400), at(500))]);
+        s.ended.insert("other".into(), vec![(at(0), at(1000))]);
+        assert_eq!(s.instance_time("svc", (at(50), at(450)), at(1000)), Duration::from_secs(50 + 50 + 50));
+        assert_eq!(s.instance_time("svc", (at(600), at(700)), at(1000)), Duration::ZERO);
+        assert_eq!(s.instance_time("none", (at(0), at(700)), at(1000)), Duration::ZERO);
     }
 }

@@ -32,7 +32,9 @@ use mapi_domain::{AttemptNo, JobId, ProjectId, ResourceClass, RunId, TenantId, T
 use mapi_quota::Period;
 use mapi_quota::counters::{self, Bumps, field, pick};
 use mapi_schema::usage::{self, Line, Totals};
-use mapi_schema::{Doc, ItemLedgerEntry, ItemLedgerMinute, ItemSums, LedgerEntry, ScoreLedgerEntry};
+use mapi_schema::{
+    Doc, InstanceLedgerEntry, ItemLedgerEntry, ItemLedgerMinute, ItemSums, LedgerEntry, ScoreLedgerEntry,
+};
 use mapi_store::{StoreError, Txn};
 
 /// Who pays for work: its tenant and project, and the public id of the API
@@ -66,6 +68,8 @@ enum Ledger {
     /// A score: its minute document as it becomes with the score in it (the
     /// caller read it in the transaction), and what the score added.
     Score { minute: Box<ScoreLedgerEntry>, added: Totals, seed: String, at: Timestamp, priced: ScoreCharge },
+    /// An endpoint's idle instance time of one window: its entry, created once.
+    Instance(Box<InstanceLedgerEntry>),
 }
 
 impl Charge {
@@ -93,6 +97,10 @@ impl Charge {
                 let line = usage::score_line(&minute.accelerator, minute.token.as_deref());
                 record(tx, (&minute.tenant, &minute.project), *at, seed, &(line, added.clone()))?;
             }
+            Ledger::Instance(e) => {
+                mapi_schema::tx_create(tx, &**e)?;
+                record(tx, (&e.tenant, &e.project), e.at, &e.doc_id(), &usage::of_instance(e))?;
+            }
         }
         self.bumps.apply(tx)
     }
@@ -117,7 +125,7 @@ impl Charge {
     pub fn score_nanos(&self) -> Option<u64> {
         match &self.ledger {
             Ledger::Score { priced, .. } => Some(priced.nanos),
-            Ledger::Attempt(_) | Ledger::Item(_) => None,
+            Ledger::Attempt(_) | Ledger::Item(_) | Ledger::Instance(_) => None,
         }
     }
 }
@@ -256,6 +264,52 @@ pub fn score(
     };
     let ledger = Ledger::Score { minute: Box::new(minute), added, seed: seed.to_owned(), at: now, priced };
     Charge { ledger, bumps, amount_micros, vcpu_ms: priced.vcpu_ms }
+}
+
+/// The idle instance time of endpoint `endpoint` on `accelerator` in the
+/// window `[from, to)`: its instances were up `instance` in total, of which
+/// its scores took `busy` (and charged themselves). An `l4` endpoint is
+/// instance-billed: its idle time is charged at instance prices. A `cpu`
+/// endpoint is request-billed, and charges nothing here.
+pub fn instance(
+    payer: &Payer<'_>,
+    (endpoint, accelerator): (&str, Accelerator),
+    (from, to): (Timestamp, Timestamp),
+    (instance, busy): (Duration, Duration),
+    now: Timestamp,
+) -> Charge {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let (instance_ms, busy_ms) = (ms(instance), ms(busy));
+    let idle_ms = match accelerator {
+        Accelerator::L4 => instance_ms.saturating_sub(busy_ms),
+        Accelerator::Cpu => 0,
+    };
+    let (vcpus, mib) = accelerator.resources();
+    let priced = if idle_ms == 0 {
+        ScoreCharge::default()
+    } else {
+        CURRENT.instance_score(vcpus, mib / 1024, idle_ms)
+    };
+    let amount_micros = mapi_cost::nanos_to_micros(priced.nanos);
+    let entry = InstanceLedgerEntry {
+        tenant: payer.tenant.clone(),
+        project: payer.project.clone(),
+        endpoint: endpoint.to_owned(),
+        accelerator: accelerator.as_str().to_owned(),
+        from,
+        to,
+        instance_ms,
+        busy_ms,
+        idle_ms,
+        price_table: CURRENT.version.to_owned(),
+        vcpu_ms: priced.vcpu_ms,
+        gib_ms: priced.gib_ms,
+        accelerator_ms: priced.accelerator_ms,
+        cost_nanos: priced.nanos,
+        at: now,
+    };
+    let bumps = charged(&counters_of(payer, now), &entry.doc_id(), priced.vcpu_ms, amount_micros);
+    Charge { ledger: Ledger::Instance(Box::new(entry)), bumps, amount_micros, vcpu_ms: priced.vcpu_ms }
 }
 
 /// `bytes` that left the platform for `tenant` at `now` (a score's answer,

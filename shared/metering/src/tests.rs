@@ -184,3 +184,35 @@ async fn every_kind_written_leaves_ledgers_rollups_and_counters_agreeing() {
     }
     assert_eq!((n, amount), (5, items));
 }
+
+/// An L4 endpoint's idle time (its instances' time less its scores') is
+/// charged at instance prices, once per window; a CPU endpoint's is not
+/// (request-billed), nor time its scores already charged.
+#[tokio::test]
+async fn idle_instance_time_of_an_l4_endpoint_is_charged_once_at_instance_prices() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = store(&dir);
+    let (t, p) = ids();
+    let payer = Payer { tenant: &t, project: &p, token: None };
+    let window = (NOW, Timestamp::from_secs(NOW.as_secs() + 600));
+    let (up, busy) = (Duration::from_secs(600), Duration::from_secs(60));
+    let c = instance(&payer, ("acme:main:gpu", Accelerator::L4), window, (up, busy), NOW);
+    // 540 s idle of 4 vCPU, 16 GiB and one L4: 540 × (4 × 18,000 + 16 × 2,000 + 186,700) nano-units.
+    assert_eq!(c.amount_micros(), 540 * (4 * 18_000 + 16 * 2_000 + 186_700) / 1000);
+    assert_eq!(c.vcpu_ms(), 4 * 540_000);
+    write(&s, &c).await.expect("charged");
+    assert!(matches!(write(&s, &c).await, Err(StoreError::AlreadyExists(_))), "a window is charged once");
+    let totals = rollup(&s, Kind::Instance).await;
+    assert_eq!((totals.cost_micros, totals.accelerator_ms), (c.amount_micros(), 540_000));
+    assert_eq!(
+        counter(&s, &counters::tenant_period(&t, Period::Month, NOW)).await.spend_micros,
+        c.amount_micros()
+    );
+    let entries = s.query(&Query::new(InstanceLedgerEntry::COLLECTION), None).await.expect("entries");
+    let e: InstanceLedgerEntry = entries[0].decode().expect("entry");
+    assert_eq!((e.instance_ms, e.busy_ms, e.idle_ms), (600_000, 60_000, 540_000));
+    let cpu = instance(&payer, ("acme:main:cpu", Accelerator::Cpu), window, (up, busy), NOW);
+    assert_eq!((cpu.amount_micros(), cpu.vcpu_ms()), (0, 0), "request-billed: idle time is free");
+    let busier = instance(&payer, ("acme:main:gpu", Accelerator::L4), window, (up, up * 2), NOW);
+    assert_eq!(busier.amount_micros(), 0, "concurrent scores took more than the window: nothing idle");
+}

@@ -390,6 +390,62 @@ impl Doc for ScoreLedgerEntry {
     }
 }
 
+/// The ledger of endpoints' idle instance time: one entry per endpoint and
+/// window `[from, to)`, for the time its instances were up and serving no
+/// score (an instance-billed L4's idle time; its scores charge their own).
+/// Created once per window, in the commit that moves the endpoint's
+/// [`InstanceWatermark`] to `to`, so a window is never charged twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceLedgerEntry {
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    /// The endpoint's id (`{tenant}:{project}:{alias}`).
+    pub endpoint: String,
+    pub accelerator: String,
+    pub from: Timestamp,
+    pub to: Timestamp,
+    /// The instances' time up in the window, summed.
+    pub instance_ms: u64,
+    /// Of it, the time scores took (charged by the scores).
+    pub busy_ms: u64,
+    /// What this entry charges: `instance_ms - busy_ms`, never below 0.
+    pub idle_ms: u64,
+    pub price_table: String,
+    pub vcpu_ms: u64,
+    pub gib_ms: u64,
+    pub accelerator_ms: u64,
+    pub cost_nanos: u64,
+    /// When it was charged.
+    pub at: Timestamp,
+}
+
+impl Doc for InstanceLedgerEntry {
+    const COLLECTION: &'static str = "instance_ledger";
+    /// `{endpoint}@{from, epoch milliseconds}`.
+    fn doc_id(&self) -> String {
+        format!("{}@{}", self.endpoint, self.from.as_millis())
+    }
+}
+
+/// How far an endpoint's instance time is charged: to `until`, with the
+/// busy time its scores had taken by then (their statistics' sum).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceWatermark {
+    /// The endpoint's id.
+    pub id: String,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub until: Timestamp,
+    pub busy_ms: u64,
+}
+
+impl Doc for InstanceWatermark {
+    const COLLECTION: &'static str = "instance_watermarks";
+    fn doc_id(&self) -> String {
+        self.id.clone()
+    }
+}
+
 impl Doc for ItemLedgerEntry {
     const COLLECTION: &'static str = "item_ledger";
     fn doc_id(&self) -> String {

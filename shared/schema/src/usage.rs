@@ -63,16 +63,19 @@ pub enum Kind {
     Item,
     /// Scores of endpoints.
     Score,
+    /// Endpoints' idle instance time.
+    Instance,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Run, Kind::Item, Kind::Score];
+    pub const ALL: [Kind; 4] = [Kind::Run, Kind::Item, Kind::Score, Kind::Instance];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Run => "run",
             Kind::Item => "item",
             Kind::Score => "score",
+            Kind::Instance => "instance",
         }
     }
 }
@@ -213,6 +216,19 @@ pub fn of_run(e: &LedgerEntry) -> (Line, Totals) {
 pub fn of_item(e: &ItemLedgerEntry) -> (Line, Totals) {
     let line = Line { kind: Kind::Item, class: e.charge.class.to_string(), token: e.token.clone() };
     (line, Totals { items: 1, ..charged(&e.charge) })
+}
+
+/// What an endpoint's idle instance time of one window adds.
+pub fn of_instance(e: &crate::InstanceLedgerEntry) -> (Line, Totals) {
+    let line = Line { kind: Kind::Instance, class: format!("endpoint-{}", e.accelerator), token: None };
+    let totals = Totals {
+        cost_micros: mapi_cost::nanos_to_micros(e.cost_nanos),
+        vcpu_ms: e.vcpu_ms,
+        gib_ms: e.gib_ms,
+        accelerator_ms: e.accelerator_ms,
+        ..Totals::default()
+    };
+    (line, totals)
 }
 
 /// The line of an endpoint's scores.

@@ -210,6 +210,8 @@ pub struct Config {
     pub webhook_receiver_per_second: u32,
     /// Local endpoints' idle time before a server scaled to zero stops.
     pub endpoints_idle: Duration,
+    /// The least window of an instance-billed endpoint's idle time one charge covers.
+    pub endpoints_charge: Duration,
     pub local_memory_mib: BTreeMap<ResourceClass, u64>,
     /// Platform-wide limit of concurrent runs (protects the cloud project).
     pub platform_concurrent_runs: u32,
@@ -929,6 +931,7 @@ impl Config {
             webhooks: webhooks_policy(hooks, profile)?,
             webhook_receiver_per_second: at_least_one(&v::WEBHOOK_RECEIVER_PER_SECOND, hooks)?,
             endpoints_idle: v::ENDPOINTS_IDLE_S.seconds(hosted)?,
+            endpoints_charge: v::ENDPOINTS_CHARGE_S.seconds(hosted)?.max(Duration::from_secs(1)),
             local_memory_mib: memory_map(exec)?,
             evidence_max_age: v::EXECUTOR_EVIDENCE_MAX_AGE_S.seconds(exec)?,
             objects_backend,

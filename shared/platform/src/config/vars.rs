@@ -250,6 +250,11 @@ pub const LOCAL_REGIONS: Var = Var::new(
     "europe-west1,us-central1,asia-northeast1",
     "Local executor: the regions it stands in for (comma-separated); a tenant's runs go only to an executor with a region its residency admits",
 );
+pub const ENDPOINTS_CHARGE_S: Var = Var::new(
+    "MAPI_ENDPOINTS_CHARGE_S",
+    "60",
+    "Instance-billed (L4) endpoints: their idle instance time is charged in windows of at least this long, by the reconcile tick",
+);
 pub const ENDPOINTS_IDLE_S: Var = Var::new(
     "MAPI_ENDPOINTS_IDLE_S",
     "900",
@@ -389,6 +394,7 @@ pub const VARIABLES: &[Var] = &[
     ENDPOINTS_STEP_S,
     ENDPOINTS_STEP_REQUESTS,
     ENDPOINTS_P99_SLACK_MS,
+    ENDPOINTS_CHARGE_S,
     TICK_MAX_RUNS,
     WORKER_BIN,
     LOCAL_TIMEOUT_MARGIN_S,
