@@ -158,6 +158,7 @@ enum RevState {
 struct Instance {
     child: tokio::process::Child,
     port: u16,
+    started: Timestamp,
 }
 
 #[derive(Debug)]
@@ -210,6 +211,9 @@ struct Image {
     env: Vec<(String, String)>,
 }
 
+/// A service's instances' lifetimes, by its id (see [`FakeCloudRunServices::lifetimes`]).
+pub type Lifetimes = Arc<dyn Fn(&str) -> Vec<(Timestamp, Option<Timestamp>)> + Send + Sync>;
+
 #[derive(Default)]
 struct FakeState {
     services: BTreeMap<String, Svc>,
@@ -223,6 +227,8 @@ struct FakeState {
     images: BTreeMap<String, Image>,
     /// Secret Manager: secret id → its latest value.
     secrets: BTreeMap<String, String>,
+    /// Instances gone with their revisions: (service id, started, stopped).
+    ended: Vec<(String, Timestamp, Timestamp)>,
     check: Option<InvokerCheck>,
     calls: Vec<Call>,
     serial: u64,
@@ -358,6 +364,18 @@ impl FakeCloudRunServices {
         let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         self.shared.lock().images.insert(image.to_owned(), Image { program: program.to_owned(), env });
         self
+    }
+
+    /// The lifetimes of a service's instances, by its id: (started, stopped; `None` while up):
+    /// what Cloud Monitoring's `container/instance_count` samples.
+    pub fn lifetimes(&self) -> Lifetimes {
+        let shared = self.shared.clone();
+        Arc::new(move |service: &str| {
+            let s = shared.lock();
+            let ended = s.ended.iter().filter(|(id, ..)| id == service).map(|(_, a, b)| (*a, Some(*b)));
+            let up = s.revisions.values().filter(|r| r.service_id == service);
+            ended.chain(up.filter_map(|r| r.instance.as_ref().map(|i| (i.started, None)))).collect()
+        })
     }
 
     /// Secret Manager holds secret `id` (in the fake's project) with `value` as its only version.
@@ -1254,7 +1272,7 @@ impl Shared {
         };
         let mut s = self.lock();
         match s.revisions.get_mut(rev) {
-            Some(r) => r.instance = Some(Instance { child, port }),
+            Some(r) => r.instance = Some(Instance { child, port, started: now() }),
             None => {
                 let _ = child.start_kill();
             }
@@ -1298,6 +1316,7 @@ fn delete(shared: &Arc<Shared>, name: &str, id: &str, enc: Enc) -> Response {
             && let Some(i) = &mut rev.instance
         {
             let _ = i.child.start_kill();
+            s.ended.push((rev.service_id.clone(), i.started, now()));
         }
     }
     axum::Json(op).into_response()

@@ -119,6 +119,7 @@ pub mod fake_cloudrun_services;
 pub mod fake_cloudtasks;
 pub mod fake_gcs;
 pub mod fake_kms;
+pub mod fake_monitoring;
 pub mod firestore_emulator;
 pub mod gcs_front;
 pub mod google;

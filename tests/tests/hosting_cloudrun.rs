@@ -769,3 +769,52 @@ fn model_of(r: &RevisionSpec) -> &mapi_hosting::ModelRef {
     let mapi_hosting::Serving::Model(m) = &r.serves else { panic!("a model revision") };
     m
 }
+
+/// A service's instance time is read from Cloud Monitoring (the fake samples
+/// known lifetimes): each whole minute's mean instance count times the
+/// minute, in the window the minute ends in, over pages; a 429 is
+/// `Throttled` and the next read answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_time_is_read_from_cloud_monitorings_instance_counts() {
+    use mapi_domain::Timestamp;
+    use mapi_tests::fake_monitoring::FakeMonitoring;
+    fn minute(m: i64) -> Timestamp {
+        Timestamp::from_secs(1_700_000_000 - 1_700_000_000 % 60 + m * 60)
+    }
+    fn second(s: i64) -> Timestamp {
+        Timestamp::from_secs(minute(0).as_secs() + s)
+    }
+    let lifetimes: mapi_tests::fake_cloudrun_services::Lifetimes =
+        Arc::new(move |service: &str| match service {
+            "ep-gpu" => vec![
+                (second(30), Some(second(150))),
+                (second(60), Some(second(120))),
+                (minute(0), Some(minute(100))),
+            ],
+            _ => vec![],
+        });
+    let monitoring = FakeMonitoring::start(lifetimes).await;
+    let fake = FakeCloudRunServices::start(PROJECT, mapi_tests::worker()).await;
+    let mut s = settings(&fake, PROJECT, IMAGE);
+    s.monitoring_endpoint = Some(monitoring.url.clone());
+    let tokens = FakeIdTokens::new(Arc::new(SystemClock), Duration::from_secs(3600));
+    let hosting = adapter(s, tokens).await;
+    let read = |from: Timestamp, to: Timestamp| {
+        let hosting = &hosting;
+        async move { hosting.instance_time("ep-gpu", (from, to)).await.expect("read").expect("reported") }
+    };
+    // Minutes ending at 1, 2 and 3: 30 + 0 + 60 s, 60 + 60 + 60 s, 30 + 0 + 60 s.
+    assert_eq!(read(minute(0), minute(3)).await, Duration::from_secs(360));
+    // Consecutive windows count each minute once.
+    assert_eq!(read(minute(0), minute(1)).await + read(minute(1), minute(3)).await, Duration::from_secs(360));
+    // 101 minutes (from the one before the window, whose end is not in it) come in three pages.
+    let before = monitoring.calls();
+    assert_eq!(read(minute(0), minute(100)).await, Duration::from_secs(360 + 97 * 60));
+    assert_eq!(monitoring.calls() - before, 3, "three pages");
+    let none = hosting.instance_time("ep-cpu", (minute(0), minute(3))).await.expect("read");
+    assert_eq!(none, Some(Duration::ZERO));
+    monitoring.throttle_next();
+    let throttled = hosting.instance_time("ep-gpu", (minute(0), minute(3))).await;
+    assert!(matches!(throttled, Err(HostingError::Throttled(_))), "{throttled:?}");
+    assert_eq!(read(minute(0), minute(3)).await, Duration::from_secs(360));
+}

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use mapi_domain::Timestamp;
 use mapi_domain::endpoint::Accelerator;
 use mapi_endpoints::EndpointDoc;
 use mapi_endpoints::reconcile::{Ports, Reconciled, reconcile};
@@ -58,7 +59,8 @@ pub async fn sweep(state: &AppState) -> Result<(u32, u32, bool), ApiError> {
 
 /// Charges the idle instance time of instance-billed (L4) endpoints, each in
 /// windows of at least `MAPI_ENDPOINTS_CHARGE_S` from where its watermark
-/// stands to now, as the host reports its instances' lifetimes; answers how
+/// stands to where the host's report is complete, as the host reports its
+/// instances' lifetimes; answers how
 /// many were charged. An endpoint whose host reports no lifetimes is left
 /// as it is.
 pub async fn charge_instances(state: &AppState) -> Result<u32, ApiError> {
@@ -84,16 +86,18 @@ pub async fn charge_instances(state: &AppState) -> Result<u32, ApiError> {
 /// commit with its watermark's move, so a window is charged once.
 async fn charge_instance(state: &AppState, doc: &EndpointDoc) -> Result<bool, ApiError> {
     let store = &*state.store;
+    // The window ends where the host's report is complete.
+    let lag = state.hosting.reporting_lag();
     let now = state.clock.now();
+    let to = Timestamp::from_micros(now.as_micros() - i64::try_from(lag.as_micros()).unwrap_or(i64::MAX));
     let mark = mapi_schema::get::<InstanceWatermark>(store, &doc.id).await?;
     // A watermark older than the endpoint is a deleted one's of the same alias.
     let stood = mark.as_ref().map(|m| m.until);
     let from = stood.map_or(doc.created_at, |until| until.max(doc.created_at));
-    if now.since(from) < state.config.endpoints_charge {
+    if to.since(from) < state.config.endpoints_charge {
         return Ok(false);
     }
-    let Some(instance) = state.hosting.instance_time(&doc.service, (from, now)).await.map_err(hosting)?
-    else {
+    let Some(instance) = state.hosting.instance_time(&doc.service, (from, to)).await.map_err(hosting)? else {
         return Ok(false);
     };
     let mut busy_ms = 0;
@@ -105,12 +109,12 @@ async fn charge_instance(state: &AppState, doc: &EndpointDoc) -> Result<bool, Ap
     state.rollups_started().await?;
     let payer = Payer { tenant: &doc.tenant, project: &doc.project, token: None };
     let charge =
-        mapi_metering::instance(&payer, (&doc.id, doc.accelerator), (from, now), (instance, busy), now);
+        mapi_metering::instance(&payer, (&doc.id, doc.accelerator), (from, to), (instance, busy), now);
     let next = InstanceWatermark {
         id: doc.id.clone(),
         tenant: doc.tenant.clone(),
         project: doc.project.clone(),
-        until: now,
+        until: to,
         busy_ms,
     };
     let (charge, next) = (&charge, &next);

@@ -317,7 +317,7 @@ impl CloudRunJobsExecutor {
     }
 }
 
-fn wire_time(t: Timestamp) -> google_cloud_wkt::Timestamp {
+pub(crate) fn wire_time(t: Timestamp) -> google_cloud_wkt::Timestamp {
     let micros = t.as_micros();
     let nanos = i32::try_from(micros.rem_euclid(1_000_000) * 1000).unwrap_or(0);
     google_cloud_wkt::Timestamp::clamp(micros.div_euclid(1_000_000), nanos)

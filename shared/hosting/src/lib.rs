@@ -250,6 +250,11 @@ pub trait Hosting: Send + Sync + Debug {
     /// The time `service`'s instances (of every revision) were up within
     /// `[from, to)`, summed over instances: what an instance-billed service
     /// is billed for. `None` where this host does not report it.
+    /// How long after a moment the host's [`Hosting::instance_time`] up to it is complete.
+    fn reporting_lag(&self) -> Duration {
+        Duration::ZERO
+    }
+
     async fn instance_time(
         &self,
         _service: &str,

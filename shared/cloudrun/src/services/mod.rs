@@ -38,6 +38,7 @@
 
 pub mod body;
 pub mod id_tokens;
+pub mod instances;
 pub mod settings;
 
 use std::collections::HashMap;
@@ -83,6 +84,8 @@ struct Inner {
     settings: ServicesSettings,
     services: Services,
     revisions: Revisions,
+    /// Cloud Monitoring, where instances' lifetimes are read.
+    monitoring: google_cloud_monitoring_v3::client::MetricService,
     tokens: TokenCache,
     /// The region each service was last found in.
     regions: Mutex<HashMap<String, String>>,
@@ -145,11 +148,17 @@ impl CloudRunHosting {
         settings.validate().map_err(BuildError)?;
         let services = admin_client!(Services, settings.endpoint, credentials);
         let revisions = admin_client!(Revisions, settings.endpoint, credentials);
+        let monitoring = admin_client!(
+            google_cloud_monitoring_v3::client::MetricService,
+            settings.monitoring_endpoint,
+            credentials
+        );
         Ok(CloudRunHosting {
             inner: Arc::new(Inner {
                 settings,
                 services,
                 revisions,
+                monitoring,
                 tokens: TokenCache::new(id_tokens, clock),
                 regions: Mutex::new(HashMap::new()),
                 routes: Mutex::new(HashMap::new()),
@@ -433,6 +442,19 @@ impl Hosting for CloudRunHosting {
         tracing::info!(operation = %op.name, service, "services.delete answered");
         self.remember(service, None);
         Ok(())
+    }
+
+    async fn instance_time(
+        &self,
+        service: &str,
+        window: (mapi_domain::Timestamp, mapi_domain::Timestamp),
+    ) -> Result<Option<std::time::Duration>, HostingError> {
+        let project = &self.inner.settings.project;
+        instances::read(&self.inner.monitoring, project, service, window).await.map(Some)
+    }
+
+    fn reporting_lag(&self) -> std::time::Duration {
+        instances::LAG
     }
 
     async fn route(&self, service: &str, tag: Option<&str>) -> Result<Route, HostingError> {

@@ -68,6 +68,13 @@ pub const API_ENDPOINT: Var = Var::derived(
     "cloud-run endpoints: root of the Cloud Run Admin API (a fake's in tests)",
 );
 
+/// `MAPI_ENDPOINTS_MONITORING_ENDPOINT`.
+pub const MONITORING_ENDPOINT: Var = Var::derived(
+    "MAPI_ENDPOINTS_MONITORING_ENDPOINT",
+    "Google's",
+    "cloud-run endpoints: root of the Cloud Monitoring API, where instance-billed endpoints' instance time is read (a fake's in tests)",
+);
+
 /// `MAPI_ENDPOINTS_METADATA_URL`.
 pub const METADATA_URL: Var = Var::derived(
     "MAPI_ENDPOINTS_METADATA_URL",
@@ -88,6 +95,7 @@ pub const VARIABLES: &[Var] = &[
     CONTAINER_SERVICE_ACCOUNT,
     BUCKET,
     API_ENDPOINT,
+    MONITORING_ENDPOINT,
     METADATA_URL,
 ];
 
@@ -117,6 +125,8 @@ pub struct ServicesSettings {
     pub bucket: String,
     /// `MAPI_ENDPOINTS_API_ENDPOINT`.
     pub endpoint: Option<String>,
+    /// `MAPI_ENDPOINTS_MONITORING_ENDPOINT`.
+    pub monitoring_endpoint: Option<String>,
     /// `MAPI_ENDPOINTS_METADATA_URL`: `None` mints ID tokens through Application Default Credentials.
     pub metadata_url: Option<String>,
 }
@@ -176,6 +186,7 @@ impl ServicesSettings {
             container_service_account: CONTAINER_SERVICE_ACCOUNT.get(env),
             bucket: BUCKET.require(env, FOR).map_err(|e| e.0)?,
             endpoint: API_ENDPOINT.get(env),
+            monitoring_endpoint: MONITORING_ENDPOINT.get(env),
             metadata_url: METADATA_URL.get(env),
         };
         s.validate()?;
