@@ -10,7 +10,9 @@
 #   and deletions) hold the endpoint-host role (these permissions and no
 #   others) and may act as the model-server account, to deploy revisions
 #   that run as it. Scoring a private endpoint is `run.routes.invoke`, with
-#   an ID token whose audience is the service's URL.
+#   an ID token whose audience is the service's URL. Charging an L4
+#   endpoint's idle time reads its instance counts from Cloud Monitoring
+#   (`monitoring.timeSeries.list`).
 
 resource "google_service_account" "server" {
   project      = var.project_id
@@ -28,10 +30,11 @@ resource "google_project_iam_custom_role" "host" {
   project     = var.project_id
   role_id     = "mapi_${var.env}_endpoint_host"
   title       = "mapi ${var.env} endpoint host"
-  description = "Create, change, read, delete and invoke the services of model endpoints."
+  description = "Create, change, read, delete and invoke the services of model endpoints, and read their instance counts."
   # A public endpoint's service disables invoker IAM, which is an IAM change
   # of the service (run.services.setIamPolicy).
   permissions = [
+    "monitoring.timeSeries.list",
     "run.operations.get",
     "run.revisions.get",
     "run.revisions.list",
