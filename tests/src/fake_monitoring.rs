@@ -141,8 +141,11 @@ async fn list(
         || !matches!(q.get("aggregation.perSeriesAligner").map(String::as_str), Some("ALIGN_MEAN" | "12"))
         || !matches!(q.get("aggregation.crossSeriesReducer").map(String::as_str), Some("REDUCE_SUM" | "4"))
     {
-        let asked: Vec<String> =
-            q.iter().filter(|(k, _)| k.starts_with("aggregation.")).map(|(k, v)| format!("{k}={v}")).collect();
+        let asked: Vec<String> = q
+            .iter()
+            .filter(|(k, _)| k.starts_with("aggregation."))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         return google(
             400,
             "INVALID_ARGUMENT",

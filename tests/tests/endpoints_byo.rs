@@ -123,14 +123,7 @@ async fn the_same_container_flow_runs_on_cloud_run_services() {
     let tokens = FakeIdTokens::new(std::sync::Arc::new(mapi_clock::SystemClock), Duration::from_secs(3600));
     let metadata = tokens.serve_metadata().await;
     let toy = Path::new(env!("CARGO_BIN_EXE_toy_model_server"));
-    let [v1, v2, broken] =
-        ["v1", "v2", "broken"].map(|v| format!("europe-docker.pkg.dev/acme/models/toy:{v}"));
-    let fake = FakeCloudRunServices::start("mapi-endpoints", mapi_tests::worker())
-        .await
-        .accepting(&tokens)
-        .with_image(&v1, toy, &[("TOY_VERSION", "v1")])
-        .with_image(&v2, toy, &[("TOY_VERSION", "v2"), ("TOY_SCALE", "2")])
-        .with_image(&broken, toy, &[("TOY_VERSION", "broken"), ("TOY_FAIL_INFER", "1")]);
+    let fake = FakeCloudRunServices::start("mapi-endpoints", mapi_tests::worker()).await.accepting(&tokens);
     let mut settings = vec![
         ("MAPI_HOSTING", "cloud-run"),
         ("MAPI_ENDPOINTS_PROJECT", "mapi-endpoints"),
@@ -139,11 +132,25 @@ async fn the_same_container_flow_runs_on_cloud_run_services() {
         ("MAPI_ENDPOINTS_API_ENDPOINT", fake.url.as_str()),
         ("MAPI_ENDPOINTS_METADATA_URL", metadata.as_str()),
         ("MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT", "ep-{tenant}@mapi-endpoints.iam.gserviceaccount.com"),
+        ("MAPI_ENDPOINTS_CONTAINER_IMAGES", "europe-docker.pkg.dev/mapi-endpoints/tenant-{tenant}/"),
     ];
     settings.extend(QUICK_GATE);
     let p = TestPlatform::start(&settings).await;
     let tenant = p.platform.credentials.tenant.to_string();
-    let fake = fake.with_secret(&format!("mapi-{tenant}-api-key"), "s3cret");
+    let repository = format!("europe-docker.pkg.dev/mapi-endpoints/tenant-{tenant}");
+    let [v1, v2, broken] = ["v1", "v2", "broken"].map(|v| format!("{repository}/toy:{v}"));
+    let fake = fake
+        .with_secret(&format!("mapi-{tenant}-api-key"), "s3cret")
+        .with_image(&v1, toy, &[("TOY_VERSION", "v1")])
+        .with_image(&v2, toy, &[("TOY_VERSION", "v2"), ("TOY_SCALE", "2")])
+        .with_image(&broken, toy, &[("TOY_VERSION", "broken"), ("TOY_FAIL_INFER", "1")]);
+    // Another tenant's image is not this tenant's to run.
+    let theirs = container("europe-docker.pkg.dev/mapi-endpoints/tenant-other/toy:v1");
+    let body = json!({"alias": "theirs", "container": theirs});
+    let (s, b) =
+        p.call(p.token(), Method::POST, &format!("{}/endpoints", p.project_path()), Some(body)).await;
+    assert_eq!((s, b["code"].as_str()), (403, Some("FORBIDDEN")), "{b}");
+    assert!(b["detail"].as_str().is_some_and(|d| d.contains("not an image of tenant")), "{b}");
     serve_promote_and_roll_back(&p, [&v1, &v2, &broken], false).await;
     let created = fake.calls().into_iter().find(|c| c.method == "POST" && c.path.ends_with("/services"));
     let body = created.map(|c| c.body.to_string()).unwrap_or_default();

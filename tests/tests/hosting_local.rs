@@ -21,6 +21,7 @@ fn server() -> ServerCommand {
         sandbox: None,
         containers: None,
         secrets: std::path::PathBuf::from("/nonexistent/secrets.json"),
+        images: None,
     }
 }
 
@@ -113,4 +114,40 @@ async fn servers_restart_after_a_crash_scale_to_zero_and_wake_on_the_next_reques
     assert_eq!(again.get("ep-idle").await.expect("kept").rollout, Rollout::Ready);
     let route = again.route("ep-idle", None).await.expect("route");
     assert_eq!(health(route.url).await.expect("health"), 200);
+}
+
+/// With many tenants on one machine, a tenant's container image must lie
+/// under its own directory: another tenant's, a path that climbs out with
+/// `..` or a link, or one that does not exist is refused before anything runs.
+#[tokio::test]
+async fn a_tenant_runs_only_images_under_its_own_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let images = dir.path().join("images");
+    for d in ["acme/toy", "other/toy"] {
+        std::fs::create_dir_all(images.join(d)).expect("mkdir");
+    }
+    std::os::unix::fs::symlink(images.join("other/toy"), images.join("acme/link")).expect("link");
+    let mut many = server();
+    many.images = Some(images.clone());
+    let hosting = LocalHosting::open(
+        &dir.path().join("endpoints"),
+        many,
+        Duration::from_secs(60),
+        Arc::new(SystemClock),
+    )
+    .expect("open");
+    let acme = mapi_domain::TenantId::parse("acme").expect("tenant");
+    let at = |p: &str| images.join(p).to_string_lossy().into_owned();
+    assert_eq!(hosting.image_refusal(&acme, &at("acme/toy")), None);
+    for refused in
+        [at("other/toy"), at("acme/../other/toy"), at("acme/link"), at("acme/none"), "/etc".to_owned()]
+    {
+        let why = hosting.image_refusal(&acme, &refused).unwrap_or_else(|| panic!("{refused} was accepted"));
+        assert!(why.contains("not an image of tenant acme"), "{why}");
+    }
+    // One person's machine: any path.
+    let open =
+        LocalHosting::open(&dir.path().join("e2"), server(), Duration::from_secs(60), Arc::new(SystemClock))
+            .expect("open");
+    assert_eq!(open.image_refusal(&acme, &at("other/toy")), None);
 }

@@ -229,6 +229,11 @@ pub trait Hosting: Send + Sync + Debug {
         Some(format!("endpoints on {} do not run a tenant's own container", self.name()))
     }
 
+    /// Why `tenant` may not run `image` here, if it may not (another tenant's image, say).
+    fn image_refusal(&self, _tenant: &mapi_domain::TenantId, _image: &str) -> Option<String> {
+        None
+    }
+
     /// Creates `spec` serving `first` at 100 %.
     async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError>;
 

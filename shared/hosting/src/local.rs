@@ -59,6 +59,9 @@ pub struct ServerCommand {
     pub containers: Option<crate::sandboxed::ContainerRuntime>,
     /// The local secrets file container revisions read their secrets from.
     pub secrets: PathBuf,
+    /// Where tenants' images must lie, one directory per tenant (`{images}/{tenant}/…`), so no
+    /// tenant runs another's; `None`: anywhere (one person's machine).
+    pub images: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -136,17 +139,26 @@ struct Sandboxed {
     joiner: tokio::task::JoinHandle<()>,
 }
 
+/// A sandbox dropped is killed and removed, so none outlives the platform.
+impl Drop for Sandboxed {
+    fn drop(&mut self) {
+        self.joiner.abort();
+        self.runtime.remove(&self.state, &self.id);
+    }
+}
+
+/// How long a stopped container may take to finish what it serves before it is killed.
+const SANDBOX_GRACE: Duration = Duration::from_secs(2);
+
 impl Proc {
     /// Stops the server: SIGTERM, so it finishes what it serves (`kill_on_drop`
-    /// backs it up); a sandbox is then killed and removed.
+    /// backs it up); a sandbox is killed and removed [`SANDBOX_GRACE`] later.
     fn stop(&mut self) {
         terminate(&mut self.child);
-        if let Some(s) = self.sandbox.take() {
-            s.joiner.abort();
-            let Sandboxed { runtime, state, id, .. } = s;
+        if let Some(sandbox) = self.sandbox.take() {
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_secs(2));
-                runtime.remove(&state, &id);
+                std::thread::sleep(SANDBOX_GRACE);
+                drop(sandbox);
             });
         }
     }
@@ -758,6 +770,22 @@ impl Hosting for LocalHosting {
 
     fn container_refusal(&self) -> Option<String> {
         self.inner.server.containers.is_none().then(|| CONTAINERS_REFUSED.to_owned())
+    }
+
+    fn image_refusal(&self, tenant: &mapi_domain::TenantId, image: &str) -> Option<String> {
+        let root = self.inner.server.images.as_ref()?.join(tenant.as_str());
+        // The path as the filesystem resolves it (links and `..` included), so none leads out.
+        let within = std::fs::canonicalize(image)
+            .ok()
+            .zip(std::fs::canonicalize(&root).ok())
+            .is_some_and(|(image, root)| image.starts_with(root));
+        (!within).then(|| {
+            format!(
+                "image `{}` is not an image of tenant {tenant} on this machine: put its OCI image layout under {}",
+                image.chars().take(200).collect::<String>(),
+                root.display()
+            )
+        })
     }
 
     async fn create(&self, spec: &ServiceSpec, first: &RevisionSpec) -> Result<(), HostingError> {

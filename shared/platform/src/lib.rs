@@ -510,6 +510,8 @@ fn local_hosting(
         sandbox: config.gvisor_runsc.clone(),
         containers,
         secrets: home.join(ENDPOINT_SECRETS),
+        // Many tenants on one machine: each runs only the images under its own directory.
+        images: (config.profile == config::Profile::MultiTenant).then(|| home.join("images")),
     };
     Ok(LocalHosting::open(&home.join("endpoints"), server, config.endpoints_idle, clock.clone())?)
 }

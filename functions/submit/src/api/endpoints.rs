@@ -132,6 +132,9 @@ async fn serve_of(
             if let Some(why) = state.hosting.container_refusal() {
                 return Err(ApiError::precondition(why));
             }
+            if let Some(why) = state.hosting.image_refusal(tenant, &container.image) {
+                return Err(ApiError::forbidden(why));
+            }
             let image = ImageRef {
                 image: container.image.clone(),
                 port: container.port,

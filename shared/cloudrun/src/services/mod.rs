@@ -308,10 +308,24 @@ impl Hosting for CloudRunHosting {
     fn container_refusal(&self) -> Option<String> {
         // A container's process reaches its revision's account through the metadata server:
         // it runs only as an account of its tenant's own.
-        self.settings().container_service_account.is_none().then(|| {
+        let s = self.settings();
+        (s.container_service_account.is_none() || s.container_images.is_none()).then(|| {
             "this deployment runs no tenant's own container: its operator has not set \
-             MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT (the account each tenant's containers run as)"
+             MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT (the account each tenant's containers run as) and \
+             MAPI_ENDPOINTS_CONTAINER_IMAGES (where each tenant's images are)"
                 .to_owned()
+        })
+    }
+
+    fn image_refusal(&self, tenant: &mapi_domain::TenantId, image: &str) -> Option<String> {
+        let prefix = self.settings().container_images.as_ref()?.replace("{tenant}", tenant.as_str());
+        // A reference is a registry path: no `..`, no scheme, and within the tenant's repository.
+        let within = image.starts_with(&prefix) && !image.contains("..") && !image.contains("//");
+        (!within).then(|| {
+            format!(
+                "image `{}` is not an image of tenant {tenant}: push it under {prefix} and name it there",
+                image.chars().take(200).collect::<String>()
+            )
         })
     }
 

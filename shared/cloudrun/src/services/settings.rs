@@ -55,6 +55,14 @@ pub const CONTAINER_SERVICE_ACCOUNT: Var = Var::derived(
      (e.g. `ep-{tenant}@PROJECT.iam.gserviceaccount.com`): one per tenant, with no role but Secret Manager \
      accessor on that tenant's `mapi-{tenant}-*` secrets, so its code reaches no other tenant's data or secrets",
 );
+/// `MAPI_ENDPOINTS_CONTAINER_IMAGES`.
+pub const CONTAINER_IMAGES: Var = Var::derived(
+    "MAPI_ENDPOINTS_CONTAINER_IMAGES",
+    "none: tenants' own containers are refused",
+    "cloud-run endpoints: where a tenant's own images must be, `{tenant}` standing for the tenant \
+     (e.g. `europe-docker.pkg.dev/PROJECT/tenant-{tenant}/`): an image reference must start with it, so \
+     no tenant runs another's image",
+);
 /// `MAPI_ENDPOINTS_BUCKET`.
 pub const BUCKET: Var = Var::required(
     "MAPI_ENDPOINTS_BUCKET",
@@ -93,6 +101,7 @@ pub const VARIABLES: &[Var] = &[
     BASE_IMAGES,
     SERVICE_ACCOUNT,
     CONTAINER_SERVICE_ACCOUNT,
+    CONTAINER_IMAGES,
     BUCKET,
     API_ENDPOINT,
     MONITORING_ENDPOINT,
@@ -121,6 +130,9 @@ pub struct ServicesSettings {
     /// `MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT`: the account of a tenant's container, with
     /// `{tenant}` for the tenant; `None` refuses tenants' containers.
     pub container_service_account: Option<String>,
+    /// `MAPI_ENDPOINTS_CONTAINER_IMAGES`: the prefix of a tenant's images, with `{tenant}`;
+    /// `None` refuses tenants' containers.
+    pub container_images: Option<String>,
     /// `MAPI_ENDPOINTS_BUCKET`.
     pub bucket: String,
     /// `MAPI_ENDPOINTS_API_ENDPOINT`.
@@ -184,6 +196,7 @@ impl ServicesSettings {
             })?,
             service_account: SERVICE_ACCOUNT.get(env),
             container_service_account: CONTAINER_SERVICE_ACCOUNT.get(env),
+            container_images: CONTAINER_IMAGES.get(env),
             bucket: BUCKET.require(env, FOR).map_err(|e| e.0)?,
             endpoint: API_ENDPOINT.get(env),
             monitoring_endpoint: MONITORING_ENDPOINT.get(env),
@@ -195,6 +208,14 @@ impl ServicesSettings {
 
     /// Refuses settings the adapter cannot honour.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(prefix) = &self.container_images
+            && (!prefix.contains("{tenant}") || !prefix.ends_with('/'))
+        {
+            return Err(format!(
+                "{} is `{prefix}`: it must hold `{{tenant}}` and end with `/` (a repository of the tenant's own)",
+                CONTAINER_IMAGES.name
+            ));
+        }
         if let Some(account) = &self.container_service_account
             && (!account.contains("{tenant}") || !account.contains('@'))
         {
