@@ -71,3 +71,17 @@ pub fn stock_clients() -> PathBuf {
     let dir = cache_dir("stock-clients", PINS);
     venv(&dir, PINS, |_| Ok(())).unwrap_or_else(|e| panic!("installing the stock clients: {e}"))
 }
+
+/// Runs the stock client script `tests/endpoints/{script}` with [`stock_clients`]'s Python and
+/// `env`, on a blocking thread; panics with what it printed unless it passed (exit 0 and a
+/// `PASS:` line).
+pub async fn stock_client(script: &str, env: Vec<(&'static str, String)>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("endpoints").join(script);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(stock_clients()).arg(path).envs(env).output().expect("run python")
+    })
+    .await
+    .expect("joined");
+    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && printed.contains("PASS:"), "{script}:\n{printed}");
+}

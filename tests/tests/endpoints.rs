@@ -70,7 +70,7 @@ fn history(e: &Value) -> Vec<String> {
 /// on a loaded test machine a revision's p99 is the machine's, not the
 /// revision's (the gate's latency rule is proved in `mapi-rollout`'s tests
 /// and its seeded promotions).
-const QUICK_GATE: [(&str, &str); 3] = [
+pub(crate) const QUICK_GATE: [(&str, &str); 3] = [
     ("MAPI_ENDPOINTS_STEP_S", "0"),
     ("MAPI_ENDPOINTS_STEP_REQUESTS", "4"),
     ("MAPI_ENDPOINTS_P99_SLACK_MS", "600000"),
@@ -602,8 +602,7 @@ async fn standard_protocols_score_through_the_platform() {
     assert_eq!(e["usage"]["requests"], 7, "{e:#}");
 
     // Triton's stock client, unchanged: JSON and binary tensors, and its way of reading a refusal.
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("endpoints/triton_client.py");
-    let env = [
+    let env = vec![
         ("MAPI_URL", p.platform.url.clone()),
         ("MAPI_TOKEN", p.token().to_owned()),
         ("MAPI_BASE", base.clone()),
@@ -611,17 +610,7 @@ async fn standard_protocols_score_through_the_platform() {
         ("MAPI_ROWS", json!([row(), second]).to_string()),
         ("MAPI_WANT", json!(values).to_string()),
     ];
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(mapi_tests::python_tools::stock_clients())
-            .arg(script)
-            .envs(env)
-            .output()
-            .expect("run python")
-    })
-    .await
-    .expect("joined");
-    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && printed.contains("PASS:"), "Triton's client:\n{printed}");
+    mapi_tests::python_tools::stock_client("triton_client.py", env).await;
     let e = wait_for(&p, "employment", |_| true).await;
     assert_eq!(e["usage"]["requests"], 10, "three infers of Triton's client counted: {e:#}");
 }

@@ -13,12 +13,7 @@ use mapi_tests::oci_image::{ImageSpec, archive, build_layout};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-/// Steps of no time and 4 scores (see `endpoints::QUICK_GATE`).
-const QUICK_GATE: [(&str, &str); 3] = [
-    ("MAPI_ENDPOINTS_STEP_S", "0"),
-    ("MAPI_ENDPOINTS_STEP_REQUESTS", "4"),
-    ("MAPI_ENDPOINTS_P99_SLACK_MS", "600000"),
-];
+use crate::endpoints::QUICK_GATE;
 
 /// A toy image whose server answers each row's sum times `scale`, version `version`.
 fn toy_image(dir: &Path, name: &str, extra: &[(&str, &str)]) -> PathBuf {
@@ -207,24 +202,13 @@ async fn serve_promote_and_roll_back(
     }
 
     // Triton's stock client scores it unchanged (JSON tensors).
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("endpoints/triton_container.py");
-    let env = [
+    let env = vec![
         ("MAPI_URL", p.platform.url.clone()),
         ("MAPI_TOKEN", p.token().to_owned()),
         ("MAPI_BASE", p.project_path()),
         ("MAPI_ALIAS", "toy".to_owned()),
     ];
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(mapi_tests::python_tools::stock_clients())
-            .arg(script)
-            .envs(env)
-            .output()
-            .expect("run python")
-    })
-    .await
-    .expect("joined");
-    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && printed.contains("PASS:"), "Triton's client:\n{printed}");
+    mapi_tests::python_tools::stock_client("triton_container.py", env).await;
 
     // Another image through the gate: it serves 100 % once promoted.
     let promote = format!("{endpoints}/toy:promote");
