@@ -92,15 +92,7 @@ async fn the_same_flow_runs_on_cloud_run_services() {
     let tokens = FakeIdTokens::new(Arc::new(SystemClock), Duration::from_secs(3600));
     let metadata = tokens.serve_metadata().await;
     let fake = FakeCloudRunServices::start("mapi-endpoints", worker()).await.accepting(&tokens);
-    let mut settings = vec![
-        ("MAPI_HOSTING", "cloud-run"),
-        ("MAPI_ENDPOINTS_PROJECT", "mapi-endpoints"),
-        ("MAPI_ENDPOINTS_SERVER_IMAGE", "europe-docker.pkg.dev/mapi/mapi/worker:test"),
-        ("MAPI_ENDPOINTS_BUCKET", mapi_platform::DATA_BUCKET),
-        ("MAPI_ENDPOINTS_API_ENDPOINT", fake.url.as_str()),
-        ("MAPI_ENDPOINTS_METADATA_URL", metadata.as_str()),
-    ];
-    settings.extend(QUICK_GATE);
+    let settings = on_cloud_run(&fake.url, &metadata);
     let p = TestPlatform::start(&settings).await;
     assert_eq!(p.platform.state.hosting.name(), "cloud-run");
     // The data bucket, as the services' Cloud Storage volume shows it.
@@ -111,6 +103,22 @@ async fn the_same_flow_runs_on_cloud_run_services() {
         fake.calls().into_iter().filter(|c| c.method == "POST" && c.path.ends_with("/services")).count();
     assert_eq!(made, 1, "one service for the endpoint, its versions revisions of it");
     assert!(fake.services().is_empty(), "its service is deleted: {:?}", fake.services());
+}
+
+/// The platform's settings for endpoints on the Services fake at `api` in
+/// project `mapi-endpoints`, ID tokens from the metadata server at
+/// `metadata`, and the quick gate.
+pub(crate) fn on_cloud_run<'a>(api: &'a str, metadata: &'a str) -> Vec<(&'a str, &'a str)> {
+    let mut settings = vec![
+        ("MAPI_HOSTING", "cloud-run"),
+        ("MAPI_ENDPOINTS_PROJECT", "mapi-endpoints"),
+        ("MAPI_ENDPOINTS_SERVER_IMAGE", "europe-docker.pkg.dev/mapi/mapi/worker:test"),
+        ("MAPI_ENDPOINTS_BUCKET", mapi_platform::DATA_BUCKET),
+        ("MAPI_ENDPOINTS_API_ENDPOINT", api),
+        ("MAPI_ENDPOINTS_METADATA_URL", metadata),
+    ];
+    settings.extend(QUICK_GATE);
+    settings
 }
 
 /// Serves a fit, scores it, promotes a second version through the gate

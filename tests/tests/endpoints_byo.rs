@@ -119,17 +119,11 @@ async fn the_same_container_flow_runs_on_cloud_run_services() {
     let metadata = tokens.serve_metadata().await;
     let toy = Path::new(env!("CARGO_BIN_EXE_toy_model_server"));
     let fake = FakeCloudRunServices::start("mapi-endpoints", mapi_tests::worker()).await.accepting(&tokens);
-    let mut settings = vec![
-        ("MAPI_HOSTING", "cloud-run"),
-        ("MAPI_ENDPOINTS_PROJECT", "mapi-endpoints"),
-        ("MAPI_ENDPOINTS_SERVER_IMAGE", "europe-docker.pkg.dev/mapi/mapi/worker:test"),
-        ("MAPI_ENDPOINTS_BUCKET", mapi_platform::DATA_BUCKET),
-        ("MAPI_ENDPOINTS_API_ENDPOINT", fake.url.as_str()),
-        ("MAPI_ENDPOINTS_METADATA_URL", metadata.as_str()),
+    let mut settings = crate::endpoints::on_cloud_run(&fake.url, &metadata);
+    settings.extend([
         ("MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT", "ep-{tenant}@mapi-endpoints.iam.gserviceaccount.com"),
         ("MAPI_ENDPOINTS_CONTAINER_IMAGES", "europe-docker.pkg.dev/mapi-endpoints/tenant-{tenant}/"),
-    ];
-    settings.extend(QUICK_GATE);
+    ]);
     let p = TestPlatform::start(&settings).await;
     let tenant = p.platform.credentials.tenant.to_string();
     let repository = format!("europe-docker.pkg.dev/mapi-endpoints/tenant-{tenant}");

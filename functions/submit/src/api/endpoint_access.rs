@@ -19,17 +19,28 @@ pub(super) async fn load_granted(
     (tenant, project, alias): (&TenantId, &ProjectId, &str),
     action: Action,
 ) -> Result<(EndpointDoc, mapi_schema::TenantDoc), ApiError> {
+    let tenant_doc = grant(state, caller, (tenant, project, alias), action).await?;
+    let id = endpoint_id(tenant, project, alias);
+    let doc = mapi_schema::get::<EndpointDoc>(&*state.store, &id).await?.ok_or_else(|| {
+        ApiError::not_found(format!("endpoint {} not found", alias.chars().take(40).collect::<String>()))
+    })?;
+    Ok((doc, tenant_doc))
+}
+
+/// Whether `caller` may act on endpoint `alias` as `action` (an endpoint the caller cannot see
+/// answers as a missing one); the tenant the authorization read.
+pub(super) async fn grant(
+    state: &AppState,
+    caller: &Caller,
+    (tenant, project, alias): (&TenantId, &ProjectId, &str),
+    action: Action,
+) -> Result<mapi_schema::TenantDoc, ApiError> {
     // A path that cannot name an endpoint is the caller's to fix, not a
     // lookup for the store to refuse.
     mapi_domain::endpoint::check_alias(alias).map_err(|e| ApiError::invalid(format!("invalid path: {e}")))?;
     let what = format!("endpoint {}", alias.chars().take(40).collect::<String>());
     let target = Target { endpoint: Some(alias), ..Target::project(tenant, project, &what) };
-    let granted = authorize(state, caller, target, Resource::Endpoint, action).await?;
-    let id = endpoint_id(tenant, project, alias);
-    let doc = mapi_schema::get::<EndpointDoc>(&*state.store, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("{what} not found")))?;
-    Ok((doc, granted.tenant))
+    Ok(authorize(state, caller, target, Resource::Endpoint, action).await?.tenant)
 }
 
 /// A JSON body of an endpoint's action, refused in our words.

@@ -386,7 +386,7 @@ pub async fn v2_model(
     let (doc, _) = load_granted(&state, &caller, key, Action::Read).await?;
     if doc.runs_container() {
         // The container's own metadata: a request to it, run as one (admitted and metered).
-        let loaded = load_granted(&state, &caller, key, Action::Run).await?;
+        let loaded = (doc, super::endpoint_access::grant(&state, &caller, key, Action::Run).await?);
         let path = format!("/v2/models/{alias}");
         return pass(&state, &caller, loaded, Outbound::passed(Method::GET, path, &headers, Bytes::new()))
             .await;

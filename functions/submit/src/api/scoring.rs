@@ -74,14 +74,18 @@ pub struct Outbound {
 /// The headers a protocol request and its answer keep when they pass through.
 pub const PASSED_HEADERS: [&str; 2] = ["content-type", "inference-header-content-length"];
 
+/// The [`PASSED_HEADERS`] of `headers` (a caller's request's, or a container's answer's).
+fn passed_headers(headers: &HeaderMap) -> Vec<(header::HeaderName, HeaderValue)> {
+    PASSED_HEADERS
+        .iter()
+        .filter_map(|n| Some((header::HeaderName::from_static(n), headers.get(*n)?.clone())))
+        .collect()
+}
+
 impl Outbound {
     /// `request` to `path` of a container, with the caller's headers it needs.
     pub fn passed(method: reqwest::Method, path: String, headers: &HeaderMap, body: Bytes) -> Outbound {
-        let headers = PASSED_HEADERS
-            .iter()
-            .filter_map(|n| Some((header::HeaderName::from_static(n), headers.get(*n)?.clone())))
-            .collect();
-        Outbound { method, path, body, headers }
+        Outbound { method, path, body, headers: passed_headers(headers) }
     }
 }
 
@@ -184,10 +188,7 @@ async fn forward(
     let (status, bytes, headers) = match request.send().await {
         Ok(r) => {
             let status = r.status().as_u16();
-            let headers = PASSED_HEADERS
-                .iter()
-                .filter_map(|n| Some((header::HeaderName::from_static(n), r.headers().get(*n)?.clone())))
-                .collect();
+            let headers = passed_headers(r.headers());
             (status, r.bytes().await.ok(), headers)
         }
         Err(_) => (503, None, Vec::new()),
