@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use mapi_api::endpoints::{
-    Container, ContainerExample, CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest,
-    served,
+    Container, ContainerExample, CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScaleEndpoint,
+    ScoreRequest, served,
 };
 use reqwest::Method;
 use serde_json::{Map, Value};
@@ -148,6 +148,18 @@ pub enum EndpointsCmd {
         /// scores waits for them: send them from elsewhere).
         #[arg(long)]
         wait: bool,
+        #[command(flatten)]
+        at: Where,
+    },
+    /// Change how many instances an endpoint keeps warm and may scale to.
+    Scale {
+        alias: String,
+        /// Instances kept warm (0 scales to zero when idle); left out, it stays.
+        #[arg(long = "min")]
+        min_instances: Option<u32>,
+        /// The most instances (1–100); left out, it stays.
+        #[arg(long = "max")]
+        max_instances: Option<u32>,
         #[command(flatten)]
         at: Where,
     },
@@ -367,6 +379,12 @@ pub async fn run(
             if wait && !promoted(&e) {
                 return Ok(ExitCode::FAILURE);
             }
+        }
+        EndpointsCmd::Scale { alias, min_instances, max_instances, at } => {
+            let body = ScaleEndpoint { min_instances, max_instances };
+            let url = format!("{}/{alias}:scale", base(at)?);
+            let e: EndpointView = client.send(client.request(Method::POST, &url).json(&body)).await?;
+            print(json, &e, || describe(&e))?;
         }
         EndpointsCmd::Rollback { alias, at } => {
             let url = format!("{}/{alias}:rollback", base(at)?);

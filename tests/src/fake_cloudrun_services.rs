@@ -713,6 +713,27 @@ fn splits(spec: &Map<String, Value>) -> Result<Vec<Split>, String> {
 
 /// Checks a service's spec: what the API refuses with 400. `revisions`
 /// are the revision ids the traffic may name.
+/// `Service.scaling`: its fields, and a minimum no greater than the
+/// maximum (a maximum of 0 is none).
+fn check_service_scaling(scaling: Option<&Value>) -> Result<(), String> {
+    let Some(s) = scaling.filter(|s| !s.is_null()) else { return Ok(()) };
+    let fields = &["minInstanceCount", "scalingMode", "maxInstanceCount", "manualInstanceCount"];
+    if let Some(e) = unknown_field(s, fields, "service.scaling") {
+        return Err(e);
+    }
+    let count = |k: &str| s[k].as_i64().unwrap_or(0);
+    let (min, max) = (count("minInstanceCount"), count("maxInstanceCount"));
+    if min < 0 || max < 0 {
+        return Err("service.scaling: instance counts must not be negative".into());
+    }
+    if max > 0 && min > max {
+        return Err(format!(
+            "service.scaling: min_instance_count ({min}) must not exceed max_instance_count ({max})"
+        ));
+    }
+    Ok(())
+}
+
 fn check_spec(
     spec: &Map<String, Value>,
     id: &str,
@@ -756,6 +777,7 @@ fn check_spec(
             return Err("service.template.containers[0].resources.limits: nvidia.com/gpu must be 1 with a GPU node selector".into());
         }
     }
+    check_service_scaling(spec.get("scaling"))?;
     let traffic = splits(spec)?;
     let sum: u64 = traffic.iter().map(|t| t.percent).sum();
     if sum != 100 {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use mapi_clock::SystemClock;
 use mapi_store::Query;
-use mapi_tests::fake_cloudrun_services::{FakeCloudRunServices, FakeIdTokens};
+use mapi_tests::fake_cloudrun_services::{FakeCloudRunServices, FakeIdTokens, Fault};
 use mapi_tests::{TestPlatform, worker};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -80,7 +80,7 @@ pub(crate) const QUICK_GATE: [(&str, &str); 3] = [
 async fn a_fit_is_served_scored_promoted_through_the_gate_and_rolled_back() {
     let p = TestPlatform::start(&QUICK_GATE).await;
     assert_eq!(p.platform.state.hosting.name(), "local");
-    serve_promote_and_roll_back(&p).await;
+    serve_promote_and_roll_back(&p, &|| {}).await;
 }
 
 /// The same flow with the platform's endpoints on Cloud Run services (the
@@ -97,7 +97,8 @@ async fn the_same_flow_runs_on_cloud_run_services() {
     assert_eq!(p.platform.state.hosting.name(), "cloud-run");
     // The data bucket, as the services' Cloud Storage volume shows it.
     let fake = fake.with_bucket_store(p.platform.state.objects.clone());
-    serve_promote_and_roll_back(&p).await;
+    // The host does not take the first change of bounds: the tick repeats it.
+    serve_promote_and_roll_back(&p, &|| fake.inject(Fault::Unavailable)).await;
     assert!(tokens.minted() >= 1, "private scores carried ID tokens");
     let made =
         fake.calls().into_iter().filter(|c| c.method == "POST" && c.path.ends_with("/services")).count();
@@ -122,8 +123,9 @@ pub(crate) fn on_cloud_run<'a>(api: &'a str, metadata: &'a str) -> Vec<(&'a str,
 }
 
 /// Serves a fit, scores it, promotes a second version through the gate
-/// while scores arrive, rolls it back and deletes the endpoint.
-async fn serve_promote_and_roll_back(p: &TestPlatform) {
+/// while scores arrive, rolls it back, changes its bounds (after
+/// `before_scale`) and deletes the endpoint.
+async fn serve_promote_and_roll_back(p: &TestPlatform, before_scale: &dyn Fn()) {
     let first = fit(p, LONGLEY).await;
     let header = LONGLEY.lines().next().expect("header");
     assert!(header.contains("employed") && header.contains("gnp_deflator"), "{header}");
@@ -260,6 +262,36 @@ async fn serve_promote_and_roll_back(p: &TestPlatform) {
     assert_eq!(e["model_version"], first.as_str(), "{e:#}");
     let (s, a) = score(p, p.token(), "employment", json!({"rows": [row()]})).await;
     assert_eq!((s, a["revision"].as_str()), (200, Some("r1")), "{a}");
+
+    // Bounds change without a new revision, admitted as a creation is; a change the host did
+    // not take is repeated by the tick until the host holds the document's bounds.
+    let scale = format!("{}/employment:scale", endpoints(p));
+    let (s, refused) = p.call(p.token(), Method::POST, &scale, Some(json!({"min_instances": 4}))).await;
+    assert_eq!((s, refused["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{refused}");
+    assert!(
+        refused["detail"].as_str().is_some_and(|d| d.contains("min_instances ≤ max_instances")),
+        "{refused}"
+    );
+    before_scale();
+    let (s, scaled) =
+        p.call(p.token(), Method::POST, &scale, Some(json!({"min_instances": 1, "max_instances": 2}))).await;
+    assert_eq!(
+        (s, scaled["min_instances"].as_u64(), scaled["max_instances"].as_u64()),
+        (202, Some(1), Some(2)),
+        "{scaled}"
+    );
+    let service = scaled["service"].as_str().expect("service").to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while p.platform.state.hosting.get(&service).await.map(|s| s.scaling).ok()
+        != Some(mapi_hosting::Scaling { min: 1, max: 2 })
+    {
+        assert!(std::time::Instant::now() < deadline, "the host never got the new bounds");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let e = wait_for(p, "employment", |e| history(e).iter().any(|k| k == "scaled")).await;
+    assert_eq!(e["revisions"].as_array().map(Vec::len), Some(2), "no new revision: {e:#}");
+    let (s, a) = score(p, p.token(), "employment", json!({"rows": [row()]})).await;
+    assert_eq!((s, a["revision"].as_str()), (200, Some("r1")), "it serves on: {a}");
     let requests = e["usage"]["requests"].as_u64().expect("requests");
     assert!(requests >= 5, "scores are counted: {e:#}");
     // The scores are in the project's usage, request-billed: each at least
@@ -440,6 +472,22 @@ async fn endpoints_hold_instances_within_the_quota_and_a_suspended_tenant_scores
     assert_eq!(s, 404, "nothing was made: {none}");
     let (s, second) = p.call(p.token(), Method::POST, &endpoints(&p), Some(make("second", 1))).await;
     assert_eq!(s, 202, "within the limit: {second}");
+    // A change of bounds is admitted the same way: room the other endpoints hold is not given twice.
+    let scale = format!("{}/second:scale", endpoints(&p));
+    let (s, refused) = p.call(p.token(), Method::POST, &scale, Some(json!({"max_instances": 2}))).await;
+    assert_eq!((s, refused["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{refused}");
+    assert!(
+        refused["detail"].as_str().is_some_and(|d| d.contains(
+            "endpoint_instances is 4: the tenant's endpoints hold 3 instances and this one asks for up to 2"
+        )),
+        "{refused}"
+    );
+    let (s, scaled) = p.call(p.token(), Method::POST, &scale, Some(json!({"min_instances": 1}))).await;
+    assert_eq!(
+        (s, scaled["min_instances"].as_u64(), scaled["max_instances"].as_u64()),
+        (202, Some(1), Some(1)),
+        "{scaled}"
+    );
     // No model server is open to anyone: every score goes through the platform.
     let mut public = make("third", 0);
     public["access"] = json!("public");
@@ -672,4 +720,53 @@ async fn idle_l4_time_appears_in_usage() {
     let idle = idle.unwrap_or_else(|| panic!("an instance group: {u:#}"))["totals"].clone();
     assert!(idle["accelerator_ms"].as_u64().is_some_and(|ms| ms >= 2_000), "{idle}");
     assert!(idle["cost_micros"].as_i64().is_some_and(|c| c > 0), "{idle}");
+}
+
+/// A CPU endpoint is request-billed: while it may scale to zero its idle
+/// time costs nothing; once it keeps an instance warm, that instance's idle
+/// time is charged at the idle rate, from the moment its minimum rose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_cpu_endpoint_is_charged_its_minimum_idle_time() {
+    let p = TestPlatform::start(&[("MAPI_ENDPOINTS_CHARGE_S", "1")]).await;
+    let version = fit(&p, LONGLEY).await;
+    let body = json!({"alias": "warm", "model_version": version, "max_instances": 1});
+    let (s, e) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body)).await;
+    assert_eq!(s, 202, "{e}");
+    wait_for(&p, "warm", |e| e["status"] == "ready").await;
+    let (s, a) = score(&p, p.token(), "warm", json!({"rows": [row()]})).await;
+    assert_eq!(s, 200, "{a}");
+    let q = Query::new(<mapi_schema::InstanceLedgerEntry as mapi_schema::Doc>::COLLECTION);
+    let entries = || async {
+        let docs = p.platform.state.store.query(&q, None).await.expect("entries");
+        docs.iter().map(|d| d.decode().expect("an entry")).collect::<Vec<mapi_schema::InstanceLedgerEntry>>()
+    };
+    // Its server is up (scored a moment ago) and ticks pass: nothing is charged without a minimum.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(entries().await.is_empty(), "{:#?}", entries().await);
+
+    let raised = p.platform.state.clock.now();
+    let scale = format!("{}/warm:scale", endpoints(&p));
+    let (s, e) = p.call(p.token(), Method::POST, &scale, Some(json!({"min_instances": 1}))).await;
+    assert_eq!(s, 202, "{e}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let charged = loop {
+        let charged = entries().await;
+        if charged.iter().map(|e| e.idle_ms).sum::<u64>() >= 1_500 {
+            break charged;
+        }
+        assert!(std::time::Instant::now() < deadline, "no idle time charged: {charged:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for e in &charged {
+        assert!(e.from >= raised, "charged from the moment its minimum rose: {e:?}");
+        let window = u64::try_from(e.to.since(e.from).as_millis()).expect("ms");
+        assert!(e.idle_ms <= window, "one warm instance at most: {e:?}");
+        assert_eq!(
+            (e.accelerator_ms, e.price_table.as_str()),
+            (0, "cloudrun-requests-tier1-2026-11"),
+            "{e:?}"
+        );
+        // The idle rate: 2,500 nano-units per vCPU-second and per GiB-second, 1 vCPU and 2 GiB.
+        assert_eq!(e.cost_nanos, e.idle_ms * (2_500 + 2 * 2_500) / 1000, "{e:?}");
+    }
 }

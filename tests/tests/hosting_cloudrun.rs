@@ -216,7 +216,6 @@ async fn the_bodies_sent_are_the_seeds_for_cpu_and_l4_private_and_public() {
             "labels": {"alias": "ep-laya", "tenant": "acme", "managed-by": "mapi"},
             "template": {
                 "revision": "ep-laya-r1",
-                "scaling": {"minInstanceCount": 1, "maxInstanceCount": 3},
                 "serviceAccount": RUNTIME_ACCOUNT,
                 "containers": [{
                     "image": IMAGE,
@@ -230,6 +229,9 @@ async fn the_bodies_sent_are_the_seeds_for_cpu_and_l4_private_and_public() {
                 "volumes": volumes,
             },
             "traffic": [{"type": 2, "revision": "ep-laya-r1", "percent": 100, "tag": "r1"}],
+            // The bounds are the service's, shared by the revisions taking traffic: a tagged
+            // revision at 0 % keeps no instance warm.
+            "scaling": {"minInstanceCount": 1, "maxInstanceCount": 3},
         }),
         "a private CPU service: no invokerIamDisabled, request-billed"
     );
@@ -241,8 +243,6 @@ async fn the_bodies_sent_are_the_seeds_for_cpu_and_l4_private_and_public() {
             "labels": {"alias": "ep-qwen", "tenant": "acme", "managed-by": "mapi"},
             "template": {
                 "revision": "ep-qwen-q1",
-                // min 0 is the default, so it is not sent.
-                "scaling": {"maxInstanceCount": 2},
                 "serviceAccount": RUNTIME_ACCOUNT,
                 "containers": [{
                     "image": IMAGE,
@@ -259,12 +259,20 @@ async fn the_bodies_sent_are_the_seeds_for_cpu_and_l4_private_and_public() {
                 "gpuZonalRedundancyDisabled": true,
             },
             "traffic": [{"type": 2, "revision": "ep-qwen-q1", "percent": 100, "tag": "q1"}],
+            "scaling": {"maxInstanceCount": 2},
             "invokerIamDisabled": true,
         }),
-        "a public L4 service"
+        "a public L4 service (min 0 is the default, so it is not sent)"
     );
     assert_eq!(w.ready("ep-laya").await, Rollout::Ready);
     assert_eq!(w.ready("ep-qwen").await, Rollout::Ready);
+    // New bounds patch the service's scaling alone: no template, so no new revision.
+    w.hosting.set_scaling("ep-laya", Scaling { min: 0, max: 5 }).await.expect("scale");
+    let patched = w.sent("PATCH", "/services/ep-laya");
+    let (_, query, body) = patched.last().expect("a patch");
+    assert!(query.contains("updateMask=scaling"), "{query}");
+    assert_eq!(body["scaling"], json!({"maxInstanceCount": 5}), "{body}");
+    assert!(body.get("template").is_none() && body.get("traffic").is_none(), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

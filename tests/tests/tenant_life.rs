@@ -571,6 +571,13 @@ impl mapi_hosting::Hosting for LostDeletion {
     ) -> Result<(), mapi_hosting::HostingError> {
         self.inner.set_traffic(service, traffic).await
     }
+    async fn set_scaling(
+        &self,
+        service: &str,
+        scaling: mapi_hosting::Scaling,
+    ) -> Result<(), mapi_hosting::HostingError> {
+        self.inner.set_scaling(service, scaling).await
+    }
     async fn get(&self, service: &str) -> Result<mapi_hosting::ServiceState, mapi_hosting::HostingError> {
         self.inner.get(service).await
     }

@@ -57,18 +57,26 @@ pub async fn sweep(state: &AppState) -> Result<(u32, u32, bool), ApiError> {
     Ok((changed, failed, open))
 }
 
-/// Charges the idle instance time of instance-billed (L4) endpoints, each in
+/// Charges the idle instance time of instance-billed (L4) endpoints and of
+/// request-billed (CPU) ones with a minimum of instances, each in
 /// windows of at least `MAPI_ENDPOINTS_CHARGE_S` from where its watermark
 /// stands to where the host's report is complete, as the host reports its
 /// instances' lifetimes; answers how
 /// many were charged. An endpoint whose host reports no lifetimes is left
 /// as it is.
 pub async fn charge_instances(state: &AppState) -> Result<u32, ApiError> {
-    let q = mapi_store::Query::new(EndpointDoc::COLLECTION)
+    // Instance-billed L4 endpoints, and request-billed CPU ones that keep instances warm.
+    let l4 = mapi_store::Query::new(EndpointDoc::COLLECTION)
         .filter("accelerator", Op::Eq, Accelerator::L4.as_str())
         .limit(PAGE);
+    let warm = mapi_store::Query::new(EndpointDoc::COLLECTION).filter("scaling.min", Op::Gt, 0).limit(PAGE);
+    let mut docs = state.store.query(&l4, None).await?;
+    // A warm L4 endpoint is in both answers: charged once, as an L4.
+    let cpu =
+        |d: &mapi_store::Document| d.decode::<EndpointDoc>().is_ok_and(|e| e.accelerator == Accelerator::Cpu);
+    docs.extend(state.store.query(&warm, None).await?.into_iter().filter(cpu));
     let mut charged = 0;
-    for doc in state.store.query(&q, None).await? {
+    for doc in docs {
         let doc = doc.decode::<EndpointDoc>()?;
         match charge_instance(state, &doc).await {
             Ok(true) => charged += 1,
@@ -108,8 +116,13 @@ async fn charge_instance(state: &AppState, doc: &EndpointDoc) -> Result<bool, Ap
     let busy = Duration::from_millis(busy_ms.saturating_sub(seen));
     state.rollups_started().await?;
     let payer = Payer { tenant: &doc.tenant, project: &doc.project, token: None };
-    let charge =
-        mapi_metering::instance(&payer, (&doc.id, doc.accelerator), (from, to), (instance, busy), now);
+    let charge = mapi_metering::instance(
+        &payer,
+        (&doc.id, doc.accelerator, doc.scaling.min),
+        (from, to),
+        (instance, busy),
+        now,
+    );
     let next = InstanceWatermark {
         id: doc.id.clone(),
         tenant: doc.tenant.clone(),

@@ -77,6 +77,7 @@ use utoipa::OpenApi;
         mapi_api::endpoints::Container,
         mapi_api::endpoints::ContainerExample,
         mapi_api::endpoints::PromoteEndpoint,
+        mapi_api::endpoints::ScaleEndpoint,
         mapi_api::endpoints::EndpointView,
         mapi_api::endpoints::EndpointPage,
         mapi_api::endpoints::ScoreRequest,

@@ -121,6 +121,19 @@ pub struct PromoteEndpoint {
     pub container: Option<Container>,
 }
 
+/// `POST …/endpoints/{alias}:scale`: new instance bounds; a bound left out stays.
+/// Admitted as a creation is: a larger `max_instances` is more compute.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScaleEndpoint {
+    /// Instances kept warm (0 scales to zero when idle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_instances: Option<u32>,
+    /// The most instances (1–100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
+}
+
 /// One revision of an endpoint.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RevisionView {

@@ -116,13 +116,17 @@ impl PriceTable {
 /// Cloud Run's request-based billing (a service whose CPU is allocated only
 /// while it answers), Tier 1 list prices from cloud.google.com/run/pricing:
 /// $0.000024 per vCPU-second, $0.0000025 per GiB-second and $0.40 per
-/// million requests, a request's time rounded up to 100 ms.
+/// million requests, a request's time rounded up to 100 ms; an idle
+/// minimum instance (kept warm by `min_instances`, answering nothing) at
+/// $0.0000025 per vCPU-second and $0.0000025 per GiB-second.
 pub const REQUEST_BILLING_2026_11: RequestRates = RequestRates {
     version: "cloudrun-requests-tier1-2026-11",
     vcpu_second_nanos: 24_000,
     gib_second_nanos: 2_500,
     request_nanos: 400,
     granularity_ms: 100,
+    idle_vcpu_second_nanos: 2_500,
+    idle_gib_second_nanos: 2_500,
 };
 
 /// Prices of request-billed serving.
@@ -135,6 +139,9 @@ pub struct RequestRates {
     pub request_nanos: i64,
     /// A request's time is billed in whole multiples of this.
     pub granularity_ms: u64,
+    /// An idle minimum instance's time.
+    pub idle_vcpu_second_nanos: i64,
+    pub idle_gib_second_nanos: i64,
 }
 
 /// What one score used and costs, in nano-units (a score costs well under
@@ -163,6 +170,24 @@ impl RequestRates {
             + i128::from(self.request_nanos);
         ScoreCharge {
             billed_ms,
+            vcpu_ms,
+            gib_ms,
+            accelerator_ms: 0,
+            nanos: u64::try_from(nanos).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl RequestRates {
+    /// `ms` of idle minimum-instance time on instances of `vcpus` and `gib`:
+    /// no request fee, no rounding.
+    pub fn idle(&self, vcpus: u32, gib: u32, ms: u64) -> ScoreCharge {
+        let (vcpu_ms, gib_ms) = (u64::from(vcpus) * ms, u64::from(gib) * ms);
+        let nanos = (i128::from(vcpu_ms) * i128::from(self.idle_vcpu_second_nanos)
+            + i128::from(gib_ms) * i128::from(self.idle_gib_second_nanos))
+            / 1000;
+        ScoreCharge {
+            billed_ms: ms,
             vcpu_ms,
             gib_ms,
             accelerator_ms: 0,
@@ -280,6 +305,9 @@ mod tests {
         assert_eq!(REQUEST_BILLING_2026_11.score(1, 2, 100).billed_ms, 100);
         assert_eq!(REQUEST_BILLING_2026_11.score(1, 2, 101).billed_ms, 200);
         assert_eq!(REQUEST_BILLING_2026_11.score(1, 2, 0).billed_ms, 100, "a score takes some time");
+        // An idle minute of a 1 vCPU, 2 GiB instance: 60 × (2,500 + 2 × 2,500) nanos, no fee.
+        let idle = REQUEST_BILLING_2026_11.idle(1, 2, 60_000);
+        assert_eq!((idle.nanos, idle.vcpu_ms, idle.gib_ms), (450_000, 60_000, 120_000));
         // A million 100 ms scores: $2.40 + $0.50 + $0.40.
         assert_eq!(nanos_to_micros(1_000_000 * c.nanos), 3_300_000);
         assert_eq!((nanos_to_micros(499), nanos_to_micros(500)), (0, 1));

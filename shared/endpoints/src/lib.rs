@@ -174,7 +174,7 @@ pub struct EndpointDoc {
     /// The split last asked of the host.
     pub traffic: Vec<Traffic>,
     pub promotion: Option<Promotion>,
-    /// Whether reconciliation has anything to do (deploying, deleting or promoting).
+    /// Whether reconciliation has anything to do (deploying, deleting, promoting or rescaling).
     pub active: bool,
     pub events: Vec<Event>,
     pub created_at: Timestamp,
@@ -182,6 +182,10 @@ pub struct EndpointDoc {
     pub updated_at: Timestamp,
     /// When the newest rollout was asked for.
     pub rollout_started_at: Timestamp,
+    /// The host may not hold `scaling` yet (a change of bounds whose answer
+    /// was lost): reconciliation sets it until the host reports it.
+    #[serde(default)]
+    pub rescale: bool,
 }
 
 impl Doc for EndpointDoc {
@@ -263,6 +267,7 @@ impl EndpointDoc {
     pub fn needs_reconcile(&self) -> bool {
         matches!(self.status, EndpointStatus::Deploying | EndpointStatus::Deleting)
             || self.promotion.is_some()
+            || self.rescale
     }
 
     /// The split with `canary` at `percent` and the stable revision at the rest.

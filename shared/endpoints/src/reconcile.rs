@@ -98,6 +98,14 @@ pub async fn reconcile(ports: Ports<'_>, id: &str) -> Result<Reconciled, Reconci
         }
         Err(e) => return Err(e.into()),
     };
+    if doc.rescale {
+        if state.scaling == doc.scaling {
+            doc.rescale = false;
+        } else {
+            // Repeated until the host reports the bounds the document holds.
+            ports.hosting.set_scaling(&doc.service, doc.scaling).await?;
+        }
+    }
     if doc.status == EndpointStatus::Deploying {
         let rollout = state.revision(&doc.stable).map(|r| r.rollout.clone()).unwrap_or(Rollout::Reconciling);
         match rollout {

@@ -31,6 +31,7 @@ pub struct Fixture {
 pub const CASES: &[&str] = &[
     "a_service_becomes_ready_and_scores",
     "a_revision_joins_at_zero_and_moves_with_the_split",
+    "scaling_changes_without_a_new_revision",
     "a_tampered_bundle_fails_its_rollout_with_the_reason",
     "calls_repeat_safely",
     "a_deleted_service_is_gone",
@@ -79,6 +80,7 @@ async fn score(h: &dyn Hosting, name: &str, tag: Option<&str>, f: &Fixture) -> (
 pub async fn run_all(h: &dyn Hosting, clock: &dyn Clock, f: &Fixture) {
     a_service_becomes_ready_and_scores(h, clock, f).await;
     a_revision_joins_at_zero_and_moves_with_the_split(h, clock, f).await;
+    scaling_changes_without_a_new_revision(h, clock, f).await;
     a_tampered_bundle_fails_its_rollout_with_the_reason(h, clock, f).await;
     calls_repeat_safely(h, clock, f).await;
     a_deleted_service_is_gone(h, clock, f).await;
@@ -122,6 +124,33 @@ pub async fn a_revision_joins_at_zero_and_moves_with_the_split(
     );
     let unknown = [Traffic { tag: "r9".into(), percent: 100 }];
     assert!(h.set_traffic(&s.name, &unknown).await.is_err(), "a revision that does not exist");
+    h.delete(&s.name).await.expect("delete");
+}
+
+pub async fn scaling_changes_without_a_new_revision(h: &dyn Hosting, clock: &dyn Clock, f: &Fixture) {
+    let s = spec(f, "scale");
+    h.create(&s, &revision("r1", &f.good)).await.expect("create");
+    assert_eq!(ready(h, clock, &s.name).await, Rollout::Ready);
+    assert_eq!(h.get(&s.name).await.expect("get").scaling, s.scaling, "created with its bounds");
+    let wider = Scaling { min: 1, max: 5 };
+    h.set_scaling(&s.name, wider).await.expect("scale");
+    h.set_scaling(&s.name, wider).await.expect("setting the same bounds again is a no-op");
+    let state = h.get(&s.name).await.expect("get");
+    assert_eq!(state.scaling, wider);
+    assert_eq!(state.revisions.len(), 1, "bounds change without a new revision");
+    assert_eq!(state.traffic, vec![Traffic { tag: "r1".into(), percent: 100 }]);
+    assert_eq!(score(h, &s.name, None, f).await.1, "r1", "it still serves");
+    for bad in [Scaling { min: 3, max: 2 }, Scaling { min: 0, max: 0 }, Scaling { min: 0, max: 101 }] {
+        assert!(
+            matches!(h.set_scaling(&s.name, bad).await, Err(HostingError::Invalid(_))),
+            "bounds {bad:?} are refused"
+        );
+    }
+    assert_eq!(h.get(&s.name).await.expect("get").scaling, wider, "a refused change changes nothing");
+    assert!(matches!(
+        h.set_scaling(&format!("{}-none", f.prefix), wider).await,
+        Err(HostingError::NotFound(_))
+    ));
     h.delete(&s.name).await.expect("delete");
 }
 

@@ -164,6 +164,8 @@ pub struct ServiceState {
     pub rollout: Rollout,
     pub revisions: Vec<RevisionState>,
     pub traffic: Vec<Traffic>,
+    /// The service's instance bounds, as last set.
+    pub scaling: Scaling,
     pub labels: BTreeMap<String, String>,
 }
 
@@ -245,6 +247,12 @@ pub trait Hosting: Send + Sync + Debug {
     /// left out keep their tags at 0 %.
     async fn set_traffic(&self, service: &str, traffic: &[Traffic]) -> Result<(), HostingError>;
 
+    /// Sets the service's instance bounds, without a new revision: at least
+    /// `min` kept warm among the revisions that take traffic (shared by their
+    /// percents; a revision at 0 % keeps none warm), at most `max` in all.
+    /// Setting the bounds the service has is a no-op.
+    async fn set_scaling(&self, service: &str, scaling: Scaling) -> Result<(), HostingError>;
+
     async fn get(&self, service: &str) -> Result<ServiceState, HostingError>;
 
     /// The services this platform made (by its managed-by label), by name.
@@ -301,6 +309,27 @@ pub async fn wait_ready(
 }
 
 /// Checks a split: percents sum to 100 and no tag repeats.
+/// Checks instance bounds: `0 ≤ min ≤ max ≤ MAX_INSTANCES` and `max ≥ 1`.
+pub fn check_scaling(scaling: Scaling) -> Result<(), HostingError> {
+    scaling.check().map_err(HostingError::Invalid)
+}
+
+/// The most instances one service may scale to.
+pub const MAX_INSTANCES: u32 = 100;
+
+impl Scaling {
+    /// Whether the bounds make sense, and what to fix if not.
+    pub fn check(self) -> Result<(), String> {
+        if (1..=MAX_INSTANCES).contains(&self.max) && self.min <= self.max {
+            return Ok(());
+        }
+        Err(format!(
+            "instances must satisfy 0 ≤ min_instances ≤ max_instances ≤ {MAX_INSTANCES} and max_instances ≥ 1, not {}…{}",
+            self.min, self.max
+        ))
+    }
+}
+
 pub fn check_split(traffic: &[Traffic]) -> Result<(), HostingError> {
     let sum: u32 = traffic.iter().map(|t| t.percent).sum();
     if sum != 100 {

@@ -36,7 +36,7 @@ use tokio::process::Child;
 
 use crate::{
     Accelerator, Access, Hosting, HostingError, MANAGED_LABEL, RevisionSpec, RevisionState, Rollout, Route,
-    Scaling, ServiceSpec, ServiceState, Serving, Traffic, check_split, server_env,
+    Scaling, ServiceSpec, ServiceState, Serving, Traffic, check_scaling, check_split, server_env,
 };
 
 /// What a server that lost its port to another process says (the OS's words).
@@ -696,6 +696,7 @@ fn state_of(service: &StoredService) -> ServiceState {
         rollout,
         revisions,
         traffic: service.traffic.clone(),
+        scaling: service.scaling,
         labels,
     }
 }
@@ -860,6 +861,19 @@ impl Hosting for LocalHosting {
             .collect();
         self.inner.persist(&next)?;
         *stored = next;
+        Ok(())
+    }
+
+    async fn set_scaling(&self, service: &str, scaling: Scaling) -> Result<(), HostingError> {
+        check_scaling(scaling)?;
+        let mut s = self.inner.services.lock().await;
+        let stored = s.stored.get_mut(service).ok_or_else(|| HostingError::NotFound(service.to_owned()))?;
+        if stored.scaling != scaling {
+            let mut next = stored.clone();
+            next.scaling = scaling;
+            self.inner.persist(&next)?;
+            *stored = next;
+        }
         Ok(())
     }
 

@@ -266,29 +266,39 @@ pub fn score(
     Charge { ledger, bumps, amount_micros, vcpu_ms: priced.vcpu_ms }
 }
 
-/// The idle instance time of endpoint `endpoint` on `accelerator` in the
-/// window `[from, to)`: its instances were up `instance` in total, of which
-/// its scores took `busy` (and charged themselves). An `l4` endpoint is
-/// instance-billed: its idle time is charged at instance prices. A `cpu`
-/// endpoint is request-billed, and charges nothing here.
+/// The idle instance time of endpoint `endpoint` on `accelerator`, kept at
+/// least `min_instances` warm, in the window `[from, to)`: its instances
+/// were up `instance` in total, of which its scores took `busy` (and
+/// charged themselves). An `l4` endpoint is instance-billed: all its idle
+/// time is charged at instance prices. A `cpu` endpoint is request-billed:
+/// only its minimum instances' idle time is billed (at most
+/// `min_instances` × the window), at the idle rate; with no minimum it
+/// charges nothing here.
 pub fn instance(
     payer: &Payer<'_>,
-    (endpoint, accelerator): (&str, Accelerator),
+    (endpoint, accelerator, min_instances): (&str, Accelerator, u32),
     (from, to): (Timestamp, Timestamp),
     (instance, busy): (Duration, Duration),
     now: Timestamp,
 ) -> Charge {
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let (instance_ms, busy_ms) = (ms(instance), ms(busy));
+    let window_ms = u64::try_from(to.since(from).as_millis()).unwrap_or(u64::MAX);
     let idle_ms = match accelerator {
         Accelerator::L4 => instance_ms.saturating_sub(busy_ms),
-        Accelerator::Cpu => 0,
+        Accelerator::Cpu => {
+            instance_ms.saturating_sub(busy_ms).min(u64::from(min_instances).saturating_mul(window_ms))
+        }
     };
     let (vcpus, mib) = accelerator.resources();
-    let priced = if idle_ms == 0 {
-        ScoreCharge::default()
-    } else {
-        CURRENT.instance_score(vcpus, mib / 1024, idle_ms)
+    let priced = match accelerator {
+        _ if idle_ms == 0 => ScoreCharge::default(),
+        Accelerator::L4 => CURRENT.instance_score(vcpus, mib / 1024, idle_ms),
+        Accelerator::Cpu => REQUEST_BILLING_2026_11.idle(vcpus, mib / 1024, idle_ms),
+    };
+    let table = match accelerator {
+        Accelerator::L4 => CURRENT.version,
+        Accelerator::Cpu => REQUEST_BILLING_2026_11.version,
     };
     let amount_micros = mapi_cost::nanos_to_micros(priced.nanos);
     let entry = InstanceLedgerEntry {
@@ -301,7 +311,7 @@ pub fn instance(
         instance_ms,
         busy_ms,
         idle_ms,
-        price_table: CURRENT.version.to_owned(),
+        price_table: table.to_owned(),
         vcpu_ms: priced.vcpu_ms,
         gib_ms: priced.gib_ms,
         accelerator_ms: priced.accelerator_ms,

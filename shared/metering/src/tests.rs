@@ -186,8 +186,9 @@ async fn every_kind_written_leaves_ledgers_rollups_and_counters_agreeing() {
 }
 
 /// An L4 endpoint's idle time (its instances' time less its scores') is
-/// charged at instance prices, once per window; a CPU endpoint's is not
-/// (request-billed), nor time its scores already charged.
+/// charged at instance prices, once per window; a CPU endpoint's only for
+/// its minimum instances, at the idle rate (request-billed); never the time
+/// its scores already charged.
 #[tokio::test]
 async fn idle_instance_time_of_an_l4_endpoint_is_charged_once_at_instance_prices() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -196,7 +197,7 @@ async fn idle_instance_time_of_an_l4_endpoint_is_charged_once_at_instance_prices
     let payer = Payer { tenant: &t, project: &p, token: None };
     let window = (NOW, Timestamp::from_secs(NOW.as_secs() + 600));
     let (up, busy) = (Duration::from_secs(600), Duration::from_secs(60));
-    let c = instance(&payer, ("acme:main:gpu", Accelerator::L4), window, (up, busy), NOW);
+    let c = instance(&payer, ("acme:main:gpu", Accelerator::L4, 0), window, (up, busy), NOW);
     // 540 s idle of 4 vCPU, 16 GiB and one L4: 540 × (4 × 18,000 + 16 × 2,000 + 186,700) nano-units.
     assert_eq!(c.amount_micros(), 540 * (4 * 18_000 + 16 * 2_000 + 186_700) / 1000);
     assert_eq!(c.vcpu_ms(), 4 * 540_000);
@@ -211,8 +212,14 @@ async fn idle_instance_time_of_an_l4_endpoint_is_charged_once_at_instance_prices
     let entries = s.query(&Query::new(InstanceLedgerEntry::COLLECTION), None).await.expect("entries");
     let e: InstanceLedgerEntry = entries[0].decode().expect("entry");
     assert_eq!((e.instance_ms, e.busy_ms, e.idle_ms), (600_000, 60_000, 540_000));
-    let cpu = instance(&payer, ("acme:main:cpu", Accelerator::Cpu), window, (up, busy), NOW);
-    assert_eq!((cpu.amount_micros(), cpu.vcpu_ms()), (0, 0), "request-billed: idle time is free");
-    let busier = instance(&payer, ("acme:main:gpu", Accelerator::L4), window, (up, up * 2), NOW);
+    let cpu = instance(&payer, ("acme:main:cpu", Accelerator::Cpu, 0), window, (up, busy), NOW);
+    assert_eq!((cpu.amount_micros(), cpu.vcpu_ms()), (0, 0), "request-billed, no minimum: idle time is free");
+    // Two instances up the whole window, one of them a minimum: only its 600 s less the busy 60 s
+    // are charged (the other is Cloud Run's to keep or drop), at 1 vCPU and 2 GiB idle rates.
+    let cpu = instance(&payer, ("acme:main:cpu", Accelerator::Cpu, 1), window, (up * 2, busy), NOW);
+    assert_eq!((cpu.vcpu_ms(), cpu.amount_micros()), (600_000, 600 * (2_500 + 2 * 2_500) / 1000));
+    let busy_cpu = instance(&payer, ("acme:main:cpu", Accelerator::Cpu, 1), window, (up, busy), NOW);
+    assert_eq!(busy_cpu.vcpu_ms(), 540_000, "its scores' time is not idle");
+    let busier = instance(&payer, ("acme:main:gpu", Accelerator::L4, 0), window, (up, up * 2), NOW);
     assert_eq!(busier.amount_micros(), 0, "concurrent scores took more than the window: nothing idle");
 }

@@ -11,7 +11,7 @@ use mapi_domain::{ExecutionHandle, ResourceClass, Timestamp};
 use mapi_executor::{
     AttemptSubmit, Capabilities, ExecutionInfo, Executor, ExecutorError, Forgot, Isolation, SubmitError,
 };
-use mapi_hosting::{HostingError, RevisionSpec, Route, ServiceSpec, ServiceState, Traffic};
+use mapi_hosting::{HostingError, RevisionSpec, Route, Scaling, ServiceSpec, ServiceState, Traffic};
 use mapi_objects::{
     Generation, IfGeneration, ListPage, ObjectError, ObjectKey, ObjectMeta, ObjectStore, SignedMethod,
 };
@@ -172,6 +172,10 @@ impl mapi_hosting::Hosting for Absent {
     }
 
     async fn set_traffic(&self, _: &str, _: &[Traffic]) -> Result<(), HostingError> {
+        Err(self.hosting())
+    }
+
+    async fn set_scaling(&self, _: &str, _: Scaling) -> Result<(), HostingError> {
         Err(self.hosting())
     }
 

@@ -14,7 +14,8 @@ use axum::response::{IntoResponse, Response};
 use mapi_access::{Action, Resource};
 use mapi_admission::quota;
 use mapi_api::endpoints::{
-    Container, CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScoreRequest, ScoreResponse,
+    Container, CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScaleEndpoint, ScoreRequest,
+    ScoreResponse,
 };
 use mapi_domain::endpoint::{
     Accelerator, Access, EndpointStatus, check_alias, default_region, resolve_region,
@@ -309,13 +310,9 @@ fn checked(body: &CreateEndpoint, residency: &Residency) -> Result<(String, Scal
             default_region(residency)
         )));
     }
-    if !(1..=100).contains(&body.max_instances) || body.min_instances > body.max_instances {
-        return Err(ApiError::invalid(format!(
-            "instances must satisfy 0 ≤ min_instances ≤ max_instances ≤ 100 and max_instances ≥ 1, not {}…{}",
-            body.min_instances, body.max_instances
-        )));
-    }
-    Ok((region, Scaling { min: body.min_instances, max: body.max_instances }))
+    let scaling = Scaling { min: body.min_instances, max: body.max_instances };
+    scaling.check().map_err(ApiError::invalid)?;
+    Ok((region, scaling))
 }
 
 /// Serve a model version as an endpoint.
@@ -373,6 +370,7 @@ pub async fn create(
         created_by: caller.user().clone(),
         updated_at: now,
         rollout_started_at: now,
+        rescale: false,
     };
     doc.event(now, "created", format!("{} on {} in {region}", servable.described(), body.accelerator));
     let record = Audit::by(&caller, "endpoint.create", format!("endpoints/{}", doc.id))
@@ -454,12 +452,12 @@ async fn admit_and_create(
 }
 
 /// Every endpoint of `tenant`, in all its projects.
-fn tenant_endpoints(tenant: &TenantId) -> Query {
+pub(super) fn tenant_endpoints(tenant: &TenantId) -> Query {
     Query::new(EndpointDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str())
 }
 
 /// The instances the endpoints of `docs` other than `except` may scale to, together.
-fn held_instances(docs: &[mapi_store::Document], except: &str) -> Result<u32, ApiError> {
+pub(super) fn held_instances(docs: &[mapi_store::Document], except: &str) -> Result<u32, ApiError> {
     docs.iter().try_fold(0u32, |sum, d| {
         let e = d.decode::<EndpointDoc>()?;
         Ok(if e.id == except { sum } else { sum.saturating_add(e.scaling.max) })
@@ -470,7 +468,7 @@ fn held_instances(docs: &[mapi_store::Document], except: &str) -> Result<u32, Ap
 /// it): its instances' class under `max_resource_class`, its
 /// `max_instances` with the `held` of the tenant's other endpoints under
 /// `endpoint_instances`, a spent vCPU limit and the spend cap.
-fn admission_of<'a>(
+pub(super) fn admission_of<'a>(
     caller: &'a Caller,
     tier: mapi_domain::Tier,
     doc: &'a EndpointDoc,
@@ -607,21 +605,21 @@ async fn change_admitted(
     Ok(doc)
 }
 
-/// `POST …/endpoints/{alias}:score`, `:promote`, `:rollback` and `:override`.
+/// `POST …/endpoints/{alias}:score`, `:promote`, `:scale`, `:rollback` and `:override`.
 #[utoipa::path(
     post,
     path = "/v1/tenants/{tenant}/projects/{project}/endpoints/{alias}",
     tag = "endpoints",
     params(
         ("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path),
-        ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?:(score|promote|rollback|override)$",
-            description = "The alias and the action: `{alias}:score` (body ScoreRequest), `{alias}:promote` (body PromoteEndpoint), `{alias}:rollback` or `{alias}:override` (sessions only: skip the gate)"),
+        ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?:(score|promote|scale|rollback|override)$",
+            description = "The alias and the action: `{alias}:score` (body ScoreRequest), `{alias}:promote` (body PromoteEndpoint), `{alias}:scale` (body ScaleEndpoint), `{alias}:rollback` or `{alias}:override` (sessions only: skip the gate)"),
     ),
     request_body = ScoreRequest,
     responses(
         (status = 200, body = ScoreResponse, description = "`:score`: the predictions, with `x-mapi-revision` and `x-mapi-model-version`"),
-        (status = 202, body = EndpointView, description = "`:promote`, `:rollback`, `:override`"),
-        (status = 400, body = mapi_problem::Problem, description = "A row misses a column, has an extra one, or a value is not a number; `:promote`: over `max_resource_class` or `endpoint_instances`"),
+        (status = 202, body = EndpointView, description = "`:promote`, `:scale`, `:rollback`, `:override`"),
+        (status = 400, body = mapi_problem::Problem, description = "A row misses a column, has an extra one, or a value is not a number; `:promote`, `:scale`: over `max_resource_class` or `endpoint_instances`, or bounds out of range"),
         (status = 403, body = mapi_problem::Problem),
         (status = 404, body = mapi_problem::Problem),
         (status = 409, body = mapi_problem::Problem, description = "Not ready, or a promotion is (not) under way"),
@@ -640,7 +638,7 @@ pub async fn act(
 ) -> Result<Response, ApiError> {
     let Some((alias, action)) = alias_action.rsplit_once(':') else {
         return Err(ApiError::not_found(
-            "no such route: use …/endpoints/{alias}:score, :promote, :rollback or :override",
+            "no such route: use …/endpoints/{alias}:score, :promote, :scale, :rollback or :override",
         ));
     };
     let key = (&tenant, &project, alias);
@@ -650,6 +648,12 @@ pub async fn act(
             let (doc, tenant) = load_granted(&state, &caller, key, Action::Promote).await?;
             let body: PromoteEndpoint = body_of(&headers, &body)?;
             let doc = promote(&state, (&caller, tenant.tier), doc, &body).await?;
+            Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
+        }
+        "scale" => {
+            let (doc, tenant) = load_granted(&state, &caller, key, Action::Update).await?;
+            let body: ScaleEndpoint = body_of(&headers, &body)?;
+            let doc = super::endpoint_scale::scale(&state, (&caller, tenant.tier), doc, &body).await?;
             Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
         }
         "rollback" => {
@@ -673,7 +677,7 @@ pub async fn act(
             Ok((StatusCode::ACCEPTED, Json(view(&state, &doc).await?)).into_response())
         }
         other => Err(ApiError::not_found(format!(
-            "endpoints have no action `{}`: use :score, :promote, :rollback or :override",
+            "endpoints have no action `{}`: use :score, :promote, :scale, :rollback or :override",
             other.chars().take(20).collect::<String>()
         ))),
     }

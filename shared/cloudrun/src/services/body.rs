@@ -66,26 +66,40 @@ pub fn check_name(what: &str, name: &str, max: usize) -> Result<(), HostingError
     }
 }
 
-/// What a revision keeps of its service's spec.
+/// What a revision keeps of its service's spec. Instance bounds are not in
+/// it: they are the service's (`Service.scaling`), shared by the revisions
+/// that take traffic, so a tagged revision at 0 % keeps no instance warm and
+/// a change of bounds needs no new revision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub accelerator: Accelerator,
-    pub scaling: Scaling,
 }
 
 impl Shape {
     /// The shape an existing revision template was made with.
     pub fn of(template: &model::RevisionTemplate) -> Shape {
         let l4 = template.node_selector.as_ref().is_some_and(|n| n.accelerator == L4_SELECTOR);
-        let scaling = template.scaling.as_ref();
-        let count = |n: i32| u32::try_from(n).unwrap_or(0);
-        Shape {
-            accelerator: if l4 { Accelerator::L4 } else { Accelerator::Cpu },
-            scaling: Scaling {
-                min: scaling.map_or(0, |s| count(s.min_instance_count)),
-                max: scaling.map_or(1, |s| count(s.max_instance_count)),
-            },
-        }
+        Shape { accelerator: if l4 { Accelerator::L4 } else { Accelerator::Cpu } }
+    }
+}
+
+/// A service's instance bounds, as Cloud Run holds them.
+pub fn service_scaling(scaling: Scaling) -> model::ServiceScaling {
+    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    model::ServiceScaling::new()
+        .set_min_instance_count(count(scaling.min))
+        .set_max_instance_count(count(scaling.max))
+}
+
+/// The bounds of a service read back (absent: Cloud Run's defaults, 0 and
+/// no service-wide maximum, reported as the most a service may have).
+pub fn scaling_of(service: &model::Service) -> Scaling {
+    let count = |n: i32| u32::try_from(n).unwrap_or(0);
+    let s = service.scaling.as_ref();
+    let max = s.map_or(0, |s| count(s.max_instance_count));
+    Scaling {
+        min: s.map_or(0, |s| count(s.min_instance_count)),
+        max: if max == 0 { mapi_hosting::MAX_INSTANCES } else { max },
     }
 }
 
@@ -119,14 +133,8 @@ pub fn template(
             (container, None, Some(account))
         }
     };
-    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
     let mut t = model::RevisionTemplate::new()
         .set_revision(revision_name(service, &revision.tag))
-        .set_scaling(
-            model::RevisionScaling::new()
-                .set_min_instance_count(count(shape.scaling.min))
-                .set_max_instance_count(count(shape.scaling.max)),
-        )
         .set_containers([container.set_resources(resources)])
         .set_volumes(volume);
     if let Some(account) = account {
@@ -240,13 +248,14 @@ pub fn service(
     spec: &ServiceSpec,
     first: &RevisionSpec,
 ) -> Result<model::Service, HostingError> {
-    let shape = Shape { accelerator: spec.accelerator, scaling: spec.scaling };
+    let shape = Shape { accelerator: spec.accelerator };
     let mut labels = spec.labels.clone();
     labels.insert(MANAGED_LABEL.0.to_owned(), MANAGED_LABEL.1.to_owned());
     Ok(model::Service::new()
         .set_labels(labels)
         .set_template(template(settings, &spec.name, shape, first)?)
         .set_traffic([target(&spec.name, &first.tag, 100)])
+        .set_scaling(service_scaling(spec.scaling))
         .set_invoker_iam_disabled(spec.access == Access::Public))
 }
 
@@ -299,6 +308,7 @@ pub fn state_of(service: &model::Service, revisions: &[model::Revision]) -> Serv
             .iter()
             .map(|t| Traffic { tag: t.tag.clone(), percent: u32::try_from(t.percent).unwrap_or(0) })
             .collect(),
+        scaling: scaling_of(service),
         labels: service.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
     }
 }
@@ -329,11 +339,37 @@ mod tests {
             }),
         };
         for accelerator in [Accelerator::Cpu, Accelerator::L4] {
-            let shape = Shape { accelerator, scaling: Scaling { min: 1, max: 3 } };
+            let shape = Shape { accelerator };
             let t = template(&s, "svc", shape, &r).expect("template");
             assert_eq!(Shape::of(&t), shape);
             assert_eq!(t.revision, "svc-r1");
+            assert!(t.scaling.is_none(), "bounds are the service's, never a revision's");
         }
+    }
+
+    #[test]
+    fn a_service_holds_its_bounds_for_all_its_revisions() {
+        let s = ServicesSettings::new("p", "img", "b");
+        let model = ModelRef {
+            bundle: "t/acme/x/bundle".into(),
+            manifest_sha256: "00".into(),
+            trusted_keys: "[]".into(),
+            files: vec![],
+            base: None,
+        };
+        let spec = ServiceSpec {
+            name: "svc".into(),
+            region: "us".into(),
+            accelerator: Accelerator::L4,
+            scaling: Scaling { min: 1, max: 4 },
+            access: Access::Private,
+            labels: BTreeMap::new(),
+        };
+        let r = RevisionSpec { tag: "r1".into(), serves: Serving::Model(model) };
+        let body = service(&s, &spec, &r).expect("service");
+        assert_eq!(scaling_of(&body), spec.scaling);
+        assert!(body.template.as_ref().is_some_and(|t| t.scaling.is_none()));
+        assert_eq!(scaling_of(&model::Service::new()).max, mapi_hosting::MAX_INSTANCES);
     }
 
     #[test]
@@ -347,7 +383,7 @@ mod tests {
             base: Some("base-forecast".into()),
         };
         let r = RevisionSpec { tag: "r1".into(), serves: Serving::Model(model.clone()) };
-        let shape = Shape { accelerator: Accelerator::Cpu, scaling: Scaling { min: 0, max: 1 } };
+        let shape = Shape { accelerator: Accelerator::Cpu };
         let refused = template(&s, "svc", shape, &r).expect_err("no image for the base");
         assert!(refused.to_string().contains("MAPI_ENDPOINTS_BASE_IMAGES"), "{refused}");
         s.base_images.insert("base-forecast".into(), "forecast-img".into());
@@ -374,7 +410,7 @@ mod tests {
             }],
         };
         let r = RevisionSpec { tag: "r2".into(), serves: Serving::Image(image) };
-        let shape = Shape { accelerator: Accelerator::L4, scaling: Scaling { min: 0, max: 2 } };
+        let shape = Shape { accelerator: Accelerator::L4 };
         let refused = template(&s, "svc", shape, &r).expect_err("no account for containers");
         assert!(refused.to_string().contains("MAPI_ENDPOINTS_CONTAINER_SERVICE_ACCOUNT"), "{refused}");
         s.container_service_account = Some("ep-{tenant}@p.iam.gserviceaccount.com".into());

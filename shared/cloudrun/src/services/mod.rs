@@ -50,7 +50,8 @@ use google_cloud_run_v2::client::{Revisions, Services};
 use google_cloud_run_v2::model;
 use mapi_clock::Clock;
 use mapi_hosting::{
-    Hosting, HostingError, RevisionSpec, Route, ServiceSpec, ServiceState, Traffic, check_split,
+    Hosting, HostingError, RevisionSpec, Route, Scaling, ServiceSpec, ServiceState, Traffic, check_scaling,
+    check_split,
 };
 
 pub use id_tokens::{GoogleIdTokens, IdToken, IdTokens, TokenCache};
@@ -390,6 +391,17 @@ impl Hosting for CloudRunHosting {
         });
         let change = model::Service::new().set_name(s.name.clone()).set_traffic(split);
         self.update(service, change, &["traffic"]).await
+    }
+
+    async fn set_scaling(&self, service: &str, scaling: Scaling) -> Result<(), HostingError> {
+        check_scaling(scaling)?;
+        let s = self.locate(service).await?;
+        if body::scaling_of(&s) == scaling && s.scaling.is_some() {
+            return Ok(());
+        }
+        let change =
+            model::Service::new().set_name(s.name.clone()).set_scaling(body::service_scaling(scaling));
+        self.update(service, change, &["scaling"]).await
     }
 
     async fn get(&self, service: &str) -> Result<ServiceState, HostingError> {
