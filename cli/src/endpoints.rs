@@ -109,6 +109,10 @@ pub enum EndpointsCmd {
         min_instances: u32,
         #[arg(long, default_value_t = 3)]
         max_instances: u32,
+        /// `private` (scores need a session or a token) or `public` (anyone may score it at the
+        /// platform's routes, charged to the tenant; its server stays private).
+        #[arg(long, default_value = "private")]
+        access: String,
         /// Wait until it is ready (or failed).
         #[arg(long)]
         wait: bool,
@@ -302,6 +306,7 @@ pub async fn run(
             region,
             min_instances,
             max_instances,
+            access,
             wait,
             at,
         } => {
@@ -315,7 +320,7 @@ pub async fn run(
                 region,
                 min_instances,
                 max_instances,
-                access: mapi_domain::endpoint::Access::Private,
+                access: access.parse().map_err(|e| format!("--access: {e}"))?,
             };
             let mut e: EndpointView = client.send(client.request(Method::POST, &base).json(&body)).await?;
             while wait && e.status == mapi_domain::endpoint::EndpointStatus::Deploying {

@@ -22,7 +22,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use mapi_domain::UserId;
-use mapi_identity::{Audit, Caller, Principal, console_caller, request_meta};
+use mapi_identity::{Audit, Caller, console_caller, request_meta};
 use mapi_oidc::code_flow::{self, Client, CodeFlowError};
 use mapi_schema::{ConsoleLoginDoc, ConsoleSessionDoc};
 use mapi_store::transact;
@@ -79,11 +79,8 @@ pub struct Viewer {
 
 impl Viewer {
     fn new(console: &Console, secret: &str, caller: Caller) -> Viewer {
-        let (user, operator) = match caller.principal {
-            Principal::Session { user, operator } => (user, operator),
-            // A console session always resolves to a person.
-            Principal::Token(t) => (t.user.clone(), false),
-        };
+        // A console session always resolves to a person.
+        let (user, operator) = (caller.user().clone(), caller.is_operator());
         Viewer { csrf: csrf_of(console, secret), secret: secret.to_owned(), user, operator }
     }
 }

@@ -488,13 +488,6 @@ async fn endpoints_hold_instances_within_the_quota_and_a_suspended_tenant_scores
         (202, Some(1), Some(1)),
         "{scaled}"
     );
-    // No model server is open to anyone: every score goes through the platform.
-    let mut public = make("third", 0);
-    public["access"] = json!("public");
-    let (s, refused) = p.call(p.token(), Method::POST, &endpoints(&p), Some(public)).await;
-    assert_eq!((s, refused["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{refused}");
-    assert!(refused["detail"].as_str().is_some_and(|d| d.contains("score:<alias>")), "{refused}");
-
     wait_for(&p, "first", |e| e["status"] == "ready").await;
     let (s, b) = score(&p, p.token(), "first", json!({"rows": [row()]})).await;
     assert_eq!(s, 200, "{b}");
@@ -769,4 +762,85 @@ async fn a_warm_cpu_endpoint_is_charged_its_minimum_idle_time() {
         // The idle rate: 2,500 nano-units per vCPU-second and per GiB-second, 1 vCPU and 2 GiB.
         assert_eq!(e.cost_nanos, e.idle_ms * (2_500 + 2 * 2_500) / 1000, "{e:?}");
     }
+}
+
+/// A public endpoint is public at the platform's routes only: anyone scores
+/// it there without credentials (in every protocol), admitted under the
+/// tenant's limits and charged to it, while its model server stays private.
+/// Nothing else of it is open: its other actions, a private endpoint and a
+/// missing one all answer 401 alike, and credentials that do not verify are
+/// refused, never read as none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_endpoint_scores_anyone_at_the_platforms_route_only() {
+    let p = TestPlatform::start(&QUICK_GATE).await;
+    let version = fit(&p, LONGLEY).await;
+    for (alias, access) in [("open", "public"), ("closed", "private")] {
+        let body = json!({"alias": alias, "model_version": version, "access": access, "max_instances": 1});
+        let (s, e) = p.call(p.token(), Method::POST, &endpoints(&p), Some(body)).await;
+        assert_eq!((s, e["access"].as_str()), (202, Some(access)), "{e}");
+        wait_for(&p, alias, |e| e["status"] == "ready").await;
+    }
+    let anyone = |path: String, body: Value| {
+        let req = p.http.post(p.url(&path)).json(&body);
+        async move {
+            let resp = req.send().await.expect("answer");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let base = p.project_path();
+    let (s, a) = anyone(format!("{}/open:score", endpoints(&p)), json!({"rows": [row()]})).await;
+    assert_eq!(s, 200, "{a}");
+    assert!(a["predictions"][0]["value"].as_f64().is_some_and(|v| v > 50_000.0), "{a}");
+    let (s, a) = anyone(format!("{base}/v1/models/open:predict"), json!({"instances": [row()]})).await;
+    assert_eq!(s, 200, "KServe v1: {a}");
+    let (s, a) =
+        anyone(format!("{}/open/invocations", endpoints(&p)), json!({"dataframe_records": [row()]})).await;
+    assert_eq!(s, 200, "MLflow: {a}");
+    let meta = p.http.get(p.url(&format!("{base}/v2/models/open"))).send().await.expect("metadata");
+    assert_eq!(meta.status(), 200, "its v2 metadata is as open as its scores");
+
+    // Nothing else is open, and a private or missing alias looks the same.
+    let mut refusals = Vec::new();
+    for path in ["closed:score", "nothing:score", "open:promote", "open:rollback", "open:scale"] {
+        let (s, b) = anyone(format!("{}/{path}", endpoints(&p)), json!({"rows": [row()]})).await;
+        assert_eq!((s, b["code"].as_str()), (401, Some("UNAUTHENTICATED")), "{path}: {b}");
+        refusals.push(b["detail"].clone());
+    }
+    assert!(refusals.windows(2).all(|w| w[0] == w[1]), "one answer for all: {refusals:?}");
+    let (s, b) = anyone(format!("{base}/v1/models/closed:predict"), json!({"instances": [row()]})).await;
+    assert_eq!(s, 401, "{b}");
+    let get = p.http.get(p.url(&format!("{}/open", endpoints(&p)))).send().await.expect("get");
+    assert_eq!(get.status(), 401, "reading the endpoint needs credentials");
+    let forged = p
+        .http
+        .post(p.url(&format!("{}/open:score", endpoints(&p))))
+        .bearer_auth("mapi_not-a-token")
+        .json(&json!({"rows": [row()]}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(forged.status(), 401, "credentials that do not verify are refused, not read as none");
+
+    // Counted and charged to the tenant, with no token named.
+    let e = wait_for(&p, "open", |e| e["usage"]["requests"].as_u64() >= Some(3)).await;
+    assert_eq!(e["usage"]["requests"], 3, "{e:#}");
+    let q = Query::new(<mapi_schema::ScoreLedgerEntry as mapi_schema::Doc>::COLLECTION);
+    let docs = p.platform.state.store.query(&q, None).await.expect("ledger");
+    let entries: Vec<mapi_schema::ScoreLedgerEntry> =
+        docs.iter().map(|d| d.decode().expect("entry")).collect();
+    assert_eq!(entries.iter().map(|e| e.requests).sum::<u64>(), 3, "{entries:#?}");
+    assert!(
+        entries.iter().all(|e| e.tenant.as_str() == "dev" && e.token.is_none() && e.cost_nanos > 0),
+        "{entries:#?}"
+    );
+
+    // A suspended tenant's public endpoint scores nothing either.
+    let operator = p.login("admin@dev.local").await;
+    let suspend = json!({"status": "suspended", "reason": "unpaid invoice"});
+    let (s, b) = p.call(&operator, Method::PATCH, "/v1/admin/tenants/dev", Some(suspend)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = anyone(format!("{}/open:score", endpoints(&p)), json!({"rows": [row()]})).await;
+    assert_eq!((s, b["code"].as_str()), (403, Some("FORBIDDEN")), "{b}");
+    assert!(b["detail"].as_str().is_some_and(|d| d.contains("suspended")), "{b}");
 }

@@ -60,6 +60,7 @@ async fn grants_of(state: &AppState, user: &UserId) -> Result<Vec<Grant>, ApiErr
 async fn who(state: &AppState, caller: &Caller) -> Result<WhoAmI, ApiError> {
     let (kind, operator, token) = match &caller.principal {
         Principal::Session { operator, .. } => ("session", *operator, None),
+        Principal::Anonymous => ("anonymous", false, None),
         Principal::Token(t) => (
             "token",
             false,

@@ -34,9 +34,10 @@ pub struct CreateEndpoint {
     /// 1 to 100; 3 when absent.
     #[serde(default = "three")]
     pub max_instances: u32,
-    /// `private` (the default, and the only one offered): only the platform, with an ID token,
-    /// calls the model server, so every score is authorized, admitted, metered and audited.
-    /// `public` is refused.
+    /// `private` (the default): scores need a session or a token that may score it. `public`:
+    /// anyone may score it at the platform's routes without credentials (charged to the
+    /// tenant, admitted under its limits). Either way the model server itself stays private:
+    /// only the platform, with an ID token, calls it, so every score is admitted and metered.
     #[serde(default)]
     pub access: Access,
 }

@@ -22,12 +22,15 @@ impl Accelerator {
 }
 
 crate::wire_enum!(
-    /// Who may call an endpoint's service directly (scoring through the
-    /// platform is authorized by the platform either way).
+    /// Who may score an endpoint. Of an endpoint, at the platform's routes:
+    /// members and tokens the matrix lets (`private`), or anyone, without
+    /// credentials (`public`). Of a host's service: identities allowed to
+    /// invoke it with an ID token, or anyone with the URL; the platform
+    /// makes every service private, so no score bypasses it.
     Access {
-        /// Only identities allowed to invoke it (the platform's), with an ID token.
+        /// Endpoint: authorized callers only. Service: invokers with an ID token.
         Private => "private",
-        /// Anyone who knows the URL.
+        /// Endpoint: anyone, at the platform's routes. Service: anyone with the URL.
         Public => "public",
     }
 );

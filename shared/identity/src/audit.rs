@@ -47,9 +47,10 @@ impl Audit {
         let (kind, token) = match &caller.principal {
             Principal::Session { .. } => ("session", None),
             Principal::Token(t) => ("token", Some(t.public_id().to_owned())),
+            Principal::Anonymous => ("anonymous", None),
         };
         Audit {
-            actor: Some(caller.user().clone()),
+            actor: (!caller.is_anonymous()).then(|| caller.user().clone()),
             token,
             meta: caller.meta.clone(),
             ..Audit::new(action, resource.into(), kind)

@@ -120,6 +120,10 @@ pub async fn check<S: IdentityState + ?Sized>(
         // whole tenant's projects (they learn it is missing, nothing more).
         return Ok((Decision::Deny(Denial::NotVisible), Some(tenant)));
     }
+    if caller.is_anonymous() {
+        // Nobody is a member of anything; the routes that serve anyone decide for themselves.
+        return Ok((Decision::Deny(Denial::NotVisible), Some(tenant)));
+    }
     let membership =
         membership_of(state, target.tenant, target.project, caller.user()).await.map_err(store_err)?;
     let scopes;
@@ -130,6 +134,7 @@ pub async fn check<S: IdentityState + ?Sized>(
             let same_project = &t.tenant == target.tenant && target.project.is_none_or(|p| p == &t.project);
             Who::Token { membership, scopes: &scopes, same_project }
         }
+        Principal::Anonymous => return Ok((Decision::Deny(Denial::NotVisible), Some(tenant))),
     };
     Ok((decide(who, state_of(tenant.status), resource, action, target.endpoint), Some(tenant)))
 }
@@ -183,7 +188,7 @@ pub async fn authorize_operator<S: IdentityState + ?Sized>(
         Principal::Session { operator, .. } => {
             Who::Person { operator: *operator, membership: Membership::default() }
         }
-        Principal::Token(_) => {
+        Principal::Token(_) | Principal::Anonymous => {
             Who::Token { membership: Membership::default(), scopes: &[], same_project: false }
         }
     };

@@ -32,7 +32,21 @@ pub enum Principal {
     Session { user: UserId, operator: bool },
     /// An API token, acting as its owner.
     Token(Box<TokenDoc>),
+    /// Nobody: a request without credentials, to a route that serves anyone
+    /// where the resource says so (a public endpoint's scores; see
+    /// [`Anonymous`]). It is no member of anything: authorization looks up
+    /// no membership for it and grants it nothing.
+    Anonymous,
 }
+
+/// The user an anonymous caller stands for where a user must be named: an
+/// address under `.invalid` (RFC 2606), which no person can hold, and which
+/// authorization never looks up.
+static ANONYMOUS: std::sync::LazyLock<UserId> =
+    std::sync::LazyLock::new(|| UserId::parse("anonymous@mapi.invalid").expect("a valid address"));
+
+/// The words of a 401 for a request without credentials.
+const SEND_CREDENTIALS: &str = "send a session or an API token as `Authorization: Bearer …` (`mapi login`, or the token `mapi dev` writes to $MAPI_HOME/credentials.json)";
 
 /// Hashes of the request's origin, for the audit log.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,7 +68,21 @@ impl Caller {
         match &self.principal {
             Principal::Session { user, .. } => user,
             Principal::Token(t) => &t.user,
+            Principal::Anonymous => &ANONYMOUS,
         }
+    }
+
+    /// A request without credentials.
+    pub fn is_anonymous(&self) -> bool {
+        matches!(self.principal, Principal::Anonymous)
+    }
+
+    /// Refuses a request without credentials (401), where only a known caller may act.
+    pub fn require_credentials(&self) -> Result<(), ApiError> {
+        if self.is_anonymous() {
+            return Err(ApiError::new(ProblemCode::Unauthenticated, SEND_CREDENTIALS));
+        }
+        Ok(())
     }
 
     /// An operator acting through a session.
@@ -65,7 +93,7 @@ impl Caller {
     pub fn token(&self) -> Option<&TokenDoc> {
         match &self.principal {
             Principal::Token(t) => Some(t),
-            Principal::Session { .. } => None,
+            Principal::Session { .. } | Principal::Anonymous => None,
         }
     }
 
@@ -76,6 +104,7 @@ impl Caller {
             Principal::Token(_) => {
                 Err(ApiError::forbidden(format!("{what} needs a signed-in person: API tokens cannot do it")))
             }
+            Principal::Anonymous => Err(ApiError::new(ProblemCode::Unauthenticated, SEND_CREDENTIALS)),
         }
     }
 }
@@ -323,11 +352,28 @@ impl<S: IdentityState> FromRequestParts<S> for Caller {
                 "the bearer credential is neither an API token nor a session",
             )
             .await),
-            None => Err(ApiError::new(
-                ProblemCode::Unauthenticated,
-                "send a session or an API token as `Authorization: Bearer …` (`mapi login`, or the token `mapi dev` writes to $MAPI_HOME/credentials.json)",
-            )),
+            None => Err(ApiError::new(ProblemCode::Unauthenticated, SEND_CREDENTIALS)),
         }
+    }
+}
+
+/// A caller of a route that may serve anyone: the [`Caller`] its
+/// credentials name, or, with no `Authorization` header at all,
+/// [`Principal::Anonymous`]. Credentials that do not verify are refused as
+/// everywhere (never read as no credentials). The handler decides what an
+/// anonymous caller may do (a public endpoint's scores, nothing else).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Anonymous(pub Caller);
+
+impl<S: IdentityState> FromRequestParts<S> for Anonymous {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if parts.headers.contains_key(axum::http::header::AUTHORIZATION) {
+            return Ok(Anonymous(Caller::from_request_parts(parts, state).await?));
+        }
+        let meta = request_meta(parts, state);
+        Ok(Anonymous(Caller { principal: Principal::Anonymous, meta }))
     }
 }
 

@@ -35,7 +35,9 @@ use sha2::Sha256;
 
 pub use audit::{Audit, audit};
 pub use authorize::{Granted, Target, authorize, authorize_operator, check, membership_of};
-pub use caller::{Caller, InternalCaller, Principal, RequestMeta, bearer, console_caller, request_meta};
+pub use caller::{
+    Anonymous, Caller, InternalCaller, Principal, RequestMeta, bearer, console_caller, request_meta,
+};
 
 /// The secret that token hashes, and the hashes of IP addresses and user
 /// agents, are keyed with (`MAPI_TOKEN_PEPPER`).

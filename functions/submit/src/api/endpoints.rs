@@ -28,7 +28,7 @@ use mapi_endpoints::{
 use mapi_hosting::{
     BundleFile, HostingError, ImageRef, ModelRef, RevisionSpec, Scaling, ServiceSpec, Serving, Traffic,
 };
-use mapi_identity::{Audit, Caller};
+use mapi_identity::{Anonymous, Audit, Caller};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, RawBody};
@@ -291,15 +291,6 @@ async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiEr
 /// residency gives.
 fn checked(body: &CreateEndpoint, residency: &Residency) -> Result<(String, Scaling), ApiError> {
     check_alias(&body.alias).map_err(ApiError::invalid)?;
-    if body.access == Access::Public {
-        // A model server open to anyone answers without authorization, admission, metering,
-        // audit or the canary's statistics: every score goes through the platform's route.
-        return Err(ApiError::invalid(
-            "access `public` is not offered: a model server open to anyone would answer unmetered and \
-             unaudited. Leave access out (private); callers score through the platform with an API \
-             token scoped `score:<alias>`",
-        ));
-    }
     let named = body.region.clone().unwrap_or_else(|| default_region(residency));
     let region = resolve_region(&named, body.accelerator).map_err(ApiError::invalid)?;
     if !residency.admits(&region) {
@@ -627,11 +618,11 @@ async fn change_admitted(
         (status = 410, body = mapi_problem::Problem, description = "`:promote`: the version's bytes expired"),
         (status = 503, body = mapi_problem::Problem, description = "The model server did not answer; retry"),
     ),
-    security(("session" = []), ("token" = []))
+    security((), ("session" = []), ("token" = []))
 )]
 pub async fn act(
     State(state): State<AppState>,
-    caller: Caller,
+    Anonymous(caller): Anonymous,
     Path((tenant, project, alias_action)): Path<(TenantId, ProjectId, String)>,
     headers: HeaderMap,
     RawBody(body): RawBody,
@@ -641,6 +632,10 @@ pub async fn act(
             "no such route: use …/endpoints/{alias}:score, :promote, :scale, :rollback or :override",
         ));
     };
+    if action != "score" {
+        // Only a public endpoint's scores serve a caller without credentials.
+        caller.require_credentials()?;
+    }
     let key = (&tenant, &project, alias);
     match action {
         "score" => super::scoring::score(&state, &caller, key, &headers, body).await,

@@ -28,7 +28,7 @@ use mapi_access::Action;
 use mapi_api::endpoints::ScoreResponse;
 use mapi_domain::endpoint::EndpointStatus;
 use mapi_domain::{ProjectId, TenantId};
-use mapi_identity::Caller;
+use mapi_identity::{Anonymous, Caller};
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Path};
 use serde_json::{Map, Value, json};
@@ -325,11 +325,11 @@ fn answer(body: Value, headers: &HeaderMap) -> Response {
         (status = 429, body = mapi_problem::Problem),
         (status = 503, body = mapi_problem::Problem),
     ),
-    security(("session" = []), ("token" = []))
+    security((), ("session" = []), ("token" = []))
 )]
 pub async fn v2_infer(
     State(state): State<AppState>,
-    caller: Caller,
+    Anonymous(caller): Anonymous,
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     request_headers: HeaderMap,
     body: Bytes,
@@ -374,11 +374,11 @@ pub async fn v2_infer(
     tag = "endpoints",
     params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "The endpoint's alias (the protocol's model name)")),
     responses((status = 200, body = serde_json::Value, description = "Name, versions, inputs and outputs"), (status = 404, body = mapi_problem::Problem)),
-    security(("session" = []), ("token" = []))
+    security((), ("session" = []), ("token" = []))
 )]
 pub async fn v2_model(
     State(state): State<AppState>,
-    caller: Caller,
+    Anonymous(caller): Anonymous,
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -410,11 +410,11 @@ pub async fn v2_model(
     tag = "endpoints",
     params(("tenant" = mapi_domain::TenantId, Path), ("project" = mapi_domain::ProjectId, Path), ("alias" = String, Path, pattern = "^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$", description = "The endpoint's alias (the protocol's model name)")),
     responses((status = 200, description = "Ready"), (status = 400, description = "Not ready"), (status = 404, body = mapi_problem::Problem)),
-    security(("session" = []), ("token" = []))
+    security((), ("session" = []), ("token" = []))
 )]
 pub async fn v2_model_ready(
     State(state): State<AppState>,
-    caller: Caller,
+    Anonymous(caller): Anonymous,
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
 ) -> Result<StatusCode, ApiError> {
     let (doc, _) = load_granted(&state, &caller, (&tenant, &project, &alias), Action::Read).await?;
@@ -532,11 +532,11 @@ async fn with_members(resp: Response, add: impl FnOnce(&mut Map<String, Value>))
         (status = 429, body = mapi_problem::Problem),
         (status = 503, body = mapi_problem::Problem),
     ),
-    security(("session" = []), ("token" = []))
+    security((), ("session" = []), ("token" = []))
 )]
 pub async fn kserve_predict(
     State(state): State<AppState>,
-    caller: Caller,
+    Anonymous(caller): Anonymous,
     Path((tenant, project, target)): Path<(TenantId, ProjectId, String)>,
     headers: HeaderMap,
     body: Bytes,
@@ -563,11 +563,11 @@ pub async fn kserve_predict(
         (status = 429, body = mapi_problem::Problem),
         (status = 503, body = mapi_problem::Problem),
     ),
-    security(("session" = []), ("token" = []))
+    security((), ("session" = []), ("token" = []))
 )]
 pub async fn mlflow_invocations(
     State(state): State<AppState>,
-    caller: Caller,
+    Anonymous(caller): Anonymous,
     Path((tenant, project, alias)): Path<(TenantId, ProjectId, String)>,
     headers: HeaderMap,
     body: Bytes,
