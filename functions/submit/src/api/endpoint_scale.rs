@@ -18,7 +18,7 @@ use mapi_schema::{InstanceWatermark, tx_create, tx_get, tx_put};
 use mapi_store::transact;
 
 use super::endpoint_access::hosting_error;
-use super::endpoints::{admission_of, held_instances, tenant_endpoints};
+use super::endpoint_room::{admission_of, held_instances, tenant_endpoints};
 
 /// Sets `doc`'s bounds to those `body` asks (a bound left out stays).
 pub(super) async fn scale(

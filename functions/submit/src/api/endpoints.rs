@@ -17,9 +17,7 @@ use mapi_api::endpoints::{
     Container, CreateEndpoint, EndpointPage, EndpointView, PromoteEndpoint, ScaleEndpoint, ScoreRequest,
     ScoreResponse,
 };
-use mapi_domain::endpoint::{
-    Accelerator, Access, EndpointStatus, check_alias, default_region, resolve_region,
-};
+use mapi_domain::endpoint::{Access, EndpointStatus, check_alias, default_region, resolve_region};
 use mapi_domain::{ModelVersionId, ProjectId, Residency, TenantId};
 use mapi_endpoints::stats::{SHARDS, StatsDoc};
 use mapi_endpoints::{
@@ -32,13 +30,13 @@ use mapi_identity::{Anonymous, Audit, Caller};
 use mapi_objects::ObjectKey;
 use mapi_platform::AppState;
 use mapi_problem::{ApiError, Json, Path, ProblemCode, RawBody};
-use mapi_quota::Ask;
 use mapi_quota::counters::Bumps;
 use mapi_schema::{Doc, ModelVersionDoc, tx_create, tx_get, tx_put};
 use mapi_store::{Op, Query, transact};
 
 use super::datasets::require_project;
 use super::endpoint_access::{body_of, hosting_error, load_granted};
+use super::endpoint_room::{admission_of, held_instances, tenant_endpoints};
 
 /// Loads an endpoint `caller` may act on as `action`. One of another
 /// tenant, or of a project the caller cannot see, answers as a missing one.
@@ -440,43 +438,6 @@ async fn admit_and_create(
         .await
     })
     .await
-}
-
-/// Every endpoint of `tenant`, in all its projects.
-pub(super) fn tenant_endpoints(tenant: &TenantId) -> Query {
-    Query::new(EndpointDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str())
-}
-
-/// The instances the endpoints of `docs` other than `except` may scale to, together.
-pub(super) fn held_instances(docs: &[mapi_store::Document], except: &str) -> Result<u32, ApiError> {
-    docs.iter().try_fold(0u32, |sum, d| {
-        let e = d.decode::<EndpointDoc>()?;
-        Ok(if e.id == except { sum } else { sum.saturating_add(e.scaling.max) })
-    })
-}
-
-/// The admission of `doc`'s compute (its creation, or a new revision of
-/// it): its instances' class under `max_resource_class`, its
-/// `max_instances` with the `held` of the tenant's other endpoints under
-/// `endpoint_instances`, a spent vCPU limit and the spend cap.
-pub(super) fn admission_of<'a>(
-    caller: &'a Caller,
-    tier: mapi_domain::Tier,
-    doc: &'a EndpointDoc,
-    held: u32,
-) -> quota::Request<'a> {
-    let class = match doc.accelerator {
-        Accelerator::L4 => mapi_domain::ResourceClass::GPU,
-        Accelerator::Cpu => mapi_domain::ResourceClass::S,
-    };
-    quota::Request {
-        caller,
-        tenant: &doc.tenant,
-        tier,
-        ask: Ask::Endpoint { class, instances: doc.scaling.max, held },
-        seed: &doc.id,
-        what: format!("projects/{}/{}/endpoints/{}", doc.tenant, doc.project, doc.alias),
-    }
 }
 
 /// A project's endpoints.

@@ -8,6 +8,7 @@ pub mod datasets;
 pub mod docs;
 mod egress;
 mod endpoint_access;
+mod endpoint_room;
 mod endpoint_scale;
 pub mod endpoints;
 pub mod experiments;
