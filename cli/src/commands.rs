@@ -112,6 +112,9 @@ enum Command {
     /// Model versions: succeeded runs' outputs as signed bundles.
     #[command(subcommand)]
     Models(crate::models::ModelsCmd),
+    /// Governance policies: what model versions must pass before they serve traffic.
+    #[command(subcommand)]
+    Policies(crate::governance::PoliciesCmd),
     /// Model endpoints: serve a model version, score it, promote and roll back.
     #[command(subcommand)]
     Endpoints(crate::endpoints::EndpointsCmd),
@@ -298,6 +301,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Models(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::models::run(&ctx.client, scope, cmd, ctx.json).await
+        }
+        Command::Policies(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::governance::policies(&ctx.client, scope, cmd, ctx.json).await
         }
         Command::Endpoints(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });

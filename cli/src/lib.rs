@@ -24,6 +24,7 @@ mod download;
 mod endpoints;
 mod error;
 mod experiments;
+mod governance;
 mod jobs;
 mod logs;
 mod methods;

@@ -20,6 +20,8 @@ pub enum ModelsCmd {
     /// Model versions: succeeded fits' outputs, sealed and signed.
     #[command(subcommand)]
     Versions(VersionsCmd),
+    #[command(flatten)]
+    Validation(crate::governance::ValidationCmd),
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,7 +81,10 @@ pub async fn run(
     cmd: ModelsCmd,
     json: bool,
 ) -> Result<ExitCode> {
-    let ModelsCmd::Versions(cmd) = cmd;
+    let cmd = match cmd {
+        ModelsCmd::Versions(cmd) => cmd,
+        ModelsCmd::Validation(cmd) => return crate::governance::validations(client, cmd, json).await,
+    };
     match cmd {
         VersionsCmd::Ls { limit, tenant, project } => {
             let (t, p) = scope(tenant, project)?;

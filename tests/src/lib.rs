@@ -51,7 +51,8 @@
 //!   events delivered 1 to 5 times in any order), `cross_tenant` (nothing
 //!   enumerable across tenants), `admin_tour` (the administration
 //!   walkthrough against `mapi dev`), `shared_tiers` (the gate and the
-//!   executors admin).
+//!   executors admin), `governance` (policies, validations by a second
+//!   person, deprecation, and the promotions they gate).
 //! - Money: `quotas` (racing submits, the tier table, `Retry-After` across
 //!   day and month boundaries, the spend cap, retries re-admitted, an item
 //!   job refused by each limit a run is), `ledger`

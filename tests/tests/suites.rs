@@ -33,6 +33,7 @@ mod endpoints_byo;
 mod executor_conformance;
 mod experiments;
 mod fan_out;
+mod governance;
 mod gpu_class;
 mod history;
 mod hostile;

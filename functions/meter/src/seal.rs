@@ -109,6 +109,7 @@ pub async fn seal(
         artifact_count: u32::try_from(sealed.manifest.artifacts.len()).unwrap_or(u32::MAX),
         expired_at: None,
         bytes_since: Some(now),
+        deprecated: None,
         created_at: now,
     })
 }

@@ -1,5 +1,5 @@
 //! What crosses the HTTP API: the representations the functions answer
-//! with ([`views`], [`endpoints`], [`methods`], [`audit`], [`webhooks`]), the problem body of every
+//! with ([`views`], [`endpoints`], [`governance`], [`methods`], [`audit`], [`webhooks`]), the problem body of every
 //! error ([`problem`]) and the credentials file `mapi dev` writes for the
 //! CLI ([`credentials`]). The functions build these and the clients read
 //! them, so a client needs only this crate, never the control plane.
@@ -10,6 +10,7 @@
 pub mod audit;
 pub mod credentials;
 pub mod endpoints;
+pub mod governance;
 pub mod labels;
 pub mod methods;
 pub mod problem;

@@ -12,6 +12,8 @@ mapi_domain::wire_enum!(
         Unauthenticated => "UNAUTHENTICATED",
         /// 403: the caller may not do this.
         Forbidden => "FORBIDDEN",
+        /// 403: a person may not approve or reject a validation they submitted.
+        SelfApprovalForbidden => "SELF_APPROVAL_FORBIDDEN",
         /// 404: no such resource (or the caller may not know it exists).
         NotFound => "NOT_FOUND",
         /// 405: the route exists but not with this method.
@@ -59,7 +61,7 @@ impl ProblemCode {
         match self {
             ProblemCode::InvalidArgument => http::StatusCode::BAD_REQUEST,
             ProblemCode::Unauthenticated => http::StatusCode::UNAUTHORIZED,
-            ProblemCode::Forbidden => http::StatusCode::FORBIDDEN,
+            ProblemCode::Forbidden | ProblemCode::SelfApprovalForbidden => http::StatusCode::FORBIDDEN,
             ProblemCode::NotFound => http::StatusCode::NOT_FOUND,
             ProblemCode::MethodNotAllowed => http::StatusCode::METHOD_NOT_ALLOWED,
             ProblemCode::RequestTimeout => http::StatusCode::REQUEST_TIMEOUT,

@@ -252,6 +252,17 @@ pub struct ModelVersionView {
     pub key_version: String,
     pub created_at: Timestamp,
     pub artifacts: Vec<ArtifactView>,
+    /// When an admin deprecated it (it may no longer be promoted), by whom and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<DeprecationView>,
+}
+
+/// A model version's deprecation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DeprecationView {
+    pub by: mapi_domain::UserId,
+    pub at: Timestamp,
+    pub reason: String,
 }
 
 /// A model version in a listing (from its record; nothing verified).

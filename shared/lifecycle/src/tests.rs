@@ -827,6 +827,7 @@ fn version_of(run: &RunDoc) -> mapi_schema::ModelVersionDoc {
         artifact_count: 1,
         expired_at: None,
         bytes_since: None,
+        deprecated: None,
         created_at: at(13),
     }
 }

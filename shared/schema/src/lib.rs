@@ -20,6 +20,7 @@
 
 pub mod audit;
 pub mod experiments;
+pub mod governance;
 pub mod layout;
 pub mod ops;
 pub mod plugins;
@@ -32,6 +33,7 @@ pub mod webhooks;
 
 pub use audit::*;
 pub use experiments::*;
+pub use governance::*;
 pub use mapi_store::typed::{Doc, decode, get, key, put, tx_create, tx_get, tx_put};
 pub use ops::*;
 pub use plugins::*;

@@ -210,6 +210,9 @@ pub struct ModelVersionDoc {
     /// they expire (so an expired version is never looked at again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_since: Option<Timestamp>,
+    /// Set by an admin: the version may no longer be promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<crate::Deprecation>,
 }
 
 impl ModelVersionDoc {

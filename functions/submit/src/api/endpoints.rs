@@ -119,12 +119,13 @@ impl Serve {
 async fn serve_of(
     state: &AppState,
     (caller, action): (&Caller, &str),
-    (tenant, project): (&TenantId, &ProjectId),
+    (tenant, project, alias): (&TenantId, &ProjectId, &str),
     (version, container): (Option<&ModelVersionId>, Option<&Container>),
 ) -> Result<Serve, ApiError> {
     match (version, container) {
         (Some(id), None) => {
-            Ok(Serve::Model(Box::new(model_of(state, (caller, action), (tenant, project), id).await?)))
+            let model = model_of(state, (caller, action), (tenant, project, alias), id).await?;
+            Ok(Serve::Model(Box::new(model)))
         }
         (None, Some(container)) => {
             let secrets = mapi_endpoints::check_container(container).map_err(ApiError::invalid)?;
@@ -155,7 +156,7 @@ async fn serve_of(
 async fn model_of(
     state: &AppState,
     (caller, action): (&Caller, &str),
-    (tenant, project): (&TenantId, &ProjectId),
+    (tenant, project, alias): (&TenantId, &ProjectId, &str),
     id: &ModelVersionId,
 ) -> Result<Servable, ApiError> {
     let missing =
@@ -166,6 +167,7 @@ async fn model_of(
         return Err(missing());
     }
     let version = super::model_versions::kept(version)?;
+    super::validations::governing(state, &version, (tenant, project, alias)).await?;
     let is_plugin = version.method.starts_with(mapi_plugins::PREFIX);
     if is_plugin && let Some(refused) = mapi_admission::plugin_serving_refused(state).await? {
         return Err(refused);
@@ -331,7 +333,8 @@ pub async fn create(
         require_project(&state, &caller, &tenant, &project, Resource::Endpoint, Action::Create).await?;
     let (region, scaling) = checked(&body, &granted.tenant.residency)?;
     let asked = (body.model_version.as_ref(), body.container.as_ref());
-    let servable = serve_of(&state, (&caller, "endpoint.create"), (&tenant, &project), asked).await?;
+    let servable =
+        serve_of(&state, (&caller, "endpoint.create"), (&tenant, &project, &body.alias), asked).await?;
     let now = state.clock.now();
     let tag = "r1".to_owned();
     let mut doc = EndpointDoc {
@@ -667,7 +670,8 @@ async fn promote(
         )));
     }
     let asked = (body.model_version.as_ref(), body.container.as_ref());
-    let servable = serve_of(state, (caller, "endpoint.promote"), (&doc.tenant, &doc.project), asked).await?;
+    let servable =
+        serve_of(state, (caller, "endpoint.promote"), (&doc.tenant, &doc.project, &doc.alias), asked).await?;
     let tag = doc.next_tag();
     let (t, v) = (&tag, &servable);
     // A new revision is new compute: admitted as the endpoint's creation was, on today's limits.

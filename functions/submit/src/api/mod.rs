@@ -22,6 +22,7 @@ mod metric_scan;
 pub mod model_versions;
 pub mod outputs;
 pub mod plugins;
+pub mod policies;
 pub mod project_methods;
 pub mod protocols;
 mod run_filters;
@@ -29,6 +30,7 @@ pub mod run_views;
 pub mod runs;
 pub mod scoring;
 pub mod tracking;
+pub mod validations;
 mod view;
 pub mod webhooks;
 
@@ -90,6 +92,19 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/v1/model-versions/{id}/urls", post(model_versions::urls))
         .route("/v1/model-versions/{id}/manifest", get(model_versions::manifest))
         .route("/v1/signing-keys", get(model_versions::signing_keys))
+        .route("/v1/model-versions/{id}/validations", post(validations::submit).get(validations::list))
+        .route("/v1/model-versions/{id}/deprecate", post(validations::deprecate))
+        .route("/v1/validations/{id}", get(validations::get_validation))
+        .route("/v1/validations/{id}/approvals", post(validations::decide))
+        .route("/v1/validations/{id}/cancel", post(validations::cancel))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/policy",
+            get(policies::get_project).put(policies::put_project).delete(policies::delete_project),
+        )
+        .route(
+            "/v1/tenants/{tenant}/policy",
+            get(policies::get_tenant).put(policies::put_tenant).delete(policies::delete_tenant),
+        )
         .route(
             "/v1/tenants/{tenant}/projects/{project}/jobs",
             post(jobs::submit).layer(DefaultBodyLimit::max(job_limit)).get(jobs::list),

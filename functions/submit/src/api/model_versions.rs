@@ -187,6 +187,11 @@ pub async fn get_version(
         key_version: sealed.signature.key_version,
         created_at: version.created_at,
         artifacts,
+        deprecated: version.deprecated.map(|d| mapi_api::views::DeprecationView {
+            by: d.by,
+            at: d.at,
+            reason: d.reason,
+        }),
     }))
 }
 
