@@ -151,3 +151,43 @@ async fn a_failed_check_fails_the_validation_and_improvements_need_the_endpoint(
     let (s, list) = p.call(p.token(), Method::GET, &validations, None).await;
     assert_eq!((s, list["validations"].as_array().map(Vec::len)), (200, Some(1)), "{list}");
 }
+
+/// The CLI's words for the same: `mapi policies set|get|rm`, `mapi models
+/// validate|validations|withdraw|approve`, each as printed in the README.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sets_a_policy_submits_and_withdraws_a_validation() {
+    let p = TestPlatform::start(&[]).await;
+    let version = fit(&p).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mapi = |args: &[&str]| {
+        let mut c = std::process::Command::new(mapi_tests::binary("mapi"));
+        c.args(["--url", &p.platform.url, "--token", p.token()]).args(args).env("MAPI_HOME", dir.path());
+        c.env("MAPI_TENANT", "dev").env("MAPI_PROJECT", "default");
+        let out = c.output().expect("mapi runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = mapi(&["policies", "set", "--threshold", "r_squared >= 0.9", "--approvals", "1"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("check      r_squared >= 0.9") && out.contains("approvals  1"), "{out}");
+    let (code, out, err) = mapi(&["models", "validate", &version]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("pending") && out.contains("pass  r_squared >= 0.9"), "{out}");
+    let id = out.split_whitespace().nth(1).expect("the validation's id").to_owned();
+    assert!(id.starts_with("val_"), "{out}");
+    let (code, out, err) = mapi(&["models", "approve", &id, "--reason", "from my own token"]);
+    assert_eq!(code, Some(1), "a token never approves: {out}{err}");
+    assert!(err.contains("FORBIDDEN"), "{err}");
+    let (code, out, err) = mapi(&["models", "withdraw", &id]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("cancelled"), "{out}");
+    let (code, out, _) = mapi(&["models", "validations", &version]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&id), "{out}");
+    let (code, out, err) = mapi(&["policies", "rm"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("nothing: versions serve without validation"), "{out}");
+}
