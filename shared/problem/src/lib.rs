@@ -268,6 +268,7 @@ mod tests {
             ("METHOD_NOT_ALLOWED", 405),
             ("REQUEST_TIMEOUT", 408),
             ("ALREADY_EXISTS", 409),
+            ("SELF_APPROVAL_FORBIDDEN", 403),
             ("FAILED_PRECONDITION", 409),
             ("INTEGRITY_FAILURE", 409),
             ("GONE", 410),
