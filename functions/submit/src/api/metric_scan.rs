@@ -72,15 +72,24 @@ async fn latest(state: &AppState, runs: &[RunDoc], name: &str) -> Result<Vec<Opt
     let docs = state.store.get(&keys, None).await?;
     let mut values = Vec::with_capacity(runs.len());
     for pair in docs.chunks(2) {
-        let logged = match &pair[0] {
-            Some(d) => d.decode::<RunLogDoc>()?.log.latest().get(name).copied(),
-            None => None,
-        };
-        let reported = match &pair[1] {
-            Some(d) => d.decode::<ProgressDoc>()?.progress.metrics().get(name).copied(),
-            None => None,
-        };
-        values.push(logged.or(reported));
+        values.push(metrics(pair[1].as_ref(), pair[0].as_ref())?.get(name).copied());
     }
     Ok(values)
+}
+
+/// A run's metrics as its view shows them: what the method reported in an
+/// attempt (its `progress`), with what people logged to the run (its `log`)
+/// over them.
+pub(super) fn metrics(
+    progress: Option<&Document>,
+    log: Option<&Document>,
+) -> Result<std::collections::BTreeMap<String, f64>, ApiError> {
+    let mut metrics = match progress {
+        Some(d) => d.decode::<ProgressDoc>()?.progress.metrics(),
+        None => std::collections::BTreeMap::new(),
+    };
+    if let Some(d) = log {
+        metrics.extend(d.decode::<RunLogDoc>()?.log.latest());
+    }
+    Ok(metrics)
 }

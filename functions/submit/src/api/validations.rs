@@ -66,14 +66,7 @@ async fn metrics_of(state: &AppState, v: &ModelVersionDoc) -> Result<BTreeMap<St
     let keys =
         [key::<ProgressDoc>(&AttemptDoc::id_of(&v.run, v.attempt))?, key::<RunLogDoc>(v.run.as_str())?];
     let docs = state.store.get(&keys, None).await?;
-    let mut metrics = match &docs[0] {
-        Some(d) => d.decode::<ProgressDoc>()?.progress.metrics(),
-        None => BTreeMap::new(),
-    };
-    if let Some(d) = &docs[1] {
-        metrics.extend(d.decode::<RunLogDoc>()?.log.latest());
-    }
-    Ok(metrics)
+    super::metric_scan::metrics(docs[0].as_ref(), docs[1].as_ref())
 }
 
 /// The metrics of the version endpoint `alias` of `v`'s project serves now
