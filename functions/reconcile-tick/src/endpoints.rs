@@ -70,14 +70,15 @@ pub async fn charge_instances(state: &AppState) -> Result<u32, ApiError> {
         .filter("accelerator", Op::Eq, Accelerator::L4.as_str())
         .limit(PAGE);
     let warm = mapi_store::Query::new(EndpointDoc::COLLECTION).filter("scaling.min", Op::Gt, 0).limit(PAGE);
-    let mut docs = state.store.query(&l4, None).await?;
+    let decoded = |docs: Vec<mapi_store::Document>| {
+        docs.iter().map(|d| d.decode::<EndpointDoc>()).collect::<Result<Vec<_>, _>>()
+    };
+    let mut docs = decoded(state.store.query(&l4, None).await?)?;
     // A warm L4 endpoint is in both answers: charged once, as an L4.
-    let cpu =
-        |d: &mapi_store::Document| d.decode::<EndpointDoc>().is_ok_and(|e| e.accelerator == Accelerator::Cpu);
-    docs.extend(state.store.query(&warm, None).await?.into_iter().filter(cpu));
+    let warm = decoded(state.store.query(&warm, None).await?)?;
+    docs.extend(warm.into_iter().filter(|e| e.accelerator == Accelerator::Cpu));
     let mut charged = 0;
     for doc in docs {
-        let doc = doc.decode::<EndpointDoc>()?;
         match charge_instance(state, &doc).await {
             Ok(true) => charged += 1,
             Ok(false) => {}
