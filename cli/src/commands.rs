@@ -118,6 +118,9 @@ enum Command {
     /// Model endpoints: serve a model version, score it, promote and roll back.
     #[command(subcommand)]
     Endpoints(crate::endpoints::EndpointsCmd),
+    /// Workflows: runs, parameter sweeps, validations and deployments chained into one run.
+    #[command(subcommand)]
+    Workflows(crate::workflows::WorkflowsCmd),
     /// Experiments: named sets of runs (`mapi runs update ID --experiment NAME`).
     #[command(subcommand)]
     Experiments(crate::experiments::ExperimentsCmd),
@@ -309,6 +312,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Endpoints(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
             crate::endpoints::run(&ctx.client, scope, cmd, ctx.json).await
+        }
+        Command::Workflows(cmd) => {
+            let scope = |tenant, project| ctx.scope(&Scope { tenant, project });
+            crate::workflows::run(&ctx.client, scope, cmd, ctx.json).await
         }
         Command::Webhooks(cmd) => {
             let scope = |tenant, project| ctx.scope(&Scope { tenant, project });

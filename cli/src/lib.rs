@@ -37,5 +37,6 @@ mod plugins;
 mod runs;
 mod session;
 mod webhooks;
+mod workflows;
 
 pub use commands::main;

@@ -80,7 +80,7 @@ pub fn listing(table: &Table, empty: &str) -> String {
 }
 
 /// The terminal's width when standard output is one.
-fn terminal_width() -> Option<usize> {
+pub(crate) fn terminal_width() -> Option<usize> {
     if !std::io::stdout().is_terminal() {
         return None;
     }

@@ -52,7 +52,9 @@
 //!   enumerable across tenants), `admin_tour` (the administration
 //!   walkthrough against `mapi dev`), `shared_tiers` (the gate and the
 //!   executors admin), `governance` (policies, validations by a second
-//!   person, deprecation, and the promotions they gate).
+//!   person, deprecation, and the promotions they gate), `workflows` (a
+//!   sweep validated by a second person and promoted, failed branches,
+//!   resume, cancel, definitions refused by node and field).
 //! - Money: `quotas` (racing submits, the tier table, `Retry-After` across
 //!   day and month boundaries, the spend cap, retries re-admitted, an item
 //!   job refused by each limit a run is), `ledger`

@@ -70,3 +70,4 @@ mod ticks;
 mod verify;
 mod walkthrough;
 mod webhooks;
+mod workflows;

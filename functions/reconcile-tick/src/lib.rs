@@ -21,11 +21,12 @@
 //! 4. pushes the purge of each tenant whose deletion's grace period is
 //!    over (and again, once a minute, while it is not purged), and
 //!    re-pushes exports still building (`tenants.rs`);
-//! 5. announces the platform's spend reaching 70 % and 90 % of its cap
+//! 5. pushes the advance of every active workflow run (see [`workflows`]);
+//! 6. announces the platform's spend reaching 70 % and 90 % of its cap
 //!    (see [`spend`]);
-//! 6. while work is active (an active run, an open item job, an endpoint
-//!    rolling out or going, a webhook message made or re-pushed, a sweep
-//!    left unfinished), asks for the next tick `MAPI_TICK_FOLLOW_UP_S`
+//! 7. while work is active (an active run, an open item job, an endpoint
+//!    rolling out or going, a workflow run with a run, grid or deploy node
+//!    running, a webhook message made or re-pushed, a sweep left unfinished), asks for the next tick `MAPI_TICK_FOLLOW_UP_S`
 //!    (3 s) later through the `tick` queue. A dispatch, a new item job and
 //!    an endpoint change ask for one too, so the chain starts with the work
 //!    and stops a tick after it; Cloud Scheduler's minute is the backstop.
@@ -54,6 +55,7 @@ mod jobs;
 pub mod spend;
 mod tenants;
 pub mod webhooks;
+mod workflows;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -113,6 +115,8 @@ pub struct TickReport {
     pub tenant_tasks: u32,
     /// Jobs found with every item finished, and closed.
     pub jobs_finished: u32,
+    /// Active workflow runs whose advance was pushed.
+    pub workflow_runs: u32,
     /// The share of the spend cap (70 or 90 %) this tick announced.
     pub spend_cap_alarm: Option<u8>,
     /// Work is active and the next tick was asked for (`MAPI_TICK_FOLLOW_UP_S` later).
@@ -185,6 +189,9 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
     let (pushed, failed) = tenants::sweep(&state).await?;
     report.tenant_tasks += pushed;
     report.errors += failed;
+    let (pushed, failed, workflows_driving) = workflows::sweep(&state).await?;
+    report.workflow_runs += pushed;
+    report.errors += failed;
     match spend::watch(&state).await {
         Ok(level) => report.spend_cap_alarm = level,
         Err(e) => {
@@ -198,6 +205,7 @@ async fn tick(State(state): State<AppState>, _caller: InternalCaller) -> Result<
         || report.webhook_repushes > 0
         || endpoints_active
         || jobs_open
+        || workflows_driving
         || sweep.next.is_some();
     if !release_lease(&state, &holder, lease.token, sweep.next).await? {
         report.fenced = true;

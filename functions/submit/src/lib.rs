@@ -19,8 +19,14 @@
 //!   `POST /v1/jobs/{id}/retry-failed`; `GET /v1/usage`, `GET /manifest`;
 //! - the method registry: `GET /v1/methods`, `GET /v1/methods/{name}`;
 //!
+//! - workflows: `…/workflows` (create, list), `…/workflows/{name}` (get,
+//!   update, delete), `…/workflows/{name}/runs` (start), `…/workflow-runs`,
+//!   `GET /v1/workflow-runs/{id}`, `…/cancel`, `…/resume`.
+//!
 //! The queues' and the scheduler's callbacks are `mapi_tasks`', a crate this
-//! one neither depends on nor is depended on by; admission is
+//! one neither depends on nor is depended on by, but one: the workflows
+//! queue's advance (`POST /internal/tasks/workflows/advance`), which admits
+//! child runs, submits validations and promotes exactly as this API does; admission is
 //! `mapi_admission`'s and a job's documents and objects `mapi_jobstore`'s.
 
 pub mod api;
@@ -42,6 +48,8 @@ use utoipa::OpenApi;
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls, api::model_versions::manifest, api::model_versions::signing_keys,
         api::validations::submit, api::validations::list, api::validations::deprecate, api::validations::get_validation, api::validations::decide, api::validations::cancel,
         api::policies::get_project, api::policies::put_project, api::policies::delete_project, api::policies::get_tenant, api::policies::put_tenant, api::policies::delete_tenant,
+        api::workflows::create, api::workflows::list, api::workflows::get_workflow, api::workflows::update, api::workflows::delete,
+        api::workflow_runs::start, api::workflow_runs::list, api::workflow_runs::get_run, api::workflow_runs::cancel, api::workflow_runs::resume,
         api::protocols::v2_infer, api::protocols::v2_model, api::protocols::v2_model_ready, api::protocols::v2_health, api::protocols::v2_live, api::protocols::kserve_predict, api::protocols::mlflow_invocations,
         api::endpoints::create, api::endpoints::list, api::endpoints::get_endpoint, api::endpoints::delete,
         api::endpoints::act,
@@ -93,6 +101,21 @@ use utoipa::OpenApi;
         mapi_api::governance::CheckOutcome,
         mapi_api::governance::Decision,
         mapi_api::governance::State,
+        mapi_api::workflows::CreateWorkflow,
+        mapi_api::workflows::UpdateWorkflow,
+        mapi_api::workflows::WorkflowView,
+        mapi_api::workflows::WorkflowPage,
+        mapi_api::workflows::StartWorkflow,
+        mapi_api::workflows::NodeRunView,
+        mapi_api::workflows::NodeView,
+        mapi_api::workflows::WorkflowRunView,
+        mapi_api::workflows::WorkflowRunPage,
+        mapi_workflows::Definition,
+        mapi_workflows::Node,
+        mapi_workflows::Kind,
+        mapi_workflows::Goal,
+        mapi_workflows::NodeState,
+        mapi_workflows::RunState,
         mapi_api::views::DeprecationView,
         mapi_api::endpoints::EndpointView,
         mapi_api::endpoints::EndpointPage,

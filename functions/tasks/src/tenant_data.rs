@@ -44,6 +44,9 @@ const fn keep(collection: &'static str, fate: Fate) -> Owned {
 /// before the people's grants, so nothing is left that points at a
 /// deleted grant; the kept entries last.
 pub const OWNED: &[Owned] = &[
+    delete("workflow_runs"),
+    delete("workflows"),
+    delete("workflow_versions"),
     delete("runs"),
     delete("run_logs"),
     delete("attempts"),
@@ -118,6 +121,9 @@ mod tests {
     #[test]
     fn every_collection_of_tenant_data_is_listed_once_and_the_platforms_are_not() {
         let tenant_docs = [
+            mapi_schema::WorkflowRunDoc::COLLECTION,
+            mapi_schema::WorkflowDoc::COLLECTION,
+            mapi_schema::WorkflowVersionDoc::COLLECTION,
             mapi_lifecycle::RunDoc::COLLECTION,
             mapi_schema::RunLogDoc::COLLECTION,
             mapi_schema::AttemptDoc::COLLECTION,

@@ -17,3 +17,4 @@ pub mod problem;
 pub mod tracking;
 pub mod views;
 pub mod webhooks;
+pub mod workflows;

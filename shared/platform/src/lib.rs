@@ -292,7 +292,7 @@ pub fn job_queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
 }
 
 /// Every queue the platform pushes to: dispatch, finalize, webhooks, the
-/// follow-up ticks, the item jobs' two, and tenants' exports and purges (one at a time each:
+/// follow-up ticks, workflow runs' advances, the item jobs' two, and tenants' exports and purges (one at a time each:
 /// they are rare and long, and a purge's deliveries must not overlap).
 pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
     let one_at_a_time = |name: &str| -> Result<QueueConfig, mapi_queue::QueueError> {
@@ -306,6 +306,9 @@ pub fn queue_configs() -> Result<Vec<QueueConfig>, mapi_queue::QueueError> {
         // A tick that runs past the deadline is delivered again and answers
         // `busy` while the first holds the lease.
         QueueConfig { max_concurrent_dispatches: 1, ..queue_config(mapi_schema::TICK_QUEUE)? },
+        // Workflow runs' advances: two of one run at once are safe (each
+        // commit re-reads the run), but rarely useful.
+        queue_config(mapi_schema::WORKFLOWS_QUEUE)?,
     ];
     let tenants = vec![one_at_a_time(mapi_schema::EXPORT_QUEUE)?, one_at_a_time(mapi_schema::PURGE_QUEUE)?];
     Ok([control, job_queue_configs()?, tenants].concat())

@@ -4,8 +4,12 @@
 //! the `routes` suite checks that table against the routers and this one.
 
 use mapi_jobs::tasks::{FANOUT_PATH, FANOUT_QUEUE, ITEM_PATH, ITEMS_QUEUE};
-use mapi_schema::tasks::{DELIVER_PATH, DISPATCH_PATH, EXPORT_PATH, FINALIZE_PATH, PURGE_PATH, TICK_PATH};
-use mapi_schema::{DISPATCH_QUEUE, EXPORT_QUEUE, FINALIZE_QUEUE, PURGE_QUEUE, TICK_QUEUE, WEBHOOKS_QUEUE};
+use mapi_schema::tasks::{
+    ADVANCE_PATH, DELIVER_PATH, DISPATCH_PATH, EXPORT_PATH, FINALIZE_PATH, PURGE_PATH, TICK_PATH,
+};
+use mapi_schema::{
+    DISPATCH_QUEUE, EXPORT_QUEUE, FINALIZE_QUEUE, PURGE_QUEUE, TICK_QUEUE, WEBHOOKS_QUEUE, WORKFLOWS_QUEUE,
+};
 
 use crate::config::{CloudTasksConfig, Section, Uses};
 
@@ -92,6 +96,7 @@ pub const QUEUE_ROUTES: &[QueueRoute] = &[
     QueueRoute { queue: EXPORT_QUEUE, path: EXPORT_PATH, service: Service::Tasks },
     QueueRoute { queue: PURGE_QUEUE, path: PURGE_PATH, service: Service::Tasks },
     QueueRoute { queue: TICK_QUEUE, path: TICK_PATH, service: Service::ReconcileTick },
+    QueueRoute { queue: WORKFLOWS_QUEUE, path: ADVANCE_PATH, service: Service::Submit },
 ];
 
 /// Where the queues `service` serves deliver with Cloud Tasks.
@@ -140,6 +145,7 @@ mod tests {
             ("tenant-purge", "https://submit-tasks.example"),
             ("webhooks", "https://submit-tasks.example"),
             ("tick", "https://tick.example"),
+            ("workflows", "https://all.example"),
         ];
         assert_eq!(settings.targets.len(), by_hand.len(), "{:?}", settings.targets);
         for (queue, url) in by_hand {

@@ -46,6 +46,9 @@ pub struct ValidationDoc {
     /// The endpoint whose serving version its improvements were checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The workflow run whose `validate` node submitted it: told when it is decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_run: Option<String>,
     #[serde(flatten)]
     pub validation: Validation,
 }

@@ -11,6 +11,7 @@
 //! - [`ops`]: kill switches, the tick's lease, executors;
 //! - [`audit`]: the audit log; [`webhooks`]: webhooks and their messages;
 //! - [`experiments`]: experiments and saved views of the runs table;
+//! - [`governance`]: policies and validations; [`workflows`]: workflows, their versions and runs;
 //! - [`tenant_life`]: a tenant's exports and its deletion (the certificate);
 //! - [`usage`]: the ledgers summed per day, written with each ledger change;
 //! - [`layout`]: where objects live; [`tasks`]: the queue's task bodies.
@@ -30,6 +31,7 @@ pub mod tenancy;
 pub mod tenant_life;
 pub mod usage;
 pub mod webhooks;
+pub mod workflows;
 
 pub use audit::*;
 pub use experiments::*;
@@ -41,6 +43,7 @@ pub use runs::*;
 pub use tenancy::*;
 pub use tenant_life::*;
 pub use webhooks::*;
+pub use workflows::*;
 
 /// The queue that dispatches attempts (handled by `submit`).
 pub const DISPATCH_QUEUE: &str = "dispatch";
@@ -48,7 +51,7 @@ pub const DISPATCH_QUEUE: &str = "dispatch";
 pub const FINALIZE_QUEUE: &str = "finalize";
 /// The queue that delivers webhook messages (handled by `submit`).
 pub const WEBHOOKS_QUEUE: &str = "webhooks";
-pub use tasks::{EXPORT_QUEUE, PURGE_QUEUE, TICK_QUEUE};
+pub use tasks::{EXPORT_QUEUE, PURGE_QUEUE, TICK_QUEUE, WORKFLOWS_QUEUE};
 
 use mapi_store::{Direction, Index, StoreError};
 
@@ -167,6 +170,16 @@ pub const INDEXES: &[Index] = &[
         collection: ScoreLedgerEntry::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("at", Direction::Asc)],
     },
+    // A project's datasets of one name, newest first (a workflow node's dataset by name).
+    Index {
+        collection: DatasetDoc::COLLECTION,
+        fields: &[
+            ("tenant", Direction::Asc),
+            ("project", Direction::Asc),
+            ("name", Direction::Asc),
+            ("created_at", Direction::Desc),
+        ],
+    },
     // Datasets of a tenant (storage).
     Index {
         collection: DatasetDoc::COLLECTION,
@@ -223,6 +236,29 @@ pub const INDEXES: &[Index] = &[
     Index {
         collection: DeliveryDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("created_at", Direction::Asc)],
+    },
+    // A project's workflows by name; a project's workflow runs (and one workflow's), newest first.
+    Index {
+        collection: WorkflowDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("name", Direction::Asc)],
+    },
+    Index {
+        collection: WorkflowRunDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
+    },
+    // Active workflow runs, oldest first (the tick's sweep).
+    Index {
+        collection: WorkflowRunDoc::COLLECTION,
+        fields: &[("active", Direction::Asc), ("created_at", Direction::Asc)],
+    },
+    Index {
+        collection: WorkflowRunDoc::COLLECTION,
+        fields: &[
+            ("tenant", Direction::Asc),
+            ("project", Direction::Asc),
+            ("workflow", Direction::Asc),
+            ("created_at", Direction::Desc),
+        ],
     },
     // A webhook's delivery log, newest first.
     Index {

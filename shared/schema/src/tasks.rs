@@ -33,6 +33,28 @@ pub const EXPORT_PATH: &str = "/internal/tasks/tenants/export";
 /// `submit-tasks` handles this: go on with the purge of `tenant`.
 pub const PURGE_PATH: &str = "/internal/tasks/tenants/purge";
 
+/// The queue that advances workflow runs (handled by `submit`).
+pub const WORKFLOWS_QUEUE: &str = "workflows";
+/// `submit` handles this: move workflow run `workflow_run` as far as it
+/// can go now (it acts as the tenant API does: admits child runs, submits
+/// validations, promotes).
+pub const ADVANCE_PATH: &str = "/internal/tasks/workflows/advance";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdvanceTask {
+    pub workflow_run: String,
+}
+
+/// Pushes the advance of a workflow run; `tag` names why (`start`, a
+/// validation decided, the tick's second), so one reason is one task.
+pub async fn push_advance(queue: &dyn TaskQueue, workflow_run: &str, tag: &str) -> Result<(), QueueError> {
+    let payload = AdvanceTask { workflow_run: workflow_run.to_owned() };
+    let t = NewTask::new(QueueName::new(WORKFLOWS_QUEUE)?, ADVANCE_PATH, body(&payload)?)
+        .named(TaskName::new(format!("advance-{workflow_run}-{tag}"))?);
+    push(queue, t).await
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportTask {

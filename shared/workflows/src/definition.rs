@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mapi_domain::{ResourceClass, RunSpecInput};
+use mapi_domain::{DatasetId, ResourceClass, RunSpecInput};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -205,7 +205,8 @@ impl Definition {
             check_fields(node)?;
             match node.kind {
                 Kind::Run | Kind::Grid => {
-                    for spec in node.specs()? {
+                    check_dataset(node)?;
+                    for spec in node.specs(&any_dataset())? {
                         check_spec(node, &spec, methods)?;
                     }
                 }
@@ -305,38 +306,83 @@ impl Definition {
 }
 
 impl Node {
+    /// The grid's combinations a `search.grid` node runs, in the grid's
+    /// order; one empty combination for any other node.
+    pub fn combinations(&self) -> Result<Vec<Map<String, Value>>, DefinitionError> {
+        match (&self.kind, &self.grid) {
+            (Kind::Grid, Some(grid)) => combinations(&self.id, grid),
+            _ => Ok(vec![Map::new()]),
+        }
+    }
+
+    /// The dataset a `run` or `search.grid` node reads, as written.
+    pub fn dataset(&self) -> Option<DatasetRef> {
+        let given = self.dataset.as_deref()?;
+        Some(match DatasetId::parse(given) {
+            Ok(id) => DatasetRef::Id(id),
+            Err(_) => DatasetRef::Name(given.to_owned()),
+        })
+    }
+
+    /// The run spec of one combination (`combo`) of this node, on `dataset`.
+    pub fn spec(
+        &self,
+        dataset: &DatasetId,
+        combo: &Map<String, Value>,
+    ) -> Result<RunSpecInput, DefinitionError> {
+        let mut params = self.params.clone();
+        params.extend(combo.clone());
+        let mut spec = serde_json::json!({
+            "method": self.method.clone().unwrap_or_default(),
+            "dataset": dataset,
+            "params": params,
+        });
+        if let Some(class) = self.class {
+            spec["class"] = serde_json::json!(class);
+        }
+        if let Some(t) = self.timeout_s {
+            spec["timeout_s"] = t.into();
+        }
+        if let Some(t) = self.tasks {
+            spec["tasks"] = t.into();
+        }
+        serde_json::from_value(spec).map_err(|e| error(Some(&self.id), "params", e.to_string()))
+    }
+
     /// The run specs a `run` (one) or `search.grid` node (one per
-    /// combination, in the grid's order) submits, each with its
-    /// combination's values.
-    pub fn specs(&self) -> Result<Vec<Spec>, DefinitionError> {
-        let combos = match (&self.kind, &self.grid) {
-            (Kind::Grid, Some(grid)) => combinations(&self.id, grid)?,
-            _ => vec![Map::new()],
-        };
-        combos
-            .into_iter()
-            .map(|combo| {
-                let mut params = self.params.clone();
-                params.extend(combo.clone());
-                let mut spec = serde_json::json!({
-                    "method": self.method.clone().unwrap_or_default(),
-                    "dataset": self.dataset.clone().unwrap_or_default(),
-                    "params": params,
-                });
-                if let Some(class) = self.class {
-                    spec["class"] = serde_json::json!(class);
-                }
-                if let Some(t) = self.timeout_s {
-                    spec["timeout_s"] = t.into();
-                }
-                if let Some(t) = self.tasks {
-                    spec["tasks"] = t.into();
-                }
-                let spec: RunSpecInput = serde_json::from_value(spec)
-                    .map_err(|e| error(Some(&self.id), "dataset", e.to_string()))?;
-                Ok((spec, combo))
-            })
-            .collect()
+    /// combination, in the grid's order) submits on `dataset`, each with
+    /// its combination's values.
+    pub fn specs(&self, dataset: &DatasetId) -> Result<Vec<Spec>, DefinitionError> {
+        self.combinations()?.into_iter().map(|c| Ok((self.spec(dataset, &c)?, c))).collect()
+    }
+}
+
+/// A node's dataset: an id (`ds_…`), or a name, the project's newest
+/// dataset of that name when a run of the node is made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatasetRef {
+    Id(DatasetId),
+    Name(String),
+}
+
+/// A stand-in dataset id, for what is checked before a dataset is chosen.
+pub fn any_dataset() -> DatasetId {
+    DatasetId::generate(mapi_domain::Timestamp::from_secs(0), [0; 10])
+}
+
+/// A dataset is an id or a name of 1 to 200 printable characters.
+fn check_dataset(node: &Node) -> Result<(), DefinitionError> {
+    match node.dataset() {
+        Some(DatasetRef::Name(n))
+            if n.is_empty() || n.chars().count() > 200 || n.chars().any(char::is_control) =>
+        {
+            Err(error(
+                Some(&node.id),
+                "dataset",
+                "give a dataset's id (ds_…) or its name (1 to 200 printable characters)",
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -545,7 +591,7 @@ nodes:
     #[test]
     fn a_sweep_validated_then_deployed_is_a_definition() {
         let d = parsed(SWEEP).expect("valid");
-        let specs = d.nodes[0].specs().expect("specs");
+        let specs = d.nodes[0].specs(&any_dataset()).expect("specs");
         assert_eq!(specs.len(), 4);
         assert_eq!(show(&specs[0].1), r#"intercept=true, x=["gnp"]"#);
         assert_eq!(specs[3].0.params["intercept"], json!(false));
@@ -553,6 +599,10 @@ nodes:
         let order: Vec<&str> = d.order().expect("order").iter().map(|n| n.id.as_str()).collect();
         assert_eq!(order, ["sweep", "check", "ship"]);
         assert_eq!(d.model_source(&d.nodes[2]).map(|n| n.id.as_str()), Some("check"));
+        let named =
+            parsed("nodes: [{id: a, kind: run, method: describe, dataset: longley.csv}]").expect("a name");
+        assert_eq!(named.nodes[0].dataset(), Some(DatasetRef::Name("longley.csv".into())));
+        assert!(matches!(d.nodes[0].dataset(), Some(DatasetRef::Id(_))));
         let json = Definition::parse(&serde_json::to_string(&d).expect("json")).expect("json is yaml");
         assert_eq!(Definition::decode(&json).expect("again"), d);
     }

@@ -16,5 +16,5 @@
 pub mod definition;
 pub mod run;
 
-pub use definition::{Definition, DefinitionError, Goal, Kind, Methods, Node};
+pub use definition::{DatasetRef, Definition, DefinitionError, Goal, Kind, Methods, Node};
 pub use run::{Child, Ended, NodeRun, NodeState, Refused, RunState, Seen, Start, WorkflowRun};

@@ -244,10 +244,10 @@ impl WorkflowRun {
         self.nodes.get(id)
     }
 
-    /// Whether a run or grid node is running: work the tick must follow
-    /// (a node waiting on people is followed when they decide).
+    /// Whether a run, grid or deploy node is running: work the tick must
+    /// follow (a node waiting on people is followed when they decide).
     pub fn driving(&self) -> bool {
-        self.nodes().any(|(n, r)| r.state == NodeState::Running && matches!(n.kind, Kind::Run | Kind::Grid))
+        self.nodes().any(|(n, r)| r.state == NodeState::Running && n.kind != Kind::Validate)
     }
 
     /// The nodes that may start now: pending, with every node they need
@@ -283,7 +283,7 @@ impl WorkflowRun {
             return Err(Refused::NotReady(id.to_owned(), state.as_str()));
         }
         let node = self.definition.node(id).ok_or_else(|| Refused::NoNode(id.to_owned()))?;
-        let specs = node.specs().map(|s| s.into_iter().map(|(_, c)| c).collect::<Vec<_>>());
+        let specs = node.combinations();
         let input = self.input_version(id).map(str::to_owned);
         let kind = node.kind;
         let wrong = |given| Refused::WrongStart { node: id.to_owned(), kind: kind.as_str(), given };

@@ -270,6 +270,21 @@ module "queues" {
         reconcile-tick = module.reconcile_tick.service_account_email
       }
     }
+    # Workflow runs' advances: served by submit-api, which admits a workflow's
+    # child runs, submits its validations and promotes as the tenant API does.
+    workflows = {
+      host                      = trimprefix(local.url["submit-api"], "https://")
+      max_dispatches_per_second = 20
+      max_concurrent_dispatches = 8
+      max_attempts              = -1
+      min_backoff               = "0.5s"
+      max_backoff               = "60s"
+      max_doublings             = 6
+      enqueuers = {
+        submit-api     = module.submit_api.service_account_email
+        reconcile-tick = module.reconcile_tick.service_account_email
+      }
+    }
     # A tenant's export and purge: rare, long, one delivery at a time.
     tenant-export = {
       host                      = trimprefix(local.url["submit-tasks"], "https://")

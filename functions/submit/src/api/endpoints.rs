@@ -642,6 +642,20 @@ pub async fn act(
     }
 }
 
+/// Promotes `version` on endpoint `alias` as `caller` (a workflow's
+/// `deploy` node, acting as its starter): authorized, gated by the
+/// governing policy and admitted exactly as `:promote` is.
+pub(crate) async fn promote_version(
+    state: &AppState,
+    caller: &Caller,
+    key: (&TenantId, &ProjectId, &str),
+    version: ModelVersionId,
+) -> Result<EndpointDoc, ApiError> {
+    let (doc, tenant) = load_granted(state, caller, key, Action::Promote).await?;
+    let body = PromoteEndpoint { model_version: Some(version), container: None };
+    promote(state, (caller, tenant.tier), doc, &body).await
+}
+
 /// Deploys `version` as a new revision at 0 % and starts its promotion.
 async fn promote(
     state: &AppState,

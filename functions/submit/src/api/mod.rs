@@ -1,6 +1,8 @@
 //! The tenant-facing routes: datasets, runs, experiments and saved views of
 //! the runs table, model versions, endpoints,
-//! item jobs, webhooks and the method registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
+//! item jobs, webhooks, governance, workflows and their runs' driver (the one
+//! queue route this service serves: see [`workflow_driver`]) and the method
+//! registry (its docs and `/v1/methods`). Nothing here imports the task routes (the `tasks` tree).
 
 mod admitted;
 pub mod children;
@@ -33,6 +35,9 @@ pub mod tracking;
 pub mod validations;
 mod view;
 pub mod webhooks;
+pub mod workflow_driver;
+pub mod workflow_runs;
+pub mod workflows;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -105,6 +110,20 @@ pub fn router(state: &AppState) -> Router<AppState> {
             "/v1/tenants/{tenant}/policy",
             get(policies::get_tenant).put(policies::put_tenant).delete(policies::delete_tenant),
         )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/workflows",
+            post(workflows::create).get(workflows::list),
+        )
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/workflows/{name}",
+            get(workflows::get_workflow).put(workflows::update).delete(workflows::delete),
+        )
+        .route("/v1/tenants/{tenant}/projects/{project}/workflows/{name}/runs", post(workflow_runs::start))
+        .route("/v1/tenants/{tenant}/projects/{project}/workflow-runs", get(workflow_runs::list))
+        .route("/v1/workflow-runs/{id}", get(workflow_runs::get_run))
+        .route("/v1/workflow-runs/{id}/cancel", post(workflow_runs::cancel))
+        .route("/v1/workflow-runs/{id}/resume", post(workflow_runs::resume))
+        .route(mapi_schema::tasks::ADVANCE_PATH, post(workflow_driver::advance))
         .route(
             "/v1/tenants/{tenant}/projects/{project}/jobs",
             post(jobs::submit).layer(DefaultBodyLimit::max(job_limit)).get(jobs::list),

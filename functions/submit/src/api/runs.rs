@@ -198,6 +198,9 @@ struct Origin {
     retry_of: Option<RunId>,
     /// The plugin version the retried run ran: a retry runs the same code.
     plugin_version: Option<String>,
+    /// The id chosen before the run is made (a workflow's child: named in
+    /// its workflow run first, so making it twice fails the second commit).
+    id: Option<RunId>,
 }
 
 /// A run asked for: where, what, and from what.
@@ -243,7 +246,10 @@ async fn admit(
         Some(of) => format!("{} on {} (class {}), a retry of {of}", spec.method, spec.dataset, spec.class),
     };
     let new = NewRun {
-        id: RunId::generate(now, entropy(state)?),
+        id: match origin.id {
+            Some(id) => id,
+            None => RunId::generate(now, entropy(state)?),
+        },
         tenant: tenant.clone(),
         project: project.clone(),
         method: spec.method.clone(),
@@ -358,9 +364,49 @@ pub async fn retry(
         labels: run.labels().clone(),
         retry_of: Some(run.id().clone()),
         plugin_version: run.plugin().map(|p| p.version.clone()),
+        id: None,
     };
     let asked = Asked { tenant, project, spec: &spec, origin };
     admit(&state, &caller, &granted, asked, key, false).await
+}
+
+/// Admits and commits a workflow's child run as `caller` (the workflow
+/// run's starter, as they are now: their role and token may have changed
+/// since it started), with the id its workflow run chose for it: the same
+/// checks, estimate, admission, commit and audit record as a submit.
+pub(crate) async fn admit_child(
+    state: &AppState,
+    caller: &Caller,
+    (tenant, project): (&TenantId, &ProjectId),
+    (id, spec): (RunId, &RunSpecInput),
+    labels: mapi_api::labels::RunLabels,
+) -> Result<(), ApiError> {
+    let granted = require_project(state, caller, tenant, project, Resource::Run, Action::Create).await?;
+    let origin = Origin { labels, id: Some(id), ..Origin::default() };
+    let asked = Asked { tenant, project, spec, origin };
+    admit(state, caller, &granted, asked, None, false).await.map(|_| ())
+}
+
+/// Cancels a run on behalf of its workflow run's cancel (whose caller was
+/// authorized to cancel the workflow run and its children).
+pub(crate) async fn cancel_child(state: &AppState, id: &RunId, now: Timestamp) -> Result<(), ApiError> {
+    let step = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+        let Some(run) = tx_get::<RunDoc>(&mut tx, id.as_str()).await? else {
+            return Ok(tx.finish(None));
+        };
+        let row = tx_get::<AttemptDoc>(&mut tx, &AttemptDoc::id_of(id, run.attempt())).await?;
+        let Ok(step) = mapi_lifecycle::commands::request_cancel(run, row.as_ref(), now) else {
+            return Ok(tx.finish(None));
+        };
+        step.write(&mut tx)?;
+        Ok(tx.finish(Some(step)))
+    })
+    .await?;
+    if let Some(step) = step {
+        step.committed(&state.metrics);
+        let _ = mapi_lifecycle::carry_out(&step.follow_ups, state.outbox()).await;
+    }
+    Ok(())
 }
 
 /// The run a key's earlier use made.

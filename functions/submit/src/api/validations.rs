@@ -28,7 +28,7 @@ use mapi_schema::{
 use mapi_store::{Op, Query, transact};
 
 /// Loads a model version `caller` may act on as `action` (one it may not see answers as missing).
-async fn version_for(
+pub(crate) async fn version_for(
     state: &AppState,
     caller: &Caller,
     id: &str,
@@ -121,12 +121,39 @@ pub async fn submit(
     Json(body): Json<SubmitValidation>,
 ) -> Result<(StatusCode, Json<ValidationView>), ApiError> {
     let version = super::model_versions::kept(version_for(&state, &caller, &id, Action::Validate).await?)?;
-    if let Some(d) = &version.deprecated {
-        return Err(deprecated(&version, d));
+    let doc = submit_version(&state, &caller, &version, body.endpoint, Made::Now).await?;
+    Ok((StatusCode::CREATED, Json(view(doc))))
+}
+
+/// Where a validation comes from: a runner's request, or a workflow run's
+/// `validate` node (with the id it chose before, so a second try finds the
+/// first instead of making another).
+pub(crate) enum Made {
+    Now,
+    ByWorkflow { id: String, workflow_run: String },
+}
+
+/// Submits `version` for validation under the policy in force, as `caller`:
+/// its automatic checks run now. For a workflow's validation already made,
+/// answers it as it is.
+pub(crate) async fn submit_version(
+    state: &AppState,
+    caller: &Caller,
+    version: &ModelVersionDoc,
+    endpoint: Option<String>,
+    made: Made,
+) -> Result<ValidationDoc, ApiError> {
+    if let Made::ByWorkflow { id, .. } = &made
+        && let Some(doc) = mapi_schema::get::<ValidationDoc>(&*state.store, id).await?
+    {
+        return Ok(doc);
     }
-    let policy = super::policies::in_force(&state, &version.tenant, &version.project).await?;
-    let serving = match (&body.endpoint, policy.improvements.is_empty()) {
-        (Some(alias), _) => serving_metrics(&state, &version, alias).await?,
+    if let Some(d) = &version.deprecated {
+        return Err(deprecated(version, d));
+    }
+    let policy = super::policies::in_force(state, &version.tenant, &version.project).await?;
+    let serving = match (&endpoint, policy.improvements.is_empty()) {
+        (Some(alias), _) => serving_metrics(state, version, alias).await?,
         (None, true) => None,
         (None, false) => {
             return Err(ApiError::invalid(
@@ -134,20 +161,23 @@ pub async fn submit(
             ));
         }
     };
-    let checks = evaluate(&policy, &metrics_of(&state, &version).await?, serving.as_ref());
+    let checks = evaluate(&policy, &metrics_of(state, version).await?, serving.as_ref());
     let now = state.clock.now();
     let validation = Validation::submit(policy, caller.user().clone(), checks, now);
-    let suffix: String =
-        mapi_entropy::bytes::<12>(&*state.entropy)?.iter().map(|b| format!("{b:02x}")).collect();
+    let (id, workflow_run) = match made {
+        Made::Now => (new_id(state)?, None),
+        Made::ByWorkflow { id, workflow_run } => (id, Some(workflow_run)),
+    };
     let doc = ValidationDoc {
-        id: format!("val_{suffix}"),
+        id,
         tenant: version.tenant.clone(),
         project: version.project.clone(),
         model_version: version.id.clone(),
-        endpoint: body.endpoint.clone(),
+        endpoint,
+        workflow_run,
         validation,
     };
-    let record = Audit::by(&caller, "model.validate", format!("validations/{}", doc.id))
+    let record = Audit::by(caller, "model.validate", format!("validations/{}", doc.id))
         .tenant(&doc.tenant)
         .project(&doc.project)
         .detail(format!("{} submitted: {}", doc.model_version, doc.validation.state.as_str()))
@@ -159,7 +189,14 @@ pub async fn submit(
         Ok(tx.finish(()))
     })
     .await?;
-    Ok((StatusCode::CREATED, Json(view(doc))))
+    Ok(doc)
+}
+
+/// A new validation's id: `val_` and 24 hex digits.
+pub(crate) fn new_id(state: &AppState) -> Result<String, ApiError> {
+    let suffix: String =
+        mapi_entropy::bytes::<12>(&*state.entropy)?.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("val_{suffix}"))
 }
 
 /// A model version's validations, newest first.
@@ -234,7 +271,7 @@ async fn change(
         .project(&loaded.project)
         .into_doc(now, &*state.entropy);
     let record = &record;
-    transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+    let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut doc = tx_get::<ValidationDoc>(&mut tx, id)
             .await?
             .ok_or_else(|| ApiError::not_found(format!("validation {id} not found")))?;
@@ -246,7 +283,15 @@ async fn change(
         tx_create(&mut tx, &record)?;
         Ok(tx.finish(doc))
     })
-    .await
+    .await?;
+    // The workflow run waiting on it moves now (else at its next tick).
+    if let Some(run) = &doc.workflow_run {
+        let tag = format!("{}-{}", doc.id, doc.validation.state.as_str());
+        if let Err(e) = mapi_schema::tasks::push_advance(&*state.queue, run, &tag).await {
+            tracing::warn!(workflow_run = %run, error = %e, "advance not pushed; the tick pushes it");
+        }
+    }
+    Ok(doc)
 }
 
 /// Approve or reject a pending validation: a reviewer, signed in, who did not submit it.
