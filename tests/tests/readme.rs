@@ -21,14 +21,17 @@ const SECTIONS: &[&str] = &[
     "Walkthrough: fit a linear model",
     "Model versions",
     "Endpoints: serve a model version, score it, promote another",
+    "Workflows: a sweep, validated by a second person, then served",
     "Item jobs: one method on every item of a list",
     "Tenants, people and tokens",
     "A tenant's end: export and deletion",
     "Quotas, cost and usage",
 ];
 
-/// Ids a reader copies from one command's output into the next.
-const ID_PREFIXES: &[&str] = &["ds", "run", "mv", "job"];
+/// Ids a reader copies from one command's output into the next: each
+/// prefix and the length of what follows it.
+const ID_PREFIXES: &[(&str, usize)] =
+    &[("ds", 26), ("run", 26), ("mv", 26), ("job", 26), ("wfr", 26), ("val", 24)];
 
 #[derive(Debug)]
 struct Step {
@@ -90,7 +93,7 @@ fn strip_comment(line: &str) -> String {
 
 /// The ids in `text`, by prefix, last one wins.
 fn ids_in(text: &str, seen: &mut BTreeMap<&'static str, String>) {
-    for prefix in ID_PREFIXES {
+    for &(prefix, len) in ID_PREFIXES {
         let marker = format!("{prefix}_");
         let mut rest = text;
         while let Some(i) = rest.find(&marker) {
@@ -98,7 +101,7 @@ fn ids_in(text: &str, seen: &mut BTreeMap<&'static str, String>) {
             let id: String = after.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
             let starts_word = i == 0 || !rest.as_bytes()[i - 1].is_ascii_alphanumeric();
             if starts_word
-                && id.len() == 26
+                && id.len() == len
                 && id.chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
             {
                 seen.insert(prefix, format!("{marker}{id}"));
@@ -262,6 +265,8 @@ fn run_sections_in(p: &TestPlatform, sections: &[&str], min_steps: usize, prepar
 fn placeholders_and_shown_lines_are_matched_as_a_reader_reads_them() {
     let mut seen = BTreeMap::new();
     ids_in("uploaded ds_01m8tejes26g20hmnsr7bmbfk7 (16 rows); not ds_short", &mut seen);
+    ids_in("validation val_0123456789abcdef01234567 pending; not val_0123", &mut seen);
+    assert_eq!(with_ids("approve val_…", &seen), "approve val_0123456789abcdef01234567");
     assert_eq!(
         with_ids("mapi runs submit --dataset ds_01… && x ds_…", &seen),
         "mapi runs submit --dataset ds_01m8tejes26g20hmnsr7bmbfk7 && x ds_01m8tejes26g20hmnsr7bmbfk7"

@@ -92,10 +92,10 @@ async fn a_sweeps_best_fit_is_validated_by_a_second_person_then_promoted() {
             .await,
         )
         .await;
-    let body = json!({"alias": "employment", "model_version": first["model_version"], "max_instances": 1});
+    let body = json!({"alias": "longley", "model_version": first["model_version"], "max_instances": 1});
     let (s, b) = p.call(p.token(), Method::POST, &format!("{project}/endpoints"), Some(body)).await;
     assert_eq!(s, 202, "{b}");
-    assert_eq!(p.wait_endpoint("employment").await["status"], "ready");
+    assert_eq!(p.wait_endpoint("longley").await["status"], "ready");
     let policy = json!({"thresholds": ["r_squared >= 0.9"], "approvals": 1});
     let (s, b) = p.call(p.token(), Method::PUT, &format!("{project}/policy"), Some(policy)).await;
     assert_eq!(s, 200, "{b}");
@@ -166,7 +166,7 @@ async fn a_sweeps_best_fit_is_validated_by_a_second_person_then_promoted() {
     let r = wait(&p, &id, ended).await;
     assert_eq!(r["state"], "succeeded", "{r:#}");
     assert_eq!(node(&r, "ship")["model_version"].as_str(), Some(version.as_str()));
-    let (_, e) = p.call(p.token(), Method::GET, &format!("{project}/endpoints/employment"), None).await;
+    let (_, e) = p.call(p.token(), Method::GET, &format!("{project}/endpoints/longley"), None).await;
     assert_eq!(e["model_version"].as_str(), Some(version.as_str()), "{e:#}");
 
     // Listed, audited; ended runs refuse a cancel and a resume.

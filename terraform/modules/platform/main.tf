@@ -275,7 +275,7 @@ module "queues" {
     workflows = {
       host                      = trimprefix(local.url["submit-api"], "https://")
       max_dispatches_per_second = 20
-      max_concurrent_dispatches = 8
+      max_concurrent_dispatches = 16
       max_attempts              = -1
       min_backoff               = "0.5s"
       max_backoff               = "60s"
@@ -420,6 +420,8 @@ module "submit_api" {
   image               = var.image_digests["mapi"]
   ingress             = "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"
   invokers            = ["allUsers"]
+  # The workflows queue's deliveries (their ID tokens name this audience).
+  custom_audiences    = [local.tasks_audience]
   memory              = "1Gi"
   max_instances       = var.max_instances
   deletion_protection = var.deletion_protection
