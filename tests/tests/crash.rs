@@ -161,3 +161,96 @@ async fn every_accepted_run_ends_once_after_a_crash() {
     assert!(executions.values().all(|n| *n == 1), "an attempt made two executions: {executions:?}");
     dev.stop();
 }
+
+async fn post(http: &reqwest::Client, url: &str, token: &str, body: Value) -> (u16, Value) {
+    let r = http.post(url).bearer_auth(token).json(&body).send().await.expect("post");
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// A workflow run survives a crash of the whole platform where it stopped:
+/// killed while its first node's run sleeps, the restarted platform moves it
+/// to its end with every node run once (one try, one run per child named)
+/// and no run made that the workflow run does not name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_platform_resumes_a_workflow_run_with_no_node_run_twice() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut dev = DevProcess::start(home.path(), port, &[]);
+    let (token, project) = creds(home.path());
+    let http = reqwest::Client::new();
+    let csv = include_str!("../../examples/longley.csv");
+    let r = http
+        .post(format!("{}{project}/datasets?name=longley.csv", dev.url))
+        .bearer_auth(&token)
+        .header("content-type", "text/csv")
+        .body(csv)
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(r.status(), 201);
+    let definition = json!({"nodes": [
+        {"id": "nap", "kind": "run", "method": "diag.sleep", "dataset": "longley.csv", "params": {"seconds": 4}},
+        {"id": "grid", "kind": "search.grid", "method": "tabular.linear", "dataset": "longley.csv", "needs": ["nap"],
+         "params": {"y": "employed"}, "grid": {"x": [["gnp"], ["gnp", "population"], ["year"]]}, "metric": "r_squared"},
+        {"id": "stats", "kind": "run", "method": "describe", "dataset": "longley.csv"},
+        {"id": "after", "kind": "run", "method": "describe", "dataset": "longley.csv", "needs": ["grid"]},
+    ]});
+    let workflows = format!("{}{project}/workflows", dev.url);
+    let (s, b) = post(&http, &workflows, &token, json!({"name": "crash", "definition": definition})).await;
+    assert_eq!(s, 201, "{b}");
+    let (s, started) = post(&http, &format!("{workflows}/crash/runs"), &token, json!({})).await;
+    assert_eq!(s, 201, "{started}");
+    let id = started["id"].as_str().expect("id").to_owned();
+    let nap = started["nodes"][0]["runs"][0]["run"].as_str().expect("the nap's run").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = get(&http, &format!("{}/v1/runs/{nap}", dev.url), &token).await.unwrap_or_default();
+        if r["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the nap did not start: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    dev.child.kill().expect("SIGKILL");
+    dev.child.wait().expect("reaped");
+
+    let dev = DevProcess::start(home.path(), port, &[]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let run = loop {
+        let r = get(&http, &format!("{}/v1/workflow-runs/{id}", dev.url), &token).await.unwrap_or_default();
+        if r["state"].as_str().is_some_and(|s| s != "running") {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the workflow run did not end after the restart: {r:#}\nmapi dev's log:\n{}",
+            std::fs::read_to_string(DevProcess::log_path(home.path())).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let mut named = Vec::new();
+    for node in run["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["tries"], 1, "{node:#}");
+        assert!(node["earlier_runs"].is_null(), "{node:#}");
+        for child in node["runs"].as_array().expect("runs") {
+            assert_eq!(child["ended"], "succeeded", "{node:#}");
+            named.push(child["run"].as_str().expect("run").to_owned());
+        }
+    }
+    assert_eq!(named.len(), 1 + 3 + 1 + 1, "{run:#}");
+    let page = get(&http, &format!("{}{project}/runs?page_size=50", dev.url), &token).await.expect("runs");
+    let mut made = mapi_tests::run_ids(&page);
+    made.sort();
+    named.sort();
+    assert_eq!(made, named, "every run made is one the workflow run names, once");
+    for id in &named {
+        let r = get(&http, &format!("{}/v1/runs/{id}", dev.url), &token).await.expect("run");
+        let ends =
+            r["history"].as_array().expect("history").iter().filter(|t| t["to"] == "succeeded").count();
+        assert_eq!(ends, 1, "{id} ended more than once: {:#}", r["history"]);
+    }
+    let executions = executions_per_nonce(home.path());
+    assert!(executions.values().all(|n| *n == 1), "an attempt made two executions: {executions:?}");
+    dev.stop();
+}
