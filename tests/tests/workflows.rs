@@ -68,7 +68,8 @@ async fn members(p: &TestPlatform, people: &[(&str, &str, bool)]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweeps_best_fit_is_validated_by_a_second_person_then_promoted() {
     let accounts = "dev@dev.local,ana@dev.local,rob@dev.local,vic@dev.local";
-    let p = TestPlatform::start(&[&GATE[..], &[("MAPI_DEV_ACCOUNTS", accounts)]].concat()).await;
+    let env = [("MAPI_DEV_ACCOUNTS", accounts), ("MAPI_WEBHOOKS_ALLOW_LOOPBACK", "true")];
+    let p = TestPlatform::start(&[&GATE[..], &env[..]].concat()).await;
     members(
         &p,
         &[
@@ -99,6 +100,15 @@ async fn a_sweeps_best_fit_is_validated_by_a_second_person_then_promoted() {
     let policy = json!({"thresholds": ["r_squared >= 0.9"], "approvals": 1});
     let (s, b) = p.call(p.token(), Method::PUT, &format!("{project}/policy"), Some(policy)).await;
     assert_eq!(s, 200, "{b}");
+
+    // Told of the workflow's end and the validation's outcome (a receiver
+    // that never answers: the delivery log shows what was sent).
+    let hooks = format!("{project}/webhooks");
+    let url = format!("http://127.0.0.1:{}/", mapi_tests::free_port());
+    let hook = json!({"url": url, "events": ["workflow.finished", "validation.decided"]});
+    let (s, hook) = p.call(p.token(), Method::POST, &hooks, Some(hook)).await;
+    assert_eq!(s, 201, "{hook}");
+    let log = format!("{hooks}/{}/deliveries", hook["id"].as_str().expect("id"));
 
     // Editors (and the roles above them) write workflows; viewers do not.
     let workflows = format!("{project}/workflows");
@@ -168,6 +178,33 @@ async fn a_sweeps_best_fit_is_validated_by_a_second_person_then_promoted() {
     assert_eq!(node(&r, "ship")["model_version"].as_str(), Some(version.as_str()));
     let (_, e) = p.call(p.token(), Method::GET, &format!("{project}/endpoints/longley"), None).await;
     assert_eq!(e["model_version"].as_str(), Some(version.as_str()), "{e:#}");
+
+    // One message each, naming the run and the decision.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sent = loop {
+        let (_, page) = p.call(p.token(), Method::GET, &log, None).await;
+        let sent: Vec<Value> = page["deliveries"].as_array().cloned().unwrap_or_default();
+        if sent.len() >= 2 || Instant::now() > deadline {
+            break sent;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let of = |event: &str| sent.iter().filter(|m| m["event"] == event).collect::<Vec<_>>();
+    let (finished, decided) = (of("workflow.finished"), of("validation.decided"));
+    assert_eq!((finished.len(), decided.len()), (1, 1), "{sent:#?}");
+    let data = &finished[0]["payload"]["data"]["workflow_run"];
+    assert_eq!(
+        (data["id"].as_str(), data["state"].as_str()),
+        (Some(id.as_str()), Some("succeeded")),
+        "{data}"
+    );
+    assert_eq!(data["nodes"]["ship"], "succeeded", "{data}");
+    let data = &decided[0]["payload"]["data"]["validation"];
+    assert_eq!(
+        (data["state"].as_str(), data["workflow_run"].as_str()),
+        (Some("approved"), Some(id.as_str()))
+    );
+    assert_eq!(data["decisions"][0]["by"], "ana@dev.local", "{data}");
 
     // Listed, audited; ended runs refuse a cancel and a resume.
     let (s, list) = p.call(&vic, Method::GET, &format!("{project}/workflow-runs?workflow=sweep"), None).await;

@@ -31,8 +31,8 @@ use mapi_problem::ApiError;
 use mapi_quota::nearness::Nearness as QuotaNearness;
 use mapi_schema::tasks::{DeliverTask, push_deliver};
 use mapi_schema::{
-    DeliveryDoc, DeliveryState, Doc, QuotaPolicyDoc, Seen, SweepFailing, TenantDoc, WebhookDoc, tx_create,
-    tx_get, tx_put,
+    DeliveryDoc, DeliveryState, Doc, QuotaPolicyDoc, Seen, SweepFailing, TenantDoc, ValidationDoc,
+    WebhookDoc, WorkflowRunDoc, tx_create, tx_get, tx_put,
 };
 
 use mapi_store::{Direction, Op, Query, transact};
@@ -168,6 +168,16 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc, nearness: &mut Nearness)
     } else {
         Vec::new()
     };
+    let workflow_runs: Vec<WorkflowRunDoc> = if wants(&[EventType::WorkflowFinished]) {
+        changed(state, hook, WorkflowRunDoc::COLLECTION, "run.ended_at", since, &mut cursor).await?
+    } else {
+        Vec::new()
+    };
+    let validations: Vec<ValidationDoc> = if wants(&[EventType::ValidationDecided]) {
+        changed(state, hook, ValidationDoc::COLLECTION, "decided_at", since, &mut cursor).await?
+    } else {
+        Vec::new()
+    };
     let quotas =
         if wants(&[EventType::QuotaWarning]) { nearness.of(state, &hook.tenant).await? } else { &[] };
     let public_url = &state.config.public_url;
@@ -176,6 +186,8 @@ async fn sweep_one(state: &AppState, hook: &WebhookDoc, nearness: &mut Nearness)
         .flat_map(|run| messages(hook, run, since, public_url))
         .chain(endpoints.iter().flat_map(|e| endpoint_messages(hook, e, since)))
         .chain(jobs.iter().filter_map(|j| job_message(hook, j, public_url)))
+        .chain(workflow_runs.iter().filter_map(|w| workflow_message(hook, w, public_url)))
+        .chain(validations.iter().filter_map(|v| validation_message(hook, v, public_url)))
         .chain(quotas.iter().filter_map(|n| quota_message(hook, n, now)))
         .filter(|m| !hook.recent.iter().any(|s| s.id == m.id))
         .collect();
@@ -302,6 +314,51 @@ fn job_message(hook: &WebhookDoc, job: &JobDoc, public_url: &str) -> Option<Deli
     });
     let key = format!("{}/round/{}", job.id, end.round);
     message(hook, EventType::JobFinished, format!("jobs/{}", job.id), &key, end.at, data)
+}
+
+/// The `workflow.finished` message `hook` gets for the end of a workflow
+/// run's attempt (a resumed run that ends again is a second message).
+fn workflow_message(hook: &WebhookDoc, w: &WorkflowRunDoc, public_url: &str) -> Option<DeliveryDoc> {
+    let at = w.run.ended_at()?;
+    let nodes: serde_json::Map<String, serde_json::Value> =
+        w.run.nodes().map(|(n, r)| (n.id.clone(), r.state.as_str().into())).collect();
+    let data = serde_json::json!({
+        "workflow_run": {
+            "id": w.id,
+            "tenant": w.tenant,
+            "project": w.project,
+            "workflow": w.workflow,
+            "version": w.version,
+            "attempt": w.run.attempt(),
+            "state": w.run.state().as_str(),
+            "nodes": nodes,
+            "url": format!("{public_url}/v1/workflow-runs/{}", w.id),
+        },
+        "finished_at": at,
+    });
+    let key = format!("{}/attempt/{}", w.id, w.run.attempt());
+    message(hook, EventType::WorkflowFinished, format!("workflow-runs/{}", w.id), &key, at, data)
+}
+
+/// The `validation.decided` message `hook` gets for a validation's outcome.
+fn validation_message(hook: &WebhookDoc, v: &ValidationDoc, public_url: &str) -> Option<DeliveryDoc> {
+    let at = v.validation.decided_at?;
+    let state = v.validation.state.as_str();
+    let data = serde_json::json!({
+        "validation": {
+            "id": v.id,
+            "tenant": v.tenant,
+            "project": v.project,
+            "model_version": v.model_version,
+            "state": state,
+            "decisions": v.validation.decisions,
+            "workflow_run": v.workflow_run,
+            "url": format!("{public_url}/v1/validations/{}", v.id),
+        },
+        "decided_at": at,
+    });
+    let key = format!("{}/{state}", v.id);
+    message(hook, EventType::ValidationDecided, format!("validations/{}", v.id), &key, at, data)
 }
 
 /// The `quota.warning` message `hook` gets, noticed at `now`, when `n` is

@@ -246,6 +246,15 @@ pub const INDEXES: &[Index] = &[
         collection: WorkflowRunDoc::COLLECTION,
         fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("created_at", Direction::Desc)],
     },
+    // A project's workflow runs and validations by when they ended (the webhooks' sweep).
+    Index {
+        collection: WorkflowRunDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("run.ended_at", Direction::Asc)],
+    },
+    Index {
+        collection: ValidationDoc::COLLECTION,
+        fields: &[("tenant", Direction::Asc), ("project", Direction::Asc), ("decided_at", Direction::Asc)],
+    },
     // Active workflow runs, oldest first (the tick's sweep).
     Index {
         collection: WorkflowRunDoc::COLLECTION,

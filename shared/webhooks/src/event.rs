@@ -36,11 +36,18 @@ pub enum EventType {
     EndpointFailed,
     #[serde(rename = "quota.warning")]
     QuotaWarning,
+    /// A workflow run ended (each attempt of a resumed one ends once).
+    #[serde(rename = "workflow.finished")]
+    WorkflowFinished,
+    /// A validation of a model version reached its outcome: approved,
+    /// rejected, failed its checks, or withdrawn.
+    #[serde(rename = "validation.decided")]
+    ValidationDecided,
 }
 
 impl EventType {
     /// Every event type, in the order the API lists them.
-    pub const ALL: [EventType; 9] = [
+    pub const ALL: [EventType; 11] = [
         EventType::RunSucceeded,
         EventType::RunFailed,
         EventType::RunCancelled,
@@ -50,6 +57,8 @@ impl EventType {
         EventType::EndpointReady,
         EventType::EndpointFailed,
         EventType::QuotaWarning,
+        EventType::WorkflowFinished,
+        EventType::ValidationDecided,
     ];
 
     /// The event a run's entering `state` is, if webhooks hear of it: a
@@ -78,6 +87,8 @@ impl EventType {
             EventType::EndpointReady => "endpoint.ready",
             EventType::EndpointFailed => "endpoint.failed",
             EventType::QuotaWarning => "quota.warning",
+            EventType::WorkflowFinished => "workflow.finished",
+            EventType::ValidationDecided => "validation.decided",
         }
     }
 }
@@ -152,7 +163,7 @@ mod tests {
             err.to_string(),
             "unknown webhook event type `run.done`; valid types are: run.succeeded, run.failed, \
              run.cancelled, run.partial, run.started, job.finished, endpoint.ready, endpoint.failed, \
-             quota.warning"
+             quota.warning, workflow.finished, validation.decided"
         );
         assert!("RUN.SUCCEEDED".parse::<EventType>().is_err());
         assert!(serde_json::from_value::<EventType>(json!("run.done")).is_err());
