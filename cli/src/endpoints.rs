@@ -200,6 +200,12 @@ pub fn describe(e: &EndpointView) -> String {
         e.hosting,
         e.service,
     );
+    for d in &e.deprecated {
+        out.push_str(&format!(
+            "WARNING  serves {}, deprecated by {} ({}): promote another version or roll back\n",
+            d.model_version, d.by, d.reason
+        ));
+    }
     out.push_str("revisions\n");
     for r in &e.revisions {
         out.push_str(&format!(

@@ -124,6 +124,14 @@ async fn a_version_serves_only_once_a_second_person_approved_it_under_the_policy
     assert_eq!(s, 409, "{b}");
     let (s, b) = p.call(&dev, Method::GET, &format!("/v1/model-versions/{version}"), None).await;
     assert_eq!((s, b["deprecated"]["reason"].as_str()), (200, Some("trained on leaked rows")), "{b}");
+    // The endpoint that serves it says so.
+    let (s, e) = p.call(&dev, Method::GET, &format!("{endpoints}/prod"), None).await;
+    assert_eq!(s, 200, "{e}");
+    assert_eq!(
+        (e["deprecated"][0]["model_version"].as_str(), e["deprecated"][0]["reason"].as_str()),
+        (Some(version.as_str()), Some("trained on leaked rows")),
+        "{e:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

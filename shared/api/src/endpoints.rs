@@ -219,6 +219,19 @@ pub struct EndpointView {
     pub events: Vec<EndpointEventView>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// Versions its revisions serve that an admin deprecated since: roll
+    /// back or promote another.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deprecated: Vec<DeprecatedServing>,
+}
+
+/// A deprecated model version an endpoint still serves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DeprecatedServing {
+    pub model_version: ModelVersionId,
+    pub by: mapi_domain::UserId,
+    pub at: Timestamp,
+    pub reason: String,
 }
 
 /// A page of endpoints.

@@ -345,6 +345,7 @@ impl EndpointDoc {
                 .collect(),
             created_at: self.created_at,
             updated_at: self.updated_at,
+            deprecated: Vec::new(),
         }
     }
 }

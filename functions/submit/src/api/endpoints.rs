@@ -283,7 +283,25 @@ async fn view(state: &AppState, doc: &EndpointDoc) -> Result<EndpointView, ApiEr
             }
         }
     }
-    Ok(doc.view(&mapi_endpoints::Usage::sum(&shards)))
+    let mut view = doc.view(&mapi_endpoints::Usage::sum(&shards));
+    // An endpoint still serving a version deprecated since is flagged.
+    let serving = std::iter::once(doc.stable.as_str()).chain(doc.traffic.iter().map(|t| t.tag.as_str()));
+    let versions = serving
+        .filter_map(|t| doc.revision(t).and_then(Revision::model_version))
+        .chain(doc.promotion.iter().filter_map(|p| p.model_version.as_ref()));
+    let mut seen = std::collections::BTreeSet::new();
+    for version in versions.filter(|v| seen.insert(v.as_str().to_owned())) {
+        let found = mapi_schema::get::<ModelVersionDoc>(&*state.store, version.as_str()).await?;
+        if let Some(d) = found.and_then(|v| v.deprecated) {
+            view.deprecated.push(mapi_api::endpoints::DeprecatedServing {
+                model_version: version.clone(),
+                by: d.by,
+                at: d.at,
+                reason: d.reason,
+            });
+        }
+    }
+    Ok(view)
 }
 
 /// The region and scaling of a new endpoint of a tenant with `residency`:
