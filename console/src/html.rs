@@ -97,6 +97,7 @@ fn navigation(viewer: &Viewer, scope: Scope<'_>) -> Markup {
                     li { a href={(base) "/datasets"} { "Datasets" } }
                     li { a href={(base) "/jobs"} { "Item jobs" } }
                     li { a href={(base) "/models"} { "Models" } }
+                    li { a href={(base) "/workflows"} { "Workflows" } }
                     li { a href={(base) "/usage"} { "Usage" } }
                     li { a href={(base) "/tokens"} { "Tokens" } }
                     li { a href={(base) "/members"} { "Project members" } }

@@ -45,6 +45,22 @@ async fn wait(p: &TestPlatform, id: &str, done: impl Fn(&Value) -> bool) -> Valu
     }
 }
 
+/// A console page as `email` sees it, with the CSRF value its forms carry
+/// and the session's cookie.
+async fn console_page(p: &TestPlatform, email: &str, path: &str) -> (String, String, String) {
+    let cookie = format!("mapi_console={}", p.console_session(email).await);
+    let resp = p.http.get(p.url(path)).header("cookie", &cookie).send().await.expect("page");
+    assert_eq!(resp.status(), 200, "{path}");
+    let page = resp.text().await.expect("html");
+    let csrf = page
+        .split("name=\"_csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_owned();
+    (page, csrf, cookie)
+}
+
 fn node<'a>(r: &'a Value, id: &str) -> &'a Value {
     r["nodes"]
         .as_array()
@@ -169,7 +185,37 @@ async fn a_sweeps_best_fit_is_validated_by_a_second_person_then_promoted() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, r) = p.call(p.token(), Method::GET, &format!("/v1/workflow-runs/{id}"), None).await;
     assert_eq!(node(&r, "ship")["state"], "pending", "nothing is promoted before the approval: {r:#}");
-    let (s, b) = p.call(&ana, Method::POST, &approvals, approve("every predictor, R² 0.995")).await;
+    // The reviewer approves in the console: the run's page draws its nodes
+    // and shows the validation's checks with the approve form.
+    let (page, csrf, cookie) =
+        console_page(&p, "ana@dev.local", &format!("/console/workflow-runs/{id}")).await;
+    for shown in [
+        "Node sweep",
+        "Node check",
+        "Node ship",
+        "r_squared &gt;= 0.9",
+        "best",
+        "Approve",
+        validation.as_str(),
+    ] {
+        assert!(page.contains(shown), "{shown}: {page}");
+    }
+    let form = [
+        ("_csrf", csrf.as_str()),
+        ("action", "approve"),
+        ("validation", validation.as_str()),
+        ("reason", "every predictor, R² 0.995"),
+    ];
+    let resp = p
+        .http
+        .post(p.url(&format!("/console/workflow-runs/{id}/act")))
+        .header("cookie", &cookie)
+        .form(&form)
+        .send()
+        .await
+        .expect("post");
+    assert!(resp.status().is_redirection() || resp.status().is_success(), "{}", resp.status());
+    let (s, b) = p.call(&ana, Method::GET, &format!("/v1/validations/{validation}"), None).await;
     assert_eq!((s, b["state"].as_str()), (200, Some("approved")), "{b}");
 
     // Then it is promoted through the gate, and the workflow run succeeds.
@@ -205,6 +251,12 @@ async fn a_sweeps_best_fit_is_validated_by_a_second_person_then_promoted() {
         (Some("approved"), Some(id.as_str()))
     );
     assert_eq!(data["decisions"][0]["by"], "ana@dev.local", "{data}");
+
+    // The project's page lists the run, the workflow and the policy in force.
+    let (page, _, _) = console_page(&p, "vic@dev.local", "/console/t/dev/p/default/workflows").await;
+    for shown in [id.as_str(), "sweep", "r_squared &gt;= 0.9", "Approvals by reviewers: 1"] {
+        assert!(page.contains(shown), "{shown}: {page}");
+    }
 
     // Listed, audited; ended runs refuse a cancel and a resume.
     let (s, list) = p.call(&vic, Method::GET, &format!("{project}/workflow-runs?workflow=sweep"), None).await;

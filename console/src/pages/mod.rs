@@ -10,6 +10,7 @@ mod ops;
 mod runs;
 mod tokens;
 mod usage;
+mod workflows;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, RawPathParams};
@@ -35,6 +36,7 @@ pub fn routes(max_dataset_bytes: usize) -> Router<Console> {
         .merge(tokens::routes())
         .merge(members::routes())
         .merge(ops::routes())
+        .merge(workflows::routes())
 }
 
 /// A tenant and project from a console path, checked as the API checks
