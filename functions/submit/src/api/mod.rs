@@ -115,10 +115,13 @@ pub fn router(state: &AppState) -> Router<AppState> {
             post(workflows::create).get(workflows::list),
         )
         .route(
-            "/v1/tenants/{tenant}/projects/{project}/workflows/{name}",
+            "/v1/tenants/{tenant}/projects/{project}/workflows/{workflow}",
             get(workflows::get_workflow).put(workflows::update).delete(workflows::delete),
         )
-        .route("/v1/tenants/{tenant}/projects/{project}/workflows/{name}/runs", post(workflow_runs::start))
+        .route(
+            "/v1/tenants/{tenant}/projects/{project}/workflows/{workflow}/runs",
+            post(workflow_runs::start),
+        )
         .route("/v1/tenants/{tenant}/projects/{project}/workflow-runs", get(workflow_runs::list))
         .route("/v1/workflow-runs/{id}", get(workflow_runs::get_run))
         .route("/v1/workflow-runs/{id}/cancel", post(workflow_runs::cancel))

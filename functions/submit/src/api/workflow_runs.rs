@@ -111,8 +111,8 @@ fn unit(definition: &Definition) -> mapi_quota::Ask {
 }
 
 /// Start a run of a workflow.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{name}/runs", tag = "workflows",
-    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("name" = String, Path)),
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{workflow}/runs", tag = "workflows",
+    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("workflow" = String, Path)),
     request_body = StartWorkflow,
     responses(
         (status = 201, body = WorkflowRunView, description = "Started: its first nodes start now"),
@@ -243,7 +243,7 @@ pub struct RunsQuery {
 /// A project's workflow runs, newest first.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/workflow-runs", tag = "workflows",
     params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), RunsQuery),
-    responses((status = 200, body = WorkflowRunPage), (status = 404, body = mapi_problem::Problem)),
+    responses((status = 200, body = WorkflowRunPage), (status = 400, body = mapi_problem::Problem, description = "A page_token no listing gave"), (status = 404, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = [])))]
 pub async fn list(
     State(state): State<AppState>,

@@ -95,14 +95,17 @@ pub(crate) async fn load(
     (tenant, project): (&TenantId, &ProjectId),
     name: &str,
 ) -> Result<WorkflowDoc, ApiError> {
+    let missing = || {
+        ApiError::not_found(format!(
+            "workflow {} not found in {tenant}/{project}",
+            name.chars().take(64).collect::<String>()
+        ))
+    };
+    // A name no workflow can have names none (and is no key to look up).
+    check_name(name).map_err(|_| missing())?;
     mapi_schema::get::<WorkflowDoc>(&*state.store, &WorkflowDoc::id_of(tenant, project, name))
         .await?
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "workflow {} not found in {tenant}/{project}",
-                name.chars().take(64).collect::<String>()
-            ))
-        })
+        .ok_or_else(missing)
 }
 
 /// Version `version` of a workflow, or 404.
@@ -190,8 +193,8 @@ fn version_of(d: &WorkflowDoc) -> WorkflowVersionDoc {
 }
 
 /// Replace a workflow's definition: its next version.
-#[utoipa::path(put, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{name}", tag = "workflows",
-    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("name" = String, Path)),
+#[utoipa::path(put, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{workflow}", tag = "workflows",
+    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("workflow" = String, Path)),
     request_body = UpdateWorkflow,
     responses(
         (status = 200, body = WorkflowView, description = "The new version"),
@@ -248,9 +251,9 @@ pub struct VersionQuery {
 }
 
 /// A workflow, at its latest version or one asked for.
-#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{name}", tag = "workflows",
-    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("name" = String, Path), VersionQuery),
-    responses((status = 200, body = WorkflowView), (status = 404, body = mapi_problem::Problem)),
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{workflow}", tag = "workflows",
+    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("workflow" = String, Path), VersionQuery),
+    responses((status = 200, body = WorkflowView), (status = 400, body = mapi_problem::Problem), (status = 404, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = [])))]
 pub async fn get_workflow(
     State(state): State<AppState>,
@@ -275,7 +278,7 @@ pub async fn get_workflow(
 /// A project's workflows, by name.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/projects/{project}/workflows", tag = "workflows",
     params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), PageQuery),
-    responses((status = 200, body = WorkflowPage), (status = 404, body = mapi_problem::Problem)),
+    responses((status = 200, body = WorkflowPage), (status = 400, body = mapi_problem::Problem, description = "A page_token no listing gave"), (status = 404, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
@@ -290,8 +293,8 @@ pub async fn list(
 }
 
 /// Delete a workflow and its versions (its runs keep the definition they ran).
-#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{name}", tag = "workflows",
-    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("name" = String, Path)),
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/projects/{project}/workflows/{workflow}", tag = "workflows",
+    params(("tenant" = TenantId, Path), ("project" = ProjectId, Path), ("workflow" = String, Path)),
     responses((status = 204, description = "Deleted"), (status = 404, body = mapi_problem::Problem)),
     security(("session" = []), ("token" = [])))]
 pub async fn delete(
