@@ -711,6 +711,28 @@ nodes:
         }
     }
 
+    /// A definition is tenant input: an alias bomb (each level nine copies
+    /// of the last, 9^9 strings expanded) and nesting 10,000 deep are
+    /// refused at once, not expanded or recursed through.
+    #[test]
+    fn hostile_yaml_is_refused_without_expanding_it() {
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let p = i - 1;
+            bomb.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        bomb.push_str("nodes: [*a8]\n");
+        let deep = format!("nodes: {}{}", "[".repeat(10_000), "]".repeat(10_000));
+        for text in [bomb, deep] {
+            let started = std::time::Instant::now();
+            let e = Definition::parse(&text).and_then(|v| Definition::decode(&v)).expect_err("refused");
+            assert!(started.elapsed() < std::time::Duration::from_secs(2), "{e}");
+            assert_eq!(e.node, None, "{e}");
+        }
+    }
+
     #[test]
     fn a_grid_is_bounded_and_a_plugin_method_is_judged_at_its_run() {
         let values: Vec<u32> = (0..11).collect();
