@@ -227,9 +227,14 @@ impl TestPlatform {
     /// Uploads `csv` as a dataset of the project at `project_path`
     /// (`/v1/tenants/T/projects/P`) with `token`; returns its id.
     pub async fn upload_as(&self, token: &str, project_path: &str, csv: &str) -> String {
+        self.upload_named(token, project_path, "test", csv).await
+    }
+
+    /// [`TestPlatform::upload_as`], under `name` (how a workflow node may name it).
+    pub async fn upload_named(&self, token: &str, project_path: &str, name: &str, csv: &str) -> String {
         let resp = self
             .http
-            .post(self.url(&format!("{project_path}/datasets?name=test")))
+            .post(self.url(&format!("{project_path}/datasets?name={name}")))
             .bearer_auth(token)
             .header("content-type", "text/csv")
             .body(csv.to_owned())

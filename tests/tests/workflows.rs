@@ -18,17 +18,7 @@ const SWEEP: &str = include_str!("../../examples/workflows/sweep.yaml");
 const GATE: [(&str, &str); 2] = [("MAPI_ENDPOINTS_STEP_S", "0"), ("MAPI_ENDPOINTS_STEP_REQUESTS", "0")];
 
 async fn upload(p: &TestPlatform, token: &str, name: &str, csv: &str) -> String {
-    let resp = p
-        .http
-        .post(p.url(&format!("{}/datasets?name={name}", p.project_path())))
-        .bearer_auth(token)
-        .header("content-type", "text/csv")
-        .body(csv.to_owned())
-        .send()
-        .await
-        .expect("upload");
-    assert_eq!(resp.status(), 201);
-    resp.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_owned()
+    p.upload_named(token, &p.project_path(), name, csv).await
 }
 
 /// Polls workflow run `id` until `done` holds (bounded: 120 s).
