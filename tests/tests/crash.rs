@@ -68,6 +68,21 @@ fn files_under(root: &Path, dir: &Path, out: &mut String) {
     }
 }
 
+/// SIGKILLs `dev` once run `id` is running (bounded: 60 s).
+async fn kill_once_running(http: &reqwest::Client, dev: &mut DevProcess, token: &str, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = get(http, &format!("{}/v1/runs/{id}", dev.url), token).await.unwrap_or_default();
+        if r["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "run {id} did not start: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    dev.child.kill().expect("SIGKILL");
+    dev.child.wait().expect("reaped");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_accepted_run_ends_once_after_a_crash() {
     let home = tempfile::tempdir().expect("tempdir");
@@ -107,17 +122,7 @@ async fn every_accepted_run_ends_once_after_a_crash() {
         ids.push(r["id"].as_str().expect("id").to_owned());
     }
     // Kill it while sleeps are running.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = get(&http, &format!("{}/v1/runs/{}", dev.url, ids[0]), &token).await.unwrap_or_default();
-        if r["state"] == "running" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no run started: {r}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    dev.child.kill().expect("SIGKILL");
-    dev.child.wait().expect("reaped");
+    kill_once_running(&http, &mut dev, &token, &ids[0]).await;
 
     let dev = DevProcess::start(home.path(), port, &[]);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -202,17 +207,7 @@ async fn a_killed_platform_resumes_a_workflow_run_with_no_node_run_twice() {
     assert_eq!(s, 201, "{started}");
     let id = started["id"].as_str().expect("id").to_owned();
     let nap = started["nodes"][0]["runs"][0]["run"].as_str().expect("the nap's run").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = get(&http, &format!("{}/v1/runs/{nap}", dev.url), &token).await.unwrap_or_default();
-        if r["state"] == "running" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the nap did not start: {r}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    dev.child.kill().expect("SIGKILL");
-    dev.child.wait().expect("reaped");
+    kill_once_running(&http, &mut dev, &token, &nap).await;
 
     let dev = DevProcess::start(home.path(), port, &[]);
     let deadline = Instant::now() + Duration::from_secs(120);
