@@ -329,3 +329,29 @@ async fn health_build_info_metrics_and_openapi_are_served() {
         p.http.get(p.url("/openapi.json")).send().await.expect("openapi").json().await.expect("json");
     assert!(doc["paths"]["/v1/runs/{id}"].is_object());
 }
+
+/// The platform's own address: a browser is sent to the console (which
+/// signs it in), any other client is told where things are; never a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_platforms_address_leads_a_browser_to_the_console() {
+    let p = TestPlatform::start(&[]).await;
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let browser = http
+        .get(p.url("/"))
+        .header("accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(browser.status(), 303);
+    assert_eq!(browser.headers().get("location").and_then(|v| v.to_str().ok()), Some("/console"));
+    let client = http.get(p.url("/")).send().await.expect("get");
+    assert_eq!(client.status(), 200);
+    let index: Value = client.json().await.expect("json");
+    assert_eq!(
+        (index["console"].as_str(), index["openapi"].as_str()),
+        (Some("/console"), Some("/openapi.json"))
+    );
+    let doc = http.get(p.url(index["openapi"].as_str().expect("path"))).send().await.expect("get");
+    assert_eq!(doc.status(), 200, "the index's paths answer");
+}

@@ -43,7 +43,7 @@ use utoipa::OpenApi;
     paths(
         api::datasets::upload, api::datasets::list, api::datasets::get_dataset, api::datasets::delete_dataset, api::datasets::download_url, api::runs::submit, api::runs::list, api::runs::get_run, api::labels::update,
         api::runs::cancel, api::runs::retry, api::tracking::log, api::tracking::read, api::tracking::put_image, api::tracking::image_url, api::logs::run_logs, api::outputs::download, api::runs::get_child, api::jobs::submit, api::jobs::list, api::jobs::get_job, api::jobs::list_items, api::jobs::item_log,
-        api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest,
+        api::jobs::cancel, api::jobs::retry_failed, api::docs::usage, api::docs::manifest, api::docs::index,
         api::methods::list, api::methods::get_method, api::project_methods::project_list, api::project_methods::project_get,
         api::model_versions::list, api::model_versions::get_version, api::model_versions::urls, api::model_versions::manifest, api::model_versions::signing_keys,
         api::validations::submit, api::validations::list, api::validations::deprecate, api::validations::get_validation, api::validations::decide, api::validations::cancel,
@@ -101,6 +101,7 @@ use utoipa::OpenApi;
         mapi_api::governance::CheckOutcome,
         mapi_api::governance::Decision,
         mapi_api::governance::State,
+        api::docs::Index,
         mapi_api::workflows::CreateWorkflow,
         mapi_api::workflows::UpdateWorkflow,
         mapi_api::workflows::WorkflowView,
@@ -186,6 +187,7 @@ pub fn router(state: AppState) -> Router {
     let json_limit = state.config.max_json_bytes;
     api::router(&state)
         .route("/manifest", get(api::docs::manifest))
+        .route("/", get(api::docs::index))
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
 }

@@ -138,3 +138,43 @@ pub async fn manifest() -> axum::Json<Manifest> {
         methods: mapi_methods::all().iter().map(|m| m.name).collect(),
     })
 }
+
+/// Where things are, for a client that asks the platform's own address.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Index {
+    pub service: &'static str,
+    pub version: &'static str,
+    /// The web console, for people.
+    pub console: &'static str,
+    /// This API's OpenAPI document.
+    pub openapi: &'static str,
+    /// The API version and the method registry's.
+    pub manifest: &'static str,
+}
+
+/// The platform's own address: a browser (one that accepts HTML) is sent
+/// to the console, which signs it in; any other client is told where
+/// things are.
+#[utoipa::path(get, path = "/", tag = "jobs",
+    responses(
+        (status = 200, body = Index, description = "Where the console, the OpenAPI document and the manifest are"),
+        (status = 303, description = "A browser: to /console"),
+    ))]
+pub async fn index(headers: axum::http::HeaderMap) -> axum::response::Response {
+    let html = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|t| t.trim().starts_with("text/html")));
+    if html {
+        return axum::response::Redirect::to("/console").into_response();
+    }
+    axum::Json(Index {
+        service: "mapi",
+        version: env!("CARGO_PKG_VERSION"),
+        console: "/console",
+        openapi: "/openapi.json",
+        manifest: "/manifest",
+    })
+    .into_response()
+}
