@@ -108,23 +108,24 @@ fn children_of(doc: &WorkflowRunDoc, id: &str) -> usize {
 /// made on the way.
 async fn look(state: &AppState, doc: &WorkflowRunDoc) -> Result<Vec<(String, Seen)>, ApiError> {
     let mut seen = Vec::new();
+    let who = Starter::new();
     let running: Vec<(&Node, &mapi_workflows::NodeRun)> =
         doc.run.nodes().filter(|(_, r)| r.state == NodeState::Running).collect();
     for (node, part) in running {
         let id = node.id.clone();
         match node.kind {
             Kind::Run | Kind::Grid => {
-                for s in children(state, doc, node, part).await? {
+                for s in children(state, (doc, &who), node, part).await? {
                     seen.push((id.clone(), s));
                 }
             }
             Kind::Validate => {
-                if let Some(s) = validation(state, doc, node, part).await? {
+                if let Some(s) = validation(state, (doc, &who), node, part).await? {
                     seen.push((id, s));
                 }
             }
             Kind::Deploy => {
-                if let Some(s) = deploy(state, doc, node, part).await? {
+                if let Some(s) = deploy(state, (doc, &who), node, part).await? {
                     seen.push((id, s));
                 }
             }
@@ -133,10 +134,23 @@ async fn look(state: &AppState, doc: &WorkflowRunDoc) -> Result<Vec<(String, See
     Ok(seen)
 }
 
+/// The workflow run's starter as one pass reads them: once, however many
+/// children, validations or promotions the pass makes as them.
+type Starter = tokio::sync::OnceCell<Result<Caller, String>>;
+
+/// The person who started the workflow run, as they are now (read at most
+/// once a pass, into `who`).
+async fn starter(
+    state: &AppState,
+    (doc, who): (&WorkflowRunDoc, &Starter),
+) -> Result<Result<Caller, String>, ApiError> {
+    who.get_or_try_init(|| read_starter(state, doc)).await.cloned()
+}
+
 /// The person who started the workflow run, as they are now: through the
 /// token they started it with (refused once it is revoked or expired), or
 /// signed in.
-async fn starter(state: &AppState, doc: &WorkflowRunDoc) -> Result<Result<Caller, String>, ApiError> {
+async fn read_starter(state: &AppState, doc: &WorkflowRunDoc) -> Result<Result<Caller, String>, ApiError> {
     let principal = match &doc.token {
         None => Principal::Session { user: doc.started_by.clone(), operator: false },
         Some(hash) => {
@@ -174,7 +188,7 @@ fn lasting(e: ApiError) -> Result<Option<String>, ApiError> {
 /// and not made yet, made (a lasting refusal is seen as `refused`).
 async fn children(
     state: &AppState,
-    doc: &WorkflowRunDoc,
+    (doc, who): (&WorkflowRunDoc, &Starter),
     node: &Node,
     part: &mapi_workflows::NodeRun,
 ) -> Result<Vec<Seen>, ApiError> {
@@ -185,7 +199,7 @@ async fn children(
     for (child, found) in open.into_iter().zip(docs) {
         let ended = match found {
             Some(d) => ended(state, &d.decode::<RunDoc>()?, node.metric.as_deref()).await?,
-            None => make(state, doc, node, child).await?,
+            None => make(state, (doc, who), node, child).await?,
         };
         if let Some(ended) = ended {
             seen.push(Seen::Child { run: child.run.clone(), ended });
@@ -227,7 +241,7 @@ async fn ended(state: &AppState, run: &RunDoc, metric: Option<&str>) -> Result<O
 /// can never be made (the refusal, seen as the child's end).
 async fn make(
     state: &AppState,
-    doc: &WorkflowRunDoc,
+    (doc, who): (&WorkflowRunDoc, &Starter),
     node: &Node,
     child: &mapi_workflows::Child,
 ) -> Result<Option<Ended>, ApiError> {
@@ -237,7 +251,7 @@ async fn make(
         model_version: None,
         detail: Some(detail),
     };
-    let caller = match starter(state, doc).await? {
+    let caller = match starter(state, (doc, who)).await? {
         Ok(c) => c,
         Err(why) => return Ok(Some(refused(why))),
     };
@@ -317,7 +331,7 @@ fn labels(
 /// once decided.
 async fn validation(
     state: &AppState,
-    doc: &WorkflowRunDoc,
+    (doc, who): (&WorkflowRunDoc, &Starter),
     node: &Node,
     part: &mapi_workflows::NodeRun,
 ) -> Result<Option<Seen>, ApiError> {
@@ -326,7 +340,7 @@ async fn validation(
     };
     let found = match mapi_schema::get::<ValidationDoc>(&*state.store, id).await? {
         Some(v) => v,
-        None => match submit(state, doc, node, (id, version)).await? {
+        None => match submit(state, (doc, who), node, (id, version)).await? {
             Ok(v) => v,
             Err(refusal) => return Ok(refusal.map(|why| Seen::Validation(Err(why)))),
         },
@@ -350,11 +364,11 @@ async fn validation(
 /// again later; `Err(Some(why))`: it can never be submitted.
 async fn submit(
     state: &AppState,
-    doc: &WorkflowRunDoc,
+    (doc, who): (&WorkflowRunDoc, &Starter),
     node: &Node,
     (id, version): (&str, &str),
 ) -> Result<Result<ValidationDoc, Option<String>>, ApiError> {
-    let caller = match starter(state, doc).await? {
+    let caller = match starter(state, (doc, who)).await? {
         Ok(c) => c,
         Err(why) => return Ok(Err(Some(why))),
     };
@@ -403,7 +417,7 @@ fn promoted(endpoint: &EndpointDoc, version: &str, since: Timestamp) -> Promoted
 /// was rolled back.
 async fn deploy(
     state: &AppState,
-    doc: &WorkflowRunDoc,
+    (doc, who): (&WorkflowRunDoc, &Starter),
     node: &Node,
     part: &mapi_workflows::NodeRun,
 ) -> Result<Option<Seen>, ApiError> {
@@ -425,7 +439,7 @@ async fn deploy(
             "the promotion of {version} on {alias} was rolled back: see the endpoint's events"
         ))))),
         Promoted::NotYet => {
-            let caller = match starter(state, doc).await? {
+            let caller = match starter(state, (doc, who)).await? {
                 Ok(c) => c,
                 Err(why) => return Ok(Some(Seen::Deploy(Err(why)))),
             };
