@@ -142,17 +142,7 @@ impl Style {
 
 /// A size for people: `812 bytes`, `3.3 KiB`, `1.5 MiB` (JSON output keeps the exact bytes).
 pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} bytes");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    mapi_api::words::size(bytes)
 }
 
 /// How long ago `then` was, for people (`just now`, `4 min ago`, `3 h ago`, `2 days ago`; the

@@ -121,9 +121,18 @@ pub(crate) struct LsArgs {
     /// (quote it: the shell reads > and <).
     #[arg(long)]
     metric: Option<String>,
-    /// The filters of this saved view (`mapi runs views ls`).
+    /// The filters and columns of this saved view (`mapi runs views ls`).
     #[arg(long)]
     view: Option<String>,
+    /// Comma-separated columns to show instead (e.g. 'name,state,params.alpha,metrics.r2').
+    #[arg(long)]
+    columns: Option<String>,
+    /// Sort the runs listed by this column (a metric, a param, charged, …).
+    #[arg(long)]
+    sort: Option<String>,
+    /// With --sort: largest first.
+    #[arg(long, requires = "sort")]
+    desc: bool,
     #[arg(long, default_value_t = 20)]
     limit: u32,
     #[command(flatten)]
@@ -318,8 +327,22 @@ async fn get(ctx: &Ctx, args: GetArgs) -> Result<ExitCode> {
 }
 
 async fn ls(ctx: &Ctx, args: LsArgs) -> Result<ExitCode> {
-    let LsArgs { state, tag, experiment, param, metric, view, limit, scope } = args;
+    let LsArgs { state, tag, experiment, param, metric, view, columns, sort, desc, limit, scope } = args;
     let (t, p) = ctx.scope(&scope)?;
+    let shown: Option<Vec<String>> = match (&columns, &view) {
+        (Some(c), _) => {
+            Some(c.split(',').map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned).collect())
+        }
+        (None, Some(v)) => {
+            #[derive(serde::Deserialize)]
+            struct Saved {
+                columns: Vec<String>,
+            }
+            let saved: Saved = ctx.client.get(&format!("/v1/tenants/{t}/projects/{p}/run-views/{v}")).await?;
+            Some(saved.columns)
+        }
+        (None, None) => None,
+    };
     let filters = [
         ("state", state.map(|s| s.as_str().to_owned())),
         ("tag", tag.clone()),
@@ -327,23 +350,17 @@ async fn ls(ctx: &Ctx, args: LsArgs) -> Result<ExitCode> {
         ("param", param.clone()),
         ("metric", metric.clone()),
         ("view", view.clone()),
+        ("columns", columns.clone()),
     ];
-    let page = runs_up_to(ctx, &format!("/v1/tenants/{t}/projects/{p}/runs"), &filters, limit).await?;
+    let mut page = runs_up_to(ctx, &format!("/v1/tenants/{t}/projects/{p}/runs"), &filters, limit).await?;
+    if let Some(by) = &sort {
+        mapi_api::views::sort_runs(&mut page.runs, by, desc);
+    }
     ctx.print(&page, || {
-        let mut table = Table::new(&["ID", "METHOD", "STATE", "CLASS", "ATT", "CREATED", "CHARGED"])
-            .right(&[4, 6])
-            .flex(&[1]);
-        for r in &page.runs {
-            table.row(vec![
-                r.id.to_string().into(),
-                r.method.as_str().into(),
-                Cell::state(r.state.as_str()),
-                r.class.as_str().into(),
-                r.attempt.0.to_string().into(),
-                crate::output::ago(r.created_at).into(),
-                money(r.charged_micros, "USD").into(),
-            ]);
-        }
+        let table = match &shown {
+            Some(columns) => chosen_columns(&page.runs, columns),
+            None => default_columns(&page.runs),
+        };
         let narrowed =
             tag.is_some() || experiment.is_some() || param.is_some() || metric.is_some() || view.is_some();
         let empty = match (state, narrowed) {
@@ -357,6 +374,56 @@ async fn ls(ctx: &Ctx, args: LsArgs) -> Result<ExitCode> {
         crate::output::listing(&table, &empty)
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn default_columns(runs: &[mapi_api::views::RunSummary]) -> Table {
+    let mut table = Table::new(&["ID", "METHOD", "STATE", "CLASS", "ATT", "CREATED", "CHARGED"])
+        .right(&[4, 6])
+        .flex(&[1]);
+    for r in runs {
+        table.row(vec![
+            r.id.to_string().into(),
+            r.method.as_str().into(),
+            Cell::state(r.state.as_str()),
+            r.class.as_str().into(),
+            r.attempt.0.to_string().into(),
+            crate::output::ago(r.created_at).into(),
+            money(r.charged_micros, "USD").into(),
+        ]);
+    }
+    table
+}
+
+/// The runs under the columns a view (or `--columns`) names, the run's id first.
+fn chosen_columns(runs: &[mapi_api::views::RunSummary], columns: &[String]) -> Table {
+    use mapi_api::views::Column;
+    let columns: Vec<&String> = columns.iter().filter(|c| c.as_str() != "id").collect();
+    let headers: Vec<String> = std::iter::once("ID".to_owned())
+        .chain(columns.iter().map(|c| if c.contains('.') { (*c).clone() } else { c.to_uppercase() }))
+        .collect();
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let numeric: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.starts_with("metrics.") || matches!(c.as_str(), "attempt" | "charged"))
+        .map(|(i, _)| i + 1)
+        .collect();
+    let mut table = Table::new(&headers).right(&numeric);
+    for r in runs {
+        let mut cells: Vec<Cell> = vec![r.id.to_string().into()];
+        for c in &columns {
+            cells.push(match (c.as_str(), r.column(c)) {
+                ("state", _) => Cell::state(r.state.as_str()),
+                ("created_at", _) => crate::output::ago(r.created_at).into(),
+                ("charged", _) => money(r.charged_micros, "USD").into(),
+                (_, Column::Number(n)) => mapi_api::words::number(n).into(),
+                (_, Column::Text(t)) => t.into(),
+                (_, Column::Missing) => "—".into(),
+            });
+        }
+        table.row(cells);
+    }
+    table
 }
 
 async fn cancel(ctx: &Ctx, args: CancelArgs) -> Result<ExitCode> {

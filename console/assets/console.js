@@ -1,7 +1,8 @@
 // The console's only script. Pages work without it; with it, a section
 // marked data-live="URL" is replaced by a fresh copy from URL every two
-// seconds until the copy says data-final, and "select all" boxes toggle
-// their table's row boxes.
+// seconds until the copy says data-final, a log followed (a checked
+// data-follow box) stays scrolled to its end, and "select all" boxes
+// toggle their table's row boxes.
 (function () {
   "use strict";
   function poll(el) {
@@ -14,12 +15,20 @@
           var box = document.createElement("div");
           box.innerHTML = text;
           var fresh = box.firstElementChild;
-          if (fresh) { el.replaceWith(fresh); poll(fresh); } else { poll(el); }
+          if (fresh) { el.replaceWith(fresh); follow(); poll(fresh); } else { poll(el); }
         })
         .catch(function () { poll(el); });
     }, 2000);
   }
+  function follow() {
+    document.querySelectorAll("input[data-follow]").forEach(function (box) {
+      var log = document.getElementById(box.getAttribute("data-follow"));
+      if (box.checked && log) { log.scrollTop = log.scrollHeight; }
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
+    follow();
+    document.querySelectorAll("input[data-follow]").forEach(function (box) { box.addEventListener("change", follow); });
     document.querySelectorAll("[data-live]").forEach(poll);
     document.querySelectorAll("input[data-select-all]").forEach(function (all) {
       all.addEventListener("change", function () {

@@ -72,6 +72,102 @@ pub fn bars(title: &str, description: &str, bars: &[Bar], axis_label: impl Fn(i6
     s
 }
 
+/// One line of a line chart: what it is (a run, a series) and its points
+/// (step, value), in any order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Line {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Colours and dash patterns of the lines, in turn: the pattern and the
+/// legend's name tell lines apart where colour cannot.
+const STROKES: [(&str, &str); 6] = [
+    ("#1f4e8c", ""),
+    ("#b3261e", "6 3"),
+    ("#1d6b3a", "2 3"),
+    ("#7a4b00", "8 3 2 3"),
+    ("#5b2a86", "1 2"),
+    ("#00636b", "10 4"),
+];
+
+/// A line chart of `lines` over steps, one value axis, a legend naming
+/// each line. `id` makes the chart's title and description unique on a
+/// page that draws several.
+pub fn lines(id: &str, title: &str, description: &str, lines: &[Line]) -> String {
+    let all = || lines.iter().flat_map(|l| l.points.iter()).filter(|(x, y)| x.is_finite() && y.is_finite());
+    let (x0, x1) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (x, _)| (a.min(*x), b.max(*x)));
+    let (y0, y1) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (_, y)| (a.min(*y), b.max(*y)));
+    let (x0, x1) = if x0.is_finite() { (x0, if x1 > x0 { x1 } else { x0 + 1.0 }) } else { (0.0, 1.0) };
+    let (y0, y1) = if y0.is_finite() { (y0, if y1 > y0 { y1 } else { y0 + 1.0 }) } else { (0.0, 1.0) };
+    let legend_h = 18 * i64::try_from(lines.len()).unwrap_or(0);
+    let height = HEIGHT + legend_h;
+    let plot_w = (WIDTH - LEFT - 16) as f64;
+    let plot_h = (HEIGHT - TOP - BOTTOM) as f64;
+    let px = |x: f64| LEFT as f64 + (x - x0) / (x1 - x0) * plot_w;
+    let py = |y: f64| TOP as f64 + plot_h - (y - y0) / (y1 - y0) * plot_h;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg class="chart" role="img" aria-labelledby="{id}-title {id}-desc" viewBox="0 0 {WIDTH} {height}" width="100%" preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg"><title id="{id}-title">{}</title><desc id="{id}-desc">{}</desc>"#,
+        escape(title),
+        escape(description)
+    );
+    for step in 0..=4 {
+        let value = y0 + (y1 - y0) * f64::from(step) / 4.0;
+        let y = py(value);
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#c8c8c8"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            WIDTH - 16,
+            LEFT - 4,
+            y + 4.0,
+            escape(&mapi_api::words::number(value))
+        );
+    }
+    for x in [x0, x1] {
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">step {}</text>"#,
+            px(x),
+            HEIGHT - 10,
+            escape(&mapi_api::words::number(x))
+        );
+    }
+    for (i, line) in lines.iter().enumerate() {
+        let (colour, dash) = STROKES[i % STROKES.len()];
+        let mut points: Vec<(f64, f64)> =
+            line.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let path: Vec<String> = points.iter().map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
+        let last = points.last().map_or(String::new(), |(x, y)| {
+            format!("last at step {}: {}", mapi_api::words::number(*x), mapi_api::words::number(*y))
+        });
+        let _ = write!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"><title>{}: {} points, {}</title></polyline>"#,
+            path.join(" "),
+            escape(&line.label),
+            points.len(),
+            escape(&last)
+        );
+        if let [(x, y)] = points.as_slice() {
+            let _ = write!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"/>"#, px(*x), py(*y));
+        }
+        let ly = HEIGHT + 18 * i64::try_from(i).unwrap_or(0) + 4;
+        let _ = write!(
+            s,
+            r#"<line x1="{LEFT}" x2="{}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{}">{}</text>"#,
+            LEFT + 28,
+            LEFT + 34,
+            ly + 4,
+            escape(&line.label)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
 /// The least of 1, 2 or 5 times a power of ten at or above `v`.
 fn round_up(v: i64) -> i64 {
     let mut p = 1i64;
@@ -106,6 +202,20 @@ mod tests {
         assert!(svg.contains(r#"height="0" fill"#), "{svg}");
         assert!(svg.contains("<title>02: 100 units</title>"));
         assert!(svg.contains(">100</text>") && svg.contains(">50</text>"));
+    }
+
+    #[test]
+    fn lines_span_the_plot_and_each_has_a_legend_entry() {
+        let a = Line { label: "run_a".into(), points: vec![(2.0, 0.5), (0.0, 1.0), (1.0, f64::NAN)] };
+        let b = Line { label: "<b>".into(), points: vec![(1.0, 0.75)] };
+        let svg = lines("loss", "loss", "over steps", &[a, b]);
+        // Steps 0..2 span x 56..704; values 0.5..1 span y 192..12, sorted by step.
+        assert!(svg.contains(r#"points="56.0,12.0 704.0,192.0""#), "{svg}");
+        assert!(svg.contains("<title>run_a: 2 points, last at step 2: 0.5</title>"), "{svg}");
+        assert!(svg.contains("<circle cx=\"380.0\" cy=\"102.0\""), "{svg}");
+        assert!(svg.contains(">&lt;b&gt;</text>") && !svg.contains("<b>"));
+        assert!(svg.contains(r#"id="loss-title""#) && svg.contains(">step 0<") && svg.contains(">step 2<"));
+        assert!(svg.contains(">0.75</text>") && svg.contains(">0.5</text>") && svg.contains(">1</text>"));
     }
 
     #[test]

@@ -97,7 +97,10 @@ fn navigation(viewer: &Viewer, scope: Scope<'_>) -> Markup {
                     li { a href={(base) "/datasets"} { "Datasets" } }
                     li { a href={(base) "/jobs"} { "Item jobs" } }
                     li { a href={(base) "/models"} { "Models" } }
+                    li { a href={(base) "/experiments"} { "Experiments" } }
+                    li { a href={(base) "/views"} { "Saved views" } }
                     li { a href={(base) "/workflows"} { "Workflows" } }
+                    li { a href={(base) "/webhooks"} { "Webhooks" } }
                     li { a href={(base) "/usage"} { "Usage" } }
                     li { a href={(base) "/tokens"} { "Tokens" } }
                     li { a href={(base) "/members"} { "Project members" } }
@@ -106,6 +109,7 @@ fn navigation(viewer: &Viewer, scope: Scope<'_>) -> Markup {
                     li { a href={"/console/t/" (t) "/members"} { "Tenant members" } }
                     li { a href={"/console/t/" (t) "/usage"} { "Tenant usage" } }
                     li { a href={"/console/t/" (t) "/audit"} { "Audit" } }
+                    li { a href={"/console/t/" (t) "/lifecycle"} { "Export & deletion" } }
                 }
                 @if viewer.operator {
                     li { a href="/console/admin/tenants" { "Tenants" } }

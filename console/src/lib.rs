@@ -56,6 +56,33 @@ impl Console {
         self.app.config.public_url.trim_end_matches('/')
     }
 
+    /// The bytes at `url` (an object's signed link, which carries its own
+    /// authority), up to `limit`, and whether there were more.
+    pub async fn fetch_bytes(&self, url: &str, limit: usize) -> Result<(Vec<u8>, bool), api::Refusal> {
+        let unreachable = |e: reqwest::Error| api::Refusal {
+            status: axum::http::StatusCode::BAD_GATEWAY,
+            code: "UNAVAILABLE".into(),
+            detail: format!("the object store could not be read ({e})"),
+        };
+        let mut response = self.http.get(url).send().await.map_err(unreachable)?;
+        if !response.status().is_success() {
+            return Err(api::Refusal {
+                status: axum::http::StatusCode::BAD_GATEWAY,
+                code: "UNAVAILABLE".into(),
+                detail: format!("the object store answered {}", response.status().as_u16()),
+            });
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() > limit {
+                bytes.truncate(limit);
+                return Ok((bytes, true));
+            }
+        }
+        Ok((bytes, false))
+    }
+
     /// Cookies are `Secure` everywhere but the dev profile on plain HTTP.
     pub fn secure_cookies(&self) -> bool {
         self.app.config.profile != mapi_platform::Profile::Dev || self.public_url().starts_with("https://")

@@ -123,6 +123,25 @@ async fn a_saved_view_is_a_named_set_of_filters_the_runs_list_takes() {
     assert_eq!((s, &saved["columns"][2]), (201, &json!("params.y")), "{saved}");
     let (s, page) = p.call(&w.viewer, Method::GET, &format!("{BASE}/runs?view=fits"), None).await;
     assert_eq!((s, ids(&page)), (200, vec![w.runs[2].clone()]), "the view's filters: {page}");
+    // The view's param and metric columns come with each run, logged values first.
+    assert_eq!(page["runs"][0]["values"], json!({"params.y": "y"}), "the view's columns: {page}");
+    let log =
+        json!({"metrics": [{"name": "r_squared", "value": 0.25, "step": 1}], "params": {"y": "logged"}});
+    let (s, b) = p.call(&w.runner, Method::POST, &format!("/v1/runs/{}/log", w.runs[2]), Some(log)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, page) = p.call(&w.viewer, Method::GET, &format!("{BASE}/runs?view=fits"), None).await;
+    assert_eq!(
+        (s, &page["runs"][0]["values"]),
+        (200, &json!({"params.y": "logged", "metrics.r_squared": 0.25})),
+        "{page}"
+    );
+    let (s, page) =
+        p.call(&w.viewer, Method::GET, &format!("{BASE}/runs?columns=metrics.r_squared"), None).await;
+    let with: Vec<&serde_json::Value> =
+        page["runs"].as_array().into_iter().flatten().filter(|r| r.get("values").is_some()).collect();
+    assert_eq!((s, with.len()), (200, 1), "only the run with the metric carries a value: {page}");
+    let (s, bad) = p.call(&w.viewer, Method::GET, &format!("{BASE}/runs?columns=cost"), None).await;
+    assert_eq!(s, 400, "{bad}");
     let (s, page) =
         p.call(&w.viewer, Method::GET, &format!("{BASE}/runs?view=fits&method=describe"), None).await;
     assert_eq!((s, ids(&page).len()), (200, 2), "a filter given replaces the view's: {page}");

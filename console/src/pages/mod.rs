@@ -2,14 +2,19 @@
 //! (through [`crate::api::Api`]) and renders what it answered; a refusal
 //! is shown with the API's own status and words.
 
+mod compare;
 mod datasets;
+mod experiments;
 mod jobs;
 mod members;
 mod models;
 mod ops;
+mod run_page;
 mod runs;
+mod tenant_life;
 mod tokens;
 mod usage;
+mod webhooks;
 mod workflows;
 
 use axum::Router;
@@ -29,6 +34,11 @@ use crate::session::Viewer;
 pub fn routes(max_dataset_bytes: usize) -> Router<Console> {
     Router::new()
         .merge(runs::routes())
+        .merge(run_page::routes())
+        .merge(compare::routes())
+        .merge(experiments::routes())
+        .merge(webhooks::routes())
+        .merge(tenant_life::routes())
         .merge(datasets::routes(max_dataset_bytes))
         .merge(jobs::routes())
         .merge(models::routes())

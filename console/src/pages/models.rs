@@ -119,7 +119,7 @@ fn endpoint_section(
     let act = format!("{action}/endpoints/{}", ep.alias);
     html! {
         section aria-label={"Endpoint " (ep.alias)} {
-            h3 { (ep.alias) " " (state_badge(&format!("{:?}", ep.status).to_lowercase())) }
+            h3 { (ep.alias) " " (state_badge(&serde_json::to_value(ep.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())) }
             @if let Some(m) = &ep.message { div.problem { p { (m) } } }
             p.meta { "Serves " code { (served(ep.model_version.as_ref(), ep.image.as_deref())) } " on " (ep.hosting) " (" (ep.region) "), " (ep.min_instances) "–" (ep.max_instances) " instances. "
                 (ep.usage.requests) " scores, " (ep.usage.errors) " errors, " (money(i64::try_from(ep.usage.cost_micros).unwrap_or(i64::MAX), "USD")) "." }
@@ -142,21 +142,25 @@ fn endpoint_section(
                 label.check { input type="checkbox" name="std_errors" value="true"; "Also each prediction's standard error" }
                 button type="submit" name="action" value="score" { "Score" }
             }
-            div.pager {
+            div.actions {
                 @if !versions.is_empty() {
-                    form.inline method="post" action=(act) {
+                    form.stack method="post" action=(act) aria-label={"Promote a version on " (ep.alias)} {
                         (csrf(viewer))
                         (version_select("model_version", "Promote", versions))
                         button.secondary type="submit" name="action" value="promote" { "Promote" }
                     }
                 }
-                form.inline method="post" action=(act) {
+                form.stack method="post" action=(act) aria-label={"Roll back " (ep.alias)} {
                     (csrf(viewer))
+                    p.meta { "Back to the revision that served before." }
                     button.secondary type="submit" name="action" value="rollback" { "Roll back" }
                 }
-                form.inline method="post" action=(act) {
+            }
+            details.danger-zone {
+                summary { "Delete this endpoint" }
+                form.stack method="post" action=(act) {
                     (csrf(viewer))
-                    label { "Type " code { (ep.alias) } " to delete" input name="confirm" required autocomplete="off"; }
+                    label { "Type " code { (ep.alias) } " to delete it" input name="confirm" required autocomplete="off"; }
                     button.danger type="submit" name="action" value="delete" { "Delete" }
                 }
             }

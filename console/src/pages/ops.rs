@@ -382,7 +382,7 @@ async fn render_audit(
             Err(r) => (refusal_box(r)),
             Ok(list) if list.items.is_empty() => p { "No entry matches." },
             Ok(list) => {
-                table {
+                div.scroll { table.audit {
                     thead { tr { th scope="col" { "When" } th scope="col" { "Actor" } th scope="col" { "Action" } th scope="col" { "Resource" } th scope="col" { "Tenant" } th scope="col" { "Outcome" } th scope="col" { "Detail" } } }
                     tbody { @for e in &list.items { tr {
                         td { (when(e.ts)) }
@@ -392,7 +392,7 @@ async fn render_audit(
                         td { (e.outcome.as_str()) @if let Some(p) = &e.problem { " " code { (p) } } }
                         td { @if let Some(d) = &e.detail { (d) } }
                     } } }
-                }
+                } }
                 @if let Some(next) = &list.next_page_token { div.pager { a href=(pairs(Some(next))) rel="next" { "Next page" } } }
             }
         }

@@ -7,16 +7,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use mapi_api::methods::{MethodInput, MethodList, MethodView};
-use mapi_api::views::{DatasetPage, RunLogs, RunPage, RunSummary, RunView};
+use mapi_api::views::{Column, DatasetPage, RunPage, RunSummary, RunView};
 use mapi_domain::{ResourceClass, RunState};
 use maud::{Markup, html};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::{IdPath, ProjectPath, fragment, plain_id};
+use super::{ProjectPath, plain_id};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
-use crate::html::{Scope, csrf, money, page, refusal_box, refused, state_badge, when};
+use crate::html::{Scope, csrf, money, page, refusal_box, state_badge, when};
 use crate::session::{Posted, Viewer};
 
 pub fn routes() -> Router<Console> {
@@ -24,10 +24,6 @@ pub fn routes() -> Router<Console> {
         .route("/console/t/{tenant}/p/{project}/runs", get(list))
         .route("/console/t/{tenant}/p/{project}/runs/bulk", post(bulk))
         .route("/console/t/{tenant}/p/{project}/runs/new", get(new_form).post(submit))
-        .route("/console/runs/{id}", get(detail))
-        .route("/console/runs/{id}/live", get(live))
-        .route("/console/runs/{id}/cancel", post(cancel))
-        .route("/console/runs/{id}/outputs/{*name}", get(output))
 }
 
 /// The list's filters, as the form sends them.
@@ -37,6 +33,17 @@ pub struct Filters {
     method: Option<String>,
     class: Option<String>,
     created_by: Option<String>,
+    tag: Option<String>,
+    experiment: Option<String>,
+    /// `NAME OP NUMBER`, e.g. `r2>0.9`.
+    metric: Option<String>,
+    /// A saved view: its filters and its columns.
+    view: Option<String>,
+    /// Comma-separated columns, replacing the view's (or the default).
+    columns: Option<String>,
+    /// A column to sort the page shown by, and `desc` for largest first.
+    sort: Option<String>,
+    order: Option<String>,
     /// `YYYY-MM-DD`, from a date field: that day's start, UTC.
     after: Option<String>,
     before: Option<String>,
@@ -50,14 +57,28 @@ fn day_start(day: Option<&str>) -> Option<String> {
     ok.then(|| format!("{d}T00:00:00Z"))
 }
 
+/// The columns shown when neither a view nor the form names any.
+const DEFAULT_COLUMNS: &[&str] = &["name", "method", "state", "class", "created_by", "created_at", "charged"];
+
 impl Filters {
-    fn api_query(&self) -> String {
+    fn api_query(&self, columns: &[String]) -> String {
         let (after, before) = (day_start(self.after.as_deref()), day_start(self.before.as_deref()));
+        let values: Vec<&str> = columns
+            .iter()
+            .map(String::as_str)
+            .filter(|c| c.starts_with("params.") || c.starts_with("metrics."))
+            .collect();
+        let values = values.join(",");
         query(&[
             ("state", self.state.as_deref()),
             ("method", self.method.as_deref().map(str::trim)),
             ("class", self.class.as_deref()),
             ("created_by", self.created_by.as_deref().map(str::trim)),
+            ("tag", self.tag.as_deref().map(str::trim)),
+            ("experiment", self.experiment.as_deref().map(str::trim)),
+            ("metric", self.metric.as_deref().map(str::trim)),
+            ("view", self.view.as_deref()),
+            ("columns", Some(values.as_str())),
             ("created_after", after.as_deref()),
             ("created_before", before.as_deref()),
             ("page_token", self.page_token.as_deref()),
@@ -71,11 +92,31 @@ impl Filters {
             ("method", self.method.as_deref()),
             ("class", self.class.as_deref()),
             ("created_by", self.created_by.as_deref()),
+            ("tag", self.tag.as_deref()),
+            ("experiment", self.experiment.as_deref()),
+            ("metric", self.metric.as_deref()),
+            ("view", self.view.as_deref()),
+            ("columns", self.columns.as_deref()),
+            ("sort", self.sort.as_deref()),
+            ("order", self.order.as_deref()),
             ("after", self.after.as_deref()),
             ("before", self.before.as_deref()),
             ("page_token", Some(token)),
         ])
     }
+
+    /// The columns the form names, if it names any.
+    fn named_columns(&self) -> Option<Vec<String>> {
+        let text = self.columns.as_deref()?;
+        let named: Vec<String> =
+            text.split(',').map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned).collect();
+        (!named.is_empty()).then_some(named)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Views {
+    views: Vec<mapi_schema::RunViewDoc>,
 }
 
 async fn list(
@@ -85,14 +126,28 @@ async fn list(
     Query(f): Query<Filters>,
 ) -> Response {
     let scope = Scope::project(t.as_str(), p.as_str());
-    let path = format!("/v1/tenants/{t}/projects/{p}/runs{}", f.api_query());
-    let answer: Result<RunPage, Refusal> = Api::new(&console, &viewer).get(&path).await;
+    let api = Api::new(&console, &viewer);
+    let views: Vec<mapi_schema::RunViewDoc> = api
+        .get::<Views>(&format!("/v1/tenants/{t}/projects/{p}/run-views?page_size=200"))
+        .await
+        .map(|v| v.views)
+        .unwrap_or_default();
+    let view = f.view.as_deref().and_then(|n| views.iter().find(|v| v.name == n));
+    let columns = f
+        .named_columns()
+        .or_else(|| view.map(|v| v.columns.clone()))
+        .unwrap_or_else(|| DEFAULT_COLUMNS.iter().map(|c| (*c).to_owned()).collect());
+    let path = format!("/v1/tenants/{t}/projects/{p}/runs{}", f.api_query(&columns));
+    let mut answer: Result<RunPage, Refusal> = api.get(&path).await;
+    if let (Ok(page), Some(by)) = (&mut answer, f.sort.as_deref().filter(|s| !s.is_empty())) {
+        mapi_api::views::sort_runs(&mut page.runs, by, f.order.as_deref() == Some("desc"));
+    }
     let body = html! {
-        (filter_form(&f))
+        (filter_form(&f, &views, &columns))
         @match &answer {
             Err(r) => (refusal_box(r)),
             Ok(runs) => {
-                (runs_table(&viewer, t.as_str(), p.as_str(), &runs.runs))
+                (runs_table(&viewer, t.as_str(), p.as_str(), &runs.runs, &columns))
                 div.pager {
                     @if f.page_token.is_some() { a href={"?" } { "First page" } }
                     @if let Some(next) = &runs.next_page_token { a href=(f.next(next)) rel="next" { "Next page" } }
@@ -104,7 +159,7 @@ async fn list(
     page(status, Some(&viewer), scope, "Runs", body)
 }
 
-fn filter_form(f: &Filters) -> Markup {
+fn filter_form(f: &Filters, views: &[mapi_schema::RunViewDoc], columns: &[String]) -> Markup {
     let picked = |v: &Option<String>, x: &str| v.as_deref() == Some(x);
     html! {
         form.filters method="get" role="search" aria-label="Filter runs" {
@@ -122,53 +177,114 @@ fn filter_form(f: &Filters) -> Markup {
                 }
             }
             label { "Submitted by" input name="created_by" type="email" value=[f.created_by.as_deref()]; }
+            label { "Tag" input name="tag" value=[f.tag.as_deref()]; }
+            label { "Experiment" input name="experiment" value=[f.experiment.as_deref()]; }
+            label { "Metric" input name="metric" value=[f.metric.as_deref()] placeholder="r2>0.9"; }
             label { "From (UTC)" input name="after" type="date" value=[f.after.as_deref()]; }
             label { "Before (UTC)" input name="before" type="date" value=[f.before.as_deref()]; }
-            button type="submit" { "Filter" }
+            label { "Saved view"
+                select name="view" {
+                    option value="" { "none" }
+                    @for v in views { option value=(v.name) selected[picked(&f.view, &v.name)] { (v.name) } }
+                }
+            }
+            label { "Columns" input name="columns" value=[f.columns.as_deref()] placeholder="name, state, params.alpha, metrics.r2" size="36"; }
+            label { "Sort by"
+                select name="sort" {
+                    option value="" { "newest first" }
+                    @for c in columns { option value=(c) selected[picked(&f.sort, c)] { (c) } }
+                }
+            }
+            label { "Order"
+                select name="order" {
+                    option value="asc" { "smallest first" }
+                    option value="desc" selected[picked(&f.order, "desc")] { "largest first" }
+                }
+            }
+            button type="submit" { "Show" }
         }
     }
 }
 
-fn runs_table(viewer: &Viewer, tenant: &str, project: &str, runs: &[RunSummary]) -> Markup {
+fn runs_table(
+    viewer: &Viewer,
+    tenant: &str,
+    project: &str,
+    runs: &[RunSummary],
+    columns: &[String],
+) -> Markup {
+    // The run's link comes first, by its name where it has one.
+    let columns: Vec<&String> = columns.iter().filter(|c| !matches!(c.as_str(), "id" | "name")).collect();
     html! {
         @if runs.is_empty() {
             p { "No run matches. " a href={"/console/t/" (tenant) "/p/" (project) "/runs/new"} { "Submit one" } "." }
         } @else {
             form method="post" action={"/console/t/" (tenant) "/p/" (project) "/runs/bulk"} {
                 (csrf(viewer))
+                div.scroll {
                 table {
-                    caption.meta { "Newest first. Pick runs to cancel or retry together." }
+                    caption.meta { "Pick runs to compare, cancel or retry together. Sorting orders the page shown." }
                     thead { tr {
                         th scope="col" { input type="checkbox" aria-label="Select every run on this page" data-select-all="run"; }
-                        th scope="col" { "Run" } th scope="col" { "Method" } th scope="col" { "State" }
-                        th scope="col" { "Class" } th scope="col" { "Attempt" } th scope="col" { "Submitted by" }
-                        th scope="col" { "Created" } th.num scope="col" { "Charged" }
+                        th scope="col" { "Run" }
+                        @for c in &columns { th scope="col" class=[is_numeric(c).then_some("num")] { (heading(c)) } }
                     } }
                     tbody {
                         @for r in runs {
                             tr {
-                                td { input type="checkbox" name="run" value=(r.id) aria-label={"Select run " (r.id)}; }
+                                td { input type="checkbox" name="run" value=(r.id) aria-label={"Select run " (r.name.as_deref().unwrap_or(r.id.as_str()))}; }
                                 td {
-                                    a href={"/console/runs/" (r.id)} { code { (r.id) } }
-                                    @if let Some(name) = &r.name { br; span { (name) } }
-                                    @if !r.tags.is_empty() { br; span.meta { "tags: " (r.tags.join(", ")) } }
+                                    a href={"/console/runs/" (r.id)} { (r.name.as_deref().unwrap_or(r.id.as_str())) }
+                                    @if r.name.is_some() { br; code.meta { (r.id) } }
                                 }
-                                td { (r.method) }
-                                td { (state_badge(r.state.as_str())) }
-                                td { (r.class.as_str()) }
-                                td.num { (r.attempt) }
-                                td { (r.created_by.as_str()) }
-                                td { (when(r.created_at)) }
-                                td.num { (money(r.charged_micros, "USD")) }
+                                @for c in &columns { (column_cell(r, c)) }
                             }
                         }
                     }
                 }
+                }
                 div.pager {
+                    button type="submit" formmethod="get" formaction={"/console/t/" (tenant) "/p/" (project) "/runs/compare"} class="secondary" { "Compare selected" }
                     button type="submit" name="action" value="cancel" class="secondary" { "Cancel selected" }
                     button type="submit" name="action" value="retry" class="secondary" { "Retry selected" }
                 }
             }
+        }
+    }
+}
+
+fn is_numeric(column: &str) -> bool {
+    matches!(column, "attempt" | "charged") || column.starts_with("metrics.")
+}
+
+fn heading(column: &str) -> String {
+    match column {
+        "created_at" => "Created".into(),
+        "created_by" => "Submitted by".into(),
+        "charged" => "Charged".into(),
+        c if c.contains('.') => c.to_owned(),
+        c => {
+            let mut s = c.replace('_', " ");
+            if let Some(first) = s.get_mut(..1) {
+                first.make_ascii_uppercase();
+            }
+            s
+        }
+    }
+}
+
+fn column_cell(r: &RunSummary, column: &str) -> Markup {
+    html! {
+        @match column {
+            "state" => td { (state_badge(r.state.as_str())) },
+            "created_at" => td { (when(r.created_at)) },
+            "charged" => td.num { (money(r.charged_micros, "USD")) },
+            "dataset" => td { code { (r.dataset) } },
+            _ => @match r.column(column) {
+                Column::Number(n) => td.num { (mapi_api::words::number(n)) },
+                Column::Text(t) => td { (t) },
+                Column::Missing => td { span.meta { "—" } },
+            },
         }
     }
 }
@@ -348,140 +464,6 @@ async fn submit(
     }
 }
 
-async fn detail(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
-    let id = id.as_str();
-    let api = Api::new(&console, &viewer);
-    let run: RunView = match api.get(&format!("/v1/runs/{id}")).await {
-        Ok(run) => run,
-        Err(r) => return refused(&viewer, Scope::default(), "Run", &r),
-    };
-    let logs: Result<RunLogs, Refusal> = api.get(&format!("/v1/runs/{id}/logs")).await;
-    let (t, p) = (run.tenant.to_string(), run.project.to_string());
-    let body = html! {
-        dl.facts {
-            @if let Some(name) = &run.labels.name { dt { "Name" } dd { (name) } }
-            @if let Some(note) = &run.labels.note { dt { "Note" } dd { (note) } }
-            @if !run.labels.tags.is_empty() { dt { "Tags" } dd { (run.labels.tags.join(", ")) } }
-            @if let Some(of) = &run.retry_of { dt { "Retry of" } dd { a href={"/console/runs/" (of)} { code { (of) } } } }
-            dt { "Method" } dd { (run.method) }
-            dt { "Dataset" } dd { code { (run.dataset) } }
-            dt { "Parameters" } dd { code { (serde_json::to_string(&run.params).unwrap_or_default()) } }
-            dt { "Class" } dd { (run.class.as_str()) @if run.class != run.requested_class { " (asked " (run.requested_class.as_str()) ")" } }
-            dt { "Timeout" } dd { (run.timeout_s) " s" }
-            dt { "Tasks" } dd { (run.tasks) }
-            dt { "Submitted" } dd { (when(run.created_at)) " by " (run.created_by.as_str()) }
-            dt { "Cost" } dd { (money(run.cost.charged_micros, &run.cost.currency)) " charged; estimate " (money(run.cost.estimate_micros, &run.cost.currency)) span.meta { " (" (run.cost.price_table) ")" } }
-            dt { "Model version" } dd {
-                @match &run.model_version {
-                    Some(mv) => a href={"/console/t/" (t) "/p/" (p) "/models#" (mv)} { code { (mv) } },
-                    None => "none",
-                }
-            }
-        }
-        (live_section(&run))
-        @if !run.state.is_terminal() {
-            form method="post" action={"/console/runs/" (run.id) "/cancel"} {
-                (csrf(&viewer))
-                button.danger type="submit" { "Cancel this run" }
-            }
-        }
-        h2 { "Timeline" }
-        ol.timeline {
-            @for h in &run.history {
-                li { (when(h.at)) " — " (state_badge(h.to.as_str())) " (" (h.reason.as_str()) ", attempt " (h.attempt) ")" }
-            }
-        }
-        h2 { "Outputs" }
-        @if run.outputs.is_empty() { p { "None yet." } } @else {
-            ul { @for o in &run.outputs { li { a href=(format!("/console/runs/{}/outputs/{}", run.id, o.name)) download { (o.name) } " (" (o.size) " bytes)" } } }
-        }
-        h2 { "Log" }
-        @match &logs {
-            Ok(l) if l.lines.is_empty() => p { "Nothing printed yet." },
-            Ok(l) => pre.log tabindex="0" aria-label="Log of the current attempt" { @for line in &l.lines { (line.text) "\n" } },
-            Err(r) => (refusal_box(r)),
-        }
-    };
-    page(StatusCode::OK, Some(&viewer), Scope::project(&t, &p), &format!("Run {}", run.id), body)
-}
-
-/// The part of a run's page that changes while it runs; the script
-/// replaces it from `…/live` until it is final.
-fn live_section(run: &RunView) -> Markup {
-    let fraction = run.progress.as_ref().map_or(0.0, |p| p.fraction.clamp(0.0, 1.0));
-    let percent = (fraction * 100.0).round();
-    html! {
-        section #live aria-live="polite" aria-label="State and progress"
-            data-live={"/console/runs/" (run.id) "/live"} data-final[run.state.is_terminal()] {
-            h2 { "State: " (state_badge(run.state.as_str())) }
-            @if let Some(w) = &run.waiting { p { "Waiting since " (when(w.since)) ": " (w.reason) } }
-            @if let Some(e) = &run.error { div.problem { p { strong { (e.code.as_str()) } ": " (e.message) } } }
-            @for w in &run.warnings { div.warning role="note" { p { strong { (w.code.as_str()) } ": " (w.message) } } }
-            @if let Some(b) = run.params.get("dl.backend").and_then(|v| v.as_str()) { p { "Backend: " (b) } }
-            label { "Progress " (percent) " %"
-                progress max="100" value=(percent) { (percent) " %" }
-            }
-            @if let Some(m) = run.progress.as_ref().and_then(|p| p.message.as_deref()) { p.meta { (m) } }
-            @if let Some(progress) = &run.progress {
-                @if !progress.metrics.is_empty() {
-                    table { caption { "Metrics" } thead { tr { th scope="col" { "Metric" } th.num scope="col" { "Value" } } }
-                        tbody { @for (k, v) in &progress.metrics { tr { td { (k) } td.num { (v) } } } } }
-                }
-            }
-            table {
-                caption { "Attempts" }
-                thead { tr { th scope="col" { "Attempt" } th scope="col" { "Class" } th.num scope="col" { "GPUs" } th scope="col" { "Started" } th scope="col" { "Finished" } th scope="col" { "Execution" } th.num scope="col" { "Charge" } } }
-                tbody {
-                    @for a in &run.attempts {
-                        tr {
-                            td.num { (a.attempt) } td { (a.class.as_str()) } td.num { (a.gpus) }
-                            td { @if let Some(s) = a.started { (when(s)) } }
-                            td { @if let Some(f) = a.finished { (when(f)) } }
-                            td { @if let Some(s) = &a.status { (format!("{s:?}")) } }
-                            td.num { @if let Some(c) = &a.charge { (money(c.amount_micros, &c.currency)) } }
-                        }
-                    }
-                }
-            }
-            @if !run.state.is_terminal() { p.meta { "This section refreshes itself; without JavaScript, " a href={"/console/runs/" (run.id)} { "reload" } "." } }
-        }
-    }
-}
-
-async fn live(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
-    let run = Api::new(&console, &viewer).get::<RunView>(&format!("/v1/runs/{id}")).await;
-    fragment(run.map(|run| live_section(&run)))
-}
-
-/// An output's download: the API counts it and answers where the bytes are; the browser goes there.
-async fn output(
-    State(console): State<Console>,
-    viewer: Viewer,
-    axum::extract::Path((id, name)): axum::extract::Path<(String, String)>,
-) -> Response {
-    let Ok(id) = mapi_domain::RunId::parse(&id) else {
-        return refused(
-            &viewer,
-            Scope::default(),
-            "No such run",
-            &crate::api::Refusal::invalid("not a run id"),
-        );
-    };
-    let name: String = name.chars().filter(|c| c.is_ascii_alphanumeric() || "._-=/".contains(*c)).collect();
-    match Api::new(&console, &viewer).redirect(&format!("/v1/runs/{id}/outputs/{name}")).await {
-        Ok(location) => Redirect::to(&location).into_response(),
-        Err(r) => refused(&viewer, Scope::default(), "Download refused", &r),
-    }
-}
-
-async fn cancel(State(console): State<Console>, IdPath(id): IdPath, posted: Posted) -> Response {
-    let id = id.as_str();
-    match Api::new(&console, &posted.viewer).post_empty::<RunView>(&format!("/v1/runs/{id}/cancel")).await {
-        Ok(_) => Redirect::to(&format!("/console/runs/{id}")).into_response(),
-        Err(r) => refused(&posted.viewer, Scope::default(), "Cancel refused", &r),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,14 +478,69 @@ mod tests {
             before: Some("not a day".into()),
             ..Default::default()
         };
+        let columns = vec!["name".to_owned(), "metrics.r2".to_owned(), "params.alpha".to_owned()];
         assert_eq!(
-            f.api_query(),
-            "?state=running&method=tabular.linear&created_after=2026-12-01T00%3A00%3A00Z"
+            f.api_query(&columns),
+            "?state=running&method=tabular.linear&columns=metrics.r2%2Cparams.alpha&created_after=2026-12-01T00%3A00%3A00Z"
         );
         assert_eq!(
             f.next("tok"),
             "?state=running&method=%20tabular.linear%20&after=2026-12-01&before=not%20a%20day&page_token=tok"
         );
+    }
+
+    fn summary(id: &str, r2: Option<f64>) -> RunSummary {
+        let mut values = std::collections::BTreeMap::new();
+        if let Some(v) = r2 {
+            values.insert("metrics.r2".to_owned(), serde_json::json!(v));
+        }
+        RunSummary {
+            id: mapi_domain::RunId::parse(id).expect("id"),
+            method: "tabular.linear".into(),
+            state: RunState::Succeeded,
+            class: ResourceClass::S,
+            created_by: mapi_domain::UserId::parse("a@b.c").expect("user"),
+            name: None,
+            tags: vec![],
+            experiment: None,
+            attempt: mapi_domain::AttemptNo::FIRST,
+            created_at: mapi_domain::Timestamp::from_secs(0),
+            updated_at: mapi_domain::Timestamp::from_secs(0),
+            charged_micros: 0,
+            dataset: mapi_domain::DatasetId::parse("ds_01arz3ndektsv4rrffq69g5fav").expect("dataset"),
+            values,
+        }
+    }
+
+    #[test]
+    fn a_page_sorts_by_a_metric_with_runs_lacking_it_last() {
+        let mut runs = vec![
+            summary("run_01arz3ndektsv4rrffq69g5fa1", Some(0.5)),
+            summary("run_01arz3ndektsv4rrffq69g5fa2", None),
+            summary("run_01arz3ndektsv4rrffq69g5fa3", Some(0.9)),
+        ];
+        mapi_api::views::sort_runs(&mut runs, "metrics.r2", true);
+        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "run_01arz3ndektsv4rrffq69g5fa3",
+                "run_01arz3ndektsv4rrffq69g5fa1",
+                "run_01arz3ndektsv4rrffq69g5fa2"
+            ]
+        );
+        mapi_api::views::sort_runs(&mut runs, "metrics.r2", false);
+        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "run_01arz3ndektsv4rrffq69g5fa1",
+                "run_01arz3ndektsv4rrffq69g5fa3",
+                "run_01arz3ndektsv4rrffq69g5fa2"
+            ]
+        );
+        let cell = column_cell(&runs[0], "metrics.r2").into_string();
+        assert!(cell.contains("0.5"), "{cell}");
     }
 
     #[test]

@@ -33,6 +33,15 @@ struct Token {
     created_at: Timestamp,
     expires_at: Timestamp,
     revoked_at: Option<Timestamp>,
+    #[serde(default)]
+    budget: Option<Budget>,
+}
+
+/// A token's vCPU budget.
+#[derive(Debug, Deserialize)]
+struct Budget {
+    vcpu_seconds: u64,
+    period: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,9 +89,10 @@ async fn render(
             Err(r) => (refusal_box(r)),
             Ok(list) if list.tokens.is_empty() => p { "No token yet." },
             Ok(list) => table {
-                thead { tr { th scope="col" { "Name" } th scope="col" { "Id" } th scope="col" { "Owner" } th scope="col" { "Scopes" } th scope="col" { "Created" } th scope="col" { "Expires" } th scope="col" { "Status" } } }
+                thead { tr { th scope="col" { "Name" } th scope="col" { "Id" } th scope="col" { "Owner" } th scope="col" { "Scopes" } th scope="col" { "Budget" } th scope="col" { "Created" } th scope="col" { "Expires" } th scope="col" { "Status" } } }
                 tbody { @for tk in &list.tokens { tr {
                     td { (tk.name) } td { code { (tk.id) } } td { (tk.user) } td { (tk.scopes.join(", ")) }
+                    td { @match &tk.budget { Some(b) => { (b.vcpu_seconds) " vCPU-s a " (b.period) }, None => "none" } }
                     td { (when(tk.created_at)) } td { (when(tk.expires_at)) }
                     td {
                         @match tk.revoked_at {
@@ -112,6 +122,14 @@ async fn render(
             label { "Endpoint aliases it may score (comma-separated; each becomes score:<alias>)" input name="aliases" placeholder="churn, fraud"; }
             label { "Expires in (days, 1 to 365)" input name="expires_in_days" type="number" min="1" max="365" value="90"; }
             label { "Requests a minute (empty: no limit)" input name="rate_limit_per_minute" type="number" min="1"; }
+            fieldset {
+                legend { "vCPU budget (empty: none beyond the project's quotas)" }
+                label { "vCPU-seconds" input name="budget_vcpu_seconds" type="number" min="1" placeholder="36000"; }
+                label { "Per"
+                    select name="budget_period" { option value="" { "choose" } option value="day" { "day" } option value="month" { "month" } }
+                }
+                p.meta { "What the token's runs may use in a period; a submit past it is refused (429)." }
+            }
             button type="submit" { "Create the token" }
         }
     };
@@ -136,6 +154,8 @@ fn new_token(posted: &Posted) -> Result<serde_json::Value, String> {
         "scopes": scopes,
         "expires_in_days": number("expires_in_days")?,
         "rate_limit_per_minute": number("rate_limit_per_minute")?,
+        "budget_vcpu_seconds": number("budget_vcpu_seconds")?,
+        "budget_period": posted.get("budget_period"),
     }))
 }
 

@@ -146,7 +146,7 @@ fn chart(report: &Report) -> Markup {
     html! {
         figure {
             @if days.is_empty() { p { "Nothing metered this month yet." } }
-            @else { (svg(bars("Daily spend", &described, &points, |v| money(v, "").trim_end().to_owned()))) }
+            @else { (svg(bars("Daily spend", &described, &points, |v| mapi_api::words::number(v as f64 / 1e6)))) }
             figcaption { "Daily spend (" (report.currency) "), " (total) " this month." }
         }
         @if !days.is_empty() {

@@ -8,6 +8,7 @@
 //! here names a store, a queue or an executor.
 
 pub mod audit;
+pub mod compare;
 pub mod credentials;
 pub mod endpoints;
 pub mod governance;
@@ -17,4 +18,5 @@ pub mod problem;
 pub mod tracking;
 pub mod views;
 pub mod webhooks;
+pub mod words;
 pub mod workflows;

@@ -210,6 +210,72 @@ pub struct RunSummary {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub charged_micros: i64,
+    /// The dataset it ran on.
+    pub dataset: DatasetId,
+    /// The value of each `params.{name}` and `metrics.{name}` column the
+    /// list was asked for (`columns`, or the saved view's), by column; a
+    /// column the run has no value for is absent. A param is the one
+    /// people logged, else the spec's; a metric its latest logged value,
+    /// else what the method reported.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub values: BTreeMap<String, serde_json::Value>,
+}
+
+/// A column's value in a run, as a table shows it and sorts by it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Column {
+    Number(f64),
+    Text(String),
+    Missing,
+}
+
+impl RunSummary {
+    /// The value of a runs-table column (`state`, `params.alpha`,
+    /// `metrics.r2`, …); `params.*` and `metrics.*` from [`RunSummary::values`].
+    pub fn column(&self, column: &str) -> Column {
+        let text = |s: &str| Column::Text(s.to_owned());
+        match column {
+            "id" => text(self.id.as_str()),
+            "name" => self.name.as_deref().map_or(Column::Missing, text),
+            "method" => text(&self.method),
+            "dataset" => text(self.dataset.as_str()),
+            "state" => text(self.state.as_str()),
+            "class" => text(self.class.as_str()),
+            "attempt" => Column::Number(f64::from(self.attempt.0)),
+            "created_at" => text(&self.created_at.to_rfc3339()),
+            "created_by" => text(self.created_by.as_str()),
+            "charged" => Column::Number(self.charged_micros as f64 / 1e6),
+            "tags" => text(&self.tags.join(", ")),
+            "experiment" => self.experiment.as_deref().map_or(Column::Missing, text),
+            other => match self.values.get(other) {
+                Some(serde_json::Value::Number(n)) => n.as_f64().map_or(Column::Missing, Column::Number),
+                Some(serde_json::Value::String(s)) => text(s),
+                Some(v) => Column::Text(v.to_string()),
+                None => Column::Missing,
+            },
+        }
+    }
+}
+
+/// Runs sorted by a column: numbers by value, text in its order, runs
+/// without a value last either way (a page is sorted; the list's order
+/// across pages stays newest first).
+pub fn sort_runs(runs: &mut [RunSummary], column: &str, descending: bool) {
+    let rank = |c: &Column| match c {
+        Column::Number(_) => 0,
+        Column::Text(_) => 1,
+        Column::Missing => 2,
+    };
+    runs.sort_by(|a, b| {
+        let (x, y) = (a.column(column), b.column(column));
+        let ordered = match (&x, &y) {
+            (Column::Number(x), Column::Number(y)) => x.total_cmp(y),
+            (Column::Text(x), Column::Text(y)) => x.cmp(y),
+            _ => return rank(&x).cmp(&rank(&y)),
+        };
+        if descending { ordered.reverse() } else { ordered }
+    });
 }
 
 /// A page of runs.

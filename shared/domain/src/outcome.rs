@@ -66,6 +66,27 @@ pub enum ExecutionStatus {
     NotFound,
 }
 
+/// In words, as a person reads it (`failed with exit code 1: …`).
+impl std::fmt::Display for ExecutionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecutionStatus::Running => f.write_str("running"),
+            ExecutionStatus::Succeeded => f.write_str("succeeded"),
+            ExecutionStatus::Failed { exit_code, signal, message } => {
+                f.write_str("failed")?;
+                match (exit_code, signal) {
+                    (_, Some(s)) => write!(f, ", killed by signal {s}")?,
+                    (Some(c), None) => write!(f, " with exit code {c}")?,
+                    (None, None) => {}
+                }
+                if message.trim().is_empty() { Ok(()) } else { write!(f, ": {}", message.trim()) }
+            }
+            ExecutionStatus::Cancelled { .. } => f.write_str("cancelled"),
+            ExecutionStatus::NotFound => f.write_str("no longer known to the executor"),
+        }
+    }
+}
+
 /// How one attempt ended, read from the executor's report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -230,6 +251,16 @@ pub fn decide(outcome: &AttemptOutcome, facts: &AttemptFacts, policy: RetryPolic
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_execution_status_reads_as_words_not_as_its_debug_form() {
+        let failed = ExecutionStatus::Failed { exit_code: Some(1), signal: None, message: " boom ".into() };
+        assert_eq!(failed.to_string(), "failed with exit code 1: boom");
+        let killed = ExecutionStatus::Failed { exit_code: None, signal: Some(9), message: String::new() };
+        assert_eq!(killed.to_string(), "failed, killed by signal 9");
+        assert_eq!(ExecutionStatus::Cancelled { exit_code: Some(143) }.to_string(), "cancelled");
+        assert!(!ExecutionStatus::NotFound.to_string().contains("NotFound"));
+    }
 
     fn facts() -> AttemptFacts {
         AttemptFacts {

@@ -256,6 +256,8 @@ impl From<&RunDoc> for RunSummary {
             created_at: r.created_at(),
             updated_at: r.updated_at(),
             charged_micros: r.charged_micros(),
+            dataset: r.dataset().clone(),
+            values: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -60,16 +60,64 @@ pub async fn page(
     }
 }
 
-/// Each run's latest value of the metric `name`: what people logged,
-/// else what the method reported in the current attempt (as a run's view
-/// and `mapi runs compare` show it). One batch read for all the runs.
-async fn latest(state: &AppState, runs: &[RunDoc], name: &str) -> Result<Vec<Option<f64>>, ApiError> {
+/// Each run's values of the `params.{name}` and `metrics.{name}` columns
+/// (the others are the summary's own fields): one batch read of the runs'
+/// logs and progress, none when no such column is asked for.
+pub async fn values(
+    state: &AppState,
+    runs: &[RunDoc],
+    columns: &[String],
+) -> Result<Vec<std::collections::BTreeMap<String, serde_json::Value>>, ApiError> {
+    let wanted: Vec<(&String, bool, &str)> = columns
+        .iter()
+        .filter_map(|c| match c.split_once('.') {
+            Some(("params", n)) => Some((c, true, n)),
+            Some(("metrics", n)) => Some((c, false, n)),
+            _ => None,
+        })
+        .collect();
+    if wanted.is_empty() {
+        return Ok(vec![Default::default(); runs.len()]);
+    }
+    let docs = state.store.get(&log_and_progress_keys(runs)?, None).await?;
+    let mut all = Vec::with_capacity(runs.len());
+    for (run, pair) in runs.iter().zip(docs.chunks(2)) {
+        let metrics = metrics(pair[1].as_ref(), pair[0].as_ref())?;
+        let logged = match &pair[0] {
+            Some(d) => d.decode::<RunLogDoc>()?.log.params,
+            None => Default::default(),
+        };
+        let mut row = std::collections::BTreeMap::new();
+        for (column, is_param, name) in &wanted {
+            let value = if *is_param {
+                logged.get(*name).or_else(|| run.params().get(*name)).cloned()
+            } else {
+                metrics.get(*name).map(|v| serde_json::json!(v))
+            };
+            if let Some(v) = value {
+                row.insert((*column).clone(), v);
+            }
+        }
+        all.push(row);
+    }
+    Ok(all)
+}
+
+/// Each run's log and current attempt's progress document, in pairs.
+fn log_and_progress_keys(runs: &[RunDoc]) -> Result<Vec<mapi_store::DocKey>, ApiError> {
     let mut keys = Vec::with_capacity(runs.len() * 2);
     for run in runs {
         keys.push(key::<RunLogDoc>(run.id().as_str())?);
         keys.push(key::<ProgressDoc>(&AttemptDoc::id_of(run.id(), run.attempt()))?);
     }
-    let docs = state.store.get(&keys, None).await?;
+    Ok(keys)
+}
+
+/// Each run's latest value of the metric `name`: what people logged,
+/// else what the method reported in the current attempt (as a run's view
+/// and `mapi runs compare` show it). One batch read for all the runs.
+async fn latest(state: &AppState, runs: &[RunDoc], name: &str) -> Result<Vec<Option<f64>>, ApiError> {
+    let docs = state.store.get(&log_and_progress_keys(runs)?, None).await?;
     let mut values = Vec::with_capacity(runs.len());
     for pair in docs.chunks(2) {
         values.push(metrics(pair[1].as_ref(), pair[0].as_ref())?.get(name).copied());

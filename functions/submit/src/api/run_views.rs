@@ -85,6 +85,13 @@ fn is_column(c: &str) -> bool {
         || c.strip_prefix("params.").or_else(|| c.strip_prefix("metrics.")).is_some_and(named)
 }
 
+/// `?columns=` of the runs list: comma-separated columns a view may show, checked as a view's are.
+pub fn value_columns(text: &str) -> Result<Vec<String>, ApiError> {
+    let named: Vec<String> =
+        text.split(',').map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned).collect();
+    check_columns(Some(&named))
+}
+
 fn check_columns(columns: Option<&[String]>) -> Result<Vec<String>, ApiError> {
     let Some(columns) = columns else {
         return Ok(DEFAULT_COLUMNS.iter().map(|c| (*c).to_owned()).collect());

@@ -535,6 +535,11 @@ pub struct ListQuery {
     /// given here replaces the view's.
     #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
     view: Option<String>,
+    /// Comma-separated `params.{name}` and `metrics.{name}` columns whose
+    /// values each run's `values` carries (at most 30); the saved view's
+    /// columns when `view` is given and this is absent.
+    #[param(max_length = 2000)]
+    columns: Option<String>,
     /// RFC 3339; runs created at or after.
     created_after: Option<Timestamp>,
     /// RFC 3339; runs created before.
@@ -576,11 +581,14 @@ pub async fn list(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
     require_project(&state, &caller, &tenant, &project, Resource::Run, Action::Read).await?;
-    let filters = match &q.view {
-        None => q.filters(),
-        Some(name) => {
-            super::run_views::find(&state, &tenant, &project, name).await?.filters.overridden_by(&q.filters())
-        }
+    let saved = match &q.view {
+        None => None,
+        Some(name) => Some(super::run_views::find(&state, &tenant, &project, name).await?),
+    };
+    let filters = saved.as_ref().map_or_else(|| q.filters(), |v| v.filters.overridden_by(&q.filters()));
+    let columns = match q.columns.as_deref() {
+        Some(text) => super::run_views::value_columns(text)?,
+        None => saved.map(|v| v.columns).unwrap_or_default(),
     };
     let base = mapi_store::Query::new(RunDoc::COLLECTION).filter("tenant", Op::Eq, tenant.as_str()).filter(
         "project",
@@ -606,7 +614,9 @@ pub async fn list(
             super::metric_scan::page(&state, &base, &filter, size, token).await?
         }
     };
-    let runs = runs.iter().map(RunSummary::from).collect();
+    let values = super::metric_scan::values(&state, &runs, &columns).await?;
+    let runs =
+        runs.iter().zip(values).map(|(r, values)| RunSummary { values, ..RunSummary::from(r) }).collect();
     Ok(Json(RunPage { runs, next_page_token }))
 }
 
