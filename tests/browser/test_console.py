@@ -117,26 +117,34 @@ def test_submitting_a_fit_and_watching_it_finish(dev, dataset):
     shot(dev, "new-run")
     dev.get_by_role("button", name="Submit the run").click()
     expect(dev).to_have_url(re.compile(r".*/console/runs/run_"))
-    # The live section refreshes itself until the run is final.
-    expect(dev.locator("#live .badge")).to_have_text("succeeded", timeout=90_000)
-    expect(dev.locator("#live")).to_have_attribute("data-final", "")
-    dev.reload()
-    expect(dev.get_by_role("link", name="model.json")).to_be_visible()
-    expect(dev.locator("ol.timeline")).to_contain_text("succeeded")
+    # The live section refreshes itself, whole, until the run is final and
+    # charged: everything on the page agrees with the end without a reload.
+    expect(dev.locator("#live h2 .badge")).to_have_text("succeeded", timeout=90_000)
+    expect(dev.locator("#live")).to_have_attribute("data-final", "", timeout=60_000)
+    live = dev.locator("#live")
+    expect(live.get_by_role("link", name="Download model.json")).to_be_visible()
+    expect(live.locator("ol.timeline li").last).to_contain_text("succeeded")
+    expect(live.get_by_role("button", name="Cancel this run")).to_have_count(0)
+    expect(live).not_to_contain_text("None yet.")
+    expect(live).not_to_contain_text("being settled")
+    # The log in words, as the CLI prints it, never the signed wire format.
+    expect(dev.locator("#log")).to_contain_text("complete")
+    expect(dev.locator("#log")).not_to_contain_text("mapi_event")
+    expect(live.locator("table").filter(has_text="Attempt")).not_to_contain_text("Succeeded {")
     shot(dev, "run")
 
 
 def test_a_run_page_shows_its_timeline_cost_and_model_version(dev, fitted):
     dev.goto(f"{URL}/console/runs/{fitted['id']}")
     expect(dev.locator("ol.timeline li")).to_have_count(len(fitted["history"]))
-    expect(dev.locator("dl.facts")).to_contain_text("charged")
-    expect(dev.locator("dl.facts")).to_contain_text(fitted["model_version"])
+    expect(dev.locator("#live dl.facts")).to_contain_text("charged")
+    expect(dev.locator("#live dl.facts")).to_contain_text(fitted["model_version"])
     expect(dev.locator("#live")).to_contain_text("100 %")
 
 
 def test_a_runs_outputs_download_through_their_links(dev, fitted):
     dev.goto(f"{URL}/console/runs/{fitted['id']}")
-    href = dev.get_by_role("link", name="model.json").get_attribute("href")
+    href = dev.get_by_role("link", name="Download model.json").get_attribute("href")
     # The console's route: the API counts the download, and the browser is sent to the bytes.
     assert href == f"/console/runs/{fitted['id']}/outputs/model.json", href
     answer = dev.request.get(f"{URL}{href}")
@@ -261,9 +269,12 @@ def test_a_running_jobs_counts_refresh_themselves(dev):
     dev.goto(f"{URL}/console/jobs/{job['id']}")
     live = dev.locator("#live")
     expect(live).to_have_attribute("data-live", f"/console/jobs/{job['id']}/live")
-    # Without a reload, the section turns final with every item counted.
+    # Without a reload, the section turns final with every item counted,
+    # its items listed and no action its state no longer allows.
     expect(live).to_have_attribute("data-final", "", timeout=90_000)
     expect(live).to_contain_text("20 — 20 succeeded")
+    expect(live.get_by_role("button", name="Cancel the job")).to_have_count(0)
+    expect(live.get_by_role("link", name="Log of item 19")).to_be_visible()
 
 
 # --- models and endpoints ---------------------------------------------------
@@ -288,6 +299,10 @@ def test_deploying_scoring_and_deleting_an_endpoint(dev, fitted):
     dev.get_by_label("Model version").select_option(fitted["model_version"])
     dev.get_by_role("button", name="Deploy").click()
     expect(dev.locator(".done")).to_contain_text("Endpoint console-ep is")
+    # The endpoint's status follows it to ready without a reload.
+    section = dev.get_by_role("region", name="Endpoint console-ep")
+    expect(section.locator(".endpoint-status")).to_have_attribute("data-final", "", timeout=120_000)
+    expect(section.locator("h3 .badge")).to_have_text("ready")
     ep = wait_endpoint("console-ep")
     assert ep["model_version"] == fitted["model_version"]
     dev.goto(f"{PROJECT_URL}/models")
@@ -306,10 +321,12 @@ def test_deploying_scoring_and_deleting_an_endpoint(dev, fitted):
     expect(dev.locator(".problem")).to_contain_text("gnp_deflator")
     # Deleting needs the alias typed.
     section = dev.get_by_role("region", name="Endpoint console-ep")
+    section.locator("summary", has_text="Delete this endpoint").click()
     section.get_by_label(re.compile("to delete")).fill("wrong")
     section.get_by_role("button", name="Delete").click()
     expect(dev.locator(".problem")).to_contain_text("type the endpoint's alias")
     section = dev.get_by_role("region", name="Endpoint console-ep")
+    section.locator("summary", has_text="Delete this endpoint").click()
     section.get_by_label(re.compile("to delete")).fill("console-ep")
     section.get_by_role("button", name="Delete").click()
     expect(dev.locator(".done")).to_contain_text("console-ep is being deleted")

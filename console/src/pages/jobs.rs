@@ -191,80 +191,111 @@ async fn render_job(
     q: &ItemsQuery,
     flash: Option<Markup>,
 ) -> Response {
-    let api = Api::new(console, viewer);
-    let job: Job = match api.get(&format!("/v1/jobs/{id}")).await {
-        Ok(job) => job,
+    let (job, items) = match read_job(console, viewer, id, q).await {
+        Ok(read) => read,
         Err(r) => return refused(viewer, Scope::default(), "Item job", &r),
     };
-    let state = q.state.as_deref().filter(|s| ["succeeded", "failed"].contains(s));
-    let items: Result<ItemPage, Refusal> = api
-        .get(&format!(
-            "/v1/jobs/{id}/items{}",
-            query(&[("state", state), ("page_token", q.page_token.as_deref())])
-        ))
-        .await;
-    let c = &job.counts;
     let body = html! {
         @if let Some(f) = flash { (f) }
-        (counts_section(&job))
-        div.pager {
-            @if c.failed > 0 {
-                form method="post" action={"/console/jobs/" (id) "/retry-failed"} { (csrf(viewer)) button type="submit" { "Retry the " (c.failed) " failed items" } }
-            }
-            @if !FINAL.contains(&job.state.as_str()) {
-                form method="post" action={"/console/jobs/" (id) "/cancel"} { (csrf(viewer)) button.danger type="submit" { "Cancel the job" } }
-            }
-        }
-        h2 { "Items" }
-        nav.pager aria-label="Items by state" {
-            a href={"/console/jobs/" (id)} aria-current=[state.is_none().then_some("page")] { "All finished" }
-            a href={"/console/jobs/" (id) "?state=succeeded"} aria-current=[(state == Some("succeeded")).then_some("page")] { "Succeeded" }
-            a href={"/console/jobs/" (id) "?state=failed"} aria-current=[(state == Some("failed")).then_some("page")] { "Failed" }
-        }
-        @match &items {
-            Err(r) => (refusal_box(r)),
-            Ok(page) if page.items.is_empty() => p { "No finished item here yet." },
-            Ok(page) => {
-                table {
-                    thead { tr { th.num scope="col" { "Item" } th scope="col" { "State" } th.num scope="col" { "Round" } th.num scope="col" { "Attempts" } th.num scope="col" { "ms" } th scope="col" { "Result or error" } th scope="col" { "Log" } } }
-                    tbody { @for i in &page.items { tr {
-                        td.num { (i.idx) } td { (state_badge(&i.state)) } td.num { (i.round) } td.num { (i.attempts) } td.num { (i.duration_ms) }
-                        td { @if let Some(e) = &i.error { strong { (e.kind) } ": " (e.message) } @else if let Some(r) = &i.result { code { (r.to_string().chars().take(200).collect::<String>()) } } }
-                        td { a href={"/console/jobs/" (id) "/items/" (i.idx) "/log"} { "Log of item " (i.idx) } }
-                    } } }
-                }
-                @if let Some(next) = &page.next_page_token { div.pager { a href=(query(&[("state", state), ("page_token", Some(next))])) rel="next" { "Next page" } } }
-            }
-        }
+        (job_section(viewer, &job, &items, q))
     };
     let scope = Scope::project(&job.tenant, &job.project);
     page(StatusCode::OK, Some(viewer), scope, &format!("Item job {id}"), body)
 }
 
-/// The job's state and counts; with JavaScript, the page replaces it from
-/// `…/live` until the job is over.
-fn counts_section(job: &Job) -> Markup {
-    let c = &job.counts;
+/// The job and the page of its items the query asks for.
+async fn read_job(
+    console: &Console,
+    viewer: &Viewer,
+    id: &str,
+    q: &ItemsQuery,
+) -> Result<(Job, Result<ItemPage, Refusal>), Refusal> {
+    let api = Api::new(console, viewer);
+    let job: Job = api.get(&format!("/v1/jobs/{id}")).await?;
+    let items = api.get(&format!("/v1/jobs/{id}/items{}", q.as_query())).await;
+    Ok((job, items))
+}
+
+impl ItemsQuery {
+    /// The item state asked for, if it is one the list takes.
+    fn state(&self) -> Option<&str> {
+        self.state.as_deref().filter(|s| ["succeeded", "failed"].contains(s))
+    }
+
+    fn as_query(&self) -> String {
+        query(&[("state", self.state()), ("page_token", self.page_token.as_deref())])
+    }
+}
+
+/// Everything on a job's page that can change: its state and counts, the
+/// actions its state allows, and its items. With JavaScript the page
+/// replaces it from `…/live` (the same query) until the job is over.
+fn job_section(viewer: &Viewer, job: &Job, items: &Result<ItemPage, Refusal>, q: &ItemsQuery) -> Markup {
+    let (c, id, state) = (&job.counts, &job.id, q.state());
+    let over = FINAL.contains(&job.state.as_str());
     html! {
-        section #live aria-live="polite" aria-label="State and counts"
-            data-live={"/console/jobs/" (job.id) "/live"} data-final[FINAL.contains(&job.state.as_str())] {
-            dl.facts {
-                dt { "State" } dd { (state_badge(&job.state)) }
-                dt { "Method" } dd { (job.method) }
-                dt { "Items" } dd { (c.total) " — " (c.succeeded) " succeeded, " (c.failed) " failed, " (c.running) " running, " (c.pending) " pending, " (c.cancelled) " cancelled" }
-                dt { "Round" } dd { (job.round) }
-                dt { "Created" } dd { (when(job.created_at)) }
-                dt { "Finished" } dd { @match job.finished_at { Some(f) => (when(f)), None => "not yet" } }
-                dt { "Cost" } dd { (money(job.cost.cost_micros, "USD")) " estimated for " (job.cost.duration_ms) " ms of method time" }
+        section #live aria-live="polite" aria-label="State, counts and items"
+            data-live={"/console/jobs/" (id) "/live" (q.as_query())} data-final[over] {
+            (counts(job))
+            div.pager {
+                @if c.failed > 0 {
+                    form method="post" action={"/console/jobs/" (id) "/retry-failed"} { (csrf(viewer)) button type="submit" { "Retry the " (c.failed) " failed items" } }
+                }
+                @if !over {
+                    form method="post" action={"/console/jobs/" (id) "/cancel"} { (csrf(viewer)) button.danger type="submit" { "Cancel the job" } }
+                }
             }
+            h2 { "Items" }
+            nav.pager aria-label="Items by state" {
+                a href={"/console/jobs/" (id)} aria-current=[state.is_none().then_some("page")] { "All finished" }
+                a href={"/console/jobs/" (id) "?state=succeeded"} aria-current=[(state == Some("succeeded")).then_some("page")] { "Succeeded" }
+                a href={"/console/jobs/" (id) "?state=failed"} aria-current=[(state == Some("failed")).then_some("page")] { "Failed" }
+            }
+            @match items {
+                Err(r) => (refusal_box(r)),
+                Ok(page) if page.items.is_empty() => p { "No finished item here yet." },
+                Ok(page) => {
+                    table {
+                        thead { tr { th.num scope="col" { "Item" } th scope="col" { "State" } th.num scope="col" { "Round" } th.num scope="col" { "Attempts" } th.num scope="col" { "ms" } th scope="col" { "Result or error" } th scope="col" { "Log" } } }
+                        tbody { @for i in &page.items { tr {
+                            td.num { (i.idx) } td { (state_badge(&i.state)) } td.num { (i.round) } td.num { (i.attempts) } td.num { (i.duration_ms) }
+                            td { @if let Some(e) = &i.error { strong { (e.kind) } ": " (e.message) } @else if let Some(r) = &i.result { code { (r.to_string().chars().take(200).collect::<String>()) } } }
+                            td { a href={"/console/jobs/" (id) "/items/" (i.idx) "/log"} { "Log of item " (i.idx) } }
+                        } } }
+                    }
+                    @if let Some(next) = &page.next_page_token { div.pager { a href=(query(&[("state", state), ("page_token", Some(next))])) rel="next" { "Next page" } } }
+                }
+            }
+            @if !over { p.meta { "This section refreshes itself; without JavaScript, " a href={"/console/jobs/" (id) (q.as_query())} { "reload" } "." } }
         }
     }
 }
 
-/// The counts section alone, for the page's script to swap in.
-async fn live(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
-    let job = Api::new(&console, &viewer).get::<Job>(&format!("/v1/jobs/{id}")).await;
-    fragment(job.map(|job| counts_section(&job)))
+/// The job's state and counts.
+fn counts(job: &Job) -> Markup {
+    let c = &job.counts;
+    html! {
+        dl.facts {
+            dt { "State" } dd { (state_badge(&job.state)) }
+            dt { "Method" } dd { (job.method) }
+            dt { "Items" } dd { (c.total) " — " (c.succeeded) " succeeded, " (c.failed) " failed, " (c.running) " running, " (c.pending) " pending, " (c.cancelled) " cancelled" }
+            dt { "Round" } dd { (job.round) }
+            dt { "Created" } dd { (when(job.created_at)) }
+            dt { "Finished" } dd { @match job.finished_at { Some(f) => (when(f)), None => "not yet" } }
+            dt { "Cost" } dd { (money(job.cost.cost_micros, "USD")) " estimated for " (job.cost.duration_ms) " ms of method time" }
+        }
+    }
+}
+
+/// The live section alone, for the page's script to swap in.
+async fn live(
+    State(console): State<Console>,
+    viewer: Viewer,
+    IdPath(id): IdPath,
+    Query(q): Query<ItemsQuery>,
+) -> Response {
+    let read = read_job(&console, &viewer, &id, &q).await;
+    fragment(read.map(|(job, items)| job_section(&viewer, &job, &items, &q)))
 }
 
 async fn item_log(

@@ -5,7 +5,7 @@
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mapi_api::endpoints::{EndpointPage, EndpointView, ScoreResponse, served};
 use mapi_api::views::{ModelVersionPage, ModelVersionSummary};
@@ -24,6 +24,7 @@ pub fn routes() -> Router<Console> {
     Router::new()
         .route("/console/t/{tenant}/p/{project}/models", get(models).post(deploy))
         .route("/console/t/{tenant}/p/{project}/endpoints/{alias}", post(act))
+        .route("/console/t/{tenant}/p/{project}/endpoints/{alias}/live", get(endpoint_live))
 }
 
 /// What an action answered, shown above the lists.
@@ -119,22 +120,7 @@ fn endpoint_section(
     let act = format!("{action}/endpoints/{}", ep.alias);
     html! {
         section aria-label={"Endpoint " (ep.alias)} {
-            h3 { (ep.alias) " " (state_badge(&serde_json::to_value(ep.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())) }
-            @if let Some(m) = &ep.message { div.problem { p { (m) } } }
-            p.meta { "Serves " code { (served(ep.model_version.as_ref(), ep.image.as_deref())) } " on " (ep.hosting) " (" (ep.region) "), " (ep.min_instances) "–" (ep.max_instances) " instances. "
-                (ep.usage.requests) " scores, " (ep.usage.errors) " errors, " (money(i64::try_from(ep.usage.cost_micros).unwrap_or(i64::MAX), "USD")) "." }
-            table {
-                caption { "Revisions and traffic" }
-                thead { tr { th scope="col" { "Tag" } th scope="col" { "Model version" } th scope="col" { "Role" } th.num scope="col" { "Traffic" } th scope="col" { "Created" } } }
-                tbody { @for r in &ep.revisions { tr {
-                    td { (r.tag) } td { code { (served(r.model_version.as_ref(), r.image.as_deref())) } } td { (r.role) } td.num { (r.traffic_percent) " %" } td { (when(r.created_at)) }
-                } } }
-            }
-            @if let Some(pr) = &ep.promotion { p { "Promotion of " code { (served(pr.model_version.as_ref(), pr.image.as_deref())) } ": " (pr.phase) ", canary at " (pr.canary_percent) " %." } }
-            details {
-                summary { "History (" (ep.events.len()) " events)" }
-                ol.timeline { @for e in &ep.events { li { (when(e.at)) " " strong { (e.kind) } " " (e.detail) } } }
-            }
+            (endpoint_status(action, ep))
             form.stack method="post" action=(act) {
                 (csrf(viewer))
                 label { "Rows to score (JSON: a list of objects naming the model's input columns)"
@@ -166,6 +152,51 @@ fn endpoint_section(
             }
         }
     }
+}
+
+/// What can change of an endpoint while it deploys, promotes or rolls
+/// back: its status, revisions and traffic, promotion and history. With
+/// JavaScript it is replaced from `…/live` until the endpoint is settled;
+/// the forms beside it are left alone (a refresh never wipes what is typed).
+fn endpoint_status(action: &str, ep: &EndpointView) -> Markup {
+    let settled = ep.promotion.is_none() && ep.status != mapi_domain::endpoint::EndpointStatus::Deploying;
+    html! {
+        div.endpoint-status aria-live="polite" data-live={(action) "/endpoints/" (ep.alias) "/live"} data-final[settled] {
+            h3 { (ep.alias) " " (state_badge(ep.status.as_str())) }
+            @if let Some(m) = &ep.message { div.problem { p { (m) } } }
+            p.meta { "Serves " code { (served(ep.model_version.as_ref(), ep.image.as_deref())) } " on " (ep.hosting) " (" (ep.region) "), " (ep.min_instances) "–" (ep.max_instances) " instances. "
+                (ep.usage.requests) " scores, " (ep.usage.errors) " errors, " (money(i64::try_from(ep.usage.cost_micros).unwrap_or(i64::MAX), "USD")) "." }
+            table {
+                caption { "Revisions and traffic" }
+                thead { tr { th scope="col" { "Tag" } th scope="col" { "Model version" } th scope="col" { "Role" } th.num scope="col" { "Traffic" } th scope="col" { "Created" } } }
+                tbody { @for r in &ep.revisions { tr {
+                    td { (r.tag) } td { code { (served(r.model_version.as_ref(), r.image.as_deref())) } } td { (r.role) } td.num { (r.traffic_percent) " %" } td { (when(r.created_at)) }
+                } } }
+            }
+            @if let Some(pr) = &ep.promotion { p { "Promotion of " code { (served(pr.model_version.as_ref(), pr.image.as_deref())) } ": " (pr.phase) ", canary at " (pr.canary_percent) " %." } }
+            details {
+                summary { "History (" (ep.events.len()) " events)" }
+                ol.timeline { @for e in &ep.events { li { (when(e.at)) " " strong { (e.kind) } " " (e.detail) } } }
+            }
+        }
+    }
+}
+
+/// An endpoint's changing part alone, for the page's script.
+async fn endpoint_live(
+    State(console): State<Console>,
+    viewer: Viewer,
+    Path((t, p, alias)): Path<(String, String, String)>,
+) -> Response {
+    let Ok((t, p)) = super::project_ids(&t, &p) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if mapi_domain::endpoint::check_alias(&alias).is_err() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let answer: Result<EndpointView, Refusal> =
+        Api::new(&console, &viewer).get(&format!("/v1/tenants/{t}/projects/{p}/endpoints/{alias}")).await;
+    super::fragment(answer.map(|ep| endpoint_status(&format!("/console/t/{t}/p/{p}"), &ep)))
 }
 
 /// A number from the form, or the field's default when it is left empty.

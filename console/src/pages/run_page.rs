@@ -31,6 +31,7 @@ pub fn routes() -> Router<Console> {
     Router::new()
         .route("/console/runs/{id}", get(detail))
         .route("/console/runs/{id}/live", get(live))
+        .route("/console/runs/{id}/log", get(log_live))
         .route("/console/runs/{id}/cancel", post(cancel))
         .route("/console/runs/{id}/outputs/{*name}", get(output))
         .route("/console/runs/{id}/preview/{*name}", get(preview))
@@ -73,13 +74,31 @@ struct Seen {
     settled: bool,
 }
 
-async fn see(console: &Console, api: &Api<'_>, id: &str) -> Result<Seen, Refusal> {
+/// Which of a run's parts a render needs besides the run itself.
+#[derive(Clone, Copy, Debug)]
+struct Reads {
+    /// What the current attempt printed.
+    printed: bool,
+    /// What people logged (metric series, params, images).
+    logged: bool,
+}
+
+const EVERYTHING: Reads = Reads { printed: true, logged: true };
+
+async fn see(console: &Console, api: &Api<'_>, id: &str, reads: Reads) -> Result<Seen, Refusal> {
     let run: RunView = api.get(&format!("/v1/runs/{id}")).await?;
-    let (logs, truncated) = match read_log(api, id).await {
-        Ok((lines, truncated)) => (Ok(lines), truncated),
-        Err(r) => (Err(r), false),
+    let (logs, truncated) = match reads.printed {
+        false => (Ok(Vec::new()), false),
+        true => match read_log(api, id).await {
+            Ok((lines, truncated)) => (Ok(lines), truncated),
+            Err(r) => (Err(r), false),
+        },
     };
-    let log: RunLog = api.get(&format!("/v1/runs/{id}/log")).await.unwrap_or_default();
+    let log: RunLog = if reads.logged {
+        api.get(&format!("/v1/runs/{id}/log")).await.unwrap_or_default()
+    } else {
+        RunLog::default()
+    };
     let charged = run.attempts.iter().all(|a| a.started.is_none() || a.charge.is_some());
     let quiet = console.app.clock.now().as_secs() - run.updated_at.as_secs() > SETTLE_WAIT_S;
     let settled = run.state.is_terminal() && (charged || quiet);
@@ -112,7 +131,7 @@ async fn detail(
     Query(lq): Query<LogQuery>,
 ) -> Response {
     let api = Api::new(&console, &viewer);
-    let seen = match see(&console, &api, &id).await {
+    let seen = match see(&console, &api, &id, EVERYTHING).await {
         Ok(seen) => seen,
         Err(r) => return refused(&viewer, Scope::default(), "Run", &r),
     };
@@ -139,7 +158,9 @@ async fn detail(
             dt { "Submitted" } dd { (when(run.created_at)) " by " (run.created_by.as_str()) }
         }
         (params_table(run))
-        form.filters method="get" role="search" aria-label="Search the log" {
+        (live_section(&viewer, &seen, &lq))
+        h2 { "Log" }
+        form.filters method="get" role="search" aria-label="Find in the log" {
             label { "Search the log" input type="search" name="q" value=[lq.q.as_deref()]; }
             label { "Stream"
                 select name="stream" {
@@ -150,7 +171,7 @@ async fn detail(
             button type="submit" class="secondary" { "Search" }
             label.inline { input type="checkbox" data-follow="log" checked; " Follow the end of the log" }
         }
-        (live_section(&viewer, &seen, &lq))
+        (log_section(&seen, &lq))
     };
     page(StatusCode::OK, Some(&viewer), Scope::project(&t, &p), &title, body)
 }
@@ -167,6 +188,27 @@ fn params_table(run: &RunView) -> Markup {
     }
 }
 
+async fn log_live(
+    State(console): State<Console>,
+    viewer: Viewer,
+    IdPath(id): IdPath,
+    Query(lq): Query<LogQuery>,
+) -> Response {
+    let api = Api::new(&console, &viewer);
+    let reads = Reads { printed: true, logged: false };
+    fragment(see(&console, &api, &id, reads).await.map(|seen| log_section(&seen, &lq)))
+}
+
+/// The log, refreshed on its own beside the search form above it (which a
+/// refresh must not wipe).
+fn log_section(seen: &Seen, lq: &LogQuery) -> Markup {
+    html! {
+        section #log-live aria-label="Log" data-live={"/console/runs/" (seen.run.id) "/log" (lq.as_query())} data-final[seen.settled] {
+            (log_view(seen, lq))
+        }
+    }
+}
+
 async fn live(
     State(console): State<Console>,
     viewer: Viewer,
@@ -174,7 +216,8 @@ async fn live(
     Query(lq): Query<LogQuery>,
 ) -> Response {
     let api = Api::new(&console, &viewer);
-    fragment(see(&console, &api, &id).await.map(|seen| live_section(&viewer, &seen, &lq)))
+    let reads = Reads { printed: false, logged: true };
+    fragment(see(&console, &api, &id, reads).await.map(|seen| live_section(&viewer, &seen, &lq)))
 }
 
 /// Everything on the page that can change, in one section.
@@ -191,10 +234,8 @@ fn live_section(viewer: &Viewer, seen: &Seen, lq: &LogQuery) -> Markup {
             @if let Some(e) = &run.error { div.problem { p { strong { (e.code.as_str()) } ": " (e.message) } } }
             @for w in &run.warnings { div.warning role="note" { p { strong { (w.code.as_str()) } ": " (w.message) } } }
             @if let Some(b) = run.params.get("dl.backend").and_then(|v| v.as_str()) { p { "Backend: " (b) } }
-            @if !run.state.is_terminal() {
-                label { "Progress " (percent) " %" progress max="100" value=(percent) { (percent) " %" } }
-                @if let Some(m) = run.progress.as_ref().and_then(|p| p.message.as_deref()) { p.meta { (m) } }
-            }
+            label { "Progress " (percent) " %" progress max="100" value=(percent) { (percent) " %" } }
+            @if let Some(m) = run.progress.as_ref().and_then(|p| p.message.as_deref()) { p.meta { (m) } }
             dl.facts {
                 dt { "Cost" } dd { (money(run.cost.charged_micros, &run.cost.currency)) " charged"
                     @if run.state.is_terminal() && !seen.settled { " (being settled)" }
@@ -223,7 +264,6 @@ fn live_section(viewer: &Viewer, seen: &Seen, lq: &LogQuery) -> Markup {
                     li { (when(h.at)) " — " (state_badge(h.to.as_str())) " (" (h.reason.as_str()) ", attempt " (h.attempt) ")" }
                 }
             }
-            (log_view(seen, lq))
             @if !seen.settled { p.meta { "This section refreshes itself; without JavaScript, " a href={"/console/runs/" (run.id) (lq.as_query())} { "reload" } "." } }
         }
     }
@@ -268,7 +308,7 @@ fn images(run: &RunView, log: &RunLog) -> Markup {
             div.images {
                 @for (name, image) in &log.images {
                     figure {
-                        img src={"/console/runs/" (run.id) "/images/" (name) "?at=" (image.at.as_secs())} alt={"Image " (name) " logged to the run"} loading="lazy";
+                        img src={"/console/runs/" (run.id) "/images/" (name) "?at=" (image.at.as_secs())} alt={"Image " (name) " logged to the run"};
                         figcaption { (name) @if let Some(s) = image.step { " (step " (s) ")" } " · " (size(image.size)) }
                     }
                 }
@@ -349,7 +389,6 @@ fn attempts(run: &RunView) -> Markup {
 fn log_view(seen: &Seen, lq: &LogQuery) -> Markup {
     let filtered = lq.q.as_deref().is_some_and(|q| !q.trim().is_empty()) || lq.stream.is_some();
     html! {
-        h2 { "Log" }
         @match &seen.logs {
             Err(r) => (refusal_box(r)),
             Ok(lines) if lines.is_empty() => p { "Nothing printed yet." },

@@ -189,8 +189,11 @@ fn filter_form(f: &Filters, views: &[mapi_schema::RunViewDoc], columns: &[String
                 }
             }
             label { "Columns" input name="columns" value=[f.columns.as_deref()] placeholder="name, state, params.alpha, metrics.r2" size="36"; }
-            label { "Sort by"
-                select name="sort" {
+            // Labelled by `for`, so its options (column names such as
+            // `state`) are not part of its name.
+            span.field {
+                label for="sort" { "Sort by" }
+                select #sort name="sort" {
                     option value="" { "newest first" }
                     @for c in columns { option value=(c) selected[picked(&f.sort, c)] { (c) } }
                 }
@@ -201,7 +204,7 @@ fn filter_form(f: &Filters, views: &[mapi_schema::RunViewDoc], columns: &[String
                     option value="desc" selected[picked(&f.order, "desc")] { "largest first" }
                 }
             }
-            button type="submit" { "Show" }
+            button type="submit" { "Filter" }
         }
     }
 }

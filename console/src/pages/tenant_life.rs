@@ -82,7 +82,7 @@ async fn render(
 }
 
 fn export_section(t: &TenantId, e: &ExportDoc) -> Markup {
-    let over = e.finished_at.is_some() || e.error.is_some();
+    let over = e.state != mapi_schema::ExportState::Building;
     html! {
         section #export aria-live="polite" aria-label="The export"
             data-live={"/console/t/" (t) "/lifecycle/export?export=" (e.id)} data-final[over] {
