@@ -100,6 +100,10 @@ pub fn lines(id: &str, title: &str, description: &str, lines: &[Line]) -> String
     let (y0, y1) = all().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (_, y)| (a.min(*y), b.max(*y)));
     let (x0, x1) = if x0.is_finite() { (x0, if x1 > x0 { x1 } else { x0 + 1.0 }) } else { (0.0, 1.0) };
     let (y0, y1) = if y0.is_finite() { (y0, if y1 > y0 { y1 } else { y0 + 1.0 }) } else { (0.0, 1.0) };
+    // The value axis spans whole steps of a round size (1, 2 or 5 times a power of ten).
+    let step = nice_step((y1 - y0) / 4.0);
+    let (y0, y1) = ((y0 / step).floor() * step, (y1 / step).ceil() * step);
+    let ticks = ((y1 - y0) / step).round() as i32;
     let legend_h = 18 * i64::try_from(lines.len()).unwrap_or(0);
     let height = HEIGHT + legend_h;
     let plot_w = (WIDTH - LEFT - 16) as f64;
@@ -113,8 +117,8 @@ pub fn lines(id: &str, title: &str, description: &str, lines: &[Line]) -> String
         escape(title),
         escape(description)
     );
-    for step in 0..=4 {
-        let value = y0 + (y1 - y0) * f64::from(step) / 4.0;
+    for tick in 0..=ticks {
+        let value = y0 + step * f64::from(tick);
         let y = py(value);
         let _ = write!(
             s,
@@ -168,6 +172,16 @@ pub fn lines(id: &str, title: &str, description: &str, lines: &[Line]) -> String
     s
 }
 
+/// The least of 1, 2 or 5 times a power of ten at or above `raw` (> 0).
+fn nice_step(raw: f64) -> f64 {
+    let power = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|s| *s >= raw * (1.0 - 1e-9))
+        .unwrap_or(power * 10.0)
+}
+
 /// The least of 1, 2 or 5 times a power of ten at or above `v`.
 fn round_up(v: i64) -> i64 {
     let mut p = 1i64;
@@ -209,13 +223,19 @@ mod tests {
         let a = Line { label: "run_a".into(), points: vec![(2.0, 0.5), (0.0, 1.0), (1.0, f64::NAN)] };
         let b = Line { label: "<b>".into(), points: vec![(1.0, 0.75)] };
         let svg = lines("loss", "loss", "over steps", &[a, b]);
-        // Steps 0..2 span x 56..704; values 0.5..1 span y 192..12, sorted by step.
-        assert!(svg.contains(r#"points="56.0,12.0 704.0,192.0""#), "{svg}");
+        // Steps 0..2 span x 56..704; the axis runs 0.4..1 in steps of 0.2
+        // (y 192..12), so 1 is at 12 and 0.5 at 162; points sorted by step.
+        assert!(svg.contains(r#"points="56.0,12.0 704.0,162.0""#), "{svg}");
         assert!(svg.contains("<title>run_a: 2 points, last at step 2: 0.5</title>"), "{svg}");
-        assert!(svg.contains("<circle cx=\"380.0\" cy=\"102.0\""), "{svg}");
+        assert!(svg.contains("<circle cx=\"380.0\" cy=\"87.0\""), "{svg}");
         assert!(svg.contains(">&lt;b&gt;</text>") && !svg.contains("<b>"));
         assert!(svg.contains(r#"id="loss-title""#) && svg.contains(">step 0<") && svg.contains(">step 2<"));
-        assert!(svg.contains(">0.75</text>") && svg.contains(">0.5</text>") && svg.contains(">1</text>"));
+        assert!(
+            svg.contains(">0.4</text>") && svg.contains(">0.6</text>") && svg.contains(">1</text>"),
+            "{svg}"
+        );
+        assert!(!svg.contains(">0.5</text>"));
+        assert_eq!((nice_step(0.125), nice_step(0.3), nice_step(7.0), nice_step(0.2)), (0.2, 0.5, 10.0, 0.2));
     }
 
     #[test]

@@ -208,9 +208,20 @@ async fn the_operators_switch_holds_every_tier_and_every_change_is_audited() {
     let run = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
     assert_eq!(run["waiting"]["since"], since, "the same wait keeps its start");
 
+    // Switched back on, the executor is offered the runs it held at once
+    // (a dispatch pushed now), not after the held dispatch's retry or the
+    // tick's re-push a lease later.
+    let queue = &r.p.platform.state.queue;
+    let dispatch = mapi_queue::QueueName::new(mapi_schema::DISPATCH_QUEUE).expect("queue name");
+    let before = queue.depth(&dispatch).await.expect("depth");
     let (s, _) =
         r.p.call(&r.operator, Method::PUT, path, Some(json!({"enabled": true, "reason": "resolved"}))).await;
     assert_eq!(s, 200);
+    assert_eq!(queue.depth(&dispatch).await.expect("depth"), before + 1, "the held run's dispatch is pushed");
+    let (s, _) =
+        r.p.call(&r.operator, Method::PUT, path, Some(json!({"enabled": true, "reason": "again"}))).await;
+    assert_eq!(s, 200);
+    assert_eq!(queue.depth(&dispatch).await.expect("depth"), before + 1, "only a switch from off offers runs");
     assert_eq!(r.p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
     let run = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
     assert!(run.get("waiting").is_none(), "a placed run waits for nothing: {run}");

@@ -162,19 +162,61 @@ pub async fn set(
     .detail(format!("reason: {reason}"))
     .into_doc(now, &*state.entropy);
     let (name_ref, reason_ref, entry, user) = (&name, &reason, &entry, caller.user());
-    let doc = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
+    let (doc, was_enabled) = transact::<_, ApiError, _, _>(&*state.store, |mut tx| async move {
         let mut doc =
             tx_get::<ExecutorDoc>(&mut tx, name_ref).await?.unwrap_or_else(|| ExecutorDoc::fresh(name_ref));
+        let was_enabled = doc.enabled;
         doc.enabled = body.enabled;
         doc.reason = Some(reason_ref.clone());
         doc.set_by = Some(user.clone());
         doc.set_at = Some(now);
         tx_put(&mut tx, &doc)?;
         tx_create(&mut tx, entry)?;
-        Ok(tx.finish(doc))
+        Ok(tx.finish((doc, was_enabled)))
     })
     .await?;
+    if body.enabled && !was_enabled {
+        offer_held_runs(&state).await;
+    }
     Ok(Json(view(&state, doc).await?))
+}
+
+/// The most held runs one switch-on offers to the executor at once; the
+/// tick offers the rest as it finds them.
+const OFFERED_ON_ENABLE: u32 = 500;
+
+/// An executor switched back on takes the runs it held at once: each queued
+/// run that says why it waits gets its dispatch pushed now (named by the
+/// second of the switch, apart from the tick's per-minute re-pushes), so it
+/// neither waits for its held dispatch's retry nor keeps saying it is held.
+/// A push that fails is left to the tick, which re-pushes queued runs.
+async fn offer_held_runs(state: &AppState) {
+    let now = state.clock.now();
+    let queued = mapi_store::Query::new(RunDoc::COLLECTION)
+        .filter("state", Op::Eq, RunState::Queued.as_str())
+        .order_by("updated_at", Direction::Asc)
+        .limit(OFFERED_ON_ENABLE);
+    let docs = match state.store.query(&queued, None).await {
+        Ok(docs) => docs,
+        Err(e) => return tracing::warn!(error = %e, "listing the held runs failed; the tick offers them"),
+    };
+    for doc in docs {
+        let Ok(run) = doc.decode::<RunDoc>() else { continue };
+        if run.waiting().is_none() {
+            continue;
+        }
+        let pushed = mapi_schema::tasks::push_dispatch(
+            &*state.queue,
+            run.id(),
+            run.attempt(),
+            Some(now.as_secs()),
+            None,
+        )
+        .await;
+        if let Err(e) = pushed {
+            tracing::warn!(run = %run.id(), error = %e, "offering a held run failed; the tick offers it");
+        }
+    }
 }
 
 /// Record the conformance and security reports of an executor (operators;
