@@ -227,3 +227,23 @@ def test_the_new_pages_fit_the_window_and_pass_axe(dev, path):
     width = dev.evaluate("document.documentElement.scrollWidth")
     assert width <= 1280, f"{path} is {width} px wide"
     shot(dev, "page-" + path.strip("/").replace("/", "-"))
+
+
+def test_a_workflow_runs_page_follows_it_to_its_end(dev, dataset):
+    base = f"/v1/tenants/{TENANT}/projects/{PROJECT}/workflows"
+    definition = {"nodes": [
+        {"id": "fit", "kind": "run", "method": "tabular.linear", "dataset": dataset, "params": {"y": "employed"}},
+        {"id": "stats", "kind": "run", "method": "describe", "dataset": dataset, "needs": ["fit"]},
+    ]}
+    status, made = api("POST", base, {"name": "browser-chain", "definition": definition})
+    assert status == 201, made
+    status, run = api("POST", f"{base}/browser-chain/runs", {})
+    assert status in (200, 201, 202), run
+    dev.goto(f"{URL}/console/workflow-runs/{run['id']}")
+    live = dev.locator("#live")
+    # Without a reload: both nodes succeed, and no Cancel is offered at the end.
+    expect(live).to_have_attribute("data-final", "", timeout=120_000)
+    expect(live.locator("p .badge").first).to_have_text("succeeded")
+    expect(live.get_by_role("listitem", name="Node stats")).to_contain_text("succeeded")
+    expect(live.get_by_role("button", name="Cancel the run")).to_have_count(0)
+    shot(dev, "workflow-run")

@@ -221,7 +221,11 @@ async fn the_operators_switch_holds_every_tier_and_every_change_is_audited() {
     let (s, _) =
         r.p.call(&r.operator, Method::PUT, path, Some(json!({"enabled": true, "reason": "again"}))).await;
     assert_eq!(s, 200);
-    assert_eq!(queue.depth(&dispatch).await.expect("depth"), before + 1, "only a switch from off offers runs");
+    assert_eq!(
+        queue.depth(&dispatch).await.expect("depth"),
+        before + 1,
+        "only a switch from off offers runs"
+    );
     assert_eq!(r.p.dispatch(&id, AttemptNo::FIRST).await.0, 200);
     let run = r.p.call(&dev, Method::GET, &format!("/v1/runs/{id}"), None).await.1;
     assert!(run.get("waiting").is_none(), "a placed run waits for nothing: {run}");

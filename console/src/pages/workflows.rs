@@ -25,6 +25,7 @@ pub fn routes() -> Router<Console> {
         .route("/console/t/{tenant}/p/{project}/workflows", get(list).post(create))
         .route("/console/t/{tenant}/p/{project}/workflows/run", post(start))
         .route("/console/workflow-runs/{id}", get(detail))
+        .route("/console/workflow-runs/{id}/live", get(live))
         .route("/console/workflow-runs/{id}/act", post(act))
 }
 
@@ -163,20 +164,11 @@ async fn detail(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPa
     let body = html! {
         p.meta { (run.workflow) " version " (run.version) ", attempt " (run.attempt) ", started by " (run.started_by) " " (when(run.created_at))
             ". Estimate " (money(run.estimate.amount_micros, &run.estimate.currency)) " (its runs, one attempt each, at list prices)." }
-        p { (state_badge(run.state.as_str())) }
-        (graph(&run))
+        (run_section(&viewer, &run))
         @for v in &validations {
             @match v {
                 Err(r) => (refusal_box(r)),
                 Ok(v) => (validation_section(&viewer, &act, v)),
-            }
-        }
-        div.pager {
-            @if run.state == mapi_api::workflows::RunState::Running {
-                form.inline method="post" action=(act) { (csrf(&viewer)) button.danger type="submit" name="action" value="cancel" { "Cancel the run" } }
-            }
-            @if matches!(run.state, mapi_api::workflows::RunState::Failed | mapi_api::workflows::RunState::Cancelled) {
-                form.inline method="post" action=(act) { (csrf(&viewer)) button type="submit" name="action" value="resume" { "Resume (what did not succeed)" } }
             }
         }
     };
@@ -187,6 +179,36 @@ async fn detail(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPa
         &format!("Workflow run {}", run.id),
         body,
     )
+}
+
+/// What changes of a workflow run as it goes: its state, its graph and
+/// the actions its state allows. With JavaScript it is replaced from
+/// `…/live` until the run is over; a validation's decision form below it
+/// is left alone.
+fn run_section(viewer: &Viewer, run: &WorkflowRunView) -> Markup {
+    use mapi_api::workflows::RunState;
+    let act = format!("/console/workflow-runs/{}/act", run.id);
+    let running = run.state == RunState::Running;
+    html! {
+        section #live aria-live="polite" aria-label="State and nodes"
+            data-live={"/console/workflow-runs/" (run.id) "/live"} data-final[!running] {
+            p { (state_badge(run.state.as_str())) }
+            (graph(run))
+            div.pager {
+                @if running {
+                    form.inline method="post" action=(act) { (csrf(viewer)) button.danger type="submit" name="action" value="cancel" { "Cancel the run" } }
+                }
+                @if matches!(run.state, RunState::Failed | RunState::Cancelled) {
+                    form.inline method="post" action=(act) { (csrf(viewer)) button type="submit" name="action" value="resume" { "Resume (what did not succeed)" } }
+                }
+            }
+        }
+    }
+}
+
+async fn live(State(console): State<Console>, viewer: Viewer, IdPath(id): IdPath) -> Response {
+    let run = Api::new(&console, &viewer).get::<WorkflowRunView>(&format!("/v1/workflow-runs/{id}")).await;
+    super::fragment(run.map(|run| run_section(&viewer, &run)))
 }
 
 /// The nodes by depth (a node one column right of the deepest node it
@@ -224,7 +246,7 @@ fn node_card(n: &NodeView) -> Markup {
                     a href={"/console/runs/" (c.run)} { code { (c.run) } } " "
                     (state_badge(c.ended.as_deref().unwrap_or("running")))
                     @if !c.combination.is_empty() { " " (mapi_api::workflows::show_combination(&c.combination)) }
-                    @if let Some(m) = c.metric { " → " (format!("{m:.6}")) }
+                    @if let Some(m) = c.metric { " → " (mapi_api::words::number(m)) }
                     @if n.best_run.as_ref() == Some(&c.run) { " " strong { "best" } }
                 } } }
             }
