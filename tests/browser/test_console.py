@@ -305,6 +305,9 @@ def test_deploying_scoring_and_deleting_an_endpoint(dev, fitted):
     expect(section.locator("h3 .badge")).to_have_text("ready")
     ep = wait_endpoint("console-ep")
     assert ep["model_version"] == fitted["model_version"]
+    # The run that made the version says where it is served.
+    dev.goto(f"{URL}/console/runs/{fitted['id']}")
+    expect(dev.locator("#live dl.facts")).to_contain_text("served by console-ep")
     dev.goto(f"{PROJECT_URL}/models")
     section = dev.get_by_role("region", name="Endpoint console-ep")
     expect(section.locator("table")).to_contain_text("100 %")

@@ -227,11 +227,7 @@ async fn deploy(State(console): State<Console>, at: ProjectPath, posted: Posted)
             .send::<EndpointView, _>(Method::POST, &format!("/v1/tenants/{t}/projects/{p}/endpoints"), &body)
             .await
             .map(|ep| {
-                done(&format!(
-                    "Endpoint {} is {}: this page shows it.",
-                    ep.alias,
-                    format!("{:?}", ep.status).to_lowercase()
-                ))
+                done(&format!("Endpoint {} is {}: this page follows it.", ep.alias, ep.status.as_str()))
             }),
     };
     render(&console, &posted.viewer, (t, p), None, Some(answer)).await

@@ -70,6 +70,8 @@ struct Seen {
     logs: Result<Vec<LogLineView>, Refusal>,
     truncated: bool,
     log: RunLog,
+    /// The endpoints whose revisions serve the run's model version.
+    serving: Vec<String>,
     /// The run is final and its charges settled: nothing will change.
     settled: bool,
 }
@@ -102,7 +104,23 @@ async fn see(console: &Console, api: &Api<'_>, id: &str, reads: Reads) -> Result
     let charged = run.attempts.iter().all(|a| a.started.is_none() || a.charge.is_some());
     let quiet = console.app.clock.now().as_secs() - run.updated_at.as_secs() > SETTLE_WAIT_S;
     let settled = run.state.is_terminal() && (charged || quiet);
-    Ok(Seen { run, logs, truncated, log, settled })
+    let serving = match (&run.model_version, reads.logged) {
+        (Some(mv), true) => serving(api, &run, mv).await,
+        _ => Vec::new(),
+    };
+    Ok(Seen { run, logs, truncated, log, serving, settled })
+}
+
+/// The aliases of the project's endpoints with a revision of `mv` (none
+/// when the viewer may not list them).
+async fn serving(api: &Api<'_>, run: &RunView, mv: &mapi_domain::ModelVersionId) -> Vec<String> {
+    let path = format!("/v1/tenants/{}/projects/{}/endpoints", run.tenant, run.project);
+    let Ok(page) = api.get::<mapi_api::endpoints::EndpointPage>(&path).await else { return Vec::new() };
+    page.endpoints
+        .into_iter()
+        .filter(|e| e.revisions.iter().any(|r| r.model_version.as_ref() == Some(mv)))
+        .map(|e| e.alias)
+        .collect()
 }
 
 /// The current attempt's lines, up to [`LOG_LINES`], and whether there are more.
@@ -242,7 +260,10 @@ fn live_section(viewer: &Viewer, seen: &Seen, lq: &LogQuery) -> Markup {
                     "; estimate " (money(run.cost.estimate_micros, &run.cost.currency)) span.meta { " (" (run.cost.price_table) ")" } }
                 dt { "Model version" } dd {
                     @match &run.model_version {
-                        Some(mv) => a href={"/console/t/" (t) "/p/" (p) "/models#" (mv)} { code { (mv) } },
+                        Some(mv) => {
+                            a href={"/console/t/" (t) "/p/" (p) "/models#" (mv)} { code { (mv) } }
+                            @if !seen.serving.is_empty() { ", served by " (seen.serving.join(", ")) }
+                        },
                         None => "none",
                     }
                 }
