@@ -428,6 +428,18 @@ async fn runs_are_gathered_in_experiments_and_saved_views_from_the_cli() {
     assert!(code == 0 && out.contains("tag=q3") && out.contains("metrics.r_squared"), "{out}");
     let (code, out, err) = mapi(&p, &["runs", "ls", "--view", "q3-fits"]);
     assert!(code == 0 && out.contains(&fit) && !out.contains(&summary), "{out}{err}");
+    let header = out.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("STATE") && header.contains("metrics.r_squared") && !header.contains("METHOD"),
+        "the view's columns head the table: {out}"
+    );
+    let log = serde_json::json!({"metrics": [{"name": "loss", "value": 0.25}]});
+    let (s, b) = p.call(p.token(), reqwest::Method::POST, &format!("/v1/runs/{fit}/log"), Some(log)).await;
+    assert_eq!(s, 200, "{b}");
+    let (code, out, err) =
+        mapi(&p, &["runs", "ls", "--columns", "method,metrics.loss", "--sort", "metrics.loss", "--desc"]);
+    let first = out.lines().nth(1).unwrap_or_default();
+    assert!(code == 0 && first.contains(&fit) && first.contains("0.25"), "sorted by the metric: {out}{err}");
     let (code, _, err) = mapi(&p, &["runs", "views", "save", "bad", "--columns", "cost"]);
     assert_ne!(code, 0);
     assert!(err.contains("is not a column"), "{err}");
