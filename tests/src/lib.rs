@@ -131,6 +131,25 @@ pub mod held;
 pub mod model_fixture;
 pub mod oci_image;
 pub mod python_tools;
+
+/// Copies the files under `from` into `into`, recursively (what a reader's
+/// checkout holds: `examples/`, `clients/python`).
+///
+/// # Panics
+///
+/// When a file cannot be read or written: a test setup that cannot go on.
+pub fn copy_tree(from: &std::path::Path, into: &std::path::Path) {
+    std::fs::create_dir_all(into).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let to = into.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_tree(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).expect("copy");
+        }
+    }
+}
 pub mod scripted;
 
 use mapi_embedded::DevPlatform;

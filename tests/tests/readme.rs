@@ -22,6 +22,7 @@ const SECTIONS: &[&str] = &[
     "Model versions",
     "Endpoints: serve a model version, score it, promote another",
     "Workflows: a sweep, validated by a second person, then served",
+    "The Python client: the walkthrough in Python",
     "Item jobs: one method on every item of a list",
     "Tenants, people and tokens",
     "A tenant's end: export and deletion",
@@ -181,20 +182,6 @@ async fn the_readme_gpu_section_runs_as_printed() {
     run_sections(&p, &["Deep learning and the GPU class"], 3);
 }
 
-/// Copies what a reader's checkout holds under `examples/` into `into`.
-fn copy_examples(from: &Path, into: &Path) {
-    std::fs::create_dir_all(into).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("examples") {
-        let entry = entry.expect("entry");
-        let to = into.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_examples(&entry.path(), &to);
-        } else {
-            std::fs::copy(entry.path(), &to).expect("copy");
-        }
-    }
-}
-
 /// Runs every shell step of `sections` (at least `min_steps`) against `p` as a reader would.
 fn run_sections(p: &TestPlatform, sections: &[&str], min_steps: usize) {
     run_sections_in(p, sections, min_steps, |_| {});
@@ -205,7 +192,10 @@ fn run_sections_in(p: &TestPlatform, sections: &[&str], min_steps: usize, prepar
     let dir = tempfile::tempdir().expect("tempdir");
     prepare(dir.path());
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    copy_examples(&examples, &dir.path().join("examples"));
+    mapi_tests::copy_tree(&examples, &dir.path().join("examples"));
+    // The Python client, as a checkout holds it (`pip install ./clients/python`).
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python");
+    mapi_tests::copy_tree(&client, &dir.path().join("clients/python"));
     // What `mapi dev` leaves in its home for the CLI.
     let home = dir.path().join("dev-home");
     std::fs::create_dir(&home).expect("mkdir");
@@ -288,13 +278,15 @@ fn placeholders_and_shown_lines_are_matched_as_a_reader_reads_them() {
     );
 }
 
-/// The plugin the README shows is the one it publishes, `examples/plugins/churn`, word for word.
+/// The plugin the README shows is the one it publishes, `examples/plugins/churn`, and the Python
+/// walkthrough the one it runs, `examples/python/walkthrough.py`, word for word.
 #[test]
 fn the_readme_shows_the_example_plugin_as_it_is() {
     let readme = include_str!("../../README.md");
     for (fence, file) in [
         ("```toml\n", include_str!("../../examples/plugins/churn/mapi-plugin.toml")),
         ("```python\n", include_str!("../../examples/plugins/churn/model.py")),
+        ("```python\n", include_str!("../../examples/python/walkthrough.py")),
     ] {
         assert!(readme.contains(&format!("{fence}{file}```")), "the README shows another {fence}");
     }

@@ -50,6 +50,7 @@ mod plugin_runs;
 mod plugins;
 mod provider_schema;
 mod push_auth;
+mod python_client;
 mod python_methods;
 mod quotas;
 mod readme;
