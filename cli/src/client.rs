@@ -9,12 +9,18 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The platform answered with a problem.
-    #[error("{} ({}): {}", .0.code, .0.status, .0.detail)]
+    #[error("{} ({}): {}{}", .0.code, .0.status, .0.detail, sign_in_hint(.0.status))]
     Problem(Box<Problem>),
-    #[error("cannot reach the platform at {url}: {source}{hint}", hint = start_hint(url))]
+    /// No answer came: the cause (`Connection refused`, a timeout) is said.
+    #[error("cannot reach the platform at {url}: {cause}{hint}", cause = crate::error::with_causes(source), hint = start_hint(url))]
     Unreachable { url: String, source: reqwest::Error },
     #[error("unexpected answer {status}: {body}")]
     Unexpected { status: u16, body: String },
+}
+
+/// What to do about a 401: the token is missing, wrong, expired or revoked.
+fn sign_in_hint(status: u16) -> &'static str {
+    if status == 401 { " (sign in again with `mapi login`, or set MAPI_TOKEN to a valid token)" } else { "" }
 }
 
 /// What to try when a platform on this machine does not answer.

@@ -34,13 +34,7 @@ struct Cli {
 }
 
 /// What `mapi --help` says of exit codes.
-const EXIT_CODES: &str = "Exit codes:
-  0    done (a watched run or job succeeded)
-  1    an error, a refusal, or a watched run or job that did not succeed
-  2    the command line was wrong (see the message)
-  141  the reader of the output went away (`mapi … | head`)
-
-Colour is used on a terminal unless NO_COLOR is set.";
+use crate::error::EXIT_CODES;
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -209,7 +203,7 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(crate::error::exit_code(&*e))
         }
     }
 }

@@ -170,8 +170,28 @@ async fn a_closed_pipe_a_typo_and_a_stopped_platform_get_plain_answers() {
         .output()
         .expect("run mapi");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(6), "unavailable: {err}");
     assert!(err.contains("cannot reach the platform") && err.contains("is `mapi dev` running?"), "{err}");
+    assert!(err.to_lowercase().contains("connection refused"), "the cause is said: {err}");
+
+    // Each class of refusal has its exit code (`mapi --help` lists them).
+    let (code, _, err) = mapi(&p, &["runs", "get", "run_01arz3ndektsv4rrffq69g5fav"]);
+    assert_eq!(code, 3, "not found: {err}");
+    let (code, _, err) = mapi(&p, &["runs", "submit", "--method", "describe", "--dataset", "nope!"]);
+    assert_eq!(code, 2, "not valid: {err}");
+    let out = Command::new(binary("mapi"))
+        .args(["runs", "ls"])
+        .env("MAPI_URL", &p.platform.url)
+        .env("MAPI_TOKEN", "mapi_not_a_token")
+        .env("MAPI_TENANT", "dev")
+        .env("MAPI_PROJECT", "default")
+        .output()
+        .expect("run mapi");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "refused: {err}");
+    assert!(err.contains("mapi login"), "a bad token says how to sign in again: {err}");
+    let (code, help, _) = mapi(&p, &["--help"]);
+    assert!(code == 0 && help.contains("3    not found") && help.contains("6    unavailable"), "{help}");
 }
 
 /// README lines that once failed as printed: the dry run's estimate, an
