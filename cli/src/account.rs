@@ -465,13 +465,14 @@ async fn first_project(client: &Client, tenant: &str) -> Option<String> {
 }
 
 /// `mapi use TENANT/PROJECT`.
-pub fn use_scope(now: &Resolved, target: &str) -> Result<()> {
+pub async fn use_scope(now: &Resolved, target: &str) -> Result<()> {
     let (t, p) = target.split_once('/').ok_or("write TENANT/PROJECT, e.g. acme/growth")?;
     mapi_domain::TenantId::parse(t).map_err(|e| format!("tenant `{t}`: {e}"))?;
     mapi_domain::ProjectId::parse(p).map_err(|e| format!("project `{p}`: {e}"))?;
     let (Some(url), Some(token)) = (&now.url, &now.token) else {
         return Err("not signed in to any platform: run `mapi login` (or start `mapi dev`) first".into());
     };
+    may_act_in(&Client::new(url, token), t, p).await?;
     let mut saved = session::load();
     // A saved entry keeps its own token (a MAPI_TOKEN of this one command is not remembered).
     let (token, session) = match saved.platforms.get(url) {
@@ -484,6 +485,36 @@ pub fn use_scope(now: &Resolved, target: &str) -> Result<()> {
     session::save(&saved)?;
     eprintln!("using {t}/{p} on {url}");
     Ok(())
+}
+
+/// Refuses a tenant and project the caller has no role in (or, for a
+/// tenant-wide role, a project the tenant does not have), naming the ones
+/// they may choose; an operator's session may choose any that exists.
+async fn may_act_in(client: &Client, t: &str, p: &str) -> Result<()> {
+    let me: Value = client.get("/v1/whoami").await?;
+    let grants: Vec<&Value> = me["grants"].as_array().into_iter().flatten().collect();
+    let tenant_wide = grants.iter().any(|g| g["tenant"] == t && g["project"].is_null());
+    if grants.iter().any(|g| g["tenant"] == t && g["project"] == p) {
+        return Ok(());
+    }
+    if tenant_wide || me["operator"] == true {
+        let projects: Value = client.get(&format!("/v1/tenants/{t}/projects")).await?;
+        let names = projects["projects"].as_array().into_iter().flatten();
+        if names.clone().any(|x| x["project"] == p) {
+            return Ok(());
+        }
+        let known: Vec<&str> = names.filter_map(|x| x["project"].as_str()).collect();
+        return Err(format!("tenant {t} has no project {p}; its projects: {}", known.join(", ")).into());
+    }
+    let mine: Vec<String> = grants
+        .iter()
+        .map(|g| match g["project"].as_str() {
+            Some(project) => format!("{}/{project}", g["tenant"].as_str().unwrap_or("?")),
+            None => format!("{}/*", g["tenant"].as_str().unwrap_or("?")),
+        })
+        .collect();
+    let yours = if mine.is_empty() { "none yet".to_owned() } else { mine.join(", ") };
+    Err(format!("you have no role in {t}/{p}; where you do: {yours}").into())
 }
 
 /// `mapi whoami`.

@@ -235,7 +235,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         #[cfg(feature = "platform")]
         Command::Bench(b) => return crate::platform::bench(b, json).await,
         Command::Use { target } => {
-            crate::account::use_scope(&now, &target)?;
+            crate::account::use_scope(&now, &target).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Login { dev, id_token, no_browser, print_token } => {
