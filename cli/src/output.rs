@@ -88,6 +88,15 @@ pub(crate) fn terminal_width() -> Option<usize> {
     from_env.or_else(|| terminal_size::terminal_size().map(|(w, _)| usize::from(w.0)))
 }
 
+/// The terminal's width when standard error is one (where `watch` draws).
+pub(crate) fn stderr_width() -> Option<usize> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let from_env = std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok());
+    from_env.or_else(|| terminal_size::terminal_size_of(std::io::stderr()).map(|(w, _)| usize::from(w.0)))
+}
+
 /// Whether standard output gets colour.
 pub fn colour() -> bool {
     colour_for(std::io::stdout().is_terminal(), std::env::var_os("NO_COLOR"), std::env::var_os("TERM"))

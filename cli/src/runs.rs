@@ -682,27 +682,25 @@ async fn follow(ctx: &Ctx, id: &str) -> Result<RunView> {
             return Ok(r);
         }
         if !ctx.json {
-            let fraction = r.progress.as_ref().map_or(0.0, |p| p.fraction).clamp(0.0, 1.0);
-            let filled = (fraction * 30.0).round() as usize;
+            // A terminal shows the time since submit; a file or pipe gets a line per change only.
+            let width = if terminal { crate::output::stderr_width() } else { None };
+            let elapsed = if terminal { Some(since(r.created_at)) } else { None };
+            let fraction = r.progress.as_ref().map_or(0.0, |p| p.fraction);
             let message = match &r.waiting {
                 Some(w) => format!("waiting: {}", w.reason),
                 None => r.progress.as_ref().and_then(|p| p.message.clone()).unwrap_or_default(),
             };
-            // A terminal shows the time since submit; a file or pipe gets a line per change only.
-            let elapsed = if terminal { format!("{:>6} ", since(r.created_at)) } else { String::new() };
-            let line = format!(
-                "\r[{}{}] {:>3.0}% {elapsed}{:<11} {}",
-                "#".repeat(filled),
-                ".".repeat(30 - filled),
-                fraction * 100.0,
-                r.state.as_str(),
-                crate::output::truncate(&message, if r.waiting.is_some() { 80 } else { 40 })
+            let line = watch_frame(
+                (fraction, r.state.as_str(), &message),
+                elapsed.as_deref(),
+                width.unwrap_or(usize::MAX),
             );
             if line != last_line {
                 if terminal {
-                    eprint!("{line:<130}");
+                    // Back to the line's start and cleared to its end: one line, redrawn.
+                    eprint!("\r{line}\x1b[K");
                 } else {
-                    eprintln!("{}", line.trim_start_matches('\r').trim_end());
+                    eprintln!("{line}");
                 }
                 let _ = std::io::stderr().flush();
                 last_line = line;
@@ -710,6 +708,26 @@ async fn follow(ctx: &Ctx, id: &str) -> Result<RunView> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// One frame of `runs watch`: a bar, the percent, the time since submit
+/// (on a terminal), the state and what the run says, in fewer than
+/// `width` characters (the bar narrows first, then the words are cut).
+fn watch_frame((fraction, state, message): (f64, &str, &str), elapsed: Option<&str>, width: usize) -> String {
+    let fraction = fraction.clamp(0.0, 1.0);
+    let bar = if width >= 100 { 30 } else { 20 };
+    let filled = (fraction * bar as f64).round() as usize;
+    let elapsed = elapsed.map_or(String::new(), |e| format!("{e:>6} "));
+    let line = format!(
+        "[{}{}] {:>3.0}% {elapsed}{:<11} {message}",
+        "#".repeat(filled),
+        ".".repeat(bar - filled),
+        fraction * 100.0,
+        state,
+    );
+    let line = line.trim_end();
+    // The last column is left free: a terminal wraps a line that fills it.
+    crate::output::truncate(line, width.saturating_sub(1).max(10))
 }
 
 /// Time since `t`: `42 s`, `3m05s`, `1h02m`.
@@ -763,4 +781,22 @@ async fn runs_up_to(
         }
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch_frame;
+
+    #[test]
+    fn a_watch_frame_fits_an_80_column_terminal() {
+        let long =
+            "waiting: executor local-process is disabled by an operator: INC-42 containment, and more words";
+        for width in [40, 80, 120] {
+            let frame = watch_frame((0.42, "queued", long), Some("1m05s"), width);
+            assert!(frame.chars().count() < width, "{width}: {frame}");
+            assert!(frame.starts_with('[') && frame.contains(" 42% "), "{frame}");
+        }
+        let piped = watch_frame((1.0, "running", "done"), None, usize::MAX);
+        assert_eq!(piped, format!("[{}] 100% running     done", "#".repeat(30)));
+    }
 }
