@@ -14,7 +14,6 @@ use std::sync::OnceLock;
 use crate::error::Result;
 
 mod table;
-mod yaml;
 
 pub use table::{Cell, Table};
 
@@ -68,7 +67,8 @@ pub fn print<T: serde::Serialize>(machine: bool, value: &T, human: impl FnOnce()
         return write(&human());
     }
     match format() {
-        Format::Yaml => write(&yaml::to_string(&serde_json::to_value(value)?)),
+        // From the value itself, so its fields come in the order the JSON has them (`id` first).
+        Format::Yaml => write(&serde_norway::to_string(value)?),
         Format::Json | Format::Table => line(&serde_json::to_string_pretty(value)?),
     }
 }

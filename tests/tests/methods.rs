@@ -217,10 +217,10 @@ async fn the_cli_lists_and_shows_methods_and_their_examples_run_as_printed() {
     assert_eq!(serde_json::from_str::<Value>(&out).expect("JSON"), one);
 
     let (code, _, err) = mapi(&p, cwd, &["methods", "show", "tabular.nope"]).await;
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 3, "not found: {err}");
     assert!(err.contains("NOT_FOUND (404)") && err.contains("`tabular.linear`"), "{err}");
     let (code, _, err) = mapi(&p, cwd, &["methods", "show", "../usage"]).await;
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 3, "not found: {err}");
     assert!(err.contains("NOT_FOUND (404)") && err.contains("no method `../usage`"), "{err}");
 }
 

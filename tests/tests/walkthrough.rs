@@ -69,7 +69,7 @@ async fn the_readme_walkthrough_works() {
     assert!(out.contains(&run) && out.contains("succeeded"), "{out}");
 
     let (code, _, err) = mapi(&p, &["runs", "submit", "--method", "nope", "--dataset", &ds]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "not valid: {err}");
     assert!(err.contains("INVALID_ARGUMENT") && err.contains("unknown method `nope`"), "{err}");
 
     let (code, out, _) = mapi(&p, &["runs", "submit", "--method", "diag.fail", "--dataset", &ds, "--watch"]);
@@ -91,7 +91,7 @@ async fn the_readme_walkthrough_works() {
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("   0  ") && out.contains("  ± ") && out.ends_with("(revision r1)\n"), "{out}");
     let (code, _, err) = mapi(&p, &["endpoints", "score", "employment", "--row", "gnp=400000"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "not valid: {err}");
     assert!(err.contains("row 0: column `gnp_deflator` is missing"), "{err}");
     let (code, out, _) = mapi(&p, &["endpoints", "ls"]);
     assert_eq!(code, 0);
@@ -448,6 +448,9 @@ async fn runs_are_gathered_in_experiments_and_saved_views_from_the_cli() {
     assert!(code == 0 && out.contains("tag=q3") && out.contains("metrics.r_squared"), "{out}");
     let (code, out, err) = mapi(&p, &["runs", "ls", "--view", "q3-fits"]);
     assert!(code == 0 && out.contains(&fit) && !out.contains(&summary), "{out}{err}");
+    // YAML is the JSON document in its order: the run's id first.
+    let (code, yaml, err) = mapi(&p, &["-o", "yaml", "runs", "get", &fit]);
+    assert!(code == 0 && yaml.starts_with(&format!("id: {fit}\n")), "{yaml}{err}");
     let header = out.lines().next().unwrap_or_default();
     assert!(
         header.contains("STATE") && header.contains("metrics.r_squared") && !header.contains("METHOD"),
@@ -522,7 +525,7 @@ async fn webhooks_are_made_read_replayed_rotated_and_deleted_from_the_cli() {
     let (code, out, _) = mapi(&p, &["webhooks", "rm", &id]);
     assert_eq!((code, out.trim()), (0, format!("deleted {id}").as_str()));
     let (code, _, err) = mapi(&p, &["webhooks", "deliveries", &id]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 3, "not found: {err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
