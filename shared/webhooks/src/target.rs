@@ -102,7 +102,7 @@ pub enum Reason {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Reason::Loopback => "a loopback address",
+            Reason::Loopback => "a loopback address (to test with a receiver on this machine, start the platform with MAPI_WEBHOOKS_ALLOW_LOOPBACK=true)",
             Reason::Private => "a private address",
             Reason::LinkLocal => "a link-local address (the range of cloud metadata servers)",
             Reason::SharedNat => "a carrier-grade NAT address",
@@ -117,6 +117,10 @@ impl fmt::Display for Reason {
     }
 }
 
+/// What a person testing webhooks on their own machine needs to know.
+const LOOPBACK_HINT: &str = "plain http reaches only a receiver on this machine, on a platform started \
+     with MAPI_WEBHOOKS_ALLOW_LOOPBACK=true for local testing";
+
 /// Why a webhook URL or address is refused, and what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
@@ -126,7 +130,7 @@ pub enum TargetError {
     BadCharacter,
     #[error("webhook URL must start with https://")]
     MissingScheme,
-    #[error("webhook URL must use https")]
+    #[error("webhook URL must use https ({LOOPBACK_HINT})")]
     NotHttps,
     #[error("webhook URL must not contain a user name or password: remove the `user:pass@` part")]
     UserInfo,
@@ -545,7 +549,8 @@ mod tests {
             "webhook host 10.0.0.5 is a private address: webhooks may only reach public internet addresses"
         );
         let err = TargetUrl::parse("http://example.com/", &OPEN).expect_err("http");
-        assert_eq!(err.to_string(), "webhook URL must use https");
+        assert!(err.to_string().starts_with("webhook URL must use https ("), "{err}");
+        assert!(err.to_string().contains("MAPI_WEBHOOKS_ALLOW_LOOPBACK=true"), "{err}");
         let err = check_address(ip("169.254.169.254"), &OPEN).expect_err("metadata");
         assert!(err.to_string().contains("metadata"), "{err}");
     }
