@@ -12,10 +12,26 @@ pub enum ClientError {
     #[error("{} ({}): {}{}", .0.code, .0.status, .0.detail, sign_in_hint(.0.status))]
     Problem(Box<Problem>),
     /// No answer came: the cause (`Connection refused`, a timeout) is said.
-    #[error("cannot reach the platform at {url}: {cause}{hint}", cause = crate::error::with_causes(source), hint = start_hint(url))]
+    #[error("cannot reach the platform at {url}: {cause}{hint}", cause = with_causes(source), hint = start_hint(url))]
     Unreachable { url: String, source: reqwest::Error },
     #[error("unexpected answer {status}: {body}")]
     Unexpected { status: u16, body: String },
+}
+
+/// An error and every cause under it, `: `-joined (`error sending request
+/// for url (…): client error (Connect): tcp connect error: Connection refused`).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// What to do about a 401: the token is missing, wrong, expired or revoked.
@@ -109,7 +125,7 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
-    use super::{segment, start_hint};
+    use super::{segment, start_hint, with_causes};
 
     #[test]
     fn a_name_is_one_path_segment() {
@@ -123,5 +139,14 @@ mod tests {
         assert!(start_hint("http://127.0.0.1:8080").contains("mapi dev"));
         assert!(start_hint("http://localhost:8080").contains("mapi dev"));
         assert_eq!(start_hint("https://mapi.example.com"), "");
+    }
+
+    #[test]
+    fn an_error_is_said_with_its_causes() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("sending failed")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused"));
+        assert_eq!(with_causes(&e), "sending failed: Connection refused");
     }
 }

@@ -42,22 +42,6 @@ fn of_status(status: u16) -> u8 {
     }
 }
 
-/// An error and every cause under it, `: `-joined (`error sending request
-/// for url (…): client error (Connect): tcp connect error: Connection refused`).
-pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let said = c.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,14 +60,5 @@ mod tests {
         assert_eq!(codes, [2, 3, 4, 4, 4, 5, 6, 1]);
         let plain: Box<dyn std::error::Error> = "no platform".into();
         assert_eq!(exit_code(&*plain), 1);
-    }
-
-    #[test]
-    fn an_error_is_said_with_its_causes() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("sending failed")]
-        struct Outer(#[source] std::io::Error);
-        let e = Outer(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused"));
-        assert_eq!(with_causes(&e), "sending failed: Connection refused");
     }
 }

@@ -187,7 +187,7 @@ async fn the_cli_sets_a_policy_submits_and_withdraws_a_validation() {
     let id = out.split_whitespace().nth(1).expect("the validation's id").to_owned();
     assert!(id.starts_with("val_"), "{out}");
     let (code, out, err) = mapi(&["models", "approve", &id, "--reason", "from my own token"]);
-    assert_eq!(code, Some(1), "a token never approves: {out}{err}");
+    assert_eq!(code, Some(4), "a token never approves (refused): {out}{err}");
     assert!(err.contains("FORBIDDEN"), "{err}");
     let (code, out, err) = mapi(&["models", "withdraw", &id]);
     assert_eq!(code, Some(0), "{out}{err}");

@@ -91,5 +91,8 @@ async fn an_ended_run_is_retried_as_a_new_run_of_the_same_spec_and_labels() {
     assert!(detail.contains("baseline") && detail.contains("first try"), "{detail}");
     let list =
         page("/console/t/dev/p/default/runs".to_owned()).await.expect("page").text().await.expect("html");
-    assert!(list.contains("<span>baseline</span>") && list.contains("tags: q3"), "{list}");
+    assert!(
+        list.contains(">baseline</a>") && list.contains("tags: q3"),
+        "the run is listed by its name: {list}"
+    );
 }

@@ -239,6 +239,7 @@ fn runs_table(
                                 td {
                                     a href={"/console/runs/" (r.id)} { (r.name.as_deref().unwrap_or(r.id.as_str())) }
                                     @if r.name.is_some() { br; code.meta { (r.id) } }
+                                    @if !r.tags.is_empty() && !columns.iter().any(|c| c.as_str() == "tags") { br; span.meta { "tags: " (r.tags.join(", ")) } }
                                 }
                                 @for c in &columns { (column_cell(r, c)) }
                             }
