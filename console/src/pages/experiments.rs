@@ -14,7 +14,7 @@ use maud::{Markup, html};
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::{Missing, ProjectPath, project_ids};
+use super::{Missing, ProjectPath, project_ids, with_status};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
 use crate::html::{Scope, csrf, done, page, refusal_box, state_badge, when};
@@ -102,15 +102,11 @@ async fn create(
     let path = format!("/v1/tenants/{t}/projects/{p}/experiments");
     match Api::new(&console, &posted.viewer).send::<ExperimentDoc, _>(Method::POST, &path, &body).await {
         Ok(e) => Redirect::to(&format!("/console/t/{t}/p/{p}/experiments/{}", e.name)).into_response(),
-        Err(r) => {
-            with_status(render_list(&console, &posted.viewer, (&t, &p), Some(refusal_box(&r))).await, &r)
-        }
+        Err(r) => with_status(
+            render_list(&console, &posted.viewer, (&t, &p), Some(refusal_box(&r))).await,
+            Some(&r),
+        ),
     }
-}
-
-fn with_status(mut response: Response, r: &Refusal) -> Response {
-    *response.status_mut() = r.status;
-    response
 }
 
 async fn detail(State(console): State<Console>, viewer: Viewer, Path((t, p, name)): NamedPath) -> Response {
@@ -204,7 +200,7 @@ async fn describe(State(console): State<Console>, Path((t, p, name)): NamedPath,
     };
     let response = render_detail(&console, &posted.viewer, (&t, &p, &name), Some(flash)).await;
     match &answer {
-        Err(r) => with_status(response, r),
+        Err(r) => with_status(response, Some(r)),
         Ok(_) => response,
     }
 }
@@ -229,7 +225,7 @@ async fn delete(State(console): State<Console>, Path((t, p, name)): NamedPath, p
         }
         Err(r) => with_status(
             render_detail(&console, &posted.viewer, (&t, &p, &name), Some(refusal_box(&r))).await,
-            &r,
+            Some(&r),
         ),
     }
 }
@@ -237,6 +233,15 @@ async fn delete(State(console): State<Console>, Path((t, p, name)): NamedPath, p
 #[derive(Debug, Deserialize)]
 struct Views {
     views: Vec<RunViewDoc>,
+}
+
+/// The project's saved views of its runs table (the first 200 by name).
+pub(super) async fn saved_views(
+    api: &Api<'_>,
+    t: &TenantId,
+    p: &ProjectId,
+) -> Result<Vec<RunViewDoc>, Refusal> {
+    api.get::<Views>(&format!("/v1/tenants/{t}/projects/{p}/run-views?page_size=200")).await.map(|v| v.views)
 }
 
 async fn views(
@@ -253,18 +258,17 @@ async fn render_views(
     (t, p): (&TenantId, &ProjectId),
     flash: Option<Markup>,
 ) -> Response {
-    let answer: Result<Views, Refusal> =
-        Api::new(console, viewer).get(&format!("/v1/tenants/{t}/projects/{p}/run-views?page_size=200")).await;
+    let answer = saved_views(&Api::new(console, viewer), t, p).await;
     let runs = format!("/console/t/{t}/p/{p}/runs");
     let body = html! {
         @if let Some(f) = flash { (f) }
         p.meta { "A saved view is a named set of filters and columns of the runs table; " code { "mapi runs ls --view NAME" } " shows the same." }
         @match &answer {
             Err(r) => (refusal_box(r)),
-            Ok(list) if list.views.is_empty() => p { "No saved view yet." },
-            Ok(list) => table {
+            Ok(views) if views.is_empty() => p { "No saved view yet." },
+            Ok(views) => table {
                 thead { tr { th scope="col" { "View" } th scope="col" { "Filters" } th scope="col" { "Columns" } th scope="col" { "Saved by" } th scope="col" { span.sr-only { "Actions" } } } }
-                tbody { @for v in &list.views { tr {
+                tbody { @for v in views { tr {
                     td { a href={(runs) "?view=" (v.name)} { (v.name) } }
                     td { code { (serde_json::to_string(&v.filters).unwrap_or_default()) } }
                     td { (v.columns.join(", ")) }
@@ -346,7 +350,7 @@ async fn save_view(
     };
     let response = render_views(&console, &posted.viewer, (&t, &p), Some(flash)).await;
     match &answer {
-        Err(r) => with_status(response, r),
+        Err(r) => with_status(response, Some(r)),
         Ok(_) => response,
     }
 }
@@ -369,7 +373,7 @@ async fn delete_view(
     };
     let response = render_views(&console, &posted.viewer, (&t, &p), Some(flash)).await;
     match &answer {
-        Err(r) => with_status(response, r),
+        Err(r) => with_status(response, Some(r)),
         Ok(()) => response,
     }
 }

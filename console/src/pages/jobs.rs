@@ -346,9 +346,5 @@ async fn act(console: &Console, id: &str, posted: Posted, action: &str, said: &s
         Err(r) => refusal_box(r),
     };
     let q = ItemsQuery { state: None, page_token: None };
-    let mut response = render_job(console, viewer, id, &q, Some(flash)).await;
-    if let Err(r) = answer {
-        *response.status_mut() = r.status;
-    }
-    response
+    super::with_status(render_job(console, viewer, id, &q, Some(flash)).await, answer.as_ref().err())
 }

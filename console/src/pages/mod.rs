@@ -132,6 +132,15 @@ pub(crate) fn fragment(section: Result<maud::Markup, Refusal>) -> Response {
     }
 }
 
+/// A page drawn after an action, answered with the status of the API's
+/// refusal when it refused (the page itself shows the refusal's words).
+pub(crate) fn with_status(mut response: Response, refusal: Option<&Refusal>) -> Response {
+    if let Some(r) = refusal {
+        *response.status_mut() = r.status;
+    }
+    response
+}
+
 /// A form field holding JSON (`default` when left empty); text that does
 /// not parse is refused in the API's words, naming `what`.
 pub(crate) fn json_field(

@@ -114,11 +114,6 @@ impl Filters {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct Views {
-    views: Vec<mapi_schema::RunViewDoc>,
-}
-
 async fn list(
     State(console): State<Console>,
     viewer: Viewer,
@@ -127,11 +122,7 @@ async fn list(
 ) -> Response {
     let scope = Scope::project(t.as_str(), p.as_str());
     let api = Api::new(&console, &viewer);
-    let views: Vec<mapi_schema::RunViewDoc> = api
-        .get::<Views>(&format!("/v1/tenants/{t}/projects/{p}/run-views?page_size=200"))
-        .await
-        .map(|v| v.views)
-        .unwrap_or_default();
+    let views = super::experiments::saved_views(&api, &t, &p).await.unwrap_or_default();
     let view = f.view.as_deref().and_then(|n| views.iter().find(|v| v.name == n));
     let columns = f
         .named_columns()

@@ -126,9 +126,7 @@ async fn export(State(console): State<Console>, TenantPath(t): TenantPath, poste
 }
 
 async fn refused_here(console: &Console, viewer: &Viewer, t: &TenantId, r: &Refusal) -> Response {
-    let mut response = render(console, viewer, t, None, Some(refusal_box(r))).await;
-    *response.status_mut() = r.status;
-    response
+    super::with_status(render(console, viewer, t, None, Some(refusal_box(r))).await, Some(r))
 }
 
 fn deletion_form(viewer: &Viewer, t: &TenantId, base: &str) -> Markup {

@@ -183,11 +183,7 @@ async fn create(
         },
         Err(r) => refusal_box(r),
     };
-    let mut response = render(&console, viewer, (&t, &p), false, Some(flash)).await;
-    if let Err(r) = &answer {
-        *response.status_mut() = r.status;
-    }
-    response
+    super::with_status(render(&console, viewer, (&t, &p), false, Some(flash)).await, answer.as_ref().err())
 }
 
 async fn revoke(
@@ -203,9 +199,5 @@ async fn revoke(
         Ok(()) => done(&format!("Token {id} is revoked: it no longer works anywhere.")),
         Err(r) => refusal_box(r),
     };
-    let mut response = render(&console, viewer, (&t, &p), false, Some(flash)).await;
-    if let Err(r) = &answer {
-        *response.status_mut() = r.status;
-    }
-    response
+    super::with_status(render(&console, viewer, (&t, &p), false, Some(flash)).await, answer.as_ref().err())
 }

@@ -16,7 +16,7 @@ use mapi_webhooks::EventType;
 use maud::{Markup, html};
 use reqwest::Method;
 
-use super::{Missing, PageQuery, ProjectPath, plain_id, project_ids};
+use super::{Missing, PageQuery, ProjectPath, plain_id, project_ids, with_status};
 use crate::Console;
 use crate::api::{Api, Refusal, query};
 use crate::html::{Scope, csrf, done, page, refusal_box, state_badge, when};
@@ -87,13 +87,6 @@ async fn render_list(
     page(status, Some(viewer), Scope::project(t.as_str(), p.as_str()), "Webhooks", body)
 }
 
-fn with_status(mut response: Response, answer: Result<(), &Refusal>) -> Response {
-    if let Err(r) = answer {
-        *response.status_mut() = r.status;
-    }
-    response
-}
-
 /// The secret, shown this once.
 fn secret_box(what: &str, secret: &str) -> Markup {
     html! {
@@ -121,10 +114,7 @@ async fn create(
         Ok(made) => secret_box(&format!("Webhook for {} created.", made.webhook.url), &made.secret),
         Err(r) => refusal_box(r),
     };
-    with_status(
-        render_list(&console, &posted.viewer, (&t, &p), Some(flash)).await,
-        answer.as_ref().map(|_| ()),
-    )
+    with_status(render_list(&console, &posted.viewer, (&t, &p), Some(flash)).await, answer.as_ref().err())
 }
 
 /// The `{tenant}`, `{project}` and `{id}` of a webhook's page, checked.
@@ -259,7 +249,7 @@ where
         Err(r) => refusal_box(r),
     };
     let response = render_detail(console, &posted.viewer, (&t, &p, &id), None, Some(flash)).await;
-    with_status(response, answer.as_ref().map(|_| ()))
+    with_status(response, answer.as_ref().err())
 }
 
 async fn switch(State(console): State<Console>, Path(ids): WebhookPath, posted: Posted) -> Response {
@@ -312,7 +302,7 @@ async fn delete(State(console): State<Console>, Path((t, p, id)): WebhookPath, p
         }
         Err(r) => with_status(
             render_detail(&console, &posted.viewer, (&t, &p, &id), None, Some(refusal_box(r))).await,
-            Err(r),
+            Some(r),
         ),
     }
 }

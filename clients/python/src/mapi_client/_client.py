@@ -283,19 +283,7 @@ class Run:
     def wait(self, timeout: float = 3600.0, *, on_progress: Optional[Callable[["Run"], None]] = None,
              every: float = 0.5) -> "Run":
         """Waits until the run is final, calling ``on_progress(run)`` when its state or progress changes."""
-        deadline = time.monotonic() + timeout
-        seen = None
-        while True:
-            now = (self.state, self.progress)
-            if on_progress and now != seen:
-                on_progress(self)
-            seen = now
-            if self.done:
-                return self
-            if time.monotonic() > deadline:
-                raise MapiError(0, "DEADLINE_EXCEEDED", f"run {self.id} is still {self.state} after {timeout:.0f} s")
-            time.sleep(every)
-            self.refresh()
+        return _wait(self, lambda r: r.done, lambda r: (r.state, r.progress), timeout, on_progress, every)
 
     def cancel(self) -> "Run":
         self.data = self.client.request("POST", f"/v1/runs/{self.id}/cancel")
@@ -398,17 +386,11 @@ class Job:
         self.data = self.client.request("GET", f"/v1/jobs/{self.id}")
         return self
 
-    def wait(self, timeout: float = 3600.0, *, on_progress: Optional[Callable[["Job"], None]] = None) -> "Job":
-        deadline = time.monotonic() + timeout
-        while True:
-            if on_progress:
-                on_progress(self)
-            if self.state in FINAL_JOB_STATES:
-                return self
-            if time.monotonic() > deadline:
-                raise MapiError(0, "DEADLINE_EXCEEDED", f"job {self.id} is still {self.state} after {timeout:.0f} s")
-            time.sleep(0.5)
-            self.refresh()
+    def wait(self, timeout: float = 3600.0, *, on_progress: Optional[Callable[["Job"], None]] = None,
+             every: float = 0.5) -> "Job":
+        """Waits until the job is over, calling ``on_progress(job)`` when its state or counts change."""
+        done = lambda j: j.state in FINAL_JOB_STATES  # noqa: E731
+        return _wait(self, done, lambda j: (j.state, tuple(sorted(j.counts.items()))), timeout, on_progress, every)
 
     def items(self, state: Optional[str] = None) -> Iterator[Json]:
         """Every finished item (``state="failed"`` for the failed only), page by page."""
@@ -424,6 +406,26 @@ class Job:
     def retry_failed(self) -> "Job":
         self.data = self.client.request("POST", f"/v1/jobs/{self.id}/retry-failed")
         return self
+
+
+def _wait(thing, done, seen_of, timeout, on_progress, every):
+    """Refreshes ``thing`` (a run or a job) until ``done(thing)``, calling
+    ``on_progress(thing)`` whenever ``seen_of(thing)`` changes; raises when
+    ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    seen = None
+    while True:
+        now = seen_of(thing)
+        if on_progress and now != seen:
+            on_progress(thing)
+        seen = now
+        if done(thing):
+            return thing
+        if time.monotonic() > deadline:
+            kind = type(thing).__name__.lower()
+            raise MapiError(0, "DEADLINE_EXCEEDED", f"{kind} {thing.id} is still {thing.state} after {timeout:.0f} s")
+        time.sleep(every)
+        thing.refresh()
 
 
 def _problem(e: urllib.error.HTTPError) -> MapiError:
