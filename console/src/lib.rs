@@ -14,7 +14,9 @@
 //! - **Forms carry a CSRF token** derived from the session secret; a `POST`
 //!   without the right one changes nothing ([`session::Posted`]).
 //! - **Server-rendered HTML** ([`html`], maud), readable with JavaScript
-//!   off; a few vendored lines of JavaScript refresh a live run's progress.
+//!   off; a few lines of the console's own JavaScript re-render the live
+//!   sections (a run, its log, a job, an endpoint, a workflow run, an
+//!   export) from their fragments until they are final, and follow a log.
 //!   Charts are SVG drawn on the server ([`chart`]).
 
 pub mod api;
