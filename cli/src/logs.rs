@@ -3,7 +3,8 @@
 //!
 //! Lines the task printed to stdout go to stdout, stderr's to stderr. The
 //! worker's own event lines (`{"mapi_event":…}`) are shown in words unless
-//! `--raw`; `--json` prints each line as one JSON object.
+//! `--raw`; `--json` prints each line as one JSON object, `--output yaml`
+//! as one item of a YAML sequence.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -93,7 +94,7 @@ struct Show {
 impl Show {
     fn line(&self, line: &LogLineView) -> Result<()> {
         if self.json {
-            return output::line(&serde_json::to_string(line)?);
+            return output::record(line);
         }
         let event = if self.raw { None } else { event_in_words(&line.text) };
         let task = if self.fan_out { format!("[task {}] ", line.task) } else { String::new() };

@@ -73,6 +73,28 @@ pub fn print<T: serde::Serialize>(machine: bool, value: &T, human: impl FnOnce()
     }
 }
 
+/// One record of a stream printed as it comes (`runs logs -f`): a JSON
+/// line, or under `--output yaml` one item of a YAML sequence, so the whole
+/// stream is one document in the format asked for.
+pub fn record<T: serde::Serialize>(value: &T) -> Result<()> {
+    match format() {
+        Format::Yaml => write(&yaml_item(&serde_norway::to_string(value)?)),
+        Format::Json | Format::Table => line(&serde_json::to_string(value)?),
+    }
+}
+
+/// A YAML mapping as an item of a sequence: `- ` before its first line,
+/// its other lines indented to match.
+fn yaml_item(mapping: &str) -> String {
+    let mut item = String::new();
+    for (i, l) in mapping.trim_end().lines().enumerate() {
+        item.push_str(if i == 0 { "- " } else { "  " });
+        item.push_str(l);
+        item.push('\n');
+    }
+    item
+}
+
 /// A table, or, when it has no rows, `empty` alone (what to do to have some), never a header
 /// over nothing.
 pub fn listing(table: &Table, empty: &str) -> String {
@@ -187,6 +209,19 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
         s.to_owned()
     } else {
         format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod yaml_tests {
+    #[test]
+    fn a_streamed_record_is_an_item_of_one_yaml_sequence() {
+        let item = super::yaml_item("task: 0\nstream: stdout\ntext: 'a: b'\n");
+        assert_eq!(item, "- task: 0\n  stream: stdout\n  text: 'a: b'\n");
+        let two = format!("{item}{item}");
+        let read: Vec<serde_json::Value> = serde_norway::from_str(&two).expect("one YAML sequence");
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[1]["text"], "a: b");
     }
 }
 

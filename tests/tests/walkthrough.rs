@@ -67,6 +67,10 @@ async fn the_readme_walkthrough_works() {
     let (code, out, _) = mapi(&p, &["runs", "ls"]);
     assert_eq!(code, 0);
     assert!(out.contains(&run) && out.contains("succeeded"), "{out}");
+    // `-o yaml` streams the log as one YAML sequence, not JSON lines.
+    let (code, out, err) = mapi(&p, &["-o", "yaml", "runs", "logs", &run]);
+    assert!(code == 0 && out.starts_with("- task: 0\n") && !out.contains("{\"task\""), "{out}{err}");
+    assert!(out.lines().all(|l| l.starts_with("- ") || l.starts_with("  ")), "{out}");
 
     let (code, _, err) = mapi(&p, &["runs", "submit", "--method", "nope", "--dataset", &ds]);
     assert_eq!(code, 2, "not valid: {err}");
