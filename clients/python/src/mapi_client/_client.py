@@ -238,14 +238,16 @@ class Client:
         return [p["value"] for p in answer["predictions"]]
 
 
-class Run:
-    """A run: its view (``data``, as ``GET /v1/runs/{id}`` answers) and what can be done with it."""
+class _Resource:
+    """A run or a job: its view (``data``, as the API's ``GET`` answers it)."""
+
+    _collection = ""  # `runs` or `jobs`
 
     def __init__(self, client: Client, data: Json):
         self.client, self.data = client, data
 
     def __repr__(self) -> str:
-        return f"<Run {self.id} {self.state}>"
+        return f"<{type(self).__name__} {self.id} {self.state}>"
 
     @property
     def id(self) -> str:
@@ -254,6 +256,16 @@ class Run:
     @property
     def state(self) -> str:
         return self.data["state"]
+
+    def refresh(self):
+        self.data = self.client.request("GET", f"/v1/{self._collection}/{self.id}")
+        return self
+
+
+class Run(_Resource):
+    """A run: its view (``data``, as ``GET /v1/runs/{id}`` answers) and what can be done with it."""
+
+    _collection = "runs"
 
     @property
     def done(self) -> bool:
@@ -275,10 +287,6 @@ class Run:
         params = dict(self.data.get("params") or {})
         params.update(self.data.get("logged_params") or {})
         return params
-
-    def refresh(self) -> "Run":
-        self.data = self.client.request("GET", f"/v1/runs/{self.id}")
-        return self
 
     def wait(self, timeout: float = 3600.0, *, on_progress: Optional[Callable[["Run"], None]] = None,
              every: float = 0.5) -> "Run":
@@ -361,30 +369,14 @@ class Run:
         return row
 
 
-class Job:
+class Job(_Resource):
     """An item job: its view (``data``) and its items."""
 
-    def __init__(self, client: Client, data: Json):
-        self.client, self.data = client, data
-
-    def __repr__(self) -> str:
-        return f"<Job {self.id} {self.state}>"
-
-    @property
-    def id(self) -> str:
-        return self.data["id"]
-
-    @property
-    def state(self) -> str:
-        return self.data["state"]
+    _collection = "jobs"
 
     @property
     def counts(self) -> Dict[str, int]:
         return self.data["counts"]
-
-    def refresh(self) -> "Job":
-        self.data = self.client.request("GET", f"/v1/jobs/{self.id}")
-        return self
 
     def wait(self, timeout: float = 3600.0, *, on_progress: Optional[Callable[["Job"], None]] = None,
              every: float = 0.5) -> "Job":
